@@ -1,0 +1,3 @@
+from egress.cli.main import main
+
+main()

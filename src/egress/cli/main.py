@@ -1,0 +1,166 @@
+"""The ``egress`` command line: ``run``, ``validate``, ``receiver``."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import signal
+import sys
+import time
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+from rich.console import Console
+from rich.live import Live
+from rich.text import Text
+
+from egress.errors import EgressError, SpecError
+from egress.receiver import ReceiverConfig, serve
+from egress.runtime import Pipeline, RunOptions, load_plan
+
+app = typer.Typer(add_completion=False, no_args_is_help=True,
+                  help="egress: deliver event streams to the outside world, reliably.")
+console = Console(stderr=True)
+
+SpecArgument = Annotated[Path, typer.Argument(help="The Spec file (.yson, .yaml or .json).")]
+DynamicSpecOption = Annotated[Optional[Path], typer.Option("--dynamic-spec", help="The DynamicSpec file.")]  # noqa: UP045
+
+
+def _fail_on_spec_error(error: SpecError) -> None:
+    console.print(Text(error.format(), style="red"), highlight=False)
+    raise typer.Exit(2)
+
+
+@app.command()
+def validate(spec: SpecArgument, dynamic_spec: DynamicSpecOption = None) -> None:
+    """Check a Spec (and DynamicSpec) without running anything; one line per problem."""
+    try:
+        plan = load_plan(spec, dynamic_spec)
+    except SpecError as error:
+        _fail_on_spec_error(error)
+        return
+    console.print(f"{spec}: valid pipeline {plan.spec.pipeline!r} with {len(plan.sources)} source(s), "
+                  f"{len(plan.computations)} computation(s)", highlight=False)
+
+
+@app.command()
+def run(
+    spec: SpecArgument,
+    dynamic_spec: DynamicSpecOption = None,
+    state_dir: Annotated[Optional[Path], typer.Option(  # noqa: UP045
+        help="Where committed state lives (default: .egress/<pipeline> in the current folder).")] = None,
+    until_drained: Annotated[bool, typer.Option(
+        help="Stop once every source is read and every message delivered (exit 1 if a sink is blocked).")] = False,
+    report: Annotated[Optional[Path], typer.Option(help="Write the final counters as JSON here.")] = None,  # noqa: UP045
+    quiet: Annotated[bool, typer.Option(help="No progress line.")] = False,
+) -> None:
+    """Run a pipeline. Ctrl-C stops after the current epoch commits; run again to resume."""
+    from egress.cli.report import final_report, progress_line, snapshot, summary_table
+
+    try:
+        plan = load_plan(spec, dynamic_spec)
+    except SpecError as error:
+        _fail_on_spec_error(error)
+        return
+    directory = state_dir or Path(".egress") / plan.spec.pipeline
+    pipeline = Pipeline(plan, directory, options=RunOptions(until_drained=until_drained))
+
+    async def main() -> object:
+        loop = asyncio.get_running_loop()
+        interrupts = 0
+
+        def interrupt() -> None:
+            nonlocal interrupts
+            interrupts += 1
+            if interrupts > 1:
+                console.print("second interrupt: exiting without the final commit")
+                sys.exit(130)
+            console.print("stopping after the current epoch commits (Ctrl-C again to exit at once)")
+            pipeline.request_stop()
+
+        for signum in (signal.SIGINT, signal.SIGTERM):
+            loop.add_signal_handler(signum, interrupt)
+        run_task = asyncio.create_task(pipeline.run())
+        started = time.monotonic()
+        if quiet:
+            return await run_task
+        if console.is_terminal:
+            with Live(console=console, refresh_per_second=4, transient=True) as live:
+                while not run_task.done():
+                    live.update(Text(progress_line(snapshot(pipeline), time.monotonic() - started)))
+                    await asyncio.wait({run_task}, timeout=0.25)
+        else:
+            while not run_task.done():
+                await asyncio.wait({run_task}, timeout=5.0)
+                if not run_task.done():
+                    console.print(progress_line(snapshot(pipeline), time.monotonic() - started), highlight=False)
+        return await run_task
+
+    try:
+        result = asyncio.run(main())
+    except EgressError as error:
+        console.print(Text(str(error), style="red"))
+        raise typer.Exit(1) from None
+    from egress.runtime import RunResult
+
+    assert isinstance(result, RunResult)
+    values = final_report(pipeline, result)
+    if report is not None:
+        report.write_text(json.dumps(values, indent=2) + "\n")
+    if not quiet:
+        console.print(summary_table(values))
+    for line in result.blocked:
+        console.print(Text(f"blocked: {line}", style="red"))
+    if result.error is not None:
+        console.print(Text(f"error: {result.error}", style="red"))
+    raise typer.Exit(0 if result.ok else 1)
+
+
+@app.command()
+def receiver(
+    host: Annotated[str, typer.Option(help="Address to listen on.")] = "127.0.0.1",
+    port: Annotated[int, typer.Option(help="Port (0 picks a free one; the chosen one is printed).")] = 8080,
+    record: Annotated[Optional[Path], typer.Option(help="Append one JSON line per request here.")] = None,  # noqa: UP045
+    fail_rate: Annotated[float, typer.Option(min=0.0, max=1.0, help="Share of requests to fail.")] = 0.0,
+    fail_status: Annotated[int, typer.Option(min=100, max=999, help="Status of injected failures.")] = 503,
+    delay: Annotated[float, typer.Option(min=0.0, help="Seconds to wait before answering.")] = 0.0,
+    seed: Annotated[Optional[int], typer.Option(help="Seed for repeatable fault injection.")] = None,  # noqa: UP045
+    idempotency_header: Annotated[str, typer.Option(help="The header that carries the key.")] = "Idempotency-Key",
+) -> None:
+    """Serve a local HTTP endpoint that records requests, counts duplicates and injects faults."""
+    import socket
+
+    config = ReceiverConfig(fail_rate=fail_rate, fail_status=fail_status, delay=delay,
+                            idempotency_header=idempotency_header, record=record, seed=seed)
+    if port == 0:
+        with socket.socket() as probe:
+            probe.bind((host, 0))
+            port = probe.getsockname()[1]
+
+    async def main() -> None:
+        stop = asyncio.Event()
+        ready = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for signum in (signal.SIGINT, signal.SIGTERM):
+            loop.add_signal_handler(signum, stop.set)
+        server = asyncio.create_task(serve(config, host, port, ready, stop))
+        await asyncio.wait({server, asyncio.create_task(ready.wait())}, return_when=asyncio.FIRST_COMPLETED)
+        if server.done():
+            await server
+        print(f"egress receiver listening on http://{host}:{port}/ (GET /stats for counts)", flush=True)
+        await server
+
+    try:
+        asyncio.run(main())
+    except OSError as error:
+        console.print(Text(f"cannot listen on {host}:{port}: {error.strerror}", style="red"))
+        raise typer.Exit(1) from None
+
+
+def main() -> None:
+    app()
+
+
+if __name__ == "__main__":
+    main()

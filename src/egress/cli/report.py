@@ -1,0 +1,69 @@
+"""What ``egress run`` shows: a live progress line while it runs and a summary at the end."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rich.table import Table
+
+from egress.observe import Metrics
+from egress.runtime import Pipeline, RunResult
+
+
+def snapshot(pipeline: Pipeline) -> dict[str, Any]:
+    """Counters of a running or finished pipeline, as plain numbers."""
+    metrics: Metrics = pipeline.metrics
+    responses: dict[str, int] = {}
+    for family in metrics.registry.collect():
+        for sample in family.samples:
+            if sample.name == "egress_sink_async_http_sink_responses_total":
+                code = sample.labels["status_code"]
+                responses[code] = responses.get(code, 0) + int(sample.value)
+    unacknowledged = sum(s.unacknowledged for job in pipeline.jobs for s in job.sinks.values())
+    return {
+        "rows_read": int(metrics.total("egress_source_rows_total")),
+        "messages_processed": int(metrics.total("egress_computation_input_messages_total")),
+        "posts": int(metrics.total("egress_sink_async_http_sink_requests_total")),
+        "responses": dict(sorted(responses.items())),
+        "responses_2xx": sum(v for k, v in responses.items() if k.startswith("2")),
+        "retries": int(metrics.total("egress_sink_async_http_sink_retries_total")),
+        "attempt_failures": int(metrics.total("egress_sink_async_http_sink_attempt_failures_total")),
+        "delivered": int(metrics.total("egress_sink_async_http_sink_delivered_total")),
+        "unacknowledged": unacknowledged,
+        "epochs": int(metrics.total("egress_epochs_committed_total")),
+    }
+
+
+def progress_line(values: dict[str, Any], elapsed: float) -> str:
+    rate = values["delivered"] / elapsed if elapsed > 0 else 0.0
+    return (
+        f"read {values['rows_read']:,}  processed {values['messages_processed']:,}  "
+        f"delivered {values['delivered']:,}  in flight {values['unacknowledged']:,}  "
+        f"POSTs {values['posts']:,}  retries {values['retries']:,}  {rate:,.0f} msg/s  {elapsed:,.1f} s"
+    )
+
+
+def final_report(pipeline: Pipeline, result: RunResult) -> dict[str, Any]:
+    values = snapshot(pipeline)
+    values.update(
+        elapsed_seconds=round(result.elapsed, 3),
+        messages_per_second=round(values["delivered"] / result.elapsed, 1) if result.elapsed > 0 else 0.0,
+        drained=result.drained,
+        blocked=result.blocked,
+        error=str(result.error) if result.error else None,
+        status={entry.path: entry.error for entry in pipeline.status.entries()},
+    )
+    return values
+
+
+def summary_table(report: dict[str, Any]) -> Table:
+    table = Table(title="egress run", show_header=False, title_justify="left")
+    table.add_column("what", style="bold")
+    table.add_column("value", justify="right")
+    for name in ("rows_read", "messages_processed", "posts", "responses_2xx", "retries", "attempt_failures",
+                 "delivered", "unacknowledged", "epochs"):
+        table.add_row(name.replace("_", " "), f"{report[name]:,}")
+    table.add_row("responses by status", ", ".join(f"{k}: {v:,}" for k, v in report["responses"].items()) or "-")
+    table.add_row("elapsed", f"{report['elapsed_seconds']:.2f} s")
+    table.add_row("messages/s", f"{report['messages_per_second']:,.0f}")
+    return table

@@ -1,0 +1,138 @@
+"""The interfaces connectors implement and the registry the runtime finds them in.
+
+A source class turns a file (or later a queue) into typed rows with positions; a sink class
+consumes the committed output messages of one partition job. Both are registered under their
+class names (Flow's, and short aliases) and declare pydantic models for their parameters, which
+the runtime validates before anything runs.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, ClassVar, Protocol
+
+from pydantic import BaseModel
+
+from egress.clock import Clock
+from egress.engines import OutboxMessage, SinkProgress
+from egress.errors import SpecError
+from egress.observe import Metrics, StatusTree
+from egress.spec import StreamSpec
+
+
+@dataclass(frozen=True, slots=True)
+class SourceRecord:
+    """One converted record: ``position`` (0-based record number), typed ``row``, and the event
+    timestamp in seconds since the Unix epoch (``None`` when the source has no timestamp column)."""
+
+    position: int
+    row: dict[str, Any]
+    event_timestamp: float | None
+
+
+class Source(Protocol):
+    """A finite or endless reader of records, resumable at a position."""
+
+    def records(self, start_position: int) -> Iterator[SourceRecord]:
+        """Records from ``start_position`` on; raises ``SourceDataError`` for a bad record."""
+        ...
+
+
+class SourceClass(Protocol):
+    parameters_model: ClassVar[type[BaseModel]]
+
+    @classmethod
+    def check(cls, parameters: Any, stream: StreamSpec, base_dir: Path) -> list[SpecError]:
+        """Problems that need the stream or the file system (paths relative to the parameters)."""
+        ...
+
+    @classmethod
+    def create(cls, source_id: str, parameters: Any, stream: StreamSpec, base_dir: Path) -> Source: ...
+
+
+@dataclass(frozen=True)
+class SinkContext:
+    """What a sink instance gets from the runtime: who it is and the shared services."""
+
+    computation_id: str
+    sink_id: str
+    partition: int
+    clock: Clock
+    metrics: Metrics
+    status: StatusTree
+    on_progress: Callable[[], None]
+
+
+class Sink(Protocol):
+    """A sink instance of one partition job (Flow: one per sink per active partition job)."""
+
+    def distribute(self, messages: list[OutboxMessage]) -> None:
+        """Take committed messages in ``seq`` order; delivery starts now, acknowledgement later."""
+        ...
+
+    def progress(self) -> SinkProgress:
+        """The acknowledged contiguous prefix, to commit with the next epoch."""
+        ...
+
+    @property
+    def unacknowledged(self) -> int:
+        """Distributed messages not yet in :meth:`progress`."""
+        ...
+
+    @property
+    def terminal_error(self) -> str | None:
+        """Set once a delivery failed for good; nothing after it is acknowledged by this instance."""
+        ...
+
+    def reconfigure(self, dynamic_parameters: Any) -> None:
+        """Apply new dynamic parameters (already validated) to every later decision."""
+        ...
+
+    async def close(self) -> None: ...
+
+
+class SinkClass(Protocol):
+    parameters_model: ClassVar[type[BaseModel]]
+    dynamic_parameters_model: ClassVar[type[BaseModel]]
+
+    @classmethod
+    def check(cls, parameters: Any, input_streams: dict[str, StreamSpec]) -> list[SpecError]:
+        """Construction checks against the sink's input streams (paths relative to the sink)."""
+        ...
+
+    @classmethod
+    def create(
+        cls, context: SinkContext, parameters: Any, dynamic_parameters: Any, progress: SinkProgress
+    ) -> Sink: ...
+
+
+class Registry:
+    """Connector classes by name. ``register`` adds a class under each of its names."""
+
+    def __init__(self, kind: str) -> None:
+        self.kind = kind
+        self._classes: dict[str, Any] = {}
+
+    def register(self, *names: str) -> Callable[[Any], Any]:
+        def decorate(cls: Any) -> Any:
+            for name in names:
+                self._classes[name] = cls
+            return cls
+
+        return decorate
+
+    def get(self, name: str) -> Any:
+        """The class named ``name``; raises ``KeyError`` with Flow's message when unknown."""
+        try:
+            return self._classes[name]
+        except KeyError:
+            raise KeyError(f'No {self.kind} class "{name}" is registered') from None
+
+    def names(self) -> list[str]:
+        return sorted(self._classes)
+
+
+SOURCES = Registry("source")
+SINKS = Registry("sink")

@@ -1,0 +1,125 @@
+"""Parameters of the async HTTP sink, with upstream's defaults, ranges and exact messages.
+
+Source: seed 000 (``NYT::NFlow::TAsyncHttpSink``) and the upstream spec tests
+(``ParsesStaticCombinations``, ``RejectsInvalidStaticParameters``, ``RejectsInvalidDynamicParameters``).
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+from urllib.parse import urlsplit
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+from egress.httpclient import BackoffPolicy
+from egress.spec import Duration
+
+_TOKEN = re.compile(r"[A-Za-z0-9!#$%&'*+\-.^_`|~]+")
+HOP_BY_HOP = frozenset({
+    "connection", "content-length", "host", "keep-alive", "proxy-authenticate", "proxy-authorization",
+    "te", "trailer", "transfer-encoding", "upgrade",
+})
+AT_MOST_ONCE = "Async HTTP sink does not support at_most_once_strategy"
+
+
+class _AtLeastOnceOnly(BaseModel):
+    """The common sink schema has ``at_most_once_strategy``; this sink rejects enabling it."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    at_most_once_strategy: Any = None
+
+    @field_validator("at_most_once_strategy")
+    @classmethod
+    def _reject_at_most_once(cls, value: Any) -> Any:
+        if value not in (None, {}):
+            raise ValueError(AT_MOST_ONCE)
+        return value
+
+
+class AsyncHttpSinkParameters(_AtLeastOnceOnly):
+    """Static parameters (``Spec``): changing them needs a pipeline stop."""
+
+    url: str
+    payload_column: str = Field(min_length=1)
+    headers: dict[str, str] = {}
+    idempotency_header: str = "Idempotency-Key"
+    keep_alive: bool = True
+    max_redirect_count: int = Field(default=0, ge=0)
+    max_idle_connections: int = Field(default=8, ge=0)
+
+    @field_validator("url")
+    @classmethod
+    def _url(cls, value: str) -> str:
+        try:
+            parts = urlsplit(value)
+            host = parts.hostname
+        except ValueError:
+            host = None
+            parts = None
+        if parts is None or parts.scheme not in ("http", "https") or not host:
+            raise ValueError("Async HTTP sink URL must use http or https and contain a host")
+        return value
+
+    @field_validator("headers")
+    @classmethod
+    def _headers(cls, value: dict[str, str]) -> dict[str, str]:
+        if not all(_TOKEN.fullmatch(name) for name in value):
+            raise ValueError("Async HTTP sink header names must be valid HTTP tokens")
+        if any("\r" in v or "\n" in v for v in value.values()):
+            raise ValueError("Async HTTP sink header values must not contain carriage returns or newlines")
+        if any(name.lower() in HOP_BY_HOP for name in value):
+            raise ValueError("Async HTTP sink headers must not contain hop-by-hop or transport-managed names")
+        if len({name.lower() for name in value}) != len(value):
+            raise ValueError("Async HTTP sink header names must be unique case-insensitively")
+        return value
+
+    @field_validator("idempotency_header")
+    @classmethod
+    def _idempotency_header(cls, value: str) -> str:
+        if value and not _TOKEN.fullmatch(value):
+            raise ValueError("Async HTTP sink idempotency_header must be empty or a valid HTTP header name")
+        if value.lower() in HOP_BY_HOP:
+            raise ValueError("Async HTTP sink idempotency_header must not be hop-by-hop or transport-managed")
+        return value
+
+    @model_validator(mode="after")
+    def _no_override(self) -> AsyncHttpSinkParameters:
+        name = self.idempotency_header.lower()
+        if name and any(h.lower() == name for h in self.headers):
+            raise ValueError("Async HTTP sink headers must not override idempotency_header")
+        return self
+
+
+class AsyncHttpSinkDynamicParameters(_AtLeastOnceOnly):
+    """Dynamic parameters (``DynamicSpec`` at ``computations/<c>/sinks/<s>/parameters``), applied to
+    every later retry decision, including deliveries already retrying. Durations are seconds."""
+
+    request_timeout: Duration = Field(default=60.0, gt=0)
+    attempt_timeout: Duration = Field(default=10.0, gt=0)
+    retry_initial_delay: Duration = Field(default=1.0, gt=0)
+    retry_minimum_delay: Duration = Field(default=0.1, gt=0)
+    retry_multiplier: float = Field(default=2.0, ge=1.01, le=100.0)
+    retry_maximum_delay: Duration = Field(default=30.0, gt=0)
+    retry_jitter_ratio: float = Field(default=0.2, ge=0.0, le=1.0)
+    max_attempt_count: int = Field(default=5, ge=1, le=100)
+
+    @model_validator(mode="after")
+    def _orders(self) -> AsyncHttpSinkDynamicParameters:
+        if self.attempt_timeout > self.request_timeout:
+            raise ValueError("attempt_timeout must not exceed request_timeout")
+        if self.retry_minimum_delay > self.retry_initial_delay:
+            raise ValueError("retry_minimum_delay must not exceed retry_initial_delay")
+        if self.retry_initial_delay > self.retry_maximum_delay:
+            raise ValueError("retry_initial_delay must not exceed retry_maximum_delay")
+        return self
+
+    def backoff_policy(self) -> BackoffPolicy:
+        return BackoffPolicy(
+            initial_delay=self.retry_initial_delay,
+            minimum_delay=self.retry_minimum_delay,
+            maximum_delay=self.retry_maximum_delay,
+            multiplier=self.retry_multiplier,
+            jitter_ratio=self.retry_jitter_ratio,
+        )

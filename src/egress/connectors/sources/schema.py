@@ -1,0 +1,105 @@
+"""Conversion of raw values to a stream schema's types (string, int64, double, boolean)."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from datetime import datetime
+from typing import Any
+
+from egress.errors import SourceDataError
+from egress.spec import Column, StreamSpec
+
+_TRUE = {"true", "1", "yes"}
+_FALSE = {"false", "0", "no"}
+INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
+
+
+def _to_int64(text: str) -> int:
+    value = int(text)
+    if not INT64_MIN <= value <= INT64_MAX:
+        raise ValueError("out of the int64 range")
+    return value
+
+
+def _to_double(text: str) -> float:
+    return float(text)
+
+
+def _to_boolean(text: str) -> bool:
+    lowered = text.strip().lower()
+    if lowered in _TRUE:
+        return True
+    if lowered in _FALSE:
+        return False
+    raise ValueError("expected true/false")
+
+
+TEXT_PARSERS: dict[str, Callable[[str], Any]] = {
+    "string": str,
+    "int64": _to_int64,
+    "double": _to_double,
+    "boolean": _to_boolean,
+}
+
+
+def check_json_value(column: Column, value: Any) -> Any:
+    """Check a JSON-decoded ``value`` against ``column``; returns it (ints widened for doubles).
+
+    Raises ``ValueError`` describing the mismatch.
+    """
+    if value is None:
+        if column.required:
+            raise ValueError("null in a required column")
+        return None
+    kind = column.type
+    if kind == "string" and isinstance(value, str):
+        return value
+    if kind == "boolean" and isinstance(value, bool):
+        return value
+    if kind == "int64" and isinstance(value, int) and not isinstance(value, bool):
+        if not INT64_MIN <= value <= INT64_MAX:
+            raise ValueError("out of the int64 range")
+        return value
+    if kind == "double" and isinstance(value, int | float) and not isinstance(value, bool):
+        return float(value)
+    raise ValueError(f"expected {kind}, got {type(value).__name__} {value!r}")
+
+
+def parse_timestamp(value: Any) -> float:
+    """Seconds since the Unix epoch from a number (seconds) or an ISO 8601 string
+    (``2013-01-01T10:00:00Z``; a naive time is taken as UTC). Raises ``ValueError``."""
+    if isinstance(value, bool):
+        raise ValueError(f"not a timestamp: {value!r}")
+    if isinstance(value, int | float):
+        if not math.isfinite(value):
+            raise ValueError(f"not a timestamp: {value!r}")
+        return float(value)
+    if isinstance(value, str):
+        moment = datetime.fromisoformat(value.strip())
+        if moment.tzinfo is None:
+            from datetime import UTC
+
+            moment = moment.replace(tzinfo=UTC)
+        return moment.timestamp()
+    raise ValueError(f"not a timestamp: {value!r}")
+
+
+def data_error(file: str, line: int, column: str | None, problem: str) -> SourceDataError:
+    """The one error shape of bad records: ``FILE:LINE: column NAME: PROBLEM``."""
+    where = f"{file}:{line}"
+    return SourceDataError(f"{where}: column {column}: {problem}" if column else f"{where}: {problem}")
+
+
+def timestamp_of(
+    row: dict[str, Any], stream: StreamSpec, column: str | None, file: str, line: int
+) -> float | None:
+    if column is None:
+        return None
+    value = row.get(column)
+    if value is None:
+        return None
+    try:
+        return parse_timestamp(value)
+    except ValueError as error:
+        raise data_error(file, line, column, f"cannot parse {value!r} as a timestamp ({error})") from None

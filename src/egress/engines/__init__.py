@@ -1,0 +1,27 @@
+"""Storage engines behind the ``Log``, ``CheckpointStore`` and ``Ownership`` protocols."""
+
+from egress.engines.protocols import (
+    Checkpoint,
+    CheckpointStore,
+    EpochCommit,
+    FencedError,
+    Log,
+    LogMessage,
+    OutboxMessage,
+    Ownership,
+    SinkProgress,
+)
+from egress.engines.sqlite import SqliteEngine
+
+__all__ = [
+    "Checkpoint",
+    "CheckpointStore",
+    "EpochCommit",
+    "FencedError",
+    "Log",
+    "LogMessage",
+    "OutboxMessage",
+    "Ownership",
+    "SinkProgress",
+    "SqliteEngine",
+]

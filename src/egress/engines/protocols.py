@@ -1,0 +1,124 @@
+"""The boundary between the runtime and storage: ``Log``, ``CheckpointStore``, ``Ownership``.
+
+Every engine (embedded SQLite today, NATS JetStream later) implements these three protocols; the
+runtime knows nothing else about storage. The records below are the engine-neutral data shapes.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+
+@dataclass(frozen=True, slots=True)
+class LogMessage:
+    """A message of a partitioned stream.
+
+    ``offset`` is its position in ``(stream, partition)`` (0-based, dense); ``message_id`` the
+    stable id (bytes) that becomes the idempotency key; ``key`` the encoded ``group_by`` values;
+    ``event_timestamp`` seconds since the Unix epoch or ``None``; ``row`` the column values.
+    """
+
+    stream: str
+    partition: int
+    offset: int
+    message_id: bytes
+    key: bytes
+    event_timestamp: float | None
+    row: dict[str, Any]
+
+
+@dataclass(frozen=True, slots=True)
+class OutboxMessage:
+    """A committed output message of one partition job, waiting for that job's sinks.
+
+    ``seq`` numbers a partition job's outputs densely from 1 in commit order (Flow's seq no).
+    """
+
+    seq: int
+    stream: str
+    message_id: bytes
+    key: bytes
+    event_timestamp: float | None
+    row: dict[str, Any]
+
+
+@dataclass(frozen=True, slots=True)
+class SinkProgress:
+    """Flow's sink state per sink and partition: what has been acknowledged and persisted."""
+
+    producer_id: str = ""
+    max_persisted_message_id: bytes | None = None
+    max_persisted_seq_no: int = 0
+
+
+@dataclass(slots=True)
+class EpochCommit:
+    """Everything one epoch of one consumer changes, committed atomically or not at all.
+
+    ``consumer`` names the computation (or ``source:<id>`` for a source reader) and ``partition``
+    its partition; ``epoch`` is the fence from :class:`Ownership` (a stale owner's commit fails).
+    ``input_positions`` maps ``(stream, partition)`` (a source uses ``("", 0)``) to the new
+    offset consumed. ``log_appends`` are ``(stream, partition, message)`` tuples whose offsets the
+    engine assigns; ``outbox`` are new output messages for sinks; ``sink_progress`` by sink id;
+    ``outbox_acknowledged_seq`` lets the engine drop outbox messages every sink has persisted.
+    ``state_writes`` (``(state name, key) → value or None to delete``) and the timer lists are the
+    hooks for keyed state and timers.
+    """
+
+    consumer: str
+    partition: int
+    epoch: int
+    input_positions: dict[tuple[str, int], int] = field(default_factory=dict)
+    log_appends: list[tuple[str, int, bytes, bytes, float | None, dict[str, Any]]] = field(default_factory=list)
+    outbox: list[OutboxMessage] = field(default_factory=list)
+    sink_progress: dict[str, SinkProgress] = field(default_factory=dict)
+    outbox_acknowledged_seq: int | None = None
+    state_writes: dict[tuple[str, bytes], bytes | None] = field(default_factory=dict)
+    timers_set: list[tuple[bytes, float]] = field(default_factory=list)
+    timers_deleted: list[tuple[bytes, float]] = field(default_factory=list)
+
+
+@dataclass(frozen=True, slots=True)
+class Checkpoint:
+    """What a partition job loads on start: positions, sink progress, and unacknowledged outbox."""
+
+    input_positions: dict[tuple[str, int], int]
+    sink_progress: dict[str, SinkProgress]
+    outbox: list[OutboxMessage]
+    next_seq: int
+
+
+class Log(Protocol):
+    """Partitioned streams of messages."""
+
+    async def read(self, stream: str, partition: int, after: int, limit: int) -> list[LogMessage]:
+        """Up to ``limit`` messages of ``(stream, partition)`` with offset >= ``after``, in order."""
+        ...
+
+    async def end_offset(self, stream: str, partition: int) -> int:
+        """The offset the next appended message of ``(stream, partition)`` will get."""
+        ...
+
+
+class CheckpointStore(Protocol):
+    """Loads checkpoints and commits epochs atomically."""
+
+    async def load_checkpoint(self, consumer: str, partition: int, sinks: list[str]) -> Checkpoint:
+        ...
+
+    async def commit(self, commit: EpochCommit) -> None:
+        """Apply ``commit`` in one transaction; raises ``FencedError`` if ``commit.epoch`` is stale."""
+        ...
+
+
+class Ownership(Protocol):
+    """Which process runs which partition: a lease whose revision is the epoch fence."""
+
+    async def acquire(self, consumer: str, partition: int) -> int:
+        """Take ``(consumer, partition)`` and return its new epoch (greater than every earlier one)."""
+        ...
+
+
+class FencedError(RuntimeError):
+    """A commit carried an epoch that is no longer the owner's (another process took over)."""

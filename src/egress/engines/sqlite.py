@@ -1,0 +1,314 @@
+"""The embedded engine: one SQLite database in WAL mode, ``synchronous=FULL`` by default.
+
+All database work runs on one thread of its own, so an fsync never stalls the event loop; the
+async methods hand work to it. Each :class:`EpochCommit` is one transaction: positions, log
+appends, outbox, sink progress, state and timers land together or not at all.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import fcntl
+import os
+import sqlite3
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any, TypeVar
+
+import orjson
+
+from egress.engines.protocols import (
+    Checkpoint,
+    EpochCommit,
+    FencedError,
+    LogMessage,
+    OutboxMessage,
+    SinkProgress,
+)
+from egress.errors import StateDirectoryError
+
+SCHEMA_VERSION = 1
+DATABASE_NAME = "egress.sqlite3"
+LOCK_NAME = "egress.lock"
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS ownership (
+    consumer TEXT NOT NULL, partition INTEGER NOT NULL, epoch INTEGER NOT NULL,
+    PRIMARY KEY (consumer, partition)) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS log (
+    stream TEXT NOT NULL, partition INTEGER NOT NULL, offset INTEGER NOT NULL,
+    message_id BLOB NOT NULL, key BLOB NOT NULL, event_timestamp REAL, row BLOB NOT NULL,
+    PRIMARY KEY (stream, partition, offset)) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS positions (
+    consumer TEXT NOT NULL, partition INTEGER NOT NULL, stream TEXT NOT NULL,
+    stream_partition INTEGER NOT NULL, offset INTEGER NOT NULL,
+    PRIMARY KEY (consumer, partition, stream, stream_partition)) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS outbox (
+    consumer TEXT NOT NULL, partition INTEGER NOT NULL, seq INTEGER NOT NULL, stream TEXT NOT NULL,
+    message_id BLOB NOT NULL, key BLOB NOT NULL, event_timestamp REAL, row BLOB NOT NULL,
+    PRIMARY KEY (consumer, partition, seq)) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS sink_progress (
+    consumer TEXT NOT NULL, partition INTEGER NOT NULL, sink TEXT NOT NULL,
+    producer_id TEXT NOT NULL, max_persisted_message_id BLOB, max_persisted_seq_no INTEGER NOT NULL,
+    PRIMARY KEY (consumer, partition, sink)) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS state (
+    consumer TEXT NOT NULL, name TEXT NOT NULL, key BLOB NOT NULL, value BLOB NOT NULL,
+    PRIMARY KEY (consumer, name, key)) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS timers (
+    consumer TEXT NOT NULL, partition INTEGER NOT NULL, key BLOB NOT NULL, trigger_ts REAL NOT NULL,
+    PRIMARY KEY (consumer, partition, trigger_ts, key)) WITHOUT ROWID;
+"""
+
+T = TypeVar("T")
+
+
+class SqliteEngine:
+    """``Log``, ``CheckpointStore`` and ``Ownership`` on one SQLite file in ``state_dir``.
+
+    ``open()`` creates the directory and schema, takes an exclusive lock on the directory (a
+    second process gets :class:`StateDirectoryError` naming the first's pid) and checks that the
+    directory belongs to ``pipeline``. ``synchronous`` is SQLite's setting (``FULL`` survives a
+    power loss; ``NORMAL`` only a process crash).
+    """
+
+    def __init__(self, state_dir: str | Path, pipeline: str, *, synchronous: str = "FULL") -> None:
+        self.state_dir = Path(state_dir)
+        self.pipeline = pipeline
+        self.synchronous = synchronous
+        self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="egress-sqlite")
+        self._db: sqlite3.Connection | None = None
+        self._lock_file: Any = None
+        self._end_offsets: dict[tuple[str, int], int] = {}
+
+    # -- lifecycle ---------------------------------------------------------------------------
+
+    async def open(self) -> None:
+        await self._call(self._open_sync)
+
+    async def close(self) -> None:
+        if self._db is not None:
+            await self._call(self._close_sync)
+        self._executor.shutdown(wait=True)
+
+    def _open_sync(self) -> None:
+        self.state_dir.mkdir(parents=True, exist_ok=True)
+        self._lock_file = open(self.state_dir / LOCK_NAME, "a+")  # noqa: SIM115 - held until close
+        try:
+            fcntl.flock(self._lock_file.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            self._lock_file.seek(0)
+            holder = self._lock_file.read().strip() or "another process"
+            self._lock_file.close()
+            raise StateDirectoryError(
+                f"{self.state_dir}: the state directory is in use by pid {holder}; "
+                "stop that egress run or choose another --state-dir"
+            ) from None
+        self._lock_file.seek(0)
+        self._lock_file.truncate()
+        self._lock_file.write(str(os.getpid()))
+        self._lock_file.flush()
+        db = sqlite3.connect(self.state_dir / DATABASE_NAME, isolation_level=None, check_same_thread=False)
+        db.execute("PRAGMA journal_mode=WAL")
+        db.execute(f"PRAGMA synchronous={self.synchronous}")
+        db.executescript(_SCHEMA)
+        self._db = db
+        meta = dict(db.execute("SELECT key, value FROM meta").fetchall())
+        if not meta:
+            with self._transaction():
+                db.executemany(
+                    "INSERT INTO meta (key, value) VALUES (?, ?)",
+                    [("pipeline", self.pipeline), ("schema_version", str(SCHEMA_VERSION))],
+                )
+        elif meta.get("pipeline") != self.pipeline:
+            raise StateDirectoryError(
+                f"{self.state_dir}: the state directory belongs to pipeline {meta.get('pipeline')!r}, "
+                f"not {self.pipeline!r}; choose another --state-dir"
+            )
+        elif meta.get("schema_version") != str(SCHEMA_VERSION):
+            raise StateDirectoryError(
+                f"{self.state_dir}: state layout version {meta.get('schema_version')} is not "
+                f"{SCHEMA_VERSION}, which this egress reads"
+            )
+
+    def _close_sync(self) -> None:
+        assert self._db is not None
+        self._db.close()
+        self._db = None
+        if self._lock_file is not None:
+            self._lock_file.close()
+
+    async def _call(self, function: Callable[..., T], *args: Any) -> T:
+        return await asyncio.get_running_loop().run_in_executor(self._executor, function, *args)
+
+    def _transaction(self) -> _Transaction:
+        assert self._db is not None
+        return _Transaction(self._db)
+
+    # -- Ownership ---------------------------------------------------------------------------
+
+    async def acquire(self, consumer: str, partition: int) -> int:
+        return await self._call(self._acquire_sync, consumer, partition)
+
+    def _acquire_sync(self, consumer: str, partition: int) -> int:
+        assert self._db is not None
+        with self._transaction():
+            self._db.execute(
+                "INSERT INTO ownership (consumer, partition, epoch) VALUES (?, ?, 1) "
+                "ON CONFLICT (consumer, partition) DO UPDATE SET epoch = epoch + 1",
+                (consumer, partition),
+            )
+            (epoch,) = self._db.execute(
+                "SELECT epoch FROM ownership WHERE consumer = ? AND partition = ?", (consumer, partition)
+            ).fetchone()
+        return int(epoch)
+
+    # -- Log ---------------------------------------------------------------------------------
+
+    async def read(self, stream: str, partition: int, after: int, limit: int) -> list[LogMessage]:
+        return await self._call(self._read_sync, stream, partition, after, limit)
+
+    def _read_sync(self, stream: str, partition: int, after: int, limit: int) -> list[LogMessage]:
+        assert self._db is not None
+        rows = self._db.execute(
+            "SELECT offset, message_id, key, event_timestamp, row FROM log "
+            "WHERE stream = ? AND partition = ? AND offset >= ? ORDER BY offset LIMIT ?",
+            (stream, partition, after, limit),
+        ).fetchall()
+        loads = orjson.loads
+        return [LogMessage(stream, partition, o, m, k, t, loads(r)) for o, m, k, t, r in rows]
+
+    async def end_offset(self, stream: str, partition: int) -> int:
+        return await self._call(self._end_offset_sync, stream, partition)
+
+    def _end_offset_sync(self, stream: str, partition: int) -> int:
+        assert self._db is not None
+        cached = self._end_offsets.get((stream, partition))
+        if cached is not None:
+            return cached
+        (last,) = self._db.execute(
+            "SELECT MAX(offset) FROM log WHERE stream = ? AND partition = ?", (stream, partition)
+        ).fetchone()
+        end = 0 if last is None else int(last) + 1
+        self._end_offsets[(stream, partition)] = end
+        return end
+
+    # -- CheckpointStore ---------------------------------------------------------------------
+
+    async def load_checkpoint(self, consumer: str, partition: int, sinks: list[str]) -> Checkpoint:
+        return await self._call(self._load_checkpoint_sync, consumer, partition, sinks)
+
+    def _load_checkpoint_sync(self, consumer: str, partition: int, sinks: list[str]) -> Checkpoint:
+        assert self._db is not None
+        positions = {
+            (stream, stream_partition): int(offset)
+            for stream, stream_partition, offset in self._db.execute(
+                "SELECT stream, stream_partition, offset FROM positions WHERE consumer = ? AND partition = ?",
+                (consumer, partition),
+            )
+        }
+        progress = {sink: SinkProgress() for sink in sinks}
+        for sink, producer, message_id, seq in self._db.execute(
+            "SELECT sink, producer_id, max_persisted_message_id, max_persisted_seq_no FROM sink_progress "
+            "WHERE consumer = ? AND partition = ?",
+            (consumer, partition),
+        ):
+            progress[sink] = SinkProgress(producer, message_id, int(seq))
+        low = min((p.max_persisted_seq_no for p in progress.values()), default=0)
+        outbox = [
+            OutboxMessage(int(seq), stream, mid, key, ts, orjson.loads(row))
+            for seq, stream, mid, key, ts, row in self._db.execute(
+                "SELECT seq, stream, message_id, key, event_timestamp, row FROM outbox "
+                "WHERE consumer = ? AND partition = ? AND seq > ? ORDER BY seq",
+                (consumer, partition, low),
+            )
+        ]
+        (last_seq,) = self._db.execute(
+            "SELECT MAX(seq) FROM outbox WHERE consumer = ? AND partition = ?", (consumer, partition)
+        ).fetchone()
+        high = max([int(last_seq or 0), *(p.max_persisted_seq_no for p in progress.values())])
+        return Checkpoint(positions, progress, outbox, high + 1)
+
+    async def commit(self, commit: EpochCommit) -> None:
+        await self._call(self._commit_sync, commit)
+
+    def _commit_sync(self, commit: EpochCommit) -> None:
+        db = self._db
+        assert db is not None
+        c, p = commit.consumer, commit.partition
+        appended: dict[tuple[str, int], int] = {}
+        with self._transaction():
+            row = db.execute(
+                "SELECT epoch FROM ownership WHERE consumer = ? AND partition = ?", (c, p)
+            ).fetchone()
+            if row is None or int(row[0]) != commit.epoch:
+                raise FencedError(f"{c} partition {p}: epoch {commit.epoch} is stale (now {row and row[0]})")
+            db.executemany(
+                "INSERT INTO positions (consumer, partition, stream, stream_partition, offset) "
+                "VALUES (?, ?, ?, ?, ?) ON CONFLICT DO UPDATE SET offset = excluded.offset",
+                [(c, p, s, sp, off) for (s, sp), off in commit.input_positions.items()],
+            )
+            if commit.log_appends:
+                records = []
+                for stream, partition, message_id, key, ts, values in commit.log_appends:
+                    slot = (stream, partition)
+                    offset = appended.get(slot)
+                    if offset is None:
+                        offset = self._end_offset_sync(stream, partition)
+                    appended[slot] = offset + 1
+                    records.append((stream, partition, offset, message_id, key, ts, orjson.dumps(values)))
+                db.executemany(
+                    "INSERT INTO log (stream, partition, offset, message_id, key, event_timestamp, row) "
+                    "VALUES (?, ?, ?, ?, ?, ?, ?)",
+                    records,
+                )
+            db.executemany(
+                "INSERT INTO outbox (consumer, partition, seq, stream, message_id, key, event_timestamp, row) "
+                "VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+                [(c, p, m.seq, m.stream, m.message_id, m.key, m.event_timestamp, orjson.dumps(m.row))
+                 for m in commit.outbox],
+            )
+            db.executemany(
+                "INSERT INTO sink_progress (consumer, partition, sink, producer_id, max_persisted_message_id, "
+                "max_persisted_seq_no) VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT DO UPDATE SET "
+                "producer_id = excluded.producer_id, max_persisted_message_id = excluded.max_persisted_message_id, "
+                "max_persisted_seq_no = excluded.max_persisted_seq_no",
+                [(c, p, sink, s.producer_id, s.max_persisted_message_id, s.max_persisted_seq_no)
+                 for sink, s in commit.sink_progress.items()],
+            )
+            if commit.outbox_acknowledged_seq is not None:
+                db.execute(
+                    "DELETE FROM outbox WHERE consumer = ? AND partition = ? AND seq <= ?",
+                    (c, p, commit.outbox_acknowledged_seq),
+                )
+            for (name, key), value in commit.state_writes.items():
+                if value is None:
+                    db.execute("DELETE FROM state WHERE consumer = ? AND name = ? AND key = ?", (c, name, key))
+                else:
+                    db.execute(
+                        "INSERT INTO state (consumer, name, key, value) VALUES (?, ?, ?, ?) "
+                        "ON CONFLICT DO UPDATE SET value = excluded.value",
+                        (c, name, key, value),
+                    )
+            db.executemany(
+                "DELETE FROM timers WHERE consumer = ? AND partition = ? AND key = ? AND trigger_ts = ?",
+                [(c, p, key, ts) for key, ts in commit.timers_deleted],
+            )
+            db.executemany(
+                "INSERT OR IGNORE INTO timers (consumer, partition, key, trigger_ts) VALUES (?, ?, ?, ?)",
+                [(c, p, key, ts) for key, ts in commit.timers_set],
+            )
+        # Offsets become visible only once the transaction is durable.
+        self._end_offsets.update(appended)
+
+
+class _Transaction:
+    def __init__(self, db: sqlite3.Connection) -> None:
+        self._db = db
+
+    def __enter__(self) -> None:
+        self._db.execute("BEGIN IMMEDIATE")
+
+    def __exit__(self, kind: type[BaseException] | None, *rest: object) -> None:
+        self._db.execute("COMMIT" if kind is None else "ROLLBACK")

@@ -1,0 +1,74 @@
+"""The exception hierarchy of egress.
+
+Every error egress raises on purpose derives from :class:`EgressError`, so a caller can catch
+one type. The shape follows httpx: a small tree, named by what went wrong, not by where.
+"""
+
+from __future__ import annotations
+
+
+class EgressError(Exception):
+    """Base class of every error egress raises deliberately."""
+
+
+class SpecError(EgressError):
+    """A Spec or DynamicSpec is invalid.
+
+    ``file`` is the file the value came from (``None`` for in-memory specs), ``path`` the
+    slash-separated location inside it (``computations/to_json/sinks/http/parameters/url``) and
+    ``message`` what is wrong and how to fix it. ``str()`` gives the one-line form
+    ``FILE: PATH: MESSAGE`` that the CLI prints.
+    """
+
+    def __init__(self, message: str, *, path: str = "", file: str | None = None) -> None:
+        self.message = message
+        self.path = path
+        self.file = file
+        super().__init__(self.format())
+
+    def format(self) -> str:
+        parts = [p for p in (self.file, self.path) if p]
+        return ": ".join([*parts, self.message])
+
+    def at(self, *, file: str | None = None, prefix: str = "") -> SpecError:
+        """Return a copy located in ``file`` with ``prefix`` put before the path."""
+        path = "/".join(p for p in (prefix, self.path) if p)
+        return SpecError(self.message, path=path, file=file if file is not None else self.file)
+
+
+class SpecErrors(SpecError):
+    """Several :class:`SpecError` found in one validation pass; ``errors`` lists them in order."""
+
+    def __init__(self, errors: list[SpecError]) -> None:
+        self.errors = errors
+        first = errors[0]
+        super().__init__(first.message, path=first.path, file=first.file)
+
+    def format(self) -> str:
+        return "\n".join(error.format() for error in self.errors)
+
+
+class SourceDataError(EgressError):
+    """A source record cannot be converted to the stream schema.
+
+    The message names the file, the line (1-based, the header is line 1) and the column.
+    """
+
+
+class ProcessFunctionError(EgressError):
+    """A user process function raised; the message names the stream, key and message id."""
+
+
+class DeliveryError(EgressError):
+    """A delivery to an external system failed terminally (its retry budget is exhausted)."""
+
+    def __init__(self, message: str, *, attempts: int = 0, last_error: str | None = None) -> None:
+        self.attempts = attempts
+        self.last_error = last_error
+        detail = f" after {attempts} attempt(s)" if attempts else ""
+        cause = f"; last error: {last_error}" if last_error else ""
+        super().__init__(f"{message}{detail}{cause}")
+
+
+class StateDirectoryError(EgressError):
+    """The state directory belongs to another pipeline or has an unknown layout version."""

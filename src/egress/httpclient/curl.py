@@ -1,0 +1,285 @@
+"""Outgoing HTTP on libcurl's multi interface (pycurl), driven on a thread of its own.
+
+One :class:`CurlClient` owns one multi handle, its connection cache and a pool of reusable easy
+handles. asyncio code calls ``await client.send(request)``; the curl thread runs the transfers
+with ``socket_action`` over an epoll selector and hands completions back to the event loop in
+batches (one ``call_soon_threadsafe`` per wake-up, not per request). Python does as little per
+request as it can: no header parsing beyond the status and the redirect target libcurl resolved.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import selectors
+import socket
+import threading
+import time
+from dataclasses import dataclass
+from typing import Any
+
+import pycurl
+
+
+@dataclass(frozen=True, slots=True)
+class Request:
+    """One POST (the only method egress sends today).
+
+    ``headers`` are ``"Name: value"`` lines sent as given; ``timeout`` (seconds) bounds the whole
+    attempt from the moment the transfer starts: connect, send, response and full body read.
+    ``capture_body`` keeps the response body (the default discards it after reading it all).
+    """
+
+    url: str
+    body: bytes
+    headers: tuple[str, ...] = ()
+    timeout: float = 10.0
+    capture_body: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class Response:
+    """The outcome of one attempt.
+
+    ``status`` is the HTTP status, 0 when no response arrived. ``error`` is ``None`` on a complete
+    exchange, else libcurl's description (``"curl error 28: ..."``); both are set when a status
+    arrived but the body read then failed. ``redirect_url`` is libcurl's resolution of
+    ``Location`` for 3xx responses, ``local_port`` the client port of the connection used.
+    """
+
+    status: int
+    error: str | None = None
+    body: bytes | None = None
+    redirect_url: str | None = None
+    local_port: int = 0
+
+    @property
+    def ok(self) -> bool:
+        """A 2xx with the body read completely."""
+        return self.error is None and 200 <= self.status <= 299
+
+
+class CurlClient:
+    """An HTTP client on one libcurl multi handle; safe to use from one asyncio loop.
+
+    ``max_connections`` caps concurrent transfers (more wait in a queue, and their timeout starts
+    only when they start); ``max_idle_connections`` sizes libcurl's connection cache, raised to
+    ``max_connections`` so that a busy client reuses its connections instead of closing them
+    (see ``docs/architecture.md``); ``keep_alive=False`` forbids reuse; ``verify_tls`` keeps
+    certificate and host verification on (the default, and what production must use).
+    """
+
+    def __init__(
+        self,
+        *,
+        max_connections: int = 64,
+        max_idle_connections: int = 8,
+        keep_alive: bool = True,
+        verify_tls: bool = True,
+    ) -> None:
+        if max_connections < 1:
+            raise ValueError(f"max_connections must be >= 1, got {max_connections}")
+        self.max_connections = max_connections
+        self.keep_alive = keep_alive
+        self.verify_tls = verify_tls
+        self._multi = pycurl.CurlMulti()
+        self._multi.setopt(pycurl.M_SOCKETFUNCTION, self._on_socket)
+        self._multi.setopt(pycurl.M_TIMERFUNCTION, self._on_timer)
+        cache = max(max_idle_connections, max_connections) if keep_alive else 1
+        self._multi.setopt(pycurl.M_MAXCONNECTS, cache)
+        self._selector = selectors.DefaultSelector()
+        self._wake_read, self._wake_write = socket.socketpair()
+        self._wake_read.setblocking(False)
+        self._wake_write.setblocking(False)
+        self._selector.register(self._wake_read, selectors.EVENT_READ)
+        self._lock = threading.Lock()
+        self._submitted: collections.deque[tuple[Request, asyncio.Future[Response]]] = collections.deque()
+        self._queued: collections.deque[tuple[Request, asyncio.Future[Response]]] = collections.deque()
+        self._running: dict[int, tuple[pycurl.Curl, asyncio.Future[Response], list[bytes] | None]] = {}
+        self._spare_handles: list[pycurl.Curl] = []
+        self._timer_deadline: float | None = None
+        self._closed = False
+        self._thread = threading.Thread(target=self._run, name="egress-curl", daemon=True)
+        self._thread.start()
+
+    @property
+    def in_flight(self) -> int:
+        """Transfers running or queued in this client."""
+        return len(self._running) + len(self._queued) + len(self._submitted)
+
+    async def send(self, request: Request) -> Response:
+        """Run ``request``; returns its :class:`Response` (never raises for HTTP or transport errors).
+
+        Raises ``RuntimeError`` if the client is closed.
+        """
+        if self._closed:
+            raise RuntimeError("CurlClient is closed")
+        future: asyncio.Future[Response] = asyncio.get_running_loop().create_future()
+        with self._lock:
+            wake = not self._submitted
+            self._submitted.append((request, future))
+        if wake:
+            self._wake()
+        return await future
+
+    def close(self) -> None:
+        """Stop the curl thread and release every handle; pending sends get a transport error."""
+        if self._closed:
+            return
+        self._closed = True
+        self._wake()
+        self._thread.join(timeout=5)
+        for handle, future, _ in self._running.values():
+            self._multi.remove_handle(handle)
+            handle.close()
+            _resolve_threadsafe([(future, Response(0, "client closed"))])
+        self._running.clear()
+        leftovers = [*self._queued, *self._submitted]
+        _resolve_threadsafe([(future, Response(0, "client closed")) for _, future in leftovers])
+        for handle in self._spare_handles:
+            handle.close()
+        self._multi.close()
+        self._selector.close()
+        self._wake_read.close()
+        self._wake_write.close()
+
+    # -- the curl thread ---------------------------------------------------------------------
+
+    def _wake(self) -> None:
+        try:
+            self._wake_write.send(b"\0")
+        except (BlockingIOError, OSError):
+            pass  # a full socket buffer already means "wake up"
+
+    def _run(self) -> None:
+        while not self._closed:
+            timeout = None
+            if self._timer_deadline is not None:
+                timeout = max(0.0, self._timer_deadline - time.monotonic())
+            for key, mask in self._selector.select(timeout):
+                if key.fileobj is self._wake_read:
+                    try:
+                        while self._wake_read.recv(4096):
+                            pass
+                    except (BlockingIOError, OSError):
+                        pass
+                    continue
+                action = (pycurl.CSELECT_IN if mask & selectors.EVENT_READ else 0) | (
+                    pycurl.CSELECT_OUT if mask & selectors.EVENT_WRITE else 0
+                )
+                self._multi.socket_action(key.fd, action)
+            if self._timer_deadline is not None and time.monotonic() >= self._timer_deadline:
+                self._timer_deadline = None
+                self._multi.socket_action(pycurl.SOCKET_TIMEOUT, 0)
+            self._start_queued()
+            self._collect()
+
+    def _start_queued(self) -> None:
+        with self._lock:
+            if self._submitted:
+                self._queued.extend(self._submitted)
+                self._submitted.clear()
+        started = False
+        while self._queued and len(self._running) < self.max_connections:
+            request, future = self._queued.popleft()
+            if future.cancelled():
+                continue
+            handle = self._spare_handles.pop() if self._spare_handles else pycurl.Curl()
+            sink = self._configure(handle, request)
+            self._running[id(handle)] = (handle, future, sink)
+            self._multi.add_handle(handle)
+            started = True
+        if started:
+            self._multi.socket_action(pycurl.SOCKET_TIMEOUT, 0)
+
+    def _configure(self, handle: pycurl.Curl, request: Request) -> list[bytes] | None:
+        handle.setopt(pycurl.URL, request.url)
+        handle.setopt(pycurl.POST, 1)
+        handle.setopt(pycurl.POSTFIELDSIZE, len(request.body))
+        handle.setopt(pycurl.POSTFIELDS, request.body)
+        # libcurl adds "Content-Type: application/x-www-form-urlencoded" to a POST and "Expect:
+        # 100-continue" to large bodies; the sink sends the payload as is, so both are removed
+        # unless the spec names a Content-Type itself.
+        headers = list(request.headers)
+        if not any(h[:13].lower() == "content-type:" for h in headers):
+            headers.append("Content-Type:")
+        headers.append("Expect:")
+        handle.setopt(pycurl.HTTPHEADER, headers)
+        handle.setopt(pycurl.TIMEOUT_MS, max(1, int(request.timeout * 1000)))
+        handle.setopt(pycurl.NOSIGNAL, 1)
+        handle.setopt(pycurl.FOLLOWLOCATION, 0)
+        handle.setopt(pycurl.HTTP_VERSION, pycurl.CURL_HTTP_VERSION_1_1)
+        handle.setopt(pycurl.FORBID_REUSE, 0 if self.keep_alive else 1)
+        handle.setopt(pycurl.SSL_VERIFYPEER, 1 if self.verify_tls else 0)
+        handle.setopt(pycurl.SSL_VERIFYHOST, 2 if self.verify_tls else 0)
+        if request.capture_body:
+            chunks: list[bytes] = []
+            handle.setopt(pycurl.WRITEFUNCTION, chunks.append)
+            return chunks
+        handle.setopt(pycurl.WRITEFUNCTION, _discard)
+        return None
+
+    def _collect(self) -> None:
+        done: list[tuple[asyncio.Future[Response], Response]] = []
+        while True:
+            queued, succeeded, failed = self._multi.info_read()
+            for handle in succeeded:
+                done.append(self._finish(handle, None))
+            for handle, errno, message in failed:
+                done.append(self._finish(handle, f"curl error {errno}: {message}"))
+            if not queued:
+                break
+        if done:
+            _resolve_threadsafe(done)
+
+    def _finish(self, handle: pycurl.Curl, error: str | None) -> tuple[asyncio.Future[Response], Response]:
+        _, future, chunks = self._running.pop(id(handle))
+        status = int(handle.getinfo(pycurl.RESPONSE_CODE))
+        redirect = handle.getinfo(pycurl.REDIRECT_URL) if 300 <= status <= 399 else None
+        response = Response(
+            status=status,
+            error=error,
+            body=b"".join(chunks) if chunks is not None else None,
+            redirect_url=redirect or None,
+            local_port=max(0, int(handle.getinfo(pycurl.LOCAL_PORT) or 0)),
+        )
+        self._multi.remove_handle(handle)
+        self._spare_handles.append(handle)
+        return future, response
+
+    def _on_socket(self, what: int, fd: int, multi: Any, data: Any) -> None:
+        if what == pycurl.POLL_REMOVE:
+            try:
+                self._selector.unregister(fd)
+            except (KeyError, ValueError):
+                pass
+            return
+        events = (selectors.EVENT_READ if what & pycurl.POLL_IN else 0) | (
+            selectors.EVENT_WRITE if what & pycurl.POLL_OUT else 0
+        )
+        try:
+            self._selector.modify(fd, events)
+        except KeyError:
+            self._selector.register(fd, events)
+
+    def _on_timer(self, timeout_ms: int) -> None:
+        self._timer_deadline = None if timeout_ms < 0 else time.monotonic() + timeout_ms / 1000.0
+
+
+def _discard(data: bytes) -> None:
+    return None
+
+
+def _resolve_threadsafe(done: list[tuple[asyncio.Future[Response], Response]]) -> None:
+    by_loop: dict[asyncio.AbstractEventLoop, list[tuple[asyncio.Future[Response], Response]]] = {}
+    for future, response in done:
+        by_loop.setdefault(future.get_loop(), []).append((future, response))
+    for loop, batch in by_loop.items():
+        if not loop.is_closed():
+            loop.call_soon_threadsafe(_resolve, batch)
+
+
+def _resolve(batch: list[tuple[asyncio.Future[Response], Response]]) -> None:
+    for future, response in batch:
+        if not future.done():
+            future.set_result(response)

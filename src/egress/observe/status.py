@@ -1,0 +1,52 @@
+"""The status tree: path → current error, as Flow's pipeline status shows it.
+
+A path (``/sinks/<sink>/async_http_sink``) is in error while at least one reporter keeps an error
+there; the shown error is the one with the smallest order key (the oldest failing delivery).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class StatusEntry:
+    path: str
+    error: str
+
+
+class StatusTree:
+    """Errors by path and by order key within a path. ``on_change(path, broken)`` is called when a
+    path goes into or out of error (the metrics layer sets the ``broken`` gauge from it)."""
+
+    def __init__(self, on_change: Callable[[str, bool], None] | None = None) -> None:
+        self._errors: dict[str, dict[int, str]] = {}
+        self._on_change = on_change
+
+    def set_error(self, path: str, order: int, error: str) -> None:
+        """Record ``error`` for the item ``order`` (e.g. a sequence number) under ``path``."""
+        errors = self._errors.setdefault(path, {})
+        was_broken = bool(errors)
+        errors[order] = error
+        if not was_broken and self._on_change:
+            self._on_change(path, True)
+
+    def clear_error(self, path: str, order: int) -> None:
+        """Forget the error of item ``order``; the path clears when no item remains in error."""
+        errors = self._errors.get(path)
+        if not errors or errors.pop(order, None) is None:
+            return
+        if not errors:
+            del self._errors[path]
+            if self._on_change:
+                self._on_change(path, False)
+
+    def error(self, path: str) -> str | None:
+        """The error of the oldest failing item under ``path``, or ``None``."""
+        errors = self._errors.get(path)
+        return errors[min(errors)] if errors else None
+
+    def entries(self) -> list[StatusEntry]:
+        """Every path in error with its shown error, sorted by path."""
+        return [StatusEntry(path, self.error(path) or "") for path in sorted(self._errors)]

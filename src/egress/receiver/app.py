@@ -1,0 +1,142 @@
+"""``egress receiver``: a local HTTP endpoint that records and counts what it is sent.
+
+For users trying egress and for tests: every request is recorded (time, method, path, headers,
+body sha256 and length, idempotency key) as a JSON line when a record file is given; duplicates
+are counted per idempotency key; faults can be injected (a failure rate with a status, a delay).
+``GET /stats`` answers the counts as JSON. Only requests that got a 2xx count as delivered.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import json
+import random
+import time
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import IO, Any
+
+from aiohttp import web
+
+STATS_PATH = "/stats"
+
+
+@dataclass
+class ReceiverConfig:
+    """``fail_rate`` in [0, 1]: share of requests answered ``fail_status`` instead of 200;
+    ``delay`` seconds before answering; ``idempotency_header`` names the key header;
+    ``record`` is a JSONL file path (appended to) or ``None``; ``seed`` makes faults repeatable."""
+
+    fail_rate: float = 0.0
+    fail_status: int = 503
+    delay: float = 0.0
+    idempotency_header: str = "Idempotency-Key"
+    record: Path | None = None
+    seed: int | None = None
+
+
+@dataclass
+class ReceiverStats:
+    requests: int = 0
+    by_status: Counter[int] = field(default_factory=Counter)
+    delivered_keys: Counter[str] = field(default_factory=Counter)
+    requests_without_key: int = 0
+    bytes_received: int = 0
+    first_request_at: float | None = None
+    last_request_at: float | None = None
+
+    def as_json(self) -> dict[str, Any]:
+        duplicates = sum(count - 1 for count in self.delivered_keys.values())
+        return {
+            "requests": self.requests,
+            "by_status": {str(k): v for k, v in sorted(self.by_status.items())},
+            "delivered": sum(self.delivered_keys.values()),
+            "distinct_keys": len(self.delivered_keys),
+            "duplicates": duplicates,
+            "duplicate_keys": sum(1 for c in self.delivered_keys.values() if c > 1),
+            "requests_without_key": self.requests_without_key,
+            "bytes_received": self.bytes_received,
+            "first_request_at": self.first_request_at,
+            "last_request_at": self.last_request_at,
+        }
+
+
+class Receiver:
+    """The aiohttp application and its counters; ``app`` is mountable in another application."""
+
+    def __init__(self, config: ReceiverConfig | None = None) -> None:
+        self.config = config or ReceiverConfig()
+        self.stats = ReceiverStats()
+        self._random = random.Random(self.config.seed)
+        self._record: IO[str] | None = None
+        self.app = web.Application(client_max_size=64 * 1024 * 1024)
+        self.app.router.add_get(STATS_PATH, self._stats)
+        self.app.router.add_route("*", "/{tail:.*}", self._receive)
+        self.app.on_startup.append(self._open)
+        self.app.on_cleanup.append(self._close)
+
+    async def _open(self, app: web.Application) -> None:
+        if self.config.record is not None:
+            # Line-buffered: a record survives the receiver being killed, which tests of crashes rely on.
+            self._record = open(self.config.record, "a", encoding="utf-8", buffering=1)  # noqa: SIM115
+
+    async def _close(self, app: web.Application) -> None:
+        if self._record is not None:
+            self._record.close()
+            self._record = None
+
+    async def _stats(self, request: web.Request) -> web.Response:
+        return web.json_response(self.stats.as_json())
+
+    async def _receive(self, request: web.Request) -> web.Response:
+        body = await request.read()
+        now = time.time()
+        config = self.config
+        stats = self.stats
+        if config.delay > 0:
+            await asyncio.sleep(config.delay)
+        status = 200
+        if config.fail_rate > 0 and self._random.random() < config.fail_rate:
+            status = config.fail_status
+        key = request.headers.get(config.idempotency_header)
+        stats.requests += 1
+        stats.by_status[status] += 1
+        stats.bytes_received += len(body)
+        stats.first_request_at = stats.first_request_at or now
+        stats.last_request_at = now
+        if key is None:
+            stats.requests_without_key += 1
+        elif 200 <= status <= 299:
+            stats.delivered_keys[key] += 1
+        if self._record is not None:
+            self._record.write(json.dumps({
+                "time": now,
+                "method": request.method,
+                "path": request.path_qs,
+                "headers": dict(request.headers),
+                "body_sha256": hashlib.sha256(body).hexdigest(),
+                "body_bytes": len(body),
+                "idempotency_key": key,
+                "status": status,
+            }) + "\n")
+        return web.Response(status=status, text="ok\n" if status == 200 else "injected failure\n")
+
+
+async def serve(config: ReceiverConfig, host: str, port: int, ready: asyncio.Event | None = None,
+                stop: asyncio.Event | None = None) -> None:
+    """Serve a :class:`Receiver` on ``host:port`` until ``stop`` is set (or forever)."""
+    receiver = Receiver(config)
+    runner = web.AppRunner(receiver.app, access_log=None)
+    await runner.setup()
+    site = web.TCPSite(runner, host, port, backlog=1024)
+    await site.start()
+    if ready is not None:
+        ready.set()
+    try:
+        await (stop.wait() if stop is not None else asyncio.Event().wait())
+    finally:
+        if receiver._record is not None:
+            receiver._record.flush()
+        await runner.cleanup()

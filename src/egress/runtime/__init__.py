@@ -1,0 +1,21 @@
+"""The runtime: plans, partition jobs, epochs and the embedded pipeline runner."""
+
+from egress.runtime.api import InitContext, Message, OutputCollector, ProcessFunction, RuntimeContext, Timer
+from egress.runtime.options import RunOptions
+from egress.runtime.pipeline import Pipeline, RunResult
+from egress.runtime.plan import Plan, build_plan, load_plan
+
+__all__ = [
+    "InitContext",
+    "Message",
+    "OutputCollector",
+    "Pipeline",
+    "Plan",
+    "ProcessFunction",
+    "RunOptions",
+    "RunResult",
+    "RuntimeContext",
+    "Timer",
+    "build_plan",
+    "load_plan",
+]

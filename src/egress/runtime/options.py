@@ -1,0 +1,23 @@
+"""Tuning of a pipeline run (not part of the Spec: these are properties of the runner)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class RunOptions:
+    """``epoch_max_messages``: input messages one epoch takes at most; ``epoch_period`` (seconds):
+    the pause that gathers acknowledgements before a commit when input is not backlogged;
+    ``max_unacknowledged``: messages a sink instance may hold unacknowledged before its partition
+    job stops reading input (bounds memory; upstream bounds it by epoch size instead);
+    ``source_chunk``: records a source reader commits at once; ``until_drained``: stop once every
+    source is exhausted and every message acknowledged (or blocked by a terminal failure);
+    ``synchronous``: SQLite's ``synchronous`` setting."""
+
+    epoch_max_messages: int = 2048
+    epoch_period: float = 0.05
+    max_unacknowledged: int = 8192
+    source_chunk: int = 4096
+    until_drained: bool = False
+    synchronous: str = "FULL"

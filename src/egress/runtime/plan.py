@@ -1,0 +1,227 @@
+"""From Spec and DynamicSpec to a checked plan: every reference resolved, every connector's
+parameters validated, the process functions imported. All problems are collected and reported
+together, each naming its file and path; nothing runs and nothing is written before this passes.
+"""
+
+from __future__ import annotations
+
+import importlib
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel
+
+from egress.connectors import SINKS, SOURCES
+from egress.errors import SpecError, SpecErrors
+from egress.runtime.api import ProcessFunction
+from egress.spec import DynamicSpec, Spec, StreamSpec, load_document, validate_model
+
+
+@dataclass(frozen=True)
+class SourcePlan:
+    source_id: str
+    source_class: Any
+    parameters: Any
+    stream_id: str
+    stream: StreamSpec
+
+
+@dataclass(frozen=True)
+class SinkPlan:
+    sink_id: str
+    sink_class: Any
+    parameters: Any
+    dynamic_parameters: Any
+    stream_id: str
+
+
+@dataclass(frozen=True)
+class ComputationPlan:
+    computation_id: str
+    function_class: type[ProcessFunction]
+    input_stream_ids: list[str]
+    output_stream_ids: list[str]
+    sinks: dict[str, SinkPlan]
+    logged_streams: frozenset[str]
+    """Output streams other computations read: appended to the log as well as the outbox."""
+    parameters: dict[str, Any]
+
+
+@dataclass(frozen=True)
+class Plan:
+    spec: Spec
+    dynamic_spec: DynamicSpec
+    base_dir: Path
+    spec_file: str | None
+    dynamic_spec_file: str | None
+    sources: dict[str, SourcePlan] = field(default_factory=dict)
+    computations: dict[str, ComputationPlan] = field(default_factory=dict)
+
+    @property
+    def streams(self) -> dict[str, StreamSpec]:
+        return self.spec.streams
+
+
+def load_plan(spec_path: str | Path, dynamic_spec_path: str | Path | None = None) -> Plan:
+    """Load both files and build the plan; raises :class:`SpecError` (often :class:`SpecErrors`)."""
+    spec_file = str(spec_path)
+    spec = validate_model(Spec, load_document(spec_path), file=spec_file)
+    dynamic_file = str(dynamic_spec_path) if dynamic_spec_path is not None else None
+    dynamic = (
+        validate_model(DynamicSpec, load_document(dynamic_spec_path), file=dynamic_file)
+        if dynamic_spec_path is not None
+        else DynamicSpec()
+    )
+    return build_plan(spec, dynamic, base_dir=Path(spec_path).resolve().parent,
+                      spec_file=spec_file, dynamic_spec_file=dynamic_file)
+
+
+def build_plan(
+    spec: Spec,
+    dynamic: DynamicSpec,
+    *,
+    base_dir: Path,
+    spec_file: str | None = None,
+    dynamic_spec_file: str | None = None,
+) -> Plan:
+    """Check ``spec`` and ``dynamic`` together and resolve them; raises :class:`SpecErrors`."""
+    errors: list[SpecError] = []
+
+    def problem(message: str, path: str, file: str | None = spec_file) -> None:
+        errors.append(SpecError(message, path=path, file=file))
+
+    def known_stream(stream_id: str, path: str) -> bool:
+        if stream_id in spec.streams:
+            return True
+        problem(f'unknown stream id "{stream_id}" (the Spec declares: {", ".join(sorted(spec.streams))})', path)
+        return False
+
+    for stream_id, stream in spec.streams.items():
+        for i, column in enumerate(stream.group_by):
+            if stream.column(column) is None:
+                problem(f'group_by column "{column}" is not in the schema', f"streams/{stream_id}/group_by/{i}")
+
+    sources: dict[str, SourcePlan] = {}
+    for source_id, source in spec.sources.items():
+        at = f"sources/{source_id}"
+        try:
+            source_class = SOURCES.get(source.source_class_name)
+        except KeyError as error:
+            problem(str(error.args[0]), f"{at}/source_class_name")
+            continue
+        if not known_stream(source.output_stream_id, f"{at}/output_stream_id"):
+            continue
+        stream = spec.streams[source.output_stream_id]
+        parameters = _parameters(source_class.parameters_model, source.parameters, spec_file, f"{at}/parameters", errors)
+        if parameters is None:
+            continue
+        errors.extend(e.at(file=spec_file, prefix=at) for e in source_class.check(parameters, stream, base_dir))
+        sources[source_id] = SourcePlan(source_id, source_class, parameters, source.output_stream_id, stream)
+
+    consumed = {s for c in spec.computations.values() for s in c.input_stream_ids}
+    produced = {s.output_stream_id for s in spec.sources.values()} | {
+        s for c in spec.computations.values() for s in c.output_stream_ids
+    }
+    computations: dict[str, ComputationPlan] = {}
+    for computation_id, computation in spec.computations.items():
+        at = f"computations/{computation_id}"
+        for i, stream_id in enumerate(computation.input_stream_ids):
+            if known_stream(stream_id, f"{at}/input_stream_ids/{i}") and stream_id not in produced:
+                problem(f'stream "{stream_id}" has no producer: no source or computation outputs it',
+                        f"{at}/input_stream_ids/{i}")
+        for i, stream_id in enumerate(computation.output_stream_ids):
+            known_stream(stream_id, f"{at}/output_stream_ids/{i}")
+        function_class = _import_function(computation.processing_function, f"{at}/processing_function",
+                                          spec_file, errors)
+        sinks: dict[str, SinkPlan] = {}
+        for sink_id, sink in computation.sinks.items():
+            sink_at = f"{at}/sinks/{sink_id}"
+            try:
+                sink_class = SINKS.get(sink.sink_class_name)
+            except KeyError as error:
+                problem(str(error.args[0]), f"{sink_at}/sink_class_name")
+                continue
+            inputs: dict[str, StreamSpec] = {}
+            for i, stream_id in enumerate(sink.input_stream_ids):
+                if not known_stream(stream_id, f"{sink_at}/input_stream_ids/{i}"):
+                    continue
+                if stream_id not in computation.output_stream_ids:
+                    problem(f'stream "{stream_id}" is not an output stream of computation "{computation_id}"',
+                            f"{sink_at}/input_stream_ids/{i}")
+                    continue
+                inputs[stream_id] = spec.streams[stream_id]
+            parameters = _parameters(sink_class.parameters_model, sink.parameters, spec_file,
+                                     f"{sink_at}/parameters", errors)
+            dynamic_at = f"computations/{computation_id}/sinks/{sink_id}/parameters"
+            dynamic_parameters = _parameters(sink_class.dynamic_parameters_model,
+                                             dynamic.sink_parameters(computation_id, sink_id),
+                                             dynamic_spec_file, dynamic_at, errors)
+            if parameters is None or dynamic_parameters is None or len(inputs) != len(sink.input_stream_ids):
+                continue
+            construction = sink_class.check(parameters, inputs)
+            errors.extend(e.at(file=spec_file, prefix=sink_at) for e in construction)
+            if not construction:
+                sinks[sink_id] = SinkPlan(sink_id, sink_class, parameters, dynamic_parameters,
+                                          sink.input_stream_ids[0])
+        if function_class is not None:
+            computations[computation_id] = ComputationPlan(
+                computation_id,
+                function_class,
+                list(computation.input_stream_ids),
+                list(computation.output_stream_ids),
+                sinks,
+                frozenset(s for s in computation.output_stream_ids if s in consumed),
+                dict(computation.processing_function_parameters),
+            )
+
+    for computation_id, entry in dynamic.computations.items():
+        at = f"computations/{computation_id}"
+        if computation_id not in spec.computations:
+            problem(f'unknown computation "{computation_id}": the Spec has no such computation', at,
+                    dynamic_spec_file)
+            continue
+        for sink_id in entry.sinks:
+            if sink_id not in spec.computations[computation_id].sinks:
+                problem(f'unknown sink "{sink_id}": computation "{computation_id}" has no such sink',
+                        f"{at}/sinks/{sink_id}", dynamic_spec_file)
+
+    if errors:
+        raise SpecErrors(errors)
+    return Plan(spec, dynamic, base_dir, spec_file, dynamic_spec_file, sources, computations)
+
+
+def _parameters(
+    model: type[BaseModel], data: Any, file: str | None, prefix: str, errors: list[SpecError]
+) -> Any:
+    try:
+        return validate_model(model, data, file=file, prefix=prefix)
+    except SpecErrors as found:
+        errors.extend(found.errors)
+        return None
+
+
+def _import_function(
+    reference: str, path: str, file: str | None, errors: list[SpecError]
+) -> type[ProcessFunction] | None:
+    """Import ``package.module:ClassName`` (the current directory is on the import path)."""
+    module_name, _, class_name = reference.partition(":")
+    if "" not in sys.path and str(Path.cwd()) not in sys.path:
+        sys.path.insert(0, str(Path.cwd()))
+    try:
+        module = importlib.import_module(module_name)
+    except Exception as error:  # any import-time failure of user code is a spec problem here
+        errors.append(SpecError(
+            f'cannot import module "{module_name}" ({type(error).__name__}: {error}); run egress from the '
+            "folder that contains the package, or install it",
+            path=path, file=file))
+        return None
+    found = getattr(module, class_name, None)
+    if found is None:
+        errors.append(SpecError(f'module "{module_name}" has no class "{class_name}"', path=path, file=file))
+        return None
+    if not (isinstance(found, type) and issubclass(found, ProcessFunction)):
+        errors.append(SpecError(f'"{reference}" is not a subclass of egress.ProcessFunction', path=path, file=file))
+        return None
+    return found

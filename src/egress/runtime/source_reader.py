@@ -1,0 +1,81 @@
+"""A source reader: moves one source's records into its stream's log, exactly once.
+
+Each chunk of records is appended to the log partitions of their keys in the same transaction
+that commits the source position, so a crash never loses or doubles a record.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+from egress.connectors.base import SourceRecord
+from egress.engines import EpochCommit, SqliteEngine
+from egress.keys import encode_key, partition_of, source_message_id
+from egress.observe import Metrics
+from egress.runtime.options import RunOptions
+from egress.runtime.plan import SourcePlan
+
+POSITION = ("", 0)
+
+
+class SourceReader:
+    """Reads ``plan``'s source from its committed position; ``notify(partition)`` is called for
+    each partition that received messages, after the commit."""
+
+    def __init__(
+        self,
+        plan: SourcePlan,
+        engine: SqliteEngine,
+        base_dir: Path,
+        partition_count: int,
+        metrics: Metrics,
+        options: RunOptions,
+        notify: Callable[[int], None],
+    ) -> None:
+        self.plan = plan
+        self.consumer = f"source:{plan.source_id}"
+        self._engine = engine
+        self._base_dir = base_dir
+        self._partition_count = partition_count
+        self._rows = metrics.source_rows.labels(plan.source_id)
+        self._options = options
+        self._notify = notify
+        self.finished = False
+
+    async def run(self, stop: asyncio.Event) -> None:
+        engine = self._engine
+        epoch = await engine.acquire(self.consumer, 0)
+        checkpoint = await engine.load_checkpoint(self.consumer, 0, [])
+        position = checkpoint.input_positions.get(POSITION, 0)
+        source = self.plan.source_class.create(self.plan.source_id, self.plan.parameters, self.plan.stream,
+                                               self._base_dir)
+        records: Iterator[SourceRecord] = source.records(position)
+        group_by = self.plan.stream.group_by
+        stream_id = self.plan.stream_id
+        while not stop.is_set():
+            chunk = await asyncio.to_thread(_take, records, self._options.source_chunk)
+            if not chunk:
+                break
+            appends = []
+            touched = set()
+            for record in chunk:
+                key = encode_key([record.row[c] for c in group_by])
+                partition = partition_of(key, self._partition_count)
+                touched.add(partition)
+                message_id = source_message_id(self.plan.source_id, 0, record.position)
+                appends.append((stream_id, partition, message_id, key, record.event_timestamp, record.row))
+            await engine.commit(EpochCommit(self.consumer, 0, epoch, {POSITION: chunk[-1].position + 1},
+                                            log_appends=appends))
+            self._rows.inc(len(chunk))
+            for partition in touched:
+                self._notify(partition)
+        else:
+            return
+        self.finished = True
+
+
+def _take(records: Iterator[SourceRecord], count: int) -> list[SourceRecord]:
+    return list(itertools.islice(records, count))

@@ -1,0 +1,91 @@
+"""Read a Spec or DynamicSpec file into plain Python data, the format chosen by extension.
+
+``.yson`` is parsed by ytsaurus-client's ``yt.yson`` (both a whole map and Flow's map fragment
+``"computations" = {...};`` load), ``.yaml``/``.yml`` by PyYAML, ``.json`` by the stdlib.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from egress.errors import SpecError
+
+SUPPORTED_EXTENSIONS = (".yson", ".yaml", ".yml", ".json")
+
+
+def load_document(path: str | Path) -> dict[str, Any]:
+    """Parse the file at ``path`` into a ``dict``.
+
+    Raises :class:`SpecError` (naming the file) when the file is missing or unreadable, the
+    extension is not one of ``.yson``, ``.yaml``, ``.yml``, ``.json``, the text does not parse, or
+    the top level is not a map.
+    """
+    file = str(path)
+    source = Path(path)
+    suffix = source.suffix.lower()
+    if suffix not in SUPPORTED_EXTENSIONS:
+        raise SpecError(
+            f"unknown spec format {suffix or '(no extension)'!r}: name the file *.yson, *.yaml or *.json",
+            file=file,
+        )
+    try:
+        data = source.read_bytes()
+    except FileNotFoundError:
+        raise SpecError("file not found", file=file) from None
+    except OSError as error:
+        raise SpecError(f"cannot read: {error.strerror}", file=file) from None
+    try:
+        document = parse_text(data, suffix)
+    except SpecError as error:
+        raise error.at(file=file) from None
+    return document
+
+
+def parse_text(data: bytes, suffix: str) -> dict[str, Any]:
+    """Parse ``data`` as the format of ``suffix``; raises :class:`SpecError` without a file name."""
+    try:
+        if suffix == ".yson":
+            document = _parse_yson(data)
+        elif suffix in (".yaml", ".yml"):
+            document = yaml.safe_load(data)
+        else:
+            document = json.loads(data)
+    except SpecError:
+        raise
+    except Exception as error:  # each parser has its own error types; all mean "does not parse"
+        raise SpecError(f"does not parse as {suffix.lstrip('.').upper()}: {_first_line(error)}") from None
+    if document is None:
+        document = {}
+    if not isinstance(document, dict):
+        raise SpecError(f"the top level must be a map, got {type(document).__name__}")
+    return document
+
+
+def _parse_yson(data: bytes) -> Any:
+    import yt.yson
+    from yt.yson.convert import yson_to_json
+
+    stripped = data.strip()
+    yson_type = "node" if stripped.startswith(b"{") else "map_fragment"
+    parsed = yt.yson.loads(stripped, yson_type=yson_type)
+    return _plain(yson_to_json(parsed))
+
+
+def _plain(value: Any) -> Any:
+    """Turn ``yson_to_json`` output (which may keep ``YsonString`` bytes subclasses) into str/int/..."""
+    if isinstance(value, dict):
+        return {_plain(k): _plain(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_plain(v) for v in value]
+    if isinstance(value, bytes):
+        return value.decode("utf-8")
+    return value
+
+
+def _first_line(error: BaseException) -> str:
+    text = str(error).strip() or type(error).__name__
+    return text.splitlines()[0]

@@ -1,0 +1,158 @@
+"""Spec and DynamicSpec: the pydantic models of a pipeline, in Flow's shape and names.
+
+A Spec is static (changing it needs a pipeline stop); a DynamicSpec holds what is applied live
+(sink retry parameters, processing function parameters, throttlers). Connector parameters stay
+``dict`` here: each connector validates its own through the registry (``egress.runtime.plan``),
+so that the error path still reads ``computations/<c>/sinks/<s>/parameters/<name>``.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Literal, TypeVar
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+from egress.errors import SpecError, SpecErrors
+from egress.spec.loader import load_document
+
+PROCESS_FUNCTION_COMPUTATION = "NYT::NFlow::TProcessFunctionComputation"
+COMPUTATION_CLASS_ALIASES = {PROCESS_FUNCTION_COMPUTATION: PROCESS_FUNCTION_COMPUTATION,
+                             "process_function": PROCESS_FUNCTION_COMPUTATION}
+
+ColumnType = Literal["string", "int64", "double", "boolean"]
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
+
+
+class Column(_Strict):
+    """One column of a stream schema; ``required=False`` (the default, as in YT) allows null."""
+
+    name: str = Field(min_length=1)
+    type: ColumnType
+    required: bool = False
+
+
+class StreamSpec(_Strict):
+    """A stream: its row schema and the columns whose values form the key (``group_by``)."""
+
+    columns: list[Column] = Field(alias="schema", min_length=1)
+    group_by: list[str] = []
+
+    def column(self, name: str) -> Column | None:
+        return next((c for c in self.columns if c.name == name), None)
+
+
+class SourceSpec(_Strict):
+    """A source feeding ``output_stream_id``; ``parameters`` are checked by the source class."""
+
+    source_class_name: str
+    output_stream_id: str
+    parameters: dict[str, Any] = {}
+
+
+class SinkSpec(_Strict):
+    """A sink inside a computation, reading some of the computation's output streams."""
+
+    sink_class_name: str
+    input_stream_ids: list[str] = []
+    parameters: dict[str, Any] = {}
+
+
+class ComputationSpec(_Strict):
+    """A computation: a process function over its input streams, with sinks on its outputs."""
+
+    computation_class_name: str = PROCESS_FUNCTION_COMPUTATION
+    processing_function: str
+    input_stream_ids: list[str] = Field(min_length=1)
+    output_stream_ids: list[str] = []
+    sinks: dict[str, SinkSpec] = {}
+    processing_function_parameters: dict[str, Any] = {}
+
+    @field_validator("computation_class_name")
+    @classmethod
+    def _known_class(cls, value: str) -> str:
+        if value not in COMPUTATION_CLASS_ALIASES:
+            raise ValueError(f'No computation class "{value}" is registered')
+        return COMPUTATION_CLASS_ALIASES[value]
+
+    @field_validator("processing_function")
+    @classmethod
+    def _reference(cls, value: str) -> str:
+        module, _, name = value.partition(":")
+        if not module or not name:
+            raise ValueError(f"expected package.module:ClassName, got {value!r}")
+        return value
+
+
+class Spec(_Strict):
+    """The static description of a pipeline (Flow's ``Spec``)."""
+
+    pipeline: str = Field(min_length=1)
+    partition_count: int = Field(default=1, ge=1, le=4096)
+    streams: dict[str, StreamSpec]
+    sources: dict[str, SourceSpec] = {}
+    computations: dict[str, ComputationSpec] = {}
+
+
+class DynamicSinkSpec(_Strict):
+    parameters: dict[str, Any] = {}
+
+
+class DynamicComputationSpec(_Strict):
+    sinks: dict[str, DynamicSinkSpec] = {}
+    processing_function_parameters: dict[str, Any] = {}
+    input_rows_throttler_id: str | None = None
+    input_rows_throttler_class_id: str | None = None
+    input_bytes_throttler_id: str | None = None
+    input_bytes_throttler_class_id: str | None = None
+
+
+class DynamicSpec(_Strict):
+    """What changes without a restart (Flow's ``DynamicSpec``)."""
+
+    computations: dict[str, DynamicComputationSpec] = {}
+    throttlers: dict[str, Any] = {}
+
+    def sink_parameters(self, computation: str, sink: str) -> dict[str, Any]:
+        """The dynamic parameters given for one sink (``{}`` when none)."""
+        found = self.computations.get(computation)
+        entry = found.sinks.get(sink) if found else None
+        return dict(entry.parameters) if entry else {}
+
+
+Model = TypeVar("Model", bound=BaseModel)
+
+
+def validate_model(model: type[Model], data: Any, *, file: str | None = None, prefix: str = "") -> Model:
+    """Validate ``data`` as ``model``; raises :class:`SpecErrors` with one path-named entry per problem."""
+    try:
+        return model.model_validate(data)
+    except ValidationError as error:
+        raise SpecErrors([_to_spec_error(e, file, prefix) for e in error.errors()]) from None
+
+
+def _to_spec_error(error: Any, file: str | None, prefix: str) -> SpecError:
+    location = "/".join(str(part) for part in (prefix, *error["loc"]) if part != "")
+    kind = error["type"]
+    if kind == "missing":
+        message = "required field is missing"
+    elif kind == "extra_forbidden":
+        message = "unknown field (check the spelling against the documentation)"
+    else:
+        message = str(error["msg"]).removeprefix("Value error, ")
+    return SpecError(message, path=location, file=file)
+
+
+def load_spec(path: str | Path) -> Spec:
+    """Load and validate a Spec file (``.yson``, ``.yaml``, ``.json``); raises :class:`SpecError`."""
+    return validate_model(Spec, load_document(path), file=str(path))
+
+
+def load_dynamic_spec(path: str | Path | None) -> DynamicSpec:
+    """Load a DynamicSpec file, or return the empty DynamicSpec when ``path`` is ``None``."""
+    if path is None:
+        return DynamicSpec()
+    return validate_model(DynamicSpec, load_document(path), file=str(path))
