@@ -1,0 +1,35 @@
+# Two commands a new user needs: `make demo` and `make test`. Each creates or updates .venv itself.
+PYTHON ?= python3
+VENV ?= .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed-stamp
+FAIL_RATE ?= 0
+
+.PHONY: venv demo test test-fast lint bench clean
+
+$(STAMP): pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip
+	$(PY) -m pip install --quiet -e '.[dev]'
+	touch $(STAMP)
+
+venv: $(STAMP)
+
+demo: venv
+	$(PY) examples/http_delivery/demo.py --fail-rate $(FAIL_RATE)
+
+lint: venv
+	$(VENV)/bin/ruff check src tests examples benchmarks
+	$(VENV)/bin/mypy
+
+test: lint
+	$(PY) -m pytest
+
+test-fast: venv
+	$(PY) -m pytest -m "not integration and not e2e"
+
+bench: venv
+	$(PY) benchmarks/delivery.py
+
+clean:
+	rm -rf $(VENV) .egress .pytest_cache .mypy_cache .ruff_cache
