@@ -10,6 +10,7 @@ so a 30-second backoff runs in microseconds and its timestamps are exact.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import heapq
 import itertools
 import time
@@ -143,10 +144,8 @@ class _Autojump:
     async def __aexit__(self, *exc_info: object) -> None:
         assert self._task is not None
         self._task.cancel()
-        try:
+        with contextlib.suppress(asyncio.CancelledError):
             await self._task
-        except asyncio.CancelledError:
-            pass
 
 
 async def _settle(rounds: int = 50) -> None:

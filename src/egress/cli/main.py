@@ -21,7 +21,7 @@ from egress.runtime import Pipeline, RunOptions, load_plan
 
 app = typer.Typer(add_completion=False, no_args_is_help=True,
                   help="egress: deliver event streams to the outside world, reliably.")
-console = Console(stderr=True)
+console = Console(stderr=True, soft_wrap=True)
 
 SpecArgument = Annotated[Path, typer.Argument(help="The Spec file (.yson, .yaml or .json).")]
 DynamicSpecOption = Annotated[Optional[Path], typer.Option("--dynamic-spec", help="The DynamicSpec file.")]  # noqa: UP045

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import contextlib
 import selectors
 import socket
 import threading
@@ -146,10 +147,8 @@ class CurlClient:
     # -- the curl thread ---------------------------------------------------------------------
 
     def _wake(self) -> None:
-        try:
+        with contextlib.suppress(OSError):  # a full socket buffer already means "wake up"
             self._wake_write.send(b"\0")
-        except (BlockingIOError, OSError):
-            pass  # a full socket buffer already means "wake up"
 
     def _run(self) -> None:
         while not self._closed:
@@ -171,10 +170,14 @@ class CurlClient:
             if self._timer_deadline is not None and time.monotonic() >= self._timer_deadline:
                 self._timer_deadline = None
                 self._multi.socket_action(pycurl.SOCKET_TIMEOUT, 0)
-            self._start_queued()
+            # Completions free slots for queued requests, and starting those may complete some at
+            # once (a refused connection): repeat until neither happens, or a queue could stall.
             self._collect()
+            while self._start_queued():
+                self._collect()
 
-    def _start_queued(self) -> None:
+    def _start_queued(self) -> bool:
+        """Start queued requests while below ``max_connections``; True if any started."""
         with self._lock:
             if self._submitted:
                 self._queued.extend(self._submitted)
@@ -191,6 +194,7 @@ class CurlClient:
             started = True
         if started:
             self._multi.socket_action(pycurl.SOCKET_TIMEOUT, 0)
+        return started
 
     def _configure(self, handle: pycurl.Curl, request: Request) -> list[bytes] | None:
         handle.setopt(pycurl.URL, request.url)
@@ -248,18 +252,22 @@ class CurlClient:
         return future, response
 
     def _on_socket(self, what: int, fd: int, multi: Any, data: Any) -> None:
-        if what == pycurl.POLL_REMOVE:
-            try:
-                self._selector.unregister(fd)
-            except (KeyError, ValueError):
-                pass
-            return
         events = (selectors.EVENT_READ if what & pycurl.POLL_IN else 0) | (
             selectors.EVENT_WRITE if what & pycurl.POLL_OUT else 0
         )
+        if what == pycurl.POLL_REMOVE or not events:
+            with contextlib.suppress(KeyError, ValueError, OSError):
+                self._selector.unregister(fd)
+            return
+        # An exception here would leave the transfer without events, stalled until its timeout, so
+        # selector errors are absorbed: a closed-and-reused descriptor number is registered afresh.
         try:
             self._selector.modify(fd, events)
         except KeyError:
+            self._selector.register(fd, events)
+        except (OSError, ValueError):
+            with contextlib.suppress(KeyError, ValueError, OSError):
+                self._selector.unregister(fd)
             self._selector.register(fd, events)
 
     def _on_timer(self, timeout_ms: int) -> None:

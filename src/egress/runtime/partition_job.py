@@ -88,9 +88,10 @@ class PartitionJob:
         next_seq = checkpoint.next_seq
         committed = dict(checkpoint.sink_progress)
         for sink_id, sink_plan in plan.sinks.items():
-            context = SinkContext(cid, sink_id, self.partition, self._clock, self._metrics, self._status, self.wake)
+            sink_context = SinkContext(cid, sink_id, self.partition, self._clock, self._metrics, self._status,
+                                       self.wake)
             self.sinks[sink_id] = sink_plan.sink_class.create(
-                context, sink_plan.parameters, sink_plan.dynamic_parameters, committed[sink_id])
+                sink_context, sink_plan.parameters, sink_plan.dynamic_parameters, committed[sink_id])
         parameters = dict(plan.parameters)
         function = plan.function_class()
         function.init(InitContext(self._clock, lambda: parameters, self.partition))

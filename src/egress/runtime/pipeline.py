@@ -9,6 +9,7 @@ Stopping lets every job commit its current epoch first, so nothing committed is 
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -111,7 +112,7 @@ class Pipeline:
         result.elapsed = self.clock.monotonic() - started
         return result
 
-    def _notifier(self, by_input: dict[tuple[str, int], list[PartitionJob]]):  # type: ignore[no-untyped-def]
+    def _notifier(self, by_input: dict[tuple[str, int], list[PartitionJob]]) -> Callable[[set[tuple[str, int]]], None]:
         def notify(slots: set[tuple[str, int]]) -> None:
             for slot in slots:
                 for job in by_input.get(slot, []):

@@ -114,7 +114,8 @@ def build_plan(
         if not known_stream(source.output_stream_id, f"{at}/output_stream_id"):
             continue
         stream = spec.streams[source.output_stream_id]
-        parameters = _parameters(source_class.parameters_model, source.parameters, spec_file, f"{at}/parameters", errors)
+        parameters = _parameters(source_class.parameters_model, source.parameters, spec_file, f"{at}/parameters",
+                                 errors)
         if parameters is None:
             continue
         errors.extend(e.at(file=spec_file, prefix=at) for e in source_class.check(parameters, stream, base_dir))

@@ -70,7 +70,7 @@ def _parse_yson(data: bytes) -> Any:
     from yt.yson.convert import yson_to_json
 
     stripped = data.strip()
-    yson_type = "node" if stripped.startswith(b"{") else "map_fragment"
+    yson_type = None if stripped.startswith(b"{") else "map_fragment"
     parsed = yt.yson.loads(stripped, yson_type=yson_type)
     return _plain(yson_to_json(parsed))
 

@@ -45,7 +45,7 @@ def open_text(path: Path) -> IO[str]:
     """Open ``path`` for reading text, decompressing ``.gz`` files."""
     if path.suffix == ".gz":
         return io.TextIOWrapper(gzip.open(path, "rb"), encoding="utf-8", newline="")
-    return open(path, encoding="utf-8", newline="")  # noqa: SIM115 - the caller closes it
+    return open(path, encoding="utf-8", newline="")
 
 
 class _FileSource:

@@ -1,0 +1,90 @@
+"""Shared fixtures: real HTTP servers on loopback and small pipelines written to disk."""
+
+from __future__ import annotations
+
+import gzip
+from collections.abc import AsyncIterator, Awaitable, Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from aiohttp import web
+
+REPO = Path(__file__).resolve().parents[1]
+JANUARY = REPO / "examples" / "http_delivery" / "data" / "flights-2013-01.csv.gz"
+
+ServerFactory = Callable[[web.Application], Awaitable[str]]
+
+
+@pytest.fixture
+async def serve_app() -> AsyncIterator[ServerFactory]:
+    """Start aiohttp applications on 127.0.0.1 (free ports); yields a function returning the base URL."""
+    runners: list[web.AppRunner] = []
+
+    async def start(app: web.Application) -> str:
+        runner = web.AppRunner(app, access_log=None)
+        await runner.setup()
+        site = web.TCPSite(runner, "127.0.0.1", 0)
+        await site.start()
+        runners.append(runner)
+        server = site._server
+        assert server is not None
+        port = server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+        return f"http://127.0.0.1:{port}"
+
+    yield start
+    for runner in runners:
+        await runner.cleanup()
+
+
+def january_rows(limit: int) -> str:
+    """The header and the first ``limit`` January flights, as CSV text."""
+    with gzip.open(JANUARY, "rt", newline="") as text:
+        lines = [next(text) for _ in range(limit + 1)]
+    return "".join(lines)
+
+
+def payload_spec(
+    tmp_path: Path,
+    url: str,
+    payloads: list[str | None],
+    *,
+    partition_count: int = 1,
+    sink_parameters: dict[str, Any] | None = None,
+    dynamic_parameters: dict[str, Any] | None = None,
+) -> tuple[Path, Path]:
+    """Write a JSONL source of ``payloads`` and a spec delivering them unchanged to ``url``.
+
+    Returns ``(spec path, dynamic spec path)``. The process function is tests.pipelines:Passthrough.
+    """
+    import orjson
+
+    data = tmp_path / "payloads.jsonl"
+    data.write_bytes(b"".join(orjson.dumps({"id": i, "payload": p}) + b"\n" for i, p in enumerate(payloads)))
+    spec = {
+        "pipeline": "test_pipeline",
+        "partition_count": partition_count,
+        "streams": {
+            "events": {"schema": [{"name": "id", "type": "int64", "required": True},
+                                  {"name": "payload", "type": "string"}], "group_by": ["id"]},
+            "requests": {"schema": [{"name": "payload", "type": "string"}]},
+        },
+        "sources": {"events_jsonl": {"source_class_name": "jsonl", "output_stream_id": "events",
+                                     "parameters": {"path": str(data)}}},
+        "computations": {"deliver": {
+            "processing_function": "tests.pipelines:Passthrough",
+            "input_stream_ids": ["events"],
+            "output_stream_ids": ["requests"],
+            "sinks": {"http": {"sink_class_name": "async_http", "input_stream_ids": ["requests"],
+                               "parameters": {"url": url, "payload_column": "payload", **(sink_parameters or {})}}},
+        }},
+    }
+    dynamic = {"computations": {"deliver": {"sinks": {"http": {"parameters": {
+        "retry_initial_delay": "10ms", "retry_minimum_delay": "10ms", "retry_maximum_delay": "50ms",
+        **(dynamic_parameters or {})}}}}}}
+    spec_path = tmp_path / "spec.yaml"
+    dynamic_path = tmp_path / "dynamic.yaml"
+    spec_path.write_text(yaml.safe_dump(spec))
+    dynamic_path.write_text(yaml.safe_dump(dynamic))
+    return spec_path, dynamic_path

@@ -1,0 +1,118 @@
+"""The libcurl multi client against real loopback servers: queueing, reuse, errors."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+from aiohttp import web
+
+from egress.httpclient import CurlClient, Request
+from tests.conftest import ServerFactory
+
+pytestmark = pytest.mark.integration
+
+
+def echo_app(delay: float = 0.0) -> web.Application:
+    async def handle(request: web.Request) -> web.Response:
+        body = await request.read()
+        if delay:
+            await asyncio.sleep(delay)
+        return web.Response(body=body[::-1], status=int(request.query.get("status", "200")))
+
+    app = web.Application()
+    app.router.add_post("/{tail:.*}", handle)
+    return app
+
+
+async def test_requests_beyond_the_connection_cap_wait_and_all_complete(serve_app: ServerFactory) -> None:
+    base = await serve_app(echo_app(delay=0.01))
+    client = CurlClient(max_connections=1)
+    try:
+        responses = await asyncio.wait_for(
+            asyncio.gather(*(client.send(Request(f"{base}/x", str(i).encode(), capture_body=True))
+                             for i in range(20))), timeout=20)
+    finally:
+        client.close()
+    assert [r.body for r in responses] == [str(i).encode()[::-1] for i in range(20)]
+    assert all(r.ok for r in responses)
+
+
+async def test_keep_alive_reuses_one_connection_and_without_it_each_request_opens_one(
+        serve_app: ServerFactory) -> None:
+    base = await serve_app(echo_app())
+    reused = CurlClient(max_connections=1, keep_alive=True)
+    fresh = CurlClient(max_connections=1, keep_alive=False)
+    try:
+        kept = {(await reused.send(Request(f"{base}/x", b"a"))).local_port for _ in range(10)}
+        new = {(await fresh.send(Request(f"{base}/x", b"a"))).local_port for _ in range(10)}
+    finally:
+        reused.close()
+        fresh.close()
+    assert len(kept) == 1
+    assert len(new) == 10
+
+
+async def test_status_codes_are_reported_as_received(serve_app: ServerFactory) -> None:
+    base = await serve_app(echo_app())
+    client = CurlClient()
+    try:
+        for status in (200, 204, 299, 404, 503):
+            response = await client.send(Request(f"{base}/x?status={status}", b"a"))
+            assert response.status == status
+            assert response.error is None
+            assert response.ok is (200 <= status <= 299)
+    finally:
+        client.close()
+
+
+async def test_refused_connection_is_a_transport_error(unused_tcp_port: int) -> None:
+    client = CurlClient()
+    try:
+        response = await client.send(Request(f"http://127.0.0.1:{unused_tcp_port}/", b"a"))
+    finally:
+        client.close()
+    assert response.status == 0
+    assert (response.error or '').startswith("curl error 7:")
+    assert not response.ok
+
+
+async def test_attempt_timeout_covers_a_stalled_response(serve_app: ServerFactory) -> None:
+    base = await serve_app(echo_app(delay=2.0))
+    client = CurlClient()
+    try:
+        response = await client.send(Request(f"{base}/x", b"a", timeout=0.2))
+    finally:
+        client.close()
+    assert response.status == 0
+    assert (response.error or '').startswith("curl error 28:")
+
+
+async def test_a_truncated_body_keeps_the_status_and_reports_the_read_error() -> None:
+    """A 200 whose body ends early is not a success (upstream: RetriesResponseReadFailureAndCountsIt)."""
+
+    async def truncated(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await reader.readuntil(b"\r\n\r\n")
+        writer.write(b"HTTP/1.1 200 OK\r\nContent-Length: 100\r\n\r\nonly-part")
+        await writer.drain()
+        writer.close()
+
+    server = await asyncio.start_server(truncated, "127.0.0.1", 0)
+    port = server.sockets[0].getsockname()[1]
+    client = CurlClient()
+    try:
+        response = await client.send(Request(f"http://127.0.0.1:{port}/", b""))
+    finally:
+        client.close()
+        server.close()
+        await server.wait_closed()
+    assert response.status == 200
+    assert (response.error or '').startswith("curl error 18:")
+    assert not response.ok
+
+
+async def test_a_closed_client_refuses_new_requests() -> None:
+    client = CurlClient()
+    client.close()
+    with pytest.raises(RuntimeError, match="closed"):
+        await client.send(Request("http://127.0.0.1:1/", b""))

@@ -1,0 +1,144 @@
+"""Invalid specs: one clear line per problem, naming the file and the path inside it."""
+
+from __future__ import annotations
+
+import copy
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from typer.testing import CliRunner
+
+from egress.cli.main import app
+from egress.errors import SpecErrors
+from egress.runtime import load_plan
+
+BASE: dict[str, Any] = {
+    "pipeline": "checks",
+    "streams": {
+        "lines": {"schema": [{"name": "payload", "type": "string"}]},
+        "requests": {"schema": [{"name": "payload", "type": "string"}]},
+    },
+    "sources": {"lines_csv": {"source_class_name": "csv", "output_stream_id": "lines",
+                              "parameters": {"path": "lines.csv"}}},
+    "computations": {"to_json": {
+        "processing_function": "tests.pipelines:Passthrough",
+        "input_stream_ids": ["lines"],
+        "output_stream_ids": ["requests"],
+        "sinks": {"http": {"sink_class_name": "NYT::NFlow::TAsyncHttpSink", "input_stream_ids": ["requests"],
+                           "parameters": {"url": "http://127.0.0.1:9/events", "payload_column": "payload"}}},
+    }},
+}
+SINK = ("computations", "to_json", "sinks", "http")
+
+
+def write(tmp_path: Path, spec: dict[str, Any], dynamic: dict[str, Any] | None = None) -> tuple[Path, Path | None]:
+    (tmp_path / "lines.csv").write_text("payload\na\n")
+    spec_path = tmp_path / "spec.yaml"
+    spec_path.write_text(yaml.safe_dump(spec))
+    dynamic_path = None
+    if dynamic is not None:
+        dynamic_path = tmp_path / "dynamic.yaml"
+        dynamic_path.write_text(yaml.safe_dump(dynamic))
+    return spec_path, dynamic_path
+
+
+def mutated(path: tuple[str, ...], value: Any) -> dict[str, Any]:
+    spec = copy.deepcopy(BASE)
+    node = spec
+    for part in path[:-1]:
+        node = node[part]
+    if value is _DELETE:
+        del node[path[-1]]
+    else:
+        node[path[-1]] = value
+    return spec
+
+
+_DELETE = object()
+
+CASES = [
+    pytest.param((*SINK, "sink_class_name"), "TNoSuchSink",
+                 "computations/to_json/sinks/http/sink_class_name: No sink class \"TNoSuchSink\" is registered",
+                 id="unknown-sink-class"),
+    pytest.param((*SINK, "parameters", "url"), _DELETE,
+                 "computations/to_json/sinks/http/parameters/url: required field is missing", id="missing-url"),
+    pytest.param((*SINK, "parameters", "url"), "ftp://example.org/x",
+                 "computations/to_json/sinks/http/parameters/url: "
+                 "Async HTTP sink URL must use http or https and contain a host", id="ftp-url"),
+    pytest.param(("computations", "to_json", "input_stream_ids"), ["flights"],
+                 'computations/to_json/input_stream_ids/0: unknown stream id "flights"', id="unknown-stream"),
+    pytest.param(("sources", "lines_csv", "parameters", "path"), "missing.csv.gz",
+                 "sources/lines_csv/parameters/path: file not found", id="unknown-source-file"),
+    pytest.param(("sources", "lines_csv", "source_class_name"), "parquet",
+                 'sources/lines_csv/source_class_name: No source class "parquet" is registered',
+                 id="unknown-source-class"),
+    pytest.param(("computations", "to_json", "processing_function"), "tests.pipelines:Nope",
+                 'computations/to_json/processing_function: module "tests.pipelines" has no class "Nope"',
+                 id="unknown-function"),
+    pytest.param(("streams", "requests", "schema"), [{"name": "payload", "type": "int64"}],
+                 'computations/to_json/sinks/http/parameters/payload_column: Async HTTP sink payload column '
+                 '"payload" must be the only String column', id="payload-not-string"),
+    pytest.param(("computations", "to_json", "sinks", "http", "input_stream_ids"), ["lines"],
+                 'computations/to_json/sinks/http/input_stream_ids/0: stream "lines" is not an output stream',
+                 id="sink-reads-input-stream"),
+    pytest.param(("streams", "lines", "colour"), "red", "streams/lines/colour: unknown field", id="typo-field"),
+]
+
+
+@pytest.mark.parametrize(("path", "value", "expected"), CASES)
+def test_invalid_spec_names_file_and_path(tmp_path: Path, path: tuple[str, ...], value: Any, expected: str) -> None:
+    spec_path, _ = write(tmp_path, mutated(path, value))
+    with pytest.raises(SpecErrors) as raised:
+        load_plan(spec_path)
+    lines = str(raised.value).splitlines()
+    assert len(lines) == 1, lines
+    assert lines[0].startswith(f"{spec_path}: {expected}")
+
+
+def test_unparseable_duration_in_the_dynamic_spec_names_that_file(tmp_path: Path) -> None:
+    spec_path, dynamic_path = write(tmp_path, BASE, {"computations": {"to_json": {"sinks": {"http": {
+        "parameters": {"request_timeout": "10 parsecs"}}}}}})
+    with pytest.raises(SpecErrors) as raised:
+        load_plan(spec_path, dynamic_path)
+    assert str(raised.value) == (
+        f"{dynamic_path}: computations/to_json/sinks/http/parameters/request_timeout: cannot parse duration "
+        "'10 parsecs': write a duration like 100ms, 10s, 1m, 1h or an integer number of milliseconds")
+
+
+def test_dynamic_spec_naming_an_unknown_sink_is_an_error(tmp_path: Path) -> None:
+    spec_path, dynamic_path = write(tmp_path, BASE, {"computations": {"to_json": {"sinks": {"htp": {}}}}})
+    with pytest.raises(SpecErrors, match='computations/to_json/sinks/htp: unknown sink "htp"'):
+        load_plan(spec_path, dynamic_path)
+
+
+def test_every_problem_is_reported_at_once(tmp_path: Path) -> None:
+    spec = mutated((*SINK, "parameters", "url"), "ftp://x")
+    spec["sources"]["lines_csv"]["parameters"]["path"] = "nope.csv"
+    spec_path, _ = write(tmp_path, spec)
+    with pytest.raises(SpecErrors) as raised:
+        load_plan(spec_path)
+    assert len(raised.value.errors) == 2
+
+
+@pytest.mark.parametrize(("path", "value", "expected"), CASES[:6])
+def test_cli_prints_one_line_and_writes_no_state(tmp_path: Path, path: tuple[str, ...], value: Any,
+                                                  expected: str) -> None:
+    spec_path, _ = write(tmp_path, mutated(path, value))
+    state = tmp_path / "state"
+    for command in (["validate", str(spec_path)], ["run", str(spec_path), "--state-dir", str(state)]):
+        result = CliRunner().invoke(app, command)
+        assert result.exit_code == 2, result.output
+        lines = [line for line in result.output.splitlines() if line.strip()]
+        assert len(lines) == 1, lines
+        assert expected in lines[0]
+    assert not state.exists()
+
+
+def test_cli_validate_accepts_the_example(tmp_path: Path) -> None:
+    example = Path(__file__).resolve().parents[2] / "examples" / "http_delivery"
+    result = CliRunner().invoke(app, ["validate", str(example / "spec.yaml"), "--dynamic-spec",
+                                      str(example / "dynamic_spec.yaml")])
+    assert result.exit_code == 0, result.output
+    assert "valid pipeline 'flights_to_webhook'" in result.output
