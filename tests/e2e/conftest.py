@@ -1,0 +1,119 @@
+"""Shared pieces of the end-to-end tests: a recording receiver and ``egress run`` processes."""
+
+from __future__ import annotations
+
+import json
+import re
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+import yaml
+
+REPO = Path(__file__).resolve().parents[2]
+EXAMPLE = REPO / "examples" / "http_delivery"
+DATA = EXAMPLE / "data" / "flights-2013-01.csv.gz"
+SPEC = EXAMPLE / "spec.yaml"
+DYNAMIC_SPEC = EXAMPLE / "dynamic_spec.yaml"
+SOURCE_ID = "flights_csv"
+COMPUTATION_ID = "to_json"
+SINK_ID = "http"
+RUN_HEADER = "X-Egress-Test-Run"
+FIRST_REQUEST_TIMEOUT = 30.0
+
+
+# -- processes -----------------------------------------------------------------------------------
+
+
+@dataclass
+class Receiver:
+    port: int
+    record: Path
+    process: subprocess.Popen[str]
+
+
+@pytest.fixture
+def receiver(tmp_path: Path) -> Iterator[Receiver]:
+    """One ``egress receiver --record`` on a free port for the whole test; stopped afterwards."""
+    record = tmp_path / "received.jsonl"
+    process = subprocess.Popen(
+        [sys.executable, "-m", "egress", "receiver", "--port", "0", "--record", str(record)],
+        cwd=REPO, stdout=subprocess.PIPE, text=True,
+    )
+    try:
+        assert process.stdout is not None
+        line = process.stdout.readline()
+        match = re.search(r"listening on http://127\.0\.0\.1:(\d+)/", line)
+        assert match, f"the receiver did not start: {line!r}"
+        yield Receiver(int(match.group(1)), record, process)
+    finally:
+        process.send_signal(signal.SIGTERM)
+        try:
+            process.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+
+
+@pytest.fixture
+def egress_processes() -> Iterator[list[subprocess.Popen[bytes]]]:
+    """The ``egress run`` processes a test starts; any still running at the end is killed."""
+    processes: list[subprocess.Popen[bytes]] = []
+    yield processes
+    for process in processes:
+        if process.poll() is None:
+            process.kill()
+            process.wait()
+
+
+def write_spec(directory: Path, port: int, run: int) -> Path:
+    """The example Spec with an absolute data path, the receiver's URL and the run-number header."""
+    spec = yaml.safe_load(SPEC.read_text())
+    spec["sources"][SOURCE_ID]["parameters"]["path"] = str(DATA)
+    sink = spec["computations"][COMPUTATION_ID]["sinks"][SINK_ID]["parameters"]
+    sink["url"] = f"http://127.0.0.1:{port}/events"
+    sink["headers"][RUN_HEADER] = str(run)
+    path = directory / f"spec-run{run}.yaml"
+    path.write_text(yaml.safe_dump(spec, sort_keys=False))
+    return path
+
+
+def start_run(
+    processes: list[subprocess.Popen[bytes]], directory: Path, spec: Path, state: Path, run: int,
+    *, until_drained: bool,
+) -> tuple[subprocess.Popen[bytes], Path]:
+    command = [sys.executable, "-m", "egress", "run", str(spec), "--dynamic-spec", str(DYNAMIC_SPEC),
+               "--state-dir", str(state), "--quiet"]
+    if until_drained:
+        command.append("--until-drained")
+    log = directory / f"run{run}.stderr"
+    with log.open("wb") as stderr:
+        process = subprocess.Popen(command, cwd=REPO, stdout=stderr, stderr=subprocess.STDOUT)
+    processes.append(process)
+    return process, log
+
+
+def wait_for_first_request(record: Path, run: int, process: subprocess.Popen[bytes], log: Path) -> float:
+    """Poll the receiver's record until a request of ``run`` appears; returns when it was seen."""
+    marker = json.dumps({RUN_HEADER: str(run)})[1:-1].encode()
+    offset, tail = 0, b""
+    deadline = time.monotonic() + FIRST_REQUEST_TIMEOUT
+    while time.monotonic() < deadline:
+        if process.poll() is not None:
+            pytest.fail(f"run {run} exited {process.returncode} before sending anything:\n{log.read_text()}")
+        with record.open("rb") as file:
+            file.seek(offset)
+            chunk = file.read()
+        offset += len(chunk)
+        if marker in tail + chunk:
+            return time.time()
+        tail = (tail + chunk)[-len(marker):]
+        time.sleep(0.01)
+    pytest.fail(f"run {run} sent no request within {FIRST_REQUEST_TIMEOUT} s:\n{log.read_text()}")
+
+
