@@ -24,18 +24,21 @@ import pycurl
 
 @dataclass(frozen=True, slots=True)
 class Request:
-    """One POST (the only method egress sends today).
+    """One HTTP exchange: ``method`` ``POST`` (with ``body``) or ``GET`` (``body`` ignored).
 
     ``headers`` are ``"Name: value"`` lines sent as given; ``timeout`` (seconds) bounds the whole
     attempt from the moment the transfer starts: connect, send, response and full body read.
-    ``capture_body`` keeps the response body (the default discards it after reading it all).
+    ``capture_body`` keeps the response body (the default discards it after reading it all);
+    ``capture_location`` keeps the raw ``Location`` header (redirects are never followed here).
     """
 
     url: str
-    body: bytes
+    body: bytes = b""
     headers: tuple[str, ...] = ()
     timeout: float = 10.0
     capture_body: bool = False
+    capture_location: bool = False
+    method: str = "POST"
 
 
 @dataclass(frozen=True, slots=True)
@@ -44,14 +47,14 @@ class Response:
 
     ``status`` is the HTTP status, 0 when no response arrived. ``error`` is ``None`` on a complete
     exchange, else libcurl's description (``"curl error 28: ..."``); both are set when a status
-    arrived but the body read then failed. ``redirect_url`` is libcurl's resolution of
-    ``Location`` for 3xx responses, ``local_port`` the client port of the connection used.
+    arrived but the body read then failed. ``location`` is the raw ``Location`` header when the
+    request asked for it, ``local_port`` the client port of the connection used.
     """
 
     status: int
     error: str | None = None
     body: bytes | None = None
-    redirect_url: str | None = None
+    location: str | None = None
     local_port: int = 0
 
     @property
@@ -64,30 +67,32 @@ class CurlClient:
     """An HTTP client on one libcurl multi handle; safe to use from one asyncio loop.
 
     ``max_connections`` caps concurrent transfers (more wait in a queue, and their timeout starts
-    only when they start); ``max_idle_connections`` sizes libcurl's connection cache, raised to
-    ``max_connections`` so that a busy client reuses its connections instead of closing them
-    (see ``docs/architecture.md``); ``keep_alive=False`` forbids reuse; ``verify_tls`` keeps
-    certificate and host verification on (the default, and what production must use).
+    only when they start) and, with ``keep_alive``, is also the size of libcurl's connection cache,
+    so a client never holds more than ``max_connections`` connections, busy or idle, and reuses
+    them (a cache smaller than the concurrency makes libcurl close a connection after every
+    request; see ``docs/architecture.md``); ``keep_alive=False`` forbids reuse; ``verify_tls`` keeps
+    certificate and host verification on (the default, and what production must use);
+    ``ca_file`` is a PEM bundle of certificate authorities to trust instead of libcurl's default.
     """
 
     def __init__(
         self,
         *,
         max_connections: int = 64,
-        max_idle_connections: int = 8,
         keep_alive: bool = True,
         verify_tls: bool = True,
+        ca_file: str | None = None,
     ) -> None:
         if max_connections < 1:
             raise ValueError(f"max_connections must be >= 1, got {max_connections}")
         self.max_connections = max_connections
         self.keep_alive = keep_alive
         self.verify_tls = verify_tls
+        self.ca_file = ca_file
         self._multi = pycurl.CurlMulti()
         self._multi.setopt(pycurl.M_SOCKETFUNCTION, self._on_socket)
         self._multi.setopt(pycurl.M_TIMERFUNCTION, self._on_timer)
-        cache = max(max_idle_connections, max_connections) if keep_alive else 1
-        self._multi.setopt(pycurl.M_MAXCONNECTS, cache)
+        self._multi.setopt(pycurl.M_MAXCONNECTS, max_connections if keep_alive else 1)
         self._selector = selectors.DefaultSelector()
         self._wake_read, self._wake_write = socket.socketpair()
         self._wake_read.setblocking(False)
@@ -96,7 +101,7 @@ class CurlClient:
         self._lock = threading.Lock()
         self._submitted: collections.deque[tuple[Request, asyncio.Future[Response]]] = collections.deque()
         self._queued: collections.deque[tuple[Request, asyncio.Future[Response]]] = collections.deque()
-        self._running: dict[int, tuple[pycurl.Curl, asyncio.Future[Response], list[bytes] | None]] = {}
+        self._running: dict[int, tuple[pycurl.Curl, asyncio.Future[Response], _Capture]] = {}
         self._spare_handles: list[pycurl.Curl] = []
         self._timer_deadline: float | None = None
         self._closed = False
@@ -188,26 +193,29 @@ class CurlClient:
             if future.cancelled():
                 continue
             handle = self._spare_handles.pop() if self._spare_handles else pycurl.Curl()
-            sink = self._configure(handle, request)
-            self._running[id(handle)] = (handle, future, sink)
+            capture = self._configure(handle, request)
+            self._running[id(handle)] = (handle, future, capture)
             self._multi.add_handle(handle)
             started = True
         if started:
             self._multi.socket_action(pycurl.SOCKET_TIMEOUT, 0)
         return started
 
-    def _configure(self, handle: pycurl.Curl, request: Request) -> list[bytes] | None:
+    def _configure(self, handle: pycurl.Curl, request: Request) -> _Capture:
         handle.setopt(pycurl.URL, request.url)
-        handle.setopt(pycurl.POST, 1)
-        handle.setopt(pycurl.POSTFIELDSIZE, len(request.body))
-        handle.setopt(pycurl.POSTFIELDS, request.body)
-        # libcurl adds "Content-Type: application/x-www-form-urlencoded" to a POST and "Expect:
-        # 100-continue" to large bodies; the sink sends the payload as is, so both are removed
-        # unless the spec names a Content-Type itself.
         headers = list(request.headers)
-        if not any(h[:13].lower() == "content-type:" for h in headers):
-            headers.append("Content-Type:")
-        headers.append("Expect:")
+        if request.method == "GET":
+            handle.setopt(pycurl.HTTPGET, 1)
+        else:
+            handle.setopt(pycurl.POST, 1)
+            handle.setopt(pycurl.POSTFIELDSIZE, len(request.body))
+            handle.setopt(pycurl.POSTFIELDS, request.body)
+            # libcurl adds "Content-Type: application/x-www-form-urlencoded" to a POST and "Expect:
+            # 100-continue" to large bodies; payloads go as they are, so both are removed unless
+            # the request names a Content-Type itself.
+            if not any(h[:13].lower() == "content-type:" for h in headers):
+                headers.append("Content-Type:")
+            headers.append("Expect:")
         handle.setopt(pycurl.HTTPHEADER, headers)
         handle.setopt(pycurl.TIMEOUT_MS, max(1, int(request.timeout * 1000)))
         handle.setopt(pycurl.NOSIGNAL, 1)
@@ -216,12 +224,12 @@ class CurlClient:
         handle.setopt(pycurl.FORBID_REUSE, 0 if self.keep_alive else 1)
         handle.setopt(pycurl.SSL_VERIFYPEER, 1 if self.verify_tls else 0)
         handle.setopt(pycurl.SSL_VERIFYHOST, 2 if self.verify_tls else 0)
-        if request.capture_body:
-            chunks: list[bytes] = []
-            handle.setopt(pycurl.WRITEFUNCTION, chunks.append)
-            return chunks
-        handle.setopt(pycurl.WRITEFUNCTION, _discard)
-        return None
+        if self.ca_file is not None:
+            handle.setopt(pycurl.CAINFO, self.ca_file)
+        capture = _Capture(request.capture_body)
+        handle.setopt(pycurl.WRITEFUNCTION, capture.chunks.append if request.capture_body else _discard)
+        handle.setopt(pycurl.HEADERFUNCTION, capture.header if request.capture_location else None)
+        return capture
 
     def _collect(self) -> None:
         done: list[tuple[asyncio.Future[Response], Response]] = []
@@ -237,14 +245,12 @@ class CurlClient:
             _resolve_threadsafe(done)
 
     def _finish(self, handle: pycurl.Curl, error: str | None) -> tuple[asyncio.Future[Response], Response]:
-        _, future, chunks = self._running.pop(id(handle))
-        status = int(handle.getinfo(pycurl.RESPONSE_CODE))
-        redirect = handle.getinfo(pycurl.REDIRECT_URL) if 300 <= status <= 399 else None
+        _, future, capture = self._running.pop(id(handle))
         response = Response(
-            status=status,
+            status=int(handle.getinfo(pycurl.RESPONSE_CODE)),
             error=error,
-            body=b"".join(chunks) if chunks is not None else None,
-            redirect_url=redirect or None,
+            body=b"".join(capture.chunks) if capture.keep_body else None,
+            location=capture.location,
             local_port=max(0, int(handle.getinfo(pycurl.LOCAL_PORT) or 0)),
         )
         self._multi.remove_handle(handle)
@@ -272,6 +278,21 @@ class CurlClient:
 
     def _on_timer(self, timeout_ms: int) -> None:
         self._timer_deadline = None if timeout_ms < 0 else time.monotonic() + timeout_ms / 1000.0
+
+
+class _Capture:
+    """What one transfer keeps of its response: body chunks and the last ``Location`` header."""
+
+    __slots__ = ("chunks", "keep_body", "location")
+
+    def __init__(self, keep_body: bool) -> None:
+        self.keep_body = keep_body
+        self.chunks: list[bytes] = []
+        self.location: str | None = None
+
+    def header(self, line: bytes) -> None:
+        if line[:9].lower() == b"location:":
+            self.location = line[9:].decode("latin-1").strip()
 
 
 def _discard(data: bytes) -> None:

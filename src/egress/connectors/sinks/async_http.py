@@ -5,21 +5,23 @@ byte for byte, and an idempotency header carrying the upper-case hex of its mess
 concurrently; acknowledgements advance only as a contiguous prefix in ``seq`` order, and that
 prefix is what the partition job commits as ``max_persisted_seq_no``. A delivery that exhausts
 its retry budget is terminal for this sink instance: nothing after it is acknowledged or POSTed
-until the sink is recreated (a restart). Rules: ``docs/http-sink.md``.
+until the sink is recreated (a restart). The rules, case by case: ``docs/http-sink.md``.
 """
 
 from __future__ import annotations
 
 import asyncio
 import collections
-from typing import ClassVar
+from collections.abc import Callable
+from typing import ClassVar, Protocol
 from urllib.parse import urlsplit
 
 from egress.connectors.base import SINKS, SinkContext
 from egress.connectors.sinks.http_parameters import AsyncHttpSinkDynamicParameters, AsyncHttpSinkParameters
 from egress.engines import OutboxMessage, SinkProgress
 from egress.errors import DeliveryError, SpecError
-from egress.httpclient import CurlClient, Request, backoff_seconds
+from egress.httpclient import CurlClient, Request, Response, backoff_seconds
+from egress.httpclient.redirects import HTTPS_TO_HTTP, REDIRECT_STATUSES, RedirectError, is_downgrade, resolve_location
 from egress.keys import idempotency_key
 from egress.spec import StreamSpec
 
@@ -27,17 +29,46 @@ STATUS_SUFFIX = "async_http_sink"
 PAYLOAD_TYPE_ERROR = "Async HTTP payload column must contain a String or null value"
 POLICY_EXHAUSTED = "Async HTTP POST retry policy exhausted"
 DEADLINE_EXHAUSTED = "Async HTTP POST retry deadline exhausted"
-# Concurrent transfers per client; upstream has no cap, see docs/architecture.md for why we do.
-MAX_CONNECTIONS_PER_CLIENT = 64
+ATTEMPT_TIMED_OUT = "attempt deadline reached while following redirects"
+# Concurrent requests of a client that keeps no connections (keep_alive false or
+# max_idle_connections 0): each opens its own, so this bounds sockets and ephemeral ports.
+UNPOOLED_MAX_CONNECTIONS = 64
+
+
+class HttpTransport(Protocol):
+    """What the sink needs of an HTTP client (``egress.httpclient.CurlClient`` in production)."""
+
+    async def send(self, request: Request) -> Response: ...
+
+    def close(self) -> None: ...
+
+
+TransportFactory = Callable[[str, AsyncHttpSinkParameters], HttpTransport]
+
+
+def curl_transport(scheme: str, parameters: AsyncHttpSinkParameters) -> HttpTransport:
+    """One libcurl client per scheme per sink instance (upstream: an HTTP and an HTTPS client).
+
+    With keep-alive, the client holds at most ``max_idle_connections`` connections and runs that
+    many requests at once, reusing them; see ``docs/http-sink.md`` for why the pool size is also
+    the concurrency per client.
+    """
+    pooled = parameters.keep_alive and parameters.max_idle_connections > 0
+    return CurlClient(
+        max_connections=parameters.max_idle_connections if pooled else UNPOOLED_MAX_CONNECTIONS,
+        keep_alive=pooled,
+        ca_file=parameters.tls_ca_file if scheme == "https" else None,
+    )
 
 
 class _Delivery:
-    __slots__ = ("done", "message_id", "seq", "task")
+    __slots__ = ("body", "done", "message_id", "seq", "task")
 
-    def __init__(self, seq: int, message_id: bytes) -> None:
+    def __init__(self, seq: int, message_id: bytes, body: bytes | None) -> None:
         self.seq = seq
         self.message_id = message_id
-        self.done = False
+        self.body = body
+        self.done = body is None  # a null payload is acknowledged in order without a request
         self.task: asyncio.Task[None] | None = None
 
 
@@ -81,15 +112,20 @@ class AsyncHttpSink:
         parameters: AsyncHttpSinkParameters,
         dynamic_parameters: AsyncHttpSinkDynamicParameters,
         progress: SinkProgress,
+        *,
+        transport_factory: TransportFactory = curl_transport,
     ) -> None:
         self._context = context
         self._parameters = parameters
         self._dynamic = dynamic_parameters
         self._progress = progress
+        self._transport_factory = transport_factory
         self._last_distributed_seq = progress.max_persisted_seq_no
         self._pending: collections.deque[_Delivery] = collections.deque()
+        self._waiting: collections.deque[_Delivery] = collections.deque()  # beyond max_in_flight
+        self._running = 0
         self._terminal: tuple[int, str] | None = None
-        self._clients: dict[str, CurlClient] = {}
+        self._transports: dict[str, HttpTransport] = {}
         self._headers = tuple(f"{name}: {value}" for name, value in parameters.headers.items())
         self._status_path = f"/sinks/{context.sink_id}/{STATUS_SUFFIX}"
         sink_id = context.sink_id
@@ -103,28 +139,29 @@ class AsyncHttpSink:
     # -- the Sink protocol -------------------------------------------------------------------
 
     def distribute(self, messages: list[OutboxMessage]) -> None:
+        """Take committed messages in ``seq`` order and start their deliveries.
+
+        Messages at or below the persisted ``seq`` are acknowledged without a POST (a restart).
+        Raises ``ValueError`` for a ``seq`` not above the last distributed one (upstream: a message
+        id not greater than the last distributed one is an error).
+        """
         column = self._parameters.payload_column
         for message in messages:
             if message.seq <= self._progress.max_persisted_seq_no:
-                continue  # persisted before a restart: acknowledged without a POST
+                continue
             if message.seq <= self._last_distributed_seq:
                 raise ValueError(
-                    f"message seq {message.seq} is not greater than the last distributed {self._last_distributed_seq}"
-                )
+                    f"message seq {message.seq} is not greater than the last distributed {self._last_distributed_seq}")
             self._last_distributed_seq = message.seq
-            delivery = _Delivery(message.seq, message.message_id)
-            self._pending.append(delivery)
             payload = message.row.get(column)
-            if payload is None:
-                delivery.done = True  # null: acknowledged in order, no request, no metric
-                continue
-            if not isinstance(payload, str | bytes):
-                self._fail(delivery, PAYLOAD_TYPE_ERROR)
-                continue
-            if self._terminal is not None:
-                continue  # nothing later than a terminal failure is POSTed by this instance
             body = payload.encode() if isinstance(payload, str) else payload
-            delivery.task = asyncio.get_running_loop().create_task(self._deliver(delivery, body))
+            delivery = _Delivery(message.seq, message.message_id, body if isinstance(body, bytes) else None)
+            self._pending.append(delivery)
+            if payload is not None and not isinstance(payload, str | bytes):
+                self._fail(delivery, PAYLOAD_TYPE_ERROR)
+            elif delivery.body is not None and self._terminal is None:
+                self._waiting.append(delivery)
+        self._start_waiting()
         if self._pending and self._pending[0].done:
             self._context.on_progress()
 
@@ -146,40 +183,56 @@ class AsyncHttpSink:
         return self._terminal[1] if self._terminal else None
 
     def reconfigure(self, dynamic_parameters: AsyncHttpSinkDynamicParameters) -> None:
+        """Apply new dynamic parameters to every later decision, deliveries already retrying included."""
         self._dynamic = dynamic_parameters
 
     async def close(self) -> None:
+        self._waiting.clear()  # cancelled deliveries must not start waiting ones
         tasks = [d.task for d in self._pending if d.task is not None and not d.task.done()]
         for task in tasks:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
-        for client in self._clients.values():
-            client.close()
-        self._clients.clear()
+        for transport in self._transports.values():
+            transport.close()
+        self._transports.clear()
+
+    # -- scheduling --------------------------------------------------------------------------
+
+    def _start_waiting(self) -> None:
+        limit = self._parameters.max_in_flight
+        loop = asyncio.get_running_loop()
+        while self._waiting and (limit is None or self._running < limit):
+            delivery = self._waiting.popleft()
+            if self._terminal is not None and self._terminal[0] < delivery.seq:
+                continue  # nothing later than a terminal failure is POSTed by this instance
+            self._running += 1
+            delivery.task = loop.create_task(self._deliver(delivery))
+            delivery.task.add_done_callback(self._finished)
+
+    def _finished(self, task: asyncio.Task[None]) -> None:
+        self._running -= 1
+        if self._waiting and not asyncio.get_running_loop().is_closed():
+            self._start_waiting()
+
+    def _transport(self, url: str) -> HttpTransport:
+        scheme = urlsplit(url).scheme.lower()
+        transport = self._transports.get(scheme)
+        if transport is None:
+            transport = self._transports[scheme] = self._transport_factory(scheme, self._parameters)
+        return transport
 
     # -- one delivery ------------------------------------------------------------------------
 
-    def _client(self, url: str) -> CurlClient:
-        scheme = urlsplit(url).scheme
-        client = self._clients.get(scheme)
-        if client is None:
-            client = CurlClient(
-                max_connections=MAX_CONNECTIONS_PER_CLIENT,
-                max_idle_connections=self._parameters.max_idle_connections,
-                keep_alive=self._parameters.keep_alive,
-            )
-            self._clients[scheme] = client
-        return client
-
-    async def _deliver(self, delivery: _Delivery, body: bytes) -> None:
+    async def _deliver(self, delivery: _Delivery) -> None:
         """Attempts until a 2xx or the budget ends (upstream ``TAsyncHttpSink`` delivery loop)."""
+        assert delivery.body is not None
         clock = self._context.clock
-        url = self._parameters.url
         headers = self._headers
         if self._parameters.idempotency_header:
             headers = (*headers, f"{self._parameters.idempotency_header}: {idempotency_key(delivery.message_id)}")
         start = clock.monotonic()
         attempts = 0
+        redirects = [0]  # counted across all attempts of this delivery
         last_error: str | None = None
         while True:
             dynamic = self._dynamic  # read at every decision: DynamicSpec changes apply live
@@ -188,20 +241,13 @@ class AsyncHttpSink:
                 self._fail(delivery, str(DeliveryError(POLICY_EXHAUSTED, attempts=attempts, last_error=last_error)))
                 return
             attempts += 1
-            self._requests.inc()
             if attempts > 1:
                 self._retries.inc()
-            response = await self._client(url).send(
-                Request(url, body, headers, timeout=min(dynamic.attempt_timeout, remaining))
-            )
-            if response.status:
-                self._responses.labels(self._context.sink_id, str(response.status)).inc()
-            if response.error is not None:
-                self._attempt_failures.inc()
-            if response.ok:
+            last_error = await self._attempt(delivery.body, headers, min(dynamic.attempt_timeout, remaining),
+                                             redirects)
+            if last_error is None:
                 self._succeed(delivery)
                 return
-            last_error = response.error or f"HTTP status {response.status}"
             self._context.status.set_error(self._status_path, delivery.seq, f"Async HTTP POST failed: {last_error}")
             dynamic = self._dynamic
             delay = backoff_seconds(dynamic.backoff_policy(), attempts - 1)
@@ -211,6 +257,42 @@ class AsyncHttpSink:
             await clock.sleep(delay)
             if self._terminal is not None and self._terminal[0] < delivery.seq:
                 return  # an earlier delivery failed for good: no later message is POSTed
+
+    async def _attempt(self, body: bytes, headers: tuple[str, ...], budget: float, redirects: list[int]) -> str | None:
+        """One attempt: POST to ``url`` and follow redirects within ``budget`` seconds.
+
+        Returns ``None`` after a 2xx whose body was read completely, else the error that makes
+        the attempt fail. ``redirects[0]`` counts redirects followed across attempts.
+        """
+        clock = self._context.clock
+        deadline = clock.monotonic() + budget
+        url = self._parameters.url
+        follow = self._parameters.max_redirect_count > 0
+        while True:
+            remaining = deadline - clock.monotonic()
+            if remaining <= 0:
+                return ATTEMPT_TIMED_OUT
+            self._requests.inc()
+            response = await self._transport(url).send(
+                Request(url, body, headers, timeout=remaining, capture_location=follow))
+            if response.status:
+                self._responses.labels(self._context.sink_id, str(response.status)).inc()
+            if response.error is not None:
+                self._attempt_failures.inc()
+                return response.error
+            if 200 <= response.status <= 299:
+                return None
+            if (response.status not in REDIRECT_STATUSES or response.location is None
+                    or redirects[0] >= self._parameters.max_redirect_count):
+                return f"HTTP status {response.status}"
+            redirects[0] += 1
+            try:
+                target = resolve_location(url, response.location)
+            except RedirectError as error:
+                return str(error)
+            if is_downgrade(url, target):
+                return HTTPS_TO_HTTP
+            url = target
 
     def _succeed(self, delivery: _Delivery) -> None:
         delivery.done = True
@@ -228,4 +310,4 @@ class AsyncHttpSink:
         self._context.on_progress()
 
 
-__all__ = ["AsyncHttpSink", "AsyncHttpSinkDynamicParameters", "AsyncHttpSinkParameters"]
+__all__ = ["AsyncHttpSink", "AsyncHttpSinkDynamicParameters", "AsyncHttpSinkParameters", "HttpTransport"]

@@ -13,6 +13,7 @@ from urllib.parse import urlsplit
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from egress.httpclient import BackoffPolicy
+from egress.httpclient.redirects import normalise_url
 from egress.spec import Duration
 
 _TOKEN = re.compile(r"[A-Za-z0-9!#$%&'*+\-.^_`|~]+")
@@ -39,7 +40,13 @@ class _AtLeastOnceOnly(BaseModel):
 
 
 class AsyncHttpSinkParameters(_AtLeastOnceOnly):
-    """Static parameters (``Spec``): changing them needs a pipeline stop."""
+    """Static parameters (``Spec``): changing them needs a pipeline stop.
+
+    Beyond upstream: ``max_in_flight`` caps the deliveries running at once (attempts, pauses and
+    all; default unlimited, as upstream), bounding concurrency and memory; ``tls_ca_file`` is a
+    PEM bundle of certificate authorities to trust for ``https`` (a private CA), instead of the
+    default ones. Verification itself is always on.
+    """
 
     url: str
     payload_column: str = Field(min_length=1)
@@ -48,6 +55,9 @@ class AsyncHttpSinkParameters(_AtLeastOnceOnly):
     keep_alive: bool = True
     max_redirect_count: int = Field(default=0, ge=0)
     max_idle_connections: int = Field(default=8, ge=0)
+    # Beyond upstream (egress): both optional, absent by default.
+    max_in_flight: int | None = Field(default=None, ge=1)
+    tls_ca_file: str | None = None
 
     @field_validator("url")
     @classmethod
@@ -60,7 +70,7 @@ class AsyncHttpSinkParameters(_AtLeastOnceOnly):
             parts = None
         if parts is None or parts.scheme not in ("http", "https") or not host:
             raise ValueError("Async HTTP sink URL must use http or https and contain a host")
-        return value
+        return normalise_url(value)  # no fragment, no "?" for an empty query on the wire
 
     @field_validator("headers")
     @classmethod
