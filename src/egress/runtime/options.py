@@ -13,7 +13,8 @@ class RunOptions:
     job stops reading input (bounds memory; upstream bounds it by epoch size instead);
     ``source_chunk``: records a source reader commits at once; ``until_drained``: stop once every
     source is exhausted and every message acknowledged (or blocked by a terminal failure);
-    ``synchronous``: SQLite's ``synchronous`` setting."""
+    ``synchronous``: SQLite's ``synchronous`` setting; ``dynamic_spec_period`` (seconds): how
+    often the DynamicSpec file is checked for changes."""
 
     epoch_max_messages: int = 2048
     epoch_period: float = 0.05
@@ -21,3 +22,4 @@ class RunOptions:
     source_chunk: int = 4096
     until_drained: bool = False
     synchronous: str = "FULL"
+    dynamic_spec_period: float = 1.0

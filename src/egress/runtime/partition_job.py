@@ -62,6 +62,7 @@ class PartitionJob:
         self._wakeup = asyncio.Event()
         self._sink_streams = {sink.stream_id for sink in plan.sinks.values()}
         self.sinks: dict[str, Sink] = {}
+        self._positions: dict[tuple[str, int], int] = {}
         self.idle = False
         self._processed = metrics.computation_messages.labels(plan.computation_id)
         self._epochs = metrics.epochs.labels(plan.computation_id)
@@ -83,8 +84,8 @@ class PartitionJob:
         cid = plan.computation_id
         epoch = await engine.acquire(cid, self.partition)
         checkpoint = await engine.load_checkpoint(cid, self.partition, list(plan.sinks))
-        positions = {(s, self.partition): checkpoint.input_positions.get((s, self.partition), 0)
-                     for s in plan.input_stream_ids}
+        positions = self._positions = {(s, self.partition): checkpoint.input_positions.get((s, self.partition), 0)
+                                       for s in plan.input_stream_ids}
         next_seq = checkpoint.next_seq
         committed = dict(checkpoint.sink_progress)
         for sink_id, sink_plan in plan.sinks.items():
@@ -128,6 +129,15 @@ class PartitionJob:
         finally:
             for sink in self.sinks.values():
                 await sink.close()
+
+    def positions(self) -> dict[str, int]:
+        """The next input offset per input stream of this partition (the committed or in-epoch one)."""
+        return {stream: offset for (stream, _), offset in self._positions.items()}
+
+    def apply_dynamic(self, plan: ComputationPlan) -> None:
+        """Apply a new DynamicSpec (already checked): sink parameters now, for every later decision."""
+        for sink_id, sink in self.sinks.items():
+            sink.reconfigure(plan.sinks[sink_id].dynamic_parameters)
 
     def _may_read(self) -> bool:
         return all(sink.terminal_error is None and sink.unacknowledged < self._options.max_unacknowledged

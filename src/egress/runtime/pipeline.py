@@ -13,13 +13,20 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from typing import Any
+
 from egress.clock import Clock, RealClock
 from egress.engines import SqliteEngine
+from egress.errors import SpecError
 from egress.observe import Metrics, StatusTree
+from egress.observe.server import StatusServer
 from egress.runtime.options import RunOptions
 from egress.runtime.partition_job import PartitionJob
-from egress.runtime.plan import Plan
+from egress.runtime.plan import Plan, build_plan
 from egress.runtime.source_reader import SourceReader
+from egress.spec import DynamicSpec, load_document, validate_model
+
+DYNAMIC_SPEC_STATUS = "/dynamic_spec"
 
 
 @dataclass
@@ -48,6 +55,8 @@ class Pipeline:
         clock: Clock | None = None,
         options: RunOptions | None = None,
         metrics: Metrics | None = None,
+        http_port: int | None = None,
+        http_host: str = "127.0.0.1",
     ) -> None:
         self.plan = plan
         self.state_dir = Path(state_dir)
@@ -58,6 +67,11 @@ class Pipeline:
         self.readers: list[SourceReader] = []
         self.jobs: list[PartitionJob] = []
         self._stop = asyncio.Event()
+        self._engine: SqliteEngine | None = None
+        self.server = StatusServer(self.metrics, self.status_document, http_host, http_port) if http_port is not None \
+            else None
+        self.dynamic_spec_error: str | None = None
+        self.dynamic_spec_version = 0
 
     def request_stop(self) -> None:
         """Stop after every job commits its current epoch (safe to call from a signal handler)."""
@@ -78,6 +92,9 @@ class Pipeline:
         spec = self.plan.spec
         engine = SqliteEngine(self.state_dir, spec.pipeline, synchronous=self.options.synchronous)
         await engine.open()
+        self._engine = engine
+        if self.server is not None:
+            await self.server.start()
         try:
             by_input: dict[tuple[str, int], list[PartitionJob]] = {}
             for computation in self.plan.computations.values():
@@ -100,14 +117,18 @@ class Pipeline:
             tasks = [asyncio.create_task(r.run(self._stop), name=f"source {r.plan.source_id}") for r in self.readers]
             tasks += [asyncio.create_task(j.run(self._stop), name=f"{j.plan.computation_id}#{j.partition}")
                       for j in self.jobs]
-            watcher = asyncio.create_task(self._watch(result))
+            watchers = [asyncio.create_task(self._watch(result)), asyncio.create_task(self._watch_dynamic_spec())]
             try:
                 await self._supervise(tasks, result)
             finally:
-                watcher.cancel()
-                await asyncio.gather(watcher, return_exceptions=True)
+                for watcher in watchers:
+                    watcher.cancel()
+                await asyncio.gather(*watchers, return_exceptions=True)
             result.blocked = [e for e in (job.blocked_error for job in self.jobs) if e]
         finally:
+            if self.server is not None:
+                await self.server.stop()
+            self._engine = None
             await engine.close()
         result.elapsed = self.clock.monotonic() - started
         return result
@@ -140,3 +161,75 @@ class Pipeline:
             if all(r.finished for r in self.readers) and all(j.idle for j in self.jobs):
                 result.drained = all(j.blocked_error is None for j in self.jobs)
                 self.request_stop()
+
+    # -- DynamicSpec, applied live --------------------------------------------------------------
+
+    async def _watch_dynamic_spec(self) -> None:
+        """Reload the DynamicSpec file when it changes (checked every ``dynamic_spec_period``)."""
+        path = self.plan.dynamic_spec_file
+        if path is None:
+            return
+        last = _modified(path)
+        while not self._stop.is_set():
+            await self.clock.sleep(self.options.dynamic_spec_period)
+            current = _modified(path)
+            if current != last:
+                last = current
+                self.reload_dynamic_spec()
+
+    def reload_dynamic_spec(self) -> bool:
+        """Read, check and apply the DynamicSpec file; returns whether it was applied.
+
+        A file that does not load or validate is reported (status path ``/dynamic_spec`` and
+        ``dynamic_spec_error``) and ignored: the parameters in force stay.
+        """
+        file = self.plan.dynamic_spec_file
+        assert file is not None
+        try:
+            dynamic = validate_model(DynamicSpec, load_document(file), file=file)
+            plan = build_plan(self.plan.spec, dynamic, base_dir=self.plan.base_dir, spec_file=self.plan.spec_file,
+                              dynamic_spec_file=file)
+        except SpecError as error:
+            self.dynamic_spec_error = f"ignored, the previous DynamicSpec stays in force: {error}"
+            self.status.set_error(DYNAMIC_SPEC_STATUS, 0, self.dynamic_spec_error)
+            return False
+        self.dynamic_spec_error = None
+        self.status.clear_error(DYNAMIC_SPEC_STATUS, 0)
+        self.plan = plan
+        for job in self.jobs:
+            job.apply_dynamic(plan.computations[job.plan.computation_id])
+        self.dynamic_spec_version += 1
+        return True
+
+    async def status_document(self) -> dict[str, Any]:
+        """The JSON of ``/status``: errors by path, partitions with lag, the DynamicSpec's state."""
+        partitions = []
+        for job in self.jobs:
+            lag = 0
+            if self._engine is not None:
+                for stream, offset in job.positions().items():
+                    lag += await self._engine.end_offset(stream, job.partition) - offset
+            partitions.append({
+                "computation": job.plan.computation_id,
+                "partition": job.partition,
+                "input_lag": lag,
+                "unacknowledged": {sink_id: sink.unacknowledged for sink_id, sink in job.sinks.items()},
+                "blocked": job.blocked_error,
+            })
+        return {
+            "pipeline": self.plan.spec.pipeline,
+            "stopping": self.stopping,
+            "status": {entry.path: entry.error for entry in self.status.entries()},
+            "partitions": partitions,
+            "sources": {r.plan.source_id: {"finished": r.finished} for r in self.readers},
+            "dynamic_spec": {"file": self.plan.dynamic_spec_file, "version": self.dynamic_spec_version,
+                             "error": self.dynamic_spec_error},
+        }
+
+
+def _modified(path: str) -> tuple[float, int] | None:
+    try:
+        stat = Path(path).stat()
+    except OSError:
+        return None
+    return (stat.st_mtime, stat.st_size)

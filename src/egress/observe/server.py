@@ -1,0 +1,64 @@
+"""The operator's HTTP endpoint of a running pipeline: ``/metrics``, ``/status``, ``/healthz``.
+
+``/metrics`` is the Prometheus text format of the run's registry; ``/status`` is JSON produced by
+the runtime (status tree, partitions with their lag, the DynamicSpec's state); ``/healthz`` answers
+``ok`` while the process serves. Served by aiohttp on loopback unless told otherwise.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from aiohttp import web
+from prometheus_client import CONTENT_TYPE_LATEST
+
+from egress.observe.metrics import Metrics
+
+StatusProvider = Callable[[], Awaitable[dict[str, Any]]]
+
+
+def status_application(metrics: Metrics, status: StatusProvider) -> web.Application:
+    """An aiohttp application serving ``metrics`` and the JSON from ``status()``."""
+
+    async def get_metrics(request: web.Request) -> web.Response:
+        response = web.Response(body=metrics.exposition())
+        response.headers["Content-Type"] = CONTENT_TYPE_LATEST
+        return response
+
+    async def get_status(request: web.Request) -> web.Response:
+        return web.json_response(await status())
+
+    async def get_health(request: web.Request) -> web.Response:
+        return web.Response(text="ok\n")
+
+    app = web.Application()
+    app.router.add_get("/metrics", get_metrics)
+    app.router.add_get("/status", get_status)
+    app.router.add_get("/healthz", get_health)
+    return app
+
+
+class StatusServer:
+    """Starts and stops :func:`status_application` on ``host:port`` (port 0 picks a free one)."""
+
+    def __init__(self, metrics: Metrics, status: StatusProvider, host: str = "127.0.0.1", port: int = 0) -> None:
+        self._app = status_application(metrics, status)
+        self._host = host
+        self._port = port
+        self._runner: web.AppRunner | None = None
+        self.port: int | None = None
+
+    async def start(self) -> None:
+        """Raises ``OSError`` when the address cannot be bound."""
+        self._runner = web.AppRunner(self._app, access_log=None)
+        await self._runner.setup()
+        site = web.TCPSite(self._runner, self._host, self._port)
+        await site.start()
+        server = site._server
+        self.port = server.sockets[0].getsockname()[1] if server is not None else self._port  # type: ignore[union-attr]
+
+    async def stop(self) -> None:
+        if self._runner is not None:
+            await self._runner.cleanup()
+            self._runner = None
