@@ -37,27 +37,38 @@ class Receiver:
     process: subprocess.Popen[str]
 
 
+def launch_receiver(record: Path, *options: str) -> Receiver:
+    """Start ``egress receiver --port 0 --record RECORD OPTIONS...`` and wait until it listens."""
+    process = subprocess.Popen(
+        [sys.executable, "-m", "egress", "receiver", "--port", "0", "--record", str(record), *options],
+        cwd=REPO, stdout=subprocess.PIPE, text=True,
+    )
+    assert process.stdout is not None
+    line = process.stdout.readline()
+    match = re.search(r"listening on http://127\.0\.0\.1:(\d+)/", line)
+    if not match:
+        process.kill()
+        pytest.fail(f"the receiver did not start: {line!r}")
+    return Receiver(int(match.group(1)), record, process)
+
+
+def stop_receiver(receiver: Receiver) -> None:
+    receiver.process.send_signal(signal.SIGTERM)
+    try:
+        receiver.process.wait(timeout=10)
+    except subprocess.TimeoutExpired:
+        receiver.process.kill()
+        receiver.process.wait()
+
+
 @pytest.fixture
 def receiver(tmp_path: Path) -> Iterator[Receiver]:
     """One ``egress receiver --record`` on a free port for the whole test; stopped afterwards."""
-    record = tmp_path / "received.jsonl"
-    process = subprocess.Popen(
-        [sys.executable, "-m", "egress", "receiver", "--port", "0", "--record", str(record)],
-        cwd=REPO, stdout=subprocess.PIPE, text=True,
-    )
+    started = launch_receiver(tmp_path / "received.jsonl")
     try:
-        assert process.stdout is not None
-        line = process.stdout.readline()
-        match = re.search(r"listening on http://127\.0\.0\.1:(\d+)/", line)
-        assert match, f"the receiver did not start: {line!r}"
-        yield Receiver(int(match.group(1)), record, process)
+        yield started
     finally:
-        process.send_signal(signal.SIGTERM)
-        try:
-            process.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
+        stop_receiver(started)
 
 
 @pytest.fixture

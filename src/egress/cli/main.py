@@ -54,6 +54,9 @@ def run(
         help="Stop once every source is read and every message delivered (exit 1 if a sink is blocked).")] = False,
     report: Annotated[Optional[Path], typer.Option(help="Write the final counters as JSON here.")] = None,  # noqa: UP045
     quiet: Annotated[bool, typer.Option(help="No progress line.")] = False,
+    http_port: Annotated[Optional[int], typer.Option(  # noqa: UP045
+        help="Serve /metrics (Prometheus), /status (JSON) and /healthz on this port (0 picks one).")] = None,
+    http_host: Annotated[str, typer.Option(help="Address for --http-port.")] = "127.0.0.1",
 ) -> None:
     """Run a pipeline. Ctrl-C stops after the current epoch commits; run again to resume."""
     from egress.cli.report import final_report, progress_line, snapshot, summary_table
@@ -64,7 +67,8 @@ def run(
         _fail_on_spec_error(error)
         return
     directory = state_dir or Path(".egress") / plan.spec.pipeline
-    pipeline = Pipeline(plan, directory, options=RunOptions(until_drained=until_drained))
+    pipeline = Pipeline(plan, directory, options=RunOptions(until_drained=until_drained), http_port=http_port,
+                        http_host=http_host)
 
     async def main() -> object:
         loop = asyncio.get_running_loop()
@@ -83,16 +87,22 @@ def run(
             loop.add_signal_handler(signum, interrupt)
         run_task = asyncio.create_task(pipeline.run())
         started = time.monotonic()
+        reported = _Reporter(pipeline)
         if quiet:
+            while not run_task.done():
+                await asyncio.wait({run_task}, timeout=0.5)
+                reported.news()
             return await run_task
         if console.is_terminal:
             with Live(console=console, refresh_per_second=4, transient=True) as live:
                 while not run_task.done():
                     live.update(Text(progress_line(snapshot(pipeline), time.monotonic() - started)))
                     await asyncio.wait({run_task}, timeout=0.25)
+                    reported.news()
         else:
             while not run_task.done():
                 await asyncio.wait({run_task}, timeout=5.0)
+                reported.news()
                 if not run_task.done():
                     console.print(progress_line(snapshot(pipeline), time.monotonic() - started), highlight=False)
         return await run_task
@@ -117,6 +127,31 @@ def run(
     raise typer.Exit(0 if result.ok else 1)
 
 
+class _Reporter:
+    """Prints, once each, the events a user must see while a run goes on (the status endpoint's
+    address, a DynamicSpec applied or ignored)."""
+
+    def __init__(self, pipeline: Pipeline) -> None:
+        self._pipeline = pipeline
+        self._port: int | None = None
+        self._version = 0
+        self._error: str | None = None
+
+    def news(self) -> None:
+        pipeline = self._pipeline
+        if pipeline.server is not None and pipeline.server.port is not None and self._port is None:
+            self._port = pipeline.server.port
+            console.print(f"metrics and status at http://{pipeline.server.address}/ (/metrics, /status, /healthz)",
+                          highlight=False)
+        if pipeline.dynamic_spec_version != self._version:
+            self._version = pipeline.dynamic_spec_version
+            console.print(f"DynamicSpec {pipeline.plan.dynamic_spec_file} applied", highlight=False)
+        if pipeline.dynamic_spec_error != self._error:
+            self._error = pipeline.dynamic_spec_error
+            if self._error:
+                console.print(Text(f"DynamicSpec {self._error}", style="yellow"))
+
+
 @app.command()
 def receiver(
     host: Annotated[str, typer.Option(help="Address to listen on.")] = "127.0.0.1",
@@ -125,13 +160,15 @@ def receiver(
     fail_rate: Annotated[float, typer.Option(min=0.0, max=1.0, help="Share of requests to fail.")] = 0.0,
     fail_status: Annotated[int, typer.Option(min=100, max=999, help="Status of injected failures.")] = 503,
     delay: Annotated[float, typer.Option(min=0.0, help="Seconds to wait before answering.")] = 0.0,
+    fail_first: Annotated[int, typer.Option(
+        min=0, help="Fail the first N requests of each idempotency key with --fail-status, then accept.")] = 0,
     seed: Annotated[Optional[int], typer.Option(help="Seed for repeatable fault injection.")] = None,  # noqa: UP045
     idempotency_header: Annotated[str, typer.Option(help="The header that carries the key.")] = "Idempotency-Key",
 ) -> None:
     """Serve a local HTTP endpoint that records requests, counts duplicates and injects faults."""
     import socket
 
-    config = ReceiverConfig(fail_rate=fail_rate, fail_status=fail_status, delay=delay,
+    config = ReceiverConfig(fail_rate=fail_rate, fail_status=fail_status, delay=delay, fail_first=fail_first,
                             idempotency_header=idempotency_header, record=record, seed=seed)
     if port == 0:
         with socket.socket() as probe:

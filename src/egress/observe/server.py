@@ -56,7 +56,11 @@ class StatusServer:
         site = web.TCPSite(self._runner, self._host, self._port)
         await site.start()
         server = site._server
-        self.port = server.sockets[0].getsockname()[1] if server is not None else self._port  # type: ignore[union-attr]
+        self.port = server.sockets[0].getsockname()[1] if server is not None else self._port  # type: ignore[attr-defined]
+
+    @property
+    def address(self) -> str:
+        return f"{self._host}:{self.port}"
 
     async def stop(self) -> None:
         if self._runner is not None:

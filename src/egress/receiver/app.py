@@ -26,12 +26,15 @@ STATS_PATH = "/stats"
 @dataclass
 class ReceiverConfig:
     """``fail_rate`` in [0, 1]: share of requests answered ``fail_status`` instead of 200;
-    ``delay`` seconds before answering; ``idempotency_header`` names the key header;
+    ``delay`` seconds before answering; ``fail_first``: the first N requests of each idempotency
+    key are answered ``fail_status`` (a deterministic transient failure); ``idempotency_header``
+    names the key header;
     ``record`` is a JSONL file path (appended to) or ``None``; ``seed`` makes faults repeatable."""
 
     fail_rate: float = 0.0
     fail_status: int = 503
     delay: float = 0.0
+    fail_first: int = 0
     idempotency_header: str = "Idempotency-Key"
     record: Path | None = None
     seed: int | None = None
@@ -42,6 +45,7 @@ class ReceiverStats:
     requests: int = 0
     by_status: Counter[int] = field(default_factory=Counter)
     delivered_keys: Counter[str] = field(default_factory=Counter)
+    attempts_by_key: Counter[str] = field(default_factory=Counter)
     requests_without_key: int = 0
     bytes_received: int = 0
     first_request_at: float | None = None
@@ -101,6 +105,10 @@ class Receiver:
         if config.fail_rate > 0 and self._random.random() < config.fail_rate:
             status = config.fail_status
         key = request.headers.get(config.idempotency_header)
+        if key is not None and config.fail_first:
+            stats.attempts_by_key[key] += 1
+            if stats.attempts_by_key[key] <= config.fail_first:
+                status = config.fail_status
         stats.requests += 1
         stats.by_status[status] += 1
         stats.bytes_received += len(body)

@@ -12,7 +12,6 @@ import asyncio
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-
 from typing import Any
 
 from egress.clock import Clock, RealClock

@@ -1,0 +1,167 @@
+"""The async HTTP sink end to end with real processes: transient failures, terminal failure, recovery,
+live DynamicSpec changes and the /status endpoint."""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import sys
+import time
+import urllib.request
+from collections import Counter
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from tests.conftest import payload_spec
+from tests.e2e.conftest import REPO, Receiver, launch_receiver, stop_receiver
+
+pytestmark = pytest.mark.e2e
+MESSAGES = 300
+
+
+@pytest.fixture
+def processes() -> Iterator[list[subprocess.Popen[bytes]]]:
+    started: list[subprocess.Popen[bytes]] = []
+    yield started
+    for process in started:
+        if process.poll() is None:
+            process.kill()
+            process.wait()
+
+
+def egress_run(processes: list[subprocess.Popen[bytes]], spec: Path, dynamic: Path, state: Path,
+               *options: str) -> subprocess.Popen[bytes]:
+    process = subprocess.Popen(
+        [sys.executable, "-m", "egress", "run", str(spec), "--dynamic-spec", str(dynamic), "--state-dir", str(state),
+         "--quiet", *options], cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    processes.append(process)
+    return process
+
+
+def records(receiver: Receiver) -> list[dict[str, Any]]:
+    return [json.loads(line) for line in receiver.record.read_text().splitlines()]
+
+
+def get_json(url: str) -> dict[str, Any]:
+    with urllib.request.urlopen(url, timeout=5) as answer:
+        return json.load(answer)  # type: ignore[no-any-return]
+
+
+def wait_for(condition: Any, limit: float, what: str) -> Any:
+    deadline = time.monotonic() + limit
+    while time.monotonic() < deadline:
+        try:
+            value = condition()
+        except OSError:
+            value = None
+        if value:
+            return value
+        time.sleep(0.1)
+    pytest.fail(f"timed out waiting for {what}")
+
+
+@pytest.mark.timeout(120)
+def test_two_503s_then_200_means_exactly_three_posts_per_message(tmp_path: Path,
+                                                                 processes: list[subprocess.Popen[bytes]]) -> None:
+    receiver = launch_receiver(tmp_path / "received.jsonl", "--fail-first", "2")
+    try:
+        spec, dynamic = payload_spec(tmp_path, f"http://127.0.0.1:{receiver.port}/events",
+                                     [f"message {i}" for i in range(MESSAGES)], partition_count=2)
+        process = egress_run(processes, spec, dynamic, tmp_path / "state", "--until-drained")
+        assert process.wait(timeout=100) == 0, process.stdout.read() if process.stdout else ""
+    finally:
+        stop_receiver(receiver)
+    attempts = Counter(r["idempotency_key"] for r in records(receiver))
+    assert len(attempts) == MESSAGES
+    assert set(attempts.values()) == {3}
+    statuses = Counter(r["status"] for r in records(receiver))
+    assert statuses == {503: 2 * MESSAGES, 200: MESSAGES}
+
+
+@pytest.mark.timeout(150)
+def test_exhausted_retries_stop_the_sink_until_a_restart_after_the_fix(
+        tmp_path: Path, processes: list[subprocess.Popen[bytes]], unused_tcp_port: int) -> None:
+    record = tmp_path / "received.jsonl"
+    broken = launch_receiver(record, "--fail-rate", "1", "--fail-status", "500")
+    spec, dynamic = payload_spec(tmp_path, f"http://127.0.0.1:{broken.port}/events",
+                                 [f"message {i}" for i in range(MESSAGES)],
+                                 dynamic_parameters={"max_attempt_count": 3})
+    state = tmp_path / "state"
+    try:
+        process = egress_run(processes, spec, dynamic, state, "--http-port", str(unused_tcp_port))
+        status_url = f"http://127.0.0.1:{unused_tcp_port}/status"
+        document = wait_for(lambda: "exhausted" in str((d := get_json(status_url))["status"]) and d, 60,
+                            "a terminal error in /status")
+        error = document["status"]["/sinks/http/async_http_sink"]
+        assert error.startswith("Async HTTP POST retry policy exhausted after 3 attempt(s)")
+        assert document["partitions"][0]["blocked"]
+        metrics = urllib.request.urlopen(f"http://127.0.0.1:{unused_tcp_port}/metrics", timeout=5).read().decode()
+        assert 'egress_status_broken{path="/sinks/http/async_http_sink"} 1.0' in metrics
+        seen = len(records(broken))
+        time.sleep(2.0)
+        assert len(records(broken)) == seen, "no message may be POSTed after the terminal failure"
+        assert max(Counter(r["idempotency_key"] for r in records(broken)).values()) <= 3
+        process.send_signal(signal.SIGINT)
+        assert process.wait(timeout=30) == 1  # stopped cleanly, but a sink is blocked
+        output = process.stdout.read().decode() if process.stdout else ""
+        assert "blocked: deliver/http partition 0: Async HTTP POST retry policy exhausted" in output
+    finally:
+        stop_receiver(broken)
+    persisted = _persisted_seq(state)
+    assert persisted == 0, "nothing may be acknowledged past the failed message"
+
+    fixed = launch_receiver(record)
+    try:
+        document = yaml.safe_load(spec.read_text())
+        document["computations"]["deliver"]["sinks"]["http"]["parameters"]["url"] = \
+            f"http://127.0.0.1:{fixed.port}/events"
+        spec.write_text(yaml.safe_dump(document))
+        process = egress_run(processes, spec, dynamic, state, "--until-drained")
+        assert process.wait(timeout=60) == 0
+    finally:
+        stop_receiver(fixed)
+    delivered = {r["idempotency_key"] for r in records(fixed) if r["status"] == 200}
+    assert len(delivered) == MESSAGES
+
+
+@pytest.mark.timeout(120)
+def test_a_live_dynamic_spec_change_reaches_a_delivery_already_retrying(
+        tmp_path: Path, processes: list[subprocess.Popen[bytes]], unused_tcp_port: int) -> None:
+    """max_attempt_count 1 → 2 while the only delivery pauses before its verdict; a bad file is ignored."""
+    receiver = launch_receiver(tmp_path / "received.jsonl", "--fail-first", "1")
+    try:
+        spec, dynamic = payload_spec(tmp_path, f"http://127.0.0.1:{receiver.port}/events", ["only"],
+                                     dynamic_parameters={"max_attempt_count": 1, "retry_initial_delay": "4s",
+                                                         "retry_maximum_delay": "4s", "retry_jitter_ratio": 0.0})
+        process = egress_run(processes, spec, dynamic, tmp_path / "state", "--until-drained",
+                             "--http-port", str(unused_tcp_port))
+        wait_for(lambda: receiver.record.exists() and records(receiver), 30, "the first attempt")
+        status_url = f"http://127.0.0.1:{unused_tcp_port}/status"
+        document = yaml.safe_load(dynamic.read_text())
+        document["computations"]["deliver"]["sinks"]["http"]["parameters"]["max_attempt_count"] = "two"
+        dynamic.write_text(yaml.safe_dump(document))
+        error = wait_for(lambda: get_json(status_url)["dynamic_spec"]["error"], 10, "the bad file to be reported")
+        assert "max_attempt_count" in error
+        document["computations"]["deliver"]["sinks"]["http"]["parameters"]["max_attempt_count"] = 2
+        dynamic.write_text(yaml.safe_dump(document))
+        wait_for(lambda: get_json(status_url)["dynamic_spec"]["version"] == 1, 10, "the fixed file to apply")
+        assert process.wait(timeout=30) == 0
+    finally:
+        stop_receiver(receiver)
+    assert [r["status"] for r in records(receiver)] == [503, 200]
+
+
+def _persisted_seq(state: Path) -> int:
+    import sqlite3
+
+    database = sqlite3.connect(f"{(state / 'egress.sqlite3').as_uri()}?mode=ro", uri=True)
+    try:
+        row = database.execute("SELECT MAX(max_persisted_seq_no) FROM sink_progress").fetchone()
+    finally:
+        database.close()
+    return int(row[0] or 0)
