@@ -116,3 +116,32 @@ async def test_a_closed_client_refuses_new_requests() -> None:
     client.close()
     with pytest.raises(RuntimeError, match="closed"):
         await client.send(Request("http://127.0.0.1:1/", b""))
+
+
+async def test_attempt_timeout_covers_a_stalled_response_body() -> None:
+    """Headers arrive, then the body stalls: the attempt still ends at its deadline
+    (upstream TimesOutStalledResponseBodyByAttemptDeadline)."""
+    release = asyncio.Event()
+
+    async def stalls(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await reader.readuntil(b"\r\n\r\n")
+        writer.write(b"HTTP/1.1 200 OK\r\nContent-Length: 10\r\n\r\nab")
+        await writer.drain()
+        await release.wait()
+        writer.close()
+
+    server = await asyncio.start_server(stalls, "127.0.0.1", 0)
+    port = server.sockets[0].getsockname()[1]
+    client = CurlClient()
+    loop = asyncio.get_running_loop()
+    started = loop.time()
+    try:
+        response = await client.send(Request(f"http://127.0.0.1:{port}/", b"", timeout=0.3))
+    finally:
+        release.set()
+        client.close()
+        server.close()
+        await server.wait_closed()
+    assert 0.25 <= loop.time() - started < 2.0
+    assert response.status == 200
+    assert (response.error or "").startswith("curl error 28:")

@@ -84,6 +84,13 @@ CASES = [
                  'computations/to_json/sinks/http/input_stream_ids/0: stream "lines" is not an output stream',
                  id="sink-reads-input-stream"),
     pytest.param(("streams", "lines", "colour"), "red", "streams/lines/colour: unknown field", id="typo-field"),
+    pytest.param(("streams", "requests", "schema"), [{"name": "payload", "type": "string"},
+                                                     {"name": "extra", "type": "string"}],
+                 "computations/to_json/sinks/http/parameters/payload_column: Async HTTP sink expects exactly one "
+                 "payload column, got 2", id="two-columns"),
+    pytest.param(("streams", "requests", "schema"), [{"name": "body", "type": "string"}],
+                 'computations/to_json/sinks/http/parameters/payload_column: Async HTTP sink payload column '
+                 '"payload" must be the only String column', id="column-name-mismatch"),
 ]
 
 
@@ -105,6 +112,17 @@ def test_unparseable_duration_in_the_dynamic_spec_names_that_file(tmp_path: Path
     assert str(raised.value) == (
         f"{dynamic_path}: computations/to_json/sinks/http/parameters/request_timeout: cannot parse duration "
         "'10 parsecs': write a duration like 100ms, 10s, 1m, 1h or an integer number of milliseconds")
+
+
+def test_a_sink_with_two_input_streams_is_rejected(tmp_path: Path) -> None:
+    spec = copy.deepcopy(BASE)
+    spec["streams"]["other"] = {"schema": [{"name": "payload", "type": "string"}]}
+    spec["computations"]["to_json"]["output_stream_ids"] = ["requests", "other"]
+    spec["computations"]["to_json"]["sinks"]["http"]["input_stream_ids"] = ["requests", "other"]
+    spec_path, _ = write(tmp_path, spec)
+    with pytest.raises(SpecErrors, match="computations/to_json/sinks/http/input_stream_ids: Async HTTP sink "
+                                         "expects exactly one input stream, got 2"):
+        load_plan(spec_path)
 
 
 def test_dynamic_spec_naming_an_unknown_sink_is_an_error(tmp_path: Path) -> None:
