@@ -2,7 +2,7 @@
 
 One :class:`CurlClient` owns one multi handle, its connection cache and a pool of reusable easy
 handles. asyncio code calls ``await client.send(request)``; the curl thread runs the transfers
-with ``socket_action`` over an epoll selector and hands completions back to the event loop in
+with ``socket_action`` over epoll and hands completions back to the event loop in
 batches (one ``call_soon_threadsafe`` per wake-up, not per request). Python does as little per
 request as it can: no header parsing beyond the status and the redirect target libcurl resolved.
 """
@@ -12,7 +12,7 @@ from __future__ import annotations
 import asyncio
 import collections
 import contextlib
-import selectors
+import select
 import socket
 import threading
 import time
@@ -93,16 +93,19 @@ class CurlClient:
         self._multi.setopt(pycurl.M_SOCKETFUNCTION, self._on_socket)
         self._multi.setopt(pycurl.M_TIMERFUNCTION, self._on_timer)
         self._multi.setopt(pycurl.M_MAXCONNECTS, max_connections if keep_alive else 1)
-        self._selector = selectors.DefaultSelector()
+        # epoll directly, not the selectors module: its per-event Python bookkeeping is measurable here.
+        self._epoll = select.epoll()
+        self._watched: dict[int, int] = {}  # fd -> epoll event mask
         self._wake_read, self._wake_write = socket.socketpair()
         self._wake_read.setblocking(False)
         self._wake_write.setblocking(False)
-        self._selector.register(self._wake_read, selectors.EVENT_READ)
+        self._epoll.register(self._wake_read.fileno(), select.EPOLLIN)
         self._lock = threading.Lock()
         self._submitted: collections.deque[tuple[Request, asyncio.Future[Response]]] = collections.deque()
         self._queued: collections.deque[tuple[Request, asyncio.Future[Response]]] = collections.deque()
         self._running: dict[int, tuple[pycurl.Curl, asyncio.Future[Response], _Capture]] = {}
         self._spare_handles: list[pycurl.Curl] = []
+        self._capturing: set[int] = set()  # handles whose callbacks capture body or headers
         self._timer_deadline: float | None = None
         self._closed = False
         self._thread = threading.Thread(target=self._run, name="egress-curl", daemon=True)
@@ -145,7 +148,7 @@ class CurlClient:
         for handle in self._spare_handles:
             handle.close()
         self._multi.close()
-        self._selector.close()
+        self._epoll.close()
         self._wake_read.close()
         self._wake_write.close()
 
@@ -156,25 +159,24 @@ class CurlClient:
             self._wake_write.send(b"\0")
 
     def _run(self) -> None:
+        multi = self._multi
+        wake = self._wake_read.fileno()
+        readable, writable = select.EPOLLIN | select.EPOLLHUP | select.EPOLLERR, select.EPOLLOUT
         while not self._closed:
-            timeout = None
+            timeout = -1.0
             if self._timer_deadline is not None:
                 timeout = max(0.0, self._timer_deadline - time.monotonic())
-            for key, mask in self._selector.select(timeout):
-                if key.fileobj is self._wake_read:
-                    try:
+            for fd, mask in self._epoll.poll(timeout):
+                if fd == wake:
+                    with contextlib.suppress(BlockingIOError, OSError):
                         while self._wake_read.recv(4096):
                             pass
-                    except (BlockingIOError, OSError):
-                        pass
                     continue
-                action = (pycurl.CSELECT_IN if mask & selectors.EVENT_READ else 0) | (
-                    pycurl.CSELECT_OUT if mask & selectors.EVENT_WRITE else 0
-                )
-                self._multi.socket_action(key.fd, action)
+                action = (pycurl.CSELECT_IN if mask & readable else 0) | (pycurl.CSELECT_OUT if mask & writable else 0)
+                multi.socket_action(fd, action)
             if self._timer_deadline is not None and time.monotonic() >= self._timer_deadline:
                 self._timer_deadline = None
-                self._multi.socket_action(pycurl.SOCKET_TIMEOUT, 0)
+                multi.socket_action(pycurl.SOCKET_TIMEOUT, 0)
             # Completions free slots for queued requests, and starting those may complete some at
             # once (a refused connection): repeat until neither happens, or a queue could stall.
             self._collect()
@@ -192,7 +194,7 @@ class CurlClient:
             request, future = self._queued.popleft()
             if future.cancelled():
                 continue
-            handle = self._spare_handles.pop() if self._spare_handles else pycurl.Curl()
+            handle = self._spare_handles.pop() if self._spare_handles else self._new_handle()
             capture = self._configure(handle, request)
             self._running[id(handle)] = (handle, future, capture)
             self._multi.add_handle(handle)
@@ -201,13 +203,26 @@ class CurlClient:
             self._multi.socket_action(pycurl.SOCKET_TIMEOUT, 0)
         return started
 
+    def _new_handle(self) -> pycurl.Curl:
+        """An easy handle with the options that never change for this client, set once."""
+        handle = pycurl.Curl()
+        handle.setopt(pycurl.NOSIGNAL, 1)
+        handle.setopt(pycurl.FOLLOWLOCATION, 0)
+        handle.setopt(pycurl.HTTP_VERSION, pycurl.CURL_HTTP_VERSION_1_1)
+        handle.setopt(pycurl.FORBID_REUSE, 0 if self.keep_alive else 1)
+        handle.setopt(pycurl.SSL_VERIFYPEER, 1 if self.verify_tls else 0)
+        handle.setopt(pycurl.SSL_VERIFYHOST, 2 if self.verify_tls else 0)
+        if self.ca_file is not None:
+            handle.setopt(pycurl.CAINFO, self.ca_file)
+        handle.setopt(pycurl.WRITEFUNCTION, _discard)
+        return handle
+
     def _configure(self, handle: pycurl.Curl, request: Request) -> _Capture:
         handle.setopt(pycurl.URL, request.url)
         headers = list(request.headers)
         if request.method == "GET":
             handle.setopt(pycurl.HTTPGET, 1)
         else:
-            handle.setopt(pycurl.POST, 1)
             handle.setopt(pycurl.POSTFIELDSIZE, len(request.body))
             handle.setopt(pycurl.POSTFIELDS, request.body)
             # libcurl adds "Content-Type: application/x-www-form-urlencoded" to a POST and "Expect:
@@ -218,17 +233,15 @@ class CurlClient:
             headers.append("Expect:")
         handle.setopt(pycurl.HTTPHEADER, headers)
         handle.setopt(pycurl.TIMEOUT_MS, max(1, int(request.timeout * 1000)))
-        handle.setopt(pycurl.NOSIGNAL, 1)
-        handle.setopt(pycurl.FOLLOWLOCATION, 0)
-        handle.setopt(pycurl.HTTP_VERSION, pycurl.CURL_HTTP_VERSION_1_1)
-        handle.setopt(pycurl.FORBID_REUSE, 0 if self.keep_alive else 1)
-        handle.setopt(pycurl.SSL_VERIFYPEER, 1 if self.verify_tls else 0)
-        handle.setopt(pycurl.SSL_VERIFYHOST, 2 if self.verify_tls else 0)
-        if self.ca_file is not None:
-            handle.setopt(pycurl.CAINFO, self.ca_file)
         capture = _Capture(request.capture_body)
-        handle.setopt(pycurl.WRITEFUNCTION, capture.chunks.append if request.capture_body else _discard)
-        handle.setopt(pycurl.HEADERFUNCTION, capture.header if request.capture_location else None)
+        # Only a handle that captured before needs its callbacks reset (setting them costs calls).
+        if request.capture_body or request.capture_location or id(handle) in self._capturing:
+            handle.setopt(pycurl.WRITEFUNCTION, capture.chunks.append if request.capture_body else _discard)
+            handle.setopt(pycurl.HEADERFUNCTION, capture.header if request.capture_location else None)
+            if request.capture_body or request.capture_location:
+                self._capturing.add(id(handle))
+            else:
+                self._capturing.discard(id(handle))
         return capture
 
     def _collect(self) -> None:
@@ -258,23 +271,29 @@ class CurlClient:
         return future, response
 
     def _on_socket(self, what: int, fd: int, multi: Any, data: Any) -> None:
-        events = (selectors.EVENT_READ if what & pycurl.POLL_IN else 0) | (
-            selectors.EVENT_WRITE if what & pycurl.POLL_OUT else 0
-        )
+        events = (select.EPOLLIN if what & pycurl.POLL_IN else 0) | (select.EPOLLOUT if what & pycurl.POLL_OUT else 0)
+        watched = self._watched
+        # An exception here would leave a transfer without events, stalled until its timeout, so
+        # epoll errors are absorbed: a descriptor closed and reused under the same number is
+        # simply registered afresh.
         if what == pycurl.POLL_REMOVE or not events:
-            with contextlib.suppress(KeyError, ValueError, OSError):
-                self._selector.unregister(fd)
+            if watched.pop(fd, None) is not None:
+                with contextlib.suppress(OSError):
+                    self._epoll.unregister(fd)
             return
-        # An exception here would leave the transfer without events, stalled until its timeout, so
-        # selector errors are absorbed: a closed-and-reused descriptor number is registered afresh.
+        current = watched.get(fd)
+        if current == events:
+            return
         try:
-            self._selector.modify(fd, events)
-        except KeyError:
-            self._selector.register(fd, events)
-        except (OSError, ValueError):
-            with contextlib.suppress(KeyError, ValueError, OSError):
-                self._selector.unregister(fd)
-            self._selector.register(fd, events)
+            if current is None:
+                self._epoll.register(fd, events)
+            else:
+                self._epoll.modify(fd, events)
+        except OSError:
+            with contextlib.suppress(OSError):
+                self._epoll.unregister(fd)
+            self._epoll.register(fd, events)
+        watched[fd] = events
 
     def _on_timer(self, timeout_ms: int) -> None:
         self._timer_deadline = None if timeout_ms < 0 else time.monotonic() + timeout_ms / 1000.0
