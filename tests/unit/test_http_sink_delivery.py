@@ -218,8 +218,11 @@ async def test_completes_4096_out_of_order_deliveries_as_a_contiguous_prefix() -
     rng = random.Random(4096)
     latency = {f"p{i}".encode(): rng.uniform(0.0, 5.0) for i in range(4096)}
     latency[b"p0"] = 9.0  # the head finishes last
-    h = Harness(lambda request, n: Outcome(200, latency=latency[request.body]))
+    # A pool of 1024 lets all 4096 be sent at once (the send window is 4 per pooled connection).
+    h = Harness(lambda request, n: Outcome(200, latency=latency[request.body]), static={"max_idle_connections": 1024})
     h.distribute([f"p{i}" for i in range(4096)])
+    await h.clock.advance(0)
+    assert len(h.transport.sent) == 4096
     seen = []
     for _ in range(20):
         await h.clock.advance(0.5)
@@ -318,3 +321,18 @@ async def test_virtual_clock_runs_a_30_second_backoff_instantly() -> None:
     await h.clock.advance(200)
     assert h.transport.times() == [0.0, 1.0, 3.0, 7.0, 15.0, 31.0, 61.0]
     assert asyncio.get_running_loop().time() - started < 1.0
+
+
+async def test_deliveries_beyond_the_send_window_wait_without_blocking_behind_failures() -> None:
+    """At most 4 × pool deliveries are sending at once (memory stays bounded), but deliveries pausing
+    between attempts leave the window, so fresh messages go out while failures back off."""
+    h = Harness(lambda request, n: Outcome(503 if request.body.startswith(b"bad") else 200, latency=0.1),
+                static={"max_idle_connections": 1}, dynamic={"max_attempt_count": 3})
+    h.distribute(["bad-1", "bad-2", "bad-3", "bad-4"] + [f"good-{i}" for i in range(8)])
+    await h.clock.advance(0)
+    assert len(h.transport.sent) == 4  # window = 4 × 1 connection
+    await h.clock.advance(0.5)  # the bad ones failed at 0.1 and pause for 1 s; the good ones go out meanwhile
+    assert [(round(t, 3), r.body) for t, r in h.transport.sent[4:]] == [
+        (0.1, f"good-{i}".encode()) for i in range(4)] + [(0.2, f"good-{i}".encode()) for i in range(4, 8)]
+    await h.clock.advance(100)
+    assert h.counter("delivered") == 8

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import functools
 from collections.abc import Callable
 from typing import ClassVar, Protocol
 from urllib.parse import urlsplit
@@ -33,6 +34,11 @@ ATTEMPT_TIMED_OUT = "attempt deadline reached while following redirects"
 # Concurrent requests of a client that keeps no connections (keep_alive false or
 # max_idle_connections 0): each opens its own, so this bounds sockets and ephemeral ports.
 UNPOOLED_MAX_CONNECTIONS = 64
+# Deliveries about to send or sending, per unit of client concurrency. A delivery waiting for a
+# connection gains nothing from being a task already, and a task costs kilobytes: this bounds the
+# memory of a large backlog. Deliveries pausing between attempts do not count, so a burst of
+# failures never holds back fresh messages (upstream sends every message of an epoch at once).
+SEND_WINDOW_PER_CONNECTION = 4
 
 
 class HttpTransport(Protocol):
@@ -46,6 +52,12 @@ class HttpTransport(Protocol):
 TransportFactory = Callable[[str, AsyncHttpSinkParameters], HttpTransport]
 
 
+def client_concurrency(parameters: AsyncHttpSinkParameters) -> int:
+    """Requests one client runs at once: its pool size with keep-alive (see ``docs/http-sink.md``)."""
+    pooled = parameters.keep_alive and parameters.max_idle_connections > 0
+    return parameters.max_idle_connections if pooled else UNPOOLED_MAX_CONNECTIONS
+
+
 def curl_transport(scheme: str, parameters: AsyncHttpSinkParameters) -> HttpTransport:
     """One libcurl client per scheme per sink instance (upstream: an HTTP and an HTTPS client).
 
@@ -55,20 +67,21 @@ def curl_transport(scheme: str, parameters: AsyncHttpSinkParameters) -> HttpTran
     """
     pooled = parameters.keep_alive and parameters.max_idle_connections > 0
     return CurlClient(
-        max_connections=parameters.max_idle_connections if pooled else UNPOOLED_MAX_CONNECTIONS,
+        max_connections=client_concurrency(parameters),
         keep_alive=pooled,
         ca_file=parameters.tls_ca_file if scheme == "https" else None,
     )
 
 
 class _Delivery:
-    __slots__ = ("body", "done", "message_id", "seq", "task")
+    __slots__ = ("body", "done", "message_id", "pausing", "seq", "task")
 
     def __init__(self, seq: int, message_id: bytes, body: bytes | None) -> None:
         self.seq = seq
         self.message_id = message_id
         self.body = body
         self.done = body is None  # a null payload is acknowledged in order without a request
+        self.pausing = False  # between attempts: not counted in the send window
         self.task: asyncio.Task[None] | None = None
 
 
@@ -124,6 +137,8 @@ class AsyncHttpSink:
         self._pending: collections.deque[_Delivery] = collections.deque()
         self._waiting: collections.deque[_Delivery] = collections.deque()  # beyond max_in_flight
         self._running = 0
+        self._sending = 0  # running deliveries not pausing between attempts
+        self._send_window = SEND_WINDOW_PER_CONNECTION * client_concurrency(parameters)
         self._terminal: tuple[int, str] | None = None
         self._transports: dict[str, HttpTransport] = {}
         self._headers = tuple(f"{name}: {value}" for name, value in parameters.headers.items())
@@ -201,18 +216,33 @@ class AsyncHttpSink:
     def _start_waiting(self) -> None:
         limit = self._parameters.max_in_flight
         loop = asyncio.get_running_loop()
-        while self._waiting and (limit is None or self._running < limit):
+        while (self._waiting and (limit is None or self._running < limit)
+               and self._sending < self._send_window):
             delivery = self._waiting.popleft()
             if self._terminal is not None and self._terminal[0] < delivery.seq:
                 continue  # nothing later than a terminal failure is POSTed by this instance
             self._running += 1
+            self._sending += 1
             delivery.task = loop.create_task(self._deliver(delivery))
-            delivery.task.add_done_callback(self._finished)
+            delivery.task.add_done_callback(functools.partial(self._finished, delivery))
 
-    def _finished(self, task: asyncio.Task[None]) -> None:
+    def _finished(self, delivery: _Delivery, task: asyncio.Task[None]) -> None:
         self._running -= 1
+        if not delivery.pausing:
+            self._sending -= 1
         if self._waiting and not asyncio.get_running_loop().is_closed():
             self._start_waiting()
+
+    async def _pause(self, delivery: _Delivery, seconds: float) -> None:
+        """Sleep between attempts, outside the send window, so fresh deliveries may start meanwhile."""
+        delivery.pausing = True
+        self._sending -= 1
+        self._start_waiting()
+        try:
+            await self._context.clock.sleep(seconds)
+        finally:
+            delivery.pausing = False
+            self._sending += 1
 
     def _transport(self, url: str) -> HttpTransport:
         scheme = urlsplit(url).scheme.lower()
@@ -254,7 +284,7 @@ class AsyncHttpSink:
             if delay >= start + dynamic.request_timeout - clock.monotonic():
                 self._fail(delivery, str(DeliveryError(DEADLINE_EXHAUSTED, attempts=attempts, last_error=last_error)))
                 return
-            await clock.sleep(delay)
+            await self._pause(delivery, delay)
             if self._terminal is not None and self._terminal[0] < delivery.seq:
                 return  # an earlier delivery failed for good: no later message is POSTed
 
