@@ -1,0 +1,57 @@
+"""``egress throttler ...``: the standalone distributed throttler service."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import signal
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.console import Console
+from rich.text import Text
+
+from egress.clock import RealClock
+from egress.errors import SpecError
+
+throttler_app = typer.Typer(add_completion=False, no_args_is_help=True,
+                            help="The distributed throttler service that many `egress run` processes share.")
+console = Console(stderr=True, soft_wrap=True)
+
+
+@throttler_app.callback()
+def throttler() -> None:
+    """The distributed throttler service that many `egress run` processes share."""
+
+
+@throttler_app.command()
+def serve(
+    dynamic_spec: Annotated[Path, typer.Option("--dynamic-spec", help="DynamicSpec file; its `throttlers` are served "
+                                               "and re-read live.")],
+    port: Annotated[int, typer.Option(help="TCP port (0 = a free one, printed at start).")] = 8089,
+    host: Annotated[str, typer.Option(help="Address to listen on.")] = "127.0.0.1",
+    reload_period: Annotated[float, typer.Option(help="Seconds between re-reads of the DynamicSpec file.")] = 1.0,
+) -> None:
+    """Serve RequestQuota over HTTP/JSON (POST /v1/request_quota, GET /metrics, GET /healthz) until Ctrl-C."""
+    from egress.throttler.service import ThrottlerService
+
+    try:
+        service = ThrottlerService(dynamic_spec, RealClock(), host=host, port=port, reload_period=reload_period)
+    except SpecError as error:
+        console.print(Text(error.format(), style="red"), highlight=False)
+        raise typer.Exit(2) from None
+
+    async def main() -> None:
+        url = await service.start()
+        console.print(f"throttler service listening on {url} with throttlers "
+                      f"{', '.join(service.controller.throttler_ids) or '(none)'}", highlight=False)
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            with contextlib.suppress(NotImplementedError):
+                loop.add_signal_handler(sig, stop.set)
+        await stop.wait()
+        await service.stop()
+
+    asyncio.run(main())

@@ -1,0 +1,41 @@
+"""The distributed throttler (Flow's): one global rate per named throttler, weighted quota classes,
+lag priority, a controller with in-process and HTTP transports, and the prefetching client.
+
+Layers, each its own module: :mod:`~egress.throttler.bucket` (token bucket, pure),
+:mod:`~egress.throttler.scheduler` (SFQ over classes, pure), :mod:`~egress.throttler.queue` (one
+throttler's waiting requests, pure), :mod:`~egress.throttler.controller` (one timer, live config),
+:mod:`~egress.throttler.client` and :mod:`~egress.throttler.factory` (prefetch, stable handles),
+:mod:`~egress.throttler.transport` / :mod:`~egress.throttler.http_transport` /
+:mod:`~egress.throttler.service` (moving ``RequestQuota``), :mod:`~egress.throttler.throttling`
+(what the runtime wires). See ``docs/throttler.md``.
+"""
+
+from egress.throttler.controller import ThrottlerController
+from egress.throttler.errors import (
+    ControllerUnavailableError,
+    QuotaAmountError,
+    QuotaRequestFailedError,
+    ThrottlerError,
+    ThrottlerNotConfiguredError,
+    UnknownThrottlerError,
+)
+from egress.throttler.factory import ThrottlerFactory, ThrottlerHandle
+from egress.throttler.models import ThrottlerSpec, validate_dynamic_throttlers, validate_throttlers
+from egress.throttler.throttling import InputThrottle, Throttling
+
+__all__ = [
+    "ControllerUnavailableError",
+    "InputThrottle",
+    "QuotaAmountError",
+    "QuotaRequestFailedError",
+    "ThrottlerController",
+    "ThrottlerError",
+    "ThrottlerFactory",
+    "ThrottlerHandle",
+    "ThrottlerNotConfiguredError",
+    "ThrottlerSpec",
+    "Throttling",
+    "UnknownThrottlerError",
+    "validate_dynamic_throttlers",
+    "validate_throttlers",
+]

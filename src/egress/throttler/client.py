@@ -1,0 +1,273 @@
+"""The prefetching throttler client of one named throttler, inside one job.
+
+Source: upstream ``TPrefetchingThrottler`` as Flow configures it (see the contract):
+``TargetRps = 1/request_period``; ``MaxPrefetch = max(ceil(rate·request_period), 1)`` (1e9 unlimited);
+``MinPrefetch = 1``; the incoming rate is measured over ``window = max(10·request_period, 1 s)``.
+A call is served locally when nothing is queued and the amount fits what is on hand; otherwise it
+queues FIFO and one RPC fetches ``max(prefetch, deficit)`` units. A failed RPC fails every queued call.
+
+While the controller is unreachable the client retries with backoff (``retrying_channel``) and
+calls wait; past the retry budget they raise :class:`QuotaRequestFailedError`. Beyond upstream,
+``safe_rate`` (Doorman's safe capacity) serves waiting calls locally at that rate (``-1``: at once)
+only while the controller is away; the operator keeps ``safe_rate × clients <= limit``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import math
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from egress.clock import Clock
+from egress.throttler.errors import (
+    ControllerUnavailableError,
+    QuotaAmountError,
+    QuotaRequestFailedError,
+    ThrottlerError,
+)
+from egress.throttler.models import ThrottlerSpec
+from egress.throttler.sensors import ClientSensors
+from egress.throttler.transport import QuotaTransport
+
+TimestampProvider = Callable[[], float]
+"""Returns the job's lag timestamp (seconds): the event time of its oldest unprocessed input."""
+
+
+@dataclass(eq=False)
+class _Waiting:
+    amount: float
+    future: asyncio.Future[None]
+    since: float
+
+
+class PrefetchingClient:
+    """Quota of one throttler for one job: local prefetch in front of ``RequestQuota`` RPCs.
+
+    ``class_id`` is the quota class sent with every RPC; ``timestamp_provider`` gives the lag
+    timestamp sent when a call does not pass one. Units are the throttler's (messages or bytes).
+    """
+
+    def __init__(self, throttler_id: str, spec: ThrottlerSpec, transport: QuotaTransport, clock: Clock, *,
+                 client_id: str = "", class_id: str | None = None, timestamp_provider: TimestampProvider | None = None,
+                 sensors: ClientSensors | None = None, computation_id: str = "") -> None:
+        self.throttler_id = throttler_id
+        self.spec = spec
+        self.class_id = class_id
+        self._transport = transport
+        self._clock = clock
+        self._client_id = client_id
+        self._timestamp_provider = timestamp_provider
+        self._sensors = sensors
+        self._computation_id = computation_id
+        self.on_hand = 0.0
+        self._queue: deque[_Waiting] = deque()
+        self._incoming: deque[tuple[float, float]] = deque()
+        self._incoming_sum = 0.0
+        self._fetcher: asyncio.Task[None] | None = None
+        self._safe_task: asyncio.Task[None] | None = None
+        self._safe_tokens = 0.0
+        self._safe_updated = 0.0
+        self._work = asyncio.Event()
+        self.controller_away = False
+        self.closed: ThrottlerError | None = None
+        self.rpc_count = 0
+
+    # -- configuration -------------------------------------------------------------------------
+
+    def reconfigure(self, spec: ThrottlerSpec, class_id: str | None = None) -> None:
+        """Take a new spec and class in place: quota on hand and queued calls stay."""
+        self.spec, self.class_id = spec, class_id
+
+    @property
+    def window(self) -> float:
+        """Seconds over which the incoming rate is measured: ``max(10·request_period, 1)``."""
+        return max(10.0 * self.spec.request_period, 1.0)
+
+    def prefetch(self) -> float:
+        """Units one RPC asks for beyond the deficit: incoming rate × request_period in [1, MaxPrefetch]."""
+        now = self._clock.monotonic()
+        self._trim_incoming(now)
+        rate = self._incoming_sum / self.window
+        return float(min(max(math.ceil(rate * self.spec.request_period - 1e-9), 1), self.spec.max_prefetch))
+
+    def _trim_incoming(self, now: float) -> None:
+        while self._incoming and self._incoming[0][0] <= now - self.window:
+            self._incoming_sum -= self._incoming.popleft()[1]
+
+    # -- the throttler API ---------------------------------------------------------------------
+
+    def try_acquire(self, amount: float) -> bool:
+        """Take ``amount`` from what is on hand if nothing waits and it fits; never calls the controller."""
+        self._check_open()
+        if amount < 0:
+            raise QuotaAmountError(f"Quota amount must be non-negative, got {amount:g}")
+        if not self._queue and amount <= self.on_hand:
+            self.on_hand -= amount
+            self._consumed(amount, 0.0)
+            return True
+        return False
+
+    def release(self, amount: float) -> None:
+        """Give back ``amount`` units taken but not used; they serve later local calls."""
+        if amount > 0:
+            self.on_hand += amount
+            if self._sensors is not None:
+                self._sensors.released.labels(self._computation_id, self.throttler_id).inc(amount)
+            self._serve_queue()
+
+    async def throttle(self, amount: float, *, timestamp: float | None = None) -> None:
+        """Wait until ``amount`` units may be used.
+
+        Raises :class:`QuotaAmountError` (negative amount), :class:`UnknownThrottlerError` (the
+        controller has no such throttler), :class:`QuotaRequestFailedError` (retry budget spent) and
+        :class:`ThrottlerNotConfiguredError` (the name was removed while waiting).
+        """
+        self._check_open()
+        if not amount >= 0 or math.isinf(amount):
+            raise QuotaAmountError(f"Quota amount must be non-negative, got {amount:g}")
+        now = self._clock.monotonic()
+        self._incoming.append((now, amount))
+        self._incoming_sum += amount
+        if not self._queue and amount <= self.on_hand:
+            self.on_hand -= amount
+            self._consumed(amount, 0.0)
+            return
+        waiting = _Waiting(amount, asyncio.get_running_loop().create_future(), now)
+        self._queue.append(waiting)
+        self._work.set()
+        if self._fetcher is None or self._fetcher.done():
+            self._fetcher = asyncio.get_running_loop().create_task(self._fetch(timestamp))
+        try:
+            await waiting.future
+        except asyncio.CancelledError:
+            with contextlib.suppress(ValueError):
+                self._queue.remove(waiting)
+            if waiting.future.done() and not waiting.future.cancelled() and waiting.future.exception() is None:
+                self.on_hand += amount  # served just as we were cancelled: keep the units
+            raise
+
+    def _check_open(self) -> None:
+        if self.closed is not None:
+            raise self.closed
+
+    def _consumed(self, amount: float, waited: float) -> None:
+        if self._sensors is not None:
+            self._sensors.observe(self._computation_id, self.throttler_id, amount, waited)
+
+    def _serve_queue(self) -> None:
+        now = self._clock.monotonic()
+        while self._queue and self._queue[0].amount <= self.on_hand + 1e-9:
+            waiting = self._queue.popleft()
+            if waiting.future.done():
+                continue
+            self.on_hand = max(0.0, self.on_hand - waiting.amount)
+            waiting.future.set_result(None)
+            self._consumed(waiting.amount, now - waiting.since)
+
+    def fail_all(self, error: BaseException) -> None:
+        """Fail every queued local call with ``error``."""
+        while self._queue:
+            waiting = self._queue.popleft()
+            if not waiting.future.done():
+                waiting.future.set_exception(error)
+
+    async def _fetch(self, timestamp: float | None) -> None:
+        while True:
+            self._serve_queue()
+            if not self._queue:
+                return
+            deficit = sum(w.amount for w in self._queue) - self.on_hand
+            amount = max(self.prefetch(), deficit)
+            if timestamp is None and self._timestamp_provider is not None:
+                stamp = self._timestamp_provider()
+            else:
+                stamp = timestamp if timestamp is not None else self._clock.now()
+            try:
+                await self._request_with_retries(amount, stamp)
+            except ThrottlerError as error:
+                self.fail_all(error)
+                return
+            self.on_hand += amount
+
+    async def _request_with_retries(self, amount: float, timestamp: float) -> None:
+        channel = self.spec.retrying_channel
+        started = self._clock.monotonic()
+        backoff = channel.retry_backoff_time
+        attempt = 0
+        try:
+            while True:
+                attempt += 1
+                self.rpc_count += 1
+                if self._sensors is not None:
+                    self._sensors.request_count.labels(self._computation_id, self.throttler_id).inc()
+                try:
+                    await self._transport.request_quota(
+                        self.throttler_id, amount, timestamp=timestamp, quota_class_id=self.class_id,
+                        client_id=self._client_id, rpc_timeout=self.spec.rpc_timeout)
+                    return
+                except ControllerUnavailableError as error:
+                    elapsed = self._clock.monotonic() - started
+                    if attempt >= channel.retry_attempts or elapsed + backoff > channel.retry_timeout:
+                        raise QuotaRequestFailedError(
+                            f'RequestQuota for throttler "{self.throttler_id}" failed after {attempt} attempt(s) '
+                            f"in {elapsed:.3g} s: {error}") from error
+                    self._controller_away()
+                    await self._clock.sleep(backoff)
+                    if channel.enable_exponential_retry_backoffs:
+                        backoff = min(backoff * 2, channel.max_backoff_time)
+        finally:
+            self._controller_back()
+
+    # -- safe rate while the controller is away -------------------------------------------------
+
+    def _controller_away(self) -> None:
+        if self.controller_away:
+            return
+        self.controller_away = True
+        safe = self.spec.safe_rate
+        if safe is not None and safe != 0:
+            self._safe_tokens, self._safe_updated = 0.0, self._clock.monotonic()
+            self._safe_task = asyncio.get_running_loop().create_task(self._serve_safely())
+
+    def _controller_back(self) -> None:
+        self.controller_away = False
+        if self._safe_task is not None:
+            self._safe_task.cancel()
+            self._safe_task = None
+
+    async def _serve_safely(self) -> None:
+        while self.controller_away:
+            rate = self.spec.safe_rate or 0.0
+            now = self._clock.monotonic()
+            if rate > 0:
+                cap = rate * self.spec.request_period
+                self._safe_tokens = min(cap, self._safe_tokens + rate * (now - self._safe_updated))
+            self._safe_updated = now
+            if not self._queue:
+                self._work.clear()
+                await self._work.wait()
+                continue
+            head = self._queue[0]
+            need = head.amount if rate < 0 else min(head.amount, rate * self.spec.request_period)
+            if rate < 0 or self._safe_tokens >= need - 1e-9:
+                self._queue.popleft()
+                if rate > 0:
+                    self._safe_tokens -= head.amount  # may go below zero: later calls wait longer
+                if not head.future.done():
+                    head.future.set_result(None)
+                    self._consumed(head.amount, now - head.since)
+                continue
+            await self._clock.sleep((need - self._safe_tokens) / rate)
+
+    async def aclose(self, error: ThrottlerError) -> None:
+        """Stop: fail queued calls (and every later call) with ``error``."""
+        self.closed = error
+        self.fail_all(error)
+        for task in (self._fetcher, self._safe_task):
+            if task is not None and not task.done():
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await task

@@ -1,0 +1,32 @@
+"""Errors of the distributed throttler, with upstream's message texts."""
+
+from __future__ import annotations
+
+from egress.errors import EgressError
+
+
+class ThrottlerError(EgressError):
+    """Base class of throttler errors."""
+
+
+class QuotaAmountError(ThrottlerError, ValueError):
+    """``Quota amount must be non-negative, got N`` (upstream RequestQuota validation)."""
+
+
+class UnknownThrottlerError(ThrottlerError, KeyError):
+    """``Unknown throttler "X"``: the controller has no throttler of that name."""
+
+    def __str__(self) -> str:
+        return str(self.args[0]) if self.args else ""
+
+
+class ThrottlerNotConfiguredError(ThrottlerError):
+    """``Throttler "X" is not configured for this client``: the name was removed from the DynamicSpec."""
+
+
+class ControllerUnavailableError(ThrottlerError):
+    """The throttler controller did not answer (connection refused, timeout); retried by the client."""
+
+
+class QuotaRequestFailedError(ThrottlerError):
+    """``RequestQuota`` failed for good: past the retry budget, or rejected by the controller."""

@@ -1,0 +1,70 @@
+"""``RequestQuota`` over HTTP/JSON to ``egress throttler serve`` (aiohttp client).
+
+Connection errors, 5xx answers and ``rpc_timeout`` expiry raise :class:`ControllerUnavailableError`
+(the client retries them); ``400`` answers raise the controller's error with its upstream text.
+A timeout closes the connection, which makes the service cancel and refund the request.
+"""
+
+from __future__ import annotations
+
+import aiohttp
+import orjson
+
+from egress.clock import Clock, RealClock
+from egress.throttler.errors import (
+    ControllerUnavailableError,
+    QuotaAmountError,
+    QuotaRequestFailedError,
+    UnknownThrottlerError,
+)
+from egress.throttler.service import REQUEST_QUOTA_PATH
+from egress.throttler.transport import with_timeout
+
+
+class HttpTransport:
+    """Talks to the throttler service at ``base_url`` (``http://host:port``); one pooled session."""
+
+    def __init__(self, base_url: str, clock: Clock | None = None, *, max_connections: int = 256) -> None:
+        self.url = base_url.rstrip("/") + REQUEST_QUOTA_PATH
+        self.clock = clock or RealClock()
+        self._max_connections = max_connections
+        self._session: aiohttp.ClientSession | None = None
+
+    def _get_session(self) -> aiohttp.ClientSession:
+        if self._session is None or self._session.closed:
+            connector = aiohttp.TCPConnector(limit=self._max_connections)
+            self._session = aiohttp.ClientSession(connector=connector, timeout=aiohttp.ClientTimeout(total=None))
+        return self._session
+
+    async def request_quota(self, throttler_id: str, amount: float, *, timestamp: float, quota_class_id: str | None,
+                            client_id: str, rpc_timeout: float) -> None:
+        body = orjson.dumps({"throttler_id": throttler_id, "client_id": client_id, "amount": amount,
+                             "timestamp": timestamp, "quota_class_id": quota_class_id})
+        await with_timeout(self.clock, self._post(body), rpc_timeout, f'RequestQuota to throttler "{throttler_id}"')
+
+    async def _post(self, body: bytes) -> None:
+        session = self._get_session()
+        try:
+            async with session.post(self.url, data=body, headers={"Content-Type": "application/json"}) as response:
+                payload = await response.read()
+                status = response.status
+        except (aiohttp.ClientError, OSError) as error:
+            raise ControllerUnavailableError(f"throttler service {self.url}: {error or type(error).__name__}") from None
+        if status == 200:
+            return
+        try:
+            answer = orjson.loads(payload)
+            message, code = str(answer.get("error", "")), answer.get("code")
+        except (orjson.JSONDecodeError, AttributeError):
+            message, code = payload[:200].decode(errors="replace"), None
+        if status >= 500:
+            raise ControllerUnavailableError(f"throttler service answered {status}: {message}")
+        if code == "unknown_throttler":
+            raise UnknownThrottlerError(message)
+        if code == "invalid_amount":
+            raise QuotaAmountError(message)
+        raise QuotaRequestFailedError(f"throttler service answered {status}: {message}")
+
+    async def aclose(self) -> None:
+        if self._session is not None:
+            await self._session.close()

@@ -1,0 +1,146 @@
+"""The standalone throttler service: a controller behind HTTP/JSON (``egress throttler serve``).
+
+Endpoints (aiohttp): ``POST /v1/request_quota`` with ``{"throttler_id", "client_id", "amount",
+"timestamp", "quota_class_id"}`` answers ``200 {}`` once the amount is granted, ``400 {"error",
+"code"}`` with ``code`` ``unknown_throttler`` or ``invalid_amount`` (upstream texts), ``503`` while
+closing; a client that disconnects cancels its request, which refunds it. ``GET /metrics`` (the
+throttler sensors), ``GET /healthz``. The DynamicSpec file is re-read every ``reload_period`` seconds
+and applied live; an invalid file is reported and the last good configuration kept.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from pathlib import Path
+from typing import Any
+
+import orjson
+from aiohttp import web
+from prometheus_client import CollectorRegistry, generate_latest
+
+from egress.clock import Clock
+from egress.errors import SpecError
+from egress.spec.models import load_dynamic_spec
+from egress.throttler.controller import ThrottlerController
+from egress.throttler.errors import QuotaAmountError, ThrottlerError, UnknownThrottlerError
+from egress.throttler.models import ThrottlerSpec, validate_dynamic_throttlers
+from egress.throttler.sensors import ControllerCollector
+
+log = logging.getLogger("egress.throttler.service")
+
+REQUEST_QUOTA_PATH = "/v1/request_quota"
+
+
+def load_throttlers(path: str | Path) -> dict[str, ThrottlerSpec]:
+    """Load a DynamicSpec file and validate its ``throttlers``; raises :class:`SpecError`."""
+    return validate_dynamic_throttlers(load_dynamic_spec(path), file=str(path))
+
+
+def _json(status: int, body: dict[str, Any]) -> web.Response:
+    return web.Response(status=status, body=orjson.dumps(body), content_type="application/json")
+
+
+def make_app(controller: ThrottlerController, registry: CollectorRegistry | None = None) -> web.Application:
+    """The aiohttp application serving ``controller`` (mountable in another app)."""
+    registry = registry or CollectorRegistry(auto_describe=False)
+    registry.register(ControllerCollector(controller))
+
+    async def request_quota(request: web.Request) -> web.Response:
+        try:
+            body = orjson.loads(await request.read())
+            throttler_id = str(body["throttler_id"])
+            amount = float(body["amount"])
+            timestamp = float(body.get("timestamp") or 0.0)
+            class_id = body.get("quota_class_id")
+            client_id = str(body.get("client_id") or "")
+        except (orjson.JSONDecodeError, KeyError, TypeError, ValueError) as error:
+            return _json(400, {"error": f"malformed RequestQuota: {error}", "code": "bad_request"})
+        try:
+            await controller.request_quota(throttler_id, amount, timestamp=timestamp,
+                                           quota_class_id=None if class_id is None else str(class_id),
+                                           client_id=client_id)
+        except UnknownThrottlerError as error:
+            return _json(400, {"error": str(error), "code": "unknown_throttler"})
+        except QuotaAmountError as error:
+            return _json(400, {"error": str(error), "code": "invalid_amount"})
+        except ThrottlerError as error:
+            return _json(503, {"error": str(error), "code": "unavailable"})
+        return _json(200, {})
+
+    async def metrics(_: web.Request) -> web.Response:
+        return web.Response(body=generate_latest(registry), content_type="text/plain")
+
+    async def healthz(_: web.Request) -> web.Response:
+        return _json(200, {"throttlers": controller.throttler_ids})
+
+    app = web.Application()
+    app.router.add_post(REQUEST_QUOTA_PATH, request_quota)
+    app.router.add_get("/metrics", metrics)
+    app.router.add_get("/healthz", healthz)
+    return app
+
+
+class ThrottlerService:
+    """A controller serving HTTP on ``host:port`` (0 = a free port), configured from a DynamicSpec file."""
+
+    def __init__(self, dynamic_spec: str | Path, clock: Clock, *, host: str = "127.0.0.1", port: int = 0,
+                 reload_period: float = 1.0) -> None:
+        self.path = Path(dynamic_spec)
+        self.clock = clock
+        self.host, self.port = host, port
+        self.reload_period = reload_period
+        self._text = self.path.read_bytes()
+        self.controller = ThrottlerController(load_throttlers(self.path), clock)
+        self._runner: web.AppRunner | None = None
+        self._reloader: asyncio.Task[None] | None = None
+
+    @property
+    def url(self) -> str:
+        return f"http://{self.host}:{self.port}"
+
+    async def start(self) -> str:
+        """Listen and start watching the file; returns the base URL."""
+        self._runner = web.AppRunner(make_app(self.controller), access_log=None, handler_cancellation=True)
+        await self._runner.setup()
+        site = web.TCPSite(self._runner, self.host, self.port)
+        await site.start()
+        server = site._server
+        if server is not None:
+            self.port = server.sockets[0].getsockname()[1]  # type: ignore[attr-defined]
+        self._reloader = asyncio.get_running_loop().create_task(self._watch())
+        return self.url
+
+    def reload(self) -> bool:
+        """Re-read the DynamicSpec file; apply it when it changed and is valid. Returns whether applied."""
+        try:
+            text = self.path.read_bytes()
+        except OSError as error:
+            log.warning("cannot read %s: %s", self.path, error)
+            return False
+        if text == self._text:
+            return False
+        try:
+            throttlers = load_throttlers(self.path)
+        except SpecError as error:
+            log.warning("keeping the last good throttlers: %s", error.format())
+            return False
+        self._text = text
+        self.controller.reconfigure(throttlers)
+        log.info("applied throttlers %s from %s", sorted(throttlers), self.path)
+        return True
+
+    async def _watch(self) -> None:
+        while True:
+            await self.clock.sleep(self.reload_period)
+            self.reload()
+
+    async def stop(self) -> None:
+        if self._reloader is not None:
+            self._reloader.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._reloader
+        await self.controller.aclose()
+        if self._runner is not None:
+            await self._runner.cleanup()

@@ -1,0 +1,136 @@
+"""What a pipeline run needs from the throttler, in one object: the integration point for the runtime.
+
+One :class:`Throttling` per ``egress run`` process. It validates DynamicSpec ``throttlers`` (and the
+computations' throttler fields), runs the controller in-process or talks to ``egress throttler
+serve`` (``throttler_url``), hands out one :class:`ThrottlerFactory` per computation (or sink) for
+``ctx.get_throttler_or_throw`` / ``ctx.try_get_throttler``, throttles input batches automatically
+(:class:`InputThrottle`), applies a new DynamicSpec live, and registers the sensors.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from prometheus_client import CollectorRegistry
+
+from egress.clock import Clock
+from egress.spec.models import DynamicSpec
+from egress.throttler.client import TimestampProvider
+from egress.throttler.controller import ThrottlerController
+from egress.throttler.factory import ThrottlerFactory
+from egress.throttler.models import ThrottlerSpec, validate_dynamic_throttlers
+from egress.throttler.sensors import ClientSensors, ControllerCollector
+from egress.throttler.transport import InProcessTransport, QuotaTransport
+
+
+class InputThrottle:
+    """Automatic throttling of one computation's input batches (``input_rows_throttler_id`` counts
+    messages, ``input_bytes_throttler_id`` sums message byte sizes); follows live reconfiguration."""
+
+    def __init__(self, throttling: Throttling, computation_id: str, factory: ThrottlerFactory) -> None:
+        self._throttling = throttling
+        self._computation_id = computation_id
+        self._factory = factory
+
+    def throttler_ids(self) -> tuple[str | None, str | None]:
+        """(rows throttler id, bytes throttler id) configured now; ``None`` when not set."""
+        computation = self._throttling.dynamic.computations.get(self._computation_id)
+        if computation is None:
+            return None, None
+        return computation.input_rows_throttler_id, computation.input_bytes_throttler_id
+
+    @property
+    def active(self) -> bool:
+        return any(self.throttler_ids())
+
+    async def wait(self, rows: int, byte_size: int, *, timestamp: float | None = None) -> float:
+        """Wait for quota for one batch (rows first, then bytes); returns the seconds waited (the
+        ``Input.Throttle`` span). Raises the errors of :meth:`ThrottlerHandle.throttle`."""
+        clock = self._throttling.clock
+        started = clock.monotonic()
+        rows_id, bytes_id = self.throttler_ids()
+        if rows_id is not None and rows > 0:
+            await self._factory.get_throttler_or_throw(rows_id).throttle(rows, timestamp=timestamp)
+        if bytes_id is not None and byte_size > 0:
+            await self._factory.get_throttler_or_throw(bytes_id).throttle(byte_size, timestamp=timestamp)
+        return clock.monotonic() - started
+
+
+class Throttling:
+    """The throttlers of one process. Raises :class:`SpecErrors` at construction for an invalid
+    DynamicSpec (call it before the pipeline starts: class ids are checked there).
+
+    ``throttler_url`` = ``http://host:port`` of ``egress throttler serve``; ``None`` runs the
+    controller in-process. ``registry`` receives the sensors (the run's ``Metrics.registry``).
+    """
+
+    def __init__(self, dynamic: DynamicSpec, clock: Clock, *, registry: CollectorRegistry | None = None,
+                 throttler_url: str | None = None, file: str | None = None) -> None:
+        self.clock = clock
+        self.dynamic = dynamic
+        self.throttlers: dict[str, ThrottlerSpec] = validate_dynamic_throttlers(dynamic, file=file)
+        self.controller: ThrottlerController | None = None
+        self.transport: QuotaTransport
+        if throttler_url is None:
+            self.controller = ThrottlerController(self.throttlers, clock)
+            self.transport = InProcessTransport(self.controller)
+        else:
+            from egress.throttler.http_transport import HttpTransport
+
+            self.transport = HttpTransport(throttler_url, clock)
+        self.sensors = ClientSensors(registry) if registry is not None else None
+        if registry is not None and self.controller is not None:
+            registry.register(ControllerCollector(self.controller))
+        self._factories: list[tuple[ThrottlerFactory, str, Mapping[str, str | None] | None]] = []
+
+    def class_ids(self, computation_id: str) -> dict[str, str | None]:
+        """The computation's quota class per throttler, from its ``input_*_throttler_class_id``."""
+        computation = self.dynamic.computations.get(computation_id)
+        if computation is None:
+            return {}
+        found: dict[str, str | None] = {}
+        for throttler_id, class_id in ((computation.input_rows_throttler_id, computation.input_rows_throttler_class_id),
+                                       (computation.input_bytes_throttler_id,
+                                        computation.input_bytes_throttler_class_id)):
+            if throttler_id is not None:
+                found[throttler_id] = class_id
+        return found
+
+    def factory(self, computation_id: str, *, client_id: str = "", timestamp_provider: TimestampProvider | None = None,
+                class_ids: Mapping[str, str | None] | None = None) -> ThrottlerFactory:
+        """A factory for one job of ``computation_id`` (or one sink: pass its ``class_ids``).
+
+        Without ``class_ids`` the computation's classes apply to every request it makes to that
+        throttler, manual ones included (as upstream). Kept up to date by :meth:`reconfigure`.
+        """
+        factory = ThrottlerFactory(self.transport, self.clock, self.throttlers,
+                                   class_ids=class_ids if class_ids is not None else self.class_ids(computation_id),
+                                   client_id=client_id or computation_id, timestamp_provider=timestamp_provider,
+                                   sensors=self.sensors, computation_id=computation_id)
+        self._factories.append((factory, computation_id, class_ids))
+        return factory
+
+    async def close_factory(self, factory: ThrottlerFactory) -> None:
+        """A job ended: fail its waiting calls and stop following reconfigures for it."""
+        self._factories = [entry for entry in self._factories if entry[0] is not factory]
+        await factory.aclose()
+
+    def input_throttle(self, computation_id: str, factory: ThrottlerFactory) -> InputThrottle:
+        """Automatic input throttling of ``computation_id`` through the job's ``factory``."""
+        return InputThrottle(self, computation_id, factory)
+
+    def reconfigure(self, dynamic: DynamicSpec, *, file: str | None = None) -> None:
+        """Apply a new DynamicSpec live (raises :class:`SpecErrors` and changes nothing when invalid)."""
+        throttlers = validate_dynamic_throttlers(dynamic, file=file)
+        self.dynamic, self.throttlers = dynamic, throttlers
+        if self.controller is not None:
+            self.controller.reconfigure(throttlers)
+        for factory, computation_id, class_ids in self._factories:
+            factory.reconfigure(throttlers, class_ids if class_ids is not None else self.class_ids(computation_id))
+
+    async def aclose(self) -> None:
+        for factory, _, _ in self._factories:
+            await factory.aclose()
+        await self.transport.aclose()
+        if self.controller is not None:
+            await self.controller.aclose()

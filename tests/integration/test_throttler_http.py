@@ -1,0 +1,126 @@
+"""The throttler service over real HTTP on loopback: client/server tests of the contract."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import pytest
+import yaml
+
+from egress.clock import RealClock
+from egress.throttler.errors import ControllerUnavailableError, QuotaAmountError, UnknownThrottlerError
+from egress.throttler.factory import ThrottlerFactory
+from egress.throttler.http_transport import HttpTransport
+from egress.throttler.service import ThrottlerService, load_throttlers
+
+pytestmark = pytest.mark.integration
+
+
+def write_dynamic(path: Path, throttlers: dict[str, Any]) -> Path:
+    path.write_text(yaml.safe_dump({"throttlers": throttlers}))
+    return path
+
+
+@pytest.fixture
+async def service(tmp_path: Path) -> AsyncIterator[ThrottlerService]:
+    dynamic = write_dynamic(tmp_path / "dynamic.yaml", {
+        "q": {"limit": 10, "period": "1s", "classes": {"vip": {"weight": 5}}},
+        "slow": {"limit": 1, "period": "1s"}})
+    running = ThrottlerService(dynamic, RealClock(), reload_period=0.05)
+    await running.start()
+    yield running
+    await running.stop()
+
+
+async def test_unknown_throttler(service: ThrottlerService) -> None:
+    transport = HttpTransport(service.url)
+    with pytest.raises(UnknownThrottlerError, match=r'^Unknown throttler "nope"$'):
+        await transport.request_quota("nope", 1, timestamp=0, quota_class_id=None, client_id="c", rpc_timeout=5)
+    await transport.aclose()
+
+
+async def test_negative_amount_is_rejected(service: ThrottlerService) -> None:
+    transport = HttpTransport(service.url)
+    with pytest.raises(QuotaAmountError, match=r"^Quota amount must be non-negative, got -5$"):
+        await transport.request_quota("q", -5, timestamp=0, quota_class_id=None, client_id="c", rpc_timeout=5)
+    await transport.aclose()
+
+
+async def test_configured_quota_class_crosses_rpc(service: ThrottlerService) -> None:
+    transport = HttpTransport(service.url)
+    factory = ThrottlerFactory(transport, RealClock(), load_throttlers(service.path), class_ids={"q": "vip"})
+    await factory.get_throttler_or_throw("q").throttle(3)
+    assert service.controller.queue("q").class_counters()["vip"][0] == 3.0
+    async with aiohttp.ClientSession() as session, session.get(service.url + "/metrics") as response:
+        text = await response.text()
+    assert 'egress_throttler_class_granted_total{quota_class="vip",throttler_id="q"} 3.0' in text
+    assert 'egress_throttler_queue_size{throttler_id="q"} 0.0' in text
+    await factory.aclose()
+    await transport.aclose()
+
+
+async def test_canceled_request_stops_blocking_other_requests(service: ThrottlerService) -> None:
+    transport = HttpTransport(service.url)
+    await transport.request_quota("slow", 1, timestamp=0, quota_class_id=None, client_id="a", rpc_timeout=5)
+    # A huge request first in line (most lagging), then a small one; the huge one gives up (closes its
+    # connection) after 0.3 s: the service cancels and refunds it and the small one goes through.
+    huge = asyncio.create_task(transport.request_quota("slow", 1000, timestamp=0, quota_class_id=None,
+                                                       client_id="a", rpc_timeout=0.3))
+    await asyncio.sleep(0.05)
+    started = time.monotonic()
+    other = HttpTransport(service.url)
+    await other.request_quota("slow", 1, timestamp=1, quota_class_id=None, client_id="b", rpc_timeout=10)
+    waited = time.monotonic() - started
+    with pytest.raises(ControllerUnavailableError, match="timed out"):
+        await huge
+    assert waited < 3.0  # not 1000 s
+    for _ in range(100):
+        if service.controller.queue("slow").queue_size == 0:
+            break
+        await asyncio.sleep(0.01)
+    assert service.controller.queue("slow").queue_size == 0
+    await transport.aclose()
+    await other.aclose()
+
+
+async def test_dynamic_spec_file_is_applied_live(service: ThrottlerService) -> None:
+    write_dynamic(service.path, {"q": {"limit": 10}, "fresh": {"limit": 5}})
+    for _ in range(200):
+        if "fresh" in service.controller.throttler_ids:
+            break
+        await asyncio.sleep(0.01)
+    assert service.controller.throttler_ids == ["fresh", "q"]
+    service.path.write_text("throttlers: {bad: {limit: -1}}")
+    await asyncio.sleep(0.2)
+    assert service.controller.throttler_ids == ["fresh", "q"]  # the last good configuration stays
+
+
+async def test_service_down_is_unavailable_then_client_resumes(tmp_path: Path) -> None:
+    dynamic = write_dynamic(tmp_path / "dynamic.yaml", {"q": {
+        "limit": 100, "period": "1s", "request_period": "100ms",
+        "retrying_channel": {"retry_backoff_time": "50ms", "max_backoff_time": "100ms"}}})
+    first = ThrottlerService(dynamic, RealClock())
+    await first.start()
+    port = first.port
+    transport = HttpTransport(first.url)
+    factory = ThrottlerFactory(transport, RealClock(), load_throttlers(dynamic))
+    handle = factory.get_throttler_or_throw("q")
+    await handle.throttle(1)
+    await first.stop()
+    client = factory.client("q")
+    assert client is not None
+    client.on_hand = 0
+    waiting = asyncio.create_task(handle.throttle(1))
+    await asyncio.sleep(0.5)
+    assert not waiting.done()  # waits, does not fail
+    second = ThrottlerService(dynamic, RealClock(), port=port)
+    await second.start()
+    await asyncio.wait_for(waiting, 10)
+    await factory.aclose()
+    await transport.aclose()
+    await second.stop()

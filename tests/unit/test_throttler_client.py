@@ -1,0 +1,233 @@
+"""Prefetching client and factory over the in-process transport, on the virtual clock."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import pytest
+
+from egress.clock import VirtualClock
+from egress.throttler.controller import ThrottlerController
+from egress.throttler.errors import (
+    ControllerUnavailableError,
+    QuotaAmountError,
+    QuotaRequestFailedError,
+    ThrottlerNotConfiguredError,
+    UnknownThrottlerError,
+)
+from egress.throttler.factory import ThrottlerFactory
+from egress.throttler.models import ThrottlerSpec
+from egress.throttler.transport import InProcessTransport
+
+
+def specs(**throttlers: dict[str, Any]) -> dict[str, ThrottlerSpec]:
+    return {name: ThrottlerSpec.model_validate(fields) for name, fields in throttlers.items()}
+
+
+class SwitchableTransport(InProcessTransport):
+    """The in-process transport with a power switch: while ``down`` every call is refused at once."""
+
+    def __init__(self, controller: ThrottlerController) -> None:
+        super().__init__(controller)
+        self.down = False
+        self.calls: list[tuple[str, float, str | None]] = []
+
+    async def request_quota(self, throttler_id: str, amount: float, *, timestamp: float, quota_class_id: str | None,
+                            client_id: str, rpc_timeout: float) -> None:
+        self.calls.append((throttler_id, amount, quota_class_id))
+        if self.down:
+            raise ControllerUnavailableError("connection refused")
+        await super().request_quota(throttler_id, amount, timestamp=timestamp, quota_class_id=quota_class_id,
+                                    client_id=client_id, rpc_timeout=rpc_timeout)
+
+
+def setup(throttlers: dict[str, ThrottlerSpec], **factory_args: Any
+          ) -> tuple[VirtualClock, ThrottlerController, SwitchableTransport, ThrottlerFactory]:
+    clock = VirtualClock()
+    controller = ThrottlerController(throttlers, clock)
+    transport = SwitchableTransport(controller)
+    return clock, controller, transport, ThrottlerFactory(transport, clock, throttlers, **factory_args)
+
+
+async def test_prefetch_follows_the_contract() -> None:
+    throttlers = specs(q={"limit": 100, "period": "1s", "request_period": "500ms"})
+    clock, controller, transport, factory = setup(throttlers)
+    handle = factory.get_throttler_or_throw("q")
+    client = factory.client("q")
+    assert client is not None
+    assert client.spec.max_prefetch == 50
+    assert client.window == 5.0
+    await handle.throttle(1)  # nothing on hand: one RPC for max(prefetch = 1, deficit = 1)
+    assert transport.calls == [("q", 1.0, None)]
+    async with clock.autojumping():
+        for _ in range(100):  # 10 units/s for 10 s
+            await handle.throttle(1)
+            await clock.sleep(0.1)
+    # 10/s × request_period 0.5 s = 5, inside [1, 50]; the window (t - 5 s, t] holds 51 calls at 10/s → 6
+    assert client.prefetch() == 5
+    rpcs_in_the_last_5s = len(transport.calls)
+    assert 10 <= rpcs_in_the_last_5s <= 40  # far fewer RPCs than calls: about 1 per request_period once warm
+    assert [amount for _, amount, _ in transport.calls[-5:]] == [6.0] * 5
+    await factory.aclose()
+    await controller.aclose()
+
+
+async def test_served_locally_when_nothing_queued_and_it_fits() -> None:
+    _clock, controller, transport, factory = setup(specs(q={"limit": 10, "period": "1s", "request_period": "1s"}))
+    handle = factory.get_throttler_or_throw("q")
+    await handle.throttle(3)
+    client = factory.client("q")
+    assert client is not None
+    client.release(4)
+    assert client.on_hand == 4.0
+    await handle.throttle(4)
+    assert handle.try_acquire(1) is False
+    assert len(transport.calls) == 1
+    with pytest.raises(QuotaAmountError, match="Quota amount must be non-negative, got -1"):
+        await handle.throttle(-1)
+    await factory.aclose()
+    await controller.aclose()
+
+
+async def test_get_client_returns_same_handle_across_calls() -> None:
+    _, controller, _, factory = setup(specs(q={"limit": 10}))
+    assert factory.get_throttler_or_throw("q") is factory.get_throttler_or_throw("q")
+    assert factory.try_get_throttler("q") is factory.get_throttler_or_throw("q")
+    assert factory.try_get_throttler("other") is None
+    with pytest.raises(ThrottlerNotConfiguredError, match='Throttler "other" is not configured for this client'):
+        factory.get_throttler_or_throw("other")
+    await controller.aclose()
+
+
+async def test_handle_survives_reconfigure() -> None:
+    clock, controller, _transport, factory = setup(specs(q={"limit": 10, "period": "1s"}))
+    handle = factory.get_throttler_or_throw("q")
+    await handle.throttle(1)
+    new = specs(q={"limit": 1000, "period": "1s"})
+    controller.reconfigure(new)
+    factory.reconfigure(new)
+    assert factory.get_throttler_or_throw("q") is handle
+    async with clock.autojumping():
+        await handle.throttle(500)
+    assert clock.monotonic() <= 0.5
+    await factory.aclose()
+    await controller.aclose()
+
+
+async def test_handle_throws_after_name_removed_and_resumes_after_readded() -> None:
+    clock, controller, _transport, factory = setup(specs(q={"limit": 1, "period": "1s"}))
+    handle = factory.get_throttler_or_throw("q")
+    await handle.throttle(1)
+    waiting = asyncio.create_task(handle.throttle(1))
+    await asyncio.sleep(0)
+    factory.reconfigure({})
+    with pytest.raises(ThrottlerNotConfiguredError, match='Throttler "q" is not configured for this client'):
+        await waiting
+    with pytest.raises(ThrottlerNotConfiguredError, match='Throttler "q" is not configured for this client'):
+        await handle.throttle(1)
+    assert factory.try_get_throttler("q") is None
+    factory.reconfigure(specs(q={"limit": 1, "period": "1s"}))
+    async with clock.autojumping():
+        await handle.throttle(1)  # the same handle works again
+    assert factory.try_get_throttler("q") is handle
+    await factory.aclose()
+    await controller.aclose()
+
+
+async def test_configured_quota_class_crosses_rpc() -> None:
+    throttlers = specs(q={"limit": 100, "classes": {"vip": {"weight": 5}}})
+    _, controller, transport, factory = setup(throttlers, class_ids={"q": "vip"})
+    await factory.get_throttler_or_throw("q").throttle(7)
+    assert transport.calls == [("q", 7.0, "vip")]
+    assert controller.queue("q").class_counters()["vip"][0] == 7.0
+    await factory.aclose()
+    await controller.aclose()
+
+
+async def test_failed_rpc_fails_every_queued_local_call() -> None:
+    clock = VirtualClock()
+    controller = ThrottlerController({}, clock)  # the controller does not know "q"
+    factory = ThrottlerFactory(InProcessTransport(controller), clock, specs(q={"limit": 10}))
+    handle = factory.get_throttler_or_throw("q")
+    calls = [asyncio.create_task(handle.throttle(1)) for _ in range(5)]
+    results = await asyncio.gather(*calls, return_exceptions=True)
+    assert all(isinstance(r, UnknownThrottlerError) and str(r) == 'Unknown throttler "q"' for r in results)
+    await factory.aclose()
+    await controller.aclose()
+
+
+async def test_waits_while_controller_is_away_and_resumes_by_itself() -> None:
+    throttlers = specs(q={"limit": 10, "period": "1s", "retrying_channel": {"retry_backoff_time": "1s"}})
+    clock, controller, transport, factory = setup(throttlers)
+    handle = factory.get_throttler_or_throw("q")
+    transport.down = True
+    async with clock.autojumping():
+        call = asyncio.create_task(handle.throttle(1))
+        await clock.sleep(20.0)
+        assert not call.done()
+        transport.down = False
+        await call
+    assert 20.0 <= clock.monotonic() <= 20.0 + 16.0  # the backoff doubling 1, 2, 4, 8, 16 s
+    await factory.aclose()
+    await controller.aclose()
+
+
+async def test_raises_past_the_retry_budget() -> None:
+    throttlers = specs(q={"limit": 10, "retrying_channel": {"retry_attempts": 4, "retry_backoff_time": "1s"}})
+    clock, controller, transport, factory = setup(throttlers)
+    handle = factory.get_throttler_or_throw("q")
+    transport.down = True
+    async with clock.autojumping():
+        calls = [asyncio.create_task(handle.throttle(1)) for _ in range(3)]
+        results = await asyncio.gather(*calls, return_exceptions=True)
+    assert all(isinstance(r, QuotaRequestFailedError) for r in results)
+    assert 'RequestQuota for throttler "q" failed after 4 attempt(s) in 7 s: connection refused' in str(results[0])
+    assert clock.monotonic() == 7.0  # 1 + 2 + 4
+    await factory.aclose()
+    await controller.aclose()
+
+
+async def test_retry_timeout_bounds_the_budget() -> None:
+    throttlers = specs(q={"limit": 10, "retrying_channel": {"retry_timeout": "10s", "retry_backoff_time": "1s",
+                                                            "enable_exponential_retry_backoffs": False}})
+    clock, controller, transport, factory = setup(throttlers)
+    transport.down = True
+    async with clock.autojumping():
+        with pytest.raises(QuotaRequestFailedError, match="failed after 11 attempt"):
+            await factory.get_throttler_or_throw("q").throttle(1)
+    assert clock.monotonic() == 10.0
+    await factory.aclose()
+    await controller.aclose()
+
+
+async def test_safe_rate_serves_only_while_the_controller_is_away() -> None:
+    throttlers = specs(q={"limit": 100, "period": "1s", "request_period": "1s", "safe_rate": 2,
+                          "retrying_channel": {"retry_backoff_time": "1s", "enable_exponential_retry_backoffs": False}})
+    clock, controller, transport, factory = setup(throttlers)
+    handle = factory.get_throttler_or_throw("q")
+    transport.down = True
+    served: list[float] = []
+    async with clock.autojumping():
+        for _ in range(6):
+            await handle.throttle(1)
+            served.append(clock.monotonic())
+    assert served == pytest.approx([0.5, 1.0, 1.5, 2.0, 2.5, 3.0])  # 2 units/s, nothing banked before
+    transport.down = False
+    async with clock.autojumping():
+        await handle.throttle(1)
+    await factory.aclose()
+    await controller.aclose()
+
+
+async def test_controller_timeout_refunds_and_retries() -> None:
+    throttlers = specs(q={"limit": 1, "period": "1s", "rpc_timeout": "2s",
+                          "retrying_channel": {"retry_attempts": 2, "retry_backoff_time": "1s"}})
+    clock, controller, _transport, factory = setup(throttlers)
+    await controller.request_quota("q", 1)
+    async with clock.autojumping():
+        with pytest.raises(QuotaRequestFailedError, match="timed out after 2 s"):
+            await factory.get_throttler_or_throw("q").throttle(100)
+    assert controller.queue("q").queue_size == 0  # both timed-out requests were withdrawn
+    await factory.aclose()
+    await controller.aclose()

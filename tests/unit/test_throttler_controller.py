@@ -1,0 +1,138 @@
+"""The controller on the virtual clock: exact grant times, one timer, cancel refunds, live reconfigure."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import pytest
+
+from egress.clock import VirtualClock
+from egress.throttler.controller import ThrottlerController
+from egress.throttler.errors import QuotaAmountError, ThrottlerError, UnknownThrottlerError
+from egress.throttler.models import ThrottlerSpec
+
+
+def specs(**throttlers: dict[str, Any]) -> dict[str, ThrottlerSpec]:
+    return {name: ThrottlerSpec.model_validate(fields) for name, fields in throttlers.items()}
+
+
+async def timed(clock: VirtualClock, controller: ThrottlerController, log: list[tuple[str, float]], name: str,
+                amount: float, **kwargs: Any) -> None:
+    await controller.request_quota("q", amount, **kwargs)
+    log.append((name, clock.monotonic()))
+
+
+async def test_grants_follow_the_bucket_exactly_and_lag_priority() -> None:
+    clock = VirtualClock()
+    controller = ThrottlerController(specs(q={"limit": 10, "period": "1s"}), clock)
+    log: list[tuple[str, float]] = []
+    async with clock.autojumping():
+        await controller.request_quota("q", 10)  # the burst: at once
+        assert clock.monotonic() == 0.0
+        await asyncio.gather(timed(clock, controller, log, "late", 5, timestamp=300.0),
+                             timed(clock, controller, log, "lagging", 5, timestamp=100.0),
+                             timed(clock, controller, log, "middle", 5, timestamp=200.0))
+    assert log == [("lagging", 0.5), ("middle", 1.0), ("late", 1.5)]
+    await controller.aclose()
+
+
+async def test_errors_have_upstream_texts() -> None:
+    controller = ThrottlerController(specs(q={"limit": 1}), VirtualClock())
+    with pytest.raises(UnknownThrottlerError, match='Unknown throttler "nope"'):
+        await controller.request_quota("nope", 1)
+    with pytest.raises(QuotaAmountError, match="Quota amount must be non-negative, got -1"):
+        await controller.request_quota("q", -1)
+    await controller.aclose()
+    with pytest.raises(ThrottlerError, match="closed"):
+        await controller.request_quota("q", 1)
+
+
+async def test_one_timer_for_ten_thousand_waiters() -> None:
+    clock = VirtualClock()
+    controller = ThrottlerController(specs(q={"limit": 1000, "period": "1s"}, r={"limit": 500, "period": "1s"}), clock)
+    await controller.request_quota("q", 1000)
+    await controller.request_quota("r", 500)
+    tasks = [asyncio.create_task(controller.request_quota("q" if i % 2 else "r", 1, timestamp=float(i)))
+             for i in range(10_000)]
+    await asyncio.sleep(0)
+    assert controller.queue("q").queue_size + controller.queue("r").queue_size == 10_000
+    assert controller.timer_count == 1
+    await asyncio.sleep(0)
+    assert sum(not f.done() for _, _, f in clock._sleepers) == 1  # one sleeper on the clock, not one per waiter
+    await clock.advance(5.0)
+    assert controller.queue("q").queue_size == 0
+    assert controller.queue("r").queue_size == 2500  # 5,000 at 500/s: exactly 10 s
+    assert sum(t.done() for t in tasks) == 5000 + 2500
+    await clock.advance(5.0)
+    assert all(t.done() for t in tasks)
+    assert controller.timer_count == 0
+    await controller.aclose()
+
+
+async def test_cancelled_request_stops_blocking_and_is_refunded() -> None:
+    clock = VirtualClock()
+    controller = ThrottlerController(specs(q={"limit": 10, "period": "1s"}), clock)
+    log: list[tuple[str, float]] = []
+    async with clock.autojumping():
+        await controller.request_quota("q", 10)
+        big = asyncio.create_task(controller.request_quota("q", 10, timestamp=1.0))
+        small = asyncio.create_task(timed(clock, controller, log, "small", 2, timestamp=2.0))
+        await clock.sleep(0.5)
+        big.cancel()
+        await small
+    assert log == [("small", 0.5)]  # the 5 units refilled for big were not lost
+    assert controller.queue("q").bucket.tokens(0.5) == pytest.approx(3.0)
+    await controller.aclose()
+
+
+async def test_reconfigure_applies_live() -> None:
+    clock = VirtualClock()
+    controller = ThrottlerController(specs(q={"limit": 1, "period": "1s"}), clock)
+    log: list[tuple[str, float]] = []
+    async with clock.autojumping():
+        await controller.request_quota("q", 1)
+        waiting = asyncio.create_task(timed(clock, controller, log, "w", 100))
+        await clock.sleep(1.0)
+        controller.reconfigure(specs(q={"limit": 100, "period": "1s"}))  # 1 token now, refill 100/s
+        await waiting
+    assert log == [("w", pytest.approx(1.99))]
+    await controller.aclose()
+
+
+async def test_removed_throttler_fails_its_waiters_and_readding_starts_full() -> None:
+    clock = VirtualClock()
+    controller = ThrottlerController(specs(q={"limit": 1, "period": "1s"}), clock)
+    await controller.request_quota("q", 1)
+    waiting = asyncio.create_task(controller.request_quota("q", 1))
+    await asyncio.sleep(0)
+    controller.reconfigure({})
+    with pytest.raises(UnknownThrottlerError, match='Unknown throttler "q"'):
+        await waiting
+    controller.reconfigure(specs(q={"limit": 1, "period": "1s"}))
+    await controller.request_quota("q", 1)
+    assert clock.monotonic() == 0.0
+    await controller.aclose()
+
+
+async def test_classes_share_through_the_controller() -> None:
+    clock = VirtualClock()
+    controller = ThrottlerController(specs(q={"limit": 90, "period": "1s", "max_grant_amount": 1, "classes": {
+        "vip": {"weight": 5}, "regular": {"weight": 3}, "bulk": {"weight": 1}}}), clock)
+    await controller.request_quota("q", 90)
+    granted = {"vip": 0, "regular": 0, "bulk": 0}
+
+    async def worker(class_id: str) -> None:
+        while True:
+            await controller.request_quota("q", 1, quota_class_id=class_id)
+            granted[class_id] += 1
+
+    workers = [asyncio.create_task(worker(c)) for c in granted for _ in range(3)]
+    await clock.advance(10.0)
+    for task in workers:
+        task.cancel()
+    await asyncio.gather(*workers, return_exceptions=True)
+    assert sum(granted.values()) == 900
+    assert granted == {"vip": pytest.approx(500, abs=2), "regular": pytest.approx(300, abs=2),
+                       "bulk": pytest.approx(100, abs=2)}
+    await controller.aclose()

@@ -1,0 +1,67 @@
+"""The runtime's integration object: validation before start, input batches, live DynamicSpec, sensors."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from prometheus_client import CollectorRegistry
+
+from egress.clock import VirtualClock
+from egress.errors import SpecErrors
+from egress.spec.models import DynamicSpec
+from egress.throttler import ThrottlerNotConfiguredError, Throttling
+
+
+def dynamic(**fields: Any) -> DynamicSpec:
+    return DynamicSpec.model_validate(fields)
+
+
+SPEC = dynamic(throttlers={"rows": {"limit": 10, "period": "1s", "classes": {"vip": {"weight": 5}}},
+                           "bytes": {"limit": 1000, "period": "1s"}},
+               computations={"c": {"input_rows_throttler_id": "rows", "input_rows_throttler_class_id": "vip",
+                                   "input_bytes_throttler_id": "bytes"}})
+
+
+async def test_invalid_dynamic_spec_is_rejected_before_start() -> None:
+    with pytest.raises(SpecErrors, match="must name different throttlers"):
+        Throttling(dynamic(throttlers={"t": {}}, computations={"c": {"input_rows_throttler_id": "t",
+                                                                     "input_bytes_throttler_id": "t"}}),
+                   VirtualClock(), file="dyn.yaml")
+
+
+async def test_input_batches_wait_for_rows_and_bytes_in_the_computations_class() -> None:
+    clock = VirtualClock()
+    registry = CollectorRegistry()
+    throttling = Throttling(SPEC, clock, registry=registry)
+    factory = throttling.factory("c", client_id="c/0")
+    batch = throttling.input_throttle("c", factory)
+    assert batch.throttler_ids() == ("rows", "bytes")
+    async with clock.autojumping():
+        assert await batch.wait(10, 500) == 0.0
+        waited = await batch.wait(5, 100)
+    assert waited == pytest.approx(0.5)
+    assert throttling.controller is not None
+    assert throttling.controller.queue("rows").class_counters()["vip"][0] == 15.0
+    assert registry.get_sample_value("egress_throttler_client_consumed_total",
+                                     {"computation_id": "c", "throttler_id": "rows"}) == 15.0
+    assert registry.get_sample_value("egress_throttler_class_granted_total",
+                                     {"throttler_id": "rows", "quota_class": "vip"}) == 15.0
+    await throttling.aclose()
+
+
+async def test_reconfigure_reaches_controller_and_handles() -> None:
+    clock = VirtualClock()
+    throttling = Throttling(SPEC, clock)
+    factory = throttling.factory("c")
+    handle = factory.get_throttler_or_throw("bytes")
+    throttling.reconfigure(dynamic(throttlers={"rows": {"limit": 10}}))
+    assert throttling.input_throttle("c", factory).active is False
+    with pytest.raises(ThrottlerNotConfiguredError, match='Throttler "bytes" is not configured for this client'):
+        await handle.throttle(1)
+    throttling.reconfigure(SPEC)
+    await handle.throttle(1)
+    await throttling.close_factory(factory)
+    with pytest.raises(ThrottlerNotConfiguredError):
+        await handle.throttle(1)
+    await throttling.aclose()
