@@ -14,8 +14,10 @@ What is measured, in one run, on loopback only:
    log, every commit and every POST); the report's in-run ``messages_per_second`` is shown too.
 3. ``raw pycurl``: a plain ``CurlMulti`` perform/select loop in this process POSTs the same bodies
    with the same headers (the egress ``Idempotency-Key`` of each message, ``Content-Type:
-   application/json``) over as many concurrent connections as egress may use: 64 per partition
-   (``MAX_CONNECTIONS_PER_CLIENT``) × ``partition_count`` (``--partitions``, default 4 → 256).
+   application/json``) over as many concurrent connections as egress may use. egress runs one
+   libcurl client per partition whose pool size is also its concurrency (the sink's
+   ``max_idle_connections``, see ``docs/http-sink.md``); the Spec sets it to 64
+   (``--connections-per-partition``), so with ``partition_count`` 4 (``--partitions``) that is 256.
 4. ``bare aiohttp``: an ``aiohttp.ClientSession`` with ``TCPConnector(limit=concurrency)`` and as
    many worker coroutines POSTing the same bodies.
 
@@ -28,7 +30,7 @@ is one comparable summary::
 
 Run it from the repository root (figures and interpretation: ``docs/benchmarks.md``)::
 
-    python benchmarks/delivery.py                  # 100,000 messages, 4 partitions, 256 connections
+    python benchmarks/delivery.py                  # 100,000 messages, 4 partitions × 64 connections
     python benchmarks/delivery.py --messages 20000 --partitions 1
 
 ``--target nginx`` POSTs to a local nginx instead (``return 200``; keys counted from its access
@@ -44,6 +46,7 @@ import csv
 import gzip
 import json
 import re
+import resource
 import selectors
 import shutil
 import signal
@@ -64,7 +67,6 @@ import pycurl
 import yaml
 
 from egress import Message, OutputCollector, ProcessFunction, RuntimeContext
-from egress.connectors.sinks.async_http import MAX_CONNECTIONS_PER_CLIENT
 from egress.keys import derived_message_id, idempotency_key, source_message_id
 
 HERE = Path(__file__).resolve().parent
@@ -122,6 +124,11 @@ def egress_keys(count: int) -> list[str]:
 
 
 # -- endpoints ------------------------------------------------------------------------------------
+
+
+def _children_cpu() -> float:
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
 
 
 def free_port() -> int:
@@ -202,10 +209,8 @@ class ReceiverTarget(Target):
 
 
 class NginxTarget(Target):
-    """A local nginx answering 200 to every POST; keys with a 200 are counted from its access log.
-
-    Optional and not exercised where this was written (no nginx there): a starting point for
-    measuring the clients against a server that is not the bottleneck.
+    """A local nginx (one worker) answering 200 to every POST; keys with a 2xx are counted from its
+    access log. Optional: it shows the clients against a server that is far from being the bottleneck.
     """
 
     name = "nginx"
@@ -279,6 +284,7 @@ class PhaseResult:
     name: str
     messages: int
     seconds: float
+    cpu_seconds: float = 0.0  # the client's CPU time (user + system): egress's process, or this one's
     stats: dict[str, int] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
 
@@ -295,10 +301,12 @@ class PhaseResult:
         return self.delivered == self.messages
 
 
-def run_egress(target: Target, bodies: Sequence[bytes], partitions: int, work: Path, timeout: float) -> PhaseResult:
+def run_egress(target: Target, bodies: Sequence[bytes], partitions: int, pool: int, work: Path,
+               timeout: float) -> PhaseResult:
     """One ``egress run`` subprocess from a fresh state directory; timed from spawn to exit."""
     phase = work / "egress"
-    phase.mkdir()
+    phase.mkdir(exist_ok=True)
+    shutil.rmtree(phase / "state", ignore_errors=True)  # a fresh state directory: no resumed run
     source = phase / "payloads.jsonl"
     with open(source, "wb") as out:
         for i, body in enumerate(bodies):
@@ -323,7 +331,8 @@ def run_egress(target: Target, bodies: Sequence[bytes], partitions: int, work: P
                                "input_stream_ids": ["requests"],
                                "parameters": {"url": target.url, "payload_column": "payload",
                                               "headers": {"Content-Type": CONTENT_TYPE},
-                                              "idempotency_header": IDEMPOTENCY_HEADER}}},
+                                              "idempotency_header": IDEMPOTENCY_HEADER,
+                                              "max_idle_connections": pool}}},
         }},
     }
     spec_path = phase / "spec.yaml"
@@ -331,15 +340,26 @@ def run_egress(target: Target, bodies: Sequence[bytes], partitions: int, work: P
     report_path = phase / "report.json"
     command = [sys.executable, "-m", "egress", "run", str(spec_path), "--state-dir", str(phase / "state"),
                "--until-drained", "--quiet", "--report", str(report_path)]
+    cpu_before = _children_cpu()
     started = time.perf_counter()
+    process = subprocess.Popen(command, cwd=HERE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
-        run = subprocess.run(command, cwd=HERE, timeout=timeout, capture_output=True, text=True, check=False)
+        stdout, stderr = process.communicate(timeout=timeout)
     except subprocess.TimeoutExpired:
-        raise RuntimeError(f"egress run did not finish within {timeout:.0f} s") from None
+        stats = target.finish()
+        process.kill()
+        process.communicate()
+        raise RuntimeError(f"egress run did not finish within {timeout:.0f} s; the endpoint had received "
+                           f"{stats['distinct_keys']:,} of {len(bodies):,} keys (--keep DIR keeps its state)"
+                           ) from None
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait()
     seconds = time.perf_counter() - started
-    result = PhaseResult("egress", len(bodies), seconds)
-    if run.returncode != 0:
-        result.notes.append(f"egress exited {run.returncode}: {(run.stderr or run.stdout).strip()[-2000:]}")
+    result = PhaseResult("egress", len(bodies), seconds, cpu_seconds=_children_cpu() - cpu_before)
+    if process.returncode != 0:
+        result.notes.append(f"egress exited {process.returncode}: {(stderr or stdout).strip()[-2000:]}")
     report = json.loads(report_path.read_text()) if report_path.exists() else {}
     in_run = float(report.get("messages_per_second", 0.0))
     result.notes.append(
@@ -387,6 +407,7 @@ def run_pycurl(target: Target, bodies: Sequence[bytes], keys: Sequence[str], con
             failed_for_good += 1
 
     deadline = time.monotonic() + timeout
+    cpu_before = time.process_time()
     started = time.perf_counter()
     try:
         while todo or running:
@@ -417,15 +438,15 @@ def run_pycurl(target: Target, bodies: Sequence[bytes], keys: Sequence[str], con
             if not completed:
                 multi.select(1.0)
         seconds = time.perf_counter() - started
+        cpu_seconds = time.process_time() - cpu_before
     finally:
         for handle in handles:
             if id(handle) in running:
                 multi.remove_handle(handle)
             handle.close()
         multi.close()
-    result = PhaseResult("raw pycurl", len(bodies), seconds)
-    result.notes.append(f"{succeeded:,} 2xx, {sum(errors.values()):,} failed attempts "
-                        f"{dict(errors.most_common(3)) or ''}, {failed_for_good:,} given up".replace(" ,", ","))
+    result = PhaseResult("raw pycurl", len(bodies), seconds, cpu_seconds=cpu_seconds)
+    result.notes.append(attempts_note(succeeded, errors, failed_for_good))
     result.stats = target.finish()
     return result
 
@@ -466,16 +487,24 @@ def run_aiohttp(target: Target, bodies: Sequence[bytes], keys: Sequence[str], co
 
     async def bounded() -> tuple[float, int, int]:
         try:
-            return await asyncio.wait_for(_aiohttp_phase(target.url, bodies, keys, concurrency, errors), timeout)
+            phase = _aiohttp_phase(target.url, bodies, keys, concurrency, errors)
+            return await asyncio.wait_for(phase, timeout)
         except TimeoutError:
             raise RuntimeError(f"bare aiohttp did not finish within {timeout:.0f} s") from None
 
+    cpu_before = time.process_time()
     seconds, succeeded, failed_for_good = asyncio.run(bounded())
-    result = PhaseResult("bare aiohttp", len(bodies), seconds)
-    result.notes.append(f"{succeeded:,} 2xx, {sum(errors.values()):,} failed attempts "
-                        f"{dict(errors.most_common(3)) or ''}, {failed_for_good:,} given up".replace(" ,", ","))
+    result = PhaseResult("bare aiohttp", len(bodies), seconds, cpu_seconds=time.process_time() - cpu_before)
+    result.notes.append(attempts_note(succeeded, errors, failed_for_good))
     result.stats = target.finish()
     return result
+
+
+def attempts_note(succeeded: int, errors: collections.Counter[str], failed_for_good: int) -> str:
+    failed = f"{sum(errors.values()):,} failed attempts"
+    if errors:
+        failed += f" {dict(errors.most_common(3))}"
+    return f"{succeeded:,} 2xx, {failed}, {failed_for_good:,} given up"
 
 
 # -- the report -----------------------------------------------------------------------------------
@@ -485,6 +514,7 @@ def describe(result: PhaseResult) -> str:
     stats = result.stats
     check = "OK" if result.complete else f"LOST {result.messages - result.delivered:,}"
     return (f"{result.name:<13} {result.rate:>8,.0f} msg/s  {result.seconds:7.2f} s  "
+            f"client CPU {result.cpu_seconds:5.1f} s  "
             f"delivered {result.delivered:,}/{result.messages:,} distinct keys ({check}), "
             f"{stats.get('requests', 0):,} requests received")
 
@@ -507,27 +537,33 @@ def summary(results: dict[str, PhaseResult]) -> str:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--messages", type=int, default=100_000, help="messages per phase (default 100,000)")
     parser.add_argument("--partitions", type=int, default=4,
                         help="partition_count of the egress Spec (default 4)")
+    parser.add_argument("--connections-per-partition", type=int, default=64, metavar="N",
+                        help="the sink's max_idle_connections: egress's pool and concurrency per partition "
+                             "(default 64)")
     parser.add_argument("--concurrency", type=int, default=None,
-                        help=f"connections of the raw phases (default {MAX_CONNECTIONS_PER_CLIENT} × partitions, "
-                             "what egress may use)")
+                        help="connections of the raw phases (default: connections per partition × "
+                             "partitions, what egress may use)")
     parser.add_argument("--phases", default="egress,pycurl,aiohttp",
                         help="comma-separated subset of egress,pycurl,aiohttp (default: all, in that order)")
     parser.add_argument("--target", choices=("receiver", "nginx"), default="receiver",
                         help="the endpoint (default: egress receiver; nginx is optional, skipped if absent)")
-    parser.add_argument("--timeout", type=float, default=600.0, help="seconds allowed per phase (default 600)")
+    parser.add_argument("--timeout", type=float, default=600.0,
+                        help="seconds allowed per phase (default 600)")
     parser.add_argument("--keep", type=Path, help="keep the Spec, state and report of the egress phase here")
     args = parser.parse_args(argv)
     phases = [p.strip() for p in args.phases.split(",") if p.strip()]
     unknown = set(phases) - {"egress", "pycurl", "aiohttp"}
     if unknown or not phases:
         parser.error(f"--phases: unknown {', '.join(sorted(unknown)) or 'empty list'}")
-    if args.messages < 1 or args.partitions < 1:
-        parser.error("--messages and --partitions must be >= 1")
-    concurrency = args.concurrency or MAX_CONNECTIONS_PER_CLIENT * args.partitions
+    if min(args.messages, args.partitions, args.connections_per_partition, args.concurrency or 1) < 1:
+        parser.error("--messages, --partitions, --connections-per-partition and --concurrency must be >= 1")
+    pool = args.connections_per_partition
+    concurrency = args.concurrency or pool * args.partitions
     nginx = shutil.which("nginx") if args.target == "nginx" else None
     if args.target == "nginx" and nginx is None:
         print("delivery: --target nginx skipped: no nginx on the PATH")
@@ -537,8 +573,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     keys = egress_keys(args.messages)
     size = sum(map(len, bodies))
     print(f"{args.messages:,} flight payloads, {size / len(bodies):.0f} bytes on average; "
-          f"egress partition_count {args.partitions} × {MAX_CONNECTIONS_PER_CLIENT} connections = "
-          f"{MAX_CONNECTIONS_PER_CLIENT * args.partitions}, raw phases {concurrency} connections", flush=True)
+          f"egress partition_count {args.partitions} × {pool} connections = {pool * args.partitions}, "
+          f"raw phases {concurrency} connections", flush=True)
 
     with tempfile.TemporaryDirectory(prefix="egress-bench-") as temporary:
         work = args.keep or Path(temporary)
@@ -550,7 +586,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 target.start()
                 print(f"{phase}: POSTing to {target.url} ({target.name}) ...", flush=True)
                 if phase == "egress":
-                    result = run_egress(target, bodies, args.partitions, work, args.timeout)
+                    result = run_egress(target, bodies, args.partitions, pool, work, args.timeout)
                 elif phase == "pycurl":
                     result = run_pycurl(target, bodies, keys, concurrency, args.timeout)
                 else:
@@ -559,6 +595,9 @@ def main(argv: Sequence[str] | None = None) -> int:
                 print("  " + describe(result), flush=True)
                 for note in result.notes:
                     print(f"    {note}", flush=True)
+        except RuntimeError as error:  # a phase that could not finish: no figure to compare
+            print(f"FAILED: {error}", flush=True)
+            return 1
         finally:
             target.stop()
 
@@ -569,8 +608,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     if egress is not None:
         for name in ("raw pycurl", "bare aiohttp"):
             if name in results:
-                in_run = egress.stats.get("in_run_rate", 0) / results[name].rate if results[name].rate else 0.0
-                print(f"egress/{name}: {ratio(egress, results[name])} (wall time), {in_run:.2f} (in-run figure)")
+                other = results[name].rate
+                in_run = egress.stats.get("in_run_rate", 0) / other if other else 0.0
+                print(f"egress/{name}: {ratio(egress, results[name])} (wall time), "
+                      f"{in_run:.2f} (in-run figure)")
     lost = [r.name for r in results.values() if not r.complete]
     if lost:
         print(f"FAILED: messages lost in {', '.join(lost)}")
