@@ -166,8 +166,20 @@ def receiver(
         min=0, help="Fail the first N requests of each idempotency key with --fail-status, then accept.")] = 0,
     seed: Annotated[Optional[int], typer.Option(help="Seed for repeatable fault injection.")] = None,  # noqa: UP045
     idempotency_header: Annotated[str, typer.Option(help="The header that carries the key.")] = "Idempotency-Key",
+    protocol: Annotated[str, typer.Option(
+        help="generic (record any request) or firehose (a strict Amazon Data Firehose HTTP endpoint).")] = "generic",
+    access_key_env: Annotated[Optional[list[str]], typer.Option(  # noqa: UP045
+        help="firehose: an environment variable holding an accepted access key (repeat it during a rotation).")] = None,
 ) -> None:
     """Serve a local HTTP endpoint that records requests, counts duplicates and injects faults."""
+    if protocol not in ("generic", "firehose"):
+        raise typer.BadParameter("must be generic or firehose", param_hint="--protocol")
+    if protocol == "firehose":
+        from egress.cli.firehose import run_firehose_receiver
+
+        run_firehose_receiver(host=host, port=port, access_key_env=access_key_env or [], record=record,
+                              fail_rate=fail_rate, fail_status=fail_status, delay=delay, seed=seed)
+        return
     import socket
 
     config = ReceiverConfig(fail_rate=fail_rate, fail_status=fail_status, delay=delay, fail_first=fail_first,

@@ -1,0 +1,72 @@
+"""The Firehose receiver as an ASGI application, for ASGI servers (uvicorn, hypercorn) and frameworks
+that mount ASGI apps (Starlette, FastAPI, Django).
+
+``FirehoseASGI(receiver)`` runs the same decision table as the aiohttp application through
+:meth:`FirehoseReceiver.answer`. ASGI servers do not decompress request bodies, so both size caps
+are exact. Lifespan events are acknowledged; WebSocket connections are closed.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Any
+
+from multidict import CIMultiDict
+
+from egress.firehose.receiver import FirehoseReceiver, Incoming, UnreadableBody
+
+Scope = dict[str, Any]
+Receive = Callable[[], Awaitable[dict[str, Any]]]
+Send = Callable[[dict[str, Any]], Awaitable[None]]
+
+
+class FirehoseASGI:
+    """An ASGI 3 application serving ``receiver``; the path is taken relative to ``root_path``."""
+
+    def __init__(self, receiver: FirehoseReceiver) -> None:
+        self.receiver = receiver
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        kind = scope["type"]
+        if kind == "lifespan":
+            while True:
+                message = await receive()
+                if message["type"] == "lifespan.startup":
+                    await send({"type": "lifespan.startup.complete"})
+                elif message["type"] == "lifespan.shutdown":
+                    await send({"type": "lifespan.shutdown.complete"})
+                    return
+        if kind != "http":
+            await send({"type": "websocket.close", "code": 1000})
+            return
+        headers: CIMultiDict[str] = CIMultiDict(
+            (name.decode("latin-1"), value.decode("utf-8", "surrogateescape").strip(" \t"))
+            for name, value in scope.get("headers", ()))
+        path = scope.get("path", "/")
+        root = scope.get("root_path", "")
+        if root and path.startswith(root):
+            path = path[len(root):] or "/"
+
+        async def chunks() -> AsyncIterator[bytes]:
+            more = True
+            while more:
+                message = await receive()
+                if message["type"] == "http.disconnect":
+                    raise UnreadableBody
+                more = bool(message.get("more_body", False))
+                body = message.get("body", b"")
+                if body:
+                    yield body
+
+        incoming = Incoming(scope["method"], path, _content_length(headers), headers, chunks, lambda: None)
+        status, body = await self.receiver.answer(incoming)
+        response_headers = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]
+        if status == 405:
+            response_headers.append((b"allow", b"POST"))
+        await send({"type": "http.response.start", "status": status, "headers": response_headers})
+        await send({"type": "http.response.body", "body": b"" if scope["method"] == "HEAD" else body})
+
+
+def _content_length(headers: CIMultiDict[str]) -> int | None:
+    value = headers.get("Content-Length")
+    return int(value) if value is not None and value.isdigit() else None

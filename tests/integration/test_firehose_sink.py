@@ -1,0 +1,491 @@
+"""The firehose_http sink against the egress receiver and a scripted strict endpoint, on loopback
+(real sockets, real libcurl). Backoff timing runs on the virtual clock."""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import gzip
+import itertools
+import json
+import random
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pytest
+from aiohttp import web
+
+from egress.clock import Clock, RealClock, VirtualClock
+from egress.connectors.base import SinkContext
+from egress.connectors.sinks.firehose_http import FirehoseHttpSink, batch_request_id, curl_transport
+from egress.connectors.sinks.firehose_parameters import FirehoseHttpSinkDynamicParameters, FirehoseHttpSinkParameters
+from egress.engines import OutboxMessage, SinkProgress
+from egress.firehose import FirehoseReceiver, FirehoseRequest, ReceiverOptions
+from egress.firehose import protocol as p
+from egress.firehose.retry import backoff_seconds
+from egress.httpclient import Request, Response
+from egress.observe import Metrics, StatusTree
+from tests.conftest import ServerFactory
+
+pytestmark = pytest.mark.integration
+
+FAST = {"retry_initial_delay": "10ms", "retry_maximum_delay": "40ms"}
+ARN = "arn:aws:firehose:local:000000000000:deliverystream/flights"
+
+
+@dataclass
+class Seen:
+    """One request as the strict endpoint saw it."""
+
+    headers: dict[str, str]
+    document: dict[str, Any]
+    records: list[bytes]
+
+
+Script = Callable[[int, str], Awaitable[web.Response]]
+
+
+@dataclass
+class StrictEndpoint:
+    """Checks every request against the protocol, records it, and answers ``script(attempt, request_id)``."""
+
+    script: Script | None = None
+    seen: list[Seen] = field(default_factory=list)
+
+    async def handle(self, request: web.Request) -> web.Response:
+        raw = await request.read()
+        body = gzip.decompress(raw) if request.headers.get("Content-Encoding") == "gzip" else raw
+        FirehoseRequest.model_validate_json(body)  # the body conforms to the request schema
+        document = json.loads(body)
+        records = [base64.b64decode(r["data"], validate=True) for r in document["records"]]
+        self.seen.append(Seen(dict(request.headers), document, records))
+        request_id = request.headers["X-Amz-Firehose-Request-Id"]
+        if self.script is not None:
+            return await self.script(len(self.seen), request_id)
+        return conforming(request_id)
+
+    def app(self) -> web.Application:
+        app = web.Application(client_max_size=p.MAX_REQUEST_BODY_BYTES)
+        app.router.add_post("/ingest", self.handle)
+        return app
+
+
+def conforming(request_id: str) -> web.Response:
+    return web.json_response({"requestId": request_id, "timestamp": 1_700_000_000_000})
+
+
+def make_sink(url: str, *, static: dict[str, Any] | None = None, dynamic: dict[str, Any] | None = None,
+              clock: Clock | None = None, progress: SinkProgress | None = None, seed: int = 1,
+              transport: Any = curl_transport) -> tuple[FirehoseHttpSink, Metrics, StatusTree]:
+    metrics = Metrics()
+    status = StatusTree()
+    context = SinkContext("deliver", "firehose", 0, clock or RealClock(), metrics, status, lambda: None)
+    parameters = FirehoseHttpSinkParameters.model_validate({
+        "url": url, "payload_column": "payload", "stream_name": "flights",
+        "buffering_hints": {"size_in_mbs": 5, "interval_in_seconds": 0}, **(static or {})})
+    dynamic_parameters = FirehoseHttpSinkDynamicParameters.model_validate({**FAST, **(dynamic or {})})
+    sink = FirehoseHttpSink(context, parameters, dynamic_parameters, progress or SinkProgress(),
+                            transport_factory=transport, rng=random.Random(seed))
+    return sink, metrics, status
+
+
+def messages(payloads: list[Any], first_seq: int = 1) -> list[OutboxMessage]:
+    return [OutboxMessage(first_seq + i, "requests", f"message-{first_seq + i:08d}".encode(), b"[]", None,
+                          {"payload": value}) for i, value in enumerate(payloads)]
+
+
+async def until(condition: Callable[[], bool], limit: float = 20.0) -> None:
+    deadline = asyncio.get_running_loop().time() + limit
+    while not condition():
+        assert asyncio.get_running_loop().time() < deadline, "condition not reached in time"
+        await asyncio.sleep(0.01)
+
+
+# --------------------------------------------------------------------------------- against the receiver
+
+
+async def test_delivers_to_the_egress_receiver_with_gzip_key_and_attributes(
+        serve_app: ServerFactory, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("FH_SINK_KEY", "k-123")
+    stored: list[tuple[str, list[bytes], dict[str, str]]] = []
+
+    async def handle(request_id: str, records: list[bytes], attributes: dict[str, str]) -> None:
+        stored.append((request_id, records, attributes))
+
+    receiver = FirehoseReceiver(handle, ReceiverOptions(access_keys=("k-123",)))
+    runner = web.AppRunner(receiver.app, access_log=None, auto_decompress=False)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    try:
+        url = f"http://127.0.0.1:{runner.addresses[0][1]}/"
+        payloads: list[Any] = [f'{{"n":{i}}}' for i in range(50)]
+        payloads[7] = None
+        payloads[8] = ""
+        sink, metrics, _ = make_sink(url, static={
+            "content_encoding": "gzip", "access_key": {"env": "FH_SINK_KEY"},
+            "common_attributes": {"pipeline": "flights"}})
+        sink.distribute(messages(payloads[:30]))
+        sink.distribute(messages(payloads[30:], first_seq=31))
+        await until(lambda: sink.progress().max_persisted_seq_no == 50)
+        await sink.close()
+    finally:
+        await runner.cleanup()
+    assert [r for _, records, _ in stored for r in records] == [v.encode() for v in payloads if v is not None]
+    assert all(attributes == {"pipeline": "flights"} for _, _, attributes in stored)
+    assert len(stored) == 2  # interval 0: one batch per distribute call
+    assert stored[0][0] == batch_request_id("deliver/firehose", b"message-00000001", b"message-00000030")
+    assert metrics.value("egress_sink_firehose_http_records_delivered_total", sink_id="firehose") == 49
+    assert metrics.value("egress_sink_firehose_http_responses_total", sink_id="firehose", status_code="200") == 2
+    assert receiver.stats.by_status == {200: 2}
+
+
+# ---------------------------------------------------------------------------------- the request shape
+
+
+async def test_exact_headers_and_body(serve_app: ServerFactory) -> None:
+    endpoint = StrictEndpoint()
+    base = await serve_app(endpoint.app())
+    sink, _, _ = make_sink(f"{base}/ingest")
+    sink.distribute(messages(["hello", "hello world"]))
+    await until(lambda: sink.progress().max_persisted_seq_no == 2)
+    await sink.close()
+    (seen,) = endpoint.seen
+    assert seen.records == [b"hello", b"hello world"]
+    headers = seen.headers
+    assert headers["X-Amz-Firehose-Protocol-Version"] == "1.0"
+    assert headers["X-Amz-Firehose-Source-Arn"] == ARN
+    assert headers["Content-Type"] == "application/json"
+    assert int(headers["Content-Length"]) > 0
+    for absent in ("Content-Encoding", "X-Amz-Firehose-Access-Key", "X-Amz-Firehose-Common-Attributes", "Expect"):
+        assert absent not in headers
+    assert seen.document["requestId"] == headers["X-Amz-Firehose-Request-Id"]
+    assert isinstance(seen.document["timestamp"], int)
+    assert seen.document["timestamp"] > 1_600_000_000_000
+
+
+async def test_batches_respect_the_record_limit_and_the_size_hint(serve_app: ServerFactory) -> None:
+    endpoint = StrictEndpoint()
+    base = await serve_app(endpoint.app())
+    sink, _, _ = make_sink(f"{base}/ingest")
+    sink.distribute(messages(["x"] * 25_000))
+    await until(lambda: sink.progress().max_persisted_seq_no == 25_000)
+    assert sorted(len(s.records) for s in endpoint.seen) == [5_000, 10_000, 10_000]
+    await sink.close()
+
+    sized = StrictEndpoint()
+    base = await serve_app(sized.app())
+    big = "y" * 300_000
+    sink, _, _ = make_sink(f"{base}/ingest", static={"buffering_hints": {"size_in_mbs": 1, "interval_in_seconds": 0}})
+    sink.distribute(messages([big] * 10))
+    await until(lambda: sink.progress().max_persisted_seq_no == 10)
+    await sink.close()
+    assert all(sum(map(len, s.records)) <= 1024 * 1024 for s in sized.seen)
+    assert sum(len(s.records) for s in sized.seen) == 10
+    assert len(sized.seen) == 4  # 3 records (900,000 bytes) fit in 1 MiB, a fourth does not
+
+
+async def test_interval_closes_a_partial_batch(serve_app: ServerFactory) -> None:
+    endpoint = StrictEndpoint()
+    base = await serve_app(endpoint.app())
+    clock = VirtualClock(start=1_700_000_000.0)
+    async with clock.autojumping():
+        sink, _, _ = make_sink(f"{base}/ingest", clock=clock,
+                               static={"buffering_hints": {"size_in_mbs": 1, "interval_in_seconds": 60}})
+        sink.distribute(messages(["a", "b"]))
+        sink.distribute(messages(["c"], first_seq=3))
+        assert endpoint.seen == []
+        assert sink.oldest_undelivered_age() == 0.0
+        await until(lambda: sink.progress().max_persisted_seq_no == 3)
+        assert clock.monotonic() >= 1_700_000_060.0
+        await sink.close()
+    assert [s.records for s in endpoint.seen] == [[b"a", b"b", b"c"]]
+
+
+# --------------------------------------------------------------------------------------- acceptance
+
+
+async def test_request_id_is_stable_across_retries_and_instances(serve_app: ServerFactory) -> None:
+    async def fail_twice(attempt: int, request_id: str) -> web.Response:
+        return web.json_response({"requestId": request_id, "timestamp": 1}, status=503) if attempt <= 2 \
+            else conforming(request_id)
+
+    endpoint = StrictEndpoint(fail_twice)
+    base = await serve_app(endpoint.app())
+    sink, metrics, _ = make_sink(f"{base}/ingest")
+    sink.distribute(messages(["a", "b", "c"]))
+    await until(lambda: sink.progress().max_persisted_seq_no == 3)
+    await sink.close()
+    ids = {s.headers["X-Amz-Firehose-Request-Id"] for s in endpoint.seen}
+    assert len(endpoint.seen) == 3
+    assert ids == {batch_request_id("deliver/firehose", b"message-00000001", b"message-00000003")}
+    assert metrics.value("egress_sink_firehose_http_retries_total", sink_id="firehose") == 2
+
+    # a new instance (a restart before progress was committed) sends the same batch with the same id
+    again = StrictEndpoint()
+    base = await serve_app(again.app())
+    sink, _, _ = make_sink(f"{base}/ingest")
+    sink.distribute(messages(["a", "b", "c"]))
+    await until(lambda: sink.progress().max_persisted_seq_no == 3)
+    await sink.close()
+    assert {s.headers["X-Amz-Firehose-Request-Id"] for s in again.seen} == ids
+
+
+@pytest.mark.parametrize("wrong", ["openobserve", "mismatch", "seconds", "string-timestamp", "gzip", "201", "302"])
+async def test_non_conforming_success_is_retried(serve_app: ServerFactory, wrong: str) -> None:
+    async def first_wrong(attempt: int, request_id: str) -> web.Response:
+        if attempt > 1:
+            return conforming(request_id)
+        if wrong == "openobserve":
+            return web.json_response({"code": 200, "status": [{"name": "default", "successful": 1, "failed": 0}]})
+        if wrong == "mismatch":
+            return web.json_response({"requestId": "otherId", "timestamp": 1_700_000_000_000})
+        if wrong == "seconds":
+            return web.json_response({"requestId": request_id, "timestamp": 1_700_000_000})
+        if wrong == "string-timestamp":
+            return web.json_response({"requestId": request_id, "timestamp": "1700000000000"})
+        if wrong == "gzip":
+            body = gzip.compress(json.dumps({"requestId": request_id, "timestamp": 1_700_000_000_000}).encode())
+            return web.Response(body=body, content_type="application/json", headers={"Content-Encoding": "gzip"})
+        if wrong == "201":
+            return web.json_response({"requestId": request_id, "timestamp": 1_700_000_000_000}, status=201)
+        return web.Response(status=302, headers={"Location": "/elsewhere"})
+
+    endpoint = StrictEndpoint(first_wrong)
+    base = await serve_app(endpoint.app())
+    sink, _, _ = make_sink(f"{base}/ingest")
+    sink.distribute(messages(["a"]))
+    await until(lambda: sink.progress().max_persisted_seq_no == 1)
+    await sink.close()
+    assert len(endpoint.seen) == 2
+
+
+async def test_413_goes_to_the_error_output_once(serve_app: ServerFactory, tmp_path: Path) -> None:
+    async def too_large(attempt: int, request_id: str) -> web.Response:
+        return web.json_response({"requestId": request_id, "timestamp": 1_700_000_000_000,
+                                  "errorMessage": 'too "large"'}, status=413)
+
+    endpoint = StrictEndpoint(too_large)
+    base = await serve_app(endpoint.app())
+    errors = tmp_path / "errors.jsonl"
+    sink, metrics, _ = make_sink(f"{base}/ingest", static={"error_output": str(errors)})
+    sink.distribute(messages(["first", None, "second"]))
+    await until(lambda: sink.progress().max_persisted_seq_no == 3)  # the batch is handled: its task has ended
+    await sink.close()
+    assert len(endpoint.seen) == 1
+    assert metrics.value("egress_sink_firehose_http_requests_total", sink_id="firehose") == 1
+    assert metrics.value("egress_sink_firehose_http_retries_total", sink_id="firehose") == 0
+    lines = [json.loads(line) for line in errors.read_text().splitlines()]
+    assert [base64.b64decode(line["rawData"]) for line in lines] == [b"first", b"second"]
+    for line in lines:
+        assert set(line) == {"attemptsMade", "arrivalTimestamp", "errorCode", "errorMessage",
+                             "attemptEndingTimestamp", "rawData"}
+        assert line["attemptsMade"] == 1
+        assert line["errorCode"] == "HttpEndpoint.DestinationException"
+        assert json.loads(line["errorMessage"])["errorMessage"] == 'too "large"'
+        assert line["attemptEndingTimestamp"] >= line["arrivalTimestamp"] > 1_600_000_000_000
+    assert metrics.value("egress_sink_firehose_http_error_output_records_total", sink_id="firehose") == 2
+
+
+async def test_retry_duration_zero_means_one_attempt(serve_app: ServerFactory, tmp_path: Path) -> None:
+    async def unavailable(attempt: int, request_id: str) -> web.Response:
+        return web.json_response({"requestId": request_id, "timestamp": 1_700_000_000_000}, status=503)
+
+    endpoint = StrictEndpoint(unavailable)
+    base = await serve_app(endpoint.app())
+    errors = tmp_path / "errors.jsonl"
+    sink, _, _ = make_sink(f"{base}/ingest", static={"retry_duration": 0, "error_output": str(errors)})
+    sink.distribute(messages(["only"]))
+    await until(lambda: sink.progress().max_persisted_seq_no == 1)
+    await sink.close()
+    assert len(endpoint.seen) == 1
+    (line,) = [json.loads(text) for text in errors.read_text().splitlines()]
+    assert line["attemptsMade"] == 1
+
+
+async def test_without_error_output_an_exhausted_batch_stops_the_sink(serve_app: ServerFactory) -> None:
+    async def unavailable(attempt: int, request_id: str) -> web.Response:
+        return web.Response(status=500, text="boom")
+
+    endpoint = StrictEndpoint(unavailable)
+    base = await serve_app(endpoint.app())
+    sink, _, _ = make_sink(f"{base}/ingest", static={"retry_duration": 0})
+    sink.distribute(messages(["a"]))
+    sink.distribute(messages(["b"], first_seq=2))
+    await until(lambda: sink.terminal_error is not None)
+    await sink.close()
+    assert "HttpEndpoint.DestinationException: boom" in (sink.terminal_error or "")
+    assert sink.progress().max_persisted_seq_no == 0
+
+
+class TimedTransport:
+    """The real libcurl client, noting the virtual time at which each attempt starts."""
+
+    def __init__(self, clock: Clock, parameters: FirehoseHttpSinkParameters) -> None:
+        self.clock = clock
+        self.inner = curl_transport("http", parameters)
+        self.starts: list[float] = []
+
+    async def send(self, request: Request) -> Response:
+        self.starts.append(self.clock.monotonic())
+        return await self.inner.send(request)
+
+    def close(self) -> None:
+        self.inner.close()
+
+
+async def test_backoff_sequence_on_the_virtual_clock(serve_app: ServerFactory, tmp_path: Path) -> None:
+    async def unavailable(attempt: int, request_id: str) -> web.Response:
+        return web.json_response({"requestId": request_id, "timestamp": 1_700_000_000_000}, status=503)
+
+    endpoint = StrictEndpoint(unavailable)
+    base = await serve_app(endpoint.app())
+    clock = VirtualClock(start=1_700_000_000.0)
+    transports: list[TimedTransport] = []
+
+    def factory(scheme: str, parameters: FirehoseHttpSinkParameters) -> TimedTransport:
+        transports.append(TimedTransport(clock, parameters))
+        return transports[-1]
+
+    async with clock.autojumping():
+        sink, _, _ = make_sink(f"{base}/ingest", clock=clock, seed=42, transport=factory,
+                               dynamic={"retry_initial_delay": "1s", "retry_maximum_delay": "120s"},
+                               static={"retry_duration": 600, "error_output": str(tmp_path / "e.jsonl")})
+        sink.distribute(messages(["a"]))
+        await until(lambda: sink.progress().max_persisted_seq_no == 1, limit=60)
+        await sink.close()
+    starts = transports[0].starts
+    waits = [later - earlier for earlier, later in itertools.pairwise(starts)]
+    rng = random.Random(42)
+    expected = [backoff_seconds(n, rng.uniform(-1.0, 1.0)) for n in range(len(waits) + 1)]
+    assert waits == pytest.approx(expected[:len(waits)], abs=1e-6)
+    for n, wait in enumerate(waits):
+        assert 0.85 * min(120, 2 ** n) <= wait <= 1.15 * min(120, 2 ** n)
+    assert sum(waits) <= 600 < sum(waits) + expected[len(waits)]  # the next retry would start after 600 s
+    assert len(endpoint.seen) == len(starts) >= 10
+
+
+async def test_url_and_key_change_between_attempts(serve_app: ServerFactory, tmp_path: Path,
+                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    key_file = tmp_path / "key"
+    key_file.write_text("old-key\n")
+    attempts: list[tuple[str, str]] = []
+
+    async def old_fails(attempt: int, request_id: str) -> web.Response:
+        return web.json_response({"requestId": request_id, "timestamp": 1}, status=503)
+
+    old = StrictEndpoint(old_fails)
+    new = StrictEndpoint()
+    old_base = await serve_app(old.app())
+    new_base = await serve_app(new.app())
+    sink, _, status = make_sink(f"{old_base}/ingest", static={"access_key": {"file": str(key_file)}},
+                                dynamic={"retry_initial_delay": "200ms", "retry_maximum_delay": "200ms"})
+    sink.distribute(messages(["a"]))
+    await until(lambda: status.error("/sinks/firehose/firehose_http_sink") is not None)
+    assert "old-key" not in str(status.error("/sinks/firehose/firehose_http_sink"))
+    monkeypatch.setenv("FH_NEXT_KEY", "new-key")
+    sink.reconfigure(FirehoseHttpSinkDynamicParameters.model_validate(
+        {**FAST, "url": f"{new_base}/ingest", "access_key": {"env": "FH_NEXT_KEY"}}))
+    await until(lambda: sink.progress().max_persisted_seq_no == 1)
+    await sink.close()
+    for seen, url in [(s, "old") for s in old.seen] + [(s, "new") for s in new.seen]:
+        attempts.append((url, seen.headers["X-Amz-Firehose-Access-Key"]))
+    assert attempts[0] == ("old", "old-key")
+    assert attempts[-1] == ("new", "new-key")
+    request_ids = {s.headers["X-Amz-Firehose-Request-Id"] for s in old.seen + new.seen}
+    assert len(request_ids) == 1
+
+
+async def test_null_payloads_only_need_no_request(serve_app: ServerFactory) -> None:
+    endpoint = StrictEndpoint()
+    base = await serve_app(endpoint.app())
+    sink, _, _ = make_sink(f"{base}/ingest")
+    sink.distribute(messages([None, None]))
+    assert sink.unacknowledged == 2
+    assert sink.progress().max_persisted_seq_no == 2
+    assert sink.unacknowledged == 0
+    await sink.close()
+    assert endpoint.seen == []
+
+
+async def test_progress_is_a_contiguous_prefix_when_a_later_batch_finishes_first(serve_app: ServerFactory) -> None:
+    release = asyncio.Event()
+
+    async def first_batch_waits(attempt: int, request_id: str) -> web.Response:
+        if request_id == batch_request_id("deliver/firehose", b"message-00000001", b"message-00000001"):
+            await release.wait()
+        return conforming(request_id)
+
+    endpoint = StrictEndpoint(first_batch_waits)
+    base = await serve_app(endpoint.app())
+    sink, metrics, _ = make_sink(f"{base}/ingest")
+    sink.distribute(messages(["first"]))
+    sink.distribute(messages(["second"], first_seq=2))
+    await until(lambda: metrics.value("egress_sink_firehose_http_records_delivered_total", sink_id="firehose") == 1)
+    assert sink.progress().max_persisted_seq_no == 0
+    assert sink.unacknowledged == 2
+    release.set()
+    await until(lambda: sink.progress().max_persisted_seq_no == 2)
+    await sink.close()
+
+
+async def test_a_record_over_the_protocol_limit_goes_to_the_error_output_unsent(
+        serve_app: ServerFactory, tmp_path: Path) -> None:
+    endpoint = StrictEndpoint()
+    base = await serve_app(endpoint.app())
+    errors = tmp_path / "errors.jsonl"
+    sink, _, _ = make_sink(f"{base}/ingest", static={"error_output": str(errors)})
+    sink.distribute(messages(["before", "z" * (p.MAX_RECORD_BYTES + 1), "after"]))
+    await until(lambda: sink.progress().max_persisted_seq_no == 3)
+    await sink.close()
+    assert sorted(r for s in endpoint.seen for r in s.records) == [b"after", b"before"]
+    (line,) = [json.loads(text) for text in errors.read_text().splitlines()]
+    assert line["errorCode"] == "HttpEndpoint.RecordTooLarge"
+    assert line["attemptsMade"] == 0
+
+
+async def test_a_payload_of_the_wrong_type_stops_the_sink(serve_app: ServerFactory) -> None:
+    endpoint = StrictEndpoint()
+    base = await serve_app(endpoint.app())
+    sink, _, _ = make_sink(f"{base}/ingest")
+    sink.distribute(messages(["ok", 5, "later"]))
+    await until(lambda: sink.terminal_error is not None)
+    await until(lambda: sink.progress().max_persisted_seq_no == 1)
+    await sink.close()  # cancels anything still running: nothing after the bad payload may have been sent
+    assert [s.records for s in endpoint.seen] == [[b"ok"]]
+    assert sink.progress().max_persisted_seq_no == 1
+    assert "must contain a String or null" in (sink.terminal_error or "")
+
+
+async def test_close_during_backoff_returns_promptly(serve_app: ServerFactory) -> None:
+    async def unavailable(attempt: int, request_id: str) -> web.Response:
+        return web.Response(status=503)
+
+    endpoint = StrictEndpoint(unavailable)
+    base = await serve_app(endpoint.app())
+    sink, _, _ = make_sink(f"{base}/ingest", dynamic={"retry_initial_delay": "60s", "retry_maximum_delay": "60s"})
+    sink.distribute(messages(["a"]))
+    await until(lambda: len(endpoint.seen) == 1)
+    await asyncio.wait_for(sink.close(), timeout=10)
+    assert sink.progress().max_persisted_seq_no == 0
+
+
+async def test_freshness_gauge_and_nulls_not_held_by_the_interval(serve_app: ServerFactory) -> None:
+    endpoint = StrictEndpoint()
+    base = await serve_app(endpoint.app())
+    clock = VirtualClock(start=1_700_000_000.0)
+    sink, metrics, _ = make_sink(f"{base}/ingest", clock=clock,
+                                 static={"buffering_hints": {"size_in_mbs": 1, "interval_in_seconds": 60}})
+    age = "egress_sink_firehose_http_oldest_undelivered_record_age_seconds"
+    sink.distribute(messages([None]))
+    assert sink.progress().max_persisted_seq_no == 1  # nothing buffered before it: no wait for the interval
+    sink.distribute(messages(["a"], first_seq=2))
+    await clock.advance(30)
+    assert metrics.value(age, sink_id="firehose", partition="0") == 30.0
+    await clock.advance(30)  # the interval closes the batch
+    await until(lambda: sink.progress().max_persisted_seq_no == 2)
+    assert metrics.value(age, sink_id="firehose", partition="0") == 0.0
+    await sink.close()
+    assert [s.records for s in endpoint.seen] == [[b"a"]]

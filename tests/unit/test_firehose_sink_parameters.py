@@ -1,0 +1,130 @@
+"""Parameters of the firehose_http sink: Firehose's ranges, and an access key only by reference."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+from pydantic import ValidationError
+
+from egress.connectors.sinks.firehose_http import batch_request_id
+from egress.connectors.sinks.firehose_parameters import (
+    AccessKeyReference,
+    AccessKeyUnavailable,
+    FirehoseHttpSinkDynamicParameters,
+    FirehoseHttpSinkParameters,
+)
+
+BASE = {"url": "https://example.com/ingest", "payload_column": "payload", "stream_name": "flights"}
+
+
+def parse(**changes: Any) -> FirehoseHttpSinkParameters:
+    return FirehoseHttpSinkParameters.model_validate({**BASE, **changes})
+
+
+def test_defaults_are_firehoses() -> None:
+    parameters = parse()
+    assert parameters.buffering_hints.size_in_mbs == 5
+    assert parameters.buffering_hints.interval_in_seconds == 300
+    assert parameters.retry_duration == 300
+    assert parameters.content_encoding == "none"
+    assert parameters.response_timeout == 180
+    assert parameters.arn == "arn:aws:firehose:local:000000000000:deliverystream/flights"
+    assert parameters.common_attributes_header is None
+
+
+@pytest.mark.parametrize(("changes", "message"), [
+    ({"access_key": "s3cr3t"}, "never the key itself"),
+    ({"access_key": {"env": "A", "file": "/k"}}, "exactly one of env or file"),
+    ({"access_key": {}}, "exactly one of env or file"),
+    ({"buffering_hints": {"size_in_mbs": 10}}, "requires the other"),
+    ({"buffering_hints": {"size_in_mbs": 65, "interval_in_seconds": 60}}, "less than or equal to 64"),
+    ({"buffering_hints": {"size_in_mbs": 0, "interval_in_seconds": 60}}, "greater than or equal to 1"),
+    ({"buffering_hints": {"size_in_mbs": 1, "interval_in_seconds": 901}}, "less than or equal to 900"),
+    ({"retry_duration": 7201}, "less than or equal to 7200"),
+    ({"retry_duration": -1}, "greater than or equal to 0"),
+    ({"content_encoding": "br"}, "'none' or 'gzip'"),
+    ({"url": "ftp://example.com/"}, "must use http or https"),
+    ({"source_arn": "arn:aws:firehose:us-east-1:1:deliverystream/s"}, "exactly one of source_arn and stream_name"),
+    ({"stream_name": "bad name"}, "stream_name must be"),
+    ({"common_attributes": {"": "x"}}, "invalid common attributes"),
+    ({"common_attributes": {f"k{i}": "v" for i in range(51)}}, "at most 50"),
+])
+def test_rejected(changes: dict[str, Any], message: str) -> None:
+    with pytest.raises(ValidationError, match=message) as raised:
+        parse(**changes)
+    assert "s3cr3t" not in str(raised.value)
+
+
+def test_source_arn_instead_of_a_stream_name() -> None:
+    arn = "arn:aws:firehose:us-east-1:111111111111:deliverystream/test"
+    parameters = FirehoseHttpSinkParameters.model_validate({**BASE, "stream_name": None, "source_arn": arn})
+    assert parameters.arn == arn
+
+
+def test_access_key_from_env_and_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("FH_TEST_KEY", "from-env")
+    assert AccessKeyReference(env="FH_TEST_KEY").resolve() == "from-env"
+    key_file = tmp_path / "key"
+    key_file.write_text("from-file\n")
+    reference = AccessKeyReference(file=str(key_file))
+    assert reference.resolve() == "from-file"
+    key_file.write_text("rotated")
+    assert reference.resolve() == "rotated"  # read at every attempt
+    assert "rotated" not in repr(reference)
+
+
+@pytest.mark.parametrize("setup", ["unset", "empty", "missing-file", "two-lines", "huge"])
+def test_unavailable_keys_name_the_place_not_the_value(setup: str, tmp_path: Path,
+                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    key_file = tmp_path / "key"
+    if setup == "unset":
+        monkeypatch.delenv("FH_TEST_KEY", raising=False)
+        reference = AccessKeyReference(env="FH_TEST_KEY")
+    elif setup == "empty":
+        monkeypatch.setenv("FH_TEST_KEY", "")
+        reference = AccessKeyReference(env="FH_TEST_KEY")
+    elif setup == "missing-file":
+        reference = AccessKeyReference(file=str(key_file))
+    elif setup == "two-lines":
+        key_file.write_text("secret-one\nsecret-two\n")
+        reference = AccessKeyReference(file=str(key_file))
+    else:
+        monkeypatch.setenv("FH_TEST_KEY", "secret-" * 600)
+        reference = AccessKeyReference(env="FH_TEST_KEY")
+    with pytest.raises(AccessKeyUnavailable) as raised:
+        reference.resolve()
+    assert "secret" not in str(raised.value)
+    assert ("FH_TEST_KEY" in str(raised.value)) or (str(key_file) in str(raised.value))
+
+
+def test_dynamic_parameters_override_url_and_key() -> None:
+    dynamic = FirehoseHttpSinkDynamicParameters.model_validate(
+        {"url": "http://127.0.0.1:9/x", "access_key": {"env": "NEXT_KEY"}, "retry_initial_delay": "10ms"})
+    assert dynamic.retry_initial_delay == 0.01
+    assert dynamic.retry_maximum_delay == 120
+    with pytest.raises(ValidationError, match="never the key itself"):
+        FirehoseHttpSinkDynamicParameters.model_validate({"access_key": "k"})
+
+
+def test_request_id_is_a_deterministic_uuid() -> None:
+    first = batch_request_id("deliver/firehose", b"\x01" * 16, b"\x02" * 16)
+    assert first == batch_request_id("deliver/firehose", b"\x01" * 16, b"\x02" * 16)
+    assert first != batch_request_id("deliver/firehose", b"\x01" * 16, b"\x03" * 16)
+    assert first != batch_request_id("deliver/other", b"\x01" * 16, b"\x02" * 16)
+    assert len(first) == 36
+    assert first[14] == "4"
+
+
+def test_spec_errors_name_the_path_and_never_the_key() -> None:
+    from egress.errors import SpecErrors
+    from egress.spec import validate_model
+
+    with pytest.raises(SpecErrors) as raised:
+        validate_model(FirehoseHttpSinkParameters, {**BASE, "access_key": "s3cr3t-value"}, file="spec.yaml",
+                       prefix="computations/c/sinks/firehose/parameters")
+    text = raised.value.format()
+    assert "computations/c/sinks/firehose/parameters/access_key" in text
+    assert "never the key itself" in text
+    assert "s3cr3t" not in text
