@@ -145,3 +145,27 @@ async def test_attempt_timeout_covers_a_stalled_response_body() -> None:
     assert 0.25 <= loop.time() - started < 2.0
     assert response.status == 200
     assert (response.error or "").startswith("curl error 28:")
+
+
+async def test_response_headers_are_captured_on_request(serve_app: ServerFactory) -> None:
+    async def handle(request: web.Request) -> web.Response:
+        return web.json_response({"requestId": "r"}, headers={"X-Trace": "abc", "Location": "/next"}, status=302)
+
+    app = web.Application()
+    app.router.add_post("/", handle)
+    base = await serve_app(app)
+    client = CurlClient()
+    try:
+        plain = await client.send(Request(f"{base}/", b""))
+        full = await client.send(Request(f"{base}/", b"", capture_headers=True, capture_body=True))
+        location = await client.send(Request(f"{base}/", b"", capture_location=True))
+    finally:
+        client.close()
+    assert plain.headers is None
+    assert plain.location is None
+    assert full.headers is not None
+    assert full.headers["x-trace"] == "abc"
+    assert full.headers["content-type"].startswith("application/json")
+    assert full.body == b'{"requestId": "r"}'
+    assert location.location == "/next"
+    assert location.headers is None

@@ -29,7 +29,8 @@ class Request:
     ``headers`` are ``"Name: value"`` lines sent as given; ``timeout`` (seconds) bounds the whole
     attempt from the moment the transfer starts: connect, send, response and full body read.
     ``capture_body`` keeps the response body (the default discards it after reading it all);
-    ``capture_location`` keeps the raw ``Location`` header (redirects are never followed here).
+    ``capture_location`` keeps the raw ``Location`` header (redirects are never followed here);
+    ``capture_headers`` keeps every header of the final response.
     """
 
     url: str
@@ -38,6 +39,7 @@ class Request:
     timeout: float = 10.0
     capture_body: bool = False
     capture_location: bool = False
+    capture_headers: bool = False
     method: str = "POST"
 
 
@@ -48,13 +50,15 @@ class Response:
     ``status`` is the HTTP status, 0 when no response arrived. ``error`` is ``None`` on a complete
     exchange, else libcurl's description (``"curl error 28: ..."``); both are set when a status
     arrived but the body read then failed. ``location`` is the raw ``Location`` header when the
-    request asked for it, ``local_port`` the client port of the connection used.
+    request asked for it, ``headers`` the response's headers (lower-case names; a repeated header
+    keeps its last value) when the request asked for them, ``local_port`` the client port used.
     """
 
     status: int
     error: str | None = None
     body: bytes | None = None
     location: str | None = None
+    headers: dict[str, str] | None = None
     local_port: int = 0
 
     @property
@@ -233,12 +237,13 @@ class CurlClient:
             headers.append("Expect:")
         handle.setopt(pycurl.HTTPHEADER, headers)
         handle.setopt(pycurl.TIMEOUT_MS, max(1, int(request.timeout * 1000)))
-        capture = _Capture(request.capture_body)
+        capture = _Capture(request.capture_body, request.capture_headers)
+        wants_headers = request.capture_location or request.capture_headers
         # Only a handle that captured before needs its callbacks reset (setting them costs calls).
-        if request.capture_body or request.capture_location or id(handle) in self._capturing:
+        if request.capture_body or wants_headers or id(handle) in self._capturing:
             handle.setopt(pycurl.WRITEFUNCTION, capture.chunks.append if request.capture_body else _discard)
-            handle.setopt(pycurl.HEADERFUNCTION, capture.header if request.capture_location else None)
-            if request.capture_body or request.capture_location:
+            handle.setopt(pycurl.HEADERFUNCTION, capture.header if wants_headers else None)
+            if request.capture_body or wants_headers:
                 self._capturing.add(id(handle))
             else:
                 self._capturing.discard(id(handle))
@@ -264,6 +269,7 @@ class CurlClient:
             error=error,
             body=b"".join(capture.chunks) if capture.keep_body else None,
             location=capture.location,
+            headers=capture.headers,
             local_port=max(0, int(handle.getinfo(pycurl.LOCAL_PORT) or 0)),
         )
         self._multi.remove_handle(handle)
@@ -300,18 +306,30 @@ class CurlClient:
 
 
 class _Capture:
-    """What one transfer keeps of its response: body chunks and the last ``Location`` header."""
+    """What one transfer keeps of its response: body chunks, ``Location``, and the headers."""
 
-    __slots__ = ("chunks", "keep_body", "location")
+    __slots__ = ("chunks", "headers", "keep_body", "location")
 
-    def __init__(self, keep_body: bool) -> None:
+    def __init__(self, keep_body: bool, keep_headers: bool) -> None:
         self.keep_body = keep_body
         self.chunks: list[bytes] = []
         self.location: str | None = None
+        self.headers: dict[str, str] | None = {} if keep_headers else None
 
     def header(self, line: bytes) -> None:
-        if line[:9].lower() == b"location:":
-            self.location = line[9:].decode("latin-1").strip()
+        if line[:5] == b"HTTP/":  # a new response (after a 100 Continue): only the last one counts
+            self.location = None
+            if self.headers is not None:
+                self.headers.clear()
+            return
+        name, colon, value = line.decode("latin-1").partition(":")
+        if not colon:
+            return
+        name = name.strip().lower()
+        if name == "location":
+            self.location = value.strip()
+        if self.headers is not None:
+            self.headers[name] = value.strip()
 
 
 def _discard(data: bytes) -> None:
