@@ -43,6 +43,9 @@ class ScriptedTransport:
         self.script = script
         self.sent: list[tuple[float, Request]] = []
 
+    def submit(self, request: Request) -> asyncio.Future[Response]:
+        return asyncio.get_running_loop().create_task(self.send(request))
+
     async def send(self, request: Request) -> Response:
         self.sent.append((self.clock.now(), request))
         outcome = self.script(request, len(self.sent))
@@ -50,7 +53,7 @@ class ScriptedTransport:
             await self.clock.sleep(request.timeout)
             return Response(0, "curl error 28: Operation timed out")
         await self.clock.sleep(outcome.latency)
-        return Response(outcome.status, outcome.error, location=outcome.location)
+        return Response(outcome.status, outcome.error, location=outcome.location if request.capture_location else None)
 
     def close(self) -> None:
         pass

@@ -125,6 +125,12 @@ class CurlClient:
 
         Raises ``RuntimeError`` if the client is closed.
         """
+        return await self.submit(request)
+
+    def submit(self, request: Request) -> asyncio.Future[Response]:
+        """Start ``request`` and return the future of its :class:`Response`, resolved on the running
+        loop; cancelling the future drops the request if it has not started. Raises ``RuntimeError``
+        if the client is closed."""
         if self._closed:
             raise RuntimeError("CurlClient is closed")
         future: asyncio.Future[Response] = asyncio.get_running_loop().create_future()
@@ -133,7 +139,7 @@ class CurlClient:
             self._submitted.append((request, future))
         if wake:
             self._wake()
-        return await future
+        return future
 
     def close(self) -> None:
         """Stop the curl thread and release every handle; pending sends get a transport error."""

@@ -14,7 +14,7 @@ import asyncio
 import collections
 import functools
 from collections.abc import Callable
-from typing import ClassVar, Protocol
+from typing import Any, ClassVar, Protocol
 from urllib.parse import urlsplit
 
 from egress.connectors.base import SINKS, SinkContext
@@ -39,12 +39,14 @@ UNPOOLED_MAX_CONNECTIONS = 64
 # memory of a large backlog. Deliveries pausing between attempts do not count, so a burst of
 # failures never holds back fresh messages (upstream sends every message of an epoch at once).
 SEND_WINDOW_PER_CONNECTION = 4
+_FOLLOW = "follow redirect"  # _judge's verdict for a 3xx with a Location
 
 
 class HttpTransport(Protocol):
-    """What the sink needs of an HTTP client (``egress.httpclient.CurlClient`` in production)."""
+    """What the sink needs of an HTTP client (``egress.httpclient.CurlClient`` in production):
+    ``submit`` starts a request and returns the future of its response (never an exception)."""
 
-    async def send(self, request: Request) -> Response: ...
+    def submit(self, request: Request) -> asyncio.Future[Response]: ...
 
     def close(self) -> None: ...
 
@@ -74,7 +76,7 @@ def curl_transport(scheme: str, parameters: AsyncHttpSinkParameters) -> HttpTran
 
 
 class _Delivery:
-    __slots__ = ("body", "done", "message_id", "pausing", "seq", "task")
+    __slots__ = ("body", "done", "message_id", "pausing", "seq", "started", "task")
 
     def __init__(self, seq: int, message_id: bytes, body: bytes | None) -> None:
         self.seq = seq
@@ -82,7 +84,9 @@ class _Delivery:
         self.body = body
         self.done = body is None  # a null payload is acknowledged in order without a request
         self.pausing = False  # between attempts: not counted in the send window
-        self.task: asyncio.Task[None] | None = None
+        self.started = 0.0  # clock.monotonic() of the first attempt: the request_timeout origin
+        # The first attempt's response future, then the task of the retries, if any.
+        self.task: asyncio.Future[Any] | None = None
 
 
 @SINKS.register("NYT::NFlow::TAsyncHttpSink", "async_http")
@@ -150,6 +154,7 @@ class AsyncHttpSink:
         self._attempt_failures = metrics.http_sink_attempt_failures.labels(sink_id)
         self._delivered = metrics.http_sink_delivered.labels(sink_id)
         self._responses = metrics.http_sink_responses
+        self._responses_by_status: dict[int, Any] = {}
 
     # -- the Sink protocol -------------------------------------------------------------------
 
@@ -207,6 +212,7 @@ class AsyncHttpSink:
         for task in tasks:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
+        await asyncio.sleep(0)  # let the done callbacks of cancelled first attempts run
         for transport in self._transports.values():
             transport.close()
         self._transports.clear()
@@ -215,7 +221,6 @@ class AsyncHttpSink:
 
     def _start_waiting(self) -> None:
         limit = self._parameters.max_in_flight
-        loop = asyncio.get_running_loop()
         while (self._waiting and (limit is None or self._running < limit)
                and self._sending < self._send_window):
             delivery = self._waiting.popleft()
@@ -223,10 +228,43 @@ class AsyncHttpSink:
                 continue  # nothing later than a terminal failure is POSTed by this instance
             self._running += 1
             self._sending += 1
-            delivery.task = loop.create_task(self._deliver(delivery))
-            delivery.task.add_done_callback(functools.partial(self._finished, delivery))
+            self._start(delivery)
 
-    def _finished(self, delivery: _Delivery, task: asyncio.Task[None]) -> None:
+    def _start(self, delivery: _Delivery) -> None:
+        """Begin a delivery. Without redirects to follow, the first attempt is a bare future with a
+        callback: most deliveries succeed at once, and a task per message costs time and memory.
+        Only a failed first attempt (or a sink following redirects) gets a task for the rest."""
+        assert delivery.body is not None
+        delivery.started = self._context.clock.monotonic()
+        if self._parameters.max_redirect_count:
+            self._continue(delivery, attempts=0, last_error=None)
+            return
+        dynamic = self._dynamic
+        self._requests.inc()
+        url = self._parameters.url
+        future = self._transport(url).submit(
+            Request(url, delivery.body, self._headers_of(delivery),
+                    timeout=min(dynamic.attempt_timeout, dynamic.request_timeout)))
+        delivery.task = future
+        future.add_done_callback(functools.partial(self._first_attempt_done, delivery))
+
+    def _first_attempt_done(self, delivery: _Delivery, future: asyncio.Future[Response]) -> None:
+        if future.cancelled():
+            self._finished(delivery)
+            return
+        error = self._judge(future.result())  # never _FOLLOW: this path runs only without redirects
+        if error is None:
+            self._succeed(delivery)
+            self._finished(delivery)
+        else:
+            self._continue(delivery, attempts=1, last_error=error)
+
+    def _continue(self, delivery: _Delivery, *, attempts: int, last_error: str | None) -> None:
+        task = asyncio.get_running_loop().create_task(self._deliver(delivery, attempts, last_error))
+        delivery.task = task
+        task.add_done_callback(lambda _: self._finished(delivery))
+
+    def _finished(self, delivery: _Delivery) -> None:
         self._running -= 1
         if not delivery.pausing:
             self._sending -= 1
@@ -253,18 +291,36 @@ class AsyncHttpSink:
 
     # -- one delivery ------------------------------------------------------------------------
 
-    async def _deliver(self, delivery: _Delivery) -> None:
-        """Attempts until a 2xx or the budget ends (upstream ``TAsyncHttpSink`` delivery loop)."""
+    def _headers_of(self, delivery: _Delivery) -> tuple[str, ...]:
+        name = self._parameters.idempotency_header
+        if not name:
+            return self._headers
+        return (*self._headers, f"{name}: {idempotency_key(delivery.message_id)}")
+
+    async def _deliver(self, delivery: _Delivery, attempts: int, last_error: str | None) -> None:
+        """Attempts until a 2xx or the budget ends (upstream ``TAsyncHttpSink`` delivery loop).
+
+        ``attempts`` were already made (the first-attempt fast path), the last failing with
+        ``last_error``; the deadline counts from ``delivery.started``.
+        """
         assert delivery.body is not None
         clock = self._context.clock
-        headers = self._headers
-        if self._parameters.idempotency_header:
-            headers = (*headers, f"{self._parameters.idempotency_header}: {idempotency_key(delivery.message_id)}")
-        start = clock.monotonic()
-        attempts = 0
+        headers = self._headers_of(delivery)
+        start = delivery.started
         redirects = [0]  # counted across all attempts of this delivery
-        last_error: str | None = None
         while True:
+            if last_error is not None:  # after a failed attempt: pause, or give up at the deadline
+                self._context.status.set_error(self._status_path, delivery.seq,
+                                               f"Async HTTP POST failed: {last_error}")
+                dynamic = self._dynamic
+                delay = backoff_seconds(dynamic.backoff_policy(), attempts - 1)
+                if delay >= start + dynamic.request_timeout - clock.monotonic():
+                    self._fail(delivery,
+                               str(DeliveryError(DEADLINE_EXHAUSTED, attempts=attempts, last_error=last_error)))
+                    return
+                await self._pause(delivery, delay)
+                if self._terminal is not None and self._terminal[0] < delivery.seq:
+                    return  # an earlier delivery failed for good: no later message is POSTed
             dynamic = self._dynamic  # read at every decision: DynamicSpec changes apply live
             remaining = start + dynamic.request_timeout - clock.monotonic()
             if attempts >= dynamic.max_attempt_count or remaining <= 0:
@@ -278,15 +334,6 @@ class AsyncHttpSink:
             if last_error is None:
                 self._succeed(delivery)
                 return
-            self._context.status.set_error(self._status_path, delivery.seq, f"Async HTTP POST failed: {last_error}")
-            dynamic = self._dynamic
-            delay = backoff_seconds(dynamic.backoff_policy(), attempts - 1)
-            if delay >= start + dynamic.request_timeout - clock.monotonic():
-                self._fail(delivery, str(DeliveryError(DEADLINE_EXHAUSTED, attempts=attempts, last_error=last_error)))
-                return
-            await self._pause(delivery, delay)
-            if self._terminal is not None and self._terminal[0] < delivery.seq:
-                return  # an earlier delivery failed for good: no later message is POSTed
 
     async def _attempt(self, body: bytes, headers: tuple[str, ...], budget: float, redirects: list[int]) -> str | None:
         """One attempt: POST to ``url`` and follow redirects within ``budget`` seconds.
@@ -303,26 +350,41 @@ class AsyncHttpSink:
             if remaining <= 0:
                 return ATTEMPT_TIMED_OUT
             self._requests.inc()
-            response = await self._transport(url).send(
+            response = await self._transport(url).submit(
                 Request(url, body, headers, timeout=remaining, capture_location=follow))
-            if response.status:
-                self._responses.labels(self._context.sink_id, str(response.status)).inc()
-            if response.error is not None:
-                self._attempt_failures.inc()
-                return response.error
-            if 200 <= response.status <= 299:
-                return None
-            if (response.status not in REDIRECT_STATUSES or response.location is None
-                    or redirects[0] >= self._parameters.max_redirect_count):
+            error = self._judge(response)
+            if error is None or not error.startswith(_FOLLOW):
+                return error
+            if redirects[0] >= self._parameters.max_redirect_count:
                 return f"HTTP status {response.status}"
+            assert response.location is not None
             redirects[0] += 1
             try:
                 target = resolve_location(url, response.location)
-            except RedirectError as error:
-                return str(error)
+            except RedirectError as failure:
+                return str(failure)
             if is_downgrade(url, target):
                 return HTTPS_TO_HTTP
             url = target
+
+    def _judge(self, response: Response) -> str | None:
+        """Count ``response`` in the metrics; ``None`` for a complete 2xx, ``_FOLLOW`` for a redirect
+        with a ``Location`` when redirects are enabled, else the error that fails the attempt."""
+        status = response.status
+        if status:
+            counter = self._responses_by_status.get(status)
+            if counter is None:
+                counter = self._responses_by_status[status] = self._responses.labels(self._context.sink_id,
+                                                                                    str(status))
+            counter.inc()
+        if response.error is not None:
+            self._attempt_failures.inc()
+            return response.error
+        if 200 <= status <= 299:
+            return None
+        if status in REDIRECT_STATUSES and response.location is not None and self._parameters.max_redirect_count:
+            return _FOLLOW
+        return f"HTTP status {status}"
 
     def _succeed(self, delivery: _Delivery) -> None:
         delivery.done = True
