@@ -105,6 +105,7 @@ class CurlClient:
         self._wake_write.setblocking(False)
         self._epoll.register(self._wake_read.fileno(), select.EPOLLIN)
         self._lock = threading.Lock()
+        self._batch: list[tuple[Request, asyncio.Future[Response]]] = []  # this loop turn's submissions
         self._submitted: collections.deque[tuple[Request, asyncio.Future[Response]]] = collections.deque()
         self._queued: collections.deque[tuple[Request, asyncio.Future[Response]]] = collections.deque()
         self._running: dict[int, tuple[pycurl.Curl, asyncio.Future[Response], _Capture]] = {}
@@ -118,7 +119,7 @@ class CurlClient:
     @property
     def in_flight(self) -> int:
         """Transfers running or queued in this client."""
-        return len(self._running) + len(self._queued) + len(self._submitted)
+        return len(self._running) + len(self._queued) + len(self._submitted) + len(self._batch)
 
     async def send(self, request: Request) -> Response:
         """Run ``request``; returns its :class:`Response` (never raises for HTTP or transport errors).
@@ -133,13 +134,24 @@ class CurlClient:
         if the client is closed."""
         if self._closed:
             raise RuntimeError("CurlClient is closed")
-        future: asyncio.Future[Response] = asyncio.get_running_loop().create_future()
+        loop = asyncio.get_running_loop()
+        future: asyncio.Future[Response] = loop.create_future()
+        # Requests submitted in one turn of the event loop reach the curl thread together, with one
+        # wake-up (a system call) instead of one each.
+        if not self._batch:
+            loop.call_soon(self._hand_over)
+        self._batch.append((request, future))
+        return future
+
+    def _hand_over(self) -> None:
+        batch, self._batch = self._batch, []
+        if self._closed:
+            return  # close() has answered them already
         with self._lock:
             wake = not self._submitted
-            self._submitted.append((request, future))
+            self._submitted.extend(batch)
         if wake:
             self._wake()
-        return future
 
     def close(self) -> None:
         """Stop the curl thread and release every handle; pending sends get a transport error."""
@@ -153,7 +165,8 @@ class CurlClient:
             handle.close()
             _resolve_threadsafe([(future, Response(0, "client closed"))])
         self._running.clear()
-        leftovers = [*self._queued, *self._submitted]
+        leftovers = [*self._queued, *self._submitted, *self._batch]
+        self._batch = []
         _resolve_threadsafe([(future, Response(0, "client closed")) for _, future in leftovers])
         for handle in self._spare_handles:
             handle.close()
