@@ -60,7 +60,8 @@ async def test_the_request_line_has_no_question_mark_for_an_empty_query() -> Non
     async def raw(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         head = await reader.readuntil(b"\r\n\r\n")
         request_lines.append(head.split(b"\r\n", 1)[0])
-        length = int(next(line.split(b":")[1] for line in head.split(b"\r\n") if line.lower().startswith(b"content-length")))
+        length = int(next(line.split(b":")[1] for line in head.split(b"\r\n")
+                          if line.lower().startswith(b"content-length")))
         await reader.readexactly(length)
         writer.write(b"HTTP/1.1 204 No Content\r\nContent-Length: 0\r\n\r\n")
         await writer.drain()

@@ -233,33 +233,159 @@ async def test_request_id_is_stable_across_retries_and_instances(serve_app: Serv
     assert {s.headers["X-Amz-Firehose-Request-Id"] for s in again.seen} == ids
 
 
-@pytest.mark.parametrize("wrong", ["openobserve", "mismatch", "seconds", "string-timestamp", "gzip", "201", "302"])
+def wrong_answer(wrong: str, request_id: str) -> web.Response:
+    """A 200 (or other answer) that breaks one rule of the protocol's success response."""
+    good = json.dumps({"requestId": request_id, "timestamp": 1_700_000_000_000}).encode()
+    if wrong == "openobserve":  # openobserve #1831
+        return web.json_response({"code": 200, "status": [{"name": "default", "successful": 1, "failed": 0}]})
+    if wrong == "mismatch":
+        return web.json_response({"requestId": "otherId", "timestamp": 1_700_000_000_000})
+    if wrong == "seconds":  # Telegraf, Alloy, moto and LocalStack answer seconds
+        return web.json_response({"requestId": request_id, "timestamp": 1_700_000_000})
+    if wrong == "string-timestamp":
+        return web.json_response({"requestId": request_id, "timestamp": "1700000000000"})
+    if wrong == "gzip":  # a correct body, gzip'd and labelled so
+        return web.Response(body=gzip.compress(good), content_type="application/json",
+                            headers={"Content-Encoding": "gzip"})
+    if wrong == "gzip-label":  # a correct plain body: only the Content-Encoding header is wrong
+        return web.Response(body=good, content_type="application/json", headers={"Content-Encoding": "gzip"})
+    if wrong == "identity":  # "MUST NOT be used": not even identity
+        return web.Response(body=good, content_type="application/json", headers={"Content-Encoding": "identity"})
+    if wrong == "text-plain":  # a correct body under the wrong Content-Type
+        return web.Response(body=good, content_type="text/plain")
+    if wrong == "201":
+        return web.json_response({"requestId": request_id, "timestamp": 1_700_000_000_000}, status=201)
+    assert wrong == "302"
+    return web.Response(status=302, headers={"Location": "/elsewhere"})
+
+
+WRONG = ["openobserve", "mismatch", "seconds", "string-timestamp", "gzip", "gzip-label", "identity", "text-plain",
+         "201", "302"]
+
+
+@pytest.mark.parametrize("wrong", WRONG)
 async def test_non_conforming_success_is_retried(serve_app: ServerFactory, wrong: str) -> None:
     async def first_wrong(attempt: int, request_id: str) -> web.Response:
-        if attempt > 1:
-            return conforming(request_id)
-        if wrong == "openobserve":
-            return web.json_response({"code": 200, "status": [{"name": "default", "successful": 1, "failed": 0}]})
-        if wrong == "mismatch":
-            return web.json_response({"requestId": "otherId", "timestamp": 1_700_000_000_000})
-        if wrong == "seconds":
-            return web.json_response({"requestId": request_id, "timestamp": 1_700_000_000})
-        if wrong == "string-timestamp":
-            return web.json_response({"requestId": request_id, "timestamp": "1700000000000"})
-        if wrong == "gzip":
-            body = gzip.compress(json.dumps({"requestId": request_id, "timestamp": 1_700_000_000_000}).encode())
-            return web.Response(body=body, content_type="application/json", headers={"Content-Encoding": "gzip"})
-        if wrong == "201":
-            return web.json_response({"requestId": request_id, "timestamp": 1_700_000_000_000}, status=201)
-        return web.Response(status=302, headers={"Location": "/elsewhere"})
+        return conforming(request_id) if attempt > 1 else wrong_answer(wrong, request_id)
 
     endpoint = StrictEndpoint(first_wrong)
     base = await serve_app(endpoint.app())
-    sink, _, _ = make_sink(f"{base}/ingest")
+    sink, metrics, _ = make_sink(f"{base}/ingest")
     sink.distribute(messages(["a"]))
     await until(lambda: sink.progress().max_persisted_seq_no == 1)
     await sink.close()
     assert len(endpoint.seen) == 2
+    assert len({s.headers["X-Amz-Firehose-Request-Id"] for s in endpoint.seen}) == 1
+    assert metrics.value("egress_sink_firehose_http_retries_total", sink_id="firehose") == 1
+    assert metrics.value("egress_sink_firehose_http_records_delivered_total", sink_id="firehose") == 1
+
+
+@pytest.mark.parametrize(("wrong", "code", "message"), [
+    ("openobserve", "HttpEndpoint.InvalidResponseFromDestination", '{"code": 200'),
+    ("mismatch", "HttpEndpoint.InvalidResponseFromDestination", "otherId"),
+    ("seconds", "HttpEndpoint.InvalidResponseFromDestination", "1700000000}"),
+    ("gzip", "HttpEndpoint.InvalidResponseFromDestination", "response has Content-Encoding 'gzip'"),
+    ("gzip-label", "HttpEndpoint.InvalidResponseFromDestination", "response has Content-Encoding 'gzip'"),
+    ("text-plain", "HttpEndpoint.InvalidResponseFromDestination", "requestId"),
+    ("201", "HttpEndpoint.DestinationException", "requestId"),
+])
+async def test_a_non_conforming_answer_is_a_failure_in_the_error_output(
+        serve_app: ServerFactory, tmp_path: Path, wrong: str, code: str, message: str) -> None:
+    """With ``retry_duration: 0`` the one failed attempt ends in the error output, naming why."""
+    async def always_wrong(attempt: int, request_id: str) -> web.Response:
+        return wrong_answer(wrong, request_id)
+
+    endpoint = StrictEndpoint(always_wrong)
+    base = await serve_app(endpoint.app())
+    errors = tmp_path / "errors.jsonl"
+    sink, metrics, _ = make_sink(f"{base}/ingest", static={"retry_duration": 0, "error_output": str(errors)})
+    sink.distribute(messages(["a"]))
+    await until(lambda: sink.progress().max_persisted_seq_no == 1)
+    await sink.close()
+    assert len(endpoint.seen) == 1
+    (line,) = [json.loads(text) for text in errors.read_text().splitlines()]
+    assert line["errorCode"] == code
+    assert message in line["errorMessage"]
+    assert metrics.value("egress_sink_firehose_http_records_delivered_total", sink_id="firehose") == 0
+
+
+RAW_HEAD = "HTTP/1.1 200 OK\r\nConnection: keep-alive\r\n"
+
+
+async def serve_raw(answer: Callable[[str], bytes]) -> tuple[str, asyncio.Server, list[str]]:
+    """A loopback HTTP/1.1 server that writes ``answer(request_id)`` byte for byte (headers aiohttp
+    would add or fix, e.g. a missing Content-Type, cannot be produced with it)."""
+    seen: list[str] = []
+
+    async def connection(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        try:
+            while True:
+                head = await reader.readuntil(b"\r\n\r\n")
+                lines = head.decode("latin-1").split("\r\n")
+                headers = {k.strip().lower(): v.strip() for k, _, v in (x.partition(":") for x in lines[1:] if x)}
+                await reader.readexactly(int(headers["content-length"]))
+                seen.append(headers["x-amz-firehose-request-id"])
+                writer.write(answer(headers["x-amz-firehose-request-id"]))
+                await writer.drain()
+        except (asyncio.IncompleteReadError, ConnectionError):
+            pass
+        finally:
+            writer.close()
+
+    server = await asyncio.start_server(connection, "127.0.0.1", 0)
+    port = server.sockets[0].getsockname()[1]
+    return f"http://127.0.0.1:{port}/ingest", server, seen
+
+
+def raw_json(request_id: str, head: str) -> bytes:
+    body = json.dumps({"requestId": request_id, "timestamp": 1_700_000_000_000}).encode()
+    return (RAW_HEAD + head + f"Content-Length: {len(body)}\r\n\r\n").encode() + body
+
+
+@pytest.mark.parametrize(("head", "accepted"), [
+    ("Content-Type: application/json\r\n", True),
+    ("content-type: Application/JSON; charset=utf-8\r\n", True),
+    ("", False),                                                        # no Content-Type at all
+    ("Content-Type: application/jsonx\r\n", False),
+    ("Content-Type: application/json\r\nContent-Encoding:\r\n", False),  # present, even empty
+    ("Content-Type: application/json\r\nContent-Encoding: GZIP\r\n", False),
+])
+async def test_response_headers_as_sent(head: str, accepted: bool) -> None:
+    """The Content-Type and Content-Encoding rules on exact bytes: accepted at the first attempt or
+    retried (the second attempt answers conforming)."""
+    def answer(request_id: str) -> bytes:
+        return raw_json(request_id, head if len(seen) == 1 else "Content-Type: application/json\r\n")
+
+    url, server, seen = await serve_raw(answer)
+    try:
+        sink, metrics, _ = make_sink(url)
+        sink.distribute(messages(["a"]))
+        await until(lambda: sink.progress().max_persisted_seq_no == 1)
+        await sink.close()
+    finally:
+        server.close()
+        await server.wait_closed()
+    assert len(seen) == (1 if accepted else 2)
+    assert metrics.value("egress_sink_firehose_http_retries_total", sink_id="firehose") == (0 if accepted else 1)
+
+
+async def test_a_chunked_conforming_answer_is_accepted() -> None:
+    """Content-Length is not part of the success rule: a chunked 200 (a proxy's) that conforms is accepted."""
+    def answer(request_id: str) -> bytes:
+        body = json.dumps({"requestId": request_id, "timestamp": 1_700_000_000_000}).encode()
+        return (RAW_HEAD + "Content-Type: application/json\r\nTransfer-Encoding: chunked\r\n\r\n").encode() \
+            + f"{len(body):x}\r\n".encode() + body + b"\r\n0\r\n\r\n"
+
+    url, server, seen = await serve_raw(answer)
+    try:
+        sink, _, _ = make_sink(url)
+        sink.distribute(messages(["a"]))
+        await until(lambda: sink.progress().max_persisted_seq_no == 1)
+        await sink.close()
+    finally:
+        server.close()
+        await server.wait_closed()
+    assert len(seen) == 1
 
 
 async def test_413_goes_to_the_error_output_once(serve_app: ServerFactory, tmp_path: Path) -> None:

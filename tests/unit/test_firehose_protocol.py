@@ -213,6 +213,7 @@ def accept(status: int = 200, body: bytes = b'{"requestId":"r","timestamp":15780
 def test_conforming_success_is_accepted() -> None:
     accept()
     accept(content_type="application/json; charset=utf-8")
+    accept(content_type="Application/JSON ;charset=utf-8")
     accept(body=b'{"requestId":"r","timestamp":1578090903599,"errorMessage":"","extra":[]}')
 
 
@@ -228,6 +229,9 @@ def test_conforming_success_is_accepted() -> None:
     ({"body": b""}, "does not conform"),
     ({"body": b"ok"}, "does not conform"),
     ({"content_encoding": "gzip"}, "Content-Encoding"),
+    ({"content_encoding": "identity"}, "Content-Encoding"),
+    ({"content_encoding": ""}, "Content-Encoding"),
+    ({"content_type": "application/jsonx"}, "Content-Type"),
     ({"content_type": "text/plain"}, "Content-Type"),
     ({"content_type": None}, "Content-Type"),
     ({"body": b'{"requestId":"r","timestamp":1578090903599,"pad":"' + b"x" * (1024 * 1024) + b'"}'}, "larger than"),

@@ -339,3 +339,33 @@ async def test_deliveries_beyond_the_send_window_wait_without_blocking_behind_fa
         (0.1, f"good-{i}".encode()) for i in range(4)] + [(0.2, f"good-{i}".encode()) for i in range(4, 8)]
     await h.clock.advance(100)
     assert h.counter("delivered") == 8
+
+
+async def test_a_throttled_sink_takes_one_unit_per_post_retries_included() -> None:
+    """Beyond upstream: with throttler_id, every POST attempt waits for the global rate (2 per second here)."""
+    from egress.spec import DynamicSpec
+    from egress.throttler import Throttling
+
+    h = Harness(lambda request, n: Outcome(503 if request.body == b"a" and n == 1 else 200))
+    throttling = Throttling(DynamicSpec.model_validate({"throttlers": {"endpoint": {"limit": 2, "period": "1s"}}}),
+                            h.clock)
+    context = SinkContext("deliver", "http", 0, h.clock, h.metrics, h.status, lambda: None, throttling)
+    sink = AsyncHttpSink(
+        context,
+        AsyncHttpSinkParameters(url="http://receiver.test/events", payload_column="p", throttler_id="endpoint"),
+        AsyncHttpSinkDynamicParameters(retry_jitter_ratio=0.0),
+        SinkProgress(),
+        transport_factory=lambda scheme, parameters: h.transport,
+    )
+    sink.distribute([OutboxMessage(i + 1, "s", f"m{i}".encode(), b"[]", None, {"p": p})
+                     for i, p in enumerate(["a", "b", "c", "d", "e"])])
+    async with h.clock.autojumping():
+        while sink.progress().max_persisted_seq_no < 5:
+            await h.clock.sleep(0.25)
+    times = h.transport.times()
+    assert len(times) == 6  # five messages and one retry, each a unit of the throttler
+    for count, moment in enumerate(times, start=1):  # granted from the start: at most limit·t + limit·period
+        assert count <= 2 * moment + 2
+    assert times[-1] >= 2.0  # 6 units at 2/s with a burst of 2 need at least 2 s
+    await sink.close()
+    await throttling.aclose()

@@ -20,6 +20,7 @@ from egress.engines import OutboxMessage, SinkProgress
 from egress.errors import SpecError
 from egress.observe import Metrics, StatusTree
 from egress.spec import StreamSpec
+from egress.throttler import Throttling
 
 
 @dataclass(frozen=True, slots=True)
@@ -54,7 +55,11 @@ class SourceClass(Protocol):
 
 @dataclass(frozen=True)
 class SinkContext:
-    """What a sink instance gets from the runtime: who it is and the shared services."""
+    """What a sink instance gets from the runtime: who it is and the shared services.
+
+    ``throttling`` is the process's :class:`egress.throttler.Throttling` (``None`` when the run has
+    no throttlers), for sinks that share a global rate.
+    """
 
     computation_id: str
     sink_id: str
@@ -63,6 +68,7 @@ class SinkContext:
     metrics: Metrics
     status: StatusTree
     on_progress: Callable[[], None]
+    throttling: Throttling | None = None
 
 
 class Sink(Protocol):

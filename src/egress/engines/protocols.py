@@ -62,8 +62,11 @@ class EpochCommit:
     offset consumed. ``log_appends`` are ``(stream, partition, message)`` tuples whose offsets the
     engine assigns; ``outbox`` are new output messages for sinks; ``sink_progress`` by sink id;
     ``outbox_acknowledged_seq`` lets the engine drop outbox messages every sink has persisted.
-    ``state_writes`` (``(state name, key) → value or None to delete``) and the timer lists are the
-    hooks for keyed state and timers.
+    ``state_writes`` (``(state name, encoded key) → value bytes or None to delete``) is the
+    consumer's internal state; ``external_state_writes`` (``(table, encoded key) → row bytes or
+    None``) the user-named external state tables; ``timers_set`` / ``timers_deleted`` are
+    ``(encoded key, trigger timestamp, domain)`` with domain ``"processing"`` or ``"event"``
+    (deletions apply before insertions); ``watermark`` the consumer's event-time watermark.
     """
 
     consumer: str
@@ -75,8 +78,10 @@ class EpochCommit:
     sink_progress: dict[str, SinkProgress] = field(default_factory=dict)
     outbox_acknowledged_seq: int | None = None
     state_writes: dict[tuple[str, bytes], bytes | None] = field(default_factory=dict)
-    timers_set: list[tuple[bytes, float]] = field(default_factory=list)
-    timers_deleted: list[tuple[bytes, float]] = field(default_factory=list)
+    external_state_writes: dict[tuple[str, bytes], bytes | None] = field(default_factory=dict)
+    timers_set: list[tuple[bytes, float, str]] = field(default_factory=list)
+    timers_deleted: list[tuple[bytes, float, str]] = field(default_factory=list)
+    watermark: float | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -87,6 +92,18 @@ class Checkpoint:
     sink_progress: dict[str, SinkProgress]
     outbox: list[OutboxMessage]
     next_seq: int
+
+
+@dataclass(frozen=True, slots=True)
+class KeyedState:
+    """What a partition job with state loads on start, for the keys of its partition only:
+    ``internal`` (state name → encoded key → value bytes), ``external`` (table → encoded key →
+    row bytes), pending ``timers`` ``(encoded key, trigger, domain)`` and the ``watermark``."""
+
+    internal: dict[str, dict[bytes, bytes]]
+    external: dict[str, dict[bytes, bytes]]
+    timers: list[tuple[bytes, float, str]]
+    watermark: float | None
 
 
 class Log(Protocol):
@@ -105,6 +122,11 @@ class CheckpointStore(Protocol):
     """Loads checkpoints and commits epochs atomically."""
 
     async def load_checkpoint(self, consumer: str, partition: int, sinks: list[str]) -> Checkpoint:
+        ...
+
+    async def load_keyed_state(self, consumer: str, partition: int, partition_count: int,
+                               external_tables: list[str]) -> KeyedState:
+        """State, external state rows, timers and watermark of ``partition``'s keys."""
         ...
 
     async def commit(self, commit: EpochCommit) -> None:

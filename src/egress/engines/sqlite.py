@@ -22,11 +22,13 @@ from egress.engines.protocols import (
     Checkpoint,
     EpochCommit,
     FencedError,
+    KeyedState,
     LogMessage,
     OutboxMessage,
     SinkProgress,
 )
 from egress.errors import StateDirectoryError
+from egress.keys import partition_of
 
 SCHEMA_VERSION = 1
 DATABASE_NAME = "egress.sqlite3"
@@ -58,7 +60,13 @@ CREATE TABLE IF NOT EXISTS state (
     PRIMARY KEY (consumer, name, key)) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS timers (
     consumer TEXT NOT NULL, partition INTEGER NOT NULL, key BLOB NOT NULL, trigger_ts REAL NOT NULL,
-    PRIMARY KEY (consumer, partition, trigger_ts, key)) WITHOUT ROWID;
+    domain TEXT NOT NULL DEFAULT 'processing',
+    PRIMARY KEY (consumer, partition, domain, trigger_ts, key)) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS external_state (
+    name TEXT NOT NULL, key BLOB NOT NULL, row BLOB NOT NULL, PRIMARY KEY (name, key)) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS watermarks (
+    consumer TEXT NOT NULL, partition INTEGER NOT NULL, watermark REAL NOT NULL,
+    PRIMARY KEY (consumer, partition)) WITHOUT ROWID;
 """
 
 T = TypeVar("T")
@@ -112,6 +120,7 @@ class SqliteEngine:
         db = sqlite3.connect(self.state_dir / DATABASE_NAME, isolation_level=None, check_same_thread=False)
         db.execute("PRAGMA journal_mode=WAL")
         db.execute(f"PRAGMA synchronous={self.synchronous}")
+        _upgrade_timers(db)
         db.executescript(_SCHEMA)
         self._db = db
         meta = dict(db.execute("SELECT key, value FROM meta").fetchall())
@@ -230,6 +239,33 @@ class SqliteEngine:
         high = max([int(last_seq or 0), *(p.max_persisted_seq_no for p in progress.values())])
         return Checkpoint(positions, progress, outbox, high + 1)
 
+    async def load_keyed_state(self, consumer: str, partition: int, partition_count: int,
+                               external_tables: list[str]) -> KeyedState:
+        return await self._call(self._load_keyed_state_sync, consumer, partition, partition_count, external_tables)
+
+    def _load_keyed_state_sync(self, consumer: str, partition: int, partition_count: int,
+                               external_tables: list[str]) -> KeyedState:
+        db = self._db
+        assert db is not None
+
+        def mine(key: bytes) -> bool:
+            return partition_of(key, partition_count) == partition
+
+        internal: dict[str, dict[bytes, bytes]] = {}
+        for name, key, value in db.execute("SELECT name, key, value FROM state WHERE consumer = ?", (consumer,)):
+            if mine(key):
+                internal.setdefault(name, {})[bytes(key)] = bytes(value)
+        external: dict[str, dict[bytes, bytes]] = {table: {} for table in external_tables}
+        for table in external_tables:
+            for key, value in db.execute("SELECT key, row FROM external_state WHERE name = ?", (table,)):
+                if mine(key):
+                    external[table][bytes(key)] = bytes(value)
+        timers = [(bytes(key), float(ts), str(domain)) for key, ts, domain in db.execute(
+            "SELECT key, trigger_ts, domain FROM timers WHERE consumer = ? AND partition = ?", (consumer, partition))]
+        row = db.execute("SELECT watermark FROM watermarks WHERE consumer = ? AND partition = ?",
+                         (consumer, partition)).fetchone()
+        return KeyedState(internal, external, timers, None if row is None else float(row[0]))
+
     async def commit(self, commit: EpochCommit) -> None:
         await self._call(self._commit_sync, commit)
 
@@ -282,25 +318,78 @@ class SqliteEngine:
                     "DELETE FROM outbox WHERE consumer = ? AND partition = ? AND seq <= ?",
                     (c, p, commit.outbox_acknowledged_seq),
                 )
-            for (name, key), value in commit.state_writes.items():
-                if value is None:
-                    db.execute("DELETE FROM state WHERE consumer = ? AND name = ? AND key = ?", (c, name, key))
-                else:
-                    db.execute(
-                        "INSERT INTO state (consumer, name, key, value) VALUES (?, ?, ?, ?) "
-                        "ON CONFLICT DO UPDATE SET value = excluded.value",
-                        (c, name, key, value),
-                    )
+            if commit.state_writes:
+                db.executemany("DELETE FROM state WHERE consumer = ? AND name = ? AND key = ?",
+                               [(c, name, key) for (name, key), value in commit.state_writes.items() if value is None])
+                db.executemany(
+                    "INSERT INTO state (consumer, name, key, value) VALUES (?, ?, ?, ?) "
+                    "ON CONFLICT DO UPDATE SET value = excluded.value",
+                    [(c, name, key, value) for (name, key), value in commit.state_writes.items() if value is not None],
+                )
+            if commit.external_state_writes:
+                writes = commit.external_state_writes.items()
+                db.executemany("DELETE FROM external_state WHERE name = ? AND key = ?",
+                               [(name, key) for (name, key), value in writes if value is None])
+                db.executemany(
+                    "INSERT INTO external_state (name, key, row) VALUES (?, ?, ?) "
+                    "ON CONFLICT DO UPDATE SET row = excluded.row",
+                    [(name, key, value) for (name, key), value in writes if value is not None],
+                )
             db.executemany(
-                "DELETE FROM timers WHERE consumer = ? AND partition = ? AND key = ? AND trigger_ts = ?",
-                [(c, p, key, ts) for key, ts in commit.timers_deleted],
+                "DELETE FROM timers WHERE consumer = ? AND partition = ? AND key = ? AND trigger_ts = ? AND domain = ?",
+                [(c, p, key, ts, _domain(rest)) for key, ts, *rest in commit.timers_deleted],
             )
             db.executemany(
-                "INSERT OR IGNORE INTO timers (consumer, partition, key, trigger_ts) VALUES (?, ?, ?, ?)",
-                [(c, p, key, ts) for key, ts in commit.timers_set],
+                "INSERT OR IGNORE INTO timers (consumer, partition, key, trigger_ts, domain) VALUES (?, ?, ?, ?, ?)",
+                [(c, p, key, ts, _domain(rest)) for key, ts, *rest in commit.timers_set],
             )
+            if commit.watermark is not None:
+                db.execute(
+                    "INSERT INTO watermarks (consumer, partition, watermark) VALUES (?, ?, ?) "
+                    "ON CONFLICT DO UPDATE SET watermark = excluded.watermark",
+                    (c, p, commit.watermark),
+                )
         # Offsets become visible only once the transaction is durable.
         self._end_offsets.update(appended)
+
+
+def _domain(rest: list[str]) -> str:
+    """A timer's domain; ``(key, trigger)`` pairs (the first form of the hook) mean processing time."""
+    return rest[0] if rest else "processing"
+
+
+def _upgrade_timers(db: sqlite3.Connection) -> None:
+    """Directories made before timers existed have an empty ``timers`` table without ``domain``:
+    replace it (it was never written, so nothing is lost)."""
+    columns = [row[1] for row in db.execute("PRAGMA table_info(timers)")]
+    if columns and "domain" not in columns:
+        (count,) = db.execute("SELECT COUNT(*) FROM timers").fetchone()
+        if count:
+            raise StateDirectoryError("the timers table has rows but no domain column; this state directory "
+                                      "was written by an unknown egress version")
+        db.execute("DROP TABLE timers")
+
+
+def read_state(state_dir: str | Path) -> dict[str, list[tuple[str, str, bytes, bytes]]]:
+    """Read a state directory without taking it over (read-only, safe while a run holds it).
+
+    Returns ``{"internal": [(consumer, state name, encoded key, value bytes)], "external":
+    [("", table, encoded key, row bytes)]}`` sorted by name and key. Raises
+    :class:`StateDirectoryError` when ``state_dir`` holds no egress state.
+    """
+    path = Path(state_dir) / DATABASE_NAME
+    if not path.exists():
+        raise StateDirectoryError(f"{state_dir}: no egress state here (no {DATABASE_NAME})")
+    db = sqlite3.connect(f"{path.resolve().as_uri()}?mode=ro", uri=True)
+    try:
+        tables = {row[0] for row in db.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+        internal = [(str(c), str(n), bytes(k), bytes(v)) for c, n, k, v in db.execute(
+            "SELECT consumer, name, key, value FROM state ORDER BY consumer, name, key")] if "state" in tables else []
+        external = [("", str(n), bytes(k), bytes(v)) for n, k, v in db.execute(
+            "SELECT name, key, row FROM external_state ORDER BY name, key")] if "external_state" in tables else []
+    finally:
+        db.close()
+    return {"internal": internal, "external": external}
 
 
 class _Transaction:

@@ -7,11 +7,17 @@ and parameters from a :class:`RuntimeContext`. The Spec names it ``package.modul
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, ClassVar, TypeVar
+
+from pydantic import BaseModel
 
 from egress.clock import Clock
+from egress.runtime.state import ExternalStateClient, StateClient, StateStore
+from egress.runtime.timers import DOMAINS, TimerDomain
+
+M = TypeVar("M")
 
 
 @dataclass(frozen=True, slots=True)
@@ -28,10 +34,12 @@ class Message:
 
 @dataclass(frozen=True, slots=True)
 class Timer:
-    """A timer that fired for ``key`` at ``trigger_timestamp`` (seconds since the Unix epoch)."""
+    """A timer that fired for ``key`` at ``trigger_timestamp`` (seconds since the Unix epoch);
+    ``domain`` is ``"processing"`` (clock time) or ``"event"`` (watermark)."""
 
     key: tuple[Any, ...]
     trigger_timestamp: float
+    domain: TimerDomain = "processing"
 
 
 @dataclass(slots=True)
@@ -50,42 +58,75 @@ class OutputCollector:
     """
 
     messages: list[EmittedMessage] = field(default_factory=list)
-    timers: list[float] = field(default_factory=list)
+    timers: list[tuple[float, TimerDomain]] = field(default_factory=list)
 
     def add_message(self, stream_id: str, row: dict[str, Any], key: tuple[Any, ...] | None = None) -> None:
         """Emit ``row`` to output stream ``stream_id``.
 
         ``key`` overrides the key taken from the stream's ``group_by`` columns. The stream and
-        row are checked against the Spec when the message is committed; a stream not in the
+        row are checked against the Spec when the call returns; a stream not in the
         computation's ``output_stream_ids`` or a row not matching the schema raises
         ``ProcessFunctionError`` there, naming the input message.
         """
         self.messages.append(EmittedMessage(stream_id, row, key))
 
-    def add_timer(self, trigger_timestamp: float) -> None:
-        """Ask for ``process_timer`` at ``trigger_timestamp`` (seconds) for the current key."""
-        self.timers.append(trigger_timestamp)
+    def add_timer(self, trigger_timestamp: float, domain: TimerDomain = "processing") -> None:
+        """Ask for ``process_timer`` at ``trigger_timestamp`` (seconds since the Unix epoch) for the
+        current key (upstream ``AddTimer``). ``domain="processing"`` fires when ``ctx.now()`` reaches
+        it, ``"event"`` when the watermark does. A trigger earlier than now (or the watermark) raises
+        ``ProcessFunctionError`` when the call returns."""
+        if domain not in DOMAINS:
+            raise ValueError(f"timer domain must be 'processing' or 'event', got {domain!r}")
+        self.timers.append((float(trigger_timestamp), domain))
 
 
 class RuntimeContext:
-    """What a process function may ask while it runs: time and parameters.
+    """What a process function may ask while it runs: time, watermark and parameters.
 
-    ``parameters`` are the computation's ``processing_function_parameters`` (static merged with
-    dynamic, the dynamic ones applied live). Throttler accessors arrive with the throttler.
+    ``parameters`` are the computation's static ``processing_function_parameters`` from the Spec,
+    ``dynamic_parameters`` those of the DynamicSpec (applied live: read them on every call rather
+    than caching them in ``init``). Each is an instance of the function's ``parameters_model`` /
+    ``dynamic_parameters_model`` when it declares one, else a ``dict``. Throttler accessors are stubs
+    until the throttler exists.
     """
 
-    def __init__(self, clock: Clock, parameters: Callable[[], dict[str, Any]], partition: int) -> None:
+    def __init__(
+        self,
+        clock: Clock,
+        partition: int,
+        parameters: Any = None,
+        dynamic_parameters: Callable[[], Any] | None = None,
+        watermark: Callable[[], float | None] | None = None,
+    ) -> None:
         self._clock = clock
-        self._parameters = parameters
         self.partition = partition
+        self._parameters = {} if parameters is None else parameters
+        self._dynamic = dynamic_parameters or dict
+        self._watermark = watermark or (lambda: None)
 
     def now(self) -> float:
-        """Processing time, seconds since the Unix epoch, from the pipeline's clock."""
+        """Processing time, seconds since the Unix epoch, from the pipeline's clock (upstream
+        ``GetCurrentTimestamp``)."""
         return self._clock.now()
 
     @property
-    def parameters(self) -> dict[str, Any]:
-        return self._parameters()
+    def clock(self) -> Clock:
+        """The pipeline's clock, for background work a function starts (sleep through it, never
+        through ``asyncio.sleep``, so that tests on a virtual clock stay exact)."""
+        return self._clock
+
+    def watermark(self) -> float | None:
+        """The event-time watermark: the largest event timestamp of the input this partition job
+        has processed (seconds), or ``None`` before any."""
+        return self._watermark()
+
+    @property
+    def parameters(self) -> Any:
+        return self._parameters
+
+    @property
+    def dynamic_parameters(self) -> Any:
+        return self._dynamic()
 
     def try_get_throttler(self, throttler_id: str) -> None:
         """The throttler handle for ``throttler_id``, or ``None`` when none is configured (no
@@ -98,11 +139,38 @@ class RuntimeContext:
 
 
 class InitContext(RuntimeContext):
-    """The context given to ``ProcessFunction.init`` (same accessors as :class:`RuntimeContext`)."""
+    """The context given to ``ProcessFunction.init``: the :class:`RuntimeContext` accessors plus the
+    state clients (upstream ``IRuntimeInitContext::InitClient`` / ``InitExternalStateClient``)."""
+
+    def __init__(self, clock: Clock, partition: int, store: StateStore, parameters: Any = None,
+                 dynamic_parameters: Callable[[], Any] | None = None,
+                 watermark: Callable[[], float | None] | None = None) -> None:
+        super().__init__(clock, partition, parameters, dynamic_parameters, watermark)
+        self._store = store
+
+    def state_client(self, name: str, model: type[M]) -> StateClient[M]:
+        """Keyed internal state ``name`` whose values are ``model`` (a pydantic model or a
+        dataclass), stored by egress and committed with each epoch. Raises ``ValueError`` when
+        ``name`` is initialised twice."""
+        return self._store.state_client(name, model)
+
+    def external_state_client(self, table: str, columns: Mapping[str, type]) -> ExternalStateClient:
+        """The external state table ``table`` (any name, e.g. upstream's ``"/state"``) with
+        ``columns`` (name → ``int``/``float``/``str``/``bool``), one row per key, committed with
+        each epoch and printed by ``egress state dump``."""
+        return self._store.external_state_client(table, columns)
 
 
 class ProcessFunction:
-    """Base class of user process functions (Flow's ``IProcessFunction``)."""
+    """Base class of user process functions (Flow's ``IProcessFunction``).
+
+    ``parameters_model`` / ``dynamic_parameters_model`` (pydantic models, optional) type and
+    validate the computation's static and dynamic ``processing_function_parameters``; errors name
+    ``computations/<id>/processing_function_parameters/<field>`` in the Spec or DynamicSpec file.
+    """
+
+    parameters_model: ClassVar[type[BaseModel] | None] = None
+    dynamic_parameters_model: ClassVar[type[BaseModel] | None] = None
 
     def init(self, ctx: InitContext) -> None:
         """Called once per partition job before any message; obtain state clients here."""
@@ -112,4 +180,8 @@ class ProcessFunction:
         raise NotImplementedError(f"{type(self).__name__} must implement process_message")
 
     async def process_timer(self, timer: Timer, output: OutputCollector, ctx: RuntimeContext) -> None:
-        """Handle a fired timer (timers arrive with keyed state)."""
+        """Handle a fired timer of ``timer.key``; the default does nothing."""
+
+    async def close(self) -> None:
+        """Called once when the partition job stops (after its last commit, or after a failure):
+        stop background tasks the function started. An egress addition; the default does nothing."""

@@ -10,26 +10,22 @@ to fresh sink instances, which resend it with the same message ids (at-least-onc
 from __future__ import annotations
 
 import asyncio
-import traceback
+from collections.abc import Callable
 from typing import Any
 
 from egress.clock import Clock
 from egress.connectors.base import Sink, SinkContext
 from egress.engines import EpochCommit, LogMessage, OutboxMessage, SqliteEngine
 from egress.errors import ProcessFunctionError
-from egress.keys import decode_key, derived_message_id, encode_key, partition_of
+from egress.keys import decode_key, derived_message_id, partition_of
 from egress.observe import Metrics, StatusTree
-from egress.runtime.api import InitContext, Message, OutputCollector, RuntimeContext
+from egress.runtime.api import InitContext, Message, RuntimeContext, Timer
+from egress.runtime.invoke import Invoker, Output
 from egress.runtime.options import RunOptions
-from egress.runtime.plan import ComputationPlan
+from egress.runtime.plan import ComputationPlan, validate_function_parameters
+from egress.runtime.state import StateStore
+from egress.runtime.timers import TimerQueue, timer_message_id
 from egress.spec import StreamSpec
-
-_TYPES: dict[str, tuple[type, ...]] = {
-    "string": (str, bytes),
-    "int64": (int,),
-    "double": (float, int),
-    "boolean": (bool,),
-}
 
 
 class PartitionJob:
@@ -66,6 +62,10 @@ class PartitionJob:
         self.idle = False
         self._processed = metrics.computation_messages.labels(plan.computation_id)
         self._epochs = metrics.epochs.labels(plan.computation_id)
+        self._timers_fired = _TimersFired(plan.computation_id)
+        self._dynamic_parameters: Any = plan.dynamic_parameters
+        self._watermark: float | None = None
+        self.timers = TimerQueue()
 
     def wake(self) -> None:
         self.idle = False
@@ -79,150 +79,180 @@ class PartitionJob:
                 return f"{self.plan.computation_id}/{sink_id} partition {self.partition}: {sink.terminal_error}"
         return None
 
+    def apply_dynamic(self, plan: ComputationPlan) -> None:
+        """Apply a reloaded DynamicSpec (already validated into ``plan``): the sinks' dynamic
+        parameters and the function's dynamic ``processing_function_parameters``, live."""
+        for sink_id, sink in self.sinks.items():
+            sink.reconfigure(plan.sinks[sink_id].dynamic_parameters)
+        self._dynamic_parameters = plan.dynamic_parameters
+
+    def positions(self) -> dict[str, int]:
+        """The committed-or-processed input offset per input stream of this partition."""
+        return {stream: offset for (stream, _), offset in self._positions.items()}
+
+    def reconfigure_parameters(self, data: dict[str, Any], *, file: str | None = None) -> None:
+        """Apply new dynamic ``processing_function_parameters`` live (from a DynamicSpec reload).
+
+        ``data`` is validated with the function's ``dynamic_parameters_model`` first; on a problem
+        :class:`~egress.errors.SpecErrors` is raised (paths ``computations/<id>/processing_function_parameters/...``)
+        and the current parameters stay. The next message or timer sees the new values.
+        """
+        self._dynamic_parameters = validate_function_parameters(
+            self.plan.function_class, data, dynamic=True, file=file,
+            prefix=f"computations/{self.plan.computation_id}/processing_function_parameters")
+
+    @property
+    def watermark(self) -> float | None:
+        """The event-time watermark: the largest event timestamp processed so far (seconds)."""
+        return self._watermark
+
     async def run(self, stop: asyncio.Event) -> None:
-        plan, engine, options = self.plan, self._engine, self._options
+        plan, engine, options, clock = self.plan, self._engine, self._options, self._clock
         cid = plan.computation_id
         epoch = await engine.acquire(cid, self.partition)
         checkpoint = await engine.load_checkpoint(cid, self.partition, list(plan.sinks))
-        positions = self._positions = {(s, self.partition): checkpoint.input_positions.get((s, self.partition), 0)
-                                       for s in plan.input_stream_ids}
+        positions = {(s, self.partition): checkpoint.input_positions.get((s, self.partition), 0)
+                     for s in plan.input_stream_ids}
+        self._positions = positions
         next_seq = checkpoint.next_seq
         committed = dict(checkpoint.sink_progress)
         for sink_id, sink_plan in plan.sinks.items():
-            sink_context = SinkContext(cid, sink_id, self.partition, self._clock, self._metrics, self._status,
+            sink_context = SinkContext(cid, sink_id, self.partition, clock, self._metrics, self._status,
                                        self.wake)
             self.sinks[sink_id] = sink_plan.sink_class.create(
                 sink_context, sink_plan.parameters, sink_plan.dynamic_parameters, committed[sink_id])
-        parameters = dict(plan.parameters)
-        function = plan.function_class()
-        function.init(InitContext(self._clock, lambda: parameters, self.partition))
-        context = RuntimeContext(self._clock, lambda: parameters, self.partition)
+        store = StateStore(self.partition, self._partition_count)
+        timers = TimerQueue()
+        self.timers = timers
+        invoker = _start_function(plan, self.partition, clock, store, timers, self._streams,
+                                  lambda: self._dynamic_parameters, lambda: self._watermark)
+        keyed = await engine.load_keyed_state(cid, self.partition, self._partition_count, list(store.external))
+        store.load(keyed.internal, keyed.external)
+        timers.load(keyed.timers)
+        self._watermark = keyed.watermark
         self._distribute(checkpoint.outbox)
         try:
             while True:
                 stopping = stop.is_set()
                 self._wakeup.clear()  # before reading: a wake during this epoch must not be lost
                 batch: list[LogMessage] = []
+                due: list[tuple[bytes, float, str]] = []
                 if not stopping and self._may_read():
+                    due = timers.pop_due(clock.now(), self._watermark, options.epoch_max_messages)
                     batch = await self._read(positions)
                 outbox: list[OutboxMessage] = []
                 appends: list[tuple[str, int, bytes, bytes, float | None, dict[str, Any]]] = []
+                watermark = self._watermark
+                for key, trigger, domain in due:
+                    outputs = await invoker.timer(Timer(decode_key(key), trigger, domain), key)  # type: ignore[arg-type]
+                    next_seq = self._emit(outputs, timer_message_id(cid, key, trigger, domain),
+                                          trigger if domain == "event" else None, next_seq, outbox, appends)
                 for message in batch:
-                    next_seq = await self._process(function, context, message, next_seq, outbox, appends)
+                    ts = message.event_timestamp
+                    if ts is not None and (self._watermark is None or ts > self._watermark):
+                        self._watermark = ts
+                    outputs = await invoker.message(
+                        Message(message.stream, decode_key(message.key), message.row, message.message_id, ts),
+                        message.key)
+                    next_seq = self._emit(outputs, message.message_id, ts, next_seq, outbox, appends)
                     positions[(message.stream, self.partition)] = message.offset + 1
                 progress = {sink_id: sink.progress() for sink_id, sink in self.sinks.items()}
-                if batch or progress != committed:
+                if batch or due or progress != committed:
                     low = min((p.max_persisted_seq_no for p in progress.values()), default=None)
+                    state_writes, external_writes = store.take_writes()
+                    timers_set, timers_deleted = timers.take_changes()
                     await engine.commit(EpochCommit(
                         cid, self.partition, epoch, dict(positions), log_appends=appends, outbox=outbox,
-                        sink_progress=progress, outbox_acknowledged_seq=low))
+                        sink_progress=progress, outbox_acknowledged_seq=low, state_writes=state_writes,
+                        external_state_writes=external_writes, timers_set=timers_set, timers_deleted=timers_deleted,
+                        watermark=self._watermark if self._watermark != watermark else None))
                     self._epochs.inc()
                     self._processed.inc(len(batch))
+                    self._timers_fired.inc(len(due))
                     committed = progress
                     self._distribute(outbox)
                     if appends:
                         self._notify_downstream({(s, p) for s, p, *_ in appends})
                 if stopping:
                     return
-                if len(batch) < options.epoch_max_messages:
-                    await self._wait()
+                if len(batch) < options.epoch_max_messages and not (
+                        self._may_read() and timers.has_due(clock.now(), self._watermark)):
+                    await self._wait(timers)
         finally:
+            await invoker.function.close()
             for sink in self.sinks.values():
                 await sink.close()
 
-    def positions(self) -> dict[str, int]:
-        """The next input offset per input stream of this partition (the committed or in-epoch one)."""
-        return {stream: offset for (stream, _), offset in self._positions.items()}
-
-    def apply_dynamic(self, plan: ComputationPlan) -> None:
-        """Apply a new DynamicSpec (already checked): sink parameters now, for every later decision."""
-        for sink_id, sink in self.sinks.items():
-            sink.reconfigure(plan.sinks[sink_id].dynamic_parameters)
+    def _emit(
+        self,
+        outputs: list[Output],
+        parent_id: bytes,
+        event_timestamp: float | None,
+        next_seq: int,
+        outbox: list[OutboxMessage],
+        appends: list[tuple[str, int, bytes, bytes, float | None, dict[str, Any]]],
+    ) -> int:
+        """Route checked outputs: to the outbox for this job's sinks, to the log for other computations."""
+        for index, output in enumerate(outputs):
+            message_id = derived_message_id(parent_id, index)
+            if output.stream_id in self._sink_streams:
+                outbox.append(OutboxMessage(next_seq, output.stream_id, message_id, output.key, event_timestamp,
+                                            output.row))
+                next_seq += 1
+            if output.stream_id in self.plan.logged_streams:
+                appends.append((output.stream_id, partition_of(output.key, self._partition_count), message_id,
+                                output.key, event_timestamp, output.row))
+        return next_seq
 
     def _may_read(self) -> bool:
         return all(sink.terminal_error is None and sink.unacknowledged < self._options.max_unacknowledged
                    for sink in self.sinks.values())
 
     async def _read(self, positions: dict[tuple[str, int], int]) -> list[LogMessage]:
-        batch: list[LogMessage] = []
+        """Up to ``epoch_max_messages`` input messages, each input stream getting an equal share
+        first (so a backlog on one input cannot starve another, e.g. the responses of a feedback
+        loop behind a long event stream), then the rest of the room in stream order."""
+        limit = self._options.epoch_max_messages
+        share = max(1, limit // len(positions)) if positions else limit
+        reads: dict[tuple[str, int], list[LogMessage]] = {}
         for (stream, partition), offset in positions.items():
-            room = self._options.epoch_max_messages - len(batch)
+            reads[(stream, partition)] = await self._engine.read(stream, partition, offset, share)
+        room = limit - sum(len(r) for r in reads.values())
+        for (stream, partition), got in reads.items():
             if room <= 0:
                 break
-            batch.extend(await self._engine.read(stream, partition, offset, room))
-        return batch
+            if len(got) == share:
+                more = await self._engine.read(stream, partition, positions[(stream, partition)] + share, room)
+                got.extend(more)
+                room -= len(more)
+        return [message for got in reads.values() for message in got]
 
-    async def _wait(self) -> None:
-        """Sleep until woken, then a little longer so that one commit gathers many acknowledgements."""
+    async def _wait(self, timers: TimerQueue) -> None:
+        """Sleep until woken or until the next processing-time timer is due; after a wake, a little
+        longer, so that one commit gathers many acknowledgements."""
         if not self._wakeup.is_set():
+            trigger = timers.next_processing_trigger() if self._may_read() else None
             drained = all(sink.unacknowledged == 0 for sink in self.sinks.values())
-            self.idle = drained or self.blocked_error is not None
-            await self._wakeup.wait()
+            self.idle = (drained or self.blocked_error is not None) and trigger is None
+            if trigger is None:
+                await self._wakeup.wait()
+            elif await self._timer_came_first(trigger - self._clock.now()):
+                self.idle = False
+                return
         self.idle = False
         await self._clock.sleep(self._options.epoch_period)
 
-    async def _process(
-        self,
-        function: Any,
-        context: RuntimeContext,
-        message: LogMessage,
-        next_seq: int,
-        outbox: list[OutboxMessage],
-        appends: list[tuple[str, int, bytes, bytes, float | None, dict[str, Any]]],
-    ) -> int:
-        collector = OutputCollector()
-        key = decode_key(message.key)
+    async def _timer_came_first(self, seconds: float) -> bool:
+        """Wait for a wake or ``seconds`` on the clock, whichever comes first; True for the clock."""
+        waker = asyncio.ensure_future(self._wakeup.wait())
+        sleeper = asyncio.ensure_future(self._clock.sleep(seconds))
         try:
-            await function.process_message(
-                Message(message.stream, key, message.row, message.message_id, message.event_timestamp),
-                collector, context)
-        except Exception as error:
-            raise ProcessFunctionError(
-                f"process function of computation {self.plan.computation_id!r} raised on message "
-                f"{message.message_id.hex().upper()} of stream {message.stream!r} with key {list(key)!r} "
-                f"(partition {self.partition}); nothing from this batch was committed:\n"
-                + "".join(traceback.format_exception(error))
-            ) from error
-        for index, emitted in enumerate(collector.messages):
-            stream_id = emitted.stream_id
-            row = self._checked_row(stream_id, emitted.row, message)
-            stream = self._streams[stream_id]
-            out_key = encode_key(emitted.key if emitted.key is not None else [row.get(c) for c in stream.group_by])
-            message_id = derived_message_id(message.message_id, index)
-            if stream_id in self._sink_streams:
-                outbox.append(OutboxMessage(next_seq, stream_id, message_id, out_key, message.event_timestamp, row))
-                next_seq += 1
-            if stream_id in self.plan.logged_streams:
-                appends.append((stream_id, partition_of(out_key, self._partition_count), message_id, out_key,
-                                message.event_timestamp, row))
-        if collector.timers:
-            raise ProcessFunctionError(
-                f"computation {self.plan.computation_id!r} set a timer, but timers are not supported yet")
-        return next_seq
-
-    def _checked_row(self, stream_id: str, row: dict[str, Any], parent: LogMessage) -> dict[str, Any]:
-        where = f"message {parent.message_id.hex().upper()} of stream {parent.stream!r}"
-        if stream_id not in self.plan.output_stream_ids:
-            raise ProcessFunctionError(
-                f"computation {self.plan.computation_id!r} emitted to unknown output stream {stream_id!r} while "
-                f"handling {where}; its output_stream_ids are {self.plan.output_stream_ids}")
-        stream = self._streams[stream_id]
-        for name in row:
-            if stream.column(name) is None:
-                raise ProcessFunctionError(
-                    f"row for stream {stream_id!r} has column {name!r}, which its schema lacks ({where})")
-        for column in stream.columns:
-            value = row.get(column.name)
-            if value is None:
-                if column.required:
-                    raise ProcessFunctionError(
-                        f"row for stream {stream_id!r} has null in required column {column.name!r} ({where})")
-                continue
-            if not isinstance(value, _TYPES[column.type]) or (column.type != "boolean" and isinstance(value, bool)):
-                raise ProcessFunctionError(
-                    f"row for stream {stream_id!r}: column {column.name!r} is {column.type}, got "
-                    f"{type(value).__name__} ({where})")
-        return row
+            done, _ = await asyncio.wait({waker, sleeper}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            for task in (waker, sleeper):
+                task.cancel()
+            await asyncio.gather(waker, sleeper, return_exceptions=True)
+        return waker not in done
 
     def _distribute(self, messages: list[OutboxMessage]) -> None:
         if not messages:
@@ -230,3 +260,37 @@ class PartitionJob:
         for sink_id, sink in self.sinks.items():
             stream = self.plan.sinks[sink_id].stream_id
             sink.distribute([m for m in messages if m.stream == stream])
+
+
+def _start_function(
+    plan: ComputationPlan,
+    partition: int,
+    clock: Clock,
+    store: StateStore,
+    timers: TimerQueue,
+    streams: dict[str, StreamSpec] | None,
+    dynamic_parameters: Callable[[], Any],
+    watermark: Callable[[], float | None],
+) -> Invoker:
+    """Create the process function, call its ``init`` (state clients register there) and return
+    the :class:`Invoker` that calls it; ``init`` raising becomes ``ProcessFunctionError``."""
+    function = plan.function_class()
+    try:
+        function.init(InitContext(clock, partition, store, plan.parameters, dynamic_parameters, watermark))
+    except Exception as error:
+        raise ProcessFunctionError(
+            f"init of the process function of computation {plan.computation_id!r} raised (partition "
+            f"{partition}): {type(error).__name__}: {error}") from error
+    context = RuntimeContext(clock, partition, plan.parameters, dynamic_parameters, watermark)
+    return Invoker(plan.computation_id, function, context, store, timers, plan.output_stream_ids, streams)
+
+
+class _TimersFired:
+    """Count of fired timers per computation (kept here until observe grows a metric for it)."""
+
+    def __init__(self, computation_id: str) -> None:
+        self.computation_id = computation_id
+        self.value = 0
+
+    def inc(self, amount: int = 1) -> None:
+        self.value += amount

@@ -46,7 +46,10 @@ class ComputationPlan:
     sinks: dict[str, SinkPlan]
     logged_streams: frozenset[str]
     """Output streams other computations read: appended to the log as well as the outbox."""
-    parameters: dict[str, Any]
+    parameters: Any
+    """Static ``processing_function_parameters``: the function's ``parameters_model`` or a dict."""
+    dynamic_parameters: Any = None
+    """Dynamic ``processing_function_parameters`` (DynamicSpec): ``dynamic_parameters_model`` or a dict."""
 
 
 @dataclass(frozen=True)
@@ -167,6 +170,14 @@ def build_plan(
                 sinks[sink_id] = SinkPlan(sink_id, sink_class, parameters, dynamic_parameters,
                                           sink.input_stream_ids[0])
         if function_class is not None:
+            static_parameters = _parameters_or_dict(
+                function_class.parameters_model, computation.processing_function_parameters, spec_file,
+                f"{at}/processing_function_parameters", errors)
+            dynamic_entry = dynamic.computations.get(computation_id)
+            dynamic_function_parameters = _parameters_or_dict(
+                function_class.dynamic_parameters_model,
+                dynamic_entry.processing_function_parameters if dynamic_entry else {}, dynamic_spec_file,
+                f"{at}/processing_function_parameters", errors)
             computations[computation_id] = ComputationPlan(
                 computation_id,
                 function_class,
@@ -174,7 +185,8 @@ def build_plan(
                 list(computation.output_stream_ids),
                 sinks,
                 frozenset(s for s in computation.output_stream_ids if s in consumed),
-                dict(computation.processing_function_parameters),
+                static_parameters,
+                dynamic_function_parameters,
             )
 
     for computation_id, entry in dynamic.computations.items():
@@ -201,6 +213,22 @@ def _parameters(
     except SpecErrors as found:
         errors.extend(found.errors)
         return None
+
+
+def _parameters_or_dict(
+    model: type[BaseModel] | None, data: dict[str, Any], file: str | None, prefix: str, errors: list[SpecError]
+) -> Any:
+    return dict(data) if model is None else _parameters(model, data, file, prefix, errors)
+
+
+def validate_function_parameters(
+    function_class: type[ProcessFunction], data: dict[str, Any], *, dynamic: bool, file: str | None = None,
+    prefix: str = "",
+) -> Any:
+    """``data`` as the function's (dynamic) parameters model, or a dict when it declares none;
+    raises :class:`SpecErrors` naming ``prefix/<field>``."""
+    model = function_class.dynamic_parameters_model if dynamic else function_class.parameters_model
+    return dict(data) if model is None else validate_model(model, data, file=file, prefix=prefix)
 
 
 def _import_function(

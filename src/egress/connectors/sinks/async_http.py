@@ -25,6 +25,7 @@ from egress.httpclient import CurlClient, Request, Response, backoff_seconds
 from egress.httpclient.redirects import HTTPS_TO_HTTP, REDIRECT_STATUSES, RedirectError, is_downgrade, resolve_location
 from egress.keys import idempotency_key
 from egress.spec import StreamSpec
+from egress.throttler.factory import ThrottlerHandle
 
 STATUS_SUFFIX = "async_http_sink"
 PAYLOAD_TYPE_ERROR = "Async HTTP payload column must contain a String or null value"
@@ -146,6 +147,7 @@ class AsyncHttpSink:
         self._terminal: tuple[int, str] | None = None
         self._transports: dict[str, HttpTransport] = {}
         self._headers = tuple(f"{name}: {value}" for name, value in parameters.headers.items())
+        self._throttle = self._throttle_handle(context, parameters)
         self._status_path = f"/sinks/{context.sink_id}/{STATUS_SUFFIX}"
         sink_id = context.sink_id
         metrics = context.metrics
@@ -155,6 +157,19 @@ class AsyncHttpSink:
         self._delivered = metrics.http_sink_delivered.labels(sink_id)
         self._responses = metrics.http_sink_responses
         self._responses_by_status: dict[int, Any] = {}
+
+    @staticmethod
+    def _throttle_handle(context: SinkContext, parameters: AsyncHttpSinkParameters) -> ThrottlerHandle | None:
+        if parameters.throttler_id is None:
+            return None
+        if context.throttling is None:
+            raise ValueError(f'Throttler "{parameters.throttler_id}" is not configured: the DynamicSpec has no '
+                             "throttlers")
+        factory = context.throttling.factory(
+            f"{context.computation_id}/{context.sink_id}",
+            client_id=f"{context.computation_id}/{context.sink_id}/{context.partition}",
+            class_ids={parameters.throttler_id: parameters.throttler_class_id})
+        return factory.get_throttler_or_throw(parameters.throttler_id)
 
     # -- the Sink protocol -------------------------------------------------------------------
 
@@ -231,12 +246,12 @@ class AsyncHttpSink:
             self._start(delivery)
 
     def _start(self, delivery: _Delivery) -> None:
-        """Begin a delivery. Without redirects to follow, the first attempt is a bare future with a
-        callback: most deliveries succeed at once, and a task per message costs time and memory.
-        Only a failed first attempt (or a sink following redirects) gets a task for the rest."""
+        """Begin a delivery. Without redirects to follow or a throttler to wait for, the first attempt
+        is a bare future with a callback: most deliveries succeed at once, and a task per message
+        costs time and memory. Only a failed first attempt (or such a sink) gets a task for the rest."""
         assert delivery.body is not None
         delivery.started = self._context.clock.monotonic()
-        if self._parameters.max_redirect_count:
+        if self._parameters.max_redirect_count or self._throttle is not None:
             self._continue(delivery, attempts=0, last_error=None)
             return
         dynamic = self._dynamic
@@ -326,6 +341,10 @@ class AsyncHttpSink:
             if attempts >= dynamic.max_attempt_count or remaining <= 0:
                 self._fail(delivery, str(DeliveryError(POLICY_EXHAUSTED, attempts=attempts, last_error=last_error)))
                 return
+            if self._throttle is not None:
+                # The global rate's wait is not part of the attempt: its budget starts once granted.
+                await self._throttle.throttle(1)
+                remaining = max(0.0, start + dynamic.request_timeout - clock.monotonic())
             attempts += 1
             if attempts > 1:
                 self._retries.inc()
@@ -366,6 +385,8 @@ class AsyncHttpSink:
             if is_downgrade(url, target):
                 return HTTPS_TO_HTTP
             url = target
+            if self._throttle is not None:
+                await self._throttle.throttle(1)  # a redirected POST is a request to the endpoint too
 
     def _judge(self, response: Response) -> str | None:
         """Count ``response`` in the metrics; ``None`` for a complete 2xx, ``_FOLLOW`` for a redirect

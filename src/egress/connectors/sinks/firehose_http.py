@@ -7,8 +7,10 @@ Firehose request (base64 records, gzip when configured) and POSTed with the prot
 batch keeps one request id across all its attempts: a UUID derived from the sink and the batch's first
 and last message ids, so the same batch boundaries give the same id after a restart too.
 
-Only a conforming 200 acknowledges a batch (see :func:`egress.firehose.protocol.check_response`); a
-413 is permanent; everything else is retried with Firehose's backoff within ``retry_duration``
+Only a conforming 200 acknowledges a batch (see :func:`egress.firehose.protocol.check_response`:
+JSON Content-Type, no Content-Encoding, a body of at most 1 MiB with the request's ``requestId`` and
+an integer ``timestamp`` in ms; the HTTP client captures the response headers for it); a 413 is
+permanent; everything else is retried with Firehose's backoff within ``retry_duration``
 (:mod:`egress.firehose.retry`). Records that got a 413 or exhausted their retries go to the error
 output, and the batch counts as handled; without an error output such a batch is a terminal failure
 of this sink instance, as in the async HTTP sink (nothing later is acknowledged). Batches run
@@ -457,7 +459,8 @@ class FirehoseHttpSink:
         lines = tuple(f"{name}: {value}" for name, value in headers.items())
         self._m_requests.inc()
         response = await self._transport(url).send(
-            Request(url, body, lines, timeout=self._parameters.response_timeout, capture_body=True))
+            Request(url, body, lines, timeout=self._parameters.response_timeout, capture_body=True,
+                    capture_headers=True))
         if response.status:
             self._metrics.responses.labels(self._context.sink_id, str(response.status)).inc()
         return _judge(response, request_id)
@@ -503,7 +506,16 @@ def _encode(request_id: str, timestamp_ms: int, records: list[bytes], gzip_level
 
 
 def _judge(response: Response, request_id: str) -> _Failure | None:
-    """Firehose's acceptance rule applied to one response (docs/firehose.md, "Response")."""
+    """Firehose's acceptance rule applied to one response (docs/firehose.md, "Sender").
+
+    ``None`` only for a conforming 200 (:func:`egress.firehose.protocol.check_response` on the status,
+    the Content-Type and Content-Encoding headers and the body). Otherwise a :class:`_Failure` with the
+    error-output code: no response → ``RequestTimeout`` (curl error 28) or ``ConnectionFailed``; a body
+    over 1 MiB → ``ResponseTooLarge``; a 413 → ``DestinationException``, permanent; a 200 that does not
+    conform → ``InvalidResponseFromDestination``; any other status → ``DestinationException``. The
+    message is the response body (cut to 8,192 characters) or, when there is none to show (a gzip'd
+    body is not shown), the reason.
+    """
     if response.status == 0:
         error = response.error or "no response"
         code = eo.REQUEST_TIMEOUT if "curl error 28" in error else eo.CONNECTION_FAILED
@@ -515,13 +527,14 @@ def _judge(response: Response, request_id: str) -> _Failure | None:
         return _Failure(eo.DESTINATION_EXCEPTION, _text(body) or "HTTP 413", permanent=True)
     if len(body) > p.MAX_RESPONSE_BODY_BYTES:
         return _Failure(eo.RESPONSE_TOO_LARGE, f"response body of {len(body)} bytes is over 1 MiB")
+    headers = response.headers or {}
     try:
-        # CurlClient reports no response headers: Content-Type cannot be checked, and a gzip'd body fails as non-JSON.
-        p.check_response(response.status, body, request_id, content_type=None, content_encoding=None,
-                         headers_known=False)
+        p.check_response(response.status, body, request_id, content_type=headers.get("content-type"),
+                         content_encoding=headers.get("content-encoding"))
     except ResponseNotAccepted as error:
-        code = eo.INVALID_RESPONSE if response.status == 200 else eo.DESTINATION_EXCEPTION
-        return _Failure(code, _text(body) or error.reason)
+        if response.status != 200:
+            return _Failure(eo.DESTINATION_EXCEPTION, _text(body) or error.reason)
+        return _Failure(eo.INVALID_RESPONSE, _text(error.body) or error.reason)
     return None
 
 

@@ -45,7 +45,9 @@ class AsyncHttpSinkParameters(_AtLeastOnceOnly):
     Beyond upstream: ``max_in_flight`` caps the deliveries running at once (attempts, pauses and
     all; default unlimited, as upstream), bounding concurrency and memory; ``tls_ca_file`` is a
     PEM bundle of certificate authorities to trust for ``https`` (a private CA), instead of the
-    default ones. Verification itself is always on.
+    default ones. Verification itself is always on. ``throttler_id`` (and ``throttler_class_id``)
+    name a DynamicSpec throttler from which every POST attempt, retries and redirects included,
+    takes one unit first, so all callers of an endpoint share one global rate.
     """
 
     url: str
@@ -58,6 +60,8 @@ class AsyncHttpSinkParameters(_AtLeastOnceOnly):
     # Beyond upstream (egress): both optional, absent by default.
     max_in_flight: int | None = Field(default=None, ge=1)
     tls_ca_file: str | None = None
+    throttler_id: str | None = Field(default=None, min_length=1)
+    throttler_class_id: str | None = Field(default=None, min_length=1)
 
     @field_validator("url")
     @classmethod
@@ -99,6 +103,8 @@ class AsyncHttpSinkParameters(_AtLeastOnceOnly):
         name = self.idempotency_header.lower()
         if name and any(h.lower() == name for h in self.headers):
             raise ValueError("Async HTTP sink headers must not override idempotency_header")
+        if self.throttler_class_id is not None and self.throttler_id is None:
+            raise ValueError("Async HTTP sink throttler_class_id needs throttler_id")
         return self
 
 

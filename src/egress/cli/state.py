@@ -1,0 +1,60 @@
+"""``egress state dump``: print the keyed state a pipeline committed, one JSON object per line.
+
+Reads the state directory read-only, so it works while ``egress run`` holds it (it shows the last
+committed epoch). Lines look like::
+
+    {"kind": "external", "table": "/state", "key": ["user-1"], "row": {"total_length": 42}}
+    {"kind": "internal", "computation": "request_processor", "state": "request_state",
+     "key": ["user-1", 7], "value": {"failed_attempts": 1, "request": {...}}}
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Annotated, Any, Optional
+
+import orjson
+import typer
+
+from egress.engines.sqlite import read_state
+from egress.errors import StateDirectoryError
+
+app = typer.Typer(add_completion=False, no_args_is_help=True, help="Inspect committed keyed state.")
+
+
+@app.callback()
+def state() -> None:
+    """Inspect the keyed state a pipeline committed (internal state and external state tables)."""
+
+
+def state_lines(state_dir: Path, *, name: str | None = None, internal: bool = True,
+                external: bool = True) -> Iterator[dict[str, Any]]:
+    """The committed state of ``state_dir`` as dicts (external tables first, then internal state),
+    optionally only the table or state called ``name``. Raises ``StateDirectoryError``."""
+    found = read_state(state_dir)
+    if external:
+        for _, table, key, row in found["external"]:
+            if name in (None, table):
+                yield {"kind": "external", "table": table, "key": orjson.loads(key), "row": orjson.loads(row)}
+    if internal:
+        for computation, state, key, value in found["internal"]:
+            if name in (None, state):
+                yield {"kind": "internal", "computation": computation, "state": state, "key": orjson.loads(key),
+                       "value": orjson.loads(value)}
+
+
+@app.command()
+def dump(
+    state_dir: Annotated[Path, typer.Argument(help="The --state-dir of the pipeline (default .egress/<pipeline>).")],
+    name: Annotated[Optional[str], typer.Option(help="Only this external table or internal state.")] = None,  # noqa: UP045
+    external_only: Annotated[bool, typer.Option("--external", help="Only external state tables.")] = False,
+    internal_only: Annotated[bool, typer.Option("--internal", help="Only internal state.")] = False,
+) -> None:
+    """Print committed external state rows and internal state values as JSON lines."""
+    try:
+        for line in state_lines(state_dir, name=name, internal=not external_only, external=not internal_only):
+            typer.echo(orjson.dumps(line).decode())
+    except StateDirectoryError as error:
+        typer.echo(f"egress: {error}", err=True)
+        raise typer.Exit(1) from None

@@ -1,0 +1,156 @@
+"""One call of a process function, checked: what the partition job and ``egress.testing`` share.
+
+:class:`Invoker` calls ``process_message`` or ``process_timer`` with a fresh
+:class:`OutputCollector`, then checks what the call did: every emitted row against its stream
+(known output stream, schema columns and types), every timer against the clock (no trigger in the
+past), and serialises the state it touched. Any problem, or an exception from the function,
+raises :class:`ProcessFunctionError` naming the computation, the message or timer, its key and the
+partition; the partition job then stops without committing the batch.
+"""
+
+from __future__ import annotations
+
+import traceback
+from dataclasses import dataclass
+from typing import Any
+
+from egress.errors import ProcessFunctionError
+from egress.keys import encode_key
+from egress.runtime.api import Message, OutputCollector, ProcessFunction, RuntimeContext, Timer
+from egress.runtime.state import StateStore
+from egress.runtime.timers import TimerQueue
+from egress.spec import StreamSpec
+
+_TYPES: dict[str, tuple[type, ...]] = {
+    "string": (str, bytes),
+    "int64": (int,),
+    "double": (float, int),
+    "boolean": (bool,),
+}
+
+
+_Schema = tuple[frozenset[str], list[tuple[str, str, bool, tuple[type, ...]]], list[str]]
+
+
+@dataclass(frozen=True, slots=True)
+class Output:
+    """A checked emitted message: ``stream_id``, ``row`` and its encoded ``key``."""
+
+    stream_id: str
+    row: dict[str, Any]
+    key: bytes
+
+
+class Invoker:
+    """Runs ``function`` of computation ``computation_id`` for one partition.
+
+    ``streams`` (stream id → spec) enables the schema checks of emitted rows; without it only the
+    output stream ids are checked (none when ``output_stream_ids`` is ``None``) and the output key
+    is the explicit ``key`` or ``()``.
+    """
+
+    def __init__(
+        self,
+        computation_id: str,
+        function: ProcessFunction,
+        context: RuntimeContext,
+        store: StateStore,
+        timers: TimerQueue,
+        output_stream_ids: list[str] | None,
+        streams: dict[str, StreamSpec] | None = None,
+    ) -> None:
+        self.computation_id = computation_id
+        self.function = function
+        self.context = context
+        self.store = store
+        self.timers = timers
+        self.output_stream_ids = output_stream_ids
+        self._outputs = None if output_stream_ids is None else frozenset(output_stream_ids)
+        self.streams = streams
+        self._schemas: dict[str, _Schema] = {}
+
+    def _where_message(self, message: Message) -> str:
+        return (f"message {message.message_id.hex().upper()} of stream {message.stream_id!r} with key "
+                f"{list(message.key)!r} (partition {self.context.partition})")
+
+    def _where_timer(self, timer: Timer) -> str:
+        return (f"{timer.domain} timer at {timer.trigger_timestamp!r} of key {list(timer.key)!r} "
+                f"(partition {self.context.partition})")
+
+    async def message(self, message: Message, encoded_key: bytes) -> list[Output]:
+        """Call ``process_message``; returns the checked outputs."""
+        collector = OutputCollector()
+        self.store.begin(message.key)
+        try:
+            await self.function.process_message(message, collector, self.context)
+        except Exception as error:
+            self.store.discard()
+            raise self._raised(self._where_message(message), error) from error
+        where = self._where_message(message)
+        return self._finish(collector, encoded_key, where)
+
+    async def timer(self, timer: Timer, encoded_key: bytes) -> list[Output]:
+        """Call ``process_timer``; returns the checked outputs."""
+        collector = OutputCollector()
+        self.store.begin(timer.key)
+        try:
+            await self.function.process_timer(timer, collector, self.context)
+        except Exception as error:
+            self.store.discard()
+            raise self._raised(self._where_timer(timer), error) from error
+        return self._finish(collector, encoded_key, self._where_timer(timer))
+
+    def _raised(self, where: str, error: Exception) -> ProcessFunctionError:
+        return ProcessFunctionError(
+            f"process function of computation {self.computation_id!r} raised on {where}; nothing from this "
+            "batch was committed:\n" + "".join(traceback.format_exception(error)))
+
+    def _finish(self, collector: OutputCollector, encoded_key: bytes, where: str) -> list[Output]:
+        self.store.end(where)
+        if collector.timers:
+            now = self.context.now()
+            watermark = self.context.watermark()
+            for trigger, domain in collector.timers:
+                limit = now if domain == "processing" else watermark
+                if limit is not None and trigger < limit:
+                    raise ProcessFunctionError(
+                        f"computation {self.computation_id!r} set a {domain} timer in the past: {trigger!r} < "
+                        f"{'now' if domain == 'processing' else 'watermark'} {limit!r}, while handling {where}")
+                self.timers.add(encoded_key, trigger, domain)
+        return [self._checked(emitted.stream_id, emitted.row, emitted.key, where) for emitted in collector.messages]
+
+    def _checked(self, stream_id: str, row: dict[str, Any], key: tuple[Any, ...] | None, where: str) -> Output:
+        if self._outputs is not None and stream_id not in self._outputs:
+            raise ProcessFunctionError(
+                f"computation {self.computation_id!r} emitted to unknown output stream {stream_id!r} while "
+                f"handling {where}; its output_stream_ids are {self.output_stream_ids}")
+        schema = self._schema(stream_id)
+        if schema is None:
+            return Output(stream_id, row, encode_key(key if key is not None else ()))
+        names, columns, group_by = schema
+        for name in row:
+            if name not in names:
+                raise ProcessFunctionError(
+                    f"row for stream {stream_id!r} has column {name!r}, which its schema lacks ({where})")
+        for name, kind, required, types in columns:
+            value = row.get(name)
+            if value is None:
+                if required:
+                    raise ProcessFunctionError(
+                        f"row for stream {stream_id!r} has null in required column {name!r} ({where})")
+                continue
+            if not isinstance(value, types) or (kind != "boolean" and isinstance(value, bool)):
+                raise ProcessFunctionError(
+                    f"row for stream {stream_id!r}: column {name!r} is {kind}, got {type(value).__name__} ({where})")
+        return Output(stream_id, row, encode_key(key if key is not None else [row.get(c) for c in group_by]))
+
+    def _schema(self, stream_id: str) -> _Schema | None:
+        """The checks of ``stream_id``'s schema, built once: column names, (name, type, required,
+        Python types) per column, and the ``group_by`` columns."""
+        found = self._schemas.get(stream_id)
+        if found is None and self.streams is not None and stream_id in self.streams:
+            stream = self.streams[stream_id]
+            found = (frozenset(c.name for c in stream.columns),
+                     [(c.name, c.type, c.required, _TYPES[c.type]) for c in stream.columns], list(stream.group_by))
+            self._schemas[stream_id] = found
+        return found

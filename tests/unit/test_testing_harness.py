@@ -1,0 +1,49 @@
+"""egress.testing itself: outputs with keys from the stream schema, schema errors as in a pipeline,
+calling a pending timer directly, and dynamic parameters changed between calls."""
+
+from __future__ import annotations
+
+import pytest
+from pydantic import BaseModel
+
+from egress import Message, OutputCollector, ProcessFunction, RuntimeContext, Timer
+from egress.errors import ProcessFunctionError
+from egress.spec import StreamSpec
+from egress.testing import Emitted, ProcessFunctionHarness
+
+OUT = StreamSpec.model_validate({"schema": [{"name": "city", "type": "string", "required": True},
+                                            {"name": "n", "type": "int64"}], "group_by": ["city"]})
+
+
+class Limits(BaseModel):
+    factor: int = 1
+
+
+class Scale(ProcessFunction):
+    dynamic_parameters_model = Limits
+
+    async def process_message(self, message: Message, output: OutputCollector, ctx: RuntimeContext) -> None:
+        output.add_message("out", {"city": message.row["city"], "n": message.row["n"] * ctx.dynamic_parameters.factor})
+        output.add_timer(ctx.now() + 10)
+
+    async def process_timer(self, timer: Timer, output: OutputCollector, ctx: RuntimeContext) -> None:
+        output.add_message("out", {"city": "timer", "n": int(timer.trigger_timestamp)})
+
+
+async def test_outputs_are_keyed_by_group_by_and_parameters_change_live() -> None:
+    h = ProcessFunctionHarness(Scale, now=0, output_stream_ids=["out"], streams={"out": OUT})
+    assert await h.process_message({"city": "Oslo", "n": 2}) == [Emitted("out", {"city": "Oslo", "n": 2}, ("Oslo",))]
+    h.set_dynamic_parameters({"factor": 3})
+    assert (await h.process_message({"city": "Rome", "n": 2}))[0].row["n"] == 6
+    assert len(h.outputs) == 2
+    assert h.timers() == [((), 10.0)]
+    assert await h.process_timer((), 10.0) == [Emitted("out", {"city": "timer", "n": 10}, ("timer",))]
+    assert h.timers() == []  # the pending timer was the one called
+
+
+async def test_schema_errors_are_the_pipeline_errors() -> None:
+    h = ProcessFunctionHarness(Scale, output_stream_ids=["out"], streams={"out": OUT})
+    with pytest.raises(ProcessFunctionError, match="column 'n' is int64, got str"):
+        await h.process_message({"city": "Oslo", "n": "2"})
+    with pytest.raises(ProcessFunctionError, match="unknown output stream 'out'"):
+        await ProcessFunctionHarness(Scale, output_stream_ids=["elsewhere"]).process_message({"city": "x", "n": 1})
