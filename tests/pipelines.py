@@ -24,3 +24,17 @@ class FailsOnSeven(ProcessFunction):
 class EmitsToUnknownStream(ProcessFunction):
     async def process_message(self, message: Message, output: OutputCollector, ctx: RuntimeContext) -> None:
         output.add_message("nowhere", {"payload": "x"})
+
+
+class CallsApiPolitely(ProcessFunction):
+    """Takes one unit of throttler ``api`` per message (manual throttling), then passes the payload on."""
+
+    async def process_message(self, message: Message, output: OutputCollector, ctx: RuntimeContext) -> None:
+        await ctx.get_throttler_or_throw("api").throttle(1)
+        output.add_message("requests", {"payload": message.row["payload"]})
+
+
+class AsksForAnUnknownThrottler(ProcessFunction):
+    async def process_message(self, message: Message, output: OutputCollector, ctx: RuntimeContext) -> None:
+        assert ctx.try_get_throttler("nope") is None
+        ctx.get_throttler_or_throw("nope")

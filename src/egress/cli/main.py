@@ -61,6 +61,8 @@ def run(
     http_port: Annotated[Optional[int], typer.Option(  # noqa: UP045
         help="Serve /metrics (Prometheus), /status (JSON) and /healthz on this port (0 picks one).")] = None,
     http_host: Annotated[str, typer.Option(help="Address for --http-port.")] = "127.0.0.1",
+    throttler_url: Annotated[Optional[str], typer.Option(  # noqa: UP045
+        help="Share the throttlers of `egress throttler serve` at this URL (default: in this process).")] = None,
 ) -> None:
     """Run a pipeline. Ctrl-C stops after the current epoch commits; run again to resume."""
     from egress.cli.report import final_report, progress_line, snapshot, summary_table
@@ -71,8 +73,8 @@ def run(
         _fail_on_spec_error(error)
         return
     directory = state_dir or Path(".egress") / plan.spec.pipeline
-    pipeline = Pipeline(plan, directory, options=RunOptions(until_drained=until_drained), http_port=http_port,
-                        http_host=http_host)
+    options = RunOptions(until_drained=until_drained, throttler_url=throttler_url)
+    pipeline = Pipeline(plan, directory, options=options, http_port=http_port, http_host=http_host)
 
     async def main() -> object:
         loop = asyncio.get_running_loop()

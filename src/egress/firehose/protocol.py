@@ -347,25 +347,25 @@ def check_response(
     *,
     content_type: str | None,
     content_encoding: str | None,
-    headers_known: bool = True,
 ) -> FirehoseResponse:
     """Accept a response only if it is a conforming success; returns the parsed body.
 
-    Success requires all of ("Response format"): status 200; Content-Type ``application/json``
-    (parameters such as ``charset`` allowed); no Content-Encoding; a body of at most 1 MiB that is a
-    JSON object with ``requestId == request_id`` and an integer ``timestamp`` in milliseconds (within
-    :data:`PLAUSIBLE_TIMESTAMP_MS`; a seconds value is refused). Raises
-    :class:`ResponseNotAccepted` naming the first rule that fails (Firehose treats all of these as a
-    500 without body, i.e. retryable, except a 413 which is permanent: that is the caller's call).
-    ``headers_known=False`` skips the two header rules, for an HTTP client that does not report
-    response headers (a gzip'd body still fails: it is not JSON).
+    Success requires all of ("Response format"; reference "Response"): status 200; a Content-Type
+    whose media type is ``application/json`` (case-insensitive; parameters such as ``charset``
+    allowed; ``None`` = the header is absent, which fails); no Content-Encoding header at all
+    (``content_encoding`` is ``None``; any value, ``identity`` or empty included, fails: "MUST NOT be
+    used"); a body of at most 1 MiB that is a JSON object with ``requestId == request_id`` and an
+    integer ``timestamp`` in milliseconds (within :data:`PLAUSIBLE_TIMESTAMP_MS`; a seconds value is
+    refused). Content-Length is not required (a chunked answer from a proxy is accepted if all else
+    conforms; the reference's success rule does not list it). Raises :class:`ResponseNotAccepted`
+    naming the first rule that fails (Firehose treats all of these as a 500 without body, i.e.
+    retryable, except a 413 which is permanent: that is the caller's call).
     """
     if status != 200:
         raise ResponseNotAccepted(status, f"status {status}", body[:MAX_RESPONSE_BODY_BYTES])
-    if headers_known and content_encoding:
+    if content_encoding is not None:
         raise ResponseNotAccepted(status, f"response has Content-Encoding {content_encoding!r}", b"")
-    if headers_known and (content_type is None
-                          or content_type.split(";", 1)[0].strip(" \t").lower() != CONTENT_TYPE_JSON):
+    if content_type is None or content_type.split(";", 1)[0].strip(" \t").lower() != CONTENT_TYPE_JSON:
         raise ResponseNotAccepted(status, f"response Content-Type is {content_type!r}, not application/json",
                                   body[:MAX_RESPONSE_BODY_BYTES])
     if len(body) > MAX_RESPONSE_BODY_BYTES:

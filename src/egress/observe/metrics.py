@@ -22,6 +22,11 @@ class Metrics:
             "egress_computation_input_messages", "Input messages processed by a computation.",
             ["computation_id"], registry=self.registry,
         )
+        self.input_throttle_seconds = Counter(
+            "egress_computation_input_throttle_seconds",
+            "Seconds input batches waited for throttler quota (upstream Input.Throttle).",
+            ["computation_id"], registry=self.registry,
+        )
         self.epochs = Counter(
             "egress_epochs_committed", "Epochs committed by partition jobs.",
             ["computation_id"], registry=self.registry,

@@ -16,6 +16,7 @@ from pydantic import BaseModel
 from egress.clock import Clock
 from egress.runtime.state import ExternalStateClient, StateClient, StateStore
 from egress.runtime.timers import DOMAINS, TimerDomain
+from egress.throttler import ThrottlerFactory, ThrottlerHandle, ThrottlerNotConfiguredError
 
 M = TypeVar("M")
 
@@ -86,8 +87,9 @@ class RuntimeContext:
     ``parameters`` are the computation's static ``processing_function_parameters`` from the Spec,
     ``dynamic_parameters`` those of the DynamicSpec (applied live: read them on every call rather
     than caching them in ``init``). Each is an instance of the function's ``parameters_model`` /
-    ``dynamic_parameters_model`` when it declares one, else a ``dict``. Throttler accessors are stubs
-    until the throttler exists.
+    ``dynamic_parameters_model`` when it declares one, else a ``dict``. ``throttlers`` is the job's
+    throttler factory (``None`` when the run has no throttlers): it serves ``get_throttler_or_throw``
+    and ``try_get_throttler``.
     """
 
     def __init__(
@@ -97,8 +99,10 @@ class RuntimeContext:
         parameters: Any = None,
         dynamic_parameters: Callable[[], Any] | None = None,
         watermark: Callable[[], float | None] | None = None,
+        throttlers: ThrottlerFactory | None = None,
     ) -> None:
         self._clock = clock
+        self._throttlers = throttlers
         self.partition = partition
         self._parameters = {} if parameters is None else parameters
         self._dynamic = dynamic_parameters or dict
@@ -128,14 +132,18 @@ class RuntimeContext:
     def dynamic_parameters(self) -> Any:
         return self._dynamic()
 
-    def try_get_throttler(self, throttler_id: str) -> None:
-        """The throttler handle for ``throttler_id``, or ``None`` when none is configured (no
-        throttlers exist yet in this version, so this is always ``None``)."""
-        return None
+    def try_get_throttler(self, throttler_id: str) -> ThrottlerHandle | None:
+        """The handle of DynamicSpec throttler ``throttler_id`` (``await handle.throttle(amount)``),
+        or ``None`` when it is not configured (upstream ``TryGetThrottler``)."""
+        return self._throttlers.try_get_throttler(throttler_id) if self._throttlers is not None else None
 
-    def get_throttler_or_throw(self, throttler_id: str) -> None:
-        """Raises ``KeyError``: ``Throttler "X" is not configured for this client``."""
-        raise KeyError(f'Throttler "{throttler_id}" is not configured for this client')
+    def get_throttler_or_throw(self, throttler_id: str) -> ThrottlerHandle:
+        """The handle of DynamicSpec throttler ``throttler_id``; raises ``ThrottlerNotConfiguredError``
+        (``Throttler "X" is not configured for this client``) when it is not configured (upstream
+        ``GetThrottlerOrThrow``). A handle stays valid across reconfigurations."""
+        if self._throttlers is None:
+            raise ThrottlerNotConfiguredError(f'Throttler "{throttler_id}" is not configured for this client')
+        return self._throttlers.get_throttler_or_throw(throttler_id)
 
 
 class InitContext(RuntimeContext):
@@ -144,8 +152,9 @@ class InitContext(RuntimeContext):
 
     def __init__(self, clock: Clock, partition: int, store: StateStore, parameters: Any = None,
                  dynamic_parameters: Callable[[], Any] | None = None,
-                 watermark: Callable[[], float | None] | None = None) -> None:
-        super().__init__(clock, partition, parameters, dynamic_parameters, watermark)
+                 watermark: Callable[[], float | None] | None = None,
+                 throttlers: ThrottlerFactory | None = None) -> None:
+        super().__init__(clock, partition, parameters, dynamic_parameters, watermark, throttlers)
         self._store = store
 
     def state_client(self, name: str, model: type[M]) -> StateClient[M]:

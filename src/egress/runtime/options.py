@@ -14,7 +14,8 @@ class RunOptions:
     ``source_chunk``: records a source reader commits at once; ``until_drained``: stop once every
     source is exhausted and every message acknowledged (or blocked by a terminal failure);
     ``synchronous``: SQLite's ``synchronous`` setting; ``dynamic_spec_period`` (seconds): how
-    often the DynamicSpec file is checked for changes."""
+    often the DynamicSpec file is checked for changes; ``throttler_url``: ``http://host:port`` of a
+    shared ``egress throttler serve`` (``None``: throttlers run in this process)."""
 
     epoch_max_messages: int = 2048
     epoch_period: float = 0.05
@@ -23,3 +24,4 @@ class RunOptions:
     until_drained: bool = False
     synchronous: str = "FULL"
     dynamic_spec_period: float = 1.0
+    throttler_url: str | None = None

@@ -13,6 +13,8 @@ import asyncio
 from collections.abc import Callable
 from typing import Any
 
+import orjson
+
 from egress.clock import Clock
 from egress.connectors.base import Sink, SinkContext
 from egress.engines import EpochCommit, LogMessage, OutboxMessage, SqliteEngine
@@ -26,6 +28,7 @@ from egress.runtime.plan import ComputationPlan, validate_function_parameters
 from egress.runtime.state import StateStore
 from egress.runtime.timers import TimerQueue, timer_message_id
 from egress.spec import StreamSpec
+from egress.throttler import ThrottlerFactory, Throttling
 
 
 class PartitionJob:
@@ -44,8 +47,11 @@ class PartitionJob:
         status: StatusTree,
         options: RunOptions,
         notify_downstream: Any,
+        throttling: Throttling | None = None,
     ) -> None:
         self.plan = plan
+        self._throttling = throttling
+        self._lag_timestamp: float | None = None  # event time of the oldest message not yet processed
         self.partition = partition
         self._streams = streams
         self._partition_count = partition_count
@@ -101,6 +107,11 @@ class PartitionJob:
             self.plan.function_class, data, dynamic=True, file=file,
             prefix=f"computations/{self.plan.computation_id}/processing_function_parameters")
 
+    def lag_timestamp(self) -> float:
+        """Event time (seconds) of the oldest input message not yet processed (processing time when
+        unknown): the throttler serves the most lagging requests of a class first."""
+        return self._lag_timestamp if self._lag_timestamp is not None else self._clock.now()
+
     @property
     def watermark(self) -> float | None:
         """The event-time watermark: the largest event timestamp processed so far (seconds)."""
@@ -116,16 +127,21 @@ class PartitionJob:
         self._positions = positions
         next_seq = checkpoint.next_seq
         committed = dict(checkpoint.sink_progress)
+        throttling = self._throttling
+        factory = None if throttling is None else throttling.factory(
+            cid, client_id=f"{cid}/{self.partition}", timestamp_provider=self.lag_timestamp)
+        input_throttle = None if throttling is None or factory is None else throttling.input_throttle(cid, factory)
+        throttle_wait = self._metrics.input_throttle_seconds.labels(cid)
         for sink_id, sink_plan in plan.sinks.items():
             sink_context = SinkContext(cid, sink_id, self.partition, clock, self._metrics, self._status,
-                                       self.wake)
+                                       self.wake, throttling)
             self.sinks[sink_id] = sink_plan.sink_class.create(
                 sink_context, sink_plan.parameters, sink_plan.dynamic_parameters, committed[sink_id])
         store = StateStore(self.partition, self._partition_count)
         timers = TimerQueue()
         self.timers = timers
         invoker = _start_function(plan, self.partition, clock, store, timers, self._streams,
-                                  lambda: self._dynamic_parameters, lambda: self._watermark)
+                                  lambda: self._dynamic_parameters, lambda: self._watermark, factory)
         keyed = await engine.load_keyed_state(cid, self.partition, self._partition_count, list(store.external))
         store.load(keyed.internal, keyed.external)
         timers.load(keyed.timers)
@@ -140,6 +156,12 @@ class PartitionJob:
                 if not stopping and self._may_read():
                     due = timers.pop_due(clock.now(), self._watermark, options.epoch_max_messages)
                     batch = await self._read(positions)
+                if batch and input_throttle is not None and input_throttle.active:
+                    # Automatic input throttling (upstream Input.Throttle): the batch waits for quota.
+                    self._lag_timestamp = batch[0].event_timestamp
+                    _, bytes_id = input_throttle.throttler_ids()
+                    size = sum(len(orjson.dumps(m.row)) for m in batch) if bytes_id is not None else 0
+                    throttle_wait.inc(await input_throttle.wait(len(batch), size, timestamp=self._lag_timestamp))
                 outbox: list[OutboxMessage] = []
                 appends: list[tuple[str, int, bytes, bytes, float | None, dict[str, Any]]] = []
                 watermark = self._watermark
@@ -149,6 +171,7 @@ class PartitionJob:
                                           trigger if domain == "event" else None, next_seq, outbox, appends)
                 for message in batch:
                     ts = message.event_timestamp
+                    self._lag_timestamp = ts
                     if ts is not None and (self._watermark is None or ts > self._watermark):
                         self._watermark = ts
                     outputs = await invoker.message(
@@ -182,6 +205,8 @@ class PartitionJob:
             await invoker.function.close()
             for sink in self.sinks.values():
                 await sink.close()
+            if throttling is not None and factory is not None:
+                await throttling.close_factory(factory)
 
     def _emit(
         self,
@@ -271,17 +296,18 @@ def _start_function(
     streams: dict[str, StreamSpec] | None,
     dynamic_parameters: Callable[[], Any],
     watermark: Callable[[], float | None],
+    throttlers: ThrottlerFactory | None = None,
 ) -> Invoker:
     """Create the process function, call its ``init`` (state clients register there) and return
     the :class:`Invoker` that calls it; ``init`` raising becomes ``ProcessFunctionError``."""
     function = plan.function_class()
     try:
-        function.init(InitContext(clock, partition, store, plan.parameters, dynamic_parameters, watermark))
+        function.init(InitContext(clock, partition, store, plan.parameters, dynamic_parameters, watermark, throttlers))
     except Exception as error:
         raise ProcessFunctionError(
             f"init of the process function of computation {plan.computation_id!r} raised (partition "
             f"{partition}): {type(error).__name__}: {error}") from error
-    context = RuntimeContext(clock, partition, plan.parameters, dynamic_parameters, watermark)
+    context = RuntimeContext(clock, partition, plan.parameters, dynamic_parameters, watermark, throttlers)
     return Invoker(plan.computation_id, function, context, store, timers, plan.output_stream_ids, streams)
 
 

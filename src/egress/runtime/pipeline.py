@@ -24,6 +24,7 @@ from egress.runtime.partition_job import PartitionJob
 from egress.runtime.plan import Plan, build_plan
 from egress.runtime.source_reader import SourceReader
 from egress.spec import DynamicSpec, load_document, validate_model
+from egress.throttler import Throttling
 
 DYNAMIC_SPEC_STATUS = "/dynamic_spec"
 
@@ -69,6 +70,7 @@ class Pipeline:
         self._engine: SqliteEngine | None = None
         self.server = StatusServer(self.metrics, self.status_document, http_host, http_port) if http_port is not None \
             else None
+        self.throttling: Throttling | None = None
         self.dynamic_spec_error: str | None = None
         self.dynamic_spec_version = 0
 
@@ -90,6 +92,10 @@ class Pipeline:
         result = RunResult()
         spec = self.plan.spec
         engine = SqliteEngine(self.state_dir, spec.pipeline, synchronous=self.options.synchronous)
+        dynamic = self.plan.dynamic_spec
+        if dynamic.throttlers or self.options.throttler_url is not None:
+            self.throttling = Throttling(dynamic, self.clock, registry=self.metrics.registry,
+                                         throttler_url=self.options.throttler_url, file=self.plan.dynamic_spec_file)
         await engine.open()
         self._engine = engine
         if self.server is not None:
@@ -102,6 +108,7 @@ class Pipeline:
                         computation, partition, streams=spec.streams, partition_count=spec.partition_count,
                         engine=engine, clock=self.clock, metrics=self.metrics, status=self.status,
                         options=self.options, notify_downstream=self._notifier(by_input),
+                        throttling=self.throttling,
                     )
                     self.jobs.append(job)
                     for stream in computation.input_stream_ids:
@@ -127,6 +134,8 @@ class Pipeline:
         finally:
             if self.server is not None:
                 await self.server.stop()
+            if self.throttling is not None:
+                await self.throttling.aclose()
             self._engine = None
             await engine.close()
         result.elapsed = self.clock.monotonic() - started
@@ -188,6 +197,8 @@ class Pipeline:
             dynamic = validate_model(DynamicSpec, load_document(file), file=file)
             plan = build_plan(self.plan.spec, dynamic, base_dir=self.plan.base_dir, spec_file=self.plan.spec_file,
                               dynamic_spec_file=file)
+            if self.throttling is not None:
+                self.throttling.reconfigure(dynamic, file=file)
         except SpecError as error:
             self.dynamic_spec_error = f"ignored, the previous DynamicSpec stays in force: {error}"
             self.status.set_error(DYNAMIC_SPEC_STATUS, 0, self.dynamic_spec_error)

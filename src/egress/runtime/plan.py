@@ -17,6 +17,7 @@ from egress.connectors import SINKS, SOURCES
 from egress.errors import SpecError, SpecErrors
 from egress.runtime.api import ProcessFunction
 from egress.spec import DynamicSpec, Spec, StreamSpec, load_document, validate_model
+from egress.throttler import validate_dynamic_throttlers
 
 
 @dataclass(frozen=True)
@@ -199,6 +200,19 @@ def build_plan(
             if sink_id not in spec.computations[computation_id].sinks:
                 problem(f'unknown sink "{sink_id}": computation "{computation_id}" has no such sink',
                         f"{at}/sinks/{sink_id}", dynamic_spec_file)
+
+    throttlers: dict[str, Any] = {}
+    try:
+        throttlers = validate_dynamic_throttlers(dynamic, file=dynamic_spec_file)
+    except SpecErrors as found:
+        errors.extend(found.errors)
+    for planned in computations.values():
+        for sink_plan in planned.sinks.values():
+            throttler_id = getattr(sink_plan.parameters, "throttler_id", None)
+            if throttler_id is not None and throttler_id not in throttlers:
+                problem(f'Throttler "{throttler_id}" is not configured: declare it under throttlers in the '
+                        "DynamicSpec", f"computations/{planned.computation_id}/sinks/{sink_plan.sink_id}/parameters/"
+                        "throttler_id")
 
     if errors:
         raise SpecErrors(errors)
