@@ -25,6 +25,7 @@ from egress.httpclient import CurlClient, Request, Response, backoff_seconds
 from egress.httpclient.redirects import HTTPS_TO_HTTP, REDIRECT_STATUSES, RedirectError, is_downgrade, resolve_location
 from egress.keys import idempotency_key
 from egress.spec import StreamSpec
+from egress.throttler.errors import ThrottlerError
 from egress.throttler.factory import ThrottlerHandle
 
 STATUS_SUFFIX = "async_http_sink"
@@ -343,7 +344,12 @@ class AsyncHttpSink:
                 return
             if self._throttle is not None:
                 # The global rate's wait is not part of the attempt: its budget starts once granted.
-                await self._throttle.throttle(1)
+                try:
+                    await self._throttle.throttle(1)
+                except ThrottlerError as error:  # the controller stayed away past its retry budget
+                    attempts += 1
+                    last_error = f"throttler: {error}"
+                    continue
                 remaining = max(0.0, start + dynamic.request_timeout - clock.monotonic())
             attempts += 1
             if attempts > 1:
