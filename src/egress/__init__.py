@@ -1,10 +1,26 @@
 """egress: a Python stream processor for calling the outside world reliably.
 
-The public API for process functions, in YTsaurus Flow's names.
+The public API for process functions, in YTsaurus Flow's names (``docs/process-functions.md``).
 """
 
 from egress.runtime.api import InitContext, Message, OutputCollector, ProcessFunction, RuntimeContext, Timer
+from egress.runtime.state import ExternalRow, ExternalStateClient, StateAccessor, StateClient
+from egress.throttler import ThrottlerHandle, ThrottlerNotConfiguredError
 
 __version__ = "0.1.0"
 
-__all__ = ["InitContext", "Message", "OutputCollector", "ProcessFunction", "RuntimeContext", "Timer", "__version__"]
+__all__ = [
+    "ExternalRow",
+    "ExternalStateClient",
+    "InitContext",
+    "Message",
+    "OutputCollector",
+    "ProcessFunction",
+    "RuntimeContext",
+    "StateAccessor",
+    "StateClient",
+    "ThrottlerHandle",
+    "ThrottlerNotConfiguredError",
+    "Timer",
+    "__version__",
+]
