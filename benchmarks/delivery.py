@@ -1,4 +1,5 @@
-"""Delivery throughput: egress against a raw pycurl loop and bare aiohttp, same bodies, same endpoint.
+"""Delivery throughput and memory: egress against nginx (and ``egress receiver``), compared with a raw
+pycurl multi loop, bare aiohttp and the naive Python way, same bodies, same concurrency (issue 3).
 
 What is measured, in one run, on loopback only:
 
@@ -6,35 +7,42 @@ What is measured, in one run, on loopback only:
    orjson of each typed row, as ``examples/http_delivery/functions.py`` makes them (~300 bytes;
    cancelled flights are kept, so every row gives one body).
 2. ``egress``: a temporary Spec reads those payloads from a JSONL file (one ``payload`` string and
-   an ``id`` used as the key, so the rows spread over the partitions), passes them through the
-   identity process function :class:`PassPayload` below and POSTs them with the async HTTP sink.
-   ``python -m egress run SPEC --until-drained --quiet --report R`` runs in a subprocess with a fresh
-   state directory and full durability (SQLite ``synchronous=FULL``, the default). The figure is
-   messages delivered / wall time of the whole process (start-up, reading the source into the
-   log, every commit and every POST); the report's in-run ``messages_per_second`` is shown too.
-3. ``raw pycurl``: a plain ``CurlMulti`` perform/select loop in this process POSTs the same bodies
-   with the same headers (the egress ``Idempotency-Key`` of each message, ``Content-Type:
-   application/json``) over as many concurrent connections as egress may use. egress runs one
-   libcurl client per partition whose pool size is also its concurrency (the sink's
-   ``max_idle_connections``, see ``docs/http-sink.md``); the Spec sets it to 64
-   (``--connections-per-partition``), so with ``partition_count`` 4 (``--partitions``) that is 256.
-4. ``bare aiohttp``: an ``aiohttp.ClientSession`` with ``TCPConnector(limit=concurrency)`` and as
-   many worker coroutines POSTing the same bodies.
+   an ``id`` used as the key, so the rows spread over the partitions), passes them through an
+   identity process function and POSTs them with the async HTTP sink **with its default parameters**
+   (only ``url`` and ``payload_column`` are set). ``python -m egress run SPEC --until-drained --quiet
+   --report R`` runs in a subprocess with a fresh state directory and full durability (SQLite
+   ``synchronous=FULL``, the default). The figure is messages delivered / wall time of the whole
+   process (start-up, reading the source into the log, every commit and every POST).
+   Concurrency: one libcurl client per partition job, whose pool is also its concurrency
+   (``max_idle_connections``, default 8; ``docs/http-sink.md``). The Spec has ``partition_count`` 4
+   (``--partitions``, as ``examples/http_delivery/spec.yaml``), so egress runs at most 4 × 8 = 32
+   requests at once, and every other client below gets the same 32.
+3. ``raw pycurl``: a plain ``CurlMulti`` perform/select loop in this process, 32 handles.
+4. ``bare aiohttp``: one ``ClientSession`` with ``TCPConnector(limit=32)`` and 32 worker coroutines.
+5. ``naive``: the usual Python way, ``requests.Session`` (its adapter's pool sized to 32, so that it
+   does not open and drop connections) + ``ThreadPoolExecutor(32)`` + ``tenacity`` retries
+   (3 attempts, exponential backoff) on every connection error and non-2xx.
+6. ``backlog``: peak RSS of the egress process while a backlog of 1,000,000 messages (the payloads
+   cycled, ids 0..999,999) drains to nginx with ``--until-drained``: ``VmRSS`` and ``VmHWM`` (the
+   kernel's high-water mark) of ``/proc/<pid>/status`` sampled every 0.2 s until it exits.
+   ``--backlog 0`` skips it (it takes a few minutes).
 
-The endpoint is ``egress receiver`` (aiohttp, one process), restarted before each phase so that its
-``GET /stats`` counts belong to that phase alone. Every phase must deliver every message: the
-receiver's ``distinct_keys`` is checked, and the script exits 1 if any phase lost one. The last line
-is one comparable summary::
+Every client sends the body and the ``Idempotency-Key`` egress would send for that message. Every
+phase must deliver every message: the endpoint's count of distinct keys answered 2xx is checked, and
+the script exits 1 if any phase lost one. Targets (issue 3) are checked against nginx and printed as
+PASS/MISS; the last line is one comparable summary.
 
-    delivery: egress 4,100 msg/s | raw pycurl 5,000 msg/s | bare aiohttp 3,000 msg/s | ...
+The endpoints: nginx (Debian ``nginx-light``; installed with apt-get when missing and running as
+root, else that part is skipped with a message), started on 127.0.0.1 with its own temporary prefix
+and config (one worker, ``return 200``, keys counted from its access log) and stopped at the end;
+then ``egress receiver`` (aiohttp, one process) as the second target, restarted before each phase so
+that its ``GET /stats`` counts belong to that phase alone.
 
 Run it from the repository root (figures and interpretation: ``docs/benchmarks.md``)::
 
-    python benchmarks/delivery.py                  # 100,000 messages, 4 partitions × 64 connections
-    python benchmarks/delivery.py --messages 20000 --partitions 1
-
-``--target nginx`` POSTs to a local nginx instead (``return 200``; keys counted from its access
-log). It is optional and skipped when no ``nginx`` binary is on the PATH.
+    python benchmarks/delivery.py                       # nginx then receiver, then the 1M backlog
+    python benchmarks/delivery.py --target nginx --backlog 0
+    python benchmarks/delivery.py --profile             # + one egress run under py-spy, µs/message by module
 """
 
 from __future__ import annotations
@@ -42,9 +50,11 @@ from __future__ import annotations
 import argparse
 import asyncio
 import collections
+import concurrent.futures
 import csv
 import gzip
 import json
+import os
 import re
 import resource
 import selectors
@@ -54,6 +64,7 @@ import socket
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import urllib.request
 from collections.abc import Sequence
@@ -64,19 +75,41 @@ from typing import Any
 import aiohttp
 import orjson
 import pycurl
+import requests
+import requests.adapters
+import tenacity
 import yaml
 
-from egress import Message, OutputCollector, ProcessFunction, RuntimeContext
 from egress.keys import derived_message_id, idempotency_key, source_message_id
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
 DATA = ROOT / "data" / "flights-2013.csv.gz"
 SOURCE_ID = "payloads"
-PROCESSING_FUNCTION = f"{Path(__file__).stem}:PassPayload"  # imported by egress with cwd = HERE
-CONTENT_TYPE = "application/json"
-IDEMPOTENCY_HEADER = "Idempotency-Key"
+IDEMPOTENCY_HEADER = "Idempotency-Key"  # the sink's default idempotency_header
 MAX_ATTEMPTS = 3  # the raw loops retry a failed POST this many times in all (egress: its retry policy)
+DEFAULT_POOL = 8  # the sink's default max_idle_connections: its per-client (per-partition) concurrency
+RSS_PERIOD = 0.2  # seconds between two VmRSS samples of the backlog run
+# Issue 3's targets, against nginx: (label, result key, comparison, bound).
+TARGETS: tuple[tuple[str, str, str, float], ...] = (
+    ("egress / raw pycurl", "raw pycurl", ">=", 0.5),
+    ("egress / bare aiohttp", "bare aiohttp", ">=", 3.0),
+    ("egress / naive (requests + 32 threads + tenacity)", "naive", ">=", 15.0),
+)
+RSS_TARGET_MB = 300.0
+
+# The process function egress imports (``functions:PassPayload``), written next to the Spec so that the
+# egress process imports nothing of this script (its RSS is measured).
+FUNCTIONS_MODULE = '''\
+from egress import Message, OutputCollector, ProcessFunction, RuntimeContext
+
+
+class PassPayload(ProcessFunction):
+    """The identity process function of the benchmark: each row's payload goes to the sink as is."""
+
+    async def process_message(self, message: Message, output: OutputCollector, ctx: RuntimeContext) -> None:
+        output.add_message("requests", {"payload": message.row["payload"]})
+'''
 
 # The typed columns of examples/http_delivery/spec.yaml, in schema order, and the required ones.
 FLIGHT_COLUMNS: tuple[tuple[str, str], ...] = (
@@ -90,16 +123,7 @@ REQUIRED = frozenset({"year", "month", "day", "carrier", "origin"})
 NULLS = frozenset({"NA", ""})
 
 
-class PassPayload(ProcessFunction):
-    """The identity process function of the egress phase: each row's payload goes to the sink as is."""
-
-    async def process_message(self, message: Message, output: OutputCollector, ctx: RuntimeContext) -> None:
-        output.add_message("requests", {"payload": message.row["payload"]})
-
-
 # -- the workload ---------------------------------------------------------------------------------
-
-
 def build_bodies(count: int) -> list[bytes]:
     """orjson of the first ``count`` typed flight rows (the example's payload shape)."""
     convert = {"int64": int, "double": float, "string": str}
@@ -112,7 +136,8 @@ def build_bodies(count: int) -> list[bytes]:
             for name, kind in FLIGHT_COLUMNS:
                 raw = fields[name]
                 row[name] = None if raw in NULLS and name not in REQUIRED else convert[kind](raw)
-            bodies.append(orjson.dumps(row))
+            # A copy: orjson's own result keeps its ~8 KB output buffer allocated (100,000 of them: ~800 MB).
+            bodies.append(orjson.dumps(row).decode().encode())
     if len(bodies) < count:
         raise SystemExit(f"{DATA} has only {len(bodies):,} rows, {count:,} asked")
     return bodies
@@ -121,6 +146,18 @@ def build_bodies(count: int) -> list[bytes]:
 def egress_keys(count: int) -> list[str]:
     """The Idempotency-Key egress sends for message ``i``: the id of the one output of source row ``i``."""
     return [idempotency_key(derived_message_id(source_message_id(SOURCE_ID, 0, i), 0)) for i in range(count)]
+
+
+
+def write_source(path: Path, bodies: Sequence[bytes], count: int) -> None:
+    """The JSONL input of egress: ``count`` rows ``{"id": i, "payload": bodies[i % len(bodies)]}``.
+
+    Each body's JSON string is encoded once, so a 1,000,000-row file takes a second or two."""
+    tails = [b',"payload":' + orjson.dumps(body.decode()) + b"}\n" for body in bodies]
+    size = len(tails)
+    with open(path, "wb", buffering=1 << 20) as out:
+        for chunk in range(0, count, 10_000):
+            out.write(b"".join(b'{"id":%d%s' % (i, tails[i % size]) for i in range(chunk, min(count, chunk + 10_000))))
 
 
 # -- endpoints ------------------------------------------------------------------------------------
@@ -208,6 +245,34 @@ class ReceiverTarget(Target):
             self._process = None
 
 
+def find_or_install_nginx() -> str | None:
+    """The nginx binary; when there is none, ``apt-get install -y nginx-light`` (as root). None if that fails."""
+    found = shutil.which("nginx") or next((p for p in ("/usr/sbin/nginx", "/usr/local/sbin/nginx")
+                                           if os.access(p, os.X_OK)), None)
+    if found is not None:
+        return found
+    if os.geteuid() != 0:
+        print("nginx: not installed and not running as root, so not installing it (apt-get install -y nginx-light)."
+              " The nginx part is SKIPPED.", flush=True)
+        return None
+    print("nginx: not installed; running apt-get update && apt-get install -y nginx-light ...", flush=True)
+    env = dict(os.environ, DEBIAN_FRONTEND="noninteractive")
+    for command in (["apt-get", "update"], ["apt-get", "install", "-y", "nginx-light"]):
+        try:
+            done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=600, check=False)
+        except (OSError, subprocess.TimeoutExpired) as error:
+            print(f"nginx: {' '.join(command)} failed ({error}). The nginx part is SKIPPED.", flush=True)
+            return None
+        if done.returncode != 0:
+            print(f"nginx: {' '.join(command)} exited {done.returncode}: {done.stderr.strip()[-500:]}\n"
+                  "The nginx part is SKIPPED.", flush=True)
+            return None
+    found = shutil.which("nginx") or ("/usr/sbin/nginx" if os.access("/usr/sbin/nginx", os.X_OK) else None)
+    if found is None:
+        print("nginx: installed nginx-light but found no nginx binary. The nginx part is SKIPPED.", flush=True)
+    return found
+
+
 class NginxTarget(Target):
     """A local nginx (one worker) answering 200 to every POST; keys with a 2xx are counted from its
     access log. Optional: it shows the clients against a server that is far from being the bottleneck.
@@ -261,20 +326,19 @@ http {{
 
     def finish(self) -> dict[str, int]:
         self.stop()  # SIGQUIT: a graceful stop that flushes the access log
-        requests, keys = 0, set()
+        received, keys = 0, set()
         with open(self._log, encoding="utf-8") as log:
             for line in log:
                 key, status, _ = line.split(" ", 2)
-                requests += 1
+                received += 1
                 if status.startswith("2") and key != "-":
                     keys.add(key)
-        return {"requests": requests, "distinct_keys": len(keys), "bytes": 0}
+        return {"requests": received, "distinct_keys": len(keys), "bytes": 0}
 
     def stop(self) -> None:
         if self._process is not None:
             stop_process(self._process, signal.SIGQUIT)
             self._process = None
-
 
 # -- the phases -----------------------------------------------------------------------------------
 
@@ -287,6 +351,8 @@ class PhaseResult:
     cpu_seconds: float = 0.0  # the client's CPU time (user + system): egress's process, or this one's
     stats: dict[str, int] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
+    peak_rss_mb: float = 0.0  # egress only: the largest VmRSS sample
+    max_rss_mb: float = 0.0  # egress only: its last VmHWM sample (the kernel's high-water mark of VmRSS)
 
     @property
     def delivered(self) -> int:
@@ -301,16 +367,55 @@ class PhaseResult:
         return self.delivered == self.messages
 
 
-def run_egress(target: Target, bodies: Sequence[bytes], partitions: int, pool: int, work: Path,
-               timeout: float) -> PhaseResult:
-    """One ``egress run`` subprocess from a fresh state directory; timed from spawn to exit."""
-    phase = work / "egress"
-    phase.mkdir(exist_ok=True)
-    shutil.rmtree(phase / "state", ignore_errors=True)  # a fresh state directory: no resumed run
+def _vm_mb(pid: int) -> tuple[float, float]:
+    """(VmRSS, VmHWM) of ``pid`` in MB, from ``/proc/<pid>/status``; zeros once it is gone."""
+    found = {"VmRSS:": 0.0, "VmHWM:": 0.0}
+    try:
+        with open(f"/proc/{pid}/status", encoding="ascii") as status:
+            for line in status:
+                name = line[:6]
+                if name in found:
+                    found[name] = int(line.split()[1]) / 1024
+    except OSError:
+        pass
+    return found["VmRSS:"], found["VmHWM:"]
+
+
+def _wait_sampling(process: subprocess.Popen[bytes], timeout: float) -> tuple[float, float, float]:
+    """Wait for ``process`` (reaping it with ``os.wait4``), sampling its VmRSS and VmHWM every
+    ``RSS_PERIOD`` s. (Not ``ru_maxrss`` of the reaped child: it counts the pages the child shared with
+    this process between fork and exec.)
+
+    Returns (largest VmRSS sample, last VmHWM sample, in MB; CPU seconds of the process). Raises
+    ``subprocess.TimeoutExpired`` after ``timeout`` seconds (the process is still running then)."""
+    deadline = time.monotonic() + timeout
+    peak = high = 0.0
+    while True:
+        rss, hwm = _vm_mb(process.pid)
+        peak, high = max(peak, rss), max(high, hwm)
+        pid, status, usage = os.wait4(process.pid, os.WNOHANG)
+        if pid == process.pid:
+            process.returncode = os.waitstatus_to_exitcode(status)
+            return peak, high, usage.ru_utime + usage.ru_stime
+        if time.monotonic() > deadline:
+            raise subprocess.TimeoutExpired(process.args, timeout)
+        time.sleep(RSS_PERIOD)
+
+
+def run_egress(target: Target, bodies: Sequence[bytes], count: int, partitions: int, pool: int | None,
+               work: Path, timeout: float, name: str = "egress", profile: Path | None = None) -> PhaseResult:
+    """One ``egress run`` subprocess from a fresh state directory on ``count`` messages (``bodies`` cycled);
+    timed from spawn to exit, its RSS sampled. ``pool`` None keeps the sink's default
+    ``max_idle_connections``. With ``profile``, egress runs under ``py-spy record --gil -f raw``."""
+    phase = work / name.replace(" ", "-")
+    shutil.rmtree(phase, ignore_errors=True)  # a fresh state directory: no resumed run
+    phase.mkdir(parents=True)
+    (phase / "functions.py").write_text(FUNCTIONS_MODULE)
     source = phase / "payloads.jsonl"
-    with open(source, "wb") as out:
-        for i, body in enumerate(bodies):
-            out.write(orjson.dumps({"id": i, "payload": body.decode()}) + b"\n")
+    write_source(source, bodies, count)
+    parameters: dict[str, Any] = {"url": target.url, "payload_column": "payload"}  # the rest: defaults
+    if pool is not None:
+        parameters["max_idle_connections"] = pool
     spec = {
         "pipeline": "delivery_benchmark",
         "partition_count": partitions,
@@ -324,15 +429,12 @@ def run_egress(target: Target, bodies: Sequence[bytes], partitions: int, pool: i
                                 "parameters": {"path": str(source)}}},
         "computations": {"deliver": {
             "computation_class_name": "NYT::NFlow::TProcessFunctionComputation",
-            "processing_function": PROCESSING_FUNCTION,
+            "processing_function": "functions:PassPayload",
             "input_stream_ids": ["rows"],
             "output_stream_ids": ["requests"],
             "sinks": {"http": {"sink_class_name": "NYT::NFlow::TAsyncHttpSink",
                                "input_stream_ids": ["requests"],
-                               "parameters": {"url": target.url, "payload_column": "payload",
-                                              "headers": {"Content-Type": CONTENT_TYPE},
-                                              "idempotency_header": IDEMPOTENCY_HEADER,
-                                              "max_idle_connections": pool}}},
+                               "parameters": parameters}},
         }},
     }
     spec_path = phase / "spec.yaml"
@@ -340,32 +442,36 @@ def run_egress(target: Target, bodies: Sequence[bytes], partitions: int, pool: i
     report_path = phase / "report.json"
     command = [sys.executable, "-m", "egress", "run", str(spec_path), "--state-dir", str(phase / "state"),
                "--until-drained", "--quiet", "--report", str(report_path)]
-    cpu_before = _children_cpu()
+    if profile is not None:
+        py_spy = shutil.which("py-spy") or str(Path(sys.executable).parent / "py-spy")
+        command = [py_spy, "record", "--gil", "--full-filenames", "-f", "raw", "-r", "200", "-o", str(profile),
+                   "--", *command]
+    output = open(phase / "egress.log", "wb")  # noqa: SIM115 - closed below, after the process ends
     started = time.perf_counter()
-    process = subprocess.Popen(command, cwd=HERE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    process = subprocess.Popen(command, cwd=phase, stdout=output, stderr=subprocess.STDOUT)
     try:
-        stdout, stderr = process.communicate(timeout=timeout)
+        peak, max_rss, cpu_seconds = _wait_sampling(process, timeout)
     except subprocess.TimeoutExpired:
         stats = target.finish()
-        process.kill()
-        process.communicate()
-        raise RuntimeError(f"egress run did not finish within {timeout:.0f} s; the endpoint had received "
-                           f"{stats['distinct_keys']:,} of {len(bodies):,} keys (--keep DIR keeps its state)"
-                           ) from None
+        raise RuntimeError(f"{name} did not finish within {timeout:.0f} s; the endpoint had received "
+                           f"{stats['distinct_keys']:,} of {count:,} keys (--keep DIR keeps its state)") from None
     finally:
-        if process.poll() is None:
+        if process.returncode is None:
             process.kill()
             process.wait()
+        output.close()
     seconds = time.perf_counter() - started
-    result = PhaseResult("egress", len(bodies), seconds, cpu_seconds=_children_cpu() - cpu_before)
+    result = PhaseResult(name, count, seconds, cpu_seconds=cpu_seconds, peak_rss_mb=peak, max_rss_mb=max_rss)
     if process.returncode != 0:
-        result.notes.append(f"egress exited {process.returncode}: {(stderr or stdout).strip()[-2000:]}")
+        tail = (phase / "egress.log").read_text(errors="replace").strip()[-2000:]
+        result.notes.append(f"egress exited {process.returncode}: {tail}")
     report = json.loads(report_path.read_text()) if report_path.exists() else {}
     in_run = float(report.get("messages_per_second", 0.0))
     result.notes.append(
         f"in-run {in_run:,.0f} msg/s over {report.get('elapsed_seconds', 0.0):.2f} s (report), "
         f"{report.get('posts', 0):,} POSTs, {report.get('retries', 0):,} retries, "
-        f"{report.get('epochs', 0):,} epochs committed")
+        f"{report.get('epochs', 0):,} epochs committed; RSS peak {peak:,.0f} MB sampled, "
+        f"{max_rss:,.0f} MB VmHWM")
     result.stats = target.finish()
     result.stats["in_run_rate"] = round(in_run)
     return result
@@ -419,8 +525,8 @@ def run_pycurl(target: Target, bodies: Sequence[bytes], keys: Sequence[str], con
                 body = bodies[index]
                 handle.setopt(pycurl.POSTFIELDSIZE, len(body))
                 handle.setopt(pycurl.POSTFIELDS, body)
-                handle.setopt(pycurl.HTTPHEADER, [f"Content-Type: {CONTENT_TYPE}",
-                                                  f"{IDEMPOTENCY_HEADER}: {keys[index]}", "Expect:"])
+                handle.setopt(pycurl.HTTPHEADER, [f"{IDEMPOTENCY_HEADER}: {keys[index]}", "Content-Type:",
+                                                  "Expect:"])  # what egress's curl client sends
                 running[id(handle)] = (index, attempt)
                 multi.add_handle(handle)
             while multi.perform()[0] == pycurl.E_CALL_MULTI_PERFORM:
@@ -461,7 +567,7 @@ async def _aiohttp_phase(url: str, bodies: Sequence[bytes], keys: Sequence[str],
         async def worker() -> None:
             nonlocal succeeded, failed_for_good
             for index in indexes:  # one shared iterator: each worker takes the next message
-                headers = {"Content-Type": CONTENT_TYPE, IDEMPOTENCY_HEADER: keys[index]}
+                headers = {IDEMPOTENCY_HEADER: keys[index]}
                 for _ in range(MAX_ATTEMPTS):
                     try:
                         async with session.post(url, data=bodies[index], headers=headers) as response:
@@ -507,6 +613,135 @@ def attempts_note(succeeded: int, errors: collections.Counter[str], failed_for_g
     return f"{succeeded:,} 2xx, {failed}, {failed_for_good:,} given up"
 
 
+def run_naive(target: Target, bodies: Sequence[bytes], keys: Sequence[str], concurrency: int,
+              timeout: float) -> PhaseResult:
+    """The naive Python way: one ``requests.Session`` shared by ``ThreadPoolExecutor(concurrency)``, each POST
+    wrapped in ``tenacity`` retries (``MAX_ATTEMPTS`` attempts, exponential backoff from 0.1 s) on any
+    connection error or non-2xx. The session's pool holds ``concurrency`` connections (the default 10
+    would drop and reopen connections: that would measure connection set-up, not the client)."""
+    url = target.url
+    session = requests.Session()
+    session.mount("http://", requests.adapters.HTTPAdapter(pool_connections=1, pool_maxsize=concurrency))
+    lock = threading.Lock()
+    errors: collections.Counter[str] = collections.Counter()
+    succeeded = failed_for_good = 0
+
+    def count_failure(state: tenacity.RetryCallState) -> None:
+        if state.outcome is not None and state.outcome.failed:
+            with lock:
+                errors[type(state.outcome.exception()).__name__] += 1
+
+    @tenacity.retry(stop=tenacity.stop_after_attempt(MAX_ATTEMPTS),
+                    wait=tenacity.wait_exponential(multiplier=0.1, max=2.0),
+                    retry=tenacity.retry_if_exception_type(requests.RequestException),
+                    before_sleep=count_failure, reraise=True)
+    def post(index: int) -> None:
+        response = session.post(url, data=bodies[index], headers={IDEMPOTENCY_HEADER: keys[index]}, timeout=10)
+        response.raise_for_status()
+        if not 200 <= response.status_code <= 299:  # a 1xx/3xx would not raise
+            raise requests.HTTPError(f"HTTP {response.status_code}", response=response)
+
+    def deliver(index: int) -> None:
+        nonlocal succeeded, failed_for_good
+        try:
+            post(index)
+        except requests.RequestException as error:
+            with lock:
+                errors[type(error).__name__] += 1
+                failed_for_good += 1
+            return
+        with lock:
+            succeeded += 1
+
+    cpu_before = time.process_time()
+    started = time.perf_counter()
+    executor = concurrent.futures.ThreadPoolExecutor(concurrency)
+    try:
+        futures = [executor.submit(deliver, index) for index in range(len(bodies))]
+        _, pending = concurrent.futures.wait(futures, timeout=timeout)
+        if pending:
+            raise RuntimeError(f"naive (requests) did not finish within {timeout:.0f} s")
+        seconds = time.perf_counter() - started
+        cpu_seconds = time.process_time() - cpu_before
+    finally:
+        executor.shutdown(wait=True, cancel_futures=True)
+        session.close()
+    result = PhaseResult("naive", len(bodies), seconds, cpu_seconds=cpu_seconds)
+    result.notes.append(attempts_note(succeeded, errors, failed_for_good))
+    result.stats = target.finish()
+    return result
+
+
+# -- the profile ----------------------------------------------------------------------------------
+
+PROFILE_RATE = 200  # py-spy samples per second (``-r``)
+_FRAME = re.compile(r"^(?P<function>.*) \((?P<file>[^()]*?)(?::(?P<line>\d+))?\)$")
+
+
+def _group_of(path: str) -> str | None:
+    """``engines/sqlite`` for ``.../src/egress/engines/sqlite.py``; None outside the egress package."""
+    marker = "/egress/"
+    at = path.rfind(marker)
+    if at < 0 or "site-packages" in path[:at]:
+        return None
+    return path[at + len(marker):].removesuffix(".py").removesuffix("/__init__")
+
+
+def _outside_group(path: str) -> str:
+    if "site-packages/" in path:
+        return "(lib) " + path.split("site-packages/", 1)[1].split("/", 1)[0]
+    if "/asyncio/" in path:
+        return "(stdlib) asyncio"
+    return "(stdlib) " + Path(path).stem if path.startswith("/") else f"(other) {path}"
+
+
+def profile_summary(raw: Path, messages: int) -> tuple[list[tuple[str, int]], list[tuple[str, int]], int]:
+    """Samples of a ``py-spy record --gil -f raw`` file by module (the innermost egress frame of each
+    stack, so a module's figure includes the libraries and C code it calls) and by innermost egress
+    function; and the total."""
+    modules: collections.Counter[str] = collections.Counter()
+    functions: collections.Counter[str] = collections.Counter()
+    total = 0
+    for line in raw.read_text(encoding="utf-8", errors="replace").splitlines():
+        stack, _, count_text = line.rpartition(" ")
+        if not count_text.isdigit():
+            continue
+        count = int(count_text)
+        total += count
+        frames = [m for m in (_FRAME.match(f) for f in stack.split(";")) if m is not None]
+        owner = None
+        if not frames:
+            owner = ("(no Python frame: native code holding the GIL)",) * 2
+        elif any(frame["file"].startswith("<frozen importlib") for frame in frames):
+            owner = ("(start-up: imports)",) * 2
+        for frame in reversed(frames if owner is None else []):
+            group = _group_of(frame["file"])
+            if group is not None:
+                owner = (group, f"{group}:{frame['function']}")
+                break
+        if owner is None:
+            leaf = _outside_group(frames[-1]["file"]) if frames else "(unknown)"
+            owner = (leaf, leaf)
+        modules[owner[0]] += count
+        functions[owner[1]] += count
+    return modules.most_common(), functions.most_common(15), total
+
+
+def print_profile(raw: Path, result: PhaseResult) -> list[str]:
+    modules, functions, total = profile_summary(raw, result.messages)
+    per_message = 1e6 / PROFILE_RATE / max(result.messages, 1)  # µs of GIL time per sample, per message
+    lines = [f"py-spy --gil, {PROFILE_RATE} Hz, {total:,} samples over {result.messages:,} messages "
+             f"({result.rate:,.0f} msg/s under the profiler): {total * per_message:.1f} µs of GIL time per message",
+             f"  without start-up (imports): {(total - dict(modules).get('(start-up: imports)', 0)) * per_message:.1f}"
+             " µs per message",
+             "  by module (innermost egress frame; includes what it calls):"]
+    lines += [f"    {name:<42} {count * per_message:7.1f} µs/msg  {100 * count / max(total, 1):5.1f} %"
+              for name, count in modules[:20]]
+    lines.append("  by innermost egress function (top 15):")
+    lines += [f"    {name:<60} {count * per_message:7.1f} µs/msg" for name, count in functions]
+    return lines
+
+
 # -- the report -----------------------------------------------------------------------------------
 
 
@@ -519,21 +754,30 @@ def describe(result: PhaseResult) -> str:
             f"{stats.get('requests', 0):,} requests received")
 
 
-def ratio(a: PhaseResult | None, b: PhaseResult | None) -> str:
-    if a is None or b is None or b.rate == 0:
-        return "-"
-    return f"{a.rate / b.rate:.2f}"
+def verdict(value: float, comparison: str, bound: float) -> str:
+    ok = value >= bound if comparison == ">=" else value <= bound
+    return "PASS" if ok else "MISS"
 
 
-def summary(results: dict[str, PhaseResult]) -> str:
-    parts = [f"{name} {results[name].rate:,.0f} msg/s" for name in ("egress", "raw pycurl", "bare aiohttp")
-             if name in results]
+def ratio_lines(results: dict[str, PhaseResult], checked: bool) -> list[tuple[str, str]]:
+    """(long line, short summary part) per ratio egress / other client."""
     egress = results.get("egress")
-    if egress is not None:
-        for name, short in (("raw pycurl", "pycurl"), ("bare aiohttp", "aiohttp")):
-            if name in results:
-                parts.append(f"egress/{short} {ratio(egress, results[name])}")
-    return "delivery: " + " | ".join(parts)
+    lines: list[tuple[str, str]] = []
+    if egress is None:
+        return lines
+    for label, name, comparison, bound in TARGETS:
+        other = results.get(name)
+        if other is None or other.rate == 0:
+            continue
+        value = egress.rate / other.rate
+        short = name.split(" ")[-1]
+        if checked:
+            mark = verdict(value, comparison, bound)
+            lines.append((f"  {label:<52} {value:6.2f}   target {comparison} {bound:g}   {mark}",
+                          f"egress/{short} {value:.2f} ({comparison} {bound:g} {mark})"))
+        else:
+            lines.append((f"  {label:<52} {value:6.2f}   (the targets apply to nginx)", f"egress/{short} {value:.2f}"))
+    return lines
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -541,82 +785,142 @@ def main(argv: Sequence[str] | None = None) -> int:
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--messages", type=int, default=100_000, help="messages per phase (default 100,000)")
     parser.add_argument("--partitions", type=int, default=4,
-                        help="partition_count of the egress Spec (default 4)")
-    parser.add_argument("--connections-per-partition", type=int, default=64, metavar="N",
-                        help="the sink's max_idle_connections: egress's pool and concurrency per partition "
-                             "(default 64)")
+                        help="partition_count of the egress Spec (default 4, as the example spec)")
+    parser.add_argument("--connections-per-partition", type=int, default=None, metavar="N",
+                        help="set the sink's max_idle_connections (egress's pool and concurrency per partition); "
+                             f"default: not set, the sink's default {DEFAULT_POOL}")
     parser.add_argument("--concurrency", type=int, default=None,
-                        help="connections of the raw phases (default: connections per partition × "
+                        help="requests in flight in the other clients (default: connections per partition × "
                              "partitions, what egress may use)")
-    parser.add_argument("--phases", default="egress,pycurl,aiohttp",
-                        help="comma-separated subset of egress,pycurl,aiohttp (default: all, in that order)")
-    parser.add_argument("--target", choices=("receiver", "nginx"), default="receiver",
-                        help="the endpoint (default: egress receiver; nginx is optional, skipped if absent)")
-    parser.add_argument("--timeout", type=float, default=600.0,
-                        help="seconds allowed per phase (default 600)")
-    parser.add_argument("--keep", type=Path, help="keep the Spec, state and report of the egress phase here")
+    parser.add_argument("--phases", default="egress,pycurl,aiohttp,naive",
+                        help="comma-separated subset of egress,pycurl,aiohttp,naive (default: all, in that order)")
+    parser.add_argument("--target", choices=("both", "nginx", "receiver"), default="both",
+                        help="the endpoints: nginx then egress receiver (default), or one of them")
+    parser.add_argument("--backlog", type=int, default=1_000_000, metavar="N",
+                        help="messages of the backlog whose drain is measured for peak RSS (default 1,000,000; "
+                             "0 skips it; a few minutes)")
+    parser.add_argument("--profile", action="store_true",
+                        help="also run the egress phase once more under py-spy and print µs/message by module")
+    parser.add_argument("--timeout", type=float, default=900.0,
+                        help="seconds allowed per phase (default 900)")
+    parser.add_argument("--keep", type=Path, help="keep the Specs, states, reports and profile here")
     args = parser.parse_args(argv)
     phases = [p.strip() for p in args.phases.split(",") if p.strip()]
-    unknown = set(phases) - {"egress", "pycurl", "aiohttp"}
+    unknown = set(phases) - {"egress", "pycurl", "aiohttp", "naive"}
     if unknown or not phases:
         parser.error(f"--phases: unknown {', '.join(sorted(unknown)) or 'empty list'}")
-    if min(args.messages, args.partitions, args.connections_per_partition, args.concurrency or 1) < 1:
-        parser.error("--messages, --partitions, --connections-per-partition and --concurrency must be >= 1")
     pool = args.connections_per_partition
-    concurrency = args.concurrency or pool * args.partitions
-    nginx = shutil.which("nginx") if args.target == "nginx" else None
+    if min(args.messages, args.partitions, pool or 1, args.concurrency or 1) < 1 or args.backlog < 0:
+        parser.error("--messages, --partitions, --connections-per-partition and --concurrency must be >= 1")
+    per_partition = pool or DEFAULT_POOL
+    concurrency = args.concurrency or per_partition * args.partitions
+    began = time.time()
+
+    nginx = find_or_install_nginx() if args.target in ("both", "nginx") else None
     if args.target == "nginx" and nginx is None:
-        print("delivery: --target nginx skipped: no nginx on the PATH")
-        return 0
+        print("delivery: nginx unavailable, nothing to measure (try --target receiver)")
+        return 1
 
     bodies = build_bodies(args.messages)
     keys = egress_keys(args.messages)
     size = sum(map(len, bodies))
-    print(f"{args.messages:,} flight payloads, {size / len(bodies):.0f} bytes on average; "
-          f"egress partition_count {args.partitions} × {pool} connections = {pool * args.partitions}, "
-          f"raw phases {concurrency} connections", flush=True)
+    print(f"{args.messages:,} flight payloads, {size / len(bodies):.0f} bytes on average; egress: default sink "
+          f"parameters{'' if pool is None else f' but max_idle_connections {pool}'}, partition_count "
+          f"{args.partitions} × {per_partition} connections = {per_partition * args.partitions} in flight; "
+          f"the other clients: {concurrency}; load average {os.getloadavg()[0]:.2f}", flush=True)
 
+    results: dict[str, dict[str, PhaseResult]] = {}
+    backlog: PhaseResult | None = None
+    profile_lines: list[str] = []
+    failed: str | None = None
     with tempfile.TemporaryDirectory(prefix="egress-bench-") as temporary:
         work = args.keep or Path(temporary)
         work.mkdir(parents=True, exist_ok=True)
-        target: Target = NginxTarget(nginx, work) if nginx is not None else ReceiverTarget()
-        results: dict[str, PhaseResult] = {}
+        targets: list[Target] = []
+        if nginx is not None:
+            targets.append(NginxTarget(nginx, work))
+        if args.target in ("both", "receiver"):
+            targets.append(ReceiverTarget())
         try:
-            for phase in phases:
+            for target in targets:
+                here = results.setdefault(target.name, {})
+                for phase in phases:
+                    target.start()
+                    print(f"{phase}: POSTing to {target.url} ({target.name}) ...", flush=True)
+                    if phase == "egress":
+                        result = run_egress(target, bodies, args.messages, args.partitions, pool, work,
+                                            args.timeout)
+                    elif phase == "pycurl":
+                        result = run_pycurl(target, bodies, keys, concurrency, args.timeout)
+                    elif phase == "aiohttp":
+                        result = run_aiohttp(target, bodies, keys, concurrency, args.timeout)
+                    else:
+                        result = run_naive(target, bodies, keys, concurrency, args.timeout)
+                    here[result.name] = result
+                    print("  " + describe(result), flush=True)
+                    for note in result.notes:
+                        print(f"    {note}", flush=True)
+            if args.backlog and targets:
+                target = targets[0]
                 target.start()
-                print(f"{phase}: POSTing to {target.url} ({target.name}) ...", flush=True)
-                if phase == "egress":
-                    result = run_egress(target, bodies, args.partitions, pool, work, args.timeout)
-                elif phase == "pycurl":
-                    result = run_pycurl(target, bodies, keys, concurrency, args.timeout)
-                else:
-                    result = run_aiohttp(target, bodies, keys, concurrency, args.timeout)
-                results[result.name] = result
-                print("  " + describe(result), flush=True)
-                for note in result.notes:
+                print(f"backlog: egress draining {args.backlog:,} messages to {target.url} ({target.name}), "
+                      f"VmRSS sampled every {RSS_PERIOD} s ...", flush=True)
+                backlog = run_egress(target, bodies, args.backlog, args.partitions, pool, work, args.timeout,
+                                     name="egress backlog")
+                print("  " + describe(backlog), flush=True)
+                for note in backlog.notes:
                     print(f"    {note}", flush=True)
+            if args.profile and targets:
+                target = targets[0]
+                target.start()
+                raw = work / "egress-profile.txt"
+                print(f"profile: egress under py-spy, POSTing to {target.url} ({target.name}) ...", flush=True)
+                profiled = run_egress(target, bodies, args.messages, args.partitions, pool, work, args.timeout,
+                                      name="egress profiled", profile=raw)
+                print("  " + describe(profiled), flush=True)
+                profile_lines = print_profile(raw, profiled) if raw.exists() else ["py-spy wrote no profile"]
+                if args.keep is None and raw.exists():
+                    kept = Path(tempfile.gettempdir()) / "egress-delivery-profile.txt"
+                    shutil.copy(raw, kept)
+                    profile_lines.append(f"  raw profile kept: {kept}")
         except RuntimeError as error:  # a phase that could not finish: no figure to compare
-            print(f"FAILED: {error}", flush=True)
-            return 1
+            failed = str(error)
         finally:
-            target.stop()
+            for target in targets:
+                target.stop()
 
     print()
-    for result in results.values():
-        print(describe(result))
-    egress = results.get("egress")
-    if egress is not None:
-        for name in ("raw pycurl", "bare aiohttp"):
-            if name in results:
-                other = results[name].rate
-                in_run = egress.stats.get("in_run_rate", 0) / other if other else 0.0
-                print(f"egress/{name}: {ratio(egress, results[name])} (wall time), "
-                      f"{in_run:.2f} (in-run figure)")
-    lost = [r.name for r in results.values() if not r.complete]
+    print(f"delivery benchmark, {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime(began))}, "
+          f"{time.time() - began:,.0f} s, load average now {' / '.join(f'{x:.2f}' for x in os.getloadavg())}")
+    summary: list[str] = []
+    for target_name, here in results.items():
+        print(f"against {target_name}:")
+        for result in here.values():
+            print("  " + describe(result))
+        ratios = ratio_lines(here, checked=target_name == "nginx")
+        for line, _ in ratios:
+            print(line)
+        if "egress" in here:
+            part = f"{target_name}: egress {here['egress'].rate:,.0f} msg/s"
+            summary.append(" | ".join([part, *(short for _, short in ratios)]))
+    if backlog is not None:
+        peak = max(backlog.peak_rss_mb, backlog.max_rss_mb)
+        mark = verdict(peak, "<=", RSS_TARGET_MB)
+        print(f"peak RSS of egress draining a {backlog.messages:,}-message backlog: {peak:,.0f} MB "
+              f"(largest VmRSS sample {backlog.peak_rss_mb:,.0f} MB, VmHWM {backlog.max_rss_mb:,.0f} MB; "
+              f"{backlog.rate:,.0f} msg/s, {backlog.seconds:,.0f} s)   target <= {RSS_TARGET_MB:g} MB   {mark}")
+        summary.append(f"backlog {backlog.messages:,}: peak RSS {peak:,.0f} MB (<= {RSS_TARGET_MB:g} {mark})")
+    for line in profile_lines:
+        print(line)
+    everything = [r for here in results.values() for r in here.values()] + ([backlog] if backlog else [])
+    lost = [r.name for r in everything if not r.complete]
+    if failed is not None:
+        print(f"FAILED: {failed}")
     if lost:
         print(f"FAILED: messages lost in {', '.join(lost)}")
-    print(summary(results))
-    return 1 if lost else 0
+    print(f"delivery ({args.partitions} partitions × {per_partition} = {per_partition * args.partitions} in flight, "
+          f"{args.messages:,} msgs): " + " || ".join(summary))
+    return 1 if lost or failed is not None else 0
 
 
 if __name__ == "__main__":
