@@ -22,6 +22,15 @@ class RedirectError(ValueError):
     """A ``Location`` that cannot be followed; the message says why."""
 
 
+def is_http_url(url: str) -> bool:
+    """True for an ``http`` or ``https`` URL with a host (what every egress sink may send to)."""
+    try:
+        parts = urlsplit(url)
+        return parts.scheme in ("http", "https") and bool(parts.hostname)
+    except ValueError:
+        return False
+
+
 def normalise_url(url: str) -> str:
     """``url`` without a fragment and without a ``?`` for an empty query (``POST /path``, not ``/path?``)."""
     parts = urlsplit(url)

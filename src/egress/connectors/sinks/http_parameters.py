@@ -8,12 +8,11 @@ from __future__ import annotations
 
 import re
 from typing import Any
-from urllib.parse import urlsplit
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from egress.httpclient import BackoffPolicy
-from egress.httpclient.redirects import normalise_url
+from egress.httpclient.redirects import is_http_url, normalise_url
 from egress.spec import Duration
 
 _TOKEN = re.compile(r"[A-Za-z0-9!#$%&'*+\-.^_`|~]+")
@@ -66,13 +65,7 @@ class AsyncHttpSinkParameters(_AtLeastOnceOnly):
     @field_validator("url")
     @classmethod
     def _url(cls, value: str) -> str:
-        try:
-            parts = urlsplit(value)
-            host = parts.hostname
-        except ValueError:
-            host = None
-            parts = None
-        if parts is None or parts.scheme not in ("http", "https") or not host:
+        if not is_http_url(value):
             raise ValueError("Async HTTP sink URL must use http or https and contain a host")
         return normalise_url(value)  # no fragment, no "?" for an empty query on the wire
 
