@@ -76,3 +76,21 @@ async def test_every_record_arrives_and_a_second_run_sends_nothing(tmp_path: Pat
         assert store.calls == calls
     finally:
         await runner.cleanup()
+
+
+async def test_until_drained_does_not_stop_while_batches_wait_at_the_reading_limit(tmp_path: Path) -> None:
+    """Small records with a 5 MiB size hint: a batch cannot fill within the job's 8,192 unacknowledged
+    messages, so it closes by the interval while the job is held back. When it is acknowledged the job
+    must read on: with a count that only ``progress()`` shrank, it used to find every sink drained, go
+    idle with input unread, and the run ended "drained" after 2 × 8,192 of 20,000 records."""
+    store = Store()
+    url, runner = await start(store)
+    try:
+        payloads: list[str | None] = [f'{{"n":{i}}}' for i in range(20_000)]
+        spec, dynamic = firehose_spec(tmp_path, url, payloads,
+                                      buffering_hints={"size_in_mbs": 5, "interval_in_seconds": 1})
+        result = await run(spec, dynamic, tmp_path / "state")
+        assert result.drained, result
+        assert Counter(store.records) == Counter(p.encode() for p in payloads if p is not None)
+    finally:
+        await runner.cleanup()

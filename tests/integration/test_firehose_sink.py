@@ -529,9 +529,8 @@ async def test_null_payloads_only_need_no_request(serve_app: ServerFactory) -> N
     base = await serve_app(endpoint.app())
     sink, _, _ = make_sink(f"{base}/ingest")
     sink.distribute(messages([None, None]))
-    assert sink.unacknowledged == 2
+    assert sink.unacknowledged == 0  # handled at once
     assert sink.progress().max_persisted_seq_no == 2
-    assert sink.unacknowledged == 0
     await sink.close()
     assert endpoint.seen == []
 
@@ -551,7 +550,7 @@ async def test_progress_is_a_contiguous_prefix_when_a_later_batch_finishes_first
     sink.distribute(messages(["second"], first_seq=2))
     await until(lambda: metrics.value("egress_sink_firehose_http_records_delivered_total", sink_id="firehose") == 1)
     assert sink.progress().max_persisted_seq_no == 0
-    assert sink.unacknowledged == 2
+    assert sink.unacknowledged == 1  # the second batch is handled, so it no longer holds the reader back
     release.set()
     await until(lambda: sink.progress().max_persisted_seq_no == 2)
     await sink.close()
@@ -615,3 +614,23 @@ async def test_freshness_gauge_and_nulls_not_held_by_the_interval(serve_app: Ser
     assert metrics.value(age, sink_id="firehose", partition="0") == 0.0
     await sink.close()
     assert [s.records for s in endpoint.seen] == [[b"a"]]
+
+
+async def test_flush_sends_the_open_batch_without_waiting_for_the_interval(serve_app: ServerFactory) -> None:
+    endpoint = StrictEndpoint()
+    base = await serve_app(endpoint.app())
+    clock = VirtualClock(start=1_700_000_000.0)  # never advanced: only flush() can close the batch
+    sink, _, _ = make_sink(f"{base}/ingest", clock=clock,
+                           static={"buffering_hints": {"size_in_mbs": 1, "interval_in_seconds": 900}})
+    sink.flush()  # nothing open: nothing happens
+    sink.distribute(messages(["a", None, "b"]))
+    sink.distribute(messages(["c"], first_seq=4))
+    sink.flush()
+    sink.distribute(messages(["d"], first_seq=5))
+    await until(lambda: sink.progress().max_persisted_seq_no == 4)
+    assert clock.monotonic() == 1_700_000_000.0
+    assert sink.unacknowledged == 1  # "d" waits in a new open batch
+    sink.flush()
+    await until(lambda: sink.progress().max_persisted_seq_no == 5)
+    await sink.close()
+    assert [s.records for s in endpoint.seen] == [[b"a", b"b", b"c"], [b"d"]]

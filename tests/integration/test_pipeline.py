@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from pathlib import Path
 
 import pytest
@@ -117,3 +118,17 @@ async def test_a_bad_source_record_stops_the_run_with_file_and_line(tmp_path: Pa
     result, _ = await run(spec, dynamic, tmp_path / "state")
     assert isinstance(result.error, SourceDataError)
     assert f"{data}:3: column id: expected int64" in str(result.error)
+
+
+async def test_input_held_back_for_a_full_sink_is_read_again_once_acknowledged(
+        tmp_path: Path, serve_app: ServerFactory) -> None:
+    """Regression: when every acknowledgement arrived before the job's next turn, the job used to go
+    idle with input unread (nothing would wake it), and --until-drained stopped early."""
+    receiver = Receiver()
+    base = await serve_app(receiver.app)
+    spec, dynamic = payload_spec(tmp_path, f"{base}/events", [f"p{i}" for i in range(200)])
+    pipeline = Pipeline(load_plan(spec, dynamic), tmp_path / "state",
+                        options=RunOptions(until_drained=True, max_unacknowledged=10, epoch_max_messages=10))
+    result = await asyncio.wait_for(pipeline.run(), timeout=60)
+    assert result.drained
+    assert len(receiver.stats.delivered_keys) == 200

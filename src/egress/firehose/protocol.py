@@ -15,6 +15,7 @@ judges answers with :func:`check_response`.
 from __future__ import annotations
 
 import binascii
+import functools
 import gzip
 import math
 import zlib
@@ -172,14 +173,13 @@ def encode_request_body(request_id: str, timestamp_ms: int, records: Sequence[by
     """
     if not 1 <= len(records) <= MAX_RECORDS_PER_REQUEST:
         raise ValueError(f"a request holds 1..{MAX_RECORDS_PER_REQUEST} records, got {len(records)}")
-    parts = []
-    for record in records:
-        if len(record) > MAX_RECORD_BYTES:
-            raise ValueError(f"a record holds at most {MAX_RECORD_BYTES} bytes, got {len(record)}")
-        parts.append(b'{"data":"' + binascii.b2a_base64(record, newline=False) + b'"}')
+    longest = max(map(len, records))
+    if longest > MAX_RECORD_BYTES:
+        raise ValueError(f"a record holds at most {MAX_RECORD_BYTES} bytes, got {longest}")
+    b64 = functools.partial(binascii.b2a_base64, newline=False)
     return b"".join((
         b'{"requestId":', orjson.dumps(request_id), b',"timestamp":', str(int(timestamp_ms)).encode(),
-        b',"records":[', b",".join(parts), b"]}",
+        b',"records":[{"data":"', b'"},{"data":"'.join(map(b64, records)), b'"}]}',
     ))
 
 

@@ -51,6 +51,7 @@ class PartitionJob:
     ) -> None:
         self.plan = plan
         self._throttling = throttling
+        self.input_finished = False  # set by the runner once every source is exhausted
         self._lag_timestamp: float | None = None  # event time of the oldest message not yet processed
         self.partition = partition
         self._streams = streams
@@ -153,7 +154,8 @@ class PartitionJob:
                 self._wakeup.clear()  # before reading: a wake during this epoch must not be lost
                 batch: list[LogMessage] = []
                 due: list[tuple[bytes, float, str]] = []
-                if not stopping and self._may_read():
+                held_back = not stopping and not self._may_read()
+                if not stopping and not held_back:
                     due = timers.pop_due(clock.now(), self._watermark, options.epoch_max_messages)
                     batch = await self._read(positions)
                 if batch and input_throttle is not None and input_throttle.active:
@@ -198,6 +200,13 @@ class PartitionJob:
                         self._notify_downstream({(s, p) for s, p, *_ in appends})
                 if stopping:
                     return
+                if held_back:
+                    # Input waits for the sinks: close partial batches so they go out now, and read
+                    # again at once if the acknowledgements just counted made room (else no wake-up
+                    # may ever come: every acknowledgement can have arrived before this turn).
+                    self.flush_sinks()
+                    if self._may_read():
+                        continue
                 if len(batch) < options.epoch_max_messages and not (
                         self._may_read() and timers.has_due(clock.now(), self._watermark)):
                     await self._wait(timers)
@@ -230,8 +239,20 @@ class PartitionJob:
         return next_seq
 
     def _may_read(self) -> bool:
+        """Whether input may be read: no sink blocked, none holding ``max_unacknowledged`` messages
+        (counted after taking their acknowledged prefix, so the count is current)."""
+        for sink in self.sinks.values():
+            sink.progress()
         return all(sink.terminal_error is None and sink.unacknowledged < self._options.max_unacknowledged
                    for sink in self.sinks.values())
+
+    def flush_sinks(self) -> None:
+        """Ask sinks that batch (``flush()``, e.g. the Firehose sink) to send their open batch now:
+        called when input is held back for them, and when the job has caught up with an exhausted input."""
+        for sink in self.sinks.values():
+            flush = getattr(sink, "flush", None)
+            if flush is not None:
+                flush()
 
     async def _read(self, positions: dict[tuple[str, int], int]) -> list[LogMessage]:
         """Up to ``epoch_max_messages`` input messages, each input stream getting an equal share
@@ -255,6 +276,8 @@ class PartitionJob:
     async def _wait(self, timers: TimerQueue) -> None:
         """Sleep until woken or until the next processing-time timer is due; after a wake, a little
         longer, so that one commit gathers many acknowledgements."""
+        if self.input_finished:
+            self.flush_sinks()  # caught up with a finished input: no message is coming to fill a batch
         if not self._wakeup.is_set():
             trigger = timers.next_processing_trigger() if self._may_read() else None
             drained = all(sink.unacknowledged == 0 for sink in self.sinks.values())

@@ -161,12 +161,19 @@ class Pipeline:
                     self.request_stop()
 
     async def _watch(self, result: RunResult) -> None:
-        """With ``until_drained``: stop once sources are exhausted and every job is idle or blocked."""
-        if not self.options.until_drained:
-            return
+        """Tell jobs when every source is exhausted (batching sinks then send partial batches as
+        soon as their job catches up); with ``until_drained``, stop once sources are exhausted and
+        every job is idle or blocked."""
+        told = False
         while not self._stop.is_set():
             await self.clock.sleep(self.options.epoch_period)
-            if all(r.finished for r in self.readers) and all(j.idle for j in self.jobs):
+            finished = all(r.finished for r in self.readers)
+            if finished and not told:
+                told = True
+                for job in self.jobs:
+                    job.input_finished = True
+                    job.wake()
+            if self.options.until_drained and finished and all(j.idle for j in self.jobs):
                 result.drained = all(j.blocked_error is None for j in self.jobs)
                 self.request_stop()
 

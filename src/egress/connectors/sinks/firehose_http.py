@@ -293,18 +293,39 @@ class FirehoseHttpSink:
         last: _Batch | None = None
         while batches and batches[0].done:
             last = batches.popleft()
-            self._unacknowledged -= last.messages
         if last is not None:
             self._progress = SinkProgress(self._progress.producer_id, last.last_message_id, last.last_seq)
         return self._progress
 
     @property
     def unacknowledged(self) -> int:
+        """Distributed messages whose batch is not yet handled (acknowledged by a conforming 200,
+        written to the error output, or only nulls). A handled batch stops counting at once, before
+        :meth:`progress` takes it (and its records are released): a partition job held back by its
+        ``max_unacknowledged`` reads again as soon as batches are acknowledged, instead of deciding on
+        a count that the ``progress()`` call right after it would shrink (which could leave the job
+        idle with input unread; docs/firehose.md, "What remains")."""
         return self._unacknowledged
 
     @property
     def terminal_error(self) -> str | None:
         return self._terminal[1] if self._terminal else None
+
+    def flush(self) -> None:
+        """Close the open batch now, whatever its size and age, and start sending it.
+
+        For a caller that knows no more messages are coming soon: the end of a finite input (so
+        ``egress run --until-drained`` does not wait ``interval_in_seconds`` for the last partial
+        batch), or a partition job that stops reading because this sink holds its
+        ``max_unacknowledged`` messages (a batch that cannot fill would otherwise wait for the
+        interval). The batch boundary is then where the flush happened: like a batch closed by the
+        interval, it is stable across retries but not necessarily across a restart
+        (docs/firehose.md, "What remains"). Does nothing without an open batch.
+        """
+        if self._open is not None:
+            self._close(self._open)
+            self._start_waiting()
+            self._notify_if_acknowledgeable()
 
     def reconfigure(self, dynamic_parameters: FirehoseHttpSinkDynamicParameters) -> None:
         """Apply new dynamic parameters (URL, access key, backoff scale) from the next attempt on."""
@@ -373,7 +394,7 @@ class FirehoseHttpSink:
             batch.timer.cancel()
             batch.timer = None
         if not batch.records:
-            batch.done = True  # only null payloads: acknowledged in order without a request
+            self._handled(batch)  # only null payloads: acknowledged in order without a request
         elif self._terminal is None:
             self._waiting.append(batch)
 
@@ -465,10 +486,16 @@ class FirehoseHttpSink:
             self._metrics.responses.labels(self._context.sink_id, str(response.status)).inc()
         return _judge(response, request_id)
 
-    def _succeed(self, batch: _Batch) -> None:
+    def _handled(self, batch: _Batch) -> None:
+        """Mark ``batch`` done: it no longer counts as unacknowledged and its records are released."""
         batch.done = True
+        self._unacknowledged -= batch.messages
+        batch.records, batch.record_ids, batch.arrivals_ms = [], [], []
+
+    def _succeed(self, batch: _Batch) -> None:
         self._m_records.inc(len(batch.records))
         self._m_bytes.inc(batch.data_bytes)
+        self._handled(batch)
         self._context.status.clear_error(self._status_path, batch.first_seq)
         self._context.on_progress()
 
@@ -486,7 +513,7 @@ class FirehoseHttpSink:
             self._fail(batch, f"cannot write the error output {self._errors.path}: {error.strerror}")
             return
         self._m_error_records.inc(len(batch.records))
-        batch.done = True
+        self._handled(batch)
         self._context.status.clear_error(self._status_path, batch.first_seq)
         self._context.on_progress()
 
