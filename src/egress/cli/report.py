@@ -9,29 +9,39 @@ from rich.table import Table
 from egress.observe import Metrics
 from egress.runtime import Pipeline, RunResult
 
+# The sinks' counters the summary adds up: (async HTTP sink, Firehose sink) sample names.
+_SINK_COUNTERS = {
+    "posts": ("egress_sink_async_http_sink_requests_total", "egress_sink_firehose_http_requests_total"),
+    "retries": ("egress_sink_async_http_sink_retries_total", "egress_sink_firehose_http_retries_total"),
+    "attempt_failures": ("egress_sink_async_http_sink_attempt_failures_total",),
+    "delivered": ("egress_sink_async_http_sink_delivered_total", "egress_sink_firehose_http_records_delivered_total"),
+}
+_RESPONSES = ("egress_sink_async_http_sink_responses_total", "egress_sink_firehose_http_responses_total")
+
 
 def snapshot(pipeline: Pipeline) -> dict[str, Any]:
-    """Counters of a running or finished pipeline, as plain numbers."""
+    """Counters of a running or finished pipeline, as plain numbers (all sinks added up)."""
     metrics: Metrics = pipeline.metrics
     responses: dict[str, int] = {}
     for family in metrics.registry.collect():
         for sample in family.samples:
-            if sample.name == "egress_sink_async_http_sink_responses_total":
+            if sample.name in _RESPONSES:
                 code = sample.labels["status_code"]
                 responses[code] = responses.get(code, 0) + int(sample.value)
     unacknowledged = sum(s.unacknowledged for job in pipeline.jobs for s in job.sinks.values())
-    return {
+    values: dict[str, Any] = {
         "rows_read": int(metrics.total("egress_source_rows_total")),
         "messages_processed": int(metrics.total("egress_computation_input_messages_total")),
-        "posts": int(metrics.total("egress_sink_async_http_sink_requests_total")),
-        "responses": dict(sorted(responses.items())),
-        "responses_2xx": sum(v for k, v in responses.items() if k.startswith("2")),
-        "retries": int(metrics.total("egress_sink_async_http_sink_retries_total")),
-        "attempt_failures": int(metrics.total("egress_sink_async_http_sink_attempt_failures_total")),
-        "delivered": int(metrics.total("egress_sink_async_http_sink_delivered_total")),
-        "unacknowledged": unacknowledged,
-        "epochs": int(metrics.total("egress_epochs_committed_total")),
     }
+    for name, samples in _SINK_COUNTERS.items():
+        values[name] = int(sum(metrics.total(sample) for sample in samples))
+    values.update(
+        responses=dict(sorted(responses.items())),
+        responses_2xx=sum(v for k, v in responses.items() if k.startswith("2")),
+        unacknowledged=unacknowledged,
+        epochs=int(metrics.total("egress_epochs_committed_total")),
+    )
+    return values
 
 
 def progress_line(values: dict[str, Any], elapsed: float) -> str:
