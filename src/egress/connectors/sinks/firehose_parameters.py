@@ -13,12 +13,12 @@ import os
 import re
 from pathlib import Path
 from typing import Any, Literal
-from urllib.parse import urlsplit
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from egress.firehose import protocol as p
 from egress.firehose.retry import INITIAL_BACKOFF_SECONDS, MAX_BACKOFF_SECONDS, MAX_RETRY_DURATION_SECONDS
+from egress.httpclient.redirects import is_http_url
 from egress.spec import Duration
 
 _STREAM_NAME = re.compile(r"[a-zA-Z0-9_.-]{1,64}")
@@ -94,13 +94,7 @@ class BufferingHints(BaseModel):
 
 
 def _check_url(value: str) -> str:
-    try:
-        parts = urlsplit(value)
-        host = parts.hostname
-    except ValueError:
-        host = None
-        parts = None
-    if parts is None or parts.scheme not in ("http", "https") or not host:
+    if not is_http_url(value):
         raise ValueError("Firehose HTTP sink URL must use http or https and contain a host")
     return value
 
