@@ -114,6 +114,15 @@ class SinkClass(Protocol):
     ) -> Sink: ...
 
 
+def single_input_stream(sink_kind: str, input_streams: dict[str, StreamSpec]) -> StreamSpec | SpecError:
+    """The one input stream of a sink that takes exactly one, or the upstream construction error
+    ``<sink_kind> expects exactly one input stream, got N`` (path ``input_stream_ids``)."""
+    if len(input_streams) != 1:
+        return SpecError(f"{sink_kind} expects exactly one input stream, got {len(input_streams)}",
+                         path="input_stream_ids")
+    return next(iter(input_streams.values()))
+
+
 class Registry:
     """Connector classes by name. ``register`` adds a class under each of its names."""
 

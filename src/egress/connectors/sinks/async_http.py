@@ -17,7 +17,7 @@ from collections.abc import Callable
 from typing import Any, ClassVar, Protocol
 from urllib.parse import urlsplit
 
-from egress.connectors.base import SINKS, SinkContext
+from egress.connectors.base import SINKS, SinkContext, single_input_stream
 from egress.connectors.sinks.http_parameters import AsyncHttpSinkDynamicParameters, AsyncHttpSinkParameters
 from egress.engines import OutboxMessage, SinkProgress
 from egress.errors import DeliveryError, SpecError
@@ -101,10 +101,9 @@ class AsyncHttpSink:
     @classmethod
     def check(cls, parameters: AsyncHttpSinkParameters, input_streams: dict[str, StreamSpec]) -> list[SpecError]:
         """Upstream construction checks: one input stream whose only column is the payload string."""
-        if len(input_streams) != 1:
-            return [SpecError(f"Async HTTP sink expects exactly one input stream, got {len(input_streams)}",
-                              path="input_stream_ids")]
-        (stream,) = input_streams.values()
+        stream = single_input_stream("Async HTTP sink", input_streams)
+        if isinstance(stream, SpecError):
+            return [stream]
         if len(stream.columns) != 1:
             return [SpecError(f"Async HTTP sink expects exactly one payload column, got {len(stream.columns)}",
                               path="parameters/payload_column")]

@@ -36,7 +36,7 @@ from urllib.parse import urlsplit
 from prometheus_client import Counter
 from prometheus_client.core import GaugeMetricFamily
 
-from egress.connectors.base import SINKS, SinkContext
+from egress.connectors.base import SINKS, SinkContext, single_input_stream
 from egress.connectors.sinks.firehose_parameters import (
     AccessKeyReference,
     AccessKeyUnavailable,
@@ -167,10 +167,9 @@ class FirehoseHttpSink:
     @classmethod
     def check(cls, parameters: FirehoseHttpSinkParameters, input_streams: dict[str, StreamSpec]) -> list[SpecError]:
         """One input stream with the payload column as a String column."""
-        if len(input_streams) != 1:
-            return [SpecError(f"Firehose HTTP sink expects exactly one input stream, got {len(input_streams)}",
-                              path="input_stream_ids")]
-        (stream,) = input_streams.values()
+        stream = single_input_stream("Firehose HTTP sink", input_streams)
+        if isinstance(stream, SpecError):
+            return [stream]
         column = next((c for c in stream.columns if c.name == parameters.payload_column), None)
         if column is None or column.type != "string":
             return [SpecError(f'Firehose HTTP sink payload column "{parameters.payload_column}" must be a String '
