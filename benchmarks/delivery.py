@@ -892,7 +892,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     print()
     print(f"delivery benchmark, {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime(began))}, "
           f"{time.time() - began:,.0f} s, load average now {' / '.join(f'{x:.2f}' for x in os.getloadavg())}")
-    summary: list[str] = []
+    summary: list[str] = [] if nginx is not None or args.target == "receiver" else ["nginx: SKIPPED (unavailable)"]
     for target_name, here in results.items():
         print(f"against {target_name}:")
         for result in here.values():
@@ -909,7 +909,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"peak RSS of egress draining a {backlog.messages:,}-message backlog: {peak:,.0f} MB "
               f"(largest VmRSS sample {backlog.peak_rss_mb:,.0f} MB, VmHWM {backlog.max_rss_mb:,.0f} MB; "
               f"{backlog.rate:,.0f} msg/s, {backlog.seconds:,.0f} s)   target <= {RSS_TARGET_MB:g} MB   {mark}")
-        summary.append(f"backlog {backlog.messages:,}: peak RSS {peak:,.0f} MB (<= {RSS_TARGET_MB:g} {mark})")
+        summary.append(f"backlog {backlog.messages:,} to {targets[0].name}: peak RSS {peak:,.0f} MB "
+                       f"(<= {RSS_TARGET_MB:g} {mark})")
     for line in profile_lines:
         print(line)
     everything = [r for here in results.values() for r in here.values()] + ([backlog] if backlog else [])
