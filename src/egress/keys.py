@@ -18,9 +18,15 @@ from typing import Any
 import orjson
 
 
+def compact_json(value: Any) -> bytes:
+    """``orjson.dumps(value)`` copied to a right-sized ``bytes``, for values kept in memory: measured
+    here, each result of orjson 3.13 keeps a ~4 KiB allocation alive (100,000 small keys: 410 MB)."""
+    return bytes(memoryview(orjson.dumps(value)))
+
+
 def encode_key(values: Sequence[Any]) -> bytes:
     """The stored form of a key: compact JSON of its values in ``group_by`` order."""
-    return orjson.dumps(list(values))
+    return compact_json(list(values))
 
 
 def decode_key(encoded: bytes) -> tuple[Any, ...]:

@@ -38,3 +38,18 @@ def test_keys_round_trip_and_partition_stably() -> None:
     assert [partition_of(encode_key([o]), 4) for o in ("EWR", "JFK", "LGA")] == [0, 2, 1]
     assert partition_of(key, 1) == 0
     assert {partition_of(encode_key([i]), 8) for i in range(200)} == set(range(8))
+
+
+def test_keys_kept_in_memory_are_right_sized() -> None:
+    """orjson's results each keep a ~4 KiB allocation alive; keys live in memory for a whole epoch."""
+    import tracemalloc
+
+    tracemalloc.start()
+    try:
+        before = tracemalloc.get_traced_memory()[0]
+        keys = [encode_key(["N12345", i]) for i in range(20_000)]
+        used = tracemalloc.get_traced_memory()[0] - before
+    finally:
+        tracemalloc.stop()
+    assert len(keys) == 20_000
+    assert used < 20_000 * 200  # a right-sized key is ~60 bytes with its object header

@@ -10,7 +10,9 @@ partition; the partition job then stops without committing the batch.
 
 from __future__ import annotations
 
+import functools
 import traceback
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -86,8 +88,8 @@ class Invoker:
         except Exception as error:
             self.store.discard()
             raise self._raised(self._where_message(message), error) from error
-        where = self._where_message(message)
-        return self._finish(collector, encoded_key, where)
+        # Where it happened is only spelled out when something is wrong: the text costs per message.
+        return self._finish(collector, encoded_key, functools.partial(self._where_message, message))
 
     async def timer(self, timer: Timer, encoded_key: bytes) -> list[Output]:
         """Call ``process_timer``; returns the checked outputs."""
@@ -98,14 +100,14 @@ class Invoker:
         except Exception as error:
             self.store.discard()
             raise self._raised(self._where_timer(timer), error) from error
-        return self._finish(collector, encoded_key, self._where_timer(timer))
+        return self._finish(collector, encoded_key, functools.partial(self._where_timer, timer))
 
     def _raised(self, where: str, error: Exception) -> ProcessFunctionError:
         return ProcessFunctionError(
             f"process function of computation {self.computation_id!r} raised on {where}; nothing from this "
             "batch was committed:\n" + "".join(traceback.format_exception(error)))
 
-    def _finish(self, collector: OutputCollector, encoded_key: bytes, where: str) -> list[Output]:
+    def _finish(self, collector: OutputCollector, encoded_key: bytes, where: Callable[[], str]) -> list[Output]:
         self.store.end(where)
         if collector.timers:
             now = self.context.now()
@@ -115,15 +117,16 @@ class Invoker:
                 if limit is not None and trigger < limit:
                     raise ProcessFunctionError(
                         f"computation {self.computation_id!r} set a {domain} timer in the past: {trigger!r} < "
-                        f"{'now' if domain == 'processing' else 'watermark'} {limit!r}, while handling {where}")
+                        f"{'now' if domain == 'processing' else 'watermark'} {limit!r}, while handling {where()}")
                 self.timers.add(encoded_key, trigger, domain)
         return [self._checked(emitted.stream_id, emitted.row, emitted.key, where) for emitted in collector.messages]
 
-    def _checked(self, stream_id: str, row: dict[str, Any], key: tuple[Any, ...] | None, where: str) -> Output:
+    def _checked(self, stream_id: str, row: dict[str, Any], key: tuple[Any, ...] | None,
+                 where: Callable[[], str]) -> Output:
         if self._outputs is not None and stream_id not in self._outputs:
             raise ProcessFunctionError(
                 f"computation {self.computation_id!r} emitted to unknown output stream {stream_id!r} while "
-                f"handling {where}; its output_stream_ids are {self.output_stream_ids}")
+                f"handling {where()}; its output_stream_ids are {self.output_stream_ids}")
         schema = self._schema(stream_id)
         if schema is None:
             return Output(stream_id, row, encode_key(key if key is not None else ()))
@@ -131,17 +134,17 @@ class Invoker:
         for name in row:
             if name not in names:
                 raise ProcessFunctionError(
-                    f"row for stream {stream_id!r} has column {name!r}, which its schema lacks ({where})")
+                    f"row for stream {stream_id!r} has column {name!r}, which its schema lacks ({where()})")
         for name, kind, required, types in columns:
             value = row.get(name)
             if value is None:
                 if required:
                     raise ProcessFunctionError(
-                        f"row for stream {stream_id!r} has null in required column {name!r} ({where})")
+                        f"row for stream {stream_id!r} has null in required column {name!r} ({where()})")
                 continue
             if not isinstance(value, types) or (kind != "boolean" and isinstance(value, bool)):
                 raise ProcessFunctionError(
-                    f"row for stream {stream_id!r}: column {name!r} is {kind}, got {type(value).__name__} ({where})")
+                    f"row for stream {stream_id!r}: column {name!r} is {kind}, got {type(value).__name__} ({where()})")
         return Output(stream_id, row, encode_key(key if key is not None else [row.get(c) for c in group_by]))
 
     def _schema(self, stream_id: str) -> _Schema | None:

@@ -17,14 +17,14 @@ the key and the message or timer.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any, Generic, TypeVar
 
 import orjson
 from pydantic import TypeAdapter
 
 from egress.errors import ProcessFunctionError
-from egress.keys import decode_key, encode_key, partition_of
+from egress.keys import compact_json, decode_key, encode_key, partition_of
 
 M = TypeVar("M")
 
@@ -173,7 +173,7 @@ class ExternalStateClient(_KeyedClient):
         return ExternalRow(self, self._touch(key))
 
     def _encode(self, value: Any) -> bytes:
-        return orjson.dumps(value)
+        return compact_json(value)
 
     def _decode(self, raw: bytes) -> Any:
         return orjson.loads(raw)
@@ -271,15 +271,15 @@ class StateStore:
         self._current_key = key
         self._touched.clear()
 
-    def end(self, where: str) -> None:
-        """Serialise what the call touched; raises ``ProcessFunctionError`` naming ``where``."""
+    def end(self, where: Callable[[], str]) -> None:
+        """Serialise what the call touched; raises ``ProcessFunctionError`` naming ``where()``."""
         for client, key in self._touched:
             try:
                 value = client._serialised(key)
             except Exception as error:
                 raise ProcessFunctionError(
                     f"state {client.name!r} for key {list(key)!r} cannot be serialised ({type(error).__name__}: "
-                    f"{error}) after {where}; nothing from this batch was committed") from error
+                    f"{error}) after {where()}; nothing from this batch was committed") from error
             target = self.external_writes if isinstance(client, ExternalStateClient) else self.writes
             target[(client.name, encode_key(key))] = value
         self._touched.clear()
