@@ -77,6 +77,9 @@ class CurlClient:
     request; see ``docs/architecture.md``); ``keep_alive=False`` forbids reuse; ``verify_tls`` keeps
     certificate and host verification on (the default, and what production must use);
     ``ca_file`` is a PEM bundle of certificate authorities to trust instead of libcurl's default.
+
+    Every client of a process is driven by one shared thread (:class:`_CurlThread`): a thread per
+    client made partitions' clients compete for the GIL.
     """
 
     def __init__(
@@ -93,17 +96,11 @@ class CurlClient:
         self.keep_alive = keep_alive
         self.verify_tls = verify_tls
         self.ca_file = ca_file
+        self._driver = _CurlThread.shared()
         self._multi = pycurl.CurlMulti()
         self._multi.setopt(pycurl.M_SOCKETFUNCTION, self._on_socket)
         self._multi.setopt(pycurl.M_TIMERFUNCTION, self._on_timer)
         self._multi.setopt(pycurl.M_MAXCONNECTS, max_connections if keep_alive else 1)
-        # epoll directly, not the selectors module: its per-event Python bookkeeping is measurable here.
-        self._epoll = select.epoll()
-        self._watched: dict[int, int] = {}  # fd -> epoll event mask
-        self._wake_read, self._wake_write = socket.socketpair()
-        self._wake_read.setblocking(False)
-        self._wake_write.setblocking(False)
-        self._epoll.register(self._wake_read.fileno(), select.EPOLLIN)
         self._lock = threading.Lock()
         self._batch: list[tuple[Request, asyncio.Future[Response]]] = []  # this loop turn's submissions
         self._submitted: collections.deque[tuple[Request, asyncio.Future[Response]]] = collections.deque()
@@ -113,8 +110,7 @@ class CurlClient:
         self._capturing: set[int] = set()  # handles whose callbacks capture body or headers
         self._timer_deadline: float | None = None
         self._closed = False
-        self._thread = threading.Thread(target=self._run, name="egress-curl", daemon=True)
-        self._thread.start()
+        self._driver.attach(self)
 
     @property
     def in_flight(self) -> int:
@@ -151,60 +147,44 @@ class CurlClient:
             wake = not self._submitted
             self._submitted.extend(batch)
         if wake:
-            self._wake()
+            self._driver.wake()
 
     def close(self) -> None:
-        """Stop the curl thread and release every handle; pending sends get a transport error."""
+        """Release every handle; requests still pending get a transport error ("client closed")."""
         if self._closed:
             return
         self._closed = True
-        self._wake()
-        self._thread.join(timeout=5)
+        self._driver.detach(self)
+        leftovers = [*self._queued, *self._submitted, *self._batch]
+        self._queued.clear()
+        self._submitted.clear()
+        self._batch = []
+        _resolve_threadsafe([(future, Response(0, "client closed")) for _, future in leftovers])
+
+    # -- run by the curl thread ----------------------------------------------------------------
+
+    def _drive(self, now: float) -> None:
+        """Fire libcurl's timer when due, hand completions back, start queued requests."""
+        if self._timer_deadline is not None and now >= self._timer_deadline:
+            self._timer_deadline = None
+            self._multi.socket_action(pycurl.SOCKET_TIMEOUT, 0)
+        # Completions free slots for queued requests, and starting those may complete some at
+        # once (a refused connection): repeat until neither happens, or a queue could stall.
+        self._collect()
+        while self._start_queued():
+            self._collect()
+
+    def _release(self) -> None:
+        """Abort running transfers and free libcurl's handles (the client is closed)."""
         for handle, future, _ in self._running.values():
             self._multi.remove_handle(handle)
             handle.close()
             _resolve_threadsafe([(future, Response(0, "client closed"))])
         self._running.clear()
-        leftovers = [*self._queued, *self._submitted, *self._batch]
-        self._batch = []
-        _resolve_threadsafe([(future, Response(0, "client closed")) for _, future in leftovers])
         for handle in self._spare_handles:
             handle.close()
+        self._spare_handles.clear()
         self._multi.close()
-        self._epoll.close()
-        self._wake_read.close()
-        self._wake_write.close()
-
-    # -- the curl thread ---------------------------------------------------------------------
-
-    def _wake(self) -> None:
-        with contextlib.suppress(OSError):  # a full socket buffer already means "wake up"
-            self._wake_write.send(b"\0")
-
-    def _run(self) -> None:
-        multi = self._multi
-        wake = self._wake_read.fileno()
-        readable, writable = select.EPOLLIN | select.EPOLLHUP | select.EPOLLERR, select.EPOLLOUT
-        while not self._closed:
-            timeout = -1.0
-            if self._timer_deadline is not None:
-                timeout = max(0.0, self._timer_deadline - time.monotonic())
-            for fd, mask in self._epoll.poll(timeout):
-                if fd == wake:
-                    with contextlib.suppress(BlockingIOError, OSError):
-                        while self._wake_read.recv(4096):
-                            pass
-                    continue
-                action = (pycurl.CSELECT_IN if mask & readable else 0) | (pycurl.CSELECT_OUT if mask & writable else 0)
-                multi.socket_action(fd, action)
-            if self._timer_deadline is not None and time.monotonic() >= self._timer_deadline:
-                self._timer_deadline = None
-                multi.socket_action(pycurl.SOCKET_TIMEOUT, 0)
-            # Completions free slots for queued requests, and starting those may complete some at
-            # once (a refused connection): repeat until neither happens, or a queue could stall.
-            self._collect()
-            while self._start_queued():
-                self._collect()
 
     def _start_queued(self) -> bool:
         """Start queued requests while below ``max_connections``; True if any started."""
@@ -297,17 +277,75 @@ class CurlClient:
 
     def _on_socket(self, what: int, fd: int, multi: Any, data: Any) -> None:
         events = (select.EPOLLIN if what & pycurl.POLL_IN else 0) | (select.EPOLLOUT if what & pycurl.POLL_OUT else 0)
-        watched = self._watched
-        # An exception here would leave a transfer without events, stalled until its timeout, so
-        # epoll errors are absorbed: a descriptor closed and reused under the same number is
-        # simply registered afresh.
-        if what == pycurl.POLL_REMOVE or not events:
-            if watched.pop(fd, None) is not None:
+        self._driver.watch(fd, 0 if what == pycurl.POLL_REMOVE else events, self)
+
+    def _on_timer(self, timeout_ms: int) -> None:
+        self._timer_deadline = None if timeout_ms < 0 else time.monotonic() + timeout_ms / 1000.0
+
+
+class _CurlThread:
+    """The one thread that drives every :class:`CurlClient` of the process: ``socket_action`` over
+    one epoll (used directly: the selectors module's per-event bookkeeping is measurable here),
+    one socketpair to wake it, each client keeping its own multi handle, connection cache and queue.
+    """
+
+    _shared: _CurlThread | None = None
+    _shared_lock = threading.Lock()
+
+    @classmethod
+    def shared(cls) -> _CurlThread:
+        with cls._shared_lock:
+            if cls._shared is None:
+                cls._shared = cls()
+            return cls._shared
+
+    def __init__(self) -> None:
+        self._epoll = select.epoll()
+        self._owners: dict[int, tuple[int, CurlClient]] = {}  # fd -> (epoll mask, client)
+        self._wake_read, self._wake_write = socket.socketpair()
+        self._wake_read.setblocking(False)
+        self._wake_write.setblocking(False)
+        self._epoll.register(self._wake_read.fileno(), select.EPOLLIN)
+        self._clients: list[CurlClient] = []  # touched by the thread only
+        self._changes: collections.deque[tuple[CurlClient, threading.Event | None]] = collections.deque()
+        self._lock = threading.Lock()
+        self._thread = threading.Thread(target=self._run, name="egress-curl", daemon=True)
+        self._thread.start()
+
+    def attach(self, client: CurlClient) -> None:
+        with self._lock:
+            self._changes.append((client, None))
+        self.wake()
+
+    def detach(self, client: CurlClient) -> None:
+        """Stop driving ``client`` and release its handles; returns once the thread has done it."""
+        done = threading.Event()
+        with self._lock:
+            self._changes.append((client, done))
+        self.wake()
+        done.wait(timeout=10)
+
+    def wake(self) -> None:
+        with contextlib.suppress(OSError):  # a full socket buffer already means "wake up"
+            self._wake_write.send(b"\0")
+
+    def watch(self, fd: int, events: int, client: CurlClient) -> None:
+        """libcurl's socket callback: watch ``fd`` for ``events`` (0: forget it) for ``client``.
+
+        An exception here would leave a transfer without events, stalled until its timeout, so
+        epoll errors are absorbed: a descriptor closed and reused under the same number is
+        simply registered afresh.
+        """
+        owners = self._owners
+        if not events:
+            if owners.pop(fd, None) is not None:
                 with contextlib.suppress(OSError):
                     self._epoll.unregister(fd)
             return
-        current = watched.get(fd)
-        if current == events:
+        current = owners.get(fd)
+        if current is not None and current[0] == events:
+            if current[1] is not client:
+                owners[fd] = (events, client)
             return
         try:
             if current is None:
@@ -318,10 +356,44 @@ class CurlClient:
             with contextlib.suppress(OSError):
                 self._epoll.unregister(fd)
             self._epoll.register(fd, events)
-        watched[fd] = events
+        owners[fd] = (events, client)
 
-    def _on_timer(self, timeout_ms: int) -> None:
-        self._timer_deadline = None if timeout_ms < 0 else time.monotonic() + timeout_ms / 1000.0
+    def _apply_changes(self) -> None:
+        with self._lock:
+            changes = list(self._changes)
+            self._changes.clear()
+        for client, done in changes:
+            if done is None:
+                self._clients.append(client)
+                continue
+            if client in self._clients:
+                self._clients.remove(client)
+            for fd in [fd for fd, (_, owner) in self._owners.items() if owner is client]:
+                self.watch(fd, 0, client)
+            client._release()
+            done.set()
+
+    def _run(self) -> None:
+        wake = self._wake_read.fileno()
+        readable, writable = select.EPOLLIN | select.EPOLLHUP | select.EPOLLERR, select.EPOLLOUT
+        while True:
+            deadlines = [c._timer_deadline for c in self._clients if c._timer_deadline is not None]
+            timeout = max(0.0, min(deadlines) - time.monotonic()) if deadlines else -1.0
+            for fd, mask in self._epoll.poll(timeout):
+                if fd == wake:
+                    with contextlib.suppress(BlockingIOError, OSError):
+                        while self._wake_read.recv(4096):
+                            pass
+                    continue
+                owner = self._owners.get(fd)
+                if owner is not None:
+                    action = (pycurl.CSELECT_IN if mask & readable else 0) | (
+                        pycurl.CSELECT_OUT if mask & writable else 0)
+                    owner[1]._multi.socket_action(fd, action)
+            self._apply_changes()
+            now = time.monotonic()
+            for client in self._clients:
+                client._drive(now)
 
 
 class _Capture:
