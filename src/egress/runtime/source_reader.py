@@ -13,7 +13,7 @@ from pathlib import Path
 
 from egress.connectors.base import SourceRecord
 from egress.engines import EpochCommit, SqliteEngine
-from egress.keys import encode_key, partition_of, source_message_id
+from egress.keys import encode_key, partition_of, source_message_id, source_scope
 from egress.observe import Metrics
 from egress.runtime.options import RunOptions
 from egress.runtime.plan import SourcePlan
@@ -23,7 +23,8 @@ POSITION = ("", 0)
 
 class SourceReader:
     """Reads ``plan``'s source from its committed position; ``notify(partition)`` is called for
-    each partition that received messages, after the commit."""
+    each partition that received messages, after the commit. Message ids are scoped to
+    ``pipeline``, the source and its file (``egress.keys.source_scope``)."""
 
     def __init__(
         self,
@@ -34,8 +35,11 @@ class SourceReader:
         metrics: Metrics,
         options: RunOptions,
         notify: Callable[[int], None],
+        pipeline: str = "",
     ) -> None:
         self.plan = plan
+        identity = getattr(plan.parameters, "path", "")  # what a file source reads, as the Spec names it
+        self._scope = source_scope(pipeline, plan.source_id, str(identity))
         self.consumer = f"source:{plan.source_id}"
         self._engine = engine
         self._base_dir = base_dir
@@ -65,7 +69,7 @@ class SourceReader:
                 key = encode_key([record.row[c] for c in group_by])
                 partition = partition_of(key, self._partition_count)
                 touched.add(partition)
-                message_id = source_message_id(self.plan.source_id, 0, record.position)
+                message_id = source_message_id(self._scope, 0, record.position)
                 appends.append((stream_id, partition, message_id, key, record.event_timestamp, record.row))
             await engine.commit(EpochCommit(self.consumer, 0, epoch, {POSITION: chunk[-1].position + 1},
                                             log_appends=appends))
