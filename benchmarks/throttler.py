@@ -26,7 +26,7 @@ What one run measures (issue 5's list), printing one line each and one comparabl
 
 Run from the repository root::
 
-    /tmp/tv/bin/python benchmarks/throttler.py [--seconds 5]
+    .venv/bin/python benchmarks/throttler.py [--seconds 5]
 """
 
 from __future__ import annotations

@@ -7,7 +7,7 @@ the jobs use a running ``egress throttler serve --dynamic-spec examples/throttle
 instead. At the end the script prints measured shares next to the ideal and writes a PNG chart of
 the shares per second. Every class is backlogged the whole time, so shares should follow the weights.
 
-    /tmp/tv/bin/python -m examples.throttled_api.run [--seconds 20] [--chart throttled_api.png]
+    .venv/bin/python -m examples.throttled_api.run [--seconds 20] [--chart throttled_api.png]
 """
 
 from __future__ import annotations

@@ -57,8 +57,9 @@ def run(
     until_drained: Annotated[bool, typer.Option(
         help="Stop once every source is read and every message delivered (exit 1 if a sink is blocked).")] = False,
     report: Annotated[Optional[Path], typer.Option(help="Write the final counters as JSON here.")] = None,  # noqa: UP045
-    quiet: Annotated[bool, typer.Option(help="No progress line.")] = False,
+    quiet: Annotated[bool, typer.Option(help="No progress line and no summary table (errors still print).")] = False,
     http_port: Annotated[Optional[int], typer.Option(  # noqa: UP045
+        min=0, max=65535,
         help="Serve /metrics (Prometheus), /status (JSON) and /healthz on this port (0 picks one).")] = None,
     http_host: Annotated[str, typer.Option(help="Address for --http-port.")] = "127.0.0.1",
     throttler_url: Annotated[Optional[str], typer.Option(  # noqa: UP045
@@ -118,6 +119,10 @@ def run(
     except EgressError as error:
         console.print(Text(str(error), style="red"))
         raise typer.Exit(1) from None
+    except OSError as error:  # the state directory or the --http-port address cannot be used
+        where = error.filename or (f"{http_host}:{http_port}" if http_port is not None else directory)
+        console.print(Text(f"cannot start: {where}: {error.strerror or error}", style="red"))
+        raise typer.Exit(1) from None
     from egress.runtime import RunResult
 
     assert isinstance(result, RunResult)
@@ -130,6 +135,9 @@ def run(
         console.print(Text(f"blocked: {line}", style="red"))
     if result.error is not None:
         console.print(Text(f"error: {result.error}", style="red"))
+    if result.ok and until_drained and not result.drained:
+        console.print("interrupted before every message was delivered: run again to finish")
+        raise typer.Exit(130)
     raise typer.Exit(0 if result.ok else 1)
 
 
@@ -161,7 +169,8 @@ class _Reporter:
 @app.command()
 def receiver(
     host: Annotated[str, typer.Option(help="Address to listen on.")] = "127.0.0.1",
-    port: Annotated[int, typer.Option(help="Port (0 picks a free one; the chosen one is printed).")] = 8080,
+    port: Annotated[int, typer.Option(min=0, max=65535,
+                                      help="Port (0 picks a free one; the chosen one is printed).")] = 8080,
     record: Annotated[Optional[Path], typer.Option(help="Append one JSON line per request here.")] = None,  # noqa: UP045
     fail_rate: Annotated[float, typer.Option(min=0.0, max=1.0, help="Share of requests to fail.")] = 0.0,
     fail_status: Annotated[int, typer.Option(min=100, max=999, help="Status of injected failures.")] = 503,

@@ -70,9 +70,10 @@ def summary_table(report: dict[str, Any]) -> Table:
     table = Table(title="egress run", show_header=False, title_justify="left")
     table.add_column("what", style="bold")
     table.add_column("value", justify="right")
+    labels = {"attempt_failures": "transport errors"}  # failures before a complete response, not statuses
     for name in ("rows_read", "messages_processed", "posts", "responses_2xx", "retries", "attempt_failures",
                  "delivered", "unacknowledged", "epochs"):
-        table.add_row(name.replace("_", " "), f"{report[name]:,}")
+        table.add_row(labels.get(name, name.replace("_", " ")), f"{report[name]:,}")
     table.add_row("responses by status", ", ".join(f"{k}: {v:,}" for k, v in report["responses"].items()) or "-")
     table.add_row("elapsed", f"{report['elapsed_seconds']:.2f} s")
     table.add_row("messages/s", f"{report['messages_per_second']:,.0f}")
