@@ -125,3 +125,22 @@ def test_jsonl_errors_name_file_line_and_column(tmp_path: Path, line: str, messa
         list(jsonl_source(tmp_path, '{"origin": "LGA"}\n' + line + "\n").records(0))
     assert str(raised.value).startswith(f"{tmp_path / 'f.jsonl'}:2: ")
     assert message in str(raised.value)
+
+
+@pytest.mark.parametrize(("content", "reason"), [
+    (gzip.compress(CSV.encode())[:-20], "EOFError"),  # truncated
+    (b"not gzip at all", "BadGzipFile"),
+])
+def test_an_unreadable_gzip_file_is_named(tmp_path: Path, content: bytes, reason: str) -> None:
+    (tmp_path / "f.csv.gz").write_bytes(content)
+    source = CsvSource.create("s", CsvSourceParameters(path="f.csv.gz"), STREAM, tmp_path)
+    with pytest.raises(SourceDataError) as raised:
+        list(source.records(0))
+    assert str(raised.value).startswith(f"{tmp_path / 'f.csv.gz'}: cannot be read as a gzip file ({reason}")
+
+
+def test_validation_checks_the_csv_header(tmp_path: Path) -> None:
+    (tmp_path / "f.csv").write_text("origin,dep_time\nEWR,1\n")
+    errors = CsvSource.check(CsvSourceParameters(path="f.csv"), STREAM, tmp_path)
+    assert [e.path for e in errors] == ["parameters/path"]
+    assert "lacks schema column(s) distance, cancelled, tailnum, time_hour" in errors[0].message

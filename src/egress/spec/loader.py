@@ -57,7 +57,7 @@ def parse_text(data: bytes, suffix: str) -> dict[str, Any]:
     except SpecError:
         raise
     except Exception as error:  # each parser has its own error types; all mean "does not parse"
-        raise SpecError(f"does not parse as {suffix.lstrip('.').upper()}: {_first_line(error)}") from None
+        raise SpecError(f"does not parse as {suffix.lstrip('.').upper()}: {_one_line(error)}") from None
     if document is None:
         document = {}
     if not isinstance(document, dict):
@@ -86,6 +86,8 @@ def _plain(value: Any) -> Any:
     return value
 
 
-def _first_line(error: BaseException) -> str:
-    text = str(error).strip() or type(error).__name__
-    return text.splitlines()[0]
+def _one_line(error: BaseException) -> str:
+    """The parser's whole message (it carries the line and column) on one line."""
+    text = " ".join(str(error).split()).replace('in "<byte string>", ', "").replace("in \"<unicode string>\", ", "")
+    text = text.split(" ***** ")[0]  # yt.yson appends "Details: ... origin <host> on <time>"
+    return text or type(error).__name__

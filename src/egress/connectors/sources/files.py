@@ -10,6 +10,7 @@ from __future__ import annotations
 import csv
 import gzip
 import io
+import zlib
 from collections.abc import Iterator
 from pathlib import Path
 from typing import IO, Any, ClassVar
@@ -19,7 +20,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from egress.connectors.base import SOURCES, SourceRecord
 from egress.connectors.sources.schema import TEXT_PARSERS, check_json_value, data_error, timestamp_of
-from egress.errors import SpecError
+from egress.errors import SourceDataError, SpecError
 from egress.spec import StreamSpec
 
 
@@ -39,6 +40,12 @@ class CsvSourceParameters(FileSourceParameters):
 
     delimiter: str = Field(default=",", min_length=1, max_length=1)
     null_values: list[str] = ["NA", ""]
+
+
+def unreadable(path: Path, error: BaseException) -> SourceDataError:
+    """The error for a file that cannot be read as text (as opposed to a bad value in it)."""
+    kind = "a gzip file" if path.suffix == ".gz" else "a UTF-8 text file"
+    return SourceDataError(f"{path}: cannot be read as {kind} ({type(error).__name__}: {error})")
 
 
 def open_text(path: Path) -> IO[str]:
@@ -73,6 +80,17 @@ class _FileSource:
     def create(cls, source_id: str, parameters: Any, stream: StreamSpec, base_dir: Path) -> Any:
         return cls(base_dir / parameters.path, parameters, stream)
 
+    def records(self, start_position: int) -> Iterator[SourceRecord]:
+        """Records from ``start_position`` on; raises ``SourceDataError`` naming the file for a bad
+        record, and for a file that cannot be read (a truncated or fake ``.gz``, bad UTF-8)."""
+        try:
+            yield from self._records(start_position)
+        except (OSError, EOFError, zlib.error, UnicodeDecodeError, csv.Error) as error:
+            raise unreadable(self.path, error) from None
+
+    def _records(self, start_position: int) -> Iterator[SourceRecord]:
+        raise NotImplementedError
+
 
 @SOURCES.register("csv")
 class CsvSource(_FileSource):
@@ -80,7 +98,25 @@ class CsvSource(_FileSource):
 
     parameters_model: ClassVar[type[FileSourceParameters]] = CsvSourceParameters
 
-    def records(self, start_position: int) -> Iterator[SourceRecord]:
+    @classmethod
+    def check(cls, parameters: Any, stream: StreamSpec, base_dir: Path) -> list[SpecError]:
+        """Adds the header check, so ``egress validate`` catches a file without a schema column."""
+        errors = super().check(parameters, stream, base_dir)
+        path = base_dir / parameters.path
+        if errors or not path.is_file():
+            return errors
+        try:
+            with open_text(path) as text:
+                header = next(csv.reader(text, delimiter=parameters.delimiter), [])
+        except (OSError, EOFError, zlib.error, UnicodeDecodeError, csv.Error) as error:
+            return [SpecError(str(unreadable(path, error)), path="parameters/path")]
+        missing = [c.name for c in stream.columns if c.name not in header]
+        if missing:
+            errors.append(SpecError(f"the header of {path} lacks schema column(s) {', '.join(missing)}",
+                                    path="parameters/path"))
+        return errors
+
+    def _records(self, start_position: int) -> Iterator[SourceRecord]:
         file = str(self.path)
         nulls = frozenset(self.parameters.null_values)
         timestamp_column = self.parameters.timestamp_column
@@ -119,7 +155,7 @@ class CsvSource(_FileSource):
 class JsonlSource(_FileSource):
     """One JSON object per line; keys not in the schema are ignored, a missing key is null."""
 
-    def records(self, start_position: int) -> Iterator[SourceRecord]:
+    def _records(self, start_position: int) -> Iterator[SourceRecord]:
         file = str(self.path)
         columns = self.stream.columns
         timestamp_column = self.parameters.timestamp_column
