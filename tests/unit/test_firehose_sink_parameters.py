@@ -128,3 +128,18 @@ def test_spec_errors_name_the_path_and_never_the_key() -> None:
     assert "computations/c/sinks/firehose/parameters/access_key" in text
     assert "never the key itself" in text
     assert "s3cr3t" not in text
+
+
+def test_an_unset_access_key_variable_fails_the_spec_check(monkeypatch: pytest.MonkeyPatch) -> None:
+    """egress validate and egress run stop before the first attempt, naming the variable."""
+    from egress.connectors.sinks.firehose_http import FirehoseHttpSink
+    from egress.spec import StreamSpec
+
+    stream = StreamSpec.model_validate({"schema": [{"name": "record", "type": "string"}]})
+    parameters = parse(access_key={"env": "EGRESS_TEST_UNSET_KEY"}, payload_column="record")
+    monkeypatch.delenv("EGRESS_TEST_UNSET_KEY", raising=False)
+    errors = FirehoseHttpSink.check(parameters, {"records": stream})
+    assert [e.path for e in errors] == ["parameters/access_key"]
+    assert "EGRESS_TEST_UNSET_KEY" in errors[0].message
+    monkeypatch.setenv("EGRESS_TEST_UNSET_KEY", "secret")
+    assert FirehoseHttpSink.check(parameters, {"records": stream}) == []

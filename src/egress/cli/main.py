@@ -20,6 +20,7 @@ from egress.cli.throttler import throttler_app
 from egress.errors import EgressError, SpecError
 from egress.receiver import ReceiverConfig, serve
 from egress.runtime import Pipeline, RunOptions, load_plan
+from egress.runtime.pipeline import DYNAMIC_SPEC_STATUS
 
 app = typer.Typer(add_completion=False, no_args_is_help=True,
                   help="egress: deliver event streams to the outside world, reliably.")
@@ -143,13 +144,14 @@ def run(
 
 class _Reporter:
     """Prints, once each, the events a user must see while a run goes on (the status endpoint's
-    address, a DynamicSpec applied or ignored)."""
+    address, a DynamicSpec applied or ignored, a sink's error as its status path shows it)."""
 
     def __init__(self, pipeline: Pipeline) -> None:
         self._pipeline = pipeline
         self._port: int | None = None
         self._version = 0
         self._error: str | None = None
+        self._status: dict[str, str] = {}  # the last status error printed per path
 
     def news(self) -> None:
         pipeline = self._pipeline
@@ -164,6 +166,10 @@ class _Reporter:
             self._error = pipeline.dynamic_spec_error
             if self._error:
                 console.print(Text(f"DynamicSpec {self._error}", style="yellow"))
+        for entry in pipeline.status.entries():
+            if entry.path != DYNAMIC_SPEC_STATUS and self._status.get(entry.path) != entry.error:
+                self._status[entry.path] = entry.error  # each distinct error once, not every retry
+                console.print(Text(f"{entry.path}: {entry.error}", style="yellow"))
 
 
 @app.command()

@@ -170,6 +170,11 @@ class FirehoseHttpSink:
         stream = single_input_stream("Firehose HTTP sink", input_streams)
         if isinstance(stream, SpecError):
             return [stream]
+        if parameters.access_key is not None:
+            try:
+                parameters.access_key.resolve()  # fail before the run, not at its first attempt
+            except AccessKeyUnavailable as error:
+                return [SpecError(str(error), path="parameters/access_key")]
         column = next((c for c in stream.columns if c.name == parameters.payload_column), None)
         if column is None or column.type != "string":
             return [SpecError(f'Firehose HTTP sink payload column "{parameters.payload_column}" must be a String '
