@@ -102,12 +102,13 @@ class Pipeline:
             await self.server.start()
         try:
             by_input: dict[tuple[str, int], list[PartitionJob]] = {}
+            wake_consumers = self._notifier(by_input)
             for computation in self.plan.computations.values():
                 for partition in range(spec.partition_count):
                     job = PartitionJob(
                         computation, partition, streams=spec.streams, partition_count=spec.partition_count,
                         engine=engine, clock=self.clock, metrics=self.metrics, status=self.status,
-                        options=self.options, notify_downstream=self._notifier(by_input),
+                        options=self.options, notify_downstream=wake_consumers,
                         throttling=self.throttling,
                     )
                     self.jobs.append(job)
@@ -115,8 +116,7 @@ class Pipeline:
                         by_input.setdefault((stream, partition), []).append(job)
             for source in self.plan.sources.values():
                 def notify(partition: int, stream: str = source.stream_id) -> None:
-                    for job in by_input.get((stream, partition), []):
-                        job.wake()
+                    wake_consumers({(stream, partition)})
 
                 self.readers.append(SourceReader(source, engine, self.plan.base_dir, spec.partition_count,
                                                  self.metrics, self.options, notify, spec.pipeline))
