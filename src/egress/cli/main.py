@@ -19,7 +19,7 @@ from egress.cli.state import app as state_app
 from egress.cli.throttler import throttler_app
 from egress.errors import EgressError, SpecError
 from egress.receiver import ReceiverConfig, serve
-from egress.runtime import Pipeline, RunOptions, load_plan
+from egress.runtime import Pipeline, RunOptions, RunResult, load_plan
 from egress.runtime.pipeline import DYNAMIC_SPEC_STATUS
 
 app = typer.Typer(add_completion=False, no_args_is_help=True,
@@ -78,7 +78,7 @@ def run(
     options = RunOptions(until_drained=until_drained, throttler_url=throttler_url)
     pipeline = Pipeline(plan, directory, options=options, http_port=http_port, http_host=http_host)
 
-    async def main() -> object:
+    async def main() -> RunResult:
         loop = asyncio.get_running_loop()
         interrupts = 0
 
@@ -124,9 +124,6 @@ def run(
         where = error.filename or (f"{http_host}:{http_port}" if http_port is not None else directory)
         console.print(Text(f"cannot start: {where}: {error.strerror or error}", style="red"))
         raise typer.Exit(1) from None
-    from egress.runtime import RunResult
-
-    assert isinstance(result, RunResult)
     values = final_report(pipeline, result)
     if report is not None:
         report.write_text(json.dumps(values, indent=2) + "\n")
