@@ -204,17 +204,19 @@ async def run_sink(records: list[bytes], encoding: str, flush_hook: bool) -> Res
                 if flush_hook:
                     sink.flush()
                 wake.clear()
-                sink.progress()
+                sink.committed(sink.progress())  # a job commits the sink's progress and state each epoch
                 if sink.unacknowledged >= MAX_UNACKNOWLEDGED:
                     await wake.wait()
                 if sink.terminal_error:
                     raise SystemExit(f"sink failed: {sink.terminal_error}")
             sink.distribute(messages[first:first + EPOCH_MESSAGES])
+            sink.committed(sink.progress())
             await asyncio.sleep(0)
         if flush_hook:
             sink.flush()
         while sink.progress().max_persisted_seq_no < len(messages):
             wake.clear()
+            sink.committed(sink.progress())
             await wake.wait()
             if sink.terminal_error:
                 raise SystemExit(f"sink failed: {sink.terminal_error}")

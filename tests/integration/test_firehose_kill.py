@@ -1,13 +1,13 @@
 """``egress run`` with the firehose_http sink, killed with SIGKILL while its batches are being retried,
-then run again to the end: every record arrives, and every batch keeps its request id across the kill.
+then run again to the end: every record arrives, and every batch keeps its records and its request id
+across the kill.
 
-Batch boundaries here are deterministic: 300,000-byte records and a 1 MiB size hint close a batch of
-three when the fourth record arrives, all records are committed within moments, and only the last
-batch waits for the 3 s interval; that is what makes the request id stable across a restart today
-(docs/firehose.md, "What remains"). The receiver refuses every request (503) until the kill, so the
-run that is killed acknowledges nothing and the restart re-forms the same batches from the same
-committed outbox. Requests of the killed run still in the receiver's socket may be handled after
-the kill: duplicates under the same request id, which is what the id is for.
+Two cases. Batches closed by size (300,000-byte records, a 1 MiB hint: three to a batch). And a batch
+closed by a flush at the end of the input, where the restart finds more input (rows appended to the
+file) and a smaller size hint: only the committed batch boundaries make it send the same batch again
+rather than one re-formed from what it has now. The receiver refuses every request (503) until the
+kill, so the killed run acknowledges nothing. Requests of the killed run still in the receiver's
+socket may be handled after the kill: duplicates under the same request id, which is what it is for.
 """
 
 from __future__ import annotations
@@ -18,8 +18,10 @@ import signal
 import subprocess
 import sys
 from collections import defaultdict
+from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 
+import orjson
 import pytest
 import yaml
 from aiohttp import web
@@ -60,41 +62,41 @@ def egress_run(spec: Path, dynamic: Path, state: Path, *extra: str) -> subproces
                             env={**os.environ, "PYTHONPATH": str(REPO)})
 
 
-async def test_request_ids_survive_a_sigkill(tmp_path: Path) -> None:
-    endpoint = Endpoint()
-    runner = web.AppRunner(FirehoseReceiver(endpoint).app, access_log=None, auto_decompress=False)
-    await runner.setup()
-    await web.TCPSite(runner, "127.0.0.1", 0).start()
-    url = f"http://127.0.0.1:{runner.addresses[0][1]}/"
-    payloads: list[str | None] = [f"{i:06d}".ljust(RECORD_BYTES, "x") for i in range(RECORDS)]
+def firehose_spec(tmp_path: Path, url: str, payloads: list[str | None], hints: dict[str, int]) -> tuple[Path, Path]:
+    """The payload spec of tests.conftest with the firehose_http sink (``buffering_hints`` = ``hints``)."""
     spec, dynamic = payload_spec(tmp_path, url, payloads)
     document = yaml.safe_load(spec.read_text())
     computation = document["computations"]["deliver"]
     computation["processing_function"] = f"{__name__}:RegisteringPassthrough"
     parameters = {"url": url, "payload_column": "payload", "stream_name": "flights", "retry_duration": 7200,
-                  "buffering_hints": {"size_in_mbs": 1, "interval_in_seconds": 3}}
+                  "buffering_hints": hints}
     computation["sinks"]["http"] = {"sink_class_name": "firehose_http", "input_stream_ids": ["requests"],
                                     "parameters": parameters}
     spec.write_text(yaml.safe_dump(document))
     dynamic.write_text(yaml.safe_dump({"computations": {"deliver": {"sinks": {"http": {"parameters": {
         "retry_initial_delay": "50ms", "retry_maximum_delay": "100ms"}}}}}}))
-    state = tmp_path / "state"
+    return spec, dynamic
+
+
+async def kill_and_rerun(endpoint: Endpoint, spec: Path, dynamic: Path, state: Path, *, batches: int,
+                         between: Callable[[], None] = lambda: None) -> None:
+    """Run until ``batches`` request ids reached the endpoint and one of them twice (a retry), SIGKILL,
+    heal the endpoint, call ``between()``, and run again with ``--until-drained`` to the end."""
     started: list[subprocess.Popen[bytes]] = []
     try:
         first = egress_run(spec, dynamic, state)
         started.append(first)
         loop = asyncio.get_running_loop()
         deadline = loop.time() + 90
-        while not (len({c[0] for c in endpoint.calls}) >= 2
+        while not (len({c[0] for c in endpoint.calls}) >= batches
                    and any(sum(1 for c in endpoint.calls if c[0] == rid) >= 2 for rid, _, _ in endpoint.calls)):
             assert first.poll() is None, first.stderr.read() if first.stderr else b""
-            assert loop.time() < deadline, "the first run never reached the endpoint twice"
+            assert loop.time() < deadline, "the first run never retried at the endpoint"
             await asyncio.sleep(0.05)
         first.send_signal(signal.SIGKILL)
         await asyncio.to_thread(first.wait, 30)
         endpoint.healed = True
-        before = {rid for rid, _, healed in endpoint.calls}
-
+        between()
         second = egress_run(spec, dynamic, state, "--until-drained")
         started.append(second)
         code = await asyncio.to_thread(second.wait, int(os.environ.get("FH_KILL_TIMEOUT", "120")))
@@ -104,14 +106,66 @@ async def test_request_ids_survive_a_sigkill(tmp_path: Path) -> None:
             if process.poll() is None:
                 process.kill()
                 await asyncio.to_thread(process.wait, 30)
-        await runner.cleanup()
 
+
+def records_by_request_id(endpoint: Endpoint) -> dict[str, tuple[bytes, ...]]:
+    """Each request id's records; fails if one id ever carried two different batches."""
     records_of: dict[str, set[tuple[bytes, ...]]] = defaultdict(set)
     for rid, records, _ in endpoint.calls:
         records_of[rid].add(records)
     assert all(len(variants) == 1 for variants in records_of.values()), "a request id carried two batches"
+    return {rid: next(iter(variants)) for rid, variants in records_of.items()}
+
+
+@pytest.fixture
+async def receiver() -> AsyncIterator[tuple[Endpoint, str]]:
+    endpoint = Endpoint()
+    runner = web.AppRunner(FirehoseReceiver(endpoint).app, access_log=None, auto_decompress=False)
+    await runner.setup()
+    await web.TCPSite(runner, "127.0.0.1", 0).start()
+    yield endpoint, f"http://127.0.0.1:{runner.addresses[0][1]}/"
+    await runner.cleanup()
+
+
+async def test_request_ids_of_size_closed_batches_survive_a_sigkill(
+        receiver: tuple[Endpoint, str], tmp_path: Path) -> None:
+    endpoint, url = receiver
+    payloads: list[str | None] = [f"{i:06d}".ljust(RECORD_BYTES, "x") for i in range(RECORDS)]
+    spec, dynamic = firehose_spec(tmp_path, url, payloads, {"size_in_mbs": 1, "interval_in_seconds": 3})
+    await kill_and_rerun(endpoint, spec, dynamic, tmp_path / "state", batches=2)
+
+    records_of = records_by_request_id(endpoint)
+    before = {rid for rid, _, healed in endpoint.calls if not healed}
     after = {rid for rid, _, healed in endpoint.calls if healed}
     assert len(after) == RECORDS // 3
-    delivered = sorted(r for rid in after for records in records_of[rid] for r in records)
+    delivered = sorted(r for rid in after for r in records_of[rid])
     assert delivered == sorted(p.encode() for p in payloads if p is not None)
     assert before <= after, "a batch attempted before the kill came back under another request id"
+
+
+async def test_a_flushed_batch_keeps_its_records_and_id_across_a_sigkill_and_new_input(
+        receiver: tuple[Endpoint, str], tmp_path: Path) -> None:
+    endpoint, url = receiver
+    payloads = [f"flight-{i:03d}" for i in range(30)]
+    spec, dynamic = firehose_spec(tmp_path, url, payloads, {"size_in_mbs": 5, "interval_in_seconds": 900})
+    more = [f"flight-{i:03d}" for i in range(30, 40)]
+
+    def grow_input_and_shrink_batches() -> None:
+        data = tmp_path / "payloads.jsonl"
+        with data.open("ab") as file:
+            file.writelines(orjson.dumps({"id": i, "payload": p}) + b"\n" for i, p in enumerate(more, start=30))
+        document = yaml.safe_load(spec.read_text())
+        hints = document["computations"]["deliver"]["sinks"]["http"]["parameters"]["buffering_hints"]
+        hints["size_in_mbs"] = 1
+        spec.write_text(yaml.safe_dump(document))
+
+    await kill_and_rerun(endpoint, spec, dynamic, tmp_path / "state", batches=1, between=grow_input_and_shrink_batches)
+
+    records_of = records_by_request_id(endpoint)
+    before = {rid for rid, _, healed in endpoint.calls if not healed}
+    assert len(before) == 1, "the first run formed one batch: all 30 records, flushed at the end of its input"
+    (first_id,) = before
+    assert records_of[first_id] == tuple(p.encode() for p in payloads)
+    healed = [rid for rid, _, ok in endpoint.calls if ok]
+    assert healed[0] == first_id, "the restart sent the committed batch first, under its request id"
+    assert sorted(r for rid in set(healed) for r in records_of[rid]) == [p.encode() for p in payloads + more]

@@ -19,7 +19,13 @@ from aiohttp import web
 
 from egress.clock import Clock, RealClock, VirtualClock
 from egress.connectors.base import SinkContext
-from egress.connectors.sinks.firehose_http import FirehoseHttpSink, batch_request_id, curl_transport
+from egress.connectors.sinks.firehose_http import (
+    FirehoseHttpSink,
+    batch_request_id,
+    curl_transport,
+    decode_batch_ends,
+    encode_batch_ends,
+)
 from egress.connectors.sinks.firehose_parameters import FirehoseHttpSinkDynamicParameters, FirehoseHttpSinkParameters
 from egress.engines import OutboxMessage, SinkProgress
 from egress.firehose import FirehoseReceiver, FirehoseRequest, ReceiverOptions
@@ -78,16 +84,25 @@ def conforming(request_id: str) -> web.Response:
 
 def make_sink(url: str, *, static: dict[str, Any] | None = None, dynamic: dict[str, Any] | None = None,
               clock: Clock | None = None, progress: SinkProgress | None = None, seed: int = 1,
-              transport: Any = curl_transport) -> tuple[FirehoseHttpSink, Metrics, StatusTree]:
+              transport: Any = curl_transport, commits: bool = True) -> tuple[FirehoseHttpSink, Metrics, StatusTree]:
     metrics = Metrics()
     status = StatusTree()
-    context = SinkContext("deliver", "firehose", 0, clock or RealClock(), metrics, status, lambda: None)
+    sinks: list[FirehoseHttpSink] = []
+
+    def commit_at_once() -> None:
+        """A partition job that commits the sink's progress (and batch ends) the moment it is woken."""
+        if sinks:
+            asyncio.get_running_loop().call_soon(lambda: sinks[0].committed(sinks[0].progress()))
+
+    context = SinkContext("deliver", "firehose", 0, clock or RealClock(), metrics, status,
+                          commit_at_once if commits else lambda: None)
     parameters = FirehoseHttpSinkParameters.model_validate({
         "url": url, "payload_column": "payload", "stream_name": "flights",
         "buffering_hints": {"size_in_mbs": 5, "interval_in_seconds": 0}, **(static or {})})
     dynamic_parameters = FirehoseHttpSinkDynamicParameters.model_validate({**FAST, **(dynamic or {})})
     sink = FirehoseHttpSink(context, parameters, dynamic_parameters, progress or SinkProgress(),
                             transport_factory=transport, rng=random.Random(seed))
+    sinks.append(sink)
     return sink, metrics, status
 
 
@@ -637,3 +652,67 @@ async def test_flush_sends_the_open_batch_without_waiting_for_the_interval(serve
     await until(lambda: sink.progress().max_persisted_seq_no == 5)
     await sink.close()
     assert [s.records for s in endpoint.seen] == [[b"a", b"b", b"c"], [b"d"]]
+
+
+# ------------------------------------------------------------------- batch boundaries are committed state
+
+
+async def test_a_closed_batch_waits_for_its_boundary_to_be_committed(serve_app: ServerFactory) -> None:
+    endpoint = StrictEndpoint()
+    base = await serve_app(endpoint.app())
+    sink, _, _ = make_sink(f"{base}/ingest", commits=False,
+                           static={"buffering_hints": {"size_in_mbs": 1, "interval_in_seconds": 900}})
+    sink.distribute(messages(["a", None, "b"]))
+    sink.flush()
+    progress = sink.progress()
+    assert (progress.max_persisted_seq_no, progress.sink_state) == (0, b"[3]")
+    sink.committed(SinkProgress())  # an older commit, without this boundary: still nothing may go out
+    await asyncio.sleep(0.3)
+    assert endpoint.seen == [], "a batch went out before its boundary was committed"
+    sink.committed(progress)
+    await until(lambda: sink.progress().max_persisted_seq_no == 3)
+    assert sink.progress().sink_state == b"", "an acknowledged batch leaves the committed state"
+    await sink.close()
+    assert [s.records for s in endpoint.seen] == [[b"a", b"b"]]
+
+
+async def test_a_new_instance_reforms_the_committed_batches_whatever_the_hints_are_now(
+        serve_app: ServerFactory) -> None:
+    async def refuse(attempt: int, request_id: str) -> web.Response:
+        return web.json_response({"requestId": request_id, "timestamp": 1}, status=503)
+
+    record = "x" * 300_000
+    first = [f"{i}{record}" for i in range(6)]  # 1.8 MB: one batch under a 5 MiB hint, flushed
+    refusing = StrictEndpoint(refuse)
+    base = await serve_app(refusing.app())
+    sink, _, _ = make_sink(f"{base}/ingest", static={"buffering_hints": {"size_in_mbs": 5, "interval_in_seconds": 900}})
+    sink.distribute(messages([*first[:3], None, *first[3:]]))
+    sink.flush()
+    await until(lambda: len(refusing.seen) >= 2)
+    state = sink.progress()
+    await sink.close()  # the process dies here: nothing acknowledged, the boundary committed
+    assert state.max_persisted_seq_no == 0
+    assert state.sink_state == b"[7]"
+    (refused_id,) = {s.headers["X-Amz-Firehose-Request-Id"] for s in refusing.seen}
+
+    endpoint = StrictEndpoint()
+    base = await serve_app(endpoint.app())
+    later = [f"{i}{record}" for i in range(6, 10)]
+    sink, _, _ = make_sink(f"{base}/ingest", progress=state,
+                           static={"buffering_hints": {"size_in_mbs": 1, "interval_in_seconds": 900}})
+    sink.distribute(messages([*first[:3], None, *first[3:], *later]))  # the restored outbox and new messages
+    sink.flush()
+    await until(lambda: sink.progress().max_persisted_seq_no == 11)
+    await sink.close()
+    sent = {s.headers["X-Amz-Firehose-Request-Id"]: s.records for s in endpoint.seen}
+    assert sent[refused_id] == [r.encode() for r in first], "the committed batch, over today's 1 MiB hint"
+    assert sorted(map(len, sent.values())) == [1, 3, 6]  # the new records batched by the new hint: 3 + 1
+
+
+def test_batch_ends_round_trip_and_foreign_state_is_refused() -> None:
+    assert encode_batch_ends(()) == b""
+    assert decode_batch_ends(b"") == []
+    assert decode_batch_ends(encode_batch_ends((3, 7, 12))) == [3, 7, 12]
+    for foreign in (b'{"a": 1}', b"[3, 2]", b'["3"]'):
+        with pytest.raises(ValueError, match="ascending list of batch ends"):
+            decode_batch_ends(foreign)

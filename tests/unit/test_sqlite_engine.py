@@ -99,3 +99,36 @@ async def test_a_state_directory_belongs_to_one_pipeline(tmp_path: Path) -> None
     with pytest.raises(StateDirectoryError, match="belongs to pipeline 'flights'"):
         await other.open()
     await other.close()
+
+
+async def test_a_sinks_own_state_is_committed_and_replaced_with_its_progress(tmp_path: Path) -> None:
+    engine = SqliteEngine(tmp_path, "p")
+    await engine.open()
+    epoch = await engine.acquire("c", 0)
+    await engine.commit(EpochCommit("c", 0, epoch, sink_progress={"firehose": SinkProgress("", None, 0, b"[3,7]")}))
+    await engine.commit(EpochCommit("c", 0, epoch, sink_progress={"firehose": SinkProgress("", b"id3", 3, b"[7]")}))
+    await engine.close()
+    engine = SqliteEngine(tmp_path, "p")
+    await engine.open()
+    checkpoint = await engine.load_checkpoint("c", 0, ["firehose"])
+    assert checkpoint.sink_progress["firehose"] == SinkProgress("", b"id3", 3, b"[7]")
+    await engine.close()
+
+
+async def test_a_directory_from_before_sink_state_gains_the_column(tmp_path: Path) -> None:
+    import sqlite3
+
+    engine = SqliteEngine(tmp_path, "p")
+    await engine.open()
+    epoch = await engine.acquire("c", 0)
+    await engine.commit(EpochCommit("c", 0, epoch, sink_progress={"http": SinkProgress("", b"id2", 2)}))
+    await engine.close()
+    db = sqlite3.connect(tmp_path / "egress.sqlite3")  # as the previous layout had it: no sink_state column
+    db.execute("ALTER TABLE sink_progress DROP COLUMN sink_state")
+    db.commit()
+    db.close()
+    engine = SqliteEngine(tmp_path, "p")
+    await engine.open()
+    checkpoint = await engine.load_checkpoint("c", 0, ["http"])
+    assert checkpoint.sink_progress["http"] == SinkProgress("", b"id2", 2, b"")
+    await engine.close()

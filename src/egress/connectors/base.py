@@ -79,7 +79,14 @@ class Sink(Protocol):
         ...
 
     def progress(self) -> SinkProgress:
-        """The acknowledged contiguous prefix, to commit with the next epoch."""
+        """The acknowledged contiguous prefix (and the sink's own ``sink_state``), to commit with the
+        next epoch."""
+        ...
+
+    def committed(self, progress: SinkProgress) -> None:
+        """``progress`` (a value :meth:`progress` returned) is now committed: a sink that must not act
+        before its state is durable (the Firehose sink sends a batch only once its boundary is
+        committed) may act now."""
         ...
 
     @property

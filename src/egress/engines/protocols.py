@@ -45,11 +45,17 @@ class OutboxMessage:
 
 @dataclass(frozen=True, slots=True)
 class SinkProgress:
-    """Flow's sink state per sink and partition: what has been acknowledged and persisted."""
+    """Flow's sink state per sink and partition: what has been acknowledged and persisted.
+
+    ``sink_state`` is the sink's own committed state beside its progress (opaque bytes, empty for
+    sinks without any): the Firehose sink keeps its batch boundaries there, so that a batch has the
+    same records, and so the same request id, after a restart.
+    """
 
     producer_id: str = ""
     max_persisted_message_id: bytes | None = None
     max_persisted_seq_no: int = 0
+    sink_state: bytes = b""
 
 
 @dataclass(slots=True)

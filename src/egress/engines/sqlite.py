@@ -54,6 +54,7 @@ CREATE TABLE IF NOT EXISTS outbox (
 CREATE TABLE IF NOT EXISTS sink_progress (
     consumer TEXT NOT NULL, partition INTEGER NOT NULL, sink TEXT NOT NULL,
     producer_id TEXT NOT NULL, max_persisted_message_id BLOB, max_persisted_seq_no INTEGER NOT NULL,
+    sink_state BLOB NOT NULL DEFAULT x'',
     PRIMARY KEY (consumer, partition, sink)) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS state (
     consumer TEXT NOT NULL, name TEXT NOT NULL, key BLOB NOT NULL, value BLOB NOT NULL,
@@ -121,6 +122,7 @@ class SqliteEngine:
         db.execute("PRAGMA journal_mode=WAL")
         db.execute(f"PRAGMA synchronous={self.synchronous}")
         _upgrade_timers(db)
+        _upgrade_sink_progress(db)
         db.executescript(_SCHEMA)
         self._db = db
         meta = dict(db.execute("SELECT key, value FROM meta").fetchall())
@@ -218,12 +220,12 @@ class SqliteEngine:
             )
         }
         progress = {sink: SinkProgress() for sink in sinks}
-        for sink, producer, message_id, seq in self._db.execute(
-            "SELECT sink, producer_id, max_persisted_message_id, max_persisted_seq_no FROM sink_progress "
+        for sink, producer, message_id, seq, sink_state in self._db.execute(
+            "SELECT sink, producer_id, max_persisted_message_id, max_persisted_seq_no, sink_state FROM sink_progress "
             "WHERE consumer = ? AND partition = ?",
             (consumer, partition),
         ):
-            progress[sink] = SinkProgress(producer, message_id, int(seq))
+            progress[sink] = SinkProgress(producer, message_id, int(seq), bytes(sink_state))
         low = min((p.max_persisted_seq_no for p in progress.values()), default=0)
         outbox = [
             OutboxMessage(int(seq), stream, mid, key, ts, orjson.loads(row))
@@ -307,10 +309,10 @@ class SqliteEngine:
             )
             db.executemany(
                 "INSERT INTO sink_progress (consumer, partition, sink, producer_id, max_persisted_message_id, "
-                "max_persisted_seq_no) VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT DO UPDATE SET "
+                "max_persisted_seq_no, sink_state) VALUES (?, ?, ?, ?, ?, ?, ?) ON CONFLICT DO UPDATE SET "
                 "producer_id = excluded.producer_id, max_persisted_message_id = excluded.max_persisted_message_id, "
-                "max_persisted_seq_no = excluded.max_persisted_seq_no",
-                [(c, p, sink, s.producer_id, s.max_persisted_message_id, s.max_persisted_seq_no)
+                "max_persisted_seq_no = excluded.max_persisted_seq_no, sink_state = excluded.sink_state",
+                [(c, p, sink, s.producer_id, s.max_persisted_message_id, s.max_persisted_seq_no, s.sink_state)
                  for sink, s in commit.sink_progress.items()],
             )
             if commit.outbox_acknowledged_seq is not None:
@@ -368,6 +370,14 @@ def _upgrade_timers(db: sqlite3.Connection) -> None:
             raise StateDirectoryError("the timers table has rows but no domain column; this state directory "
                                       "was written by an unknown egress version")
         db.execute("DROP TABLE timers")
+
+
+def _upgrade_sink_progress(db: sqlite3.Connection) -> None:
+    """Directories made before sinks had committed state lack ``sink_progress.sink_state``: add it,
+    empty (no sink then kept any)."""
+    columns = [row[1] for row in db.execute("PRAGMA table_info(sink_progress)")]
+    if columns and "sink_state" not in columns:
+        db.execute("ALTER TABLE sink_progress ADD COLUMN sink_state BLOB NOT NULL DEFAULT x''")
 
 
 def read_state(state_dir: str | Path) -> dict[str, list[tuple[str, str, bytes, bytes]]]:

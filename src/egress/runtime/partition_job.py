@@ -195,6 +195,8 @@ class PartitionJob:
                     self._processed.inc(len(batch))
                     self._timers_fired.inc(len(due))
                     committed = progress
+                    for sink_id, sink in self.sinks.items():
+                        sink.committed(progress[sink_id])
                     self._distribute(outbox)
                     if appends:
                         self._notify_downstream({(s, p) for s, p, *_ in appends})

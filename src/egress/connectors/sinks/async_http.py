@@ -209,6 +209,9 @@ class AsyncHttpSink:
             self._progress = SinkProgress(self._progress.producer_id, last.message_id, last.seq)
         return self._progress
 
+    def committed(self, progress: SinkProgress) -> None:
+        """Nothing to do: every delivery starts as soon as its message is distributed."""
+
     @property
     def unacknowledged(self) -> int:
         return len(self._pending)

@@ -5,7 +5,11 @@ the protocol's limits (10,000 records, 1,024,000 bytes each, a 64 MiB body) and 
 (``size_in_mbs`` of record data, ``interval_in_seconds`` after a batch's first record), encoded as a
 Firehose request (base64 records, gzip when configured) and POSTed with the protocol's headers. A
 batch keeps one request id across all its attempts: a UUID derived from the sink and the batch's first
-and last message ids, so the same batch boundaries give the same id after a restart too.
+and last record's message ids. Batch boundaries are committed state: a closed batch is sent only once
+the epoch carrying its last ``seq`` (in ``SinkProgress.sink_state``) has committed, and a new instance
+re-forms the committed batches exactly, whatever closed them (size, count, interval or a flush) and
+whatever the buffering hints are now, so a batch has the same records and the same request id after a
+restart too.
 
 Only a conforming 200 acknowledges a batch (see :func:`egress.firehose.protocol.check_response`:
 JSON Content-Type, no Content-Encoding, a body of at most 1 MiB with the request's ``requestId`` and
@@ -25,6 +29,7 @@ import asyncio
 import collections
 import functools
 import hashlib
+import json
 import random
 import uuid
 import weakref
@@ -100,6 +105,7 @@ class _Batch:
     json_bytes: int = 0
     oversized: bool = False  # one record over the protocol's limit: never sent
     closed: bool = False
+    boundary: bool = False  # closed with records: its last_seq is committed sink state until handled
     done: bool = False
     task: asyncio.Task[None] | None = None
     timer: asyncio.Task[None] | None = None
@@ -204,6 +210,13 @@ class FirehoseHttpSink:
         self._rng = rng or random.Random()
         self._sink_key = f"{context.computation_id}/{context.sink_id}"
         self._last_distributed_seq = progress.max_persisted_seq_no
+        # Batch ends committed by an earlier instance, still to be re-formed; and the highest seq whose
+        # batch boundary is committed (a batch ending at or below it may be sent).
+        self._replay_ends = collections.deque(
+            end for end in decode_batch_ends(progress.sink_state) if end > progress.max_persisted_seq_no)
+        self._committed_end = self._replay_ends[-1] if self._replay_ends else progress.max_persisted_seq_no
+        self._state_ends: tuple[int, ...] = tuple(self._replay_ends)
+        self._uncommitted: collections.deque[_Batch] = collections.deque()  # closed, boundary not yet committed
         self._batches: collections.deque[_Batch] = collections.deque()  # in seq order; the last may be open
         self._open: _Batch | None = None
         self._waiting: collections.deque[_Batch] = collections.deque()  # closed, beyond max_in_flight
@@ -236,10 +249,12 @@ class FirehoseHttpSink:
     # -- the Sink protocol -------------------------------------------------------------------
 
     def distribute(self, messages: list[OutboxMessage]) -> None:
-        """Take committed messages in ``seq`` order into batches; full batches start at once.
+        """Take committed messages in ``seq`` order into batches; a full batch is closed at once and
+        sent once its boundary is committed (:meth:`committed`).
 
-        Messages at or below the persisted ``seq`` are skipped (a restart). Raises ``ValueError`` for a
-        ``seq`` not above the last distributed one.
+        Messages at or below the persisted ``seq`` are skipped (a restart); messages up to the last
+        committed batch end of an earlier instance are batched exactly as it committed them. Raises
+        ``ValueError`` for a ``seq`` not above the last distributed one.
         """
         column = self._parameters.payload_column
         now_ms = int(self._context.clock.now() * 1000)
@@ -269,9 +284,13 @@ class FirehoseHttpSink:
                     batch = self._batch_for(0, 0)
                     self._cover(batch, message)
                     self._close(batch)
+                self._close_if_replayed_end(message.seq)
                 continue
             data = payload.encode() if isinstance(payload, str) else payload
-            if len(data) > p.MAX_RECORD_BYTES:
+            if self._replay_ends:  # a batch an earlier instance committed: only its committed end closes it
+                batch = self._open if self._open is not None else self._new_batch(timer=False)
+                batch.oversized = batch.oversized or len(data) > p.MAX_RECORD_BYTES
+            elif len(data) > p.MAX_RECORD_BYTES:
                 if self._open is not None:
                     self._close(self._open)
                 batch = self._batch_for(len(data), p.record_json_size(len(data)))
@@ -284,7 +303,9 @@ class FirehoseHttpSink:
             batch.arrivals_ms.append(now_ms)
             batch.data_bytes += len(data)
             batch.json_bytes += p.record_json_size(len(data))
-            if (batch.oversized or batch.data_bytes >= self._size_limit
+            if self._replay_ends:
+                self._close_if_replayed_end(message.seq)
+            elif (batch.oversized or batch.data_bytes >= self._size_limit
                     or len(batch.records) >= p.MAX_RECORDS_PER_REQUEST):
                 self._close(batch)
         if self._open is not None and self._parameters.buffering_hints.interval_in_seconds == 0:
@@ -293,13 +314,30 @@ class FirehoseHttpSink:
         self._notify_if_acknowledgeable()
 
     def progress(self) -> SinkProgress:
+        """The acknowledged prefix and, as ``sink_state``, the ends of the closed batches not yet in it
+        (:func:`encode_batch_ends`) and of those still to be re-formed."""
         batches = self._batches
         last: _Batch | None = None
         while batches and batches[0].done:
             last = batches.popleft()
-        if last is not None:
-            self._progress = SinkProgress(self._progress.producer_id, last.last_message_id, last.last_seq)
+        ends = (*(b.last_seq for b in batches if b.boundary), *self._replay_ends)
+        if last is not None or ends != self._state_ends:
+            self._state_ends = ends
+            persisted = self._progress if last is None else SinkProgress(
+                self._progress.producer_id, last.last_message_id, last.last_seq)
+            self._progress = SinkProgress(persisted.producer_id, persisted.max_persisted_message_id,
+                                          persisted.max_persisted_seq_no, encode_batch_ends(ends))
         return self._progress
+
+    def committed(self, progress: SinkProgress) -> None:
+        """The batch ends in ``progress.sink_state`` are durable: send the batches they close."""
+        ends = decode_batch_ends(progress.sink_state)
+        if ends and ends[-1] > self._committed_end:
+            self._committed_end = ends[-1]
+        uncommitted = self._uncommitted
+        while uncommitted and uncommitted[0].last_seq <= self._committed_end:
+            self._waiting.append(uncommitted.popleft())
+        self._start_waiting()
 
     @property
     def unacknowledged(self) -> int:
@@ -308,7 +346,7 @@ class FirehoseHttpSink:
         :meth:`progress` takes it (and its records are released): a partition job held back by its
         ``max_unacknowledged`` reads again as soon as batches are acknowledged, instead of deciding on
         a count that the ``progress()`` call right after it would shrink (which could leave the job
-        idle with input unread; docs/firehose.md, "What remains")."""
+        idle with input unread; docs/firehose.md, "Held back by a batching sink")."""
         return self._unacknowledged
 
     @property
@@ -322,9 +360,8 @@ class FirehoseHttpSink:
         ``egress run --until-drained`` does not wait ``interval_in_seconds`` for the last partial
         batch), or a partition job that stops reading because this sink holds its
         ``max_unacknowledged`` messages (a batch that cannot fill would otherwise wait for the
-        interval). The batch boundary is then where the flush happened: like a batch closed by the
-        interval, it is stable across retries but not necessarily across a restart
-        (docs/firehose.md, "What remains"). Does nothing without an open batch.
+        interval). Like every boundary, this one is committed before the batch is sent, so the batch
+        is the same after a restart. Does nothing without an open batch.
         """
         if self._open is not None:
             self._close(self._open)
@@ -337,6 +374,7 @@ class FirehoseHttpSink:
 
     async def close(self) -> None:
         self._waiting.clear()
+        self._uncommitted.clear()
         tasks = [t for b in self._batches for t in (b.task, b.timer) if t is not None and not t.done()]
         for task in tasks:
             task.cancel()
@@ -364,13 +402,24 @@ class FirehoseHttpSink:
                 or batch.data_bytes + data_bytes > self._size_limit):
             self._close(batch)
             batch = None
-        if batch is None:
-            batch = self._open = _Batch(first_seq=self._last_distributed_seq)
-            self._batches.append(batch)
-            interval = self._parameters.buffering_hints.interval_in_seconds
-            if interval > 0:
-                batch.timer = asyncio.get_running_loop().create_task(self._close_after(batch, interval))
+        return batch if batch is not None else self._new_batch(timer=True)
+
+    def _new_batch(self, *, timer: bool) -> _Batch:
+        """A new open batch, closed by the interval after now when ``timer`` (and the interval is set)."""
+        batch = self._open = _Batch(first_seq=self._last_distributed_seq)
+        self._batches.append(batch)
+        interval = self._parameters.buffering_hints.interval_in_seconds
+        if timer and interval > 0:
+            batch.timer = asyncio.get_running_loop().create_task(self._close_after(batch, interval))
         return batch
+
+    def _close_if_replayed_end(self, seq: int) -> None:
+        """Close the open batch where an earlier instance committed a batch end."""
+        replay = self._replay_ends
+        if replay and seq >= replay[0]:
+            replay.popleft()
+            if self._open is not None:
+                self._close(self._open)
 
     def _cover(self, batch: _Batch, message: OutboxMessage) -> None:
         if not batch.last_seq:
@@ -399,8 +448,15 @@ class FirehoseHttpSink:
             batch.timer = None
         if not batch.records:
             self._handled(batch)  # only null payloads: acknowledged in order without a request
-        elif self._terminal is None:
+            return
+        batch.boundary = True
+        if self._terminal is not None:
+            return
+        if batch.last_seq <= self._committed_end:
             self._waiting.append(batch)
+        else:  # sent once the job has committed this boundary (committed())
+            self._uncommitted.append(batch)
+            self._context.on_progress()
 
     def _notify_if_acknowledgeable(self) -> None:
         if self._batches and self._batches[0].done:
@@ -529,6 +585,22 @@ class FirehoseHttpSink:
             if later.first_seq > batch.first_seq and later.task is not None and not later.task.done():
                 later.task.cancel()
         self._context.on_progress()
+
+
+def encode_batch_ends(ends: tuple[int, ...]) -> bytes:
+    """The sink's committed state: the last ``seq`` of each closed, unacknowledged batch, ascending,
+    as a JSON array (``b""`` for none)."""
+    return json.dumps(list(ends), separators=(",", ":")).encode() if ends else b""
+
+
+def decode_batch_ends(state: bytes) -> list[int]:
+    """The inverse of :func:`encode_batch_ends`. Raises ``ValueError`` for state this sink did not write."""
+    if not state:
+        return []
+    ends = json.loads(state)
+    if not isinstance(ends, list) or not all(type(end) is int for end in ends) or ends != sorted(ends):
+        raise ValueError(f"firehose_http sink state is not an ascending list of batch ends: {state[:200]!r}")
+    return ends
 
 
 def _encode(request_id: str, timestamp_ms: int, records: list[bytes], gzip_level: int) -> bytes:
