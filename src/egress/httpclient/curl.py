@@ -1,10 +1,12 @@
 """Outgoing HTTP on libcurl's multi interface (pycurl), driven on a thread of its own.
 
 One :class:`CurlClient` owns one multi handle, its connection cache and a pool of reusable easy
-handles. asyncio code calls ``await client.send(request)``; the curl thread runs the transfers
-with ``socket_action`` over epoll and hands completions back to the event loop in
-batches (one ``call_soon_threadsafe`` per wake-up, not per request). Python does as little per
-request as it can: no header parsing beyond the status and the redirect target libcurl resolved.
+handles. asyncio code calls ``await client.send(request)``; the curl thread runs the transfers with
+``perform`` and one ``poll`` over every client's descriptors, and hands completions back to the
+event loop in batches (one ``call_soon_threadsafe`` per wake-up, not per request). Python does as
+little per request as it can: no header parsing beyond the status and the redirect target libcurl
+resolved, and no per-socket callbacks (libcurl's socket and timer callbacks each took the GIL, which
+the event loop and the SQLite thread hold much of the time: see ``docs/benchmarks.md``).
 """
 
 from __future__ import annotations
@@ -15,9 +17,7 @@ import contextlib
 import select
 import socket
 import threading
-import time
 from dataclasses import dataclass
-from typing import Any
 
 import pycurl
 
@@ -98,8 +98,6 @@ class CurlClient:
         self.ca_file = ca_file
         self._driver = _CurlThread.shared()
         self._multi = pycurl.CurlMulti()
-        self._multi.setopt(pycurl.M_SOCKETFUNCTION, self._on_socket)
-        self._multi.setopt(pycurl.M_TIMERFUNCTION, self._on_timer)
         self._multi.setopt(pycurl.M_MAXCONNECTS, max_connections if keep_alive else 1)
         self._lock = threading.Lock()
         self._batch: list[tuple[Request, asyncio.Future[Response]]] = []  # this loop turn's submissions
@@ -108,7 +106,6 @@ class CurlClient:
         self._running: dict[int, tuple[pycurl.Curl, asyncio.Future[Response], _Capture]] = {}
         self._spare_handles: list[pycurl.Curl] = []
         self._capturing: set[int] = set()  # handles whose callbacks capture body or headers
-        self._timer_deadline: float | None = None
         self._closed = False
         self._driver.attach(self)
 
@@ -163,16 +160,21 @@ class CurlClient:
 
     # -- run by the curl thread ----------------------------------------------------------------
 
-    def _drive(self, now: float) -> None:
-        """Fire libcurl's timer when due, hand completions back, start queued requests."""
-        if self._timer_deadline is not None and now >= self._timer_deadline:
-            self._timer_deadline = None
-            self._multi.socket_action(pycurl.SOCKET_TIMEOUT, 0)
-        # Completions free slots for queued requests, and starting those may complete some at
-        # once (a refused connection): repeat until neither happens, or a queue could stall.
-        self._collect()
-        while self._start_queued():
-            self._collect()
+    def _drive(self) -> None:
+        """Start queued requests, let libcurl do what its sockets and timers allow, hand completions
+        back. Completions free slots for queued requests, and starting those may complete some at
+        once (a refused connection): repeat until neither happens, or a queue could stall."""
+        self._start_queued()
+        while True:
+            if self._running:
+                self._perform()
+            if not self._collect() or not self._start_queued():
+                return
+
+    def _perform(self) -> None:
+        multi = self._multi
+        while multi.perform()[0] == pycurl.E_CALL_MULTI_PERFORM:
+            pass
 
     def _release(self) -> None:
         """Abort running transfers and free libcurl's handles (the client is closed)."""
@@ -202,8 +204,6 @@ class CurlClient:
             self._running[id(handle)] = (handle, future, capture)
             self._multi.add_handle(handle)
             started = True
-        if started:
-            self._multi.socket_action(pycurl.SOCKET_TIMEOUT, 0)
         return started
 
     def _new_handle(self) -> pycurl.Curl:
@@ -248,7 +248,8 @@ class CurlClient:
                 self._capturing.discard(id(handle))
         return capture
 
-    def _collect(self) -> None:
+    def _collect(self) -> bool:
+        """Hand finished transfers back to their loops; True if any finished."""
         done: list[tuple[asyncio.Future[Response], Response]] = []
         while True:
             queued, succeeded, failed = self._multi.info_read()
@@ -260,6 +261,7 @@ class CurlClient:
                 break
         if done:
             _resolve_threadsafe(done)
+        return bool(done)
 
     def _finish(self, handle: pycurl.Curl, error: str | None) -> tuple[asyncio.Future[Response], Response]:
         _, future, capture = self._running.pop(id(handle))
@@ -275,22 +277,16 @@ class CurlClient:
         self._spare_handles.append(handle)
         return future, response
 
-    def _on_socket(self, what: int, fd: int, multi: Any, data: Any) -> None:
-        events = (select.EPOLLIN if what & pycurl.POLL_IN else 0) | (select.EPOLLOUT if what & pycurl.POLL_OUT else 0)
-        self._driver.watch(fd, 0 if what == pycurl.POLL_REMOVE else events, self)
-
-    def _on_timer(self, timeout_ms: int) -> None:
-        self._timer_deadline = None if timeout_ms < 0 else time.monotonic() + timeout_ms / 1000.0
-
-
 class _CurlThread:
-    """The one thread that drives every :class:`CurlClient` of the process: ``socket_action`` over
-    one epoll (used directly: the selectors module's per-event bookkeeping is measurable here),
-    one socketpair to wake it, each client keeping its own multi handle, connection cache and queue.
+    """The one thread that drives every :class:`CurlClient` of the process: each turn it runs
+    ``perform`` on every client with transfers, then waits in one ``poll`` over all their sockets
+    (``fdset``) and a socketpair that wakes it for new requests, for at most the nearest libcurl
+    timeout. Each client keeps its own multi handle, connection cache and queue.
     """
 
     _shared: _CurlThread | None = None
     _shared_lock = threading.Lock()
+    IDLE_WAIT = 0.05  # seconds to wait when transfers run but libcurl names neither socket nor timeout
 
     @classmethod
     def shared(cls) -> _CurlThread:
@@ -300,12 +296,9 @@ class _CurlThread:
             return cls._shared
 
     def __init__(self) -> None:
-        self._epoll = select.epoll()
-        self._owners: dict[int, tuple[int, CurlClient]] = {}  # fd -> (epoll mask, client)
         self._wake_read, self._wake_write = socket.socketpair()
         self._wake_read.setblocking(False)
         self._wake_write.setblocking(False)
-        self._epoll.register(self._wake_read.fileno(), select.EPOLLIN)
         self._clients: list[CurlClient] = []  # touched by the thread only
         self._changes: collections.deque[tuple[CurlClient, threading.Event | None]] = collections.deque()
         self._lock = threading.Lock()
@@ -329,35 +322,6 @@ class _CurlThread:
         with contextlib.suppress(OSError):  # a full socket buffer already means "wake up"
             self._wake_write.send(b"\0")
 
-    def watch(self, fd: int, events: int, client: CurlClient) -> None:
-        """libcurl's socket callback: watch ``fd`` for ``events`` (0: forget it) for ``client``.
-
-        An exception here would leave a transfer without events, stalled until its timeout, so
-        epoll errors are absorbed: a descriptor closed and reused under the same number is
-        simply registered afresh.
-        """
-        owners = self._owners
-        if not events:
-            if owners.pop(fd, None) is not None:
-                with contextlib.suppress(OSError):
-                    self._epoll.unregister(fd)
-            return
-        current = owners.get(fd)
-        if current is not None and current[0] == events:
-            if current[1] is not client:
-                owners[fd] = (events, client)
-            return
-        try:
-            if current is None:
-                self._epoll.register(fd, events)
-            else:
-                self._epoll.modify(fd, events)
-        except OSError:
-            with contextlib.suppress(OSError):
-                self._epoll.unregister(fd)
-            self._epoll.register(fd, events)
-        owners[fd] = (events, client)
-
     def _apply_changes(self) -> None:
         with self._lock:
             changes = list(self._changes)
@@ -368,32 +332,42 @@ class _CurlThread:
                 continue
             if client in self._clients:
                 self._clients.remove(client)
-            for fd in [fd for fd, (_, owner) in self._owners.items() if owner is client]:
-                self.watch(fd, 0, client)
             client._release()
             done.set()
 
     def _run(self) -> None:
         wake = self._wake_read.fileno()
-        readable, writable = select.EPOLLIN | select.EPOLLHUP | select.EPOLLERR, select.EPOLLOUT
+        readable, writable = select.POLLIN | select.POLLPRI, select.POLLOUT
         while True:
-            deadlines = [c._timer_deadline for c in self._clients if c._timer_deadline is not None]
-            timeout = max(0.0, min(deadlines) - time.monotonic()) if deadlines else -1.0
-            for fd, mask in self._epoll.poll(timeout):
+            self._apply_changes()
+            for client in self._clients:
+                client._drive()
+            poller = select.poll()
+            poller.register(wake, readable)
+            timeout_ms = -1
+            for client in self._clients:
+                if not client._running:
+                    continue
+                multi = client._multi
+                reads, writes, errors = multi.fdset()
+                for fd in reads:
+                    poller.register(fd, readable | (writable if fd in writes else 0))
+                for fd in writes:
+                    if fd not in reads:
+                        poller.register(fd, writable)
+                for fd in errors:
+                    if fd not in reads and fd not in writes:
+                        poller.register(fd, select.POLLPRI)
+                wait = multi.timeout()
+                if wait < 0 and not (reads or writes):
+                    wait = int(self.IDLE_WAIT * 1000)
+                if wait >= 0 and (timeout_ms < 0 or wait < timeout_ms):
+                    timeout_ms = wait
+            for fd, _ in poller.poll(timeout_ms):
                 if fd == wake:
                     with contextlib.suppress(BlockingIOError, OSError):
                         while self._wake_read.recv(4096):
                             pass
-                    continue
-                owner = self._owners.get(fd)
-                if owner is not None:
-                    action = (pycurl.CSELECT_IN if mask & readable else 0) | (
-                        pycurl.CSELECT_OUT if mask & writable else 0)
-                    owner[1]._multi.socket_action(fd, action)
-            self._apply_changes()
-            now = time.monotonic()
-            for client in self._clients:
-                client._drive(now)
 
 
 class _Capture:
