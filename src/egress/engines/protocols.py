@@ -7,11 +7,10 @@ runtime knows nothing else about storage. The records below are the engine-neutr
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any, NamedTuple, Protocol
 
 
-@dataclass(frozen=True, slots=True)
-class LogMessage:
+class LogMessage(NamedTuple):
     """A message of a partitioned stream.
 
     ``offset`` is its position in ``(stream, partition)`` (0-based, dense); ``message_id`` the
@@ -28,8 +27,7 @@ class LogMessage:
     row: dict[str, Any]
 
 
-@dataclass(frozen=True, slots=True)
-class OutboxMessage:
+class OutboxMessage(NamedTuple):
     """A committed output message of one partition job, waiting for that job's sinks.
 
     ``seq`` numbers a partition job's outputs densely from 1 in commit order (Flow's seq no).

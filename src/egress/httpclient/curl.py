@@ -17,13 +17,12 @@ import contextlib
 import select
 import socket
 import threading
-from dataclasses import dataclass
+from typing import NamedTuple
 
 import pycurl
 
 
-@dataclass(frozen=True, slots=True)
-class Request:
+class Request(NamedTuple):
     """One HTTP exchange: ``method`` ``POST`` (with ``body``) or ``GET`` (``body`` ignored).
 
     ``headers`` are ``"Name: value"`` lines sent as given; ``timeout`` (seconds) bounds the whole
@@ -43,8 +42,7 @@ class Request:
     method: str = "POST"
 
 
-@dataclass(frozen=True, slots=True)
-class Response:
+class Response(NamedTuple):
     """The outcome of one attempt.
 
     ``status`` is the HTTP status, 0 when no response arrived. ``error`` is ``None`` on a complete

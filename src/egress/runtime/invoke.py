@@ -13,8 +13,7 @@ from __future__ import annotations
 import functools
 import traceback
 from collections.abc import Callable
-from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 from egress.errors import ProcessFunctionError
 from egress.keys import encode_key
@@ -34,8 +33,7 @@ _TYPES: dict[str, tuple[type, ...]] = {
 _Schema = tuple[frozenset[str], list[tuple[str, str, bool, tuple[type, ...]]], list[str]]
 
 
-@dataclass(frozen=True, slots=True)
-class Output:
+class Output(NamedTuple):
     """A checked emitted message: ``stream_id``, ``row`` and its encoded ``key``."""
 
     stream_id: str
