@@ -51,10 +51,22 @@ def dump(
     external_only: Annotated[bool, typer.Option("--external", help="Only external state tables.")] = False,
     internal_only: Annotated[bool, typer.Option("--internal", help="Only internal state.")] = False,
 ) -> None:
-    """Print committed external state rows and internal state values as JSON lines."""
+    """Print committed external state rows and internal state values as JSON lines.
+
+    With ``--name`` and nothing printed, a note on standard error lists the names that do have
+    committed rows (a misspelt name and a state that holds no keys right now both print nothing).
+    """
     try:
+        printed = 0
         for line in state_lines(state_dir, name=name, internal=not external_only, external=not internal_only):
             typer.echo(orjson.dumps(line).decode())
+            printed += 1
+        if name is not None and not printed:
+            found = read_state(state_dir)
+            names = sorted({table for _, table, _, _ in found["external"]}
+                           | {state for _, state, _, _ in found["internal"]})
+            typer.echo(f"egress: no committed rows named {name!r} in {state_dir}; names with rows: "
+                       f"{', '.join(names) if names else '(none)'}", err=True)
     except StateDirectoryError as error:
         typer.echo(f"egress: {error}", err=True)
         raise typer.Exit(1) from None
