@@ -3,7 +3,41 @@ several pipelines or tests in one process never share counters."""
 
 from __future__ import annotations
 
+import weakref
+from collections.abc import Iterator
+from typing import Protocol
+
 from prometheus_client import CollectorRegistry, Counter, Gauge, generate_latest
+from prometheus_client.core import GaugeMetricFamily
+
+
+class ReportsFreshness(Protocol):
+    """A sink instance that knows the age of its oldest undelivered record."""
+
+    @property
+    def sink_id(self) -> str: ...
+
+    @property
+    def partition(self) -> int: ...
+
+    def oldest_undelivered_age(self) -> float:
+        """Seconds since the oldest unacknowledged record reached the sink (0 when there is none)."""
+        ...
+
+
+class _Freshness:
+    """Data freshness computed at scrape time from the live sink instances that report it."""
+
+    def __init__(self) -> None:
+        self.sinks: weakref.WeakSet[ReportsFreshness] = weakref.WeakSet()
+
+    def collect(self) -> Iterator[GaugeMetricFamily]:
+        family = GaugeMetricFamily("egress_sink_firehose_http_oldest_undelivered_record_age_seconds",
+                                   "Seconds since the oldest unacknowledged record reached the sink (0: none).",
+                                   labels=["sink_id", "partition"])
+        for sink in list(self.sinks):
+            family.add_metric([sink.sink_id, str(sink.partition)], sink.oldest_undelivered_age())
+        yield family
 
 
 class Metrics:
@@ -58,6 +92,7 @@ class Metrics:
             "Messages with a null payload, acknowledged without a request.",
             ["sink_id"], registry=self.registry,
         )
+        self.firehose = _FirehoseSinkMetrics(self.registry)
         self.broken = Gauge(
             "egress_status_broken", "1 while the status path is in error (upstream /status_profiler/broken).",
             ["path"], registry=self.registry,
@@ -80,3 +115,22 @@ class Metrics:
     def exposition(self) -> bytes:
         """The Prometheus text exposition format of every sensor."""
         return bytes(generate_latest(self.registry))
+
+
+class _FirehoseSinkMetrics:
+    """The ``firehose_http`` sink's sensors (``egress_sink_firehose_http_*{sink_id}``), and the data
+    freshness gauge, whose sinks add themselves to ``freshness.sinks`` while they run."""
+
+    def __init__(self, registry: CollectorRegistry) -> None:
+        def counter(name: str, text: str, *labels: str) -> Counter:
+            return Counter(f"egress_sink_firehose_http_{name}", text, ["sink_id", *labels], registry=registry)
+
+        self.batches = counter("batches", "Batches sent (first attempts).")
+        self.requests = counter("requests", "Requests sent (attempts, retries included).")
+        self.retries = counter("retries", "Attempts after the first one of a batch.")
+        self.responses = counter("responses", "HTTP responses received, by status.", "status_code")
+        self.records = counter("records_delivered", "Records acknowledged by a conforming 200.")
+        self.bytes = counter("bytes_delivered", "Record bytes (before base64) acknowledged by a conforming 200.")
+        self.error_records = counter("error_output_records", "Records written to the error output.")
+        self.freshness = _Freshness()
+        registry.register(self.freshness)

@@ -32,14 +32,10 @@ import hashlib
 import json
 import random
 import uuid
-import weakref
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import ClassVar, Protocol
 from urllib.parse import urlsplit
-
-from prometheus_client import Counter
-from prometheus_client.core import GaugeMetricFamily
 
 from egress.connectors.base import SINKS, SinkContext, single_input_stream
 from egress.connectors.sinks.firehose_parameters import (
@@ -55,7 +51,6 @@ from egress.firehose import protocol as p
 from egress.firehose.errors import ResponseNotAccepted
 from egress.firehose.retry import RetryBudget, draw_backoff
 from egress.httpclient import CurlClient, Request, Response
-from egress.observe import Metrics
 from egress.spec import StreamSpec
 
 STATUS_SUFFIX = "firehose_http_sink"
@@ -116,51 +111,6 @@ class _Failure:
     code: str
     message: str
     permanent: bool = False
-
-
-class _SinkMetrics:
-    """The sink's counters, registered once per pipeline ``Metrics`` registry."""
-
-    def __init__(self, metrics: Metrics) -> None:
-        registry = metrics.registry
-
-        def counter(name: str, text: str, *labels: str) -> Counter:
-            return Counter(f"egress_sink_firehose_http_{name}", text, ["sink_id", *labels], registry=registry)
-
-        self.batches = counter("batches", "Batches sent (first attempts).")
-        self.requests = counter("requests", "Requests sent (attempts, retries included).")
-        self.retries = counter("retries", "Attempts after the first one of a batch.")
-        self.responses = counter("responses", "HTTP responses received, by status.", "status_code")
-        self.records = counter("records_delivered", "Records acknowledged by a conforming 200.")
-        self.bytes = counter("bytes_delivered", "Record bytes (before base64) acknowledged by a conforming 200.")
-        self.error_records = counter("error_output_records", "Records written to the error output.")
-        self.live: weakref.WeakSet[FirehoseHttpSink] = weakref.WeakSet()
-        registry.register(_Freshness(self.live))
-
-
-class _Freshness:
-    """Data freshness at scrape time: the age of the oldest record not yet acknowledged, per sink."""
-
-    def __init__(self, sinks: weakref.WeakSet[FirehoseHttpSink]) -> None:
-        self._sinks = sinks
-
-    def collect(self) -> Iterator[GaugeMetricFamily]:
-        family = GaugeMetricFamily("egress_sink_firehose_http_oldest_undelivered_record_age_seconds",
-                                   "Seconds since the oldest unacknowledged record reached the sink (0: none).",
-                                   labels=["sink_id", "partition"])
-        for sink in list(self._sinks):
-            family.add_metric([sink.sink_id, str(sink.partition)], sink.oldest_undelivered_age())
-        yield family
-
-
-_METRICS: weakref.WeakKeyDictionary[Metrics, _SinkMetrics] = weakref.WeakKeyDictionary()
-
-
-def _metrics_for(metrics: Metrics) -> _SinkMetrics:
-    found = _METRICS.get(metrics)
-    if found is None:
-        found = _METRICS[metrics] = _SinkMetrics(metrics)
-    return found
 
 
 @SINKS.register("firehose_http", "NYT::NFlow::TFirehoseHttpSink")
@@ -228,8 +178,8 @@ class FirehoseHttpSink:
         self._errors = eo.ErrorOutput(parameters.error_output) if parameters.error_output else None
         self._status_path = f"/sinks/{context.sink_id}/{STATUS_SUFFIX}"
         self._size_limit = parameters.buffering_hints.size_in_mbs * MIB
-        self._metrics = _metrics_for(context.metrics)
-        self._metrics.live.add(self)
+        self._metrics = context.metrics.firehose
+        self._metrics.freshness.sinks.add(self)
         sink_id = context.sink_id
         self._m_batches = self._metrics.batches.labels(sink_id)
         self._m_requests = self._metrics.requests.labels(sink_id)
@@ -382,7 +332,7 @@ class FirehoseHttpSink:
         for transport in self._transports.values():
             transport.close()
         self._transports.clear()
-        self._metrics.live.discard(self)
+        self._metrics.freshness.sinks.discard(self)
 
     def oldest_undelivered_age(self) -> float:
         """Seconds since the oldest unacknowledged record arrived (0 when there is none)."""
