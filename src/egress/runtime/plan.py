@@ -13,7 +13,7 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from egress.connectors import SINKS, SOURCES
+from egress.connectors import SINKS, SOURCES, Registry
 from egress.errors import SpecError, SpecErrors
 from egress.runtime.api import ProcessFunction
 from egress.spec import DynamicSpec, Spec, StreamSpec, load_document, validate_model
@@ -102,6 +102,14 @@ def build_plan(
         problem(f'unknown stream id "{stream_id}" (the Spec declares: {", ".join(sorted(spec.streams))})', path)
         return False
 
+    def registered(registry: Registry, name: str, path: str) -> Any:
+        """The connector class called ``name``, or ``None`` with Flow's message reported at ``path``."""
+        try:
+            return registry.get(name)
+        except KeyError as error:
+            problem(str(error.args[0]), path)
+            return None
+
     for stream_id, stream in spec.streams.items():
         for i, column in enumerate(stream.group_by):
             if stream.column(column) is None:
@@ -110,10 +118,8 @@ def build_plan(
     sources: dict[str, SourcePlan] = {}
     for source_id, source in spec.sources.items():
         at = f"sources/{source_id}"
-        try:
-            source_class = SOURCES.get(source.source_class_name)
-        except KeyError as error:
-            problem(str(error.args[0]), f"{at}/source_class_name")
+        source_class = registered(SOURCES, source.source_class_name, f"{at}/source_class_name")
+        if source_class is None:
             continue
         if not known_stream(source.output_stream_id, f"{at}/output_stream_id"):
             continue
@@ -143,10 +149,8 @@ def build_plan(
         sinks: dict[str, SinkPlan] = {}
         for sink_id, sink in computation.sinks.items():
             sink_at = f"{at}/sinks/{sink_id}"
-            try:
-                sink_class = SINKS.get(sink.sink_class_name)
-            except KeyError as error:
-                problem(str(error.args[0]), f"{sink_at}/sink_class_name")
+            sink_class = registered(SINKS, sink.sink_class_name, f"{sink_at}/sink_class_name")
+            if sink_class is None:
                 continue
             inputs: dict[str, StreamSpec] = {}
             for i, stream_id in enumerate(sink.input_stream_ids):
