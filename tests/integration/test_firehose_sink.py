@@ -281,6 +281,22 @@ WRONG = ["openobserve", "mismatch", "seconds", "string-timestamp", "gzip", "gzip
          "201", "302"]
 
 
+async def one_attempt_to_the_error_output(serve_app: ServerFactory, tmp_path: Path,
+                                          script: Script) -> tuple[dict[str, Any], Metrics]:
+    """One record through a sink with ``retry_duration: 0`` and an error output, against an endpoint
+    answering ``script``: asserts exactly one request was made and returns the one error line."""
+    endpoint = StrictEndpoint(script)
+    base = await serve_app(endpoint.app())
+    errors = tmp_path / "errors.jsonl"
+    sink, metrics, _ = make_sink(f"{base}/ingest", static={"retry_duration": 0, "error_output": str(errors)})
+    sink.distribute(messages(["only"]))
+    await until(lambda: sink.progress().max_persisted_seq_no == 1)
+    await sink.close()
+    assert len(endpoint.seen) == 1
+    (line,) = [json.loads(text) for text in errors.read_text().splitlines()]
+    return line, metrics
+
+
 @pytest.mark.parametrize("wrong", WRONG)
 async def test_non_conforming_success_is_retried(serve_app: ServerFactory, wrong: str) -> None:
     async def first_wrong(attempt: int, request_id: str) -> web.Response:
@@ -313,15 +329,7 @@ async def test_a_non_conforming_answer_is_a_failure_in_the_error_output(
     async def always_wrong(attempt: int, request_id: str) -> web.Response:
         return wrong_answer(wrong, request_id)
 
-    endpoint = StrictEndpoint(always_wrong)
-    base = await serve_app(endpoint.app())
-    errors = tmp_path / "errors.jsonl"
-    sink, metrics, _ = make_sink(f"{base}/ingest", static={"retry_duration": 0, "error_output": str(errors)})
-    sink.distribute(messages(["a"]))
-    await until(lambda: sink.progress().max_persisted_seq_no == 1)
-    await sink.close()
-    assert len(endpoint.seen) == 1
-    (line,) = [json.loads(text) for text in errors.read_text().splitlines()]
+    line, metrics = await one_attempt_to_the_error_output(serve_app, tmp_path, always_wrong)
     assert line["errorCode"] == code
     assert message in line["errorMessage"]
     assert metrics.value("egress_sink_firehose_http_records_delivered_total", sink_id="firehose") == 0
@@ -437,15 +445,7 @@ async def test_retry_duration_zero_means_one_attempt(serve_app: ServerFactory, t
     async def unavailable(attempt: int, request_id: str) -> web.Response:
         return web.json_response({"requestId": request_id, "timestamp": 1_700_000_000_000}, status=503)
 
-    endpoint = StrictEndpoint(unavailable)
-    base = await serve_app(endpoint.app())
-    errors = tmp_path / "errors.jsonl"
-    sink, _, _ = make_sink(f"{base}/ingest", static={"retry_duration": 0, "error_output": str(errors)})
-    sink.distribute(messages(["only"]))
-    await until(lambda: sink.progress().max_persisted_seq_no == 1)
-    await sink.close()
-    assert len(endpoint.seen) == 1
-    (line,) = [json.loads(text) for text in errors.read_text().splitlines()]
+    line, _ = await one_attempt_to_the_error_output(serve_app, tmp_path, unavailable)
     assert line["attemptsMade"] == 1
 
 

@@ -300,6 +300,7 @@ class _CurlThread:
         self._clients: list[CurlClient] = []  # touched by the thread only
         self._changes: collections.deque[tuple[CurlClient, threading.Event | None]] = collections.deque()
         self._lock = threading.Lock()
+        self.turns = 0  # loop turns so far: a test shows that an idle thread blocks instead of spinning
         self._thread = threading.Thread(target=self._run, name="egress-curl", daemon=True)
         self._thread.start()
 
@@ -337,6 +338,7 @@ class _CurlThread:
         wake = self._wake_read.fileno()
         readable, writable = select.POLLIN | select.POLLPRI, select.POLLOUT
         while True:
+            self.turns += 1
             self._apply_changes()
             for client in self._clients:
                 client._drive()
