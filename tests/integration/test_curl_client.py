@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import asyncio
+import os
+import resource
 
 import pytest
 from aiohttp import web
@@ -68,6 +70,27 @@ async def test_an_idle_client_with_a_cached_connection_does_not_spin_the_curl_th
         assert (await client.send(Request(f"{base}/x", b"b"))).ok  # and a new request still wakes it
     finally:
         client.close()
+
+
+async def test_transfers_on_descriptors_above_fd_setsize_complete(serve_app: ServerFactory) -> None:
+    """libcurl's fdset() leaves out descriptors >= 1024: a process holding that many files must
+    still complete its requests promptly, not at their timeout (found by review)."""
+    if resource.getrlimit(resource.RLIMIT_NOFILE)[0] < 1300:
+        pytest.skip("the open-files limit is too low to hold 1,100 descriptors")
+    base = await serve_app(echo_app())
+    held: list[int] = []
+    client = CurlClient(max_connections=2, keep_alive=False)
+    try:
+        while not held or held[-1] < 1100:
+            held.append(os.open(os.devnull, os.O_RDONLY))
+        responses = await asyncio.wait_for(asyncio.gather(
+            *(client.send(Request(f"{base}/x", str(i).encode(), timeout=60, capture_body=True)) for i in range(6))),
+            timeout=15)
+    finally:
+        client.close()
+        for fd in held:
+            os.close(fd)
+    assert [r.body for r in responses] == [str(i).encode()[::-1] for i in range(6)]
 
 
 async def test_status_codes_are_reported_as_received(serve_app: ServerFactory) -> None:

@@ -65,6 +65,9 @@ class Response(NamedTuple):
         return self.error is None and 200 <= self.status <= 299
 
 
+FD_SETSIZE = 1024
+
+
 class CurlClient:
     """An HTTP client on one libcurl multi handle; safe to use from one asyncio loop.
 
@@ -104,6 +107,7 @@ class CurlClient:
         self._running: dict[int, tuple[pycurl.Curl, asyncio.Future[Response], _Capture]] = {}
         self._spare_handles: list[pycurl.Curl] = []
         self._capturing: set[int] = set()  # handles whose callbacks capture body or headers
+        self.high_descriptors = False  # a socket of this client was >= FD_SETSIZE (see _socket_opened)
         self._closed = False
         self._driver.attach(self)
 
@@ -169,6 +173,18 @@ class CurlClient:
             if not self._collect() or not self._start_queued():
                 return
 
+    def _socket_opened(self, fd: int, purpose: int) -> int:
+        """libcurl's socket-option callback (on the curl thread, once per new connection).
+
+        libcurl's ``fdset()`` leaves out descriptors >= FD_SETSIZE (1024), so the thread cannot wait
+        for them; once this client has had one, the thread waits at most ``HIGH_FD_WAIT_MS`` while it
+        has transfers, and they progress by polling (found by review: a process holding 1,100 files
+        timed out every request). libcurl's close-socket callback could undo the mark, but pycurl
+        cannot run it while a multi handle closes, which would leak the socket."""
+        if fd >= FD_SETSIZE:
+            self.high_descriptors = True
+        return int(pycurl.SOCKOPT_OK)
+
     def _perform(self) -> None:
         multi = self._multi
         while multi.perform()[0] == pycurl.E_CALL_MULTI_PERFORM:
@@ -216,6 +232,7 @@ class CurlClient:
         if self.ca_file is not None:
             handle.setopt(pycurl.CAINFO, self.ca_file)
         handle.setopt(pycurl.WRITEFUNCTION, _discard)
+        handle.setopt(pycurl.SOCKOPTFUNCTION, self._socket_opened)
         return handle
 
     def _configure(self, handle: pycurl.Curl, request: Request) -> _Capture:
@@ -285,6 +302,7 @@ class _CurlThread:
     _shared: _CurlThread | None = None
     _shared_lock = threading.Lock()
     IDLE_WAIT = 0.05  # seconds to wait when transfers run but libcurl names neither socket nor timeout
+    HIGH_FD_WAIT_MS = 1  # the longest wait for a client with sockets fdset() leaves out: polled instead
 
     @classmethod
     def shared(cls) -> _CurlThread:
@@ -363,6 +381,8 @@ class _CurlThread:
                     wait = int(self.IDLE_WAIT * 1000)
                 if wait >= 0 and (timeout_ms < 0 or wait < timeout_ms):
                     timeout_ms = wait
+                if client.high_descriptors and (timeout_ms < 0 or timeout_ms > self.HIGH_FD_WAIT_MS):
+                    timeout_ms = self.HIGH_FD_WAIT_MS
             for fd, _ in poller.poll(timeout_ms):
                 if fd == wake:
                     with contextlib.suppress(BlockingIOError, OSError):
