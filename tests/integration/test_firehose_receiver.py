@@ -6,9 +6,11 @@ the receiver gunzips itself) and on (aiohttp's default when the app is mounted e
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import gzip
 import json
+import logging
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -502,3 +504,22 @@ async def test_bodies_above_aiohttps_default_one_mebibyte_are_accepted(endpoint:
     assert_answer(await ep.post(raw), 200, AWS_ID)
     assert_answer(await ep.post(gzip.compress(raw), Content_Encoding="gzip"), 200, AWS_ID)
     assert [call[1] for call in ep.recorder.calls] == [records, records]
+
+
+async def test_a_client_leaving_mid_body_is_counted_as_499_not_an_internal_error(
+        endpoint: EndpointFactory, caplog: pytest.LogCaptureFixture) -> None:
+    started = await endpoint()
+    host, port = started.url.removeprefix("http://").split(":")
+    _, writer = await asyncio.open_connection(host, int(port))
+    writer.write(f"POST / HTTP/1.1\r\nHost: {host}\r\nX-Amz-Firehose-Request-Id: gone\r\n"
+                 "Content-Type: application/json\r\nContent-Length: 1000\r\n\r\n{\"requestId\":".encode())
+    await writer.drain()
+    writer.close()
+    await writer.wait_closed()
+    stats = started.receiver.stats
+    deadline = asyncio.get_running_loop().time() + 10
+    while stats.requests < 1:
+        assert asyncio.get_running_loop().time() < deadline, "the receiver never finished the request"
+        await asyncio.sleep(0.01)
+    assert stats.by_status == {499: 1}
+    assert not [r for r in caplog.records if r.levelno >= logging.ERROR]

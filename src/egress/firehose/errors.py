@@ -28,7 +28,8 @@ class TransientError(FirehoseError):
 class RequestRejected(FirehoseError):
     """A request fails a rule of the receiver's decision table.
 
-    ``status`` is the HTTP status to answer (400, 401, 404, 405, 413, 415) and ``message`` the
+    ``status`` is the HTTP status to answer (400, 401, 404, 405, 413, 415; 499 when the client left
+    mid-body, counted but never sent) and ``message`` the
     ``errorMessage`` of the JSON response body (``docs/firehose.md``, "Receiver decision table").
     """
 

@@ -149,6 +149,9 @@ class FirehoseReceiver:
                     yield chunk
             except (HttpProcessingError, RequestPayloadError):  # aiohttp could not decode or frame the body
                 raise UnreadableBody from None
+            except ConnectionError:  # the client went away mid-body: nobody will read an answer
+                raise RequestRejected(CLIENT_CLOSED_REQUEST, "client closed the connection before the body ended") \
+                    from None
 
         incoming = Incoming(request.method, _path(request), request.content_length, request.headers, chunks,
                             lambda: getattr(stream, "total_compressed_bytes", None))
@@ -255,6 +258,9 @@ class FirehoseReceiver:
             log.debug("firehose request %.200r: accepted %d record(s)", request_id, records)
         else:
             log.info("firehose request %.200r: %d %s", request_id, status, message)
+
+
+CLIENT_CLOSED_REQUEST = 499  # nginx's status for a request whose client left; counted, never sent
 
 
 class UnreadableBody(Exception):
