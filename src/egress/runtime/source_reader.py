@@ -10,6 +10,7 @@ import asyncio
 import itertools
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 from egress.connectors.base import SourceRecord
 from egress.engines import EpochCommit, SqliteEngine
@@ -57,23 +58,15 @@ class SourceReader:
         source = self.plan.source_class.create(self.plan.source_id, self.plan.parameters, self.plan.stream,
                                                self._base_dir)
         records: Iterator[SourceRecord] = source.records(position)
-        group_by = self.plan.stream.group_by
-        stream_id = self.plan.stream_id
+        chunker = _Chunker(self.plan.stream.group_by, self.plan.stream_id, self._partition_count, self._scope)
         while not stop.is_set():
-            chunk = await asyncio.to_thread(_take, records, self._options.source_chunk)
-            if not chunk:
+            # Parsing and keying run on a worker thread: the event loop thread is the pipeline's
+            # critical path (it runs every partition job and sink), so work leaves it where it can.
+            appends, touched, end = await asyncio.to_thread(chunker.take, records, self._options.source_chunk)
+            if not appends:
                 break
-            appends = []
-            touched = set()
-            for record in chunk:
-                key = encode_key([record.row[c] for c in group_by])
-                partition = partition_of(key, self._partition_count)
-                touched.add(partition)
-                message_id = source_message_id(self._scope, 0, record.position)
-                appends.append((stream_id, partition, message_id, key, record.event_timestamp, record.row))
-            await engine.commit(EpochCommit(self.consumer, 0, epoch, {POSITION: chunk[-1].position + 1},
-                                            log_appends=appends))
-            self._rows.inc(len(chunk))
+            await engine.commit(EpochCommit(self.consumer, 0, epoch, {POSITION: end}, log_appends=appends))
+            self._rows.inc(len(appends))
             for partition in touched:
                 self._notify(partition)
         else:
@@ -81,5 +74,31 @@ class SourceReader:
         self.finished = True
 
 
-def _take(records: Iterator[SourceRecord], count: int) -> list[SourceRecord]:
-    return list(itertools.islice(records, count))
+Append = tuple[str, int, bytes, bytes, float | None, dict[str, Any]]
+
+
+class _Chunker:
+    """Turns source records into log appends: key, partition and message id for each."""
+
+    def __init__(self, group_by: list[str], stream_id: str, partition_count: int, scope: str) -> None:
+        self._group_by = group_by
+        self._stream_id = stream_id
+        self._partition_count = partition_count
+        self._scope = scope
+
+    def take(self, records: Iterator[SourceRecord], count: int) -> tuple[list[Append], set[int], int]:
+        """Up to ``count`` records as ``(appends, partitions touched, position after the last)``;
+        raises what the source raises (``SourceDataError`` for a bad record)."""
+        appends: list[Append] = []
+        touched: set[int] = set()
+        end = 0
+        group_by, stream_id, scope = self._group_by, self._stream_id, self._scope
+        partition_count = self._partition_count
+        for record in itertools.islice(records, count):
+            key = encode_key([record.row[c] for c in group_by])
+            partition = partition_of(key, partition_count)
+            touched.add(partition)
+            appends.append((stream_id, partition, source_message_id(scope, 0, record.position), key,
+                            record.event_timestamp, record.row))
+            end = record.position + 1
+        return appends, touched, end
