@@ -57,6 +57,7 @@ import json
 import os
 import re
 import resource
+import select
 import selectors
 import shutil
 import signal
@@ -390,16 +391,20 @@ def _wait_sampling(process: subprocess.Popen[bytes], timeout: float) -> tuple[fl
     ``subprocess.TimeoutExpired`` after ``timeout`` seconds (the process is still running then)."""
     deadline = time.monotonic() + timeout
     peak = high = 0.0
-    while True:
-        rss, hwm = _vm_mb(process.pid)
-        peak, high = max(peak, rss), max(high, hwm)
-        pid, status, usage = os.wait4(process.pid, os.WNOHANG)
-        if pid == process.pid:
-            process.returncode = os.waitstatus_to_exitcode(status)
-            return peak, high, usage.ru_utime + usage.ru_stime
-        if time.monotonic() > deadline:
-            raise subprocess.TimeoutExpired(process.args, timeout)
-        time.sleep(RSS_PERIOD)
+    exited = os.pidfd_open(process.pid)  # readable once the process exits: its end is timed exactly
+    try:
+        while True:
+            rss, hwm = _vm_mb(process.pid)
+            peak, high = max(peak, rss), max(high, hwm)
+            pid, status, usage = os.wait4(process.pid, os.WNOHANG)
+            if pid == process.pid:
+                process.returncode = os.waitstatus_to_exitcode(status)
+                return peak, high, usage.ru_utime + usage.ru_stime
+            if time.monotonic() > deadline:
+                raise subprocess.TimeoutExpired(process.args, timeout)
+            select.select([exited], [], [], RSS_PERIOD)
+    finally:
+        os.close(exited)
 
 
 def run_egress(target: Target, bodies: Sequence[bytes], count: int, partitions: int, pool: int | None,
