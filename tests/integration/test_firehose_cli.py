@@ -89,7 +89,18 @@ def test_missing_key_variable_exits_2_without_showing_values(tmp_path: Path) -> 
     process = start(tmp_path, "access_key_env=['FH_KEY_UNSET_FOR_TEST']")
     _, stderr = process.communicate(timeout=60)
     assert process.returncode == 2
-    assert "FH_KEY_UNSET_FOR_TEST" in stderr
+    assert "egress: environment variable FH_KEY_UNSET_FOR_TEST (an access key) is not set or empty: export it" in stderr
+
+
+def test_access_keys_without_the_firehose_protocol_are_refused() -> None:
+    from typer.testing import CliRunner
+
+    from egress.cli.main import app
+
+    result = CliRunner().invoke(app, ["receiver", "--port", "0", "--access-key-env", "SOME_KEY"],
+                                env={"COLUMNS": "300"})
+    assert result.exit_code == 2
+    assert "only with --protocol firehose" in result.output
 
 
 def test_access_keys_from_environment(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -460,7 +460,7 @@ async def test_without_error_output_an_exhausted_batch_stops_the_sink(serve_app:
     sink.distribute(messages(["b"], first_seq=2))
     await until(lambda: sink.terminal_error is not None)
     await sink.close()
-    assert "HttpEndpoint.DestinationException: boom" in (sink.terminal_error or "")
+    assert "HttpEndpoint.DestinationException: HTTP 500: boom" in (sink.terminal_error or "")
     assert sink.progress().max_persisted_seq_no == 0
 
 
@@ -716,3 +716,20 @@ def test_batch_ends_round_trip_and_foreign_state_is_refused() -> None:
     for foreign in (b'{"a": 1}', b"[3, 2]", b'["3"]'):
         with pytest.raises(ValueError, match="ascending list of batch ends"):
             decode_batch_ends(foreign)
+
+
+async def test_a_refused_key_names_the_status_and_the_fix(serve_app: ServerFactory) -> None:
+    async def refuse_key(attempt: int, request_id: str) -> web.Response:
+        return web.json_response({"requestId": request_id, "timestamp": 1_700_000_000_000,
+                                  "errorMessage": "invalid firehose access key"}, status=401)
+
+    endpoint = StrictEndpoint(refuse_key)
+    base = await serve_app(endpoint.app())
+    sink, _, status = make_sink(f"{base}/ingest", static={"retry_duration": 0})
+    sink.distribute(messages(["a"]))
+    await until(lambda: sink.terminal_error is not None)
+    await sink.close()
+    shown = str(status.error("/sinks/firehose/firehose_http_sink"))
+    assert "HTTP 401: " in shown
+    assert "invalid firehose access key" in shown
+    assert "check the sink's access_key" in shown

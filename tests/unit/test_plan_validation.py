@@ -84,6 +84,11 @@ CASES = [
                  'computations/to_json/sinks/http/input_stream_ids/0: stream "lines" is not an output stream',
                  id="sink-reads-input-stream"),
     pytest.param(("streams", "lines", "colour"), "red", "streams/lines/colour: unknown field", id="typo-field"),
+    pytest.param(("streams", "lines", "schemas"), [], "streams/lines/schemas: unknown field; did you mean 'schema'?",
+                 id="typo-field-suggested"),
+    pytest.param(("computations", "to_json", "sinks", "http", "parameters", "payload_colum"), "payload",
+                 "computations/to_json/sinks/http/parameters/payload_colum: unknown field; did you mean "
+                 "'payload_column'?", id="typo-sink-parameter-suggested"),
     pytest.param(("streams", "requests", "schema"), [{"name": "payload", "type": "string"},
                                                      {"name": "extra", "type": "string"}],
                  "computations/to_json/sinks/http/parameters/payload_column: Async HTTP sink expects exactly one "

@@ -132,7 +132,8 @@ def access_keys_from_environment(names: Sequence[str]) -> tuple[str, ...]:
     for name in names:
         value = os.environ.get(name)
         if not value:
-            raise ValueError(f"environment variable {name} (an access key) is not set or empty")
+            raise ValueError(f"environment variable {name} (an access key) is not set or empty: export it before "
+                             "starting the receiver")
         if len(value.encode()) > p.MAX_ACCESS_KEY_BYTES:
             raise ValueError(f"environment variable {name} holds more than {p.MAX_ACCESS_KEY_BYTES} bytes")
         keys.append(value)
@@ -159,7 +160,7 @@ def run_firehose_receiver(
     try:
         keys = access_keys_from_environment(access_key_env)
     except ValueError as error:
-        console.print(Text(str(error), style="red"))
+        console.print(Text(f"egress: {error}", style="red"))
         raise typer.Exit(2) from None
     handler = RecordingHandler(record)
     receiver = FirehoseReceiver(handler, ReceiverOptions(access_keys=keys, path=path))

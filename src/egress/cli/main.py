@@ -45,8 +45,8 @@ def validate(spec: SpecArgument, dynamic_spec: DynamicSpecOption = None) -> None
     except SpecError as error:
         _fail_on_spec_error(error)
         return
-    console.print(f"{spec}: valid pipeline {plan.spec.pipeline!r} with {len(plan.sources)} source(s), "
-                  f"{len(plan.computations)} computation(s)", highlight=False)
+    typer.echo(f"{spec}: valid pipeline {plan.spec.pipeline!r} with {len(plan.sources)} source(s), "
+               f"{len(plan.computations)} computation(s)")
 
 
 @app.command()
@@ -190,6 +190,9 @@ def receiver(
     """Serve a local HTTP endpoint that records requests, counts duplicates and injects faults."""
     if protocol not in ("generic", "firehose"):
         raise typer.BadParameter("must be generic or firehose", param_hint="--protocol")
+    if access_key_env and protocol != "firehose":
+        raise typer.BadParameter("access keys are checked only with --protocol firehose; add it, or drop "
+                                 "--access-key-env for the generic receiver", param_hint="--access-key-env")
     if protocol == "firehose":
         from egress.cli.firehose import run_firehose_receiver
 

@@ -48,7 +48,7 @@ def progress_line(values: dict[str, Any], elapsed: float) -> str:
     rate = values["delivered"] / elapsed if elapsed > 0 else 0.0
     return (
         f"read {values['rows_read']:,}  processed {values['messages_processed']:,}  "
-        f"delivered {values['delivered']:,}  in flight {values['unacknowledged']:,}  "
+        f"delivered {values['delivered']:,}  unacknowledged {values['unacknowledged']:,}  "
         f"POSTs {values['posts']:,}  retries {values['retries']:,}  {rate:,.0f} msg/s  {elapsed:,.1f} s"
     )
 

@@ -53,8 +53,8 @@ def dump(
 ) -> None:
     """Print committed external state rows and internal state values as JSON lines.
 
-    With ``--name`` and nothing printed, a note on standard error lists the names that do have
-    committed rows (a misspelt name and a state that holds no keys right now both print nothing).
+    With --name and nothing printed, a note on standard error lists the names that have committed
+    rows (a misspelt name and a state that holds no keys right now both print nothing).
     """
     try:
         printed = 0

@@ -8,6 +8,9 @@ so that the error path still reads ``computations/<c>/sinks/<s>/parameters/<name
 
 from __future__ import annotations
 
+import difflib
+import types
+import typing
 from pathlib import Path
 from typing import Any, Literal, TypeVar
 
@@ -131,16 +134,45 @@ def validate_model(model: type[Model], data: Any, *, file: str | None = None, pr
     try:
         return model.model_validate(data)
     except ValidationError as error:
-        raise SpecErrors([_to_spec_error(e, file, prefix) for e in error.errors()]) from None
+        raise SpecErrors([_to_spec_error(e, file, prefix, model) for e in error.errors()]) from None
 
 
-def _to_spec_error(error: Any, file: str | None, prefix: str) -> SpecError:
+def _field_names_at(model: type[BaseModel], location: tuple[Any, ...]) -> list[str]:
+    """The field names of the model that ``location`` (a pydantic error's ``loc`` without its last
+    part) points into, descending through fields, ``Optional``, lists and dict values; ``[]`` when
+    it does not lead to a model."""
+    current: Any = model
+    for part in (*location, None):
+        while typing.get_origin(current) in (typing.Union, types.UnionType):
+            others = [a for a in typing.get_args(current) if a is not type(None)]
+            if len(others) != 1:
+                return []
+            current = others[0]
+        if isinstance(current, type) and issubclass(current, BaseModel):
+            fields = {field.alias or name: field for name, field in current.model_fields.items()}
+            if part is None:
+                return list(fields)  # as the Spec spells them (``schema``, not ``columns``)
+            field = fields.get(str(part))
+            if field is None:
+                return []
+            current = field.annotation
+        elif typing.get_origin(current) in (dict, list) and part is not None:
+            current = typing.get_args(current)[-1]  # the part is a key or an index
+        else:
+            return []
+    return []
+
+
+def _to_spec_error(error: Any, file: str | None, prefix: str, model: type[BaseModel] | None = None) -> SpecError:
     location = "/".join(str(part) for part in (prefix, *error["loc"]) if part != "")
     kind = error["type"]
     if kind == "missing":
         message = "required field is missing"
     elif kind == "extra_forbidden":
-        message = "unknown field (check the spelling against the documentation)"
+        known = _field_names_at(model, tuple(error["loc"][:-1])) if model is not None else []
+        close = difflib.get_close_matches(str(error["loc"][-1]), known, n=1, cutoff=0.6)
+        message = (f"unknown field; did you mean {close[0]!r}?" if close
+                   else "unknown field (check the spelling against the documentation)")
     else:
         message = str(error["msg"]).removeprefix("Value error, ")
     return SpecError(message, path=location, file=file)

@@ -111,6 +111,15 @@ class _Failure:
     code: str
     message: str
     permanent: bool = False
+    status: int = 0  # the HTTP status that failed the attempt (0: no response)
+
+    def describe(self) -> str:
+        """For the status tree and the console: the status, the message, and a hint when the
+        endpoint refused the access key."""
+        text = f"HTTP {self.status}: {self.message[:500]}" if self.status else self.message[:500]
+        if self.status in (401, 403):
+            text += " (the endpoint refused the access key: check the sink's access_key and its variable or file)"
+        return text
 
 
 @SINKS.register("firehose_http", "NYT::NFlow::TFirehoseHttpSink")
@@ -463,7 +472,7 @@ class FirehoseHttpSink:
                 self._succeed(batch)
                 return
             self._context.status.set_error(self._status_path, batch.first_seq,
-                                           f"Firehose HTTP request {request_id} failed: {failure.message[:500]}")
+                                           f"Firehose HTTP request {request_id} failed: {failure.describe()}")
             if failure.permanent:
                 self._give_up(batch, budget.attempts, failure)
                 return
@@ -513,7 +522,7 @@ class FirehoseHttpSink:
         """Error output (then the batch counts as handled), or a terminal failure without one."""
         if self._errors is None:
             self._fail(batch, str(DeliveryError("Firehose HTTP delivery failed", attempts=attempts,
-                                                last_error=f"{failure.code}: {failure.message[:500]}")))
+                                                last_error=f"{failure.code}: {failure.describe()}")))
             return
         lines = eo.error_lines(batch.records, batch.arrivals_ms, attempts=attempts, error_code=failure.code,
                                error_message=failure.message, ending_ms=int(self._context.clock.now() * 1000))
@@ -574,20 +583,21 @@ def _judge(response: Response, request_id: str) -> _Failure | None:
         code = eo.REQUEST_TIMEOUT if "curl error 28" in error else eo.CONNECTION_FAILED
         return _Failure(code, error)
     body = response.body or b""
+    status = response.status
     if response.error is not None:
-        return _Failure(eo.DESTINATION_EXCEPTION, f"HTTP {response.status}: {response.error}")
-    if response.status == 413:
-        return _Failure(eo.DESTINATION_EXCEPTION, _text(body) or "HTTP 413", permanent=True)
+        return _Failure(eo.DESTINATION_EXCEPTION, f"HTTP {status}: {response.error}")
+    if status == 413:
+        return _Failure(eo.DESTINATION_EXCEPTION, _text(body) or "HTTP 413", permanent=True, status=status)
     if len(body) > p.MAX_RESPONSE_BODY_BYTES:
-        return _Failure(eo.RESPONSE_TOO_LARGE, f"response body of {len(body)} bytes is over 1 MiB")
+        return _Failure(eo.RESPONSE_TOO_LARGE, f"response body of {len(body)} bytes is over 1 MiB", status=status)
     headers = response.headers or {}
     try:
         p.check_response(response.status, body, request_id, content_type=headers.get("content-type"),
                          content_encoding=headers.get("content-encoding"))
     except ResponseNotAccepted as error:
-        if response.status != 200:
-            return _Failure(eo.DESTINATION_EXCEPTION, _text(body) or error.reason)
-        return _Failure(eo.INVALID_RESPONSE, _text(error.body) or error.reason)
+        if status != 200:
+            return _Failure(eo.DESTINATION_EXCEPTION, _text(body) or error.reason, status=status)
+        return _Failure(eo.INVALID_RESPONSE, _text(error.body) or error.reason, status=status)
     return None
 
 
