@@ -4,6 +4,7 @@ live DynamicSpec changes and the /status endpoint."""
 from __future__ import annotations
 
 import json
+import os
 import signal
 import subprocess
 import sys
@@ -165,3 +166,23 @@ def _persisted_seq(state: Path) -> int:
     finally:
         database.close()
     return int(row[0] or 0)
+
+
+@pytest.mark.timeout(120)
+def test_a_second_run_with_nothing_new_says_so(tmp_path: Path) -> None:
+    receiver = launch_receiver(tmp_path / "received.jsonl")
+    try:
+        spec, dynamic = payload_spec(tmp_path, f"http://127.0.0.1:{receiver.port}/events", ["a", "b", "c"])
+        command = [sys.executable, "-m", "egress", "run", str(spec), "--dynamic-spec", str(dynamic), "--state-dir",
+                   str(tmp_path / "state"), "--until-drained"]
+        first = subprocess.run(command, cwd=REPO, capture_output=True, text=True, timeout=60,
+                               env={**os.environ, "COLUMNS": "200"})
+        second = subprocess.run(command, cwd=REPO, capture_output=True, text=True, timeout=60,
+                                env={**os.environ, "COLUMNS": "200"})
+    finally:
+        stop_receiver(receiver)
+    assert first.returncode == 0, first.stderr
+    assert "nothing new" not in first.stderr
+    assert second.returncode == 0, second.stderr
+    assert f"nothing new: {tmp_path / 'state'} already holds everything the sources had" in second.stderr
+    assert len(records(receiver)) == 3

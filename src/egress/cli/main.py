@@ -129,6 +129,9 @@ def run(
         report.write_text(json.dumps(values, indent=2) + "\n")
     if not quiet:
         console.print(summary_table(values))
+        if result.ok and not values["rows_read"] and not values["posts"] and not values["messages_processed"]:
+            console.print(f"nothing new: {directory} already holds everything the sources had; a run with "
+                          "another --state-dir starts over", highlight=False)
     for line in result.blocked:
         console.print(Text(f"blocked: {line}", style="red"))
     if result.error is not None:
