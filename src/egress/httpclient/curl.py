@@ -65,7 +65,7 @@ class Response(NamedTuple):
         return self.error is None and 200 <= self.status <= 299
 
 
-FD_SETSIZE = 1024
+FD_SETSIZE = 1024  # select()'s limit: libcurl's fdset() reports no descriptor from here on
 
 
 class CurlClient:
