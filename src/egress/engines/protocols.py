@@ -41,6 +41,11 @@ class OutboxMessage(NamedTuple):
     row: dict[str, Any]
 
 
+LogAppend = tuple[str, int, bytes, bytes, float | None, dict[str, Any]]
+"""One message to append to the log: ``(stream, partition, message_id, key, event_timestamp, row)``;
+the engine assigns its offset."""
+
+
 @dataclass(frozen=True, slots=True)
 class SinkProgress:
     """Flow's sink state per sink and partition: what has been acknowledged and persisted.
@@ -77,7 +82,7 @@ class EpochCommit:
     partition: int
     epoch: int
     input_positions: dict[tuple[str, int], int] = field(default_factory=dict)
-    log_appends: list[tuple[str, int, bytes, bytes, float | None, dict[str, Any]]] = field(default_factory=list)
+    log_appends: list[LogAppend] = field(default_factory=list)
     outbox: list[OutboxMessage] = field(default_factory=list)
     sink_progress: dict[str, SinkProgress] = field(default_factory=dict)
     outbox_acknowledged_seq: int | None = None

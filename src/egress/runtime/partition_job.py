@@ -17,7 +17,7 @@ import orjson
 
 from egress.clock import Clock
 from egress.connectors.base import Sink, SinkContext
-from egress.engines import EpochCommit, LogMessage, OutboxMessage, SqliteEngine
+from egress.engines import EpochCommit, LogAppend, LogMessage, OutboxMessage, SqliteEngine
 from egress.errors import ProcessFunctionError
 from egress.keys import decode_key, derived_message_id, partition_of
 from egress.observe import Metrics, StatusTree
@@ -165,7 +165,7 @@ class PartitionJob:
                     size = sum(len(orjson.dumps(m.row)) for m in batch) if bytes_id is not None else 0
                     throttle_wait.inc(await input_throttle.wait(len(batch), size, timestamp=self._lag_timestamp))
                 outbox: list[OutboxMessage] = []
-                appends: list[tuple[str, int, bytes, bytes, float | None, dict[str, Any]]] = []
+                appends: list[LogAppend] = []
                 watermark = self._watermark
                 for key, trigger, domain in due:
                     outputs = await invoker.timer(Timer(decode_key(key), trigger, domain), key)  # type: ignore[arg-type]
@@ -226,7 +226,7 @@ class PartitionJob:
         event_timestamp: float | None,
         next_seq: int,
         outbox: list[OutboxMessage],
-        appends: list[tuple[str, int, bytes, bytes, float | None, dict[str, Any]]],
+        appends: list[LogAppend],
     ) -> int:
         """Route checked outputs: to the outbox for this job's sinks, to the log for other computations."""
         for index, output in enumerate(outputs):

@@ -10,10 +10,9 @@ import asyncio
 import itertools
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
 
 from egress.connectors.base import SourceRecord
-from egress.engines import EpochCommit, SqliteEngine
+from egress.engines import EpochCommit, LogAppend, SqliteEngine
 from egress.keys import encode_key, partition_of, source_message_id, source_scope
 from egress.observe import Metrics
 from egress.runtime.options import RunOptions
@@ -74,9 +73,6 @@ class SourceReader:
         self.finished = True
 
 
-Append = tuple[str, int, bytes, bytes, float | None, dict[str, Any]]
-
-
 class _Chunker:
     """Turns source records into log appends: key, partition and message id for each."""
 
@@ -86,10 +82,10 @@ class _Chunker:
         self._partition_count = partition_count
         self._scope = scope
 
-    def take(self, records: Iterator[SourceRecord], count: int) -> tuple[list[Append], set[int], int]:
+    def take(self, records: Iterator[SourceRecord], count: int) -> tuple[list[LogAppend], set[int], int]:
         """Up to ``count`` records as ``(appends, partitions touched, position after the last)``;
         raises what the source raises (``SourceDataError`` for a bad record)."""
-        appends: list[Append] = []
+        appends: list[LogAppend] = []
         touched: set[int] = set()
         end = 0
         group_by, stream_id, scope = self._group_by, self._stream_id, self._scope
