@@ -367,15 +367,10 @@ class _CurlThread:
                 if not client._running:
                     continue
                 multi = client._multi
-                reads, writes, errors = multi.fdset()
-                for fd in reads:
-                    poller.register(fd, readable | (writable if fd in writes else 0))
-                for fd in writes:
-                    if fd not in reads:
-                        poller.register(fd, writable)
-                for fd in errors:
-                    if fd not in reads and fd not in writes:
-                        poller.register(fd, select.POLLPRI)
+                reads, writes, errors = map(set, multi.fdset())
+                for fd in reads | writes | errors:
+                    poller.register(fd, (readable if fd in reads else 0) | (writable if fd in writes else 0)
+                                    | (select.POLLPRI if fd in errors else 0))
                 wait = multi.timeout()
                 if wait < 0 and not (reads or writes):
                     wait = int(self.IDLE_WAIT * 1000)
