@@ -53,6 +53,7 @@ class RecordingHandler:
 
     def open(self) -> None:
         if self.record_path is not None:
+            self.record_path.parent.mkdir(parents=True, exist_ok=True)
             self._file = open(self.record_path, "a", encoding="utf-8", buffering=1)  # noqa: SIM115
 
     def close(self) -> None:

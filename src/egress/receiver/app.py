@@ -83,6 +83,7 @@ class Receiver:
 
     async def _open(self, app: web.Application) -> None:
         if self.config.record is not None:
+            self.config.record.parent.mkdir(parents=True, exist_ok=True)
             # Line-buffered: a record survives the receiver being killed, which tests of crashes rely on.
             self._record = open(self.config.record, "a", encoding="utf-8", buffering=1)  # noqa: SIM115, ASYNC230
 
