@@ -1,8 +1,9 @@
-"""Storage engines behind the ``Log``, ``CheckpointStore`` and ``Ownership`` protocols."""
+"""Storage engines behind the ``Engine`` protocol (``Log``, ``CheckpointStore``, ``Ownership``, lifecycle)."""
 
 from egress.engines.protocols import (
     Checkpoint,
     CheckpointStore,
+    Engine,
     EpochCommit,
     FencedError,
     KeyedState,
@@ -18,6 +19,7 @@ from egress.engines.sqlite import SqliteEngine
 __all__ = [
     "Checkpoint",
     "CheckpointStore",
+    "Engine",
     "EpochCommit",
     "FencedError",
     "KeyedState",

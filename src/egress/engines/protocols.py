@@ -1,7 +1,9 @@
-"""The boundary between the runtime and storage: ``Log``, ``CheckpointStore``, ``Ownership``.
+"""The boundary between the runtime and storage: ``Engine`` = ``Log`` + ``CheckpointStore`` +
+``Ownership`` + its lifecycle.
 
-Every engine (embedded SQLite today, NATS JetStream later) implements these three protocols; the
-runtime knows nothing else about storage. The records below are the engine-neutral data shapes.
+Every engine (embedded SQLite today, NATS JetStream later) implements :class:`Engine`; the runtime
+is typed against it and knows nothing else about storage. The records below are the engine-neutral
+data shapes. ``tests/engines/`` is the conformance suite every engine must pass.
 """
 
 from __future__ import annotations
@@ -68,9 +70,11 @@ class EpochCommit:
     ``consumer`` names the computation (or ``source:<id>`` for a source reader) and ``partition``
     its partition; ``epoch`` is the fence from :class:`Ownership` (a stale owner's commit fails).
     ``input_positions`` maps ``(stream, partition)`` (a source uses ``("", 0)``) to the new
-    offset consumed. ``log_appends`` are ``(stream, partition, message)`` tuples whose offsets the
-    engine assigns; ``outbox`` are new output messages for sinks; ``sink_progress`` by sink id;
-    ``outbox_acknowledged_seq`` lets the engine drop outbox messages every sink has persisted.
+    offset consumed. ``log_appends`` are :data:`LogAppend` tuples, given offsets by the engine in
+    list order, continuing each ``(stream, partition)`` densely; ``outbox`` are new output
+    messages for sinks; ``sink_progress`` by sink id (replacing the previous one, ``sink_state``
+    included); ``outbox_acknowledged_seq`` lets the engine drop outbox messages up to that seq,
+    which every sink has persisted.
     ``state_writes`` (``(state name, encoded key) → value bytes or None to delete``) is the
     consumer's internal state; ``external_state_writes`` (``(table, encoded key) → row bytes or
     None``) the user-named external state tables; ``timers_set`` / ``timers_deleted`` are
@@ -116,10 +120,12 @@ class KeyedState:
 
 
 class Log(Protocol):
-    """Partitioned streams of messages."""
+    """Partitioned streams of messages. Messages are appended only by a commit
+    (:attr:`EpochCommit.log_appends`), so an append is as atomic and as fenced as the rest of it."""
 
     async def read(self, stream: str, partition: int, after: int, limit: int) -> list[LogMessage]:
-        """Up to ``limit`` messages of ``(stream, partition)`` with offset >= ``after``, in order."""
+        """Up to ``limit`` messages of ``(stream, partition)`` with offset >= ``after``, in offset
+        order (``[]`` for a partition never written or when ``after`` is at its end)."""
         ...
 
     async def end_offset(self, stream: str, partition: int) -> int:
@@ -131,11 +137,18 @@ class CheckpointStore(Protocol):
     """Loads checkpoints and commits epochs atomically."""
 
     async def load_checkpoint(self, consumer: str, partition: int, sinks: list[str]) -> Checkpoint:
+        """The committed positions of ``(consumer, partition)``, the progress of each of ``sinks``
+        (``SinkProgress()`` for one that never committed any), the outbox messages some of
+        ``sinks`` has not yet persisted (seq above the lowest ``max_persisted_seq_no``), and the
+        next seq (above every committed outbox seq and persisted seq, even once all are trimmed)."""
         ...
 
     async def load_keyed_state(self, consumer: str, partition: int, partition_count: int,
                                external_tables: list[str]) -> KeyedState:
-        """State, external state rows, timers and watermark of ``partition``'s keys."""
+        """``partition``'s share of the keyed state: the internal state of ``consumer`` and the rows
+        of ``external_tables`` (shared by name between consumers) whose encoded keys have
+        ``egress.keys.partition_of(key, partition_count) == partition``, the timers and the
+        watermark committed by ``(consumer, partition)`` (``None`` before any)."""
         ...
 
     async def commit(self, commit: EpochCommit) -> None:
@@ -148,6 +161,26 @@ class Ownership(Protocol):
 
     async def acquire(self, consumer: str, partition: int) -> int:
         """Take ``(consumer, partition)`` and return its new epoch (greater than every earlier one)."""
+        ...
+
+
+class Engine(Log, CheckpointStore, Ownership, Protocol):
+    """A storage engine as the runtime uses it: the three protocols and their lifecycle.
+
+    The runtime (``Pipeline``, ``PartitionJob``, ``SourceReader``) calls nothing else; an engine
+    that passes ``tests/engines/`` can run every pipeline. ``egress.runtime.Pipeline`` makes it
+    through an ``EngineFactory`` (default: ``SqliteEngine`` in the state directory).
+    """
+
+    async def open(self) -> None:
+        """Connect to or create the storage; every other method needs it. Raises
+        :class:`~egress.errors.StateDirectoryError` (or another ``EgressError``) when the storage
+        cannot be used, naming it and the fix."""
+        ...
+
+    async def close(self) -> None:
+        """Release what ``open()`` took; committed data stays for the next ``open()``. Safe after a
+        failed ``open()`` and a second time."""
         ...
 
 

@@ -2,10 +2,11 @@
 
 from egress.runtime.api import InitContext, Message, OutputCollector, ProcessFunction, RuntimeContext, Timer
 from egress.runtime.options import RunOptions
-from egress.runtime.pipeline import Pipeline, RunResult
+from egress.runtime.pipeline import EngineFactory, Pipeline, RunResult
 from egress.runtime.plan import Plan, build_plan, load_plan
 
 __all__ = [
+    "EngineFactory",
     "InitContext",
     "Message",
     "OutputCollector",

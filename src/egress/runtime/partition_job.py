@@ -17,7 +17,7 @@ import orjson
 
 from egress.clock import Clock
 from egress.connectors.base import Sink, SinkContext
-from egress.engines import EpochCommit, LogAppend, LogMessage, OutboxMessage, SqliteEngine
+from egress.engines import Engine, EpochCommit, LogAppend, LogMessage, OutboxMessage
 from egress.errors import ProcessFunctionError
 from egress.keys import decode_key, derived_message_id, partition_of
 from egress.observe import Metrics, StatusTree
@@ -41,7 +41,7 @@ class PartitionJob:
         *,
         streams: dict[str, StreamSpec],
         partition_count: int,
-        engine: SqliteEngine,
+        engine: Engine,
         clock: Clock,
         metrics: Metrics,
         status: StatusTree,

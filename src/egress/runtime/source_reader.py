@@ -12,7 +12,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 from egress.connectors.base import SourceRecord
-from egress.engines import EpochCommit, LogAppend, SqliteEngine
+from egress.engines import Engine, EpochCommit, LogAppend
 from egress.keys import encode_key, partition_of, source_message_id, source_scope
 from egress.observe import Metrics
 from egress.runtime.options import RunOptions
@@ -29,7 +29,7 @@ class SourceReader:
     def __init__(
         self,
         plan: SourcePlan,
-        engine: SqliteEngine,
+        engine: Engine,
         base_dir: Path,
         partition_count: int,
         metrics: Metrics,
