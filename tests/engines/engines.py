@@ -1,0 +1,36 @@
+"""The engines the conformance suite runs against, and the records its tests commit.
+
+``ENGINES`` maps an engine's name to how to make one, not yet opened, for a directory and a
+pipeline name (the same shape as ``egress.runtime.EngineFactory`` without the run options). Every
+test in ``tests/engines/`` runs once per entry, the SIGKILL child included (it is given the name),
+so adding an engine is one line here.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+
+from egress.engines import Engine, OutboxMessage, SqliteEngine
+
+PIPELINE = "conformance"
+
+ENGINES: dict[str, Callable[[Path, str], Engine]] = {
+    "sqlite": SqliteEngine,
+}
+
+
+async def open_engine(name: str, directory: Path) -> Engine:
+    """An opened engine ``name`` on ``directory`` for :data:`PIPELINE` (closed again if opening fails)."""
+    engine = ENGINES[name](directory, PIPELINE)
+    try:
+        await engine.open()
+    except BaseException:
+        await engine.close()
+        raise
+    return engine
+
+
+def outbox_message(seq: int, stream: str = "requests") -> OutboxMessage:
+    """Outbox message ``seq`` with an id, key, timestamp and row derived from it."""
+    return OutboxMessage(seq, stream, f"id{seq}".encode(), f'["k{seq}"]'.encode(), 1.5 + seq, {"payload": f"p{seq}"})

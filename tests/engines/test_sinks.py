@@ -1,0 +1,65 @@
+"""Conformance, the outbox and sink progress: the outbox waits for the slowest sink and is trimmed
+once every sink persisted past a seq; sink progress and sink state round-trip."""
+
+from __future__ import annotations
+
+from egress.engines import Engine, EpochCommit, SinkProgress
+from tests.engines.conftest import OpenEngine
+from tests.engines.engines import outbox_message
+
+OUTBOX = [outbox_message(seq) for seq in (1, 2, 3)]
+
+
+async def test_the_checkpoint_holds_the_outbox_the_slowest_sink_has_not_persisted(engine: Engine) -> None:
+    epoch = await engine.acquire("c", 0)
+    await engine.commit(EpochCommit("c", 0, epoch, outbox=OUTBOX, sink_progress={"http": SinkProgress("", b"id1", 1)}))
+    both = await engine.load_checkpoint("c", 0, ["http", "other"])
+    assert both.outbox == OUTBOX
+    assert both.next_seq == 4
+    assert (await engine.load_checkpoint("c", 0, ["http"])).outbox == OUTBOX[1:]
+    assert (await engine.load_checkpoint("c", 1, ["http"])).outbox == []  # another partition's outbox
+
+
+async def test_the_outbox_is_trimmed_once_every_sink_persisted_past_a_seq(engine: Engine, reopen: OpenEngine) -> None:
+    epoch = await engine.acquire("c", 0)
+    await engine.commit(EpochCommit("c", 0, epoch, outbox=OUTBOX))
+    await engine.commit(EpochCommit("c", 0, epoch, sink_progress={"http": SinkProgress("", b"id2", 2),
+                                                                  "other": SinkProgress("", b"id3", 3)},
+                                    outbox_acknowledged_seq=2))
+    # A sink with no progress would see seq 1 and 2 again had they been kept: they are gone.
+    assert (await engine.load_checkpoint("c", 0, ["late"])).outbox == OUTBOX[2:]
+    await engine.close()
+    engine = await reopen()
+    checkpoint = await engine.load_checkpoint("c", 0, ["http", "other"])
+    assert checkpoint.outbox == OUTBOX[2:]
+    assert checkpoint.next_seq == 4
+
+
+async def test_next_seq_continues_after_the_whole_outbox_is_trimmed(engine: Engine, reopen: OpenEngine) -> None:
+    epoch = await engine.acquire("c", 0)
+    await engine.commit(EpochCommit("c", 0, epoch, outbox=OUTBOX))
+    await engine.commit(EpochCommit("c", 0, epoch, sink_progress={"http": SinkProgress("", b"id3", 3)},
+                                    outbox_acknowledged_seq=3))
+    await engine.close()
+    engine = await reopen()
+    checkpoint = await engine.load_checkpoint("c", 0, ["http"])
+    assert checkpoint.outbox == []
+    assert checkpoint.next_seq == 4
+
+
+async def test_sink_progress_and_sink_state_round_trip(engine: Engine, reopen: OpenEngine) -> None:
+    epoch = await engine.acquire("c", 0)
+    await engine.commit(EpochCommit("c", 0, epoch, sink_progress={"firehose": SinkProgress("", None, 0, b"[3,7]"),
+                                                                  "http": SinkProgress("producer-1", b"id1", 1)}))
+    await engine.commit(EpochCommit("c", 0, epoch, sink_progress={"firehose": SinkProgress("", b"id3", 3, b"[7]")}))
+    other = await engine.acquire("c", 1)
+    await engine.commit(EpochCommit("c", 1, other, sink_progress={"firehose": SinkProgress("", b"x", 9, b"[]")}))
+    await engine.close()
+    engine = await reopen()
+    assert (await engine.load_checkpoint("c", 0, ["firehose", "http", "new"])).sink_progress == {
+        "firehose": SinkProgress("", b"id3", 3, b"[7]"),  # replaced whole, its sink state with it
+        "http": SinkProgress("producer-1", b"id1", 1, b""),
+        "new": SinkProgress(),
+    }
+    assert (await engine.load_checkpoint("c", 1, ["firehose"])).sink_progress == {
+        "firehose": SinkProgress("", b"x", 9, b"[]")}
