@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from egress.engines import Engine, EpochCommit, LogAppend, LogMessage
+from tests.engines.conftest import OpenEngine
 
 
 def appends(stream: str, partition: int, count: int, start: int = 0) -> list[LogAppend]:
@@ -60,3 +61,14 @@ async def test_end_offset_is_the_offset_the_next_appended_message_gets(engine: E
     await engine.commit(EpochCommit("c", 0, epoch, log_appends=appends("out", 0, 2, start=3)))
     assert await engine.end_offset("out", 0) == 5
     assert [m.offset for m in await engine.read("out", 0, 3, 10)] == [3, 4]
+
+
+async def test_offsets_continue_after_reopening(engine: Engine, reopen: OpenEngine) -> None:
+    epoch = await engine.acquire("c", 0)
+    await engine.commit(EpochCommit("c", 0, epoch, log_appends=appends("out", 0, 2)))
+    await engine.close()
+    engine = await reopen()
+    epoch = await engine.acquire("c", 0)
+    assert await engine.end_offset("out", 0) == 2
+    await engine.commit(EpochCommit("c", 0, epoch, log_appends=appends("out", 0, 1, start=2)))
+    assert [(m.offset, m.row["i"]) for m in await engine.read("out", 0, 0, 10)] == [(0, 0), (1, 1), (2, 2)]
