@@ -25,6 +25,7 @@ Kill points are printed (``pytest -s``); ``EGRESS_KILL_SEED`` picks other ones.
 from __future__ import annotations
 
 import csv
+import functools
 import gzip
 import hashlib
 import json
@@ -110,10 +111,15 @@ def message_key(position: int) -> str:
     """The idempotency key of the only output of the flight at 0-based record ``position``:
     ``blake2b(pipeline 0x1F source id 0x1F path)[:8] || source partition u32 || position u64 ||
     output index u16``, hex (the path as the test's spec names it)."""
-    pipeline = yaml.safe_load(SPEC.read_text())["pipeline"]
-    prefix = hashlib.blake2b("\x1f".join((pipeline, SOURCE_ID, str(DATA))).encode(), digest_size=8).digest()
-    message_id = prefix + (0).to_bytes(4, "big") + position.to_bytes(8, "big") + (0).to_bytes(2, "big")
+    message_id = _source_prefix() + (0).to_bytes(4, "big") + position.to_bytes(8, "big") + (0).to_bytes(2, "big")
     return message_id.hex().upper()
+
+
+@functools.cache
+def _source_prefix() -> bytes:
+    """The 8-byte scope of the test's source (computed once: the Spec is parsed for it)."""
+    pipeline = yaml.safe_load(SPEC.read_text())["pipeline"]
+    return hashlib.blake2b("\x1f".join((pipeline, SOURCE_ID, str(DATA))).encode(), digest_size=8).digest()
 
 
 def expected_bodies() -> dict[str, str]:
