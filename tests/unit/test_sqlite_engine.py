@@ -7,6 +7,7 @@ from pathlib import Path
 import pytest
 
 from egress.engines import EpochCommit, FencedError, OutboxMessage, SinkProgress, SqliteEngine
+from egress.engines.sqlite import read_metadata
 from egress.errors import StateDirectoryError
 
 
@@ -131,4 +132,37 @@ async def test_a_directory_from_before_sink_state_gains_the_column(tmp_path: Pat
     await engine.open()
     checkpoint = await engine.load_checkpoint("c", 0, ["http"])
     assert checkpoint.sink_progress["http"] == SinkProgress("", b"id2", 2, b"")
+    await engine.close()
+
+
+async def test_metadata_values_are_kept_across_reopening_and_read_without_taking_the_directory(
+        tmp_path: Path) -> None:
+    assert read_metadata(tmp_path / "none") is None
+    engine = SqliteEngine(tmp_path, "p")
+    await engine.open()
+    assert await engine.read_meta("spec_layout") is None
+    await engine.write_meta("spec_layout", "{}")
+    await engine.write_meta("spec_layout", '{"partition_count": 2}')
+    assert read_metadata(tmp_path) == {"pipeline": "p", "schema_version": "1", "spec_layout": '{"partition_count": 2}'}
+    await engine.close()
+    again = SqliteEngine(tmp_path, "p")
+    await again.open()
+    assert await again.read_meta("spec_layout") == '{"partition_count": 2}'
+    await again.close()
+
+
+async def test_the_inventory_counts_where_committed_work_waits(tmp_path: Path) -> None:
+    engine = SqliteEngine(tmp_path, "p")
+    await engine.open()
+    source = await engine.acquire("source:s", 0)
+    await engine.commit(EpochCommit("source:s", 0, source, {("", 0): 5}, log_appends=[
+        ("events", p, f"m{i}".encode(), b"[]", None, {}) for i, p in enumerate([0, 0, 2, 2, 2])]))
+    job = await engine.acquire("c", 2)
+    await engine.commit(EpochCommit("c", 2, job, {("events", 2): 1}, outbox=[outbox(1), outbox(2)],
+                                    timers_set=[(b'["a"]', 10.0, "processing")]))
+    found = await engine.inventory()
+    assert found.log_ends == {("events", 0): 2, ("events", 2): 3}
+    assert found.read_positions == {("events", 2): [1]}  # the source reader's position is not a read
+    assert found.outbox == {("c", 2, "requests"): 2}
+    assert found.timers == {("c", 2): 1}
     await engine.close()

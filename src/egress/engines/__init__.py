@@ -3,6 +3,7 @@
 from egress.engines.protocols import (
     Checkpoint,
     CheckpointStore,
+    CommittedInventory,
     EpochCommit,
     FencedError,
     KeyedState,
@@ -18,6 +19,7 @@ from egress.engines.sqlite import SqliteEngine
 __all__ = [
     "Checkpoint",
     "CheckpointStore",
+    "CommittedInventory",
     "EpochCommit",
     "FencedError",
     "KeyedState",

@@ -115,6 +115,24 @@ class KeyedState:
     watermark: float | None
 
 
+@dataclass(frozen=True, slots=True)
+class CommittedInventory:
+    """Where committed work waits in a state directory, counted (for the drained check).
+
+    ``log_ends``: ``(stream, partition)`` → end offset (offsets are dense from 0 and never removed,
+    so a reader at offset ``o`` has ``end - o`` messages ahead of it); ``read_positions``:
+    ``(stream, partition)`` → the offsets computations committed reading it (source readers'
+    positions are not among them); ``outbox``: ``(computation, partition, stream)`` → committed
+    output messages not yet persisted by every sink; ``timers``: ``(computation, partition)`` →
+    pending timers.
+    """
+
+    log_ends: dict[tuple[str, int], int]
+    read_positions: dict[tuple[str, int], list[int]]
+    outbox: dict[tuple[str, int, str], int]
+    timers: dict[tuple[str, int], int]
+
+
 class Log(Protocol):
     """Partitioned streams of messages."""
 
