@@ -5,28 +5,19 @@ from __future__ import annotations
 
 import json
 import signal
-import sqlite3
 import subprocess
 import sys
 from pathlib import Path
-from typing import Any
 
 import pytest
 import yaml
 
+from tests.conftest import state_contents
 from tests.e2e.conftest import REPO, Receiver, start_run, wait_for_first_request, write_spec
 
 pytestmark = pytest.mark.e2e
 NON_CANCELLED_FLIGHTS = 26_483
 
-
-def contents(state: Path) -> dict[str, list[tuple[Any, ...]]]:
-    db = sqlite3.connect(f"{(state / 'egress.sqlite3').as_uri()}?mode=ro", uri=True)
-    try:
-        tables = [row[0] for row in db.execute("SELECT name FROM sqlite_master WHERE type = 'table'")]
-        return {table: sorted(db.execute(f"SELECT * FROM {table}").fetchall()) for table in tables}
-    finally:
-        db.close()
 
 
 def egress(*arguments: str) -> subprocess.CompletedProcess[str]:
@@ -43,7 +34,7 @@ def test_a_changed_partition_count_is_refused_and_the_original_spec_then_deliver
     wait_for_first_request(receiver.record, 0, process, log)
     process.send_signal(signal.SIGINT)
     assert process.wait(timeout=30) == 130, log.read_text()
-    before = contents(state)
+    before = state_contents(state)
 
     changed = tmp_path / "spec-two-partitions.yaml"
     document = yaml.safe_load(original.read_text())
@@ -58,7 +49,7 @@ def test_a_changed_partition_count_is_refused_and_the_original_spec_then_deliver
     checked = egress("validate", str(changed), "--state-dir", str(state))
     assert checked.returncode == 2, checked.stderr
     assert checked.stderr.splitlines() == [expected]
-    assert contents(state) == before
+    assert state_contents(state) == before
 
     process, log = start_run(egress_processes, tmp_path, write_spec(tmp_path, receiver.port, 1), state, 1,
                              until_drained=True)

@@ -17,7 +17,7 @@ from egress.errors import SpecMismatchError
 from egress.receiver import Receiver, ReceiverConfig
 from egress.runtime import Pipeline, RunOptions, RunResult, load_plan
 from egress.runtime.layout import LAYOUT_KEY
-from tests.conftest import ServerFactory, payload_spec
+from tests.conftest import ServerFactory, payload_spec, state_contents
 
 pytestmark = pytest.mark.integration
 
@@ -50,15 +50,6 @@ async def strand_everything(tmp_path: Path, serve_app: ServerFactory, partition_
     return state
 
 
-def contents(state: Path) -> dict[str, list[tuple[Any, ...]]]:
-    """Every row of every table of the state directory (read only)."""
-    db = sqlite3.connect(f"{(state / DATABASE_NAME).as_uri()}?mode=ro", uri=True)
-    try:
-        tables = [row[0] for row in db.execute("SELECT name FROM sqlite_master WHERE type = 'table'")]
-        return {table: sorted(db.execute(f"SELECT * FROM {table}").fetchall()) for table in tables}
-    finally:
-        db.close()
-
 
 def group_by_payload(document: dict[str, Any]) -> None:
     document["streams"]["events"]["group_by"] = ["payload"]
@@ -89,7 +80,7 @@ def rename_computation(document: dict[str, Any]) -> None:
 async def test_a_changed_layout_is_refused_with_nothing_changed_and_the_original_spec_resumes(
         tmp_path: Path, serve_app: ServerFactory, written_with: int, now: int, edit: Edit | None, named: str) -> None:
     state = await strand_everything(tmp_path, serve_app, written_with)
-    before = contents(state)
+    before = state_contents(state)
     receiver = Receiver()
     url = f"{await serve_app(receiver.app)}/events"
     changed, _ = spec_files(tmp_path, url, now, edit)
@@ -100,7 +91,7 @@ async def test_a_changed_layout_is_refused_with_nothing_changed_and_the_original
     assert message.startswith(f"{changed}: state directory {state} {named}")
     assert message.endswith("run it with the Spec it was written with until drained, or give this Spec another "
                             "--state-dir (egress does not move committed messages, state and timers to another layout)")
-    assert contents(state) == before
+    assert state_contents(state) == before
     assert receiver.stats.requests == 0
 
     resumed = await run(*spec_files(tmp_path, url, written_with), state)  # a new URL is no layout change
@@ -153,7 +144,7 @@ async def test_a_directory_without_a_recorded_layout_is_refused_when_the_spec_ca
         tmp_path: Path, serve_app: ServerFactory) -> None:
     state = await strand_everything(tmp_path, serve_app, 4)
     forget_layout(state)
-    before = contents(state)
+    before = state_contents(state)
     spec, dynamic = spec_files(tmp_path, "http://127.0.0.1:9/events", 2)
     with pytest.raises(SpecMismatchError) as refused:
         await run(spec, dynamic, state)
@@ -161,7 +152,7 @@ async def test_a_directory_without_a_recorded_layout_is_refused_when_the_spec_ca
         f"{spec}: state directory {state} records no Spec layout (an earlier egress wrote it) and holds committed "
         "work this Spec cannot reach: computation deliver partition 2: ")
     assert "(and 1 more): run it with the Spec it was written with until drained" in str(refused.value)
-    assert contents(state) == before
+    assert state_contents(state) == before
 
 
 async def test_a_new_computation_is_accepted_and_added_to_the_record(tmp_path: Path, serve_app: ServerFactory) -> None:
