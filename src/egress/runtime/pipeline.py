@@ -99,16 +99,17 @@ class Pipeline:
         result = RunResult()
         spec = self.plan.spec
         engine = SqliteEngine(self.state_dir, spec.pipeline, synchronous=self.options.synchronous)
+        dynamic = self.plan.dynamic_spec
         try:
             await engine.open()
             await self._check_state_directory(engine)
+            if dynamic.throttlers or self.options.throttler_url is not None:
+                self.throttling = Throttling(dynamic, self.clock, registry=self.metrics.registry,
+                                             throttler_url=self.options.throttler_url,
+                                             file=self.plan.dynamic_spec_file)
         except BaseException:
             await engine.close()
             raise
-        dynamic = self.plan.dynamic_spec
-        if dynamic.throttlers or self.options.throttler_url is not None:
-            self.throttling = Throttling(dynamic, self.clock, registry=self.metrics.registry,
-                                         throttler_url=self.options.throttler_url, file=self.plan.dynamic_spec_file)
         self._engine = engine
         if self.server is not None:
             await self.server.start()
