@@ -38,10 +38,6 @@ def _fail_on_spec_error(error: SpecError) -> None:
     raise typer.Exit(2)
 
 
-StateDirOption = Annotated[Optional[Path], typer.Option(  # noqa: UP045
-    help="Where committed state lives (default: .egress/<pipeline> in the current folder).")]
-
-
 @app.command()
 def validate(
     spec: SpecArgument,
@@ -69,9 +65,11 @@ def validate(
 def run(
     spec: SpecArgument,
     dynamic_spec: DynamicSpecOption = None,
-    state_dir: StateDirOption = None,
+    state_dir: Annotated[Optional[Path], typer.Option(  # noqa: UP045
+        help="Where committed state lives (default: .egress/<pipeline> in the current folder).")] = None,
     until_drained: Annotated[bool, typer.Option(
-        help="Stop once every source is read and every message delivered (exit 1 if a sink is blocked).")] = False,
+        help="Stop once every source is read and every message delivered (exit 1 if a sink is blocked, "
+             "2 if committed messages are out of this Spec's reach).")] = False,
     report: Annotated[Optional[Path], typer.Option(help="Write the final counters as JSON here.")] = None,  # noqa: UP045
     quiet: Annotated[bool, typer.Option(help="No progress line and no summary table (errors still print).")] = False,
     http_port: Annotated[Optional[int], typer.Option(  # noqa: UP045
