@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import gzip
+import sqlite3
 from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 from typing import Any
@@ -36,6 +37,17 @@ async def serve_app() -> AsyncIterator[ServerFactory]:
     yield start
     for runner in runners:
         await runner.cleanup()
+
+
+def state_contents(state: Path) -> dict[str, list[tuple[Any, ...]]]:
+    """Every row of every table of the state directory ``state``, read only (to prove a refused
+    run changed nothing)."""
+    db = sqlite3.connect(f"{(state / 'egress.sqlite3').as_uri()}?mode=ro", uri=True)
+    try:
+        tables = [row[0] for row in db.execute("SELECT name FROM sqlite_master WHERE type = 'table'")]
+        return {table: sorted(db.execute(f"SELECT * FROM {table}").fetchall()) for table in tables}
+    finally:
+        db.close()
 
 
 def january_rows(limit: int) -> str:

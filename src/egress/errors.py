@@ -72,3 +72,21 @@ class DeliveryError(EgressError):
 
 class StateDirectoryError(EgressError):
     """The state directory belongs to another pipeline or has an unknown layout version."""
+
+
+class SpecMismatchError(SpecError, StateDirectoryError):
+    """The Spec no longer matches what the state directory's committed data depends on.
+
+    Raised by ``Pipeline.run()`` before anything starts (nothing in the directory is changed), and
+    by ``egress validate --state-dir``. ``path`` is the Spec path that changed (``partition_count``,
+    ``streams/flights/group_by``, ...; empty when the directory recorded no Spec and holds committed
+    messages this Spec cannot reach) and ``state_dir`` the directory. ``str()`` is one line:
+    ``FILE: state directory DIR was written with PATH OLD; the Spec now says NEW: what to do``.
+    """
+
+    def __init__(self, message: str, *, path: str = "", file: str | None = None, state_dir: str = "") -> None:
+        self.state_dir = state_dir
+        super().__init__(message, path=path, file=file)
+
+    def format(self) -> str:
+        return ": ".join(part for part in (self.file, self.message) if part)  # the message names the path

@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from egress.engines import EpochCommit, SinkProgress, SqliteEngine
+from egress.engines.sqlite import read_metadata
 from egress.errors import StateDirectoryError
 
 
@@ -49,3 +50,19 @@ async def test_a_directory_from_before_sink_state_gains_the_column(tmp_path: Pat
     checkpoint = await engine.load_checkpoint("c", 0, ["http"])
     assert checkpoint.sink_progress["http"] == SinkProgress("", b"id2", 2, b"")
     await engine.close()
+
+
+async def test_metadata_values_are_kept_across_reopening_and_read_without_taking_the_directory(
+        tmp_path: Path) -> None:
+    assert read_metadata(tmp_path / "none") is None
+    engine = SqliteEngine(tmp_path, "p")
+    await engine.open()
+    assert await engine.read_meta("spec_layout") is None
+    await engine.write_meta("spec_layout", "{}")
+    await engine.write_meta("spec_layout", '{"partition_count": 2}')
+    assert read_metadata(tmp_path) == {"pipeline": "p", "schema_version": "1", "spec_layout": '{"partition_count": 2}'}
+    await engine.close()
+    again = SqliteEngine(tmp_path, "p")
+    await again.open()
+    assert await again.read_meta("spec_layout") == '{"partition_count": 2}'
+    await again.close()

@@ -17,9 +17,10 @@ from rich.text import Text
 
 from egress.cli.state import app as state_app
 from egress.cli.throttler import throttler_app
-from egress.errors import EgressError, SpecError
+from egress.errors import EgressError, SpecError, SpecMismatchError
 from egress.receiver import ReceiverConfig, serve
 from egress.runtime import Pipeline, RunOptions, RunResult, load_plan
+from egress.runtime.layout import WAY_OUT, check_recorded_layout
 from egress.runtime.pipeline import DYNAMIC_SPEC_STATUS
 
 app = typer.Typer(add_completion=False, no_args_is_help=True,
@@ -38,15 +39,26 @@ def _fail_on_spec_error(error: SpecError) -> None:
 
 
 @app.command()
-def validate(spec: SpecArgument, dynamic_spec: DynamicSpecOption = None) -> None:
+def validate(
+    spec: SpecArgument,
+    dynamic_spec: DynamicSpecOption = None,
+    state_dir: Annotated[Optional[Path], typer.Option(  # noqa: UP045
+        help="Also check that the Spec fits the committed state here (read only).")] = None,
+) -> None:
     """Check a Spec (and DynamicSpec) without running anything; one line per problem."""
     try:
         plan = load_plan(spec, dynamic_spec)
+        note = None if state_dir is None else check_recorded_layout(plan, state_dir)
     except SpecError as error:
         _fail_on_spec_error(error)
         return
+    except EgressError as error:
+        console.print(Text(str(error), style="red"))
+        raise typer.Exit(1) from None
     typer.echo(f"{spec}: valid pipeline {plan.spec.pipeline!r} with {len(plan.sources)} source(s), "
                f"{len(plan.computations)} computation(s)")
+    if note is not None:
+        typer.echo(note)
 
 
 @app.command()
@@ -56,7 +68,8 @@ def run(
     state_dir: Annotated[Optional[Path], typer.Option(  # noqa: UP045
         help="Where committed state lives (default: .egress/<pipeline> in the current folder).")] = None,
     until_drained: Annotated[bool, typer.Option(
-        help="Stop once every source is read and every message delivered (exit 1 if a sink is blocked).")] = False,
+        help="Stop once every source is read and every message delivered (exit 1 if a sink is blocked, "
+             "2 if committed messages are out of this Spec's reach).")] = False,
     report: Annotated[Optional[Path], typer.Option(help="Write the final counters as JSON here.")] = None,  # noqa: UP045
     quiet: Annotated[bool, typer.Option(help="No progress line and no summary table (errors still print).")] = False,
     http_port: Annotated[Optional[int], typer.Option(  # noqa: UP045
@@ -117,6 +130,9 @@ def run(
 
     try:
         result = asyncio.run(main())
+    except SpecMismatchError as error:  # refused before anything ran: the Spec does not fit the directory
+        _fail_on_spec_error(error)
+        return
     except EgressError as error:
         console.print(Text(str(error), style="red"))
         raise typer.Exit(1) from None
@@ -134,11 +150,16 @@ def run(
                           "another --state-dir starts over", highlight=False)
     for line in result.blocked:
         console.print(Text(f"blocked: {line}", style="red"))
+    for line in result.unreachable:
+        console.print(Text(f"unreachable in {directory}: {line}", style="red"))
     if result.error is not None:
         console.print(Text(f"error: {result.error}", style="red"))
     if result.ok and until_drained and not result.drained:
         console.print("interrupted before every message was delivered: run again to finish")
         raise typer.Exit(130)
+    if result.unreachable:
+        console.print(f"not drained: this Spec cannot reach committed work in {directory}; {WAY_OUT}", highlight=False)
+        raise typer.Exit(2)
     raise typer.Exit(0 if result.ok else 1)
 
 

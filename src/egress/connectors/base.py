@@ -136,11 +136,13 @@ class Registry:
     def __init__(self, kind: str) -> None:
         self.kind = kind
         self._classes: dict[str, Any] = {}
+        self._first_names: dict[Any, str] = {}
 
     def register(self, *names: str) -> Callable[[Any], Any]:
         def decorate(cls: Any) -> Any:
             for name in names:
                 self._classes[name] = cls
+            self._first_names.setdefault(cls, names[0])
             return cls
 
         return decorate
@@ -151,6 +153,11 @@ class Registry:
             return self._classes[name]
         except KeyError:
             raise KeyError(f'No {self.kind} class "{name}" is registered') from None
+
+    def canonical_name(self, name: str) -> str:
+        """The first name the class called ``name`` was registered under (``async_http`` gives
+        ``NYT::NFlow::TAsyncHttpSink``), so two spellings of one class compare equal; raises ``KeyError``."""
+        return self._first_names[self.get(name)]
 
     def names(self) -> list[str]:
         return sorted(self._classes)

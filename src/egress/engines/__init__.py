@@ -3,6 +3,7 @@
 from egress.engines.protocols import (
     Checkpoint,
     CheckpointStore,
+    CommittedInventory,
     Engine,
     EpochCommit,
     FencedError,
@@ -19,6 +20,7 @@ from egress.engines.sqlite import SqliteEngine
 __all__ = [
     "Checkpoint",
     "CheckpointStore",
+    "CommittedInventory",
     "Engine",
     "EpochCommit",
     "FencedError",

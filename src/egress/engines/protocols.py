@@ -119,6 +119,24 @@ class KeyedState:
     watermark: float | None
 
 
+@dataclass(frozen=True, slots=True)
+class CommittedInventory:
+    """Where committed work waits in a state directory, counted (for the drained check).
+
+    ``log_ends``: ``(stream, partition)`` → end offset (offsets are dense from 0 and never removed,
+    so a reader at offset ``o`` has ``end - o`` messages ahead of it); ``read_positions``:
+    ``(stream, partition)`` → the offsets computations committed reading it (source readers'
+    positions are not among them); ``outbox``: ``(computation, partition, stream)`` → committed
+    output messages not yet persisted by every sink; ``timers``: ``(computation, partition)`` →
+    pending timers.
+    """
+
+    log_ends: dict[tuple[str, int], int]
+    read_positions: dict[tuple[str, int], list[int]]
+    outbox: dict[tuple[str, int, str], int]
+    timers: dict[tuple[str, int], int]
+
+
 class Log(Protocol):
     """Partitioned streams of messages. Messages are appended only by a commit
     (:attr:`EpochCommit.log_appends`), so an append is as atomic and as fenced as the rest of it."""
@@ -181,6 +199,19 @@ class Engine(Log, CheckpointStore, Ownership, Protocol):
     async def close(self) -> None:
         """Release what ``open()`` took; committed data stays for the next ``open()``. Safe after a
         failed ``open()`` and a second time."""
+        ...
+
+    async def read_meta(self, key: str) -> str | None:
+        """The pipeline's metadata value ``key`` (e.g. ``spec_layout``), ``None`` when never written."""
+        ...
+
+    async def write_meta(self, key: str, value: str) -> None:
+        """Set the metadata value ``key`` durably, outside any epoch commit."""
+        ...
+
+    async def inventory(self) -> CommittedInventory:
+        """Where committed work waits (:class:`CommittedInventory`): the drained check counts what
+        no job of the current Spec can reach."""
         ...
 
 

@@ -20,6 +20,7 @@ import orjson
 
 from egress.engines.protocols import (
     Checkpoint,
+    CommittedInventory,
     EpochCommit,
     FencedError,
     KeyedState,
@@ -132,16 +133,8 @@ class SqliteEngine:
                     "INSERT INTO meta (key, value) VALUES (?, ?)",
                     [("pipeline", self.pipeline), ("schema_version", str(SCHEMA_VERSION))],
                 )
-        elif meta.get("pipeline") != self.pipeline:
-            raise StateDirectoryError(
-                f"{self.state_dir}: the state directory belongs to pipeline {meta.get('pipeline')!r}, "
-                f"not {self.pipeline!r}; choose another --state-dir"
-            )
-        elif meta.get("schema_version") != str(SCHEMA_VERSION):
-            raise StateDirectoryError(
-                f"{self.state_dir}: state layout version {meta.get('schema_version')} is not "
-                f"{SCHEMA_VERSION}, which this egress reads"
-            )
+        else:
+            check_metadata(meta, self.state_dir, self.pipeline)
 
     def _close_sync(self) -> None:
         assert self._db is not None
@@ -156,6 +149,54 @@ class SqliteEngine:
     def _transaction(self) -> _Transaction:
         assert self._db is not None
         return _Transaction(self._db)
+
+    # -- metadata and inventory --------------------------------------------------------------
+
+    async def read_meta(self, key: str) -> str | None:
+        """The directory's metadata value ``key`` (``None`` when never written)."""
+        return await self._call(self._read_meta_sync, key)
+
+    def _read_meta_sync(self, key: str) -> str | None:
+        assert self._db is not None
+        row = self._db.execute("SELECT value FROM meta WHERE key = ?", (key,)).fetchone()
+        return None if row is None else str(row[0])
+
+    async def write_meta(self, key: str, value: str) -> None:
+        """Set the metadata value ``key``, durably (its own transaction)."""
+        await self._call(self._write_meta_sync, key, value)
+
+    def _write_meta_sync(self, key: str, value: str) -> None:
+        assert self._db is not None
+        with self._transaction():
+            self._db.execute("INSERT INTO meta (key, value) VALUES (?, ?) "
+                             "ON CONFLICT DO UPDATE SET value = excluded.value", (key, value))
+
+    async def inventory(self) -> CommittedInventory:
+        """Where committed work waits (:class:`CommittedInventory`); reads indexes only for the log."""
+        return await self._call(self._inventory_sync)
+
+    def _inventory_sync(self) -> CommittedInventory:
+        db = self._db
+        assert db is not None
+        log_ends: dict[tuple[str, int], int] = {}
+        # One indexed MAX per (stream, partition), found by skipping from slot to slot, instead of
+        # a GROUP BY over every log row.
+        slot = db.execute("SELECT stream, partition FROM log ORDER BY stream, partition LIMIT 1").fetchone()
+        while slot is not None:
+            stream, partition = str(slot[0]), int(slot[1])
+            log_ends[(stream, partition)] = self._end_offset_sync(stream, partition)
+            slot = db.execute(
+                "SELECT stream, partition FROM log WHERE stream > ? OR (stream = ? AND partition > ?) "
+                "ORDER BY stream, partition LIMIT 1", (stream, stream, partition)).fetchone()
+        read_positions: dict[tuple[str, int], list[int]] = {}
+        for stream, stream_partition, offset in db.execute(
+                "SELECT stream, stream_partition, offset FROM positions WHERE consumer NOT LIKE 'source:%'"):
+            read_positions.setdefault((str(stream), int(stream_partition)), []).append(int(offset))
+        outbox = {(str(c), int(p), str(s)): int(n) for c, p, s, n in db.execute(
+            "SELECT consumer, partition, stream, COUNT(*) FROM outbox GROUP BY consumer, partition, stream")}
+        timers = {(str(c), int(p)): int(n) for c, p, n in db.execute(
+            "SELECT consumer, partition, COUNT(*) FROM timers GROUP BY consumer, partition")}
+        return CommittedInventory(log_ends, read_positions, outbox, timers)
 
     # -- Ownership ---------------------------------------------------------------------------
 
@@ -387,12 +428,11 @@ def read_state(state_dir: str | Path) -> dict[str, list[tuple[str, str, bytes, b
     [("", table, encoded key, row bytes)]}`` sorted by name and key. Raises
     :class:`StateDirectoryError` when ``state_dir`` holds no egress state.
     """
-    path = Path(state_dir) / DATABASE_NAME
-    if not path.exists():
+    db = _connect_read_only(state_dir)
+    if db is None:
         raise StateDirectoryError(f"{state_dir}: no egress state here (no {DATABASE_NAME})")
-    db = sqlite3.connect(f"{path.resolve().as_uri()}?mode=ro", uri=True)
     try:
-        tables = {row[0] for row in db.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+        tables = _tables(db)
         internal = [(str(c), str(n), bytes(k), bytes(v)) for c, n, k, v in db.execute(
             "SELECT consumer, name, key, value FROM state ORDER BY consumer, name, key")] if "state" in tables else []
         external = [("", str(n), bytes(k), bytes(v)) for n, k, v in db.execute(
@@ -400,6 +440,45 @@ def read_state(state_dir: str | Path) -> dict[str, list[tuple[str, str, bytes, b
     finally:
         db.close()
     return {"internal": internal, "external": external}
+
+
+def check_metadata(meta: dict[str, str], state_dir: str | Path, pipeline: str) -> None:
+    """Raise :class:`StateDirectoryError` unless the directory's metadata ``meta`` says it belongs
+    to ``pipeline`` and has the layout version this egress reads."""
+    if meta.get("pipeline") != pipeline:
+        raise StateDirectoryError(
+            f"{state_dir}: the state directory belongs to pipeline {meta.get('pipeline')!r}, "
+            f"not {pipeline!r}; choose another --state-dir"
+        )
+    if meta.get("schema_version") != str(SCHEMA_VERSION):
+        raise StateDirectoryError(
+            f"{state_dir}: state layout version {meta.get('schema_version')} is not "
+            f"{SCHEMA_VERSION}, which this egress reads"
+        )
+
+
+def read_metadata(state_dir: str | Path) -> dict[str, str] | None:
+    """The metadata of a state directory, read without taking it over (read-only, safe while a run
+    holds it); ``None`` when ``state_dir`` holds no egress state yet."""
+    db = _connect_read_only(state_dir)
+    if db is None:
+        return None
+    try:
+        return {str(k): str(v) for k, v in db.execute("SELECT key, value FROM meta")} if "meta" in _tables(db) else {}
+    finally:
+        db.close()
+
+
+def _connect_read_only(state_dir: str | Path) -> sqlite3.Connection | None:
+    """A read-only connection to the directory's database (``None`` when it has none)."""
+    path = Path(state_dir) / DATABASE_NAME
+    if not path.exists():
+        return None
+    return sqlite3.connect(f"{path.resolve().as_uri()}?mode=ro", uri=True)
+
+
+def _tables(db: sqlite3.Connection) -> set[str]:
+    return {str(row[0]) for row in db.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
 
 
 class _Transaction:

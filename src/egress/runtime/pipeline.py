@@ -1,6 +1,8 @@
 """The embedded runner: one process, one SQLite state directory, all partitions on one event loop.
 
-``Pipeline.run()`` starts a reader per source and a partition job per computation partition, and
+``Pipeline.run()`` first checks that the Spec's layout is the one the state directory's committed
+data depends on (``egress.runtime.layout``; a mismatch raises ``SpecMismatchError`` and changes
+nothing), then starts a reader per source and a partition job per computation partition, and
 runs until ``request_stop()`` (Ctrl-C), a failure, or, with ``until_drained``, until every source
 is exhausted and every job is idle (all acknowledged) or blocked by a terminal sink failure.
 Stopping lets every job commit its current epoch first, so nothing committed is lost.
@@ -14,11 +16,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import orjson
+
 from egress.clock import Clock, RealClock
 from egress.engines import Engine, SqliteEngine
 from egress.errors import SpecError
 from egress.observe import Metrics, StatusTree
 from egress.observe.server import StatusServer
+from egress.runtime.layout import LAYOUT_KEY, layout_mismatch, spec_layout, unreachable_work, unrecorded_mismatch
 from egress.runtime.options import RunOptions
 from egress.runtime.partition_job import PartitionJob
 from egress.runtime.plan import Plan, build_plan
@@ -41,16 +46,18 @@ def sqlite_engine(state_dir: Path, pipeline: str, options: RunOptions) -> Engine
 @dataclass
 class RunResult:
     """How a run ended: ``drained`` (all delivered), ``blocked`` (terminal sink errors, one line
-    each), ``error`` (a failure that stopped the run), ``elapsed`` seconds."""
+    each), ``unreachable`` (committed work no job of the Spec handles, one line per place; found
+    by the drained check), ``error`` (a failure that stopped the run), ``elapsed`` seconds."""
 
     drained: bool = False
     blocked: list[str] = field(default_factory=list)
+    unreachable: list[str] = field(default_factory=list)
     error: BaseException | None = None
     elapsed: float = 0.0
 
     @property
     def ok(self) -> bool:
-        return self.error is None and not self.blocked
+        return self.error is None and not self.blocked and not self.unreachable
 
 
 class Pipeline:
@@ -108,10 +115,16 @@ class Pipeline:
         spec = self.plan.spec
         engine = self._engine_factory(self.state_dir, spec.pipeline, self.options)
         dynamic = self.plan.dynamic_spec
-        if dynamic.throttlers or self.options.throttler_url is not None:
-            self.throttling = Throttling(dynamic, self.clock, registry=self.metrics.registry,
-                                         throttler_url=self.options.throttler_url, file=self.plan.dynamic_spec_file)
-        await engine.open()
+        try:
+            await engine.open()
+            await self._check_state_directory(engine)
+            if dynamic.throttlers or self.options.throttler_url is not None:
+                self.throttling = Throttling(dynamic, self.clock, registry=self.metrics.registry,
+                                             throttler_url=self.options.throttler_url,
+                                             file=self.plan.dynamic_spec_file)
+        except BaseException:
+            await engine.close()
+            raise
         self._engine = engine
         if self.server is not None:
             await self.server.start()
@@ -156,6 +169,27 @@ class Pipeline:
         result.elapsed = self.clock.monotonic() - started
         return result
 
+    async def _check_state_directory(self, engine: Engine) -> None:
+        """Refuse a Spec whose layout differs from the one the directory's committed data depends
+        on (``egress.runtime.layout``), before anything runs or is written; record the layout when
+        the directory has none yet (new, or written by an earlier egress: then first make sure no
+        committed work is out of this Spec's reach) or when this Spec added to it. Raises
+        :class:`SpecMismatchError`."""
+        current = spec_layout(self.plan)
+        text = await engine.read_meta(LAYOUT_KEY)
+        if text is None:
+            unreachable = unreachable_work(await engine.inventory(), self.plan)
+            if unreachable:
+                raise unrecorded_mismatch(unreachable, self.plan, self.state_dir)
+        else:
+            recorded = orjson.loads(text)
+            mismatch = layout_mismatch(recorded, self.plan, self.state_dir)
+            if mismatch is not None:
+                raise mismatch
+            if recorded == current:
+                return
+        await engine.write_meta(LAYOUT_KEY, orjson.dumps(current).decode())
+
     def _notifier(self, by_input: dict[tuple[str, int], list[PartitionJob]]) -> Callable[[set[tuple[str, int]]], None]:
         def notify(slots: set[tuple[str, int]]) -> None:
             for slot in slots:
@@ -189,7 +223,10 @@ class Pipeline:
                     job.input_finished = True
                     job.wake()
             if self.options.until_drained and finished and all(j.idle for j in self.jobs):
-                result.drained = all(j.blocked_error is None for j in self.jobs)
+                assert self._engine is not None
+                # Idle jobs only prove that the work they own is done: also count what no job owns.
+                result.unreachable = unreachable_work(await self._engine.inventory(), self.plan)
+                result.drained = not result.unreachable and all(j.blocked_error is None for j in self.jobs)
                 self.request_stop()
 
     # -- DynamicSpec, applied live --------------------------------------------------------------

@@ -28,6 +28,12 @@ class SourcePlan:
     stream_id: str
     stream: StreamSpec
 
+    @property
+    def reads(self) -> str:
+        """What the source reads, as the Spec names it (a file source's ``path``; ``""`` for a
+        source without one): it scopes the source's message ids and is recorded in the state directory."""
+        return str(getattr(self.parameters, "path", ""))
+
 
 @dataclass(frozen=True)
 class SinkPlan:

@@ -38,8 +38,7 @@ class SourceReader:
         pipeline: str = "",
     ) -> None:
         self.plan = plan
-        identity = getattr(plan.parameters, "path", "")  # what a file source reads, as the Spec names it
-        self._scope = source_scope(pipeline, plan.source_id, str(identity))
+        self._scope = source_scope(pipeline, plan.source_id, plan.reads)
         self.consumer = f"source:{plan.source_id}"
         self._engine = engine
         self._base_dir = base_dir
