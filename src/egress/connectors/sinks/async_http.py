@@ -4,8 +4,8 @@ Each committed message of the sink's input stream is POSTed with its payload col
 byte for byte, and an idempotency header carrying the upper-case hex of its message id. POSTs run
 concurrently; acknowledgements advance only as a contiguous prefix in ``seq`` order, and that
 prefix is what the partition job commits as ``max_persisted_seq_no``. A delivery that exhausts
-its retry budget is terminal for this sink instance: nothing after it is acknowledged or POSTed
-until the sink is recreated (a restart). The rules, case by case: ``docs/http-sink.md``.
+its retry budget is terminal for this sink instance, at the instant its last permitted attempt fails:
+nothing after it is acknowledged or POSTed until the sink is recreated (a restart). The rules, case by case: ``docs/http-sink.md``.
 """
 
 from __future__ import annotations
@@ -331,6 +331,10 @@ class AsyncHttpSink:
                 self._context.status.set_error(self._status_path, delivery.seq,
                                                f"Async HTTP POST failed: {last_error}")
                 dynamic = self._dynamic
+                if attempts >= dynamic.max_attempt_count:  # no attempt left: terminal now, not after a pause
+                    self._fail(delivery,
+                               str(DeliveryError(POLICY_EXHAUSTED, attempts=attempts, last_error=last_error)))
+                    return
                 delay = backoff_seconds(dynamic.backoff_policy(), attempts - 1)
                 if delay >= start + dynamic.request_timeout - clock.monotonic():
                     self._fail(delivery,
