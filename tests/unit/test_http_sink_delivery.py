@@ -32,6 +32,7 @@ class Outcome:
     latency: float = 0.0
     error: str | None = None
     location: str | None = None
+    retry_after: str | None = None
 
 
 class ScriptedTransport:
@@ -53,7 +54,10 @@ class ScriptedTransport:
             await self.clock.sleep(request.timeout)
             return Response(0, "curl error 28: Operation timed out")
         await self.clock.sleep(outcome.latency)
-        return Response(outcome.status, outcome.error, location=outcome.location if request.capture_location else None)
+        # As libcurl's client does: Retry-After only when asked for, and only of a 429 or 503.
+        retry_after = outcome.retry_after if request.capture_retry_after and outcome.status in (429, 503) else None
+        return Response(outcome.status, outcome.error, location=outcome.location if request.capture_location else None,
+                        retry_after=retry_after)
 
     def close(self) -> None:
         pass
@@ -64,8 +68,8 @@ class ScriptedTransport:
 
 class Harness:
     def __init__(self, script: Callable[[Request, int], Outcome], *, static: dict[str, Any] | None = None,
-                 dynamic: dict[str, Any] | None = None) -> None:
-        self.clock = VirtualClock()
+                 dynamic: dict[str, Any] | None = None, start: float = 0.0) -> None:
+        self.clock = VirtualClock(start)
         self.metrics = Metrics()
         self.status = StatusTree()
         self.transport = ScriptedTransport(self.clock, script)
