@@ -133,12 +133,13 @@ def test_exhausted_retries_stop_the_sink_until_a_restart_after_the_fix(
 @pytest.mark.timeout(120)
 def test_a_live_dynamic_spec_change_reaches_a_delivery_already_retrying(
         tmp_path: Path, processes: list[subprocess.Popen[bytes]], unused_tcp_port: int) -> None:
-    """max_attempt_count 1 → 2 while the only delivery pauses before its verdict; a bad file is ignored."""
-    receiver = launch_receiver(tmp_path / "received.jsonl", "--fail-first", "1")
+    """max_attempt_count 2 → 3 while the only delivery pauses after its first failure, so that its second
+    failure is not its last; a bad file in between is ignored."""
+    receiver = launch_receiver(tmp_path / "received.jsonl", "--fail-first", "2")
     try:
         spec, dynamic = payload_spec(tmp_path, f"http://127.0.0.1:{receiver.port}/events", ["only"],
-                                     dynamic_parameters={"max_attempt_count": 1, "retry_initial_delay": "4s",
-                                                         "retry_maximum_delay": "4s", "retry_jitter_ratio": 0.0})
+                                     dynamic_parameters={"max_attempt_count": 2, "retry_initial_delay": "5s",
+                                                         "retry_maximum_delay": "5s", "retry_jitter_ratio": 0.0})
         process = egress_run(processes, spec, dynamic, tmp_path / "state", "--until-drained",
                              "--http-port", str(unused_tcp_port))
         wait_for(lambda: receiver.record.exists() and records(receiver), 30, "the first attempt")
@@ -148,13 +149,14 @@ def test_a_live_dynamic_spec_change_reaches_a_delivery_already_retrying(
         dynamic.write_text(yaml.safe_dump(document))
         error = wait_for(lambda: get_json(status_url)["dynamic_spec"]["error"], 10, "the bad file to be reported")
         assert "max_attempt_count" in error
-        document["computations"]["deliver"]["sinks"]["http"]["parameters"]["max_attempt_count"] = 2
+        document["computations"]["deliver"]["sinks"]["http"]["parameters"]["max_attempt_count"] = 3
         dynamic.write_text(yaml.safe_dump(document))
         wait_for(lambda: get_json(status_url)["dynamic_spec"]["version"] == 1, 10, "the fixed file to apply")
+        assert len(records(receiver)) == 1, "the change must land within the 5 s pause"
         assert process.wait(timeout=30) == 0
     finally:
         stop_receiver(receiver)
-    assert [r["status"] for r in records(receiver)] == [503, 200]
+    assert [r["status"] for r in records(receiver)] == [503, 503, 200]
 
 
 def _persisted_seq(state: Path) -> int:

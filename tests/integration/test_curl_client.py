@@ -209,3 +209,26 @@ async def test_response_headers_are_captured_on_request(serve_app: ServerFactory
     assert full.body == b'{"requestId": "r"}'
     assert location.location == "/next"
     assert location.headers is None
+
+
+async def test_retry_after_is_kept_only_for_a_429_or_503_that_asked_for_it(serve_app: ServerFactory) -> None:
+    async def handle(request: web.Request) -> web.Response:
+        return web.Response(status=int(request.query["status"]), headers={"Retry-After": " 120 ", "X-Other": "x"})
+
+    app = web.Application()
+    app.router.add_post("/", handle)
+    base = await serve_app(app)
+    client = CurlClient()
+    try:
+        answers = {status: await client.send(Request(f"{base}/?status={status}", b"", capture_retry_after=True))
+                   for status in (429, 503, 500, 200, 301)}
+        unasked = await client.send(Request(f"{base}/?status=503", b""))
+        with_location = await client.send(Request(f"{base}/?status=503", b"", capture_location=True,
+                                                  capture_retry_after=True))
+    finally:
+        client.close()
+    assert {status: r.retry_after for status, r in answers.items()} == {
+        429: "120", 503: "120", 500: None, 200: None, 301: None}
+    assert all(r.headers is None and r.location is None for r in answers.values())
+    assert unasked.retry_after is None
+    assert (with_location.retry_after, with_location.location) == ("120", None)

@@ -509,6 +509,9 @@ async def test_backoff_sequence_on_the_virtual_clock(serve_app: ServerFactory, t
         assert 0.85 * min(120, 2 ** n) <= wait <= 1.15 * min(120, 2 ** n)
     assert sum(waits) <= 600 < sum(waits) + expected[len(waits)]  # the next retry would start after 600 s
     assert len(endpoint.seen) == len(starts) >= 10
+    # Given up at the instant the last attempt failed (responses take no virtual time), not a wait later.
+    line = json.loads((tmp_path / "e.jsonl").read_text())
+    assert (line["attemptsMade"], line["attemptEndingTimestamp"]) == (len(starts), int(starts[-1] * 1000))
 
 
 async def test_url_and_key_change_between_attempts(serve_app: ServerFactory, tmp_path: Path,

@@ -32,6 +32,7 @@ class Outcome:
     latency: float = 0.0
     error: str | None = None
     location: str | None = None
+    retry_after: str | None = None
 
 
 class ScriptedTransport:
@@ -53,19 +54,22 @@ class ScriptedTransport:
             await self.clock.sleep(request.timeout)
             return Response(0, "curl error 28: Operation timed out")
         await self.clock.sleep(outcome.latency)
-        return Response(outcome.status, outcome.error, location=outcome.location if request.capture_location else None)
+        # As libcurl's client does: Retry-After only when asked for, and only of a 429 or 503.
+        retry_after = outcome.retry_after if request.capture_retry_after and outcome.status in (429, 503) else None
+        return Response(outcome.status, outcome.error, location=outcome.location if request.capture_location else None,
+                        retry_after=retry_after)
 
     def close(self) -> None:
         pass
 
-    def times(self, url: str | None = None) -> list[float]:
-        return [t for t, r in self.sent if url is None or r.url == url]
+    def times(self, url: str | None = None, body: bytes | None = None) -> list[float]:
+        return [t for t, r in self.sent if (url is None or r.url == url) and (body is None or r.body == body)]
 
 
 class Harness:
     def __init__(self, script: Callable[[Request, int], Outcome], *, static: dict[str, Any] | None = None,
-                 dynamic: dict[str, Any] | None = None) -> None:
-        self.clock = VirtualClock()
+                 dynamic: dict[str, Any] | None = None, start: float = 0.0) -> None:
+        self.clock = VirtualClock(start)
         self.metrics = Metrics()
         self.status = StatusTree()
         self.transport = ScriptedTransport(self.clock, script)
@@ -112,6 +116,28 @@ async def test_fails_after_three_attempts_with_the_upstream_message() -> None:
     assert h.sink.progress().max_persisted_seq_no == 0
 
 
+async def test_a_delivery_is_terminal_at_the_instant_its_last_permitted_attempt_fails() -> None:
+    """max_attempt_count 3, no jitter: attempts at exactly 0, d1 = 1 and d1 + d2 = 3 s, and the third
+    failure is terminal at t = 3, not after one more backoff: /status shows the head's terminal error at
+    once, it is the sink's terminal error, and later deliveries fail after it (a later one never becomes
+    terminal on its own, and a message distributed then is never POSTed)."""
+    h = Harness(lambda request, n: Outcome(503 if request.body == b"head" else 500), dynamic={"max_attempt_count": 3})
+    h.distribute(["head", "later"])
+    await h.clock.advance(3)
+    assert h.transport.times(body=b"head") == [0.0, 1.0, 3.0]
+    assert h.transport.times(body=b"later") == [0.0, 1.0, 3.0]
+    terminal = "Async HTTP POST retry policy exhausted after 3 attempt(s); last error: HTTP status 503"
+    assert h.sink.terminal_error == terminal
+    assert h.status.error(STATUS) == terminal
+    h.distribute(["after"], first_seq=3)
+    await h.clock.advance(100)
+    assert h.transport.times(body=b"after") == []
+    assert len(h.transport.sent) == 6
+    assert h.sink.terminal_error == terminal
+    assert h.status._errors[STATUS][2] == "Async HTTP POST failed: HTTP status 500"  # failed with the head
+    assert h.sink.progress().max_persisted_seq_no == 0
+
+
 async def test_does_not_schedule_an_attempt_past_the_total_deadline() -> None:
     h = Harness(always(503), dynamic={"request_timeout": "2500ms", "attempt_timeout": "1s"})
     h.distribute(["a"])
@@ -131,14 +157,27 @@ async def test_caps_each_attempt_by_the_remaining_deadline() -> None:
 
 
 async def test_reconfiguration_affects_a_delivery_already_retrying() -> None:
-    h = Harness(lambda request, n: Outcome(503 if n == 1 else 200), dynamic={"max_attempt_count": 1})
+    """max_attempt_count 2 → 3 while the delivery pauses after its first failure: the second failure
+    (at t = 1) is no longer its last, and the third attempt succeeds."""
+    h = Harness(lambda request, n: Outcome(503 if n <= 2 else 200), dynamic={"max_attempt_count": 2})
     h.distribute(["a"])
     await h.clock.advance(0.5)  # first attempt failed; pausing until t = 1
-    h.sink.reconfigure(AsyncHttpSinkDynamicParameters(max_attempt_count=2, retry_jitter_ratio=0.0))
+    h.sink.reconfigure(AsyncHttpSinkDynamicParameters(max_attempt_count=3, retry_jitter_ratio=0.0))
     await h.clock.advance(10)
-    assert h.transport.times() == [0.0, 1.0]
+    assert h.transport.times() == [0.0, 1.0, 3.0]
     assert h.sink.terminal_error is None
     assert h.sink.progress().max_persisted_seq_no == 1
+
+
+async def test_a_cap_lowered_during_a_pause_ends_the_delivery_when_the_pause_ends() -> None:
+    h = Harness(always(503), dynamic={"max_attempt_count": 3})
+    h.distribute(["a"])
+    await h.clock.advance(0.5)  # first attempt failed; pausing until t = 1
+    h.sink.reconfigure(AsyncHttpSinkDynamicParameters(max_attempt_count=1, retry_jitter_ratio=0.0))
+    await h.clock.advance(0.5)
+    assert h.transport.times() == [0.0]
+    assert h.sink.terminal_error == ("Async HTTP POST retry policy exhausted after 1 attempt(s); "
+                                     "last error: HTTP status 503")
 
 
 @pytest.mark.parametrize("status", [200, 201, 204, 206, 299])
@@ -206,7 +245,7 @@ async def test_terminal_head_failure_posts_no_later_message() -> None:
     h = Harness(lambda request, n: Outcome(500) if request.body == b"head" else Outcome(503),
                 dynamic={"max_attempt_count": 2})
     h.distribute(["head", "later"])
-    await h.clock.advance(3.5)  # attempts at 0 and 1; after the 2 s pause the budget is spent at t = 3
+    await h.clock.advance(1)  # attempts at 0 and 1: the second failure is terminal at once
     assert (h.sink.terminal_error or "").startswith("Async HTTP POST retry policy exhausted after 2")
     h.distribute(["after"], first_seq=3)
     await h.clock.advance(100)

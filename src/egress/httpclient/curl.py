@@ -4,9 +4,11 @@ One :class:`CurlClient` owns one multi handle, its connection cache and a pool o
 handles. asyncio code calls ``await client.send(request)``; the curl thread runs the transfers with
 ``perform`` and one ``poll`` over every client's descriptors, and hands completions back to the
 event loop in batches (one ``call_soon_threadsafe`` per wake-up, not per request). Python does as
-little per request as it can: no header parsing beyond the status and the redirect target libcurl
-resolved, and no per-socket callbacks (libcurl's socket and timer callbacks each took the GIL, which
-the event loop and the SQLite thread hold much of the time: see ``docs/benchmarks.md``).
+little per request as it can: header lines are kept (by the C ``list.append``, one call per line) only
+when a request asks for a header, and decoded only once the transfer ends, and for ``Retry-After``
+only when the status is 429 or 503; no per-socket callbacks (libcurl's socket and timer callbacks each
+took the GIL, which the event loop and the SQLite thread hold much of the time: see
+``docs/benchmarks.md``).
 """
 
 from __future__ import annotations
@@ -21,6 +23,8 @@ from typing import NamedTuple
 
 import pycurl
 
+from egress.httpclient.retry_after import RETRY_AFTER_STATUSES
+
 
 class Request(NamedTuple):
     """One HTTP exchange: ``method`` ``POST`` (with ``body``) or ``GET`` (``body`` ignored).
@@ -29,7 +33,8 @@ class Request(NamedTuple):
     attempt from the moment the transfer starts: connect, send, response and full body read.
     ``capture_body`` keeps the response body (the default discards it after reading it all);
     ``capture_location`` keeps the raw ``Location`` header (redirects are never followed here);
-    ``capture_headers`` keeps every header of the final response.
+    ``capture_headers`` keeps every header of the final response; ``capture_retry_after`` keeps the
+    raw ``Retry-After`` header of a 429 or 503 response (of no other status).
     """
 
     url: str
@@ -40,6 +45,7 @@ class Request(NamedTuple):
     capture_location: bool = False
     capture_headers: bool = False
     method: str = "POST"
+    capture_retry_after: bool = False
 
 
 class Response(NamedTuple):
@@ -49,7 +55,8 @@ class Response(NamedTuple):
     exchange, else libcurl's description (``"curl error 28: ..."``); both are set when a status
     arrived but the body read then failed. ``location`` is the raw ``Location`` header when the
     request asked for it, ``headers`` the response's headers (lower-case names; a repeated header
-    keeps its last value) when the request asked for them, ``local_port`` the client port used.
+    keeps its last value) when the request asked for them, ``local_port`` the client port used;
+    ``retry_after`` the raw ``Retry-After`` value of a 429 or 503 when the request asked for it.
     """
 
     status: int
@@ -58,6 +65,7 @@ class Response(NamedTuple):
     location: str | None = None
     headers: dict[str, str] | None = None
     local_port: int = 0
+    retry_after: str | None = None
 
     @property
     def ok(self) -> bool:
@@ -251,12 +259,12 @@ class CurlClient:
             headers.append("Expect:")
         handle.setopt(pycurl.HTTPHEADER, headers)
         handle.setopt(pycurl.TIMEOUT_MS, max(1, int(request.timeout * 1000)))
-        capture = _Capture(request.capture_body, request.capture_headers)
-        wants_headers = request.capture_location or request.capture_headers
+        wants_headers = request.capture_location or request.capture_headers or request.capture_retry_after
+        capture = _Capture(request, wants_headers)
         # Only a handle that captured before needs its callbacks reset (setting them costs calls).
         if request.capture_body or wants_headers or id(handle) in self._capturing:
             handle.setopt(pycurl.WRITEFUNCTION, capture.chunks.append if request.capture_body else _discard)
-            handle.setopt(pycurl.HEADERFUNCTION, capture.header if wants_headers else None)
+            handle.setopt(pycurl.HEADERFUNCTION, capture.lines.append if capture.lines is not None else None)
             if request.capture_body or wants_headers:
                 self._capturing.add(id(handle))
             else:
@@ -280,13 +288,19 @@ class CurlClient:
 
     def _finish(self, handle: pycurl.Curl, error: str | None) -> tuple[asyncio.Future[Response], Response]:
         _, future, capture = self._running.pop(id(handle))
+        status = int(handle.getinfo(pycurl.RESPONSE_CODE))
+        request = capture.request
+        location = headers = retry_after = None
+        if capture.lines is not None:
+            location, headers, retry_after = capture.headers(status)
         response = Response(
-            status=int(handle.getinfo(pycurl.RESPONSE_CODE)),
+            status=status,
             error=error,
-            body=b"".join(capture.chunks) if capture.keep_body else None,
-            location=capture.location,
-            headers=capture.headers,
+            body=b"".join(capture.chunks) if request.capture_body else None,
+            location=location,
+            headers=headers,
             local_port=max(0, int(handle.getinfo(pycurl.LOCAL_PORT) or 0)),
+            retry_after=retry_after,
         )
         self._multi.remove_handle(handle)
         self._spare_handles.append(handle)
@@ -386,30 +400,43 @@ class _CurlThread:
 
 
 class _Capture:
-    """What one transfer keeps of its response: body chunks, ``Location``, and the headers."""
+    """What one transfer keeps of its response: the body chunks, and every header line as libcurl
+    hands it over when ``request`` wants a header (``lines``; ``None`` when it wants none)."""
 
-    __slots__ = ("chunks", "headers", "keep_body", "location")
+    __slots__ = ("chunks", "lines", "request")
 
-    def __init__(self, keep_body: bool, keep_headers: bool) -> None:
-        self.keep_body = keep_body
+    def __init__(self, request: Request, keep_headers: bool) -> None:
+        self.request = request
         self.chunks: list[bytes] = []
-        self.location: str | None = None
-        self.headers: dict[str, str] | None = {} if keep_headers else None
+        self.lines: list[bytes] | None = [] if keep_headers else None
 
-    def header(self, line: bytes) -> None:
-        if line[:5] == b"HTTP/":  # a new response (after a 100 Continue): only the last one counts
-            self.location = None
-            if self.headers is not None:
-                self.headers.clear()
-            return
+    def headers(self, status: int) -> tuple[str | None, dict[str, str] | None, str | None]:
+        """``Location``, every header and ``Retry-After`` of the final response, each only when the
+        request asked for it (``Retry-After`` only for a 429 or 503). The lines are decoded only when
+        one of them is wanted, so a request that captures ``Retry-After`` costs one C call per line."""
+        request = self.request
+        wants_retry_after = request.capture_retry_after and status in RETRY_AFTER_STATUSES
+        if self.lines is None or not (request.capture_location or request.capture_headers or wants_retry_after):
+            return None, None, None
+        found = _final_headers(self.lines)
+        return (found.get("location") if request.capture_location else None,
+                found if request.capture_headers else None,
+                found.get("retry-after") if wants_retry_after else None)
+
+
+def _final_headers(lines: list[bytes]) -> dict[str, str]:
+    """The headers of the last response among ``lines`` (an interim response such as 100 Continue
+    starts over at its status line): lower-case names, a repeated header keeps its last value."""
+    first = 0
+    for index, line in enumerate(lines):
+        if line[:5] == b"HTTP/":
+            first = index + 1
+    headers: dict[str, str] = {}
+    for line in lines[first:]:
         name, colon, value = line.decode("latin-1").partition(":")
-        if not colon:
-            return
-        name = name.strip().lower()
-        if name == "location":
-            self.location = value.strip()
-        if self.headers is not None:
-            self.headers[name] = value.strip()
+        if colon:
+            headers[name.strip().lower()] = value.strip()
+    return headers
 
 
 def _discard(data: bytes) -> None:

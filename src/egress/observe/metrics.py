@@ -83,6 +83,16 @@ class Metrics:
             "egress_sink_async_http_sink_retries", "Attempts after the first one of a delivery.",
             ["sink_id"], registry=self.registry,
         )
+        self.http_sink_retry_after = Counter(
+            "egress_sink_async_http_sink_retry_after",
+            "429 and 503 responses whose Retry-After paused their endpoint (RFC 9110 §10.2.3).",
+            ["sink_id"], registry=self.registry,
+        )
+        self.http_sink_retry_after_invalid = Counter(
+            "egress_sink_async_http_sink_retry_after_invalid",
+            "Retry-After values that are neither delay-seconds nor an HTTP-date, ignored.",
+            ["sink_id"], registry=self.registry,
+        )
         self.http_sink_delivered = Counter(
             "egress_sink_async_http_sink_delivered", "Messages acknowledged after a 2xx.",
             ["sink_id"], registry=self.registry,

@@ -4,8 +4,10 @@ Each committed message of the sink's input stream is POSTed with its payload col
 byte for byte, and an idempotency header carrying the upper-case hex of its message id. POSTs run
 concurrently; acknowledgements advance only as a contiguous prefix in ``seq`` order, and that
 prefix is what the partition job commits as ``max_persisted_seq_no``. A delivery that exhausts
-its retry budget is terminal for this sink instance: nothing after it is acknowledged or POSTed
-until the sink is recreated (a restart). The rules, case by case: ``docs/http-sink.md``.
+its retry budget is terminal for this sink instance, at the instant its last permitted attempt fails:
+nothing after it is acknowledged or POSTed until the sink is recreated (a restart). Beyond upstream, a
+429 or 503 with ``Retry-After`` pauses every new attempt to its endpoint (scheme, host, port). The
+rules, case by case: ``docs/http-sink.md``.
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import collections
 import functools
+import math
 from collections.abc import Callable
 from typing import Any, ClassVar, Protocol
 from urllib.parse import urlsplit
@@ -23,6 +26,7 @@ from egress.engines import OutboxMessage, SinkProgress
 from egress.errors import DeliveryError, SpecError
 from egress.httpclient import CurlClient, Request, Response, backoff_seconds
 from egress.httpclient.redirects import HTTPS_TO_HTTP, REDIRECT_STATUSES, RedirectError, is_downgrade, resolve_location
+from egress.httpclient.retry_after import endpoint_of, retry_after_seconds
 from egress.keys import idempotency_key
 from egress.spec import StreamSpec
 from egress.throttler.errors import ThrottlerError
@@ -145,6 +149,10 @@ class AsyncHttpSink:
         self._sending = 0  # running deliveries not pausing between attempts
         self._send_window = SEND_WINDOW_PER_CONNECTION * client_concurrency(parameters)
         self._terminal: tuple[int, str] | None = None
+        # Endpoint (scheme, host, port) -> clock.monotonic() until which it asked to wait (Retry-After).
+        self._pauses: dict[tuple[str, str, int], float] = {}
+        self._endpoint = endpoint_of(parameters.url)
+        self._resume: asyncio.Task[None] | None = None  # starts first attempts when their endpoint's pause ends
         self._transports: dict[str, HttpTransport] = {}
         self._headers = tuple(f"{name}: {value}" for name, value in parameters.headers.items())
         self._throttle = self._throttle_handle(context, parameters)
@@ -155,6 +163,8 @@ class AsyncHttpSink:
         self._retries = metrics.http_sink_retries.labels(sink_id)
         self._attempt_failures = metrics.http_sink_attempt_failures.labels(sink_id)
         self._delivered = metrics.http_sink_delivered.labels(sink_id)
+        self._retry_after = metrics.http_sink_retry_after.labels(sink_id)
+        self._retry_after_invalid = metrics.http_sink_retry_after_invalid.labels(sink_id)
         self._responses = metrics.http_sink_responses
         self._responses_by_status: dict[int, Any] = {}
 
@@ -227,6 +237,8 @@ class AsyncHttpSink:
     async def close(self) -> None:
         self._waiting.clear()  # cancelled deliveries must not start waiting ones
         tasks = [d.task for d in self._pending if d.task is not None and not d.task.done()]
+        if self._resume is not None:
+            tasks.append(self._resume)
         for task in tasks:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
@@ -240,13 +252,39 @@ class AsyncHttpSink:
     def _start_waiting(self) -> None:
         limit = self._parameters.max_in_flight
         while (self._waiting and (limit is None or self._running < limit)
-               and self._sending < self._send_window):
+               and self._sending < self._send_window and not self._first_attempts_paused()):
             delivery = self._waiting.popleft()
             if self._terminal is not None and self._terminal[0] < delivery.seq:
                 continue  # nothing later than a terminal failure is POSTed by this instance
             self._running += 1
             self._sending += 1
             self._start(delivery)
+
+    def _first_attempts_paused(self) -> bool:
+        """Whether the configured endpoint asked to wait (``Retry-After``). While it does, deliveries
+        not yet started stay waiting (their ``request_timeout`` has not begun) and a timer starts them
+        when the pause ends."""
+        if not self._pauses:
+            return False
+        until = self._pause_end(self._endpoint)
+        if until is None:
+            return False
+        if self._resume is None:
+            self._resume = asyncio.get_running_loop().create_task(self._resume_first_attempts(until))
+        return True
+
+    async def _resume_first_attempts(self, until: float) -> None:
+        await self._context.clock.sleep_until(until)
+        self._resume = None
+        self._start_waiting()  # checks the pause again: a later response may have extended it
+
+    def _pause_end(self, endpoint: tuple[str, str, int]) -> float | None:
+        """The ``clock.monotonic()`` at which ``endpoint``'s pause ends, ``None`` when it has none now."""
+        until = self._pauses.get(endpoint)
+        if until is not None and until <= self._context.clock.monotonic():
+            del self._pauses[endpoint]
+            return None
+        return until
 
     def _start(self, delivery: _Delivery) -> None:
         """Begin a delivery. Without redirects to follow or a throttler to wait for, the first attempt
@@ -262,7 +300,8 @@ class AsyncHttpSink:
         url = self._parameters.url
         future = self._transport(url).submit(
             Request(url, delivery.body, self._headers_of(delivery),
-                    timeout=min(dynamic.attempt_timeout, dynamic.request_timeout)))
+                    timeout=min(dynamic.attempt_timeout, dynamic.request_timeout),
+                    capture_retry_after=dynamic.respect_retry_after))
         delivery.task = future
         future.add_done_callback(functools.partial(self._first_attempt_done, delivery))
 
@@ -270,15 +309,18 @@ class AsyncHttpSink:
         if future.cancelled():
             self._finished(delivery)
             return
-        error = self._judge(future.result())  # never _FOLLOW: this path runs only without redirects
+        response = future.result()
+        error = self._judge(response)  # never _FOLLOW: this path runs only without redirects
         if error is None:
             self._succeed(delivery)
             self._finished(delivery)
         else:
-            self._continue(delivery, attempts=1, last_error=error)
+            self._continue(delivery, attempts=1, last_error=error,
+                           retry_after=self._retry_after_of(self._parameters.url, response))
 
-    def _continue(self, delivery: _Delivery, *, attempts: int, last_error: str | None) -> None:
-        task = asyncio.get_running_loop().create_task(self._deliver(delivery, attempts, last_error))
+    def _continue(self, delivery: _Delivery, *, attempts: int, last_error: str | None,
+                  retry_after: float = 0.0) -> None:
+        task = asyncio.get_running_loop().create_task(self._deliver(delivery, attempts, last_error, retry_after))
         delivery.task = task
         task.add_done_callback(lambda _: self._finished(delivery))
 
@@ -289,16 +331,26 @@ class AsyncHttpSink:
         if self._waiting and not asyncio.get_running_loop().is_closed():
             self._start_waiting()
 
-    async def _pause(self, delivery: _Delivery, seconds: float) -> None:
-        """Sleep between attempts, outside the send window, so fresh deliveries may start meanwhile."""
+    async def _pause_until(self, delivery: _Delivery, when: float) -> None:
+        """Sleep until ``clock.monotonic()`` reaches ``when`` (never less: a deadline check follows),
+        outside the send window, so fresh deliveries may start meanwhile."""
+        clock = self._context.clock
         delivery.pausing = True
         self._sending -= 1
         self._start_waiting()
         try:
-            await self._context.clock.sleep(seconds)
+            while clock.monotonic() < when:
+                await clock.sleep_until(when)
         finally:
             delivery.pausing = False
             self._sending += 1
+
+    async def _wait_for_endpoint(self, delivery: _Delivery, url: str, deadline: float) -> None:
+        """Wait while the endpoint of ``url`` asked to wait (``Retry-After``), at most until
+        ``deadline`` (``clock.monotonic()`` seconds): no attempt to a pausing endpoint starts."""
+        endpoint = endpoint_of(url)
+        while (until := self._pause_end(endpoint)) is not None and self._context.clock.monotonic() < deadline:
+            await self._pause_until(delivery, min(until, deadline))
 
     def _transport(self, url: str) -> HttpTransport:
         scheme = urlsplit(url).scheme.lower()
@@ -315,11 +367,13 @@ class AsyncHttpSink:
             return self._headers
         return (*self._headers, f"{name}: {idempotency_key(delivery.message_id)}")
 
-    async def _deliver(self, delivery: _Delivery, attempts: int, last_error: str | None) -> None:
+    async def _deliver(self, delivery: _Delivery, attempts: int, last_error: str | None,
+                       retry_after: float = 0.0) -> None:
         """Attempts until a 2xx or the budget ends (upstream ``TAsyncHttpSink`` delivery loop).
 
         ``attempts`` were already made (the first-attempt fast path), the last failing with
-        ``last_error``; the deadline counts from ``delivery.started``.
+        ``last_error`` after asking (``Retry-After``) for ``retry_after`` seconds; the deadline
+        counts from ``delivery.started``.
         """
         assert delivery.body is not None
         clock = self._context.clock
@@ -327,74 +381,129 @@ class AsyncHttpSink:
         start = delivery.started
         redirects = [0]  # counted across all attempts of this delivery
         while True:
-            if last_error is not None:  # after a failed attempt: pause, or give up at the deadline
-                self._context.status.set_error(self._status_path, delivery.seq,
-                                               f"Async HTTP POST failed: {last_error}")
-                dynamic = self._dynamic
-                delay = backoff_seconds(dynamic.backoff_policy(), attempts - 1)
-                if delay >= start + dynamic.request_timeout - clock.monotonic():
+            if last_error is not None and not await self._pause_after_failure(delivery, attempts, last_error,
+                                                                              retry_after):
+                return
+            dynamic = self._dynamic  # read at every decision: DynamicSpec changes apply live
+            deadline = start + dynamic.request_timeout
+            if attempts >= dynamic.max_attempt_count or clock.monotonic() >= deadline:  # changed while pausing
+                self._fail(delivery, str(DeliveryError(POLICY_EXHAUSTED, attempts=attempts, last_error=last_error)))
+                return
+            if self._pauses:
+                await self._wait_for_endpoint(delivery, self._parameters.url, deadline)
+                if clock.monotonic() >= deadline:  # the endpoint asked to wait past this delivery's deadline
                     self._fail(delivery,
                                str(DeliveryError(DEADLINE_EXHAUSTED, attempts=attempts, last_error=last_error)))
                     return
-                await self._pause(delivery, delay)
-                if self._terminal is not None and self._terminal[0] < delivery.seq:
-                    return  # an earlier delivery failed for good: no later message is POSTed
-            dynamic = self._dynamic  # read at every decision: DynamicSpec changes apply live
-            remaining = start + dynamic.request_timeout - clock.monotonic()
-            if attempts >= dynamic.max_attempt_count or remaining <= 0:
-                self._fail(delivery, str(DeliveryError(POLICY_EXHAUSTED, attempts=attempts, last_error=last_error)))
-                return
             if self._throttle is not None:
                 # The global rate's wait is not part of the attempt: its budget starts once granted.
                 try:
                     await self._throttle.throttle(1)
                 except ThrottlerError as error:  # the controller stayed away past its retry budget
                     attempts += 1
-                    last_error = f"throttler: {error}"
+                    last_error, retry_after = f"throttler: {error}", 0.0
                     continue
-                remaining = max(0.0, start + dynamic.request_timeout - clock.monotonic())
+            remaining = max(0.0, deadline - clock.monotonic())
             attempts += 1
             if attempts > 1:
                 self._retries.inc()
-            last_error = await self._attempt(delivery.body, headers, min(dynamic.attempt_timeout, remaining),
-                                             redirects)
+            last_error, retry_after = await self._attempt(delivery, headers, min(dynamic.attempt_timeout, remaining),
+                                                          redirects)
             if last_error is None:
                 self._succeed(delivery)
                 return
 
-    async def _attempt(self, body: bytes, headers: tuple[str, ...], budget: float, redirects: list[int]) -> str | None:
+    async def _pause_after_failure(self, delivery: _Delivery, attempts: int, last_error: str,
+                                   retry_after: float) -> bool:
+        """The verdict after failed attempt number ``attempts``; True once the pause before the next
+        attempt is over, False when the delivery has ended (terminal, or an earlier one was).
+
+        In upstream's order, and at the instant the attempt failed: no attempt left → retry policy
+        exhausted; the next backoff would reach ``request_timeout`` → retry deadline exhausted. Else
+        the pause is the backoff, or the ``retry_after`` seconds the response asked for if longer; a
+        ``Retry-After`` that reaches the deadline is waited out to the deadline, which then ends the
+        delivery with retry deadline exhausted.
+        """
+        self._context.status.set_error(self._status_path, delivery.seq, f"Async HTTP POST failed: {last_error}")
+        clock = self._context.clock
+        dynamic = self._dynamic
+        if attempts >= dynamic.max_attempt_count:
+            self._fail(delivery, str(DeliveryError(POLICY_EXHAUSTED, attempts=attempts, last_error=last_error)))
+            return False
+        now = clock.monotonic()
+        deadline = delivery.started + dynamic.request_timeout
+        delay = backoff_seconds(dynamic.backoff_policy(), attempts - 1)
+        if delay >= deadline - now:
+            self._fail(delivery, str(DeliveryError(DEADLINE_EXHAUSTED, attempts=attempts, last_error=last_error)))
+            return False
+        asked_longer = retry_after > delay
+        await self._pause_until(delivery, min(now + (retry_after if asked_longer else delay), deadline))
+        if self._terminal is not None and self._terminal[0] < delivery.seq:
+            return False  # an earlier delivery failed for good: no later message is POSTed
+        if asked_longer and clock.monotonic() >= delivery.started + self._dynamic.request_timeout:
+            self._fail(delivery, str(DeliveryError(DEADLINE_EXHAUSTED, attempts=attempts, last_error=last_error)))
+            return False
+        return True
+
+    async def _attempt(self, delivery: _Delivery, headers: tuple[str, ...], budget: float,
+                       redirects: list[int]) -> tuple[str | None, float]:
         """One attempt: POST to ``url`` and follow redirects within ``budget`` seconds.
 
-        Returns ``None`` after a 2xx whose body was read completely, else the error that makes
-        the attempt fail. ``redirects[0]`` counts redirects followed across attempts.
+        Returns ``None`` after a 2xx whose body was read completely, else the error that makes the
+        attempt fail, with the seconds its last response asked to wait (``Retry-After``; 0 without).
+        ``redirects[0]`` counts redirects followed across attempts. A request to an endpoint that
+        asked to wait starts only when the pause ends, within ``budget``.
         """
+        assert delivery.body is not None
         clock = self._context.clock
         deadline = clock.monotonic() + budget
         url = self._parameters.url
         follow = self._parameters.max_redirect_count > 0
         while True:
+            if self._pauses:
+                await self._wait_for_endpoint(delivery, url, deadline)
             remaining = deadline - clock.monotonic()
             if remaining <= 0:
-                return ATTEMPT_TIMED_OUT
+                return ATTEMPT_TIMED_OUT, 0.0
             self._requests.inc()
             response = await self._transport(url).submit(
-                Request(url, body, headers, timeout=remaining, capture_location=follow))
+                Request(url, delivery.body, headers, timeout=remaining, capture_location=follow,
+                        capture_retry_after=self._dynamic.respect_retry_after))
             error = self._judge(response)
             if error is None or not error.startswith(_FOLLOW):
-                return error
+                return error, self._retry_after_of(url, response)
             if redirects[0] >= self._parameters.max_redirect_count:
-                return f"HTTP status {response.status}"
+                return f"HTTP status {response.status}", 0.0
             assert response.location is not None
             redirects[0] += 1
             try:
                 target = resolve_location(url, response.location)
             except RedirectError as failure:
-                return str(failure)
+                return str(failure), 0.0
             if is_downgrade(url, target):
-                return HTTPS_TO_HTTP
+                return HTTPS_TO_HTTP, 0.0
             url = target
             if self._throttle is not None:
                 await self._throttle.throttle(1)  # a redirected POST is a request to the endpoint too
+
+    def _retry_after_of(self, url: str, response: Response) -> float:
+        """The seconds a 429 or 503 from ``url`` asked to wait with ``Retry-After``, at most
+        ``retry_after_cap``, after pausing its endpoint until then; 0 without a valid one (a value in
+        neither form is counted and ignored) or with ``respect_retry_after`` off."""
+        if response.retry_after is None or not self._dynamic.respect_retry_after:
+            return 0.0
+        clock = self._context.clock
+        seconds = retry_after_seconds(response.retry_after, clock.now())
+        if seconds is None:
+            self._retry_after_invalid.inc()
+            return 0.0
+        self._retry_after.inc()
+        seconds = min(seconds, self._dynamic.retry_after_cap)
+        endpoint = endpoint_of(url)
+        until = clock.monotonic() + seconds
+        if until > self._pauses.get(endpoint, -math.inf):  # the pause ends at the latest end asked for
+            self._pauses[endpoint] = until
+        return seconds
 
     def _judge(self, response: Response) -> str | None:
         """Count ``response`` in the metrics; ``None`` for a complete 2xx, ``_FOLLOW`` for a redirect

@@ -103,7 +103,13 @@ class AsyncHttpSinkParameters(_AtLeastOnceOnly):
 
 class AsyncHttpSinkDynamicParameters(_AtLeastOnceOnly):
     """Dynamic parameters (``DynamicSpec`` at ``computations/<c>/sinks/<s>/parameters``), applied to
-    every later retry decision, including deliveries already retrying. Durations are seconds."""
+    every later retry decision, including deliveries already retrying. Durations are seconds.
+
+    Beyond upstream: ``respect_retry_after`` (default on) makes a 429 or 503 with ``Retry-After``
+    (RFC 9110 §10.2.3) pause its endpoint and set the next attempt's delay to at least that value, at
+    most ``retry_after_maximum_delay`` (default: ``retry_maximum_delay``); see ``docs/http-sink.md``.
+    Both apply to responses that arrive after the change.
+    """
 
     request_timeout: Duration = Field(default=60.0, gt=0)
     attempt_timeout: Duration = Field(default=10.0, gt=0)
@@ -113,6 +119,9 @@ class AsyncHttpSinkDynamicParameters(_AtLeastOnceOnly):
     retry_maximum_delay: Duration = Field(default=30.0, gt=0)
     retry_jitter_ratio: float = Field(default=0.2, ge=0.0, le=1.0)
     max_attempt_count: int = Field(default=5, ge=1, le=100)
+    # Beyond upstream (egress).
+    respect_retry_after: bool = True
+    retry_after_maximum_delay: Duration | None = Field(default=None, gt=0)
 
     @model_validator(mode="after")
     def _orders(self) -> AsyncHttpSinkDynamicParameters:
@@ -123,6 +132,14 @@ class AsyncHttpSinkDynamicParameters(_AtLeastOnceOnly):
         if self.retry_initial_delay > self.retry_maximum_delay:
             raise ValueError("retry_initial_delay must not exceed retry_maximum_delay")
         return self
+
+    @property
+    def retry_after_cap(self) -> float:
+        """The longest wait a ``Retry-After`` may ask for, in seconds: ``retry_after_maximum_delay``,
+        or ``retry_maximum_delay`` when it is not set."""
+        if self.retry_after_maximum_delay is None:
+            return self.retry_maximum_delay
+        return self.retry_after_maximum_delay
 
     def backoff_policy(self) -> BackoffPolicy:
         return BackoffPolicy(
