@@ -1,4 +1,4 @@
-"""The ``egress`` command line: ``run``, ``validate``, ``receiver``."""
+"""The ``egress`` command line: ``run``, ``validate``, ``receiver``, ``redrive``, ``state``, ``throttler``."""
 
 from __future__ import annotations
 
@@ -15,6 +15,7 @@ from rich.console import Console
 from rich.live import Live
 from rich.text import Text
 
+from egress.cli.redrive import redrive_command
 from egress.cli.state import app as state_app
 from egress.cli.throttler import throttler_app
 from egress.errors import EgressError, SpecError
@@ -27,6 +28,7 @@ app = typer.Typer(add_completion=False, no_args_is_help=True,
 console = Console(stderr=True, soft_wrap=True)
 app.add_typer(throttler_app, name="throttler")
 app.add_typer(state_app, name="state")
+app.command(name="redrive")(redrive_command)
 
 SpecArgument = Annotated[Path, typer.Argument(help="The Spec file (.yson, .yaml or .json).")]
 DynamicSpecOption = Annotated[Optional[Path], typer.Option("--dynamic-spec", help="The DynamicSpec file.")]  # noqa: UP045

@@ -1,0 +1,70 @@
+"""``egress redrive DEAD_LETTER_FILE SPEC --sink COMPUTATION/SINK``: re-send dead letters.
+
+Prints one line with what happened (delivered, already redriven, failed) and one line per failed
+letter; exit code 0 when every letter of the sink is now delivered, 1 when some failed again, 2 when
+it cannot start (the Spec, the file or ``--sink``), each with a one-line error naming the fix.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+from rich.console import Console
+from rich.text import Text
+
+from egress.connectors.dead_letters import DeadLetterFileError, redrive_record_path
+from egress.errors import SpecError
+from egress.runtime import load_plan
+from egress.runtime.redrive import RedriveError, RedriveReport, redrive
+
+console = Console(stderr=True, soft_wrap=True)
+SHOWN_FAILURES = 20
+
+
+def redrive_command(
+    dead_letter_file: Annotated[Path, typer.Argument(help="The sink's dead_letter_path file.")],
+    spec: Annotated[Path, typer.Argument(help="The Spec file (.yson, .yaml or .json) with the sink.")],
+    sink: Annotated[str, typer.Option("--sink", help="COMPUTATION/SINK: the HTTP sink to send through.")],
+    dynamic_spec: Annotated[Optional[Path], typer.Option(  # noqa: UP045
+        "--dynamic-spec", help="The DynamicSpec file (retries, throttlers) of the sink.")] = None,
+    throttler_url: Annotated[Optional[str], typer.Option(  # noqa: UP045
+        help="Share the throttlers of `egress throttler serve` at this URL (default: in this process).")] = None,
+) -> None:
+    """Re-send the dead letters of a sink through it, as the Spec configures it now, with their original
+    idempotency keys; what is delivered is recorded in DEAD_LETTER_FILE.redriven and never sent again."""
+    try:
+        plan = load_plan(spec, dynamic_spec)
+    except SpecError as error:
+        console.print(Text(error.format(), style="red"), highlight=False)
+        raise typer.Exit(2) from None
+    try:
+        report = asyncio.run(redrive(plan, dead_letter_file, sink, throttler_url=throttler_url))
+    except (RedriveError, DeadLetterFileError) as error:
+        console.print(Text(f"egress redrive: {error}", style="red"), highlight=False)
+        raise typer.Exit(2) from None
+    _print(report)
+    raise typer.Exit(0 if report.ok else 1)
+
+
+def _print(report: RedriveReport) -> None:
+    typer.echo(f"redrive {report.file} through {report.sink}: {len(report.delivered)} delivered, "
+               f"{report.already_redriven} already redriven, {len(report.failed)} failed"
+               + (f", {report.not_attempted} not attempted" if report.not_attempted else ""))
+    for letter, error in report.failed[:SHOWN_FAILURES]:
+        console.print(Text(f"failed: partition {letter.partition} seq {letter.seq} key {letter.idempotency_key}: "
+                           f"{error}", style="yellow"), highlight=False)
+    if len(report.failed) > SHOWN_FAILURES:
+        console.print(f"... and {len(report.failed) - SHOWN_FAILURES} more failed", highlight=False)
+    if not report.ok:
+        console.print("the letters that failed stay in the file: run egress redrive again once the cause is fixed",
+                      highlight=False)
+    if report.delivered:
+        console.print(f"recorded in {redrive_record_path(report.file)}: another redrive skips them", highlight=False)
+    for name, count in sorted(report.other_sinks.items()):
+        console.print(f"{count} line(s) of sink {name} left alone (redrive them with --sink {name})", highlight=False)
+    if report.torn_bytes:
+        console.print(f"the last {report.torn_bytes} byte(s) of {report.file} are not a complete line (cut by a crash, "
+                      "or being written now): not a dead letter", highlight=False)
