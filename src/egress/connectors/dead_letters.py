@@ -251,11 +251,13 @@ class DeadLetterFile:
 
 class DeadLetterFiles:
     """The dead-letter files of one run by path (one :class:`DeadLetterFile` per path), with the
-    number of lines written and the latest one, for ``/status``."""
+    number of lines written (in all, and by file and ``computation/sink``) and the latest one, for
+    ``/status`` and the end of ``egress run``."""
 
     def __init__(self) -> None:
         self._files: dict[Path, DeadLetterFile] = {}
         self.written = 0
+        self.by_file: collections.Counter[tuple[Path, str]] = collections.Counter()
         self.latest: tuple[DeadLetter, Path] | None = None
 
     def open(self, path: str | Path) -> DeadLetterOutput:
@@ -268,6 +270,7 @@ class DeadLetterFiles:
 
     def _written(self, letter: DeadLetter, path: Path) -> None:
         self.written += 1
+        self.by_file[(path, f"{letter.computation}/{letter.sink}")] += 1
         self.latest = (letter, path)
 
     def status(self) -> dict[str, Any]:
@@ -299,8 +302,8 @@ def _numbered_lines(path: str | Path, *, missing_ok: bool = True) -> Iterator[tu
     except FileNotFoundError:
         if missing_ok:
             return
-        raise DeadLetterFileError(f"{path}: no such dead-letter file: give the file a sink's dead_letter_path "
-                                  "names (relative paths start where egress run ran)") from None
+        raise DeadLetterFileError(f"{path}: no such dead-letter file: give the sink's dead_letter_path (a relative "
+                                  "one starts in the folder egress run ran in)") from None
     except OSError as error:
         raise DeadLetterFileError(f"{path}: cannot read it: {error.strerror}") from None
     for number, line in enumerate(lines, start=1):
