@@ -7,7 +7,12 @@ import json
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from egress.connectors.dead_letters import read_dead_letters
+from egress.errors import SpecError
+from egress.runtime import load_plan
+from tests.conftest import payload_spec
 from tests.unit.test_http_sink_delivery import STATUS, Harness, Outcome, always
 
 
@@ -94,3 +99,13 @@ async def test_a_message_dead_lettered_again_after_a_restart_has_one_line(tmp_pa
         assert h.sink.progress().max_persisted_seq_no == 2
         await h.sink.close()
     assert [letter.seq for letter in read_dead_letters(path)[0]] == [1, 2]
+
+
+def test_a_dead_letter_path_in_a_missing_folder_is_refused_before_anything_runs(tmp_path: Path) -> None:
+    spec, dynamic = payload_spec(tmp_path, "http://127.0.0.1:9/events", [],
+                                 sink_parameters={"dead_letter_path": str(tmp_path / "missing" / "dead.jsonl")})
+    with pytest.raises(SpecError) as raised:
+        load_plan(spec, dynamic)
+    assert str(raised.value) == (
+        f'{spec}: computations/deliver/sinks/http/parameters/dead_letter_path: folder "{tmp_path / "missing"}" of '
+        "the dead-letter file does not exist: create it, or point dead_letter_path into an existing folder")
