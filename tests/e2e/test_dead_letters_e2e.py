@@ -88,10 +88,12 @@ def test_a_run_goes_on_past_exhausted_deliveries_and_redrive_delivers_them_once(
     try:
         healthy_spec = with_url(spec, f"http://127.0.0.1:{healthy.port}/events")
         command = ("redrive", str(dead), str(healthy_spec), "--sink", "deliver/http", "--dynamic-spec", str(dynamic))
-        code, output = finish(egress(egress_processes, *command))
+        code, output = finish(egress(egress_processes, *command, "--report", str(tmp_path / "report.json")))
         assert code == 0, output
         assert f"{len(dead_keys)} delivered, 0 already redriven, 0 failed" in output
         assert delivered_keys(healthy) == dead_keys  # the original keys, each once
+        report = json.loads((tmp_path / "report.json").read_text())
+        assert Counter(d["idempotency_key"] for d in report["delivered"]) == dead_keys
         code, output = finish(egress(egress_processes, *command))
         assert code == 0, output
         assert f"0 delivered, {len(dead_keys)} already redriven, 0 failed" in output

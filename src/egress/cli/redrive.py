@@ -8,14 +8,15 @@ it cannot start (the Spec, the file or ``--sink``), each with a one-line error n
 from __future__ import annotations
 
 import asyncio
+import json
 from pathlib import Path
-from typing import Annotated, Optional
+from typing import Annotated, Any, Optional
 
 import typer
 from rich.console import Console
 from rich.text import Text
 
-from egress.connectors.dead_letters import DeadLetterFileError, redrive_record_path
+from egress.connectors.dead_letters import DeadLetter, DeadLetterFileError, redrive_record_path
 from egress.errors import SpecError
 from egress.runtime import load_plan
 from egress.runtime.redrive import RedriveError, RedriveReport, redrive
@@ -32,6 +33,8 @@ def redrive_command(
         "--dynamic-spec", help="The DynamicSpec file (retries, throttlers) of the sink.")] = None,
     throttler_url: Annotated[Optional[str], typer.Option(  # noqa: UP045
         help="Share the throttlers of `egress throttler serve` at this URL (default: in this process).")] = None,
+    report: Annotated[Optional[Path], typer.Option(  # noqa: UP045
+        help="Write what was delivered and what failed (partition, seq, idempotency key) as JSON here.")] = None,
 ) -> None:
     """Re-send the dead letters of a sink through it, as the Spec configures it now, with their original
     idempotency keys; what is delivered is recorded in DEAD_LETTER_FILE.redriven and never sent again."""
@@ -41,12 +44,26 @@ def redrive_command(
         console.print(Text(error.format(), style="red"), highlight=False)
         raise typer.Exit(2) from None
     try:
-        report = asyncio.run(redrive(plan, dead_letter_file, sink, throttler_url=throttler_url))
+        outcome = asyncio.run(redrive(plan, dead_letter_file, sink, throttler_url=throttler_url))
     except (RedriveError, DeadLetterFileError) as error:
         console.print(Text(f"egress redrive: {error}", style="red"), highlight=False)
         raise typer.Exit(2) from None
-    _print(report)
-    raise typer.Exit(0 if report.ok else 1)
+    _print(outcome)
+    if report is not None:
+        report.write_text(json.dumps(report_document(outcome), indent=2) + "\n")
+    raise typer.Exit(0 if outcome.ok else 1)
+
+
+def report_document(report: RedriveReport) -> dict[str, Any]:
+    """``--report``: ``delivered`` and ``failed`` letters (``failed`` with their error), the counts."""
+    def entry(letter: DeadLetter) -> dict[str, Any]:
+        return {"partition": letter.partition, "seq": letter.seq, "message_id": letter.message_id.hex(),
+                "idempotency_key": letter.idempotency_key}
+
+    return {"file": str(report.file), "sink": report.sink, "delivered": [entry(d) for d in report.delivered],
+            "failed": [{**entry(letter), "error": error} for letter, error in report.failed],
+            "already_redriven": report.already_redriven, "not_attempted": report.not_attempted,
+            "other_sinks": dict(report.other_sinks)}
 
 
 def _print(report: RedriveReport) -> None:
