@@ -1,4 +1,4 @@
-"""The ``egress`` command line: ``run``, ``validate``, ``receiver``."""
+"""The ``egress`` command line: ``run``, ``validate``, ``receiver``, ``redrive``, ``state``, ``throttler``."""
 
 from __future__ import annotations
 
@@ -15,6 +15,7 @@ from rich.console import Console
 from rich.live import Live
 from rich.text import Text
 
+from egress.cli.redrive import redrive_command
 from egress.cli.state import app as state_app
 from egress.cli.throttler import throttler_app
 from egress.errors import EgressError, SpecError, SpecMismatchError
@@ -28,6 +29,7 @@ app = typer.Typer(add_completion=False, no_args_is_help=True,
 console = Console(stderr=True, soft_wrap=True)
 app.add_typer(throttler_app, name="throttler")
 app.add_typer(state_app, name="state")
+app.command(name="redrive")(redrive_command)
 
 SpecArgument = Annotated[Path, typer.Argument(help="The Spec file (.yson, .yaml or .json).")]
 DynamicSpecOption = Annotated[Optional[Path], typer.Option("--dynamic-spec", help="The DynamicSpec file.")]  # noqa: UP045
@@ -148,6 +150,11 @@ def run(
         if result.ok and not values["rows_read"] and not values["posts"] and not values["messages_processed"]:
             console.print(f"nothing new: {directory} already holds everything the sources had; a run with "
                           "another --state-dir starts over", highlight=False)
+    redrive_hint = f" --dynamic-spec {dynamic_spec}" if dynamic_spec is not None else ""
+    for (path, sink), count in sorted(pipeline.dead_letters.by_file.items()):
+        console.print(Text(f"{count:,} dead letter(s) of {sink} written to {path}: once the endpoint is fixed, "
+                           f"egress redrive {path} {spec} --sink {sink}{redrive_hint}", style="yellow"),
+                      highlight=False)
     for line in result.blocked:
         console.print(Text(f"blocked: {line}", style="red"))
     for line in result.unreachable:
@@ -173,6 +180,7 @@ class _Reporter:
         self._version = 0
         self._error: str | None = None
         self._status: dict[str, str] = {}  # the last status error printed per path
+        self._dead_letters: set[tuple[Path, str]] = set()  # (file, computation/sink) with a dead letter shown
 
     def news(self) -> None:
         pipeline = self._pipeline
@@ -191,6 +199,19 @@ class _Reporter:
             if entry.path != DYNAMIC_SPEC_STATUS and self._status.get(entry.path) != entry.error:
                 self._status[entry.path] = entry.error  # each distinct error once, not every retry
                 console.print(Text(f"{entry.path}: {entry.error}", style="yellow"))
+        self._first_dead_letters()
+
+    def _first_dead_letters(self) -> None:
+        """The first dead letter of each sink and file (the summary counts them all at the end)."""
+        latest = self._pipeline.dead_letters.latest
+        if latest is None:
+            return
+        letter, path = latest
+        sink = f"{letter.computation}/{letter.sink}"
+        if (path, sink) not in self._dead_letters:
+            self._dead_letters.add((path, sink))
+            console.print(Text(f"dead letter of {sink} partition {letter.partition} seq {letter.seq} written to {path} "
+                               f"(the partition goes on): {letter.error}", style="yellow"), highlight=False)
 
 
 @app.command()

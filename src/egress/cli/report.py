@@ -15,6 +15,7 @@ _SINK_COUNTERS = {
     "retries": ("egress_sink_async_http_sink_retries_total", "egress_sink_firehose_http_retries_total"),
     "attempt_failures": ("egress_sink_async_http_sink_attempt_failures_total",),
     "delivered": ("egress_sink_async_http_sink_delivered_total", "egress_sink_firehose_http_records_delivered_total"),
+    "dead_letters": ("egress_sink_async_http_sink_dead_letters_total", "egress_sink_firehose_http_dead_letters_total"),
 }
 _RESPONSES = ("egress_sink_async_http_sink_responses_total", "egress_sink_firehose_http_responses_total")
 
@@ -72,7 +73,7 @@ def summary_table(report: dict[str, Any]) -> Table:
     table.add_column("value", justify="right")
     labels = {"attempt_failures": "transport errors"}  # failures before a complete response, not statuses
     for name in ("rows_read", "messages_processed", "posts", "responses_2xx", "retries", "attempt_failures",
-                 "delivered", "unacknowledged", "epochs"):
+                 "delivered", "dead_letters", "unacknowledged", "epochs"):
         table.add_row(labels.get(name, name.replace("_", " ")), f"{report[name]:,}")
     table.add_row("responses by status", ", ".join(f"{k}: {v:,}" for k, v in report["responses"].items()) or "-")
     table.add_row("elapsed", f"{report['elapsed_seconds']:.2f} s")

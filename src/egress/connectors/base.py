@@ -9,13 +9,14 @@ the runtime validates before anything runs.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar, Protocol
 
 from pydantic import BaseModel
 
 from egress.clock import Clock
+from egress.connectors.dead_letters import DeadLetterFiles
 from egress.engines import OutboxMessage, SinkProgress
 from egress.errors import SpecError
 from egress.observe import Metrics, StatusTree
@@ -58,7 +59,8 @@ class SinkContext:
     """What a sink instance gets from the runtime: who it is and the shared services.
 
     ``throttling`` is the process's :class:`egress.throttler.Throttling` (``None`` when the run has
-    no throttlers), for sinks that share a global rate.
+    no throttlers), for sinks that share a global rate; ``dead_letters`` the run's dead-letter files,
+    for sinks with a ``dead_letter_path`` (``egress redrive`` gives its own, to learn what failed).
     """
 
     computation_id: str
@@ -69,6 +71,7 @@ class SinkContext:
     status: StatusTree
     on_progress: Callable[[], None]
     throttling: Throttling | None = None
+    dead_letters: DeadLetterFiles = field(default_factory=DeadLetterFiles)
 
 
 class Sink(Protocol):

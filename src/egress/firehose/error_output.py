@@ -8,13 +8,13 @@ which embeds the response unescaped), ``attemptEndingTimestamp`` (ms) and ``rawD
 
 from __future__ import annotations
 
-import os
 from collections.abc import Sequence
 from pathlib import Path
 
 import orjson
 
 from egress.firehose.protocol import MAX_ERROR_MESSAGE_CHARS, b64encode_record
+from egress.line_files import LineFile
 
 # Firehose's error codes for HTTP endpoint destinations.
 DESTINATION_EXCEPTION = "HttpEndpoint.DestinationException"
@@ -37,13 +37,17 @@ def error_lines(records: Sequence[bytes], arrivals_ms: Sequence[int], *, attempt
 
 class ErrorOutput:
     """Appends error lines to ``path`` and makes them durable (fsync) before returning, so a batch is
-    acknowledged only once its error records are on disk. Raises ``OSError`` if it cannot write."""
+    acknowledged only once its error records are on disk. Raises ``OSError`` if it cannot write.
+
+    The file is an :class:`egress.line_files.LineFile`, like the dead-letter files: one write per
+    batch under a file lock, and a line torn by a crash is cut off before the next append. A crash
+    after the write and before the batch's acknowledgement is committed writes the batch's lines
+    again after the restart (at-least-once: these lines carry no message id to deduplicate on).
+    """
 
     def __init__(self, path: str | Path) -> None:
         self.path = Path(path)
+        self._file = LineFile(self.path)
 
     def write(self, lines: bytes) -> None:
-        with open(self.path, "ab") as file:
-            file.write(lines)
-            file.flush()
-            os.fsync(file.fileno())
+        self._file.append(lines)

@@ -97,6 +97,11 @@ class Metrics:
             "egress_sink_async_http_sink_delivered", "Messages acknowledged after a 2xx.",
             ["sink_id"], registry=self.registry,
         )
+        self.http_sink_dead_letters = Counter(
+            "egress_sink_async_http_sink_dead_letters",
+            "Messages written to the dead-letter file (then acknowledged) after their delivery failed for good.",
+            ["sink_id"], registry=self.registry,
+        )
         self.http_sink_null_payloads = Counter(
             "egress_sink_async_http_sink_skipped_null_payloads",
             "Messages with a null payload, acknowledged without a request.",
@@ -142,5 +147,6 @@ class _FirehoseSinkMetrics:
         self.records = counter("records_delivered", "Records acknowledged by a conforming 200.")
         self.bytes = counter("bytes_delivered", "Record bytes (before base64) acknowledged by a conforming 200.")
         self.error_records = counter("error_output_records", "Records written to the error output.")
+        self.dead_letters = counter("dead_letters", "Records written to the dead-letter file.")
         self.freshness = _Freshness()
         registry.register(self.freshness)

@@ -17,6 +17,7 @@ import orjson
 
 from egress.clock import Clock
 from egress.connectors.base import Sink, SinkContext
+from egress.connectors.dead_letters import DeadLetterFiles
 from egress.engines import Engine, EpochCommit, LogAppend, LogMessage, OutboxMessage
 from egress.errors import ProcessFunctionError
 from egress.keys import decode_key, derived_message_id, partition_of
@@ -48,9 +49,11 @@ class PartitionJob:
         options: RunOptions,
         notify_downstream: Any,
         throttling: Throttling | None = None,
+        dead_letters: DeadLetterFiles | None = None,
     ) -> None:
         self.plan = plan
         self._throttling = throttling
+        self._dead_letters = dead_letters if dead_letters is not None else DeadLetterFiles()
         self.input_finished = False  # set by the runner once every source is exhausted
         self._lag_timestamp: float | None = None  # event time of the oldest message not yet processed
         self.partition = partition
@@ -135,7 +138,7 @@ class PartitionJob:
         throttle_wait = self._metrics.input_throttle_seconds.labels(cid)
         for sink_id, sink_plan in plan.sinks.items():
             sink_context = SinkContext(cid, sink_id, self.partition, clock, self._metrics, self._status,
-                                       self.wake, throttling)
+                                       self.wake, throttling, self._dead_letters)
             self.sinks[sink_id] = sink_plan.sink_class.create(
                 sink_context, sink_plan.parameters, sink_plan.dynamic_parameters, committed[sink_id])
         store = StateStore(self.partition, self._partition_count)

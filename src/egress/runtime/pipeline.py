@@ -19,6 +19,7 @@ from typing import Any
 import orjson
 
 from egress.clock import Clock, RealClock
+from egress.connectors.dead_letters import DeadLetterFiles
 from egress.engines import Engine, SqliteEngine
 from egress.errors import SpecError
 from egress.observe import Metrics, StatusTree
@@ -93,6 +94,7 @@ class Pipeline:
         self.server = StatusServer(self.metrics, self.status_document, http_host, http_port) if http_port is not None \
             else None
         self.throttling: Throttling | None = None
+        self.dead_letters = DeadLetterFiles()  # shared by the sinks: one writer per dead-letter file
         self.dynamic_spec_error: str | None = None
         self.dynamic_spec_version = 0
 
@@ -137,7 +139,7 @@ class Pipeline:
                         computation, partition, streams=spec.streams, partition_count=spec.partition_count,
                         engine=engine, clock=self.clock, metrics=self.metrics, status=self.status,
                         options=self.options, notify_downstream=wake_consumers,
-                        throttling=self.throttling,
+                        throttling=self.throttling, dead_letters=self.dead_letters,
                     )
                     self.jobs.append(job)
                     for stream in computation.input_stream_ids:
@@ -271,7 +273,8 @@ class Pipeline:
         return True
 
     async def status_document(self) -> dict[str, Any]:
-        """The JSON of ``/status``: errors by path, partitions with lag, the DynamicSpec's state."""
+        """The JSON of ``/status``: errors by path, partitions with lag, the dead letters written (how
+        many, and the latest without its payload), the DynamicSpec's state."""
         partitions = []
         for job in self.jobs:
             lag = 0
@@ -291,6 +294,7 @@ class Pipeline:
             "status": {entry.path: entry.error for entry in self.status.entries()},
             "partitions": partitions,
             "sources": {r.plan.source_id: {"finished": r.finished} for r in self.readers},
+            "dead_letters": self.dead_letters.status(),
             "dynamic_spec": {"file": self.plan.dynamic_spec_file, "version": self.dynamic_spec_version,
                              "error": self.dynamic_spec_error},
         }

@@ -5,9 +5,10 @@ byte for byte, and an idempotency header carrying the upper-case hex of its mess
 concurrently; acknowledgements advance only as a contiguous prefix in ``seq`` order, and that
 prefix is what the partition job commits as ``max_persisted_seq_no``. A delivery that exhausts
 its retry budget is terminal for this sink instance, at the instant its last permitted attempt fails:
-nothing after it is acknowledged or POSTed until the sink is recreated (a restart). Beyond upstream, a
-429 or 503 with ``Retry-After`` pauses every new attempt to its endpoint (scheme, host, port). The
-rules, case by case: ``docs/http-sink.md``.
+nothing after it is acknowledged or POSTed until the sink is recreated (a restart); with
+``dead_letter_path`` it is written to that file instead, then acknowledged in order
+(``egress.connectors.dead_letters``). Beyond upstream, a 429 or 503 with ``Retry-After`` pauses every
+new attempt to its endpoint (scheme, host, port). The rules, case by case: ``docs/http-sink.md``.
 """
 
 from __future__ import annotations
@@ -16,11 +17,13 @@ import asyncio
 import collections
 import functools
 import math
+import re
 from collections.abc import Callable
 from typing import Any, ClassVar, Protocol
 from urllib.parse import urlsplit
 
 from egress.connectors.base import SINKS, SinkContext, single_input_stream
+from egress.connectors.dead_letters import Attempt, DeadLetter, check_dead_letter_path
 from egress.connectors.sinks.http_parameters import AsyncHttpSinkDynamicParameters, AsyncHttpSinkParameters
 from egress.engines import OutboxMessage, SinkProgress
 from egress.errors import DeliveryError, SpecError
@@ -46,6 +49,7 @@ UNPOOLED_MAX_CONNECTIONS = 64
 # failures never holds back fresh messages (upstream sends every message of an epoch at once).
 SEND_WINDOW_PER_CONNECTION = 4
 _FOLLOW = "follow redirect"  # _judge's verdict for a 3xx with a Location
+_STATUS_ERROR = re.compile(r"HTTP status (\d+)")  # how _judge and _attempt word a failing status
 
 
 class HttpTransport(Protocol):
@@ -82,7 +86,7 @@ def curl_transport(scheme: str, parameters: AsyncHttpSinkParameters) -> HttpTran
 
 
 class _Delivery:
-    __slots__ = ("body", "done", "message_id", "pausing", "seq", "started", "task")
+    __slots__ = ("attempts", "body", "done", "message_id", "pausing", "seq", "started", "task")
 
     def __init__(self, seq: int, message_id: bytes, body: bytes | None) -> None:
         self.seq = seq
@@ -93,6 +97,7 @@ class _Delivery:
         self.started = 0.0  # clock.monotonic() of the first attempt: the request_timeout origin
         # The first attempt's response future, then the task of the retries, if any.
         self.task: asyncio.Future[Any] | None = None
+        self.attempts: list[Attempt] | None = None  # failed attempts, kept for a dead-letter file only
 
 
 @SINKS.register("NYT::NFlow::TAsyncHttpSink", "async_http")
@@ -116,7 +121,13 @@ class AsyncHttpSink:
             return [SpecError(
                 f'Async HTTP sink payload column "{parameters.payload_column}" must be the only String column',
                 path="parameters/payload_column")]
-        return []
+        return check_dead_letter_path(parameters.dead_letter_path)
+
+    @classmethod
+    def redrive_progress(cls, letters: list[DeadLetter]) -> SinkProgress:
+        """Where a new instance starts to re-send ``letters`` as messages ``seq`` 1..n (``egress
+        redrive``): nothing persisted; each message keeps its id, so its idempotency key."""
+        return SinkProgress()
 
     @classmethod
     def create(
@@ -165,6 +176,9 @@ class AsyncHttpSink:
         self._delivered = metrics.http_sink_delivered.labels(sink_id)
         self._retry_after = metrics.http_sink_retry_after.labels(sink_id)
         self._retry_after_invalid = metrics.http_sink_retry_after_invalid.labels(sink_id)
+        path = parameters.dead_letter_path
+        self._dead_letters = context.dead_letters.open(path) if path is not None else None
+        self._dead_lettered = metrics.http_sink_dead_letters.labels(sink_id)
         self._responses = metrics.http_sink_responses
         self._responses_by_status: dict[int, Any] = {}
 
@@ -381,6 +395,8 @@ class AsyncHttpSink:
         start = delivery.started
         redirects = [0]  # counted across all attempts of this delivery
         while True:
+            if last_error is not None:
+                self._note_attempt(delivery, last_error)
             if last_error is not None and not await self._pause_after_failure(delivery, attempts, last_error,
                                                                               retry_after):
                 return
@@ -531,12 +547,56 @@ class AsyncHttpSink:
         self._context.on_progress()
 
     def _fail(self, delivery: _Delivery, error: str) -> None:
+        if self._dead_letters is not None and delivery.body is not None:
+            self._dead_letter(delivery, error)  # acknowledged once its line is durable
+            return
+        self._block(delivery, error)
+
+    def _block(self, delivery: _Delivery, error: str) -> None:
+        """Terminal: nothing after ``delivery`` is POSTed or acknowledged by this instance."""
         self._context.status.set_error(self._status_path, delivery.seq, error)
         if self._terminal is None or delivery.seq < self._terminal[0]:
             self._terminal = (delivery.seq, error)
         for later in self._pending:
             if later.seq > delivery.seq and later.task is not None and not later.task.done():
                 later.task.cancel()
+        self._context.on_progress()
+
+    # -- dead letters ------------------------------------------------------------------------
+
+    def _note_attempt(self, delivery: _Delivery, error: str) -> None:
+        """Keep a failed attempt for the dead-letter line (only when there is a dead-letter file)."""
+        if self._dead_letters is None:
+            return
+        if delivery.attempts is None:
+            delivery.attempts = []
+        status = _STATUS_ERROR.fullmatch(error)
+        now = self._context.clock.now()
+        delivery.attempts.append(Attempt(now, int(status.group(1))) if status else Attempt(now, error=error))
+
+    def _dead_letter(self, delivery: _Delivery, error: str) -> None:
+        """Append ``delivery`` to the dead-letter file; acknowledge it once the line is durable, or
+        block on it (:meth:`_block`) when the line cannot be written."""
+        assert self._dead_letters is not None
+        assert delivery.body is not None
+        context = self._context
+        letter = DeadLetter(context.computation_id, context.sink_id, context.partition, delivery.seq,
+                            delivery.message_id, idempotency_key(delivery.message_id), delivery.body,
+                            tuple(delivery.attempts or ()), error, context.clock.now())
+        written = self._dead_letters.append([letter])
+        written.add_done_callback(functools.partial(self._dead_letter_written, delivery, error))
+
+    def _dead_letter_written(self, delivery: _Delivery, error: str, written: asyncio.Future[int]) -> None:
+        failure = written.exception()
+        if failure is not None:
+            assert self._dead_letters is not None
+            self._block(delivery, f"{error}; and it cannot be written to the dead-letter file "
+                                  f"{self._dead_letters.path}: {failure}")
+            return
+        delivery.done = True
+        delivery.attempts = None
+        self._dead_lettered.inc(written.result())
+        self._context.status.clear_error(self._status_path, delivery.seq)
         self._context.on_progress()
 
 

@@ -16,8 +16,10 @@ JSON Content-Type, no Content-Encoding, a body of at most 1 MiB with the request
 an integer ``timestamp`` in ms; the HTTP client captures the response headers for it); a 413 is
 permanent; everything else is retried with Firehose's backoff within ``retry_duration``
 (:mod:`egress.firehose.retry`). Records that got a 413 or exhausted their retries go to the error
-output, and the batch counts as handled; without an error output such a batch is a terminal failure
-of this sink instance, as in the async HTTP sink (nothing later is acknowledged). Batches run
+output (Firehose's format) and to the dead-letter file (``dead_letter_path``, for ``egress redrive``;
+:mod:`egress.connectors.dead_letters`), whichever are set, and the batch counts as handled once they
+are durable; with neither such a batch is a terminal failure of this sink instance, as in the async
+HTTP sink (nothing later is acknowledged). Batches run
 concurrently up to ``max_in_flight``; acknowledgements advance as a contiguous prefix in ``seq``
 order (at-least-once, ordered progress). The URL and the access key are read before every attempt,
 so DynamicSpec changes and rotated key files apply to the next attempt.
@@ -38,6 +40,7 @@ from typing import ClassVar, Protocol
 from urllib.parse import urlsplit
 
 from egress.connectors.base import SINKS, SinkContext, single_input_stream
+from egress.connectors.dead_letters import Attempt, DeadLetter, check_dead_letter_path
 from egress.connectors.sinks.firehose_parameters import (
     AccessKeyReference,
     AccessKeyUnavailable,
@@ -95,6 +98,7 @@ class _Batch:
     messages: int = 0
     records: list[bytes] = field(default_factory=list)
     record_ids: list[bytes] = field(default_factory=list)
+    record_seqs: list[int] = field(default_factory=list)
     arrivals_ms: list[int] = field(default_factory=list)
     data_bytes: int = 0
     json_bytes: int = 0
@@ -144,7 +148,17 @@ class FirehoseHttpSink:
         if column is None or column.type != "string":
             return [SpecError(f'Firehose HTTP sink payload column "{parameters.payload_column}" must be a String '
                               "column of the input stream", path="parameters/payload_column")]
-        return []
+        return check_dead_letter_path(parameters.dead_letter_path)
+
+    @classmethod
+    def redrive_progress(cls, letters: list[DeadLetter]) -> SinkProgress:
+        """Where a new instance starts to re-send ``letters`` as messages ``seq`` 1..n (``egress
+        redrive``): the letters of one batch (consecutive, one request id) as committed batch ends, so
+        that they are re-formed into that batch and sent under the same request id, whatever the
+        buffering hints are now."""
+        ends = [index for index, letter in enumerate(letters, start=1)
+                if index == len(letters) or letters[index].idempotency_key != letter.idempotency_key]
+        return SinkProgress(sink_state=encode_batch_ends(tuple(ends)))
 
     @classmethod
     def create(cls, context: SinkContext, parameters: FirehoseHttpSinkParameters,
@@ -185,6 +199,8 @@ class FirehoseHttpSink:
         self._transports: dict[str, HttpTransport] = {}
         self._attributes = parameters.common_attributes_header
         self._errors = eo.ErrorOutput(parameters.error_output) if parameters.error_output else None
+        path = parameters.dead_letter_path
+        self._dead_letters = context.dead_letters.open(path) if path is not None else None
         self._status_path = f"/sinks/{context.sink_id}/{STATUS_SUFFIX}"
         self._size_limit = parameters.buffering_hints.size_in_mbs * MIB
         self._metrics = context.metrics.firehose
@@ -196,6 +212,7 @@ class FirehoseHttpSink:
         self._m_records = self._metrics.records.labels(sink_id)
         self._m_bytes = self._metrics.bytes.labels(sink_id)
         self._m_error_records = self._metrics.error_records.labels(sink_id)
+        self._m_dead_letters = self._metrics.dead_letters.labels(sink_id)
 
     @property
     def sink_id(self) -> str:
@@ -259,6 +276,7 @@ class FirehoseHttpSink:
             self._cover(batch, message)
             batch.records.append(data)
             batch.record_ids.append(message.message_id)
+            batch.record_seqs.append(message.seq)
             batch.arrivals_ms.append(now_ms)
             batch.data_bytes += len(data)
             batch.json_bytes += p.record_json_size(len(data))
@@ -453,13 +471,14 @@ class FirehoseHttpSink:
         parameters = self._parameters
         if batch.oversized:
             self._give_up(batch, 0, _Failure(eo.RECORD_TOO_LARGE, f"a record is larger than {p.MAX_RECORD_BYTES} "
-                                                                  "bytes, the protocol's limit", permanent=True))
+                                                                  "bytes, the protocol's limit", permanent=True), [])
             return
         request_id = batch_request_id(self._sink_key, batch.record_ids[0], batch.record_ids[-1])
         gzip_body = parameters.content_encoding == "gzip"
         body = await asyncio.to_thread(_encode, request_id, int(clock.now() * 1000), batch.records,
                                        parameters.compression_level if gzip_body else 0)
         budget = RetryBudget(float(parameters.retry_duration))
+        tried: list[Attempt] = []  # the failed attempts, for dead letters
         self._m_batches.inc()
         while True:
             dynamic = self._dynamic  # read before every attempt: DynamicSpec changes apply live
@@ -471,16 +490,17 @@ class FirehoseHttpSink:
             if failure is None:
                 self._succeed(batch)
                 return
+            tried.append(Attempt(clock.now(), failure.status or None, f"{failure.code}: {failure.message[:500]}"))
             self._context.status.set_error(self._status_path, batch.first_seq,
                                            f"Firehose HTTP request {request_id} failed: {failure.describe()}")
             if failure.permanent:
-                self._give_up(batch, budget.attempts, failure)
+                self._give_up(batch, budget.attempts, failure, tried)
                 return
             dynamic = self._dynamic
             wait = draw_backoff(budget.attempts - 1, self._rng, initial=dynamic.retry_initial_delay,
                                 maximum=dynamic.retry_maximum_delay)
             if not budget.may_retry_after(clock.monotonic(), wait):
-                self._give_up(batch, budget.attempts, failure)
+                self._give_up(batch, budget.attempts, failure, tried)
                 return
             await clock.sleep(wait)
             if self._terminal is not None and self._terminal[0] < batch.first_seq:
@@ -509,7 +529,7 @@ class FirehoseHttpSink:
         """Mark ``batch`` done: it no longer counts as unacknowledged and its records are released."""
         batch.done = True
         self._unacknowledged -= batch.messages
-        batch.records, batch.record_ids, batch.arrivals_ms = [], [], []
+        batch.records, batch.record_ids, batch.record_seqs, batch.arrivals_ms = [], [], [], []
 
     def _succeed(self, batch: _Batch) -> None:
         self._m_records.inc(len(batch.records))
@@ -518,20 +538,48 @@ class FirehoseHttpSink:
         self._context.status.clear_error(self._status_path, batch.first_seq)
         self._context.on_progress()
 
-    def _give_up(self, batch: _Batch, attempts: int, failure: _Failure) -> None:
-        """Error output (then the batch counts as handled), or a terminal failure without one."""
-        if self._errors is None:
-            self._fail(batch, str(DeliveryError("Firehose HTTP delivery failed", attempts=attempts,
-                                                last_error=f"{failure.code}: {failure.describe()}")))
+    def _give_up(self, batch: _Batch, attempts: int, failure: _Failure, tried: list[Attempt]) -> None:
+        """Error output and dead letters, whichever are set (then the batch counts as handled, once they
+        are durable), or a terminal failure with neither."""
+        error = str(DeliveryError("Firehose HTTP delivery failed", attempts=attempts,
+                                  last_error=f"{failure.code}: {failure.describe()}"))
+        if self._errors is None and self._dead_letters is None:
+            self._fail(batch, error)
             return
-        lines = eo.error_lines(batch.records, batch.arrivals_ms, attempts=attempts, error_code=failure.code,
-                               error_message=failure.message, ending_ms=int(self._context.clock.now() * 1000))
-        try:
-            self._errors.write(lines)
-        except OSError as error:
-            self._fail(batch, f"cannot write the error output {self._errors.path}: {error.strerror}")
+        if self._errors is not None:
+            lines = eo.error_lines(batch.records, batch.arrivals_ms, attempts=attempts, error_code=failure.code,
+                                   error_message=failure.message, ending_ms=int(self._context.clock.now() * 1000))
+            try:
+                self._errors.write(lines)
+            except OSError as problem:
+                self._fail(batch, f"cannot write the error output {self._errors.path}: {problem.strerror}")
+                return
+            self._m_error_records.inc(len(batch.records))
+        if self._dead_letters is None:
+            self._given_up(batch)
             return
-        self._m_error_records.inc(len(batch.records))
+        written = self._dead_letters.append(self._letters(batch, tried, error))
+        written.add_done_callback(functools.partial(self._dead_letters_written, batch))
+
+    def _letters(self, batch: _Batch, tried: list[Attempt], error: str) -> list[DeadLetter]:
+        """The dead letters of ``batch``'s records: its request id is their idempotency key."""
+        context = self._context
+        request_id = batch_request_id(self._sink_key, batch.record_ids[0], batch.record_ids[-1])
+        now = context.clock.now()
+        return [DeadLetter(context.computation_id, context.sink_id, context.partition, seq, message_id, request_id,
+                           record, tuple(tried), error, now)
+                for seq, message_id, record in zip(batch.record_seqs, batch.record_ids, batch.records, strict=True)]
+
+    def _dead_letters_written(self, batch: _Batch, written: asyncio.Future[int]) -> None:
+        problem = written.exception()
+        if problem is not None:
+            assert self._dead_letters is not None
+            self._fail(batch, f"cannot write the dead-letter file {self._dead_letters.path}: {problem}")
+            return
+        self._m_dead_letters.inc(written.result())
+        self._given_up(batch)
+
+    def _given_up(self, batch: _Batch) -> None:
         self._handled(batch)
         self._context.status.clear_error(self._status_path, batch.first_seq)
         self._context.on_progress()

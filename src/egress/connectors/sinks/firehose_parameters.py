@@ -111,7 +111,10 @@ class FirehoseHttpSinkParameters(BaseModel):
     ``stream_name`` (one of them): the ``X-Amz-Firehose-Source-Arn``; a stream name gives
     ``arn:aws:firehose:local:000000000000:deliverystream/<name>``. ``error_output``: a JSON-lines file
     receiving records that exhausted their retries or got a 413 (without it, such a batch stops the
-    sink, as the async HTTP sink does). Beyond Firehose: ``max_in_flight`` batches sent at once
+    sink, as the async HTTP sink does). ``dead_letter_path``: a JSON-lines file receiving the same
+    records as dead letters, one line per record with its message id, ``seq`` and the batch's request
+    id, for ``egress redrive`` (``egress.connectors.dead_letters``); either file lets the partition go
+    on. Beyond Firehose: ``max_in_flight`` batches sent at once
     (default 4), ``response_timeout`` per attempt (default 180 s, the protocol's), ``compression_level``
     (gzip 1..9, default 6), ``tls_ca_file`` (a PEM bundle to trust for https).
     """
@@ -127,6 +130,7 @@ class FirehoseHttpSinkParameters(BaseModel):
     source_arn: str | None = None
     stream_name: str | None = None
     error_output: str | None = Field(default=None, min_length=1)
+    dead_letter_path: str | None = Field(default=None, min_length=1)
     max_in_flight: int = Field(default=4, ge=1, le=64)
     response_timeout: Duration = Field(default=p.RESPONSE_TIMEOUT_SECONDS, gt=0)
     compression_level: int = Field(default=6, ge=1, le=9)

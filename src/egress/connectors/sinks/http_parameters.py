@@ -46,7 +46,10 @@ class AsyncHttpSinkParameters(_AtLeastOnceOnly):
     PEM bundle of certificate authorities to trust for ``https`` (a private CA), instead of the
     default ones. Verification itself is always on. ``throttler_id`` (and ``throttler_class_id``)
     name a DynamicSpec throttler from which every POST attempt, retries and redirects included,
-    takes one unit first, so all callers of an endpoint share one global rate.
+    takes one unit first, so all callers of an endpoint share one global rate. ``dead_letter_path``
+    (opt-in) is a JSON-lines file that receives a delivery which failed for good, after which it is
+    acknowledged and the partition goes on (``egress.connectors.dead_letters``); without it such a
+    delivery blocks the partition, as upstream.
     """
 
     url: str
@@ -61,6 +64,7 @@ class AsyncHttpSinkParameters(_AtLeastOnceOnly):
     tls_ca_file: str | None = None
     throttler_id: str | None = Field(default=None, min_length=1)
     throttler_class_id: str | None = Field(default=None, min_length=1)
+    dead_letter_path: str | None = Field(default=None, min_length=1)
 
     @field_validator("url")
     @classmethod

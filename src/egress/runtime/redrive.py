@@ -1,0 +1,206 @@
+"""``egress redrive``: re-send the dead letters of a file through an HTTP sink of a pipeline.
+
+The letters of the named sink (``COMPUTATION/SINK``; lines of other sinks sharing the file are left
+alone) are sent through a fresh instance of that sink built from the Spec and DynamicSpec as they are
+now: its URL, headers, TLS settings, retries, redirects and throttler, through its own delivery path
+(:meth:`Sink.distribute`, then its acknowledgements). Each message keeps its message id, so its
+idempotency key (the async HTTP sink's ``Idempotency-Key``; for the Firehose sink, the letters of
+one batch are re-formed into that batch, under the same request id).
+
+What was delivered is recorded in ``<file>.redriven`` (one JSON line per letter, fsync'd after each
+acknowledgement, :mod:`egress.connectors.dead_letters`), so running redrive again skips it: a line is
+delivered once however often redrive runs. A letter whose redrive fails again (attempts or deadline
+exhausted) is not recorded and stays for the next run; the sink goes on with the others. Killed
+between an acknowledgement and its record, the next run sends those letters again, with the same
+idempotency keys (at-least-once). One redrive at a time per file: the record is locked for the run.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from egress.clock import Clock, RealClock
+from egress.connectors.base import SinkContext
+from egress.connectors.dead_letters import (
+    DeadLetter,
+    DeadLetterFiles,
+    DeadLetterOutput,
+    LetterKey,
+    encode_redriven,
+    read_dead_letters,
+    redrive_record_path,
+    redriven_counts,
+)
+from egress.engines import OutboxMessage
+from egress.errors import EgressError
+from egress.line_files import LineFile, LineFileBusy
+from egress.observe import Metrics, StatusTree
+from egress.runtime.plan import ComputationPlan, Plan, SinkPlan
+from egress.throttler import Throttling
+
+
+class RedriveError(EgressError):
+    """``egress redrive`` cannot start: the sink is unknown or cannot redrive, or another redrive
+    holds the file. The message names what is wrong and the fix."""
+
+
+@dataclass
+class RedriveReport:
+    """What a redrive did with the letters of ``sink`` in ``file``: ``delivered`` (now recorded as
+    redriven), ``failed`` (letter and error; still to redrive), ``already_redriven`` (lines recorded
+    by an earlier run), ``not_attempted`` (left after the sink stopped on a terminal error),
+    ``other_sinks`` (lines of other sinks, by ``computation/sink``), ``torn_bytes`` (an incomplete
+    last line, not a letter)."""
+
+    file: Path
+    sink: str
+    delivered: list[DeadLetter] = field(default_factory=list)
+    failed: list[tuple[DeadLetter, str]] = field(default_factory=list)
+    already_redriven: int = 0
+    not_attempted: int = 0
+    other_sinks: collections.Counter[str] = field(default_factory=collections.Counter)
+    torn_bytes: int = 0
+
+    @property
+    def ok(self) -> bool:
+        return not self.failed and not self.not_attempted
+
+
+def find_sink(plan: Plan, name: str) -> tuple[ComputationPlan, SinkPlan]:
+    """The computation and sink ``name`` (``COMPUTATION/SINK``) of ``plan``, if it can redrive
+    (its class has ``redrive_progress``: the HTTP sinks). Raises :class:`RedriveError` listing them."""
+    redrivable = [f"{c.computation_id}/{s.sink_id}" for c in plan.computations.values() for s in c.sinks.values()
+                  if hasattr(s.sink_class, "redrive_progress")]
+    choices = ", ".join(redrivable) if redrivable else "none: the Spec has no async_http or firehose_http sink"
+    computation_id, _, sink_id = name.partition("/")
+    computation = plan.computations.get(computation_id)
+    sink = computation.sinks.get(sink_id) if computation is not None else None
+    if computation is None or sink is None:
+        raise RedriveError(f"--sink {name}: no such sink in {plan.spec_file or 'the Spec'}; give COMPUTATION/SINK, "
+                           f"one of: {choices}")
+    if not hasattr(sink.sink_class, "redrive_progress"):
+        raise RedriveError(f"--sink {name} is a {sink.sink_class.__name__}, not an HTTP sink: redrive sends through "
+                           f"an async_http or firehose_http sink, one of: {choices}")
+    return computation, sink
+
+
+async def redrive(plan: Plan, file: str | Path, sink_name: str, *, clock: Clock | None = None,
+                  metrics: Metrics | None = None, throttler_url: str | None = None) -> RedriveReport:
+    """Redrive the letters of ``sink_name`` in ``file`` (see the module docs).
+
+    Raises :class:`RedriveError` (the sink, or another redrive holding the file) and
+    :class:`~egress.connectors.dead_letters.DeadLetterFileError` (the file or its record).
+    """
+    computation, sink_plan = find_sink(plan, sink_name)
+    path = Path(file)
+    letters, torn = read_dead_letters(path)
+    report = RedriveReport(path, sink_name, torn_bytes=torn)
+    mine = []
+    for letter in letters:
+        if (letter.computation, letter.sink) == (computation.computation_id, sink_plan.sink_id):
+            mine.append(letter)
+        else:
+            report.other_sinks[f"{letter.computation}/{letter.sink}"] += 1
+    record = LineFile(redrive_record_path(path))
+    try:
+        with record.exclusively():
+            pending = _pending(mine, redriven_counts(path), report)
+            if pending:
+                await _send(plan, computation, sink_plan, pending, record, report, clock or RealClock(),
+                            metrics or Metrics(), throttler_url)
+    except LineFileBusy:
+        raise RedriveError(f"{record.path} is held by another egress redrive of {path}: wait for it to finish") \
+            from None
+    return report
+
+
+def _pending(letters: list[DeadLetter], redriven: collections.Counter[LetterKey],
+             report: RedriveReport) -> dict[LetterKey, list[DeadLetter]]:
+    """The lines not yet redriven, by message, in file order: a message's first lines are matched by
+    its record lines. A message with several such lines is sent once and recorded for each."""
+    seen: collections.Counter[LetterKey] = collections.Counter()
+    pending: dict[LetterKey, list[DeadLetter]] = {}
+    for letter in letters:
+        seen[letter.key] += 1
+        if seen[letter.key] <= redriven[letter.key]:
+            report.already_redriven += 1
+        else:
+            pending.setdefault(letter.key, []).append(letter)
+    return pending
+
+
+class _FailedAgain(DeadLetterFiles):
+    """The dead-letter output of a redriving sink: a letter failing again is only noted (it stays in
+    the file, unrecorded), and the sink acknowledges it and goes on."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.errors: dict[LetterKey, str] = {}
+
+    def open(self, path: str | Path) -> DeadLetterOutput:
+        return _Noted(Path(path), self.errors)
+
+
+class _Noted:
+    def __init__(self, path: Path, errors: dict[LetterKey, str]) -> None:
+        self.path = path
+        self._errors = errors
+
+    def append(self, letters: Sequence[DeadLetter]) -> asyncio.Future[int]:
+        for letter in letters:
+            self._errors[letter.key] = letter.error
+        future: asyncio.Future[int] = asyncio.get_running_loop().create_future()
+        future.set_result(0)
+        return future
+
+
+async def _send(plan: Plan, computation: ComputationPlan, sink_plan: SinkPlan,
+                pending: dict[LetterKey, list[DeadLetter]], record: LineFile, report: RedriveReport, clock: Clock,
+                metrics: Metrics, throttler_url: str | None) -> None:
+    """Send one message per pending key through a new instance of the sink and record each delivery."""
+    sending = [lines[0] for lines in pending.values()]
+    failed_again = _FailedAgain()
+    acknowledged = asyncio.Event()
+    dynamic = plan.dynamic_spec
+    throttling = Throttling(dynamic, clock, registry=metrics.registry, throttler_url=throttler_url,
+                            file=plan.dynamic_spec_file) if dynamic.throttlers or throttler_url else None
+    context = SinkContext(computation.computation_id, sink_plan.sink_id, 0, clock, metrics, StatusTree(),
+                          acknowledged.set, throttling, failed_again)
+    # A dead-letter output even when the Spec no longer names one: each letter stands alone.
+    parameters = sink_plan.parameters.model_copy(update={"dead_letter_path": str(report.file)})
+    sink_class: Any = sink_plan.sink_class
+    sink = sink_class.create(context, parameters, sink_plan.dynamic_parameters, sink_class.redrive_progress(sending))
+    column = parameters.payload_column
+    try:
+        sink.distribute([OutboxMessage(seq, sink_plan.stream_id, letter.message_id, b"[]", None,
+                                       {column: letter.payload}) for seq, letter in enumerate(sending, start=1)])
+        done = 0
+        while done < len(sending):
+            await acknowledged.wait()
+            acknowledged.clear()
+            progress = sink.progress()
+            sink.committed(progress)
+            newly = sending[done:progress.max_persisted_seq_no]
+            done = progress.max_persisted_seq_no
+            delivered = [letter for letter in newly if letter.key not in failed_again.errors]
+            now = clock.now()
+            record.append(b"".join(encode_redriven(line, now) for letter in delivered for line in pending[letter.key]))
+            report.delivered += delivered
+            report.failed += [(letter, failed_again.errors[letter.key]) for letter in newly
+                              if letter.key in failed_again.errors]
+            if sink.terminal_error is not None and done < len(sending):
+                report.failed.append((sending[done], sink.terminal_error))
+                report.not_attempted = len(sending) - done - 1
+                return
+    finally:
+        await sink.close()
+        if throttling is not None:
+            await throttling.aclose()
+
+
+__all__ = ["RedriveError", "RedriveReport", "find_sink", "redrive"]

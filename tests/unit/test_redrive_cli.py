@@ -1,0 +1,99 @@
+"""``egress redrive`` refuses what it cannot do with one line naming the fix (exit code 2)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, ClassVar
+
+import pytest
+import yaml
+from pydantic import BaseModel
+from typer.testing import CliRunner
+
+from egress.cli.main import app
+from egress.connectors.base import SINKS
+from egress.connectors.dead_letters import Attempt, DeadLetter, encode_dead_letter
+from egress.spec import StreamSpec
+from tests.conftest import payload_spec
+
+
+class _Nothing(BaseModel):
+    pass
+
+
+@SINKS.register("tests.counting_sink")
+class CountingSink:
+    """A sink that is not an HTTP sink (it has no redrive_progress); it is never created here."""
+
+    parameters_model: ClassVar[type[BaseModel]] = _Nothing
+    dynamic_parameters_model: ClassVar[type[BaseModel]] = _Nothing
+
+    @classmethod
+    def check(cls, parameters: Any, input_streams: dict[str, StreamSpec]) -> list[Any]:
+        return []
+
+
+@pytest.fixture
+def spec(tmp_path: Path) -> Path:
+    path, _ = payload_spec(tmp_path, "http://127.0.0.1:9/events", [])
+    document = yaml.safe_load(path.read_text())
+    document["computations"]["deliver"]["sinks"]["count"] = {
+        "sink_class_name": "tests.counting_sink", "input_stream_ids": ["requests"], "parameters": {}}
+    path.write_text(yaml.safe_dump(document))
+    return path
+
+
+@pytest.fixture
+def dead(tmp_path: Path) -> Path:
+    path = tmp_path / "dead.jsonl"
+    path.write_bytes(encode_dead_letter(DeadLetter("deliver", "http", 0, 1, b"m", "6D", b"x", (Attempt(1.0, 503),),
+                                                   "exhausted", 2.0)))
+    return path
+
+
+def redrive(*arguments: str) -> tuple[int, str]:
+    result = CliRunner().invoke(app, ["redrive", *arguments])
+    return result.exit_code, result.output
+
+
+def one_line(output: str) -> str:
+    lines = output.strip().splitlines()
+    assert len(lines) == 1, output
+    return lines[0]
+
+
+def test_a_missing_dead_letter_file_is_named_with_the_fix(tmp_path: Path, spec: Path) -> None:
+    code, output = redrive(str(tmp_path / "nope.jsonl"), str(spec), "--sink", "deliver/http")
+    assert code == 2
+    assert one_line(output) == (f"egress redrive: {tmp_path / 'nope.jsonl'}: no such dead-letter file: give the "
+                                "sink's dead_letter_path (a relative one starts in the folder egress run ran in)")
+
+
+@pytest.mark.parametrize("name", ["deliver/htp", "nowhere/http", "deliver"])
+def test_an_unknown_sink_lists_the_http_sinks(dead: Path, spec: Path, name: str) -> None:
+    code, output = redrive(str(dead), str(spec), "--sink", name)
+    assert code == 2
+    assert one_line(output) == (f"egress redrive: --sink {name}: no such sink in {spec}; give COMPUTATION/SINK, "
+                                "one of: deliver/http")
+
+
+def test_a_sink_that_is_not_an_http_sink_is_refused(dead: Path, spec: Path) -> None:
+    code, output = redrive(str(dead), str(spec), "--sink", "deliver/count")
+    assert code == 2
+    assert one_line(output) == ("egress redrive: --sink deliver/count is a CountingSink, not an HTTP sink: redrive "
+                                "sends through an async_http or firehose_http sink, one of: deliver/http")
+
+
+def test_a_line_that_is_not_a_dead_letter_is_named_with_its_number(dead: Path, spec: Path) -> None:
+    dead.write_bytes(dead.read_bytes() + b'{"computation": "deliver"}\n')
+    code, output = redrive(str(dead), str(spec), "--sink", "deliver/http")
+    assert code == 2
+    assert one_line(output).startswith(f"egress redrive: {dead}: line 2: not a dead letter (")
+
+
+def test_an_invalid_spec_is_reported_as_by_validate(dead: Path, tmp_path: Path) -> None:
+    broken = tmp_path / "broken.yaml"
+    broken.write_text("pipeline: x\n")
+    code, output = redrive(str(dead), str(broken), "--sink", "deliver/http")
+    assert code == 2
+    assert str(broken) in output
