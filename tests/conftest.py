@@ -65,10 +65,12 @@ def payload_spec(
     partition_count: int = 1,
     sink_parameters: dict[str, Any] | None = None,
     dynamic_parameters: dict[str, Any] | None = None,
+    processing_function: str = "tests.pipelines:Passthrough",
 ) -> tuple[Path, Path]:
-    """Write a JSONL source of ``payloads`` and a spec delivering them unchanged to ``url``.
+    """Write a JSONL source of ``payloads`` and a spec delivering them to ``url``, by default
+    unchanged (``processing_function`` tests.pipelines:Passthrough).
 
-    Returns ``(spec path, dynamic spec path)``. The process function is tests.pipelines:Passthrough.
+    Returns ``(spec path, dynamic spec path)``.
     """
     import orjson
 
@@ -85,7 +87,7 @@ def payload_spec(
         "sources": {"events_jsonl": {"source_class_name": "jsonl", "output_stream_id": "events",
                                      "parameters": {"path": str(data)}}},
         "computations": {"deliver": {
-            "processing_function": "tests.pipelines:Passthrough",
+            "processing_function": processing_function,
             "input_stream_ids": ["events"],
             "output_stream_ids": ["requests"],
             "sinks": {"http": {"sink_class_name": "async_http", "input_stream_ids": ["requests"],

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from egress import Message, OutputCollector, ProcessFunction, RuntimeContext
+from egress import InitContext, Message, OutputCollector, ProcessFunction, RuntimeContext
 
 
 class Passthrough(ProcessFunction):
@@ -38,3 +38,57 @@ class AsksForAnUnknownThrottler(ProcessFunction):
     async def process_message(self, message: Message, output: OutputCollector, ctx: RuntimeContext) -> None:
         assert ctx.try_get_throttler("nope") is None
         ctx.get_throttler_or_throw("nope")
+
+
+def binary_payload(index: int) -> bytes:
+    """Message ``index``'s payload: all 256 byte values (NUL, and 0x80-0xFF, which alone are invalid
+    UTF-8, included) rotated by ``index``, then ``index`` as 4 bytes, so every payload differs."""
+    start = index % 256
+    return bytes(range(start, 256)) + bytes(range(start)) + index.to_bytes(4, "big")
+
+
+def expected_body(index: int) -> bytes:
+    """What a sink must send for :class:`EmitsBinary`'s message ``index``: the bytes as they are,
+    text as its UTF-8."""
+    payload = binary_payload(index)
+    return payload.decode("latin-1").encode() if index % 10 == 0 else payload
+
+
+class EmitsBinary(ProcessFunction):
+    """Emits :func:`binary_payload` of the input's ``id`` as ``bytes`` to ``requests`` (Flow's string
+    is a byte string), except every tenth id, whose payload is those bytes decoded as ``latin-1``
+    text (one character per byte), so that text and bytes share a stream: :func:`expected_body`."""
+
+    output_stream = "requests"
+
+    async def process_message(self, message: Message, output: OutputCollector, ctx: RuntimeContext) -> None:
+        index = message.row["id"]
+        payload = binary_payload(index)
+        output.add_message(self.output_stream, {"payload": payload.decode("latin-1") if index % 10 == 0 else payload})
+
+
+class EmitsBinaryToLog(EmitsBinary):
+    """:class:`EmitsBinary` to stream ``binary``, which another computation reads through the log."""
+
+    output_stream = "binary"
+
+
+class EmitsSurrogates(ProcessFunction):
+    """Emits text with a lone surrogate (what ``surrogateescape`` decoding leaves) for id 3: a value
+    that no encoding can store; the other ids pass their payload on."""
+
+    async def process_message(self, message: Message, output: OutputCollector, ctx: RuntimeContext) -> None:
+        payload = b"\xff\xfe".decode("utf-8", "surrogateescape") if message.row["id"] == 3 else message.row["payload"]
+        output.add_message("requests", {"payload": payload})
+
+
+class RemembersBinary(EmitsBinary):
+    """:class:`EmitsBinary`, keeping each payload in the external state table ``/payloads`` too
+    (column ``payload``, a string column: text or bytes), keyed by the input's key."""
+
+    def init(self, ctx: InitContext) -> None:
+        self.table = ctx.external_state_client("/payloads", {"payload": str})
+
+    async def process_message(self, message: Message, output: OutputCollector, ctx: RuntimeContext) -> None:
+        self.table.get(message.key).set_column("payload", binary_payload(message.row["id"]))
+        await super().process_message(message, output, ctx)

@@ -59,6 +59,18 @@ class ProcessFunctionError(EgressError):
     """A user process function raised; the message names the stream, key and message id."""
 
 
+class RowEncodingError(ProcessFunctionError):
+    """An emitted row holds a value that cannot be stored (raised when its epoch commits, or by
+    ``egress.testing`` when the function emits it). The message names the computation (or source),
+    the stream, the column and the message id; ``stream``, ``column`` and ``message_id`` hold them."""
+
+    def __init__(self, message: str, *, stream: str, column: str, message_id: bytes) -> None:
+        self.stream = stream
+        self.column = column
+        self.message_id = message_id
+        super().__init__(message)
+
+
 class DeliveryError(EgressError):
     """A delivery to an external system failed terminally (its retry budget is exhausted)."""
 

@@ -21,12 +21,13 @@ from dataclasses import dataclass
 from typing import Any
 
 from egress.clock import VirtualClock
-from egress.keys import decode_key, encode_key, source_message_id
+from egress.keys import decode_key, derived_message_id, encode_key, source_message_id
+from egress.rows import encode_row, unstorable_row_error
 from egress.runtime.api import InitContext, Message, ProcessFunction, RuntimeContext, Timer
 from egress.runtime.invoke import Invoker, Output
 from egress.runtime.plan import validate_function_parameters
 from egress.runtime.state import StateStore
-from egress.runtime.timers import TimerDomain, TimerQueue
+from egress.runtime.timers import TimerDomain, TimerQueue, timer_message_id
 from egress.spec import StreamSpec
 
 __all__ = ["Emitted", "ProcessFunctionHarness"]
@@ -92,7 +93,15 @@ class ProcessFunctionHarness:
                 type(self.function), dynamic_parameters or {}, dynamic=True, prefix="processing_function_parameters")
         self._dynamic = dynamic_parameters
 
-    def _collect(self, outputs: list[Output]) -> list[Emitted]:
+    def _collect(self, outputs: list[Output], parent_id: bytes) -> list[Emitted]:
+        """Record ``outputs`` of the call for message or timer ``parent_id``; a row that a pipeline
+        could not store raises the ``RowEncodingError`` its commit would."""
+        for index, output in enumerate(outputs):
+            try:
+                encode_row(output.row)
+            except TypeError:
+                raise unstorable_row_error(f"computation {self.invoker.computation_id!r} partition 0",
+                                           output.stream_id, derived_message_id(parent_id, index), output.row) from None
         emitted = [Emitted(o.stream_id, o.row, decode_key(o.key)) for o in outputs]
         self.outputs.extend(emitted)
         self.store.take_writes()
@@ -116,7 +125,7 @@ class ProcessFunctionHarness:
         if event_timestamp is not None and (self.watermark is None or event_timestamp > self.watermark):
             self.watermark = event_timestamp
         message = Message(stream_id, tuple(key), row, message_id, event_timestamp)
-        return self._collect(await self.invoker.message(message, encode_key(key)))
+        return self._collect(await self.invoker.message(message, encode_key(key)), message_id)
 
     async def process_timer(self, key: tuple[Any, ...], trigger_timestamp: float,
                             domain: TimerDomain = "processing") -> list[Emitted]:
@@ -124,8 +133,12 @@ class ProcessFunctionHarness:
         (as upstream tests call ``ProcessTimer`` directly); a pending timer equal to it is removed."""
         encoded = encode_key(key)
         self.timer_queue.discard(encoded, float(trigger_timestamp), domain)
-        timer = Timer(tuple(key), float(trigger_timestamp), domain)
-        return self._collect(await self.invoker.timer(timer, encoded))
+        return await self._fire(encoded, float(trigger_timestamp), domain)
+
+    async def _fire(self, key: bytes, trigger: float, domain: str) -> list[Emitted]:
+        timer = Timer(decode_key(key), trigger, domain)  # type: ignore[arg-type]
+        return self._collect(await self.invoker.timer(timer, key),
+                             timer_message_id(self.invoker.computation_id, key, trigger, domain))
 
     async def advance(self, seconds: float) -> list[Emitted]:
         """Move the virtual clock forward by ``seconds``, firing every processing-time timer that
@@ -139,7 +152,7 @@ class ProcessFunctionHarness:
                 break
             await self.clock.advance(max(0.0, trigger - self.clock.now()))
             for key, at, domain in self.timer_queue.pop_due(self.clock.now(), None, 1):
-                emitted += self._collect(await self.invoker.timer(Timer(decode_key(key), at, domain), key))  # type: ignore[arg-type]
+                emitted += await self._fire(key, at, domain)
         await self.clock.advance(max(0.0, target - self.clock.now()))
         return emitted
 
@@ -149,7 +162,7 @@ class ProcessFunctionHarness:
         emitted: list[Emitted] = []
         while due := self.timer_queue.pop_due(float("-inf"), self.watermark, 1):
             for key, at, domain in due:
-                emitted += self._collect(await self.invoker.timer(Timer(decode_key(key), at, domain), key))  # type: ignore[arg-type]
+                emitted += await self._fire(key, at, domain)
         return emitted
 
     async def close(self) -> None:

@@ -64,3 +64,19 @@ def test_keys_kept_in_memory_are_right_sized() -> None:
         tracemalloc.stop()
     assert len(keys) == 20_000
     assert used < 20_000 * 200  # a right-sized key is ~60 bytes with its object header
+
+
+def test_a_bytes_key_value_is_the_key_of_its_utf8_text() -> None:
+    """Flow's strings are byte strings: ``b"JFK"`` and ``"JFK"`` are one key (same partition, same state)."""
+    assert encode_key([b"JFK", 1]) == encode_key(["JFK", 1]) == b'["JFK",1]'
+    assert encode_key([b"caf\xc3\xa9"]) == encode_key(["caf\u00e9"])
+    assert decode_key(encode_key([b"JFK"])) == ("JFK",)
+
+
+def test_bytes_that_are_not_utf8_cannot_be_a_key_value_and_say_why() -> None:
+    import pytest
+
+    with pytest.raises(TypeError, match="a key value must be text; these bytes are not UTF-8"):
+        encode_key([b"\xff"])
+    with pytest.raises(TypeError, match="a key value cannot be of type object"):
+        encode_key([object()])

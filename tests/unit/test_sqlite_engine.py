@@ -60,9 +60,122 @@ async def test_metadata_values_are_kept_across_reopening_and_read_without_taking
     assert await engine.read_meta("spec_layout") is None
     await engine.write_meta("spec_layout", "{}")
     await engine.write_meta("spec_layout", '{"partition_count": 2}')
-    assert read_metadata(tmp_path) == {"pipeline": "p", "schema_version": "1", "spec_layout": '{"partition_count": 2}'}
+    assert read_metadata(tmp_path) == {"pipeline": "p", "schema_version": "2", "spec_layout": '{"partition_count": 2}'}
     await engine.close()
     again = SqliteEngine(tmp_path, "p")
     await again.open()
     assert await again.read_meta("spec_layout") == '{"partition_count": 2}'
     await again.close()
+
+
+EVERY_BYTE = bytes(range(256))
+
+
+async def test_bytes_in_log_and_outbox_rows_read_back_exactly(tmp_path: Path) -> None:
+    row = {"payload": EVERY_BYTE, "text": "caf\u00e9", "invalid_utf8": b"\xc3\x28", "none": None}
+    engine = SqliteEngine(tmp_path, "p")
+    await engine.open()
+    epoch = await engine.acquire("c", 0)
+    await engine.commit(EpochCommit("c", 0, epoch, log_appends=[("out", 0, b"m1", b"[]", None, row)],
+                                    outbox=[OutboxMessage(1, "requests", b"id1", b"[]", None, row)]))
+    await engine.close()
+    engine = SqliteEngine(tmp_path, "p")
+    await engine.open()
+    assert [m.row for m in await engine.read("out", 0, 0, 10)] == [row]
+    assert [m.row for m in (await engine.load_checkpoint("c", 0, ["http"])).outbox] == [row]
+    await engine.close()
+
+
+@pytest.mark.parametrize("where", ["log", "outbox"])
+async def test_a_row_that_cannot_be_stored_fails_the_commit_naming_it_and_commits_nothing(
+        tmp_path: Path, where: str) -> None:
+    from egress.errors import RowEncodingError
+
+    bad = {"payload": "\udcff"}  # a lone surrogate: no encoding of text can hold it
+    good = {"payload": b"\xff"}
+    log_row, outbox_row = (bad, good) if where == "log" else (good, bad)
+    engine = SqliteEngine(tmp_path, "p")
+    await engine.open()
+    epoch = await engine.acquire("to_json", 1)
+    commit = EpochCommit("to_json", 1, epoch, {("flights", 1): 5},
+                         log_appends=[("out", 0, b"\x01", b"[]", None, good),
+                                      ("out", 0, b"\x02", b"[]", None, log_row)],
+                         outbox=[OutboxMessage(1, "requests", b"\x03", b"[]", None, good),
+                                 OutboxMessage(2, "requests", b"\x04", b"[]", None, outbox_row)])
+    with pytest.raises(RowEncodingError) as raised:
+        await engine.commit(commit)
+    stream, message = ("out", "02") if where == "log" else ("requests", "04")
+    assert str(raised.value).startswith(
+        f"computation 'to_json' partition 1 emitted message {message} to stream {stream!r} whose column 'payload' "
+        "cannot be stored (string contains surrogates")
+    assert (await engine.load_checkpoint("to_json", 1, ["http"])).input_positions == {}
+    assert await engine.read("out", 0, 0, 10) == []
+    assert await engine.end_offset("out", 0) == 0
+    await engine.commit(EpochCommit("to_json", 1, epoch, log_appends=[("out", 0, b"\x05", b"[]", None, good)]))
+    assert [m.offset for m in await engine.read("out", 0, 0, 10)] == [0]  # the failed commit took no offset
+    await engine.close()
+
+
+def _layout_version_1(tmp_path: Path) -> None:
+    """Make ``tmp_path`` a state directory as layout version 1 wrote it: JSON rows in the log, the
+    outbox and an external state table (and the same tables, which version 2 did not change)."""
+    import sqlite3
+
+    import orjson
+
+    from egress.engines.sqlite import _SCHEMA
+
+    db = sqlite3.connect(tmp_path / "egress.sqlite3")
+    db.executescript(_SCHEMA)
+    with db:
+        db.executemany("INSERT INTO meta (key, value) VALUES (?, ?)", [("pipeline", "p"), ("schema_version", "1")])
+        db.execute("INSERT INTO ownership VALUES ('c', 0, 3)")
+        db.execute("INSERT INTO log VALUES ('out', 0, 0, x'01', ?, 1.5, ?)",
+                   (b'["k"]', orjson.dumps({"payload": "old", "n": 7})))
+        db.execute("INSERT INTO outbox VALUES ('c', 0, 1, 'requests', x'02', ?, NULL, ?)",
+                   (b"[]", orjson.dumps({"payload": "old \u00e9"})))
+        db.execute("INSERT INTO external_state VALUES ('/t', ?, ?)", (b'["k"]', orjson.dumps({"total": 3})))
+    db.close()
+
+
+async def test_a_directory_of_layout_version_1_opens_and_reads_its_json_rows_beside_new_ones(tmp_path: Path) -> None:
+    import sqlite3
+
+    from egress.cli.state import state_lines
+
+    _layout_version_1(tmp_path)
+    engine = SqliteEngine(tmp_path, "p")
+    await engine.open()
+    epoch = await engine.acquire("c", 0)
+    assert epoch == 4
+    await engine.commit(EpochCommit("c", 0, epoch,
+                                    log_appends=[("out", 0, b"\x03", b'["k"]', None, {"payload": b"\xff"})],
+                                    outbox=[OutboxMessage(2, "requests", b"\x04", b"[]", None, {"payload": b"\x00"})],
+                                    external_state_writes={("/t", b'["j"]'): b"\x81\xa5total\x04"}))
+    assert [m.row for m in await engine.read("out", 0, 0, 10)] == [{"payload": "old", "n": 7}, {"payload": b"\xff"}]
+    checkpoint = await engine.load_checkpoint("c", 0, ["http"])
+    assert [(m.seq, m.row) for m in checkpoint.outbox] == [(1, {"payload": "old \u00e9"}), (2, {"payload": b"\x00"})]
+    keyed = await engine.load_keyed_state("c", 0, 1, ["/t"])
+    assert set(keyed.external["/t"]) == {b'["k"]', b'["j"]'}
+    await engine.close()
+    assert [(line["key"], line["row"]) for line in state_lines(tmp_path)] == [(["j"], {"total": 4}),
+                                                                             (["k"], {"total": 3})]
+    db = sqlite3.connect(tmp_path / "egress.sqlite3")
+    assert db.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone() == ("2",)
+    db.close()
+
+
+async def test_a_directory_of_an_unknown_layout_is_refused_naming_its_version(tmp_path: Path) -> None:
+    import sqlite3
+
+    engine = SqliteEngine(tmp_path, "p")
+    await engine.open()
+    await engine.close()
+    db = sqlite3.connect(tmp_path / "egress.sqlite3")
+    with db:
+        db.execute("UPDATE meta SET value = '3' WHERE key = 'schema_version'")
+    db.close()
+    engine = SqliteEngine(tmp_path, "p")
+    with pytest.raises(StateDirectoryError, match="state layout version 3 is not one this egress reads"):
+        await engine.open()
+    await engine.close()

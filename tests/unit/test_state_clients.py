@@ -111,3 +111,22 @@ def test_state_of_another_partition_is_refused() -> None:
         client.get(foreign)
     with pytest.raises(ValueError, match="initialised twice"):
         store.state_client("s", Count)
+
+
+async def test_a_str_column_of_external_state_keeps_bytes_exactly() -> None:
+    """Flow's strings are byte strings: an external ``str`` column holds text or bytes, stored as they are."""
+    every_byte = bytes(range(256))
+    h = ProcessFunctionHarness(Counter)
+    await h.process_message({"label": every_byte}, key=("k",))
+    await h.process_message({"label": "text"}, key=("t",))
+    assert h.external_state("totals", ("k",)) == {"total": 1, "label": every_byte}
+    store = StateStore()
+    table = store.external_state_client("totals", {"label": str})
+    store.begin(("k",))
+    table.get(("k",)).set_column("label", every_byte)
+    store.end(lambda: "a test")
+    _, writes = store.take_writes()
+    again = StateStore()
+    loaded = again.external_state_client("totals", {"label": str})
+    again.load({}, {"totals": {key: value for (_, key), value in writes.items() if value is not None}})
+    assert loaded.peek(("k",)) == {"label": every_byte}

@@ -47,3 +47,44 @@ async def test_schema_errors_are_the_pipeline_errors() -> None:
         await h.process_message({"city": "Oslo", "n": "2"})
     with pytest.raises(ProcessFunctionError, match="unknown output stream 'out'"):
         await ProcessFunctionHarness(Scale, output_stream_ids=["elsewhere"]).process_message({"city": "x", "n": 1})
+
+
+BINARY = StreamSpec.model_validate({"schema": [{"name": "city", "type": "string", "required": True},
+                                               {"name": "payload", "type": "string"}], "group_by": ["city"]})
+
+
+class EmitsRaw(ProcessFunction):
+    """Emits the input's ``city`` and ``payload`` as they are (text or bytes)."""
+
+    async def process_message(self, message: Message, output: OutputCollector, ctx: RuntimeContext) -> None:
+        output.add_message("out", {"city": message.row["city"], "payload": message.row["payload"]})
+
+
+async def test_bytes_for_a_string_column_pass_the_checks_and_a_utf8_key_is_its_text() -> None:
+    h = ProcessFunctionHarness(EmitsRaw, output_stream_ids=["out"], streams={"out": BINARY})
+    every_byte = bytes(range(256))
+    assert await h.process_message({"city": b"Oslo", "payload": every_byte}) == [
+        Emitted("out", {"city": b"Oslo", "payload": every_byte}, ("Oslo",))]
+
+
+async def test_a_value_no_encoding_can_store_raises_the_error_a_pipeline_commit_would() -> None:
+    from egress.errors import RowEncodingError
+    from egress.keys import derived_message_id, source_message_id
+
+    h = ProcessFunctionHarness(EmitsRaw, output_stream_ids=["out"], streams={"out": BINARY}, computation_id="raw")
+    with pytest.raises(RowEncodingError) as raised:
+        await h.process_message({"city": "Oslo", "payload": "\udcff"})
+    key = derived_message_id(source_message_id("testing", 0, 0), 0).hex().upper()
+    assert str(raised.value).startswith(f"computation 'raw' partition 0 emitted message {key} to stream 'out' whose "
+                                        "column 'payload' cannot be stored (string contains surrogates")
+    assert h.outputs == []
+
+
+async def test_a_group_by_value_of_bytes_that_are_not_utf8_fails_the_message_naming_the_column() -> None:
+    h = ProcessFunctionHarness(EmitsRaw, output_stream_ids=["out"], streams={"out": BINARY}, computation_id="raw")
+    with pytest.raises(ProcessFunctionError) as raised:
+        await h.process_message({"city": b"\xff", "payload": None})
+    assert str(raised.value).startswith(
+        "computation 'raw' emitted a row for stream 'out' whose group_by column(s) ['city'] cannot be a key "
+        "(a key value must be text; these bytes are not UTF-8")
+    assert "while handling message " in str(raised.value)

@@ -6,6 +6,10 @@ committed epoch). Lines look like::
     {"kind": "external", "table": "/state", "key": ["user-1"], "row": {"total_length": 42}}
     {"kind": "internal", "computation": "request_processor", "state": "request_state",
      "key": ["user-1", 7], "value": {"failed_attempts": 1, "request": {...}}}
+
+A byte string (``bytes`` in a ``str`` column of an external table) is shown as
+``{"$bytes": "<base64>"}`` (standard alphabet, padded), so every line is JSON whatever the bytes are;
+text stays a JSON string.
 """
 
 from __future__ import annotations
@@ -19,6 +23,7 @@ import typer
 
 from egress.engines.sqlite import read_state
 from egress.errors import StateDirectoryError
+from egress.rows import bytes_as_json, decode_row
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, help="Inspect committed keyed state.")
 
@@ -36,7 +41,7 @@ def state_lines(state_dir: Path, *, name: str | None = None, internal: bool = Tr
     if external:
         for _, table, key, row in found["external"]:
             if name in (None, table):
-                yield {"kind": "external", "table": table, "key": orjson.loads(key), "row": orjson.loads(row)}
+                yield {"kind": "external", "table": table, "key": orjson.loads(key), "row": decode_row(row)}
     if internal:
         for computation, state, key, value in found["internal"]:
             if name in (None, state):
@@ -51,7 +56,8 @@ def dump(
     external_only: Annotated[bool, typer.Option("--external", help="Only external state tables.")] = False,
     internal_only: Annotated[bool, typer.Option("--internal", help="Only internal state.")] = False,
 ) -> None:
-    """Print committed external state rows and internal state values as JSON lines.
+    """Print committed external state rows and internal state values as JSON lines (bytes as
+    {"$bytes": "<base64>"}).
 
     With --name and nothing printed, a note on standard error lists the names that have committed
     rows (a misspelt name and a state that holds no keys right now both print nothing).
@@ -59,7 +65,7 @@ def dump(
     try:
         printed = 0
         for line in state_lines(state_dir, name=name, internal=not external_only, external=not internal_only):
-            typer.echo(orjson.dumps(line).decode())
+            typer.echo(orjson.dumps(line, default=bytes_as_json).decode())
             printed += 1
         if name is not None and not printed:
             found = read_state(state_dir)

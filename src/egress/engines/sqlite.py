@@ -3,6 +3,11 @@
 All database work runs on one thread of its own, so an fsync never stalls the event loop; the
 async methods hand work to it. Each :class:`EpochCommit` is one transaction: positions, log
 appends, outbox, sink progress, state and timers land together or not at all.
+
+Rows of the log and the outbox are stored as MessagePack (``egress.rows``), which keeps ``bytes``
+values exact; rows that directories of layout version 1 stored as JSON still read as JSON (each
+row says which it is by its first byte), so such a directory opens as it is and is marked version 2
+(rows written from then on are MessagePack, which an egress of version 1 could not read).
 """
 
 from __future__ import annotations
@@ -16,8 +21,6 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, TypeVar
 
-import orjson
-
 from egress.engines.protocols import (
     Checkpoint,
     CommittedInventory,
@@ -28,10 +31,14 @@ from egress.engines.protocols import (
     OutboxMessage,
     SinkProgress,
 )
-from egress.errors import StateDirectoryError
+from egress.errors import RowEncodingError, StateDirectoryError
 from egress.keys import partition_of
+from egress.rows import decode_rows, encode_row, unstorable_row_error
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
+"""The state layout this egress writes. 2: log, outbox and external state rows are MessagePack."""
+READABLE_SCHEMA_VERSIONS = ("1", "2")
+"""Layouts this egress opens: 1 differs only in storing rows as JSON, which still reads."""
 DATABASE_NAME = "egress.sqlite3"
 LOCK_NAME = "egress.lock"
 
@@ -135,6 +142,9 @@ class SqliteEngine:
                 )
         else:
             check_metadata(meta, self.state_dir, self.pipeline)
+            if meta.get("schema_version") != str(SCHEMA_VERSION):
+                with self._transaction():  # from now on it holds MessagePack rows, which older versions cannot read
+                    db.execute("UPDATE meta SET value = ? WHERE key = 'schema_version'", (str(SCHEMA_VERSION),))
 
     def _close_sync(self) -> None:
         assert self._db is not None
@@ -228,8 +238,8 @@ class SqliteEngine:
             "WHERE stream = ? AND partition = ? AND offset >= ? ORDER BY offset LIMIT ?",
             (stream, partition, after, limit),
         ).fetchall()
-        loads = orjson.loads
-        return [LogMessage(stream, partition, o, m, k, t, loads(r)) for o, m, k, t, r in rows]
+        values = decode_rows([r for *_, r in rows])
+        return [LogMessage(stream, partition, o, m, k, t, v) for (o, m, k, t, _), v in zip(rows, values, strict=True)]
 
     async def end_offset(self, stream: str, partition: int) -> int:
         return await self._call(self._end_offset_sync, stream, partition)
@@ -268,14 +278,14 @@ class SqliteEngine:
         ):
             progress[sink] = SinkProgress(producer, message_id, int(seq), bytes(sink_state))
         low = min((p.max_persisted_seq_no for p in progress.values()), default=0)
-        outbox = [
-            OutboxMessage(int(seq), stream, mid, key, ts, orjson.loads(row))
-            for seq, stream, mid, key, ts, row in self._db.execute(
-                "SELECT seq, stream, message_id, key, event_timestamp, row FROM outbox "
-                "WHERE consumer = ? AND partition = ? AND seq > ? ORDER BY seq",
-                (consumer, partition, low),
-            )
-        ]
+        stored = self._db.execute(
+            "SELECT seq, stream, message_id, key, event_timestamp, row FROM outbox "
+            "WHERE consumer = ? AND partition = ? AND seq > ? ORDER BY seq",
+            (consumer, partition, low),
+        ).fetchall()
+        values = decode_rows([row for *_, row in stored])
+        outbox = [OutboxMessage(int(seq), stream, mid, key, ts, v)
+                  for (seq, stream, mid, key, ts, _), v in zip(stored, values, strict=True)]
         (last_seq,) = self._db.execute(
             "SELECT MAX(seq) FROM outbox WHERE consumer = ? AND partition = ?", (consumer, partition)
         ).fetchone()
@@ -330,23 +340,30 @@ class SqliteEngine:
             )
             if commit.log_appends:
                 records = []
-                for stream, partition, message_id, key, ts, values in commit.log_appends:
-                    slot = (stream, partition)
-                    offset = appended.get(slot)
-                    if offset is None:
-                        offset = self._end_offset_sync(stream, partition)
-                    appended[slot] = offset + 1
-                    records.append((stream, partition, offset, message_id, key, ts, orjson.dumps(values)))
+                try:
+                    for stream, partition, message_id, key, ts, values in commit.log_appends:
+                        slot = (stream, partition)
+                        offset = appended.get(slot)
+                        if offset is None:
+                            offset = self._end_offset_sync(stream, partition)
+                        appended[slot] = offset + 1
+                        records.append((stream, partition, offset, message_id, key, ts, encode_row(values)))
+                except TypeError:
+                    raise _unstorable(commit, [(a[0], a[2], a[5]) for a in commit.log_appends]) from None
                 db.executemany(
                     "INSERT INTO log (stream, partition, offset, message_id, key, event_timestamp, row) "
                     "VALUES (?, ?, ?, ?, ?, ?, ?)",
                     records,
                 )
+            try:
+                outbox = [(c, p, m.seq, m.stream, m.message_id, m.key, m.event_timestamp, encode_row(m.row))
+                          for m in commit.outbox]
+            except TypeError:
+                raise _unstorable(commit, [(m.stream, m.message_id, m.row) for m in commit.outbox]) from None
             db.executemany(
                 "INSERT INTO outbox (consumer, partition, seq, stream, message_id, key, event_timestamp, row) "
                 "VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
-                [(c, p, m.seq, m.stream, m.message_id, m.key, m.event_timestamp, orjson.dumps(m.row))
-                 for m in commit.outbox],
+                outbox,
             )
             db.executemany(
                 "INSERT INTO sink_progress (consumer, partition, sink, producer_id, max_persisted_message_id, "
@@ -394,6 +411,20 @@ class SqliteEngine:
                 )
         # Offsets become visible only once the transaction is durable.
         self._end_offsets.update(appended)
+
+
+def _unstorable(commit: EpochCommit, rows: list[tuple[str, bytes, dict[str, Any]]]) -> RowEncodingError:
+    """The error for the first of ``rows`` (``(stream, message id, row)``) that cannot be encoded."""
+    source = commit.consumer.removeprefix("source:")
+    where = (f"source {source!r}" if source != commit.consumer
+             else f"computation {commit.consumer!r} partition {commit.partition}")
+    for stream, message_id, row in rows:
+        try:
+            encode_row(row)
+        except TypeError:
+            return unstorable_row_error(where, stream, message_id, row)
+    return RowEncodingError(f"{where}: a row of this epoch cannot be stored, and none alone fails to encode",
+                            stream="", column="", message_id=b"")
 
 
 def _domain(rest: list[str]) -> str:
@@ -444,16 +475,16 @@ def read_state(state_dir: str | Path) -> dict[str, list[tuple[str, str, bytes, b
 
 def check_metadata(meta: dict[str, str], state_dir: str | Path, pipeline: str) -> None:
     """Raise :class:`StateDirectoryError` unless the directory's metadata ``meta`` says it belongs
-    to ``pipeline`` and has the layout version this egress reads."""
+    to ``pipeline`` and has a layout version this egress reads (:data:`READABLE_SCHEMA_VERSIONS`)."""
     if meta.get("pipeline") != pipeline:
         raise StateDirectoryError(
             f"{state_dir}: the state directory belongs to pipeline {meta.get('pipeline')!r}, "
             f"not {pipeline!r}; choose another --state-dir"
         )
-    if meta.get("schema_version") != str(SCHEMA_VERSION):
+    if meta.get("schema_version") not in READABLE_SCHEMA_VERSIONS:
         raise StateDirectoryError(
-            f"{state_dir}: state layout version {meta.get('schema_version')} is not "
-            f"{SCHEMA_VERSION}, which this egress reads"
+            f"{state_dir}: state layout version {meta.get('schema_version')} is not one this egress "
+            f"reads ({', '.join(READABLE_SCHEMA_VERSIONS)}); use the egress version that wrote it"
         )
 
 

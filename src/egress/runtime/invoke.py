@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import functools
 import traceback
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any, NamedTuple
 
 from egress.errors import ProcessFunctionError
@@ -127,7 +127,7 @@ class Invoker:
                 f"handling {where()}; its output_stream_ids are {self.output_stream_ids}")
         schema = self._schema(stream_id)
         if schema is None:
-            return Output(stream_id, row, encode_key(key if key is not None else ()))
+            return Output(stream_id, row, self._key(stream_id, key if key is not None else (), None, where))
         names, columns, group_by = schema
         for name in row:
             if name not in names:
@@ -143,7 +143,21 @@ class Invoker:
             if not isinstance(value, types) or (kind != "boolean" and isinstance(value, bool)):
                 raise ProcessFunctionError(
                     f"row for stream {stream_id!r}: column {name!r} is {kind}, got {type(value).__name__} ({where()})")
-        return Output(stream_id, row, encode_key(key if key is not None else [row.get(c) for c in group_by]))
+        if key is not None:
+            return Output(stream_id, row, self._key(stream_id, key, None, where))
+        return Output(stream_id, row, self._key(stream_id, [row.get(c) for c in group_by], group_by, where))
+
+    def _key(self, stream_id: str, values: Sequence[Any], group_by: list[str] | None,
+             where: Callable[[], str]) -> bytes:
+        """``encode_key(values)`` of the ``group_by`` columns, or of an explicit key (``group_by`` None);
+        a value that cannot be a key raises ``ProcessFunctionError`` naming them."""
+        try:
+            return encode_key(values)
+        except TypeError as error:
+            what = "explicit key" if group_by is None else f"group_by column(s) {group_by}"
+            raise ProcessFunctionError(
+                f"computation {self.computation_id!r} emitted a row for stream {stream_id!r} whose {what} cannot "
+                f"be a key ({error}) while handling {where()}") from None
 
     def _schema(self, stream_id: str) -> _Schema | None:
         """The checks of ``stream_id``'s schema, built once: column names, (name, type, required,

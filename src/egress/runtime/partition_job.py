@@ -13,8 +13,6 @@ import asyncio
 from collections.abc import Callable
 from typing import Any
 
-import orjson
-
 from egress.clock import Clock
 from egress.connectors.base import Sink, SinkContext
 from egress.connectors.dead_letters import DeadLetterFiles
@@ -22,6 +20,7 @@ from egress.engines import Engine, EpochCommit, LogAppend, LogMessage, OutboxMes
 from egress.errors import ProcessFunctionError
 from egress.keys import decode_key, derived_message_id, partition_of
 from egress.observe import Metrics, StatusTree
+from egress.rows import encode_row
 from egress.runtime.api import InitContext, Message, RuntimeContext, Timer
 from egress.runtime.invoke import Invoker, Output
 from egress.runtime.options import RunOptions
@@ -165,7 +164,8 @@ class PartitionJob:
                     # Automatic input throttling (upstream Input.Throttle): the batch waits for quota.
                     self._lag_timestamp = batch[0].event_timestamp
                     _, bytes_id = input_throttle.throttler_ids()
-                    size = sum(len(orjson.dumps(m.row)) for m in batch) if bytes_id is not None else 0
+                    # A message's byte size is that of its stored row (MessagePack, as the log keeps it).
+                    size = sum(len(encode_row(m.row)) for m in batch) if bytes_id is not None else 0
                     throttle_wait.inc(await input_throttle.wait(len(batch), size, timestamp=self._lag_timestamp))
                 outbox: list[OutboxMessage] = []
                 appends: list[LogAppend] = []

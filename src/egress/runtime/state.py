@@ -5,8 +5,9 @@ in the engine's ``state`` table under ``(computation, state name, key)``. The va
 pydantic model or a dataclass; values are stored as JSON (pydantic's ``TypeAdapter``).
 
 External state (Flow's ``InitExternalStateClient``) is a user-named table of rows with declared
-columns, one row per key, stored in the engine's ``external_state`` table and printed by
-``egress state dump``.
+columns, one row per key, stored in the engine's ``external_state`` table as MessagePack
+(``egress.rows``: a ``str`` column may hold ``bytes``, kept exactly, as Flow's strings are byte
+strings) and printed by ``egress state dump``.
 
 Both are read through an accessor obtained with ``client.get(key)`` while a message or timer is
 handled. Whatever was read or changed through an accessor is serialised when the call returns and
@@ -20,15 +21,16 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import Any, Generic, TypeVar
 
-import orjson
 from pydantic import TypeAdapter
 
 from egress.errors import ProcessFunctionError
-from egress.keys import compact_json, decode_key, encode_key, partition_of
+from egress.keys import decode_key, encode_key, partition_of
+from egress.rows import decode_row, encode_row
 
 M = TypeVar("M")
 
-COLUMN_TYPES: dict[type, tuple[type, ...]] = {int: (int,), float: (float, int), str: (str,), bool: (bool,)}
+COLUMN_TYPES: dict[type, tuple[type, ...]] = {int: (int,), float: (float, int), str: (str, bytes), bool: (bool,)}
+"""The Python values each external state column type accepts (``str``: Flow's byte string, text or bytes)."""
 
 
 class _KeyedClient:
@@ -159,7 +161,8 @@ class StateAccessor(Generic[M]):
 class ExternalStateClient(_KeyedClient):
     """External state: the user table ``table`` with ``columns`` (name → int, float, str or bool),
     one row per key (upstream ``TSimpleExternalStateManager`` over a user table). Every column is
-    nullable; ``get(key)`` returns an :class:`ExternalRow`."""
+    nullable; a ``str`` column holds ``str`` or ``bytes`` (:data:`COLUMN_TYPES`); ``get(key)``
+    returns an :class:`ExternalRow`."""
 
     def __init__(self, store: StateStore, table: str, columns: Mapping[str, type]) -> None:
         super().__init__(store, table)
@@ -173,10 +176,10 @@ class ExternalStateClient(_KeyedClient):
         return ExternalRow(self, self._touch(key))
 
     def _encode(self, value: Any) -> bytes:
-        return compact_json(value)
+        return encode_row(value)
 
     def _decode(self, raw: bytes) -> Any:
-        return orjson.loads(raw)
+        return decode_row(raw)
 
 
 class ExternalRow:
