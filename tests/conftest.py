@@ -102,3 +102,15 @@ def payload_spec(
     spec_path.write_text(yaml.safe_dump(spec))
     dynamic_path.write_text(yaml.safe_dump(dynamic))
     return spec_path, dynamic_path
+
+
+def payload_key(tmp_path: Path, position: int, depth: int = 1) -> str:
+    """The idempotency key of the message that ``depth`` computations derive, one output each, from
+    record ``position`` of :func:`payload_spec`'s source (written in ``tmp_path``)."""
+    from egress.keys import derived_message_id, idempotency_key, source_message_id, source_scope
+
+    message_id = source_message_id(source_scope("test_pipeline", "events_jsonl", str(tmp_path / "payloads.jsonl")),
+                                   0, position)
+    for _ in range(depth):
+        message_id = derived_message_id(message_id, 0)
+    return idempotency_key(message_id)

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
+import os
 import re
 import signal
 import subprocess
@@ -69,6 +71,62 @@ def receiver(tmp_path: Path) -> Iterator[Receiver]:
         yield started
     finally:
         stop_receiver(started)
+
+
+FIREHOSE_ACCESS_KEY = "e2e-firehose-key"
+"""The access key of :func:`firehose_receiver`, in the environment variable ``FIREHOSE_ACCESS_KEY``."""
+
+
+@pytest.fixture
+def firehose_receiver(tmp_path: Path) -> Iterator[tuple[int, Path]]:
+    """``egress receiver --protocol firehose --record RECORD`` accepting :data:`FIREHOSE_ACCESS_KEY`;
+    yields ``(port, record path)`` and stops it afterwards."""
+    record = tmp_path / "received.jsonl"
+    process = subprocess.Popen(
+        [sys.executable, "-m", "egress", "receiver", "--protocol", "firehose", "--port", "0",
+         "--access-key-env", "FIREHOSE_ACCESS_KEY", "--record", str(record)],
+        cwd=REPO, stdout=subprocess.PIPE, text=True, env={**os.environ, "FIREHOSE_ACCESS_KEY": FIREHOSE_ACCESS_KEY})
+    try:
+        assert process.stdout is not None
+        line = process.stdout.readline()
+        found = re.search(r"listening on http://127\.0\.0\.1:(\d+)/", line)
+        assert found, f"the receiver did not start: {line!r}"
+        yield int(found.group(1)), record
+    finally:
+        process.send_signal(signal.SIGTERM)
+        try:
+            process.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+
+
+def assert_firehose_requests_tile(expected: list[list[bytes]], requests: list[dict[str, object]]) -> None:
+    """Check that the accepted requests of a Firehose receiver's ``--record`` file carry exactly the
+    ``expected`` records (one list per partition, in input order), byte for byte.
+
+    Each request of a partition's sink carries a contiguous run of that partition's records, and its
+    line gives the count and a SHA-256 over the records (each prefixed by its 8-byte big-endian
+    length): walking each partition's records and matching ``(count, digest)`` must tile the whole
+    input with no request left over, or the check fails naming where.
+    """
+    remaining = {(r["records"], r["sha256"]) for r in requests}
+    assert len(remaining) == len(requests)
+    for part, records in enumerate(expected):
+        position = 0
+        while position < len(records):
+            digest = hashlib.sha256()
+            for end in range(position, len(records)):
+                digest.update(len(records[end]).to_bytes(8, "big"))
+                digest.update(records[end])
+                found = (end + 1 - position, digest.hexdigest())
+                if found in remaining:
+                    remaining.discard(found)
+                    position = end + 1
+                    break
+            else:
+                pytest.fail(f"partition {part}: no request carries the records from #{position} on")
+    assert remaining == set()  # and no request carried anything else
 
 
 @pytest.fixture

@@ -13,12 +13,9 @@ from __future__ import annotations
 
 import csv
 import gzip
-import hashlib
 import io
 import json
 import os
-import re
-import signal
 import subprocess
 import sys
 import urllib.request
@@ -31,13 +28,13 @@ import pytest
 import yaml
 
 from egress.keys import encode_key, partition_of
+from tests.e2e.conftest import FIREHOSE_ACCESS_KEY, assert_firehose_requests_tile
 
 pytestmark = pytest.mark.e2e
 REPO = Path(__file__).resolve().parents[2]
 EXAMPLE = REPO / "examples" / "firehose_delivery"
 DATA = REPO / "data" / "flights-2013.csv.gz"
 ROWS = 30_000
-KEY = "e2e-firehose-key"
 CASTS = {"int64": int, "double": float, "string": str}
 
 
@@ -51,28 +48,6 @@ def typed_rows(lines: list[str], schema: list[dict[str, Any]]) -> Iterator[dict[
             row[column["name"]] = None if nullable and text in ("NA", "") else CASTS[column["type"]](text)
         yield row
 
-
-
-@pytest.fixture
-def firehose_receiver(tmp_path: Path) -> Iterator[tuple[int, Path]]:
-    record = tmp_path / "received.jsonl"
-    process = subprocess.Popen(
-        [sys.executable, "-m", "egress", "receiver", "--protocol", "firehose", "--port", "0",
-         "--access-key-env", "FIREHOSE_ACCESS_KEY", "--record", str(record)],
-        cwd=REPO, stdout=subprocess.PIPE, text=True, env={**os.environ, "FIREHOSE_ACCESS_KEY": KEY})
-    try:
-        assert process.stdout is not None
-        line = process.stdout.readline()
-        found = re.search(r"listening on http://127\.0\.0\.1:(\d+)/", line)
-        assert found, f"the receiver did not start: {line!r}"
-        yield int(found.group(1)), record
-    finally:
-        process.send_signal(signal.SIGTERM)
-        try:
-            process.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
 
 
 @pytest.mark.timeout(120)
@@ -95,7 +70,7 @@ def test_every_flight_arrives_once_in_order(tmp_path: Path, firehose_receiver: t
         [sys.executable, "-m", "egress", "run", str(spec_path), "--dynamic-spec", str(EXAMPLE / "dynamic_spec.yaml"),
          "--state-dir", str(tmp_path / "state"), "--until-drained", "--quiet"],
         cwd=REPO, capture_output=True, text=True, timeout=100, check=False,
-        env={**os.environ, "FIREHOSE_ACCESS_KEY": KEY})
+        env={**os.environ, "FIREHOSE_ACCESS_KEY": FIREHOSE_ACCESS_KEY})
     assert run.returncode == 0, run.stdout + run.stderr
 
     with urllib.request.urlopen(f"http://127.0.0.1:{port}/stats", timeout=10) as response:
@@ -113,21 +88,5 @@ def test_every_flight_arrives_once_in_order(tmp_path: Path, firehose_receiver: t
 
     requests = [json.loads(line) for line in record.read_text().splitlines()]
     assert all(r["commonAttributes"] == {"dataset": "nycflights13", "year": "2013"} for r in requests)
-    remaining = {(r["records"], r["sha256"]) for r in requests}
-    assert len(remaining) == len(requests)
-    for part, records in enumerate(expected):
-        position = 0
-        while position < len(records):
-            digest = hashlib.sha256()
-            for end in range(position, len(records)):
-                digest.update(len(records[end]).to_bytes(8, "big"))
-                digest.update(records[end])
-                found = (end + 1 - position, digest.hexdigest())
-                if found in remaining:
-                    remaining.discard(found)
-                    position = end + 1
-                    break
-            else:
-                pytest.fail(f"partition {part}: no request carries the records from #{position} on")
-    assert remaining == set()  # and no request carried anything else
+    assert_firehose_requests_tile(expected, requests)
     assert len(requests) >= ROWS * 300 // (1024 * 1024)  # batches of at most 1 MiB of records

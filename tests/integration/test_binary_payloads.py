@@ -20,9 +20,8 @@ from aiohttp import web
 import egress.connectors.sinks.firehose_http  # noqa: F401  (registers firehose_http)
 from egress.errors import RowEncodingError
 from egress.firehose import FirehoseReceiver
-from egress.keys import derived_message_id, idempotency_key, source_message_id, source_scope
 from egress.runtime import Pipeline, RunOptions, RunResult, load_plan
-from tests.conftest import ServerFactory, payload_spec
+from tests.conftest import ServerFactory, payload_key, payload_spec
 from tests.pipelines import expected_body
 
 pytestmark = pytest.mark.integration
@@ -45,15 +44,6 @@ class Bodies:
             return web.Response(status=503)
         self.bodies.setdefault(request.headers["Idempotency-Key"], []).append(body)
         return web.Response(text="ok")
-
-
-def key_of(tmp_path: Path, position: int, depth: int = 1) -> str:
-    """The idempotency key of the message derived (``depth`` computations deep) from source record ``position``."""
-    message_id = source_message_id(source_scope("test_pipeline", "events_jsonl", str(tmp_path / "payloads.jsonl")),
-                                   0, position)
-    for _ in range(depth):
-        message_id = derived_message_id(message_id, 0)
-    return idempotency_key(message_id)
 
 
 async def run(spec: Path, dynamic: Path, state: Path) -> RunResult:
@@ -82,7 +72,7 @@ async def test_the_http_sink_posts_bytes_emitted_for_a_string_column_byte_for_by
     result = await run(spec, dynamic, tmp_path / "state")
     assert result.ok, result.error
     assert result.drained
-    assert endpoint.bodies == {key_of(tmp_path, i): [expected_body(i)] for i in range(MESSAGES)}
+    assert endpoint.bodies == {payload_key(tmp_path, i): [expected_body(i)] for i in range(MESSAGES)}
 
 
 async def test_bytes_read_back_exactly_from_the_log_by_a_downstream_computation(
@@ -93,7 +83,7 @@ async def test_bytes_read_back_exactly_from_the_log_by_a_downstream_computation(
     through_the_log(spec)
     result = await run(spec, dynamic, tmp_path / "state")
     assert result.ok, result.error
-    assert endpoint.bodies == {key_of(tmp_path, i, depth=2): [expected_body(i)] for i in range(MESSAGES)}
+    assert endpoint.bodies == {payload_key(tmp_path, i, depth=2): [expected_body(i)] for i in range(MESSAGES)}
 
 
 async def test_the_committed_outbox_resent_after_a_restart_keeps_its_bytes(
@@ -109,7 +99,7 @@ async def test_the_committed_outbox_resent_after_a_restart_keeps_its_bytes(
     endpoint.failing = False
     second = await run(spec, dynamic, tmp_path / "state")
     assert second.drained, second.error
-    assert endpoint.bodies == {key_of(tmp_path, i): [expected_body(i)] for i in range(40)}
+    assert endpoint.bodies == {payload_key(tmp_path, i): [expected_body(i)] for i in range(40)}
 
 
 async def test_a_directory_whose_outbox_holds_json_rows_still_delivers_them(
@@ -136,7 +126,7 @@ async def test_a_directory_whose_outbox_holds_json_rows_still_delivers_them(
     spec, dynamic = payload_spec(tmp_path, f"{base}/events", more)
     result = await run(spec, dynamic, state)
     assert result.drained, result.error
-    assert endpoint.bodies == {key_of(tmp_path, i): [p.encode()] for i, p in enumerate(more)}
+    assert endpoint.bodies == {payload_key(tmp_path, i): [p.encode()] for i, p in enumerate(more)}
     database = sqlite3.connect(state / "egress.sqlite3")
     assert database.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone() == ("2",)
     database.close()
@@ -182,7 +172,7 @@ async def test_a_string_no_encoding_can_store_fails_the_run_naming_computation_s
     assert isinstance(result.error, RowEncodingError)
     message = str(result.error)
     assert "computation 'deliver' partition 0" in message
-    assert f"message {key_of(tmp_path, 3)} to stream 'requests'" in message
+    assert f"message {payload_key(tmp_path, 3)} to stream 'requests'" in message
     assert "column 'payload' cannot be stored" in message
     assert "surrogates" in message
     assert "nothing from this batch was committed" in message
