@@ -11,7 +11,7 @@ What is measured: the rows ``examples/http_delivery`` stores, as egress makes th
    only MessagePack can hold.
 
 For each: ``orjson.dumps`` / ``orjson.loads`` and ``ormsgpack.packb`` / ``ormsgpack.unpackb`` per
-row, and ``egress.rows.decode_rows`` (the engine's batch read, which tells JSON rows of old
+row, and ``egress.rows.decode_row`` (what the engine reads with, which tells JSON rows of old
 directories apart by their first byte), in batches of 2,048 rows as an epoch commits and reads them
 (``epoch_max_messages``; each batch's results are kept until the batch is done, as the engine keeps
 them for one ``executemany``), best of ``--repeat`` (default 5) passes over all rows, in µs per
@@ -38,7 +38,7 @@ import ormsgpack
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "src"))
 
-from egress.rows import decode_rows  # noqa: E402
+from egress.rows import decode_row  # noqa: E402
 from egress.runtime import load_plan  # noqa: E402
 
 SPEC = REPO / "examples" / "http_delivery" / "spec.yaml"
@@ -76,7 +76,7 @@ def measure(name: str, rows: list[dict[str, Any]], repeat: int) -> list[str]:
     assert [ormsgpack.unpackb(p) for p in packed] == rows
     pack = best_of(repeat, lambda batch: [ormsgpack.packb(row) for row in batch], rows)
     unpack = best_of(repeat, lambda batch: [ormsgpack.unpackb(p) for p in batch], packed)
-    batched = best_of(repeat, decode_rows, packed)
+    engine = best_of(repeat, lambda batch: [decode_row(p) for p in batch], packed)
     size = sum(map(len, packed)) / len(rows)
     if json_ok:
         dumped = [orjson.dumps(row) for row in rows]
@@ -88,7 +88,7 @@ def measure(name: str, rows: list[dict[str, Any]], repeat: int) -> list[str]:
     else:
         lines.append(f"  {name:<8} orjson     cannot store bytes")
     lines.append(f"  {name:<8} ormsgpack  encode {pack:5.2f} µs  decode {unpack:5.2f} µs  {size:6.1f} bytes"
-                 f"  (decode_rows {batched:5.2f} µs)")
+                 f"  (decode_row {engine:5.2f} µs)")
     return lines
 
 

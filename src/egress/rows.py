@@ -35,17 +35,13 @@ encode_row: Callable[[Any], bytes] = ormsgpack.packb
 ``TypeError`` for a value MessagePack cannot hold; :func:`unstorable_row_error` says which."""
 
 
-def decode_row(stored: bytes) -> dict[str, Any]:
-    """The row ``stored`` holds: MessagePack, or the JSON of directories written before."""
+def decode_row(stored: bytes, _unpack: Callable[[bytes], Any] = ormsgpack.unpackb,
+               _loads: Callable[[bytes], Any] = orjson.loads) -> dict[str, Any]:
+    """The row ``stored`` holds: MessagePack, or the JSON of directories written before (the
+    defaults bind the decoders once: this runs once per message read)."""
     if stored[0] == JSON_ROW_FIRST_BYTE:
-        return orjson.loads(stored)  # type: ignore[no-any-return]
-    return ormsgpack.unpackb(stored)  # type: ignore[no-any-return]
-
-
-def decode_rows(stored: list[bytes]) -> list[dict[str, Any]]:
-    """:func:`decode_row` of each, in order (one call per batch: the per-row test is inline)."""
-    unpack, loads, json_first = ormsgpack.unpackb, orjson.loads, JSON_ROW_FIRST_BYTE
-    return [loads(raw) if raw[0] == json_first else unpack(raw) for raw in stored]
+        return _loads(stored)  # type: ignore[no-any-return]
+    return _unpack(stored)  # type: ignore[no-any-return]
 
 
 def unstorable_column(row: dict[str, Any]) -> tuple[str, str]:

@@ -54,13 +54,18 @@ def launch_receiver(record: Path, *options: str) -> Receiver:
     return Receiver(int(match.group(1)), record, process)
 
 
-def stop_receiver(receiver: Receiver) -> None:
-    receiver.process.send_signal(signal.SIGTERM)
+def terminate(process: subprocess.Popen[str]) -> None:
+    """SIGTERM ``process`` and wait for it; SIGKILL it if it has not exited within 10 s."""
+    process.send_signal(signal.SIGTERM)
     try:
-        receiver.process.wait(timeout=10)
+        process.wait(timeout=10)
     except subprocess.TimeoutExpired:
-        receiver.process.kill()
-        receiver.process.wait()
+        process.kill()
+        process.wait()
+
+
+def stop_receiver(receiver: Receiver) -> None:
+    terminate(receiver.process)
 
 
 @pytest.fixture
@@ -93,12 +98,7 @@ def firehose_receiver(tmp_path: Path) -> Iterator[tuple[int, Path]]:
         assert found, f"the receiver did not start: {line!r}"
         yield int(found.group(1)), record
     finally:
-        process.send_signal(signal.SIGTERM)
-        try:
-            process.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
+        terminate(process)
 
 
 def assert_firehose_requests_tile(expected: list[list[bytes]], requests: list[dict[str, object]]) -> None:

@@ -33,7 +33,7 @@ from egress.engines.protocols import (
 )
 from egress.errors import RowEncodingError, StateDirectoryError
 from egress.keys import partition_of
-from egress.rows import decode_rows, encode_row, unstorable_row_error
+from egress.rows import decode_row, encode_row, unstorable_row_error
 
 SCHEMA_VERSION = 2
 """The state layout this egress writes. 2: log, outbox and external state rows are MessagePack."""
@@ -238,8 +238,7 @@ class SqliteEngine:
             "WHERE stream = ? AND partition = ? AND offset >= ? ORDER BY offset LIMIT ?",
             (stream, partition, after, limit),
         ).fetchall()
-        values = decode_rows([r for *_, r in rows])
-        return [LogMessage(stream, partition, o, m, k, t, v) for (o, m, k, t, _), v in zip(rows, values, strict=True)]
+        return [LogMessage(stream, partition, o, m, k, t, decode_row(r)) for o, m, k, t, r in rows]
 
     async def end_offset(self, stream: str, partition: int) -> int:
         return await self._call(self._end_offset_sync, stream, partition)
@@ -278,14 +277,14 @@ class SqliteEngine:
         ):
             progress[sink] = SinkProgress(producer, message_id, int(seq), bytes(sink_state))
         low = min((p.max_persisted_seq_no for p in progress.values()), default=0)
-        stored = self._db.execute(
-            "SELECT seq, stream, message_id, key, event_timestamp, row FROM outbox "
-            "WHERE consumer = ? AND partition = ? AND seq > ? ORDER BY seq",
-            (consumer, partition, low),
-        ).fetchall()
-        values = decode_rows([row for *_, row in stored])
-        outbox = [OutboxMessage(int(seq), stream, mid, key, ts, v)
-                  for (seq, stream, mid, key, ts, _), v in zip(stored, values, strict=True)]
+        outbox = [
+            OutboxMessage(int(seq), stream, mid, key, ts, decode_row(row))
+            for seq, stream, mid, key, ts, row in self._db.execute(
+                "SELECT seq, stream, message_id, key, event_timestamp, row FROM outbox "
+                "WHERE consumer = ? AND partition = ? AND seq > ? ORDER BY seq",
+                (consumer, partition, low),
+            )
+        ]
         (last_seq,) = self._db.execute(
             "SELECT MAX(seq) FROM outbox WHERE consumer = ? AND partition = ?", (consumer, partition)
         ).fetchone()

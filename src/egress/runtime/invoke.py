@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import functools
 import traceback
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from typing import Any, NamedTuple
 
 from egress.errors import ProcessFunctionError
@@ -127,7 +127,10 @@ class Invoker:
                 f"handling {where()}; its output_stream_ids are {self.output_stream_ids}")
         schema = self._schema(stream_id)
         if schema is None:
-            return Output(stream_id, row, self._key(stream_id, key if key is not None else (), None, where))
+            try:
+                return Output(stream_id, row, encode_key(key if key is not None else ()))
+            except TypeError as error:
+                raise self._key_error(stream_id, None, where, error) from None
         names, columns, group_by = schema
         for name in row:
             if name not in names:
@@ -143,21 +146,18 @@ class Invoker:
             if not isinstance(value, types) or (kind != "boolean" and isinstance(value, bool)):
                 raise ProcessFunctionError(
                     f"row for stream {stream_id!r}: column {name!r} is {kind}, got {type(value).__name__} ({where()})")
-        if key is not None:
-            return Output(stream_id, row, self._key(stream_id, key, None, where))
-        return Output(stream_id, row, self._key(stream_id, [row.get(c) for c in group_by], group_by, where))
-
-    def _key(self, stream_id: str, values: Sequence[Any], group_by: list[str] | None,
-             where: Callable[[], str]) -> bytes:
-        """``encode_key(values)`` of the ``group_by`` columns, or of an explicit key (``group_by`` None);
-        a value that cannot be a key raises ``ProcessFunctionError`` naming them."""
         try:
-            return encode_key(values)
+            return Output(stream_id, row, encode_key(key if key is not None else [row.get(c) for c in group_by]))
         except TypeError as error:
-            what = "explicit key" if group_by is None else f"group_by column(s) {group_by}"
-            raise ProcessFunctionError(
-                f"computation {self.computation_id!r} emitted a row for stream {stream_id!r} whose {what} cannot "
-                f"be a key ({error}) while handling {where()}") from None
+            raise self._key_error(stream_id, None if key is not None else group_by, where, error) from None
+
+    def _key_error(self, stream_id: str, group_by: list[str] | None, where: Callable[[], str],
+                   error: TypeError) -> ProcessFunctionError:
+        """The error for an emitted row whose ``group_by`` columns (``None``: its explicit key) cannot be a key."""
+        what = "explicit key" if group_by is None else f"group_by column(s) {group_by}"
+        return ProcessFunctionError(
+            f"computation {self.computation_id!r} emitted a row for stream {stream_id!r} whose {what} cannot "
+            f"be a key ({error}) while handling {where()}")
 
     def _schema(self, stream_id: str) -> _Schema | None:
         """The checks of ``stream_id``'s schema, built once: column names, (name, type, required,
