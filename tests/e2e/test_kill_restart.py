@@ -45,6 +45,7 @@ import orjson
 import pytest
 import yaml
 
+from egress.rows import decode_row
 from egress.runtime import RunOptions
 from tests.e2e.conftest import (
     COMPUTATION_ID,
@@ -99,7 +100,7 @@ def read_in_flight(state: Path) -> InFlight:
     for partition, seq, message_id, row in rows:
         if seq > acknowledged.get(partition, 0):
             in_flight.per_partition[partition] += 1
-            if orjson.loads(row)["payload"] is not None:
+            if decode_row(row)["payload"] is not None:
                 in_flight.keys.add(bytes(message_id).hex().upper())
     return in_flight
 
