@@ -170,7 +170,10 @@ class CheckpointStore(Protocol):
         ...
 
     async def commit(self, commit: EpochCommit) -> None:
-        """Apply ``commit`` in one transaction; raises ``FencedError`` if ``commit.epoch`` is stale."""
+        """Apply ``commit`` in one transaction; raises ``FencedError`` if ``commit.epoch`` is stale,
+        and :class:`~egress.errors.RowEncodingError` (naming the stream, column and message id) for a
+        row holding a value that cannot be stored. Either way nothing of it is applied. Rows read
+        back with the same values and types they were committed with (``bytes`` stay ``bytes``)."""
         ...
 
 
