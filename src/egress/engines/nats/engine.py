@@ -214,7 +214,10 @@ class NatsEngine:
 
         async def on_error(error: Exception) -> None:
             errors.append(error)
-            logger.warning("NATS %s: %s", self.url, error)
+            if connected:  # before, the failure to connect is the error open() raises
+                logger.warning("NATS %s: %s", self.url, error)
+
+        connected = False
 
         try:
             await asyncio.wait_for(connection.connect(
@@ -225,6 +228,7 @@ class NatsEngine:
             raise NatsEngineError(
                 f"{self.url}: cannot connect to the NATS server within {self.connect_timeout:g} s ({cause}); "
                 "start it (nats-server -js) or fix the URL") from None
+        connected = True
         version = connection.connected_server_version
         if (version.major, version.minor) < MINIMUM_SERVER:
             raise NatsEngineError(f"{self.url}: nats-server {version} is older than 2.12, which has atomic "
