@@ -9,6 +9,7 @@ import contextlib
 import json
 import socket
 from collections.abc import AsyncIterator, Awaitable, Callable
+from pathlib import Path
 from typing import Any
 
 import nats
@@ -250,3 +251,25 @@ async def test_a_server_without_jetstream_raises_an_egress_error_naming_the_fix(
         server.terminate()
         await server.wait()
 
+
+
+async def test_a_server_lost_after_open_raises_an_egress_error_naming_the_url(tmp_path: Path) -> None:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    server = await asyncio.create_subprocess_exec(str(nats_server_binary()), "-js", "-a", "127.0.0.1", "-p",
+                                                  str(port), "-sd", str(tmp_path), stdout=asyncio.subprocess.DEVNULL,
+                                                  stderr=asyncio.subprocess.DEVNULL)
+    engine = NatsEngine(f"nats://127.0.0.1:{port}", "p", connect_timeout=10, request_timeout=0.5)
+    try:
+        await engine.open()
+        epoch = await engine.acquire("c", 0)
+        server.terminate()
+        await server.wait()
+        with pytest.raises(NatsEngineError, match=f"nats://127.0.0.1:{port}: stream KV_egress_p: .*server is up"):
+            await engine.commit(EpochCommit("c", 0, epoch, {("in", 0): 1}))
+    finally:
+        await engine.close()
+        if server.returncode is None:
+            server.terminate()
+            await server.wait()

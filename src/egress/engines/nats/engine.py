@@ -20,7 +20,7 @@ import logging
 import os
 import socket
 from collections import OrderedDict
-from collections.abc import AsyncIterator, Iterable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -35,15 +35,8 @@ from nats.js.kv import KeyValue
 
 from egress.clock import Clock, RealClock
 from egress.engines.nats import records
-from egress.engines.nats.jetstream import (
-    MAX_BATCH,
-    WRONG_LAST_SEQUENCE,
-    JetStream,
-    JetStreamRequestError,
-    Outgoing,
-    Stored,
-    expect_last,
-)
+from egress.engines.nats.errors import JetStreamRequestError, NatsEngineError
+from egress.engines.nats.jetstream import MAX_BATCH, WRONG_LAST_SEQUENCE, JetStream, Outgoing, Stored, expect_last
 from egress.engines.nats.records import CheckpointRecord, LogEntry
 from egress.engines.nats.subjects import BUCKET_NAME, Layout, default_bucket, name_token
 from egress.engines.protocols import (
@@ -56,7 +49,6 @@ from egress.engines.protocols import (
     OutboxMessage,
     SinkProgress,
 )
-from egress.errors import EgressError
 from egress.keys import partition_of
 
 logger = logging.getLogger(__name__)
@@ -72,11 +64,6 @@ _ACQUIRE_ATTEMPTS = 20
 _CACHED_CHUNKS = 4  # decoded log chunks kept per (stream, partition)
 _INDEXED_CHUNKS = 4096  # log chunk positions remembered per (stream, partition)
 _HEADER_ROOM = 8 * 1024  # of the server's max_payload, left for headers
-
-
-class NatsEngineError(EgressError):
-    """The NATS server cannot be reached or used, or refused an operation. The message names the
-    server URL (or the bucket) and the fix."""
 
 
 @dataclass(slots=True)
@@ -234,7 +221,7 @@ class NatsEngine:
             raise NatsEngineError(f"{self.url}: nats-server {version} is older than 2.12, which has atomic "
                                   "batch publish; upgrade the server")
         self._budget = connection.max_payload - _HEADER_ROOM
-        self._stream = JetStream(connection, self._layout.stream, self.request_timeout)
+        self._stream = JetStream(connection, self._layout.stream, self.request_timeout, self.url)
         js = connection.jetstream(timeout=self.request_timeout)
         try:
             await self._ensure_stream(js)
@@ -250,7 +237,10 @@ class NatsEngine:
         connection, self._connection = self._connection, None
         self._stream = self._kv = None
         if connection is not None and not connection.is_closed:
-            await connection.close()
+            try:
+                await connection.close()
+            except (NatsClientError, TimeoutError, OSError) as error:  # lost already: nothing left to release
+                logger.debug("NATS %s: closing: %s", self.url, error)
 
     def _stream_config(self) -> StreamConfig:
         return StreamConfig(
@@ -306,14 +296,15 @@ class NatsEngine:
         lease = json.dumps({"consumer": consumer, "partition": partition, "owner": self.owner,
                             "ttl": self.lease_ttl, "acquired_at": self._clock.now()}).encode()
         for _ in range(_ACQUIRE_ATTEMPTS):
-            try:
-                last = (await kv.get(key)).revision
-            except KeyNotFoundError as missing:
-                last = missing.entry.revision if missing.entry is not None else 0
-            try:
-                revision = await kv.update(key, lease, last=last)
-            except KeyWrongLastSequenceError:
-                continue  # another process took it between the read and the update: read again
+            async with self._js().answering(f"the lease of {consumer} partition {partition}"):
+                try:
+                    last = (await kv.get(key)).revision
+                except KeyNotFoundError as missing:
+                    last = missing.entry.revision if missing.entry is not None else 0
+                try:
+                    revision = await kv.update(key, lease, last=last)
+                except KeyWrongLastSequenceError:
+                    continue  # another process took it between the read and the update: read again
             self._leases[(consumer, partition)] = _Lease(revision, revision)
             self._views.pop((consumer, partition), None)
             return revision
@@ -494,9 +485,17 @@ class NatsEngine:
                 await self._publish_commit(commit, fence, view, slots)
             if view.redo is not None:
                 await self._apply_redo(consumer, partition, commit.epoch, fence, view)
-            await self._trim_outbox(consumer, partition, view)
+            await self._retained(self._trim_outbox(consumer, partition, view))
         if self._clock.monotonic() - self._last_trim >= self.retention_period and not self._trimming:
-            await self.trim()
+            await self._retained(self.trim())
+
+    async def _retained(self, purge: Awaitable[None]) -> None:
+        """Run a purge after a commit: the commit stands whatever happens, and what a failed purge
+        left is purged by a later one."""
+        try:
+            await purge
+        except NatsEngineError as error:
+            logger.warning("%s", error)
 
     async def _publish_commit(self, commit: EpochCommit, fence: int, view: _View,
                               slots: list[tuple[str, int]]) -> None:

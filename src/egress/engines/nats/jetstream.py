@@ -15,13 +15,17 @@ stream's ``allow_direct``; a batch get ends with a ``204 EOB`` status message ca
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import uuid
-from collections.abc import Sequence
+from collections.abc import AsyncIterator, Sequence
 from typing import Any, NamedTuple
 
 from nats.aio.client import Client
 from nats.aio.msg import Msg
+from nats.errors import Error as NatsClientError
+
+from egress.engines.nats.errors import JetStreamRequestError, NatsEngineError
 
 MAX_BATCH = 1000
 """Messages one atomic batch may hold (the server's default limit)."""
@@ -53,15 +57,6 @@ class Stored(NamedTuple):
     data: bytes
 
 
-class JetStreamRequestError(Exception):
-    """The server refused a request; ``code`` is JetStream's ``err_code`` (0 when it gave none)."""
-
-    def __init__(self, code: int, description: str) -> None:
-        super().__init__(f"{description} (err_code {code})")
-        self.code = code
-        self.description = description
-
-
 def expect_last(sequence: int, subject: str) -> dict[str, str]:
     """Headers that make a publish (or a whole batch) fail unless ``subject`` (a filter may have
     wildcards) last had a message at ``sequence`` (0: never one)."""
@@ -69,16 +64,34 @@ def expect_last(sequence: int, subject: str) -> dict[str, str]:
 
 
 class JetStream:
-    """Raw JetStream requests against one stream over one connection; ``timeout`` in seconds."""
+    """Raw JetStream requests against one stream over one connection (to ``url``); ``timeout`` in
+    seconds. A refusal raises :class:`JetStreamRequestError`, no answer or a lost connection
+    :class:`NatsEngineError` naming the URL and what was asked."""
 
-    def __init__(self, connection: Client, stream: str, timeout: float) -> None:
+    def __init__(self, connection: Client, stream: str, timeout: float, url: str) -> None:
         self._nc = connection
         self.stream = stream
         self.timeout = timeout
+        self.url = url
+
+    @contextlib.asynccontextmanager
+    async def answering(self, what: str) -> AsyncIterator[None]:
+        """Turn nats-py's transport errors inside into a :class:`NatsEngineError` about ``what``."""
+        try:
+            yield
+        except (NatsClientError, TimeoutError, OSError) as error:
+            detail = str(error) or type(error).__name__
+            raise NatsEngineError(f"{self.url}: stream {self.stream}: {what}: {detail} (no answer within "
+                                  f"{self.timeout:g} s, or the connection is lost); check that the server is up"
+                                  ) from None
 
     async def publish_batch(self, messages: Sequence[Outgoing]) -> int:
         """Publish ``messages`` (1 … :data:`MAX_BATCH`) as one atomic batch and return the stream
         sequence of the last; raises :class:`JetStreamRequestError` when the server refuses it."""
+        async with self.answering(f"an atomic batch of {len(messages)} messages"):
+            return await self._publish_batch(messages)
+
+    async def _publish_batch(self, messages: Sequence[Outgoing]) -> int:
         batch_id = uuid.uuid4().hex
         last = len(messages)
         for index, message in enumerate(messages, 1):
@@ -101,14 +114,16 @@ class JetStream:
 
     async def last(self, subject: str) -> Stored | None:
         """The last message on ``subject`` (wildcards allowed), or ``None``."""
-        reply = await self._nc.request(f"$JS.API.DIRECT.GET.{self.stream}",
-                                       json.dumps({"last_by_subj": subject}).encode(), timeout=self.timeout)
+        async with self.answering(f"the last message on {subject}"):
+            reply = await self._nc.request(f"$JS.API.DIRECT.GET.{self.stream}",
+                                           json.dumps({"last_by_subj": subject}).encode(), timeout=self.timeout)
         return _stored(reply)
 
     async def get(self, seq: int) -> Stored | None:
         """The message at stream sequence ``seq``, or ``None``."""
-        reply = await self._nc.request(f"$JS.API.DIRECT.GET.{self.stream}", json.dumps({"seq": seq}).encode(),
-                                       timeout=self.timeout)
+        async with self.answering(f"message {seq}"):
+            reply = await self._nc.request(f"$JS.API.DIRECT.GET.{self.stream}", json.dumps({"seq": seq}).encode(),
+                                           timeout=self.timeout)
         return _stored(reply)
 
     async def scan(self, subject_filter: str, start: int = 1, limit: int | None = None) -> list[Stored]:
@@ -117,8 +132,9 @@ class JetStream:
         found: list[Stored] = []
         while limit is None or len(found) < limit:
             batch = _SCAN_BATCH if limit is None else min(_SCAN_BATCH, limit - len(found))
-            page, pending = await self._direct_batch({"seq": start, "next_by_subj": subject_filter,
-                                                      "batch": batch, "max_bytes": _SCAN_BYTES})
+            async with self.answering(f"the messages on {subject_filter}"):
+                page, pending = await self._direct_batch({"seq": start, "next_by_subj": subject_filter,
+                                                          "batch": batch, "max_bytes": _SCAN_BYTES})
             found.extend(page)
             if not page or not pending:
                 break
@@ -141,8 +157,9 @@ class JetStream:
         return int(answer.get("purged", 0))
 
     async def _api(self, operation: str, request: dict[str, Any]) -> dict[str, Any]:
-        reply = await self._nc.request(f"$JS.API.{operation}.{self.stream}", json.dumps(request).encode(),
-                                       timeout=self.timeout)
+        async with self.answering(operation):
+            reply = await self._nc.request(f"$JS.API.{operation}.{self.stream}", json.dumps(request).encode(),
+                                           timeout=self.timeout)
         return _answer(reply.data)
 
     async def _direct_batch(self, request: dict[str, Any]) -> tuple[list[Stored], int]:
