@@ -230,8 +230,8 @@ class NatsEngine:
         except NoJetStreamError:
             raise NatsEngineError(f"{self.url}: JetStream is not enabled on this server; start nats-server "
                                   "with -js (or jetstream {} in its configuration)") from None
-        except (NatsClientError, TimeoutError) as error:
-            raise NatsEngineError(f"{self.url}: bucket {self.bucket}: {error}") from None
+        except (NatsClientError, TimeoutError, OSError) as error:
+            raise NatsEngineError(f"{self.url}: bucket {self.bucket}: {error or type(error).__name__}") from None
 
     async def close(self) -> None:
         connection, self._connection = self._connection, None
