@@ -24,7 +24,6 @@ from collections.abc import AsyncIterator, Awaitable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-import orjson
 from nats.aio.client import Client
 from nats.errors import Error as NatsClientError
 from nats.js import JetStreamContext
@@ -41,15 +40,16 @@ from egress.engines.nats.records import CheckpointRecord, LogEntry
 from egress.engines.nats.subjects import BUCKET_NAME, Layout, default_bucket, name_token
 from egress.engines.protocols import (
     Checkpoint,
+    CommittedInventory,
     EpochCommit,
     FencedError,
     KeyedState,
-    LogAppend,
     LogMessage,
     OutboxMessage,
     SinkProgress,
 )
 from egress.keys import partition_of
+from egress.rows import decode_row, encode_row, first_unstorable_row_error
 
 logger = logging.getLogger(__name__)
 
@@ -242,6 +242,66 @@ class NatsEngine:
             except (NatsClientError, TimeoutError, OSError) as error:  # lost already: nothing left to release
                 logger.debug("NATS %s: closing: %s", self.url, error)
 
+    # -- metadata and inventory --------------------------------------------------------------
+
+    async def read_meta(self, key: str) -> str | None:
+        """The pipeline's metadata value ``key`` (subject ``metadata.<key>``), ``None`` when never written."""
+        stored = await self._js().last(self._layout.prefix + self._layout.metadata_key(key))
+        return None if stored is None else stored.data.decode()
+
+    async def write_meta(self, key: str, value: str) -> None:
+        """Set the metadata value ``key`` (a KV put, stored on the stream's replicas before it returns)."""
+        kv = self._kv
+        if kv is None:
+            raise NatsEngineError(f"{self.url}: the engine is not open; call open() first")
+        async with self._js().answering(f"the metadata value {key}"):
+            await kv.put(self._layout.metadata_key(key), value.encode())
+
+    async def inventory(self) -> CommittedInventory:
+        """Where committed work waits (:class:`CommittedInventory`): the last log chunk of each log
+        partition, every checkpoint, outbox chunk and timer (keyed writes of a redo not yet applied
+        included). Reads every outbox chunk and timer: for the drained check, not for a hot path."""
+        js, layout = self._js(), self._layout
+        log_ends: dict[tuple[str, int], int] = {}
+        for slot in sorted({layout.owner_of(subject) for subject in await js.subjects(layout.all_log_chunks())}):
+            stored = await js.last(layout.log_chunks(*slot))
+            if stored is not None:
+                first, count = records.log_chunk_extent(stored.data)
+                log_ends[slot] = first + count
+        read_positions: dict[tuple[str, int], list[int]] = {}
+        acknowledged: dict[tuple[str, int], int] = {}
+        for stored in await js.scan(layout.checkpoints()):
+            consumer, partition = layout.owner_of(stored.subject)
+            checkpoint = CheckpointRecord.decode(stored.data)
+            acknowledged[(consumer, partition)] = checkpoint.acknowledged
+            if not consumer.startswith("source:"):
+                for slot, (offset, _) in checkpoint.positions.items():
+                    read_positions.setdefault(slot, []).append(offset)
+        outbox: dict[tuple[str, int, str], int] = {}
+        for stored in await js.scan(layout.all_outbox_chunks()):
+            consumer, partition = layout.owner_of(stored.subject)
+            for seq, stream in records.outbox_chunk_streams(stored.data):
+                if seq > acknowledged.get((consumer, partition), 0):  # a chunk partly acknowledged stays whole
+                    outbox[(consumer, partition, stream)] = outbox.get((consumer, partition, stream), 0) + 1
+        timers: dict[tuple[str, int], int] = {}
+        for suffix, (_, _, deleted) in (await self._latest(await js.scan(layout.all_timers()), ("timer.",))).items():
+            if not deleted:
+                owner = layout.owner_of(layout.prefix + suffix)
+                timers[owner] = timers.get(owner, 0) + 1
+        return CommittedInventory(log_ends, read_positions, outbox, timers)
+
+    async def _latest(self, stored: list[Stored], prefixes: tuple[str, ...]) -> dict[str, tuple[int, bytes, bool]]:
+        """The latest ``(sequence, record, deleted)`` of each keyed subject (without the bucket
+        prefix) of ``stored`` and of the redo chunks' writes to subjects starting with ``prefixes``:
+        keyed writes of a commit not yet applied (a crash came between) are newer than what they replace."""
+        latest = {self._layout.suffix(s.subject): (s.seq, s.data, s.headers.get("KV-Operation") == "DEL")
+                  for s in stored}
+        for redo in await self._js().scan(self._layout.all_redos()):
+            for suffix, record, deleted in records.redo_entries(redo.data):
+                if suffix.startswith(prefixes) and latest.get(suffix, (0, b"", False))[0] < redo.seq:
+                    latest[suffix] = (redo.seq, record, deleted)
+        return latest
+
     def _stream_config(self) -> StreamConfig:
         return StreamConfig(
             name=self._layout.stream, description=f"egress pipeline {self.pipeline}",
@@ -336,7 +396,6 @@ class NatsEngine:
     async def read(self, stream: str, partition: int, after: int, limit: int) -> list[LogMessage]:
         messages: list[LogMessage] = []
         offset = after
-        loads = orjson.loads
         while len(messages) < limit:
             chunk = await self._chunk_containing((stream, partition), offset)
             if chunk is None or chunk.entries is None:
@@ -346,7 +405,7 @@ class NatsEngine:
             taken = chunk.entries[start:start + limit - len(messages)]
             if not taken:
                 break
-            messages.extend(LogMessage(stream, partition, offset + i, message_id, key, timestamp, loads(row))
+            messages.extend(LogMessage(stream, partition, offset + i, message_id, key, timestamp, decode_row(row))
                             for i, (message_id, key, timestamp, row) in enumerate(taken))
             offset += len(taken)
         return messages
@@ -437,14 +496,9 @@ class NatsEngine:
         stored = [*await js.scan(layout.states(consumer)), *await js.scan(layout.timers(consumer, partition))]
         for table in external_tables:
             stored.extend(await js.scan(layout.externals(table)))
-        latest = {layout.suffix(s.subject): (s.seq, s.data, s.headers.get("KV-Operation") == "DEL") for s in stored}
-        # Keyed writes of a commit not yet applied (a crash came between): newer than what they replace.
-        prefixes = (f"state.{name_token(consumer)}.", f"timer.{name_token(consumer)}.{partition}.",
-                    *(f"external.{name_token(table)}." for table in external_tables))
-        for redo in await js.scan(layout.all_redos()):
-            for suffix, record, deleted in records.redo_entries(redo.data):
-                if suffix.startswith(prefixes) and latest.get(suffix, (0,))[0] < redo.seq:
-                    latest[suffix] = (redo.seq, record, deleted)
+        latest = await self._latest(stored, (f"state.{name_token(consumer)}.",
+                                             f"timer.{name_token(consumer)}.{partition}.",
+                                             *(f"external.{name_token(table)}." for table in external_tables)))
         internal: dict[str, dict[bytes, bytes]] = {}
         external: dict[str, dict[bytes, bytes]] = {table: {} for table in external_tables}
         timers: list[tuple[bytes, float, str]] = []
@@ -500,7 +554,8 @@ class NatsEngine:
     async def _publish_commit(self, commit: EpochCommit, fence: int, view: _View,
                               slots: list[tuple[str, int]]) -> None:
         consumer, partition, layout = commit.consumer, commit.partition, self._layout
-        outbox_messages, outbox_chunks = self._outbox_messages(consumer, partition, commit.outbox)
+        entries = _log_entries(commit)
+        outbox_messages, outbox_chunks = self._outbox_messages(commit)
         keyed = self._keyed_writes(commit)
         hints = {slot: self._hint(slot, offset) for slot, offset in commit.input_positions.items()}
         checkpoint = view.checkpoint.updated(commit, hints)
@@ -508,7 +563,7 @@ class NatsEngine:
                         expect_last(fence, layout.lease(consumer, partition)))
         for _ in range(_LOG_ATTEMPTS):
             ends = {slot: await self._log_end(slot) for slot in slots}
-            log_messages, log_chunks = self._log_messages(commit.log_appends, ends)
+            log_messages, log_chunks = self._log_messages(entries, ends)
             batch = [head, *log_messages, *outbox_messages]
             redo = len(batch) + len(keyed) > MAX_BATCH
             batch.extend(self._redo_messages(consumer, partition, keyed) if redo else
@@ -547,13 +602,12 @@ class NatsEngine:
         chunk = None if known is None else known.floor(offset)
         return 0 if chunk is None else chunk.seq
 
-    def _log_messages(self, appends: Sequence[LogAppend], ends: dict[tuple[str, int], tuple[int, int]]
+    def _log_messages(self, by_slot: dict[tuple[str, int], list[LogEntry]],
+                      ends: dict[tuple[str, int], tuple[int, int]]
                       ) -> tuple[list[Outgoing], list[tuple[tuple[str, int], _Chunk]]]:
-        """The log chunks of ``appends``, at offsets from ``ends``; the first chunk of each log
-        partition expects that partition's last chunk to be the one ``ends`` names."""
-        by_slot: dict[tuple[str, int], list[LogEntry]] = {}
-        for stream, partition, message_id, key, timestamp, row in appends:
-            by_slot.setdefault((stream, partition), []).append((message_id, key, timestamp, orjson.dumps(row)))
+        """The log chunks of the entries of each log partition (:func:`_log_entries`), at offsets
+        from ``ends``; the first chunk of each log partition expects that partition's last chunk to
+        be the one ``ends`` names."""
         messages: list[Outgoing] = []
         chunks: list[tuple[tuple[str, int], _Chunk]] = []
         for slot, entries in by_slot.items():
@@ -568,12 +622,18 @@ class NatsEngine:
                 start += len(group)
         return messages, chunks
 
-    def _outbox_messages(self, consumer: str, partition: int, outbox: Sequence[OutboxMessage]
-                         ) -> tuple[list[Outgoing], list[_OutboxChunk]]:
+    def _outbox_messages(self, commit: EpochCommit) -> tuple[list[Outgoing], list[_OutboxChunk]]:
+        """The outbox chunks of ``commit``; raises :class:`~egress.errors.RowEncodingError` for a row
+        that cannot be stored."""
+        consumer, partition, outbox = commit.consumer, commit.partition, commit.outbox
+        try:
+            entries = [records.outbox_entry(message) for message in outbox]
+        except TypeError:
+            raise first_unstorable_row_error(commit.origin, commit.outbox_rows()) from None
         messages: list[Outgoing] = []
         chunks: list[_OutboxChunk] = []
         start = 0
-        for group in self._groups([records.outbox_entry(m) for m in outbox], f"an outbox message of {consumer}"):
+        for group in self._groups(entries, f"an outbox message of {consumer}"):
             first, last = outbox[start].seq, outbox[start + len(group) - 1].seq
             messages.append(Outgoing(self._layout.outbox_chunk(consumer, partition, first),
                                      records.outbox_chunk(group, first)))
@@ -693,6 +753,19 @@ class NatsEngine:
                     self._trimmed[slot] = hint
         finally:
             self._trimming = False
+
+
+def _log_entries(commit: EpochCommit) -> dict[tuple[str, int], list[LogEntry]]:
+    """The log appends of ``commit`` by ``(stream, partition)``, rows encoded (encoded once: a
+    commit meeting another writer's appends is retried with the same entries); raises
+    :class:`~egress.errors.RowEncodingError` for a row that cannot be stored."""
+    by_slot: dict[tuple[str, int], list[LogEntry]] = {}
+    try:
+        for stream, partition, message_id, key, timestamp, row in commit.log_appends:
+            by_slot.setdefault((stream, partition), []).append((message_id, key, timestamp, encode_row(row)))
+    except TypeError:
+        raise first_unstorable_row_error(commit.origin, commit.log_rows()) from None
+    return by_slot
 
 
 @contextlib.asynccontextmanager

@@ -1,5 +1,6 @@
-"""The payloads of the NATS engine's messages, in MessagePack; rows inside as JSON bytes (orjson),
-so a row reads back exactly as from the SQLite engine.
+"""The payloads of the NATS engine's messages, in MessagePack; rows inside in the project's row
+encoding (:func:`egress.rows.encode_row`, MessagePack too, as bytes), so a row reads back exactly as
+from the SQLite engine (``bytes`` stay ``bytes``; a row of JSON, as written before, still reads).
 
 * checkpoint: ``{"positions": [[stream, partition, offset, hint]], "sinks": [[sink, producer id,
   max persisted message id, max persisted seq, sink state]], "last_seq", "acknowledged",
@@ -10,29 +11,31 @@ so a row reads back exactly as from the SQLite engine.
 * keyed record: ``[name, key, value or None]`` (state: state name; external: table) or, for a
   timer, ``[key, trigger, domain]``.
 * redo chunk: ``[[subject without the bucket prefix, keyed record, deleted]]``.
+
+Whole values are packed and unpacked with ``ormsgpack`` (as rows are). ``msgpack`` stays for two
+things ``ormsgpack`` has no API for: its ``Packer.pack_array_header``, which frames entries packed
+once (a chunk is assembled from entries already sized for the server's ``max_payload``, not packed
+a second time), and its streaming ``Unpacker``, which reads a chunk's header (first offset and
+count, first and last seq) without decoding its entries: the end of a log partition and the outbox
+chunks of a consumer are read that way, and a chunk holds up to ``max_payload`` (1 MiB) of entries.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field, replace
-from typing import Any
 
 import msgpack
-import orjson
+import ormsgpack
 
-from egress.engines.protocols import EpochCommit, LogAppend, OutboxMessage, SinkProgress
+from egress.engines.protocols import EpochCommit, OutboxMessage, SinkProgress
+from egress.rows import decode_row, encode_row
 
 LogEntry = tuple[bytes, bytes, float | None, bytes]
-"""A log message as stored in a chunk: ``(message id, key, event timestamp, row as JSON)``."""
+"""A log message as stored in a chunk: ``(message id, key, event timestamp, encoded row)``."""
 
-
-def pack(value: Any) -> bytes:
-    return msgpack.packb(value, use_bin_type=True)  # type: ignore[no-any-return]
-
-
-def unpack(data: bytes) -> Any:
-    return msgpack.unpackb(data, raw=False, use_list=True)
+pack = ormsgpack.packb
+unpack = ormsgpack.unpackb
 
 
 def array(items: Sequence[bytes]) -> bytes:
@@ -41,18 +44,12 @@ def array(items: Sequence[bytes]) -> bytes:
     return packer.pack_array_header(len(items)) + b"".join(items)  # type: ignore[no-any-return]
 
 
-def log_entry(append: LogAppend) -> bytes:
-    """One log append packed as a chunk entry."""
-    _, _, message_id, key, timestamp, row = append
-    return pack([message_id, key, timestamp, orjson.dumps(row)])
-
-
 def log_chunk(stream: str, partition: int, first: int, entries: Sequence[bytes]) -> bytes:
     return array([pack(stream), pack(partition), pack(first), pack(len(entries)), array(entries)])
 
 
 def log_chunk_entries(data: bytes) -> tuple[int, list[LogEntry]]:
-    """A log chunk's first offset and entries (rows still JSON)."""
+    """A log chunk's first offset and entries (rows still encoded)."""
     _, _, first, _, entries = unpack(data)
     return int(first), [(bytes(m), bytes(k), t, bytes(r)) for m, k, t, r in entries]
 
@@ -68,8 +65,10 @@ def log_chunk_extent(data: bytes) -> tuple[int, int]:
 
 
 def outbox_entry(message: OutboxMessage) -> bytes:
+    """One outbox message packed as a chunk entry; raises ``TypeError`` for a row
+    :func:`~egress.rows.encode_row` cannot store."""
     return pack([message.seq, message.stream, message.message_id, message.key, message.event_timestamp,
-                 orjson.dumps(message.row)])
+                 encode_row(message.row)])
 
 
 def outbox_chunk(entries: Sequence[bytes], first: int) -> bytes:
@@ -78,8 +77,14 @@ def outbox_chunk(entries: Sequence[bytes], first: int) -> bytes:
 
 def outbox_chunk_messages(data: bytes) -> list[OutboxMessage]:
     _, _, entries = unpack(data)
-    return [OutboxMessage(int(seq), str(stream), bytes(mid), bytes(key), ts, orjson.loads(row))
+    return [OutboxMessage(int(seq), str(stream), bytes(mid), bytes(key), ts, decode_row(row))
             for seq, stream, mid, key, ts, row in entries]
+
+
+def outbox_chunk_streams(data: bytes) -> list[tuple[int, str]]:
+    """``(seq, stream)`` of each message of an outbox chunk (rows left encoded)."""
+    _, _, entries = unpack(data)
+    return [(int(entry[0]), str(entry[1])) for entry in entries]
 
 
 def outbox_chunk_range(data: bytes) -> tuple[int, int]:

@@ -9,6 +9,7 @@ message per subject (``max_msgs_per_subject: 1``), so a subject is a key with it
 subject after ``$KV.<bucket>.``                       holds
 ====================================================  =============================================
 ``meta``                                              the pipeline the bucket belongs to (JSON)
+``metadata.<name>``                                   a metadata value of the pipeline (UTF-8)
 ``lease.<consumer>.<partition>``                      the lease; its revision is the epoch (JSON)
 ``checkpoint.<consumer>.<partition>``                 positions, sink progress, outbox seqs, watermark
 ``log.<stream>.<partition>.<first offset>``           a chunk of log messages from that offset on
@@ -44,6 +45,13 @@ def name_token(name: str) -> str:
     if _PLAIN_NAME.fullmatch(name):
         return name
     return "=" + _base64url(name.encode())
+
+
+def name_of_token(token: str) -> str:
+    """The name a :func:`name_token` stands for."""
+    if not token.startswith("="):
+        return token
+    return base64.urlsafe_b64decode(token[1:] + "=" * (-len(token[1:]) % 4)).decode()
 
 
 def key_token(key: bytes) -> str:
@@ -83,6 +91,24 @@ class Layout:
         return subject[len(self.prefix):]
 
     meta_key = "meta"
+
+    def metadata_key(self, name: str) -> str:
+        return f"metadata.{name_token(name)}"
+
+    def all_log_chunks(self) -> str:
+        return f"{self.prefix}log.>"
+
+    def all_outbox_chunks(self) -> str:
+        return f"{self.prefix}outbox.>"
+
+    def all_timers(self) -> str:
+        return f"{self.prefix}timer.>"
+
+    def owner_of(self, subject: str) -> tuple[str, int]:
+        """The ``(name, partition)`` of a ``lease``, ``checkpoint``, ``log``, ``outbox``, ``timer`` or
+        ``redo`` subject (its second and third tokens)."""
+        _, name, partition = self.suffix(subject).split(".", 3)[:3]
+        return name_of_token(name), int(partition)
 
     def lease_key(self, consumer: str, partition: int) -> str:
         return f"lease.{name_token(consumer)}.{partition}"
