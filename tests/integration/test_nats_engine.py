@@ -149,6 +149,40 @@ async def test_keyed_writes_committed_but_not_yet_applied_are_loaded_and_applied
     assert (await (await open_nats()).load_keyed_state("c", 0, 1, [])).internal == expected
 
 
+async def test_the_inventory_counts_outbox_messages_not_acknowledged_and_timers_not_deleted(
+        open_nats: Opener) -> None:
+    engine = await open_nats()
+    epoch = await engine.acquire("c", 0)
+    await engine.commit(EpochCommit("c", 0, epoch, {("in", 0): 1}, outbox=[outbox_message(s) for s in (1, 2, 3)],
+                                    timers_set=[(b'["a"]', 1.0, "processing"), (b'["b"]', 2.0, "event")]))
+    await engine.commit(EpochCommit("c", 0, epoch, {("in", 0): 2}, outbox_acknowledged_seq=2,
+                                    timers_deleted=[(b'["a"]', 1.0, "processing")]))
+    found = await (await open_nats()).inventory()  # the chunk of seqs 1-3 stays, a's deletion marker too
+    assert (found.outbox, found.timers, found.read_positions) == ({("c", 0, "requests"): 1}, {("c", 0): 1},
+                                                                  {("in", 0): [2]})
+
+
+async def test_the_inventory_counts_timers_committed_but_not_yet_applied(
+        open_nats: Opener, monkeypatch: pytest.MonkeyPatch) -> None:
+    crashing = await open_nats()
+    epoch = await crashing.acquire("c", 0)
+
+    async def crash(*args: Any) -> None:
+        raise ConnectionResetError("the process died here")
+
+    monkeypatch.setattr(crashing, "_apply_redo", crash)  # dies after the atomic batch, before the redo
+    with pytest.raises(ConnectionResetError):  # 1,500 timers: over a batch's 1,000, so committed as redo
+        await crashing.commit(EpochCommit("c", 0, epoch, {("in", 0): 1},
+                                          timers_set=[(encode_key([i]), 5.0, "processing") for i in range(1500)]))
+    assert (await (await open_nats()).inventory()).timers == {("c", 0): 1500}
+
+
+async def test_metadata_of_any_key_is_read_by_another_process(open_nats: Opener) -> None:
+    await (await open_nats()).write_meta("spec layout/v2", "caf\u00e9")
+    reader = await open_nats()
+    assert (await reader.read_meta("spec layout/v2"), await reader.read_meta("spec_layout")) == ("caf\u00e9", None)
+
+
 async def test_a_fresh_process_reads_the_log_from_any_offset(open_nats: Opener) -> None:
     writer = await open_nats()
     epoch = await writer.acquire("source:s", 0)
