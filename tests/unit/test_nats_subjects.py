@@ -6,7 +6,7 @@ import re
 import subprocess
 import sys
 
-from egress.engines.nats.subjects import Layout, default_bucket, key_token, name_token
+from egress.engines.nats.subjects import Layout, default_bucket, key_token, name_of_token, name_token
 
 KV_KEY = re.compile(r"[-/_=.a-zA-Z0-9]+")  # nats-py's (and the server's) KV key alphabet
 
@@ -35,6 +35,16 @@ def test_every_subject_of_a_layout_is_a_kv_key_of_its_bucket() -> None:
                 layout.redo("c", 1, 0)]
     assert all(s.startswith(layout.prefix) and KV_KEY.fullmatch(layout.suffix(s)) for s in subjects)
     assert re.fullmatch(r"[A-Za-z0-9_-]+", layout.bucket)
+
+
+def test_a_name_and_a_partition_read_back_from_the_subjects_naming_them() -> None:
+    names = ["deliver", "source:events", "=deliver", "a.b", "", "\u00e9", "x" * 65]
+    assert [name_of_token(name_token(name)) for name in names] == names
+    layout = Layout("b")
+    subjects = [layout.lease("source:s", 3), layout.checkpoint("a.b", 3), layout.log_chunk("é", 3, 4096),
+                layout.outbox_chunk("c", 3, 7), layout.timer("c", 3, b'["k"]', 1.5, "event"), layout.redo("c", 3, 0)]
+    assert [layout.owner_of(subject) for subject in subjects] == [
+        ("source:s", 3), ("a.b", 3), ("é", 3), ("c", 3), ("c", 3), ("c", 3)]
 
 
 def test_importing_egress_and_its_engines_does_not_import_nats() -> None:

@@ -12,12 +12,15 @@ from the SQLite engine (``bytes`` stay ``bytes``; a row of JSON, as written befo
   timer, ``[key, trigger, domain]``.
 * redo chunk: ``[[subject without the bucket prefix, keyed record, deleted]]``.
 
-Whole values are packed and unpacked with ``ormsgpack`` (as rows are). ``msgpack`` stays for two
-things ``ormsgpack`` has no API for: its ``Packer.pack_array_header``, which frames entries packed
-once (a chunk is assembled from entries already sized for the server's ``max_payload``, not packed
-a second time), and its streaming ``Unpacker``, which reads a chunk's header (first offset and
-count, first and last seq) without decoding its entries: the end of a log partition and the outbox
-chunks of a consumer are read that way, and a chunk holds up to ``max_payload`` (1 MiB) of entries.
+Whole values are packed and unpacked with ``ormsgpack`` (as rows are). ``msgpack`` stays for what
+``ormsgpack`` has no API for: its streaming ``Unpacker``, which reads a chunk's header (first
+offset and count, first and last seq) without decoding its entries. The end of a log partition
+(``end_offset``, which the runtime asks per job for its lag; the end before an append) and the
+outbox chunks of a consumer partition are read that way; a chunk holds up to ``max_payload``
+(1 MiB) of entries, and on a chunk of 4,000 log entries (870 kB) the header read takes 40 µs
+against 1.4 ms for ``ormsgpack.unpackb`` of the whole. Its ``Packer.pack_array_header`` frames
+entries packed once (each is packed alone first, to be sized for ``max_payload``): 0.3 ms for those
+4,000 entries, against 4.3 ms for ``ormsgpack.packb`` of a list of ``ormsgpack.Fragment``.
 """
 
 from __future__ import annotations
