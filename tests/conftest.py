@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import gzip
 import sqlite3
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -12,10 +12,25 @@ import pytest
 import yaml
 from aiohttp import web
 
+from tests.nats_server import nats_url, stop_nats_server
+
 REPO = Path(__file__).resolve().parents[1]
 JANUARY = REPO / "examples" / "http_delivery" / "data" / "flights-2013-01.csv.gz"
 
 ServerFactory = Callable[[web.Application], Awaitable[str]]
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _nats_server_stops_at_the_end() -> Iterator[None]:
+    """The tests' nats-server (tests/nats_server.py) starts on first use; it is stopped here, by pid."""
+    yield
+    stop_nats_server()
+
+
+@pytest.fixture(scope="session")
+def nats_server() -> str:
+    """The URL of a real nats-server with JetStream on loopback, shared by the session."""
+    return nats_url()
 
 
 @pytest.fixture

@@ -16,7 +16,7 @@ caller, which names where the row came from (:func:`unstorable_row_error`).
 from __future__ import annotations
 
 import base64
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 import orjson
@@ -75,6 +75,19 @@ def unstorable_row_error(where: str, stream: str, message_id: bytes, row: dict[s
         f"{where} emitted message {message_id.hex().upper()} to stream {stream!r} whose {named} cannot be "
         f"stored ({reason}); nothing from this batch was committed",
         stream=stream, column=column, message_id=message_id)
+
+
+def first_unstorable_row_error(where: str, rows: Iterable[tuple[str, bytes, dict[str, Any]]]) -> RowEncodingError:
+    """The error for the first of ``rows`` (``(stream, message id, row)``, emitted by ``where``)
+    that :func:`encode_row` rejects (:func:`unstorable_row_error`); for an engine whose batch of
+    rows failed to encode, ``where`` as in :attr:`egress.engines.EpochCommit.origin`."""
+    for stream, message_id, row in rows:
+        try:
+            encode_row(row)
+        except TypeError:
+            return unstorable_row_error(where, stream, message_id, row)
+    return RowEncodingError(f"{where}: a row of this epoch cannot be stored, and none alone fails to encode",
+                            stream="", column="", message_id=b"")
 
 
 def bytes_as_json(value: Any) -> Any:

@@ -8,15 +8,28 @@ so adding an engine is one line here.
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Callable
 from pathlib import Path
 
 from egress.engines import Engine, OutboxMessage, SqliteEngine
+from tests.nats_server import nats_url
 
 PIPELINE = "conformance"
 
+
+def nats_engine(directory: Path, pipeline: str) -> Engine:
+    """A ``NatsEngine`` on the tests' nats-server whose bucket is named after ``directory``: each
+    test has its own, and reopening (or a child process) on the same directory finds it again."""
+    from egress.engines.nats import NatsEngine
+
+    digest = hashlib.blake2b(str(directory.resolve()).encode(), digest_size=8).hexdigest()
+    return NatsEngine(nats_url(), pipeline, bucket=f"egress_test_{digest}")
+
+
 ENGINES: dict[str, Callable[[Path, str], Engine]] = {
     "sqlite": SqliteEngine,
+    "nats": nats_engine,
 }
 
 

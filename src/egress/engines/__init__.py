@@ -1,5 +1,7 @@
 """Storage engines behind the ``Engine`` protocol (``Log``, ``CheckpointStore``, ``Ownership``, lifecycle)."""
 
+from typing import TYPE_CHECKING, Any
+
 from egress.engines.protocols import (
     Checkpoint,
     CheckpointStore,
@@ -17,6 +19,18 @@ from egress.engines.protocols import (
 )
 from egress.engines.sqlite import SqliteEngine
 
+if TYPE_CHECKING:
+    from egress.engines.nats import NatsEngine
+
+
+def __getattr__(name: str) -> Any:
+    """``NatsEngine`` on first use: importing it imports nats-py, which embedded runs never need."""
+    if name == "NatsEngine":
+        from egress.engines.nats import NatsEngine
+
+        return NatsEngine
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
 __all__ = [
     "Checkpoint",
     "CheckpointStore",
@@ -28,6 +42,7 @@ __all__ = [
     "Log",
     "LogAppend",
     "LogMessage",
+    "NatsEngine",
     "OutboxMessage",
     "Ownership",
     "SinkProgress",

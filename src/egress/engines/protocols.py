@@ -96,6 +96,22 @@ class EpochCommit:
     timers_deleted: list[tuple[bytes, float, str]] = field(default_factory=list)
     watermark: float | None = None
 
+    @property
+    def origin(self) -> str:
+        """Who emitted this commit's rows, for errors: ``source 'id'`` or ``computation 'name' partition n``."""
+        source = self.consumer.removeprefix("source:")
+        if source != self.consumer:
+            return f"source {source!r}"
+        return f"computation {self.consumer!r} partition {self.partition}"
+
+    def log_rows(self) -> list[tuple[str, bytes, dict[str, Any]]]:
+        """``(stream, message id, row)`` of each log append (what a row encoding error names)."""
+        return [(stream, message_id, row) for stream, _, message_id, _, _, row in self.log_appends]
+
+    def outbox_rows(self) -> list[tuple[str, bytes, dict[str, Any]]]:
+        """``(stream, message id, row)`` of each outbox message."""
+        return [(message.stream, message.message_id, message.row) for message in self.outbox]
+
 
 @dataclass(frozen=True, slots=True)
 class Checkpoint:

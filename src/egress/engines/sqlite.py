@@ -31,9 +31,9 @@ from egress.engines.protocols import (
     OutboxMessage,
     SinkProgress,
 )
-from egress.errors import RowEncodingError, StateDirectoryError
+from egress.errors import StateDirectoryError
 from egress.keys import partition_of
-from egress.rows import decode_row, encode_row, unstorable_row_error
+from egress.rows import decode_row, encode_row, first_unstorable_row_error
 
 SCHEMA_VERSION = 2
 """The state layout this egress writes. 2: log, outbox and external state rows are MessagePack."""
@@ -348,7 +348,7 @@ class SqliteEngine:
                         appended[slot] = offset + 1
                         records.append((stream, partition, offset, message_id, key, ts, encode_row(values)))
                 except TypeError:
-                    raise _unstorable(commit, [(a[0], a[2], a[5]) for a in commit.log_appends]) from None
+                    raise first_unstorable_row_error(commit.origin, commit.log_rows()) from None
                 db.executemany(
                     "INSERT INTO log (stream, partition, offset, message_id, key, event_timestamp, row) "
                     "VALUES (?, ?, ?, ?, ?, ?, ?)",
@@ -358,7 +358,7 @@ class SqliteEngine:
                 outbox = [(c, p, m.seq, m.stream, m.message_id, m.key, m.event_timestamp, encode_row(m.row))
                           for m in commit.outbox]
             except TypeError:
-                raise _unstorable(commit, [(m.stream, m.message_id, m.row) for m in commit.outbox]) from None
+                raise first_unstorable_row_error(commit.origin, commit.outbox_rows()) from None
             db.executemany(
                 "INSERT INTO outbox (consumer, partition, seq, stream, message_id, key, event_timestamp, row) "
                 "VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
@@ -410,20 +410,6 @@ class SqliteEngine:
                 )
         # Offsets become visible only once the transaction is durable.
         self._end_offsets.update(appended)
-
-
-def _unstorable(commit: EpochCommit, rows: list[tuple[str, bytes, dict[str, Any]]]) -> RowEncodingError:
-    """The error for the first of ``rows`` (``(stream, message id, row)``) that cannot be encoded."""
-    source = commit.consumer.removeprefix("source:")
-    where = (f"source {source!r}" if source != commit.consumer
-             else f"computation {commit.consumer!r} partition {commit.partition}")
-    for stream, message_id, row in rows:
-        try:
-            encode_row(row)
-        except TypeError:
-            return unstorable_row_error(where, stream, message_id, row)
-    return RowEncodingError(f"{where}: a row of this epoch cannot be stored, and none alone fails to encode",
-                            stream="", column="", message_id=b"")
 
 
 def _domain(rest: list[str]) -> str:

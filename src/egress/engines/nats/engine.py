@@ -1,0 +1,780 @@
+"""The scale-out engine: ``Log``, ``CheckpointStore`` and ``Ownership`` on NATS JetStream.
+
+One KV bucket (a file-storage stream keeping one message per subject) holds a pipeline; the
+subjects are in :mod:`egress.engines.nats.subjects`. A commit is one atomic batch (ADR-50): its
+first message, the consumer partition's checkpoint, carries
+``Nats-Expected-Last-Subject-Sequence: <lease revision>`` for the lease subject, so the server
+stores the batch only while the committer's lease is the latest (the fence); the first log chunk
+of each ``(stream, partition)`` carries the same check against the last chunk of that partition, so
+two writers can never give out one offset twice. docs/cluster.md tells the whole protocol and why
+it is exactly-once for internal state.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import bisect
+import contextlib
+import json
+import logging
+import os
+import socket
+from collections import OrderedDict
+from collections.abc import AsyncIterator, Awaitable, Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from nats.aio.client import Client
+from nats.errors import Error as NatsClientError
+from nats.js import JetStreamContext
+from nats.js.api import DiscardPolicy, RetentionPolicy, StorageType, StreamConfig
+from nats.js.errors import KeyNotFoundError, KeyWrongLastSequenceError, NotFoundError
+from nats.js.errors import ServiceUnavailableError as NoJetStreamError
+from nats.js.kv import KeyValue
+
+from egress.clock import Clock, RealClock
+from egress.engines.nats import records
+from egress.engines.nats.errors import JetStreamRequestError, NatsEngineError
+from egress.engines.nats.jetstream import MAX_BATCH, WRONG_LAST_SEQUENCE, JetStream, Outgoing, Stored, expect_last
+from egress.engines.nats.records import CheckpointRecord, LogEntry
+from egress.engines.nats.subjects import BUCKET_NAME, Layout, default_bucket, name_token
+from egress.engines.protocols import (
+    Checkpoint,
+    CommittedInventory,
+    EpochCommit,
+    FencedError,
+    KeyedState,
+    LogMessage,
+    OutboxMessage,
+    SinkProgress,
+)
+from egress.keys import partition_of
+from egress.rows import decode_row, encode_row, first_unstorable_row_error
+
+logger = logging.getLogger(__name__)
+
+LAYOUT_VERSION = 1
+MINIMUM_SERVER = (2, 12)  # atomic batch publish
+TOMBSTONE = {"KV-Operation": "DEL", "Nats-TTL": "1s"}
+"""Headers of a deleted key: KV's delete marker, gone itself a second later (the value it replaced
+is dropped at once, the stream keeping one message per subject)."""
+
+_LOG_ATTEMPTS = 20  # commits retried after another writer appended to the same log partition
+_ACQUIRE_ATTEMPTS = 20
+_CACHED_CHUNKS = 4  # decoded log chunks kept per (stream, partition)
+_INDEXED_CHUNKS = 4096  # log chunk positions remembered per (stream, partition)
+_HEADER_ROOM = 8 * 1024  # of the server's max_payload, left for headers
+
+
+@dataclass(slots=True)
+class _Lease:
+    epoch: int
+    revision: int
+
+
+@dataclass(slots=True)
+class _OutboxChunk:
+    first: int
+    last: int
+    seq: int
+
+
+@dataclass(slots=True)
+class _Redo:
+    """Keyed writes committed as redo chunks and not yet applied: ``(subject, record, deleted)``."""
+
+    writes: list[tuple[str, bytes, bool]]
+    last_seq: int
+
+
+@dataclass(slots=True)
+class _View:
+    """What this process knows of a consumer partition it commits: the committed checkpoint, the
+    outbox chunks still stored, and keyed writes waiting to be applied."""
+
+    checkpoint: CheckpointRecord
+    outbox: list[_OutboxChunk]
+    redo: _Redo | None
+
+
+@dataclass(slots=True)
+class _Chunk:
+    first: int
+    count: int
+    seq: int
+    entries: list[LogEntry] | None = None
+
+    @property
+    def end(self) -> int:
+        return self.first + self.count
+
+
+@dataclass(slots=True)
+class _LogIndex:
+    """The log chunks of one ``(stream, partition)`` this process has seen, by first offset; the
+    entries of the last few read or written stay decoded."""
+
+    firsts: list[int] = field(default_factory=list)
+    chunks: dict[int, _Chunk] = field(default_factory=dict)
+    decoded: OrderedDict[int, None] = field(default_factory=OrderedDict)
+
+    def add(self, chunk: _Chunk) -> _Chunk:
+        known = self.chunks.get(chunk.first)
+        if known is None:
+            bisect.insort(self.firsts, chunk.first)
+            self.chunks[chunk.first] = known = chunk
+            if len(self.firsts) > _INDEXED_CHUNKS:  # forget the lowest (the highest if that is the new one)
+                victim = self.firsts.pop(0 if self.firsts[0] != chunk.first else -1)
+                self.chunks.pop(victim)
+                self.decoded.pop(victim, None)
+        if chunk.entries is not None:
+            known.entries = chunk.entries
+            self.decoded[chunk.first] = None
+            self.decoded.move_to_end(chunk.first)
+            while len(self.decoded) > _CACHED_CHUNKS:
+                dropped = self.chunks.get(self.decoded.popitem(last=False)[0])
+                if dropped is not None:
+                    dropped.entries = None
+        return known
+
+    def floor(self, offset: int) -> _Chunk | None:
+        """The known chunk with the largest first offset <= ``offset``."""
+        index = bisect.bisect_right(self.firsts, offset)
+        return self.chunks[self.firsts[index - 1]] if index else None
+
+
+class NatsEngine:
+    """``Log``, ``CheckpointStore`` and ``Ownership`` of pipeline ``pipeline`` in a NATS JetStream
+    KV bucket (default ``egress_<pipeline>``) on ``servers`` (``nats://host:port``, one or a list).
+
+    ``open()`` connects (within ``connect_timeout`` seconds) and creates or updates the bucket's
+    stream: file storage, ``replicas`` copies (1; 3 on a cluster), atomic batches and direct gets
+    allowed, one message per subject. An unreachable server, a server older than 2.12 or one
+    without JetStream raises :class:`NatsEngineError` naming the URL; a bucket of another pipeline
+    raises it naming the bucket. ``owner`` (default ``host:pid``) and ``lease_ttl`` (seconds) are
+    recorded in each lease. Every ``retention_period`` seconds (on the clock) a commit also purges
+    the log chunks every consumer has passed (:meth:`trim`). ``request_timeout`` bounds each
+    request (seconds).
+    """
+
+    def __init__(self, servers: str | Sequence[str], pipeline: str, *, bucket: str | None = None,
+                 replicas: int = 1, owner: str | None = None, lease_ttl: float = 30.0,
+                 connect_timeout: float = 5.0, request_timeout: float = 10.0, retention_period: float = 10.0,
+                 clock: Clock | None = None) -> None:
+        self.servers = [servers] if isinstance(servers, str) else list(servers)
+        self.pipeline = pipeline
+        self.bucket = bucket if bucket is not None else default_bucket(pipeline)
+        if not BUCKET_NAME.fullmatch(self.bucket):
+            raise NatsEngineError(f"bucket {self.bucket!r}: a NATS KV bucket name is made of A-Z a-z 0-9 _ -")
+        self.replicas = replicas
+        self.owner = owner if owner is not None else f"{socket.gethostname()}:{os.getpid()}"
+        self.lease_ttl = lease_ttl
+        self.connect_timeout = connect_timeout
+        self.request_timeout = request_timeout
+        self.retention_period = retention_period
+        self._clock = clock if clock is not None else RealClock()
+        self._layout = Layout(self.bucket)
+        self._connection: Client | None = None
+        self._stream: JetStream | None = None
+        self._kv: KeyValue | None = None
+        self._budget = 0
+        self._leases: dict[tuple[str, int], _Lease] = {}
+        self._views: dict[tuple[str, int], _View] = {}
+        self._consumer_locks: dict[tuple[str, int], asyncio.Lock] = {}
+        self._slot_locks: dict[tuple[str, int], asyncio.Lock] = {}
+        self._log_ends: dict[tuple[str, int], tuple[int, int]] = {}
+        self._indexes: dict[tuple[str, int], _LogIndex] = {}
+        self._trimmed: dict[tuple[str, int], int] = {}
+        self._last_trim = float("-inf")
+        self._trimming = False
+
+    @property
+    def url(self) -> str:
+        return ", ".join(self.servers)
+
+    # -- lifecycle ---------------------------------------------------------------------------
+
+    async def open(self) -> None:
+        connection = Client()
+        self._connection = connection
+        errors: list[Exception] = []
+
+        async def on_error(error: Exception) -> None:
+            errors.append(error)
+            if connected:  # before, the failure to connect is the error open() raises
+                logger.warning("NATS %s: %s", self.url, error)
+
+        connected = False
+
+        try:
+            await asyncio.wait_for(connection.connect(
+                servers=self.servers, connect_timeout=max(1, round(self.connect_timeout)), reconnect_time_wait=1,
+                max_reconnect_attempts=-1, error_cb=on_error, name=f"egress {self.pipeline}"), self.connect_timeout)
+        except (TimeoutError, OSError, NatsClientError) as error:
+            cause = errors[-1] if errors else error
+            raise NatsEngineError(
+                f"{self.url}: cannot connect to the NATS server within {self.connect_timeout:g} s ({cause}); "
+                "start it (nats-server -js) or fix the URL") from None
+        connected = True
+        version = connection.connected_server_version
+        if (version.major, version.minor) < MINIMUM_SERVER:
+            raise NatsEngineError(f"{self.url}: nats-server {version} is older than 2.12, which has atomic "
+                                  "batch publish; upgrade the server")
+        self._budget = connection.max_payload - _HEADER_ROOM
+        self._stream = JetStream(connection, self._layout.stream, self.request_timeout, self.url)
+        js = connection.jetstream(timeout=self.request_timeout)
+        try:
+            await self._ensure_stream(js)
+            self._kv = await js.key_value(self.bucket)
+            await self._check_meta(self._kv)
+        except NoJetStreamError:
+            raise NatsEngineError(f"{self.url}: JetStream is not enabled on this server; start nats-server "
+                                  "with -js (or jetstream {} in its configuration)") from None
+        except (NatsClientError, TimeoutError, OSError) as error:
+            raise NatsEngineError(f"{self.url}: bucket {self.bucket}: {error or type(error).__name__}") from None
+
+    async def close(self) -> None:
+        connection, self._connection = self._connection, None
+        self._stream = self._kv = None
+        if connection is not None and not connection.is_closed:
+            try:
+                await connection.close()
+            except (NatsClientError, TimeoutError, OSError) as error:  # lost already: nothing left to release
+                logger.debug("NATS %s: closing: %s", self.url, error)
+
+    # -- metadata and inventory --------------------------------------------------------------
+
+    async def read_meta(self, key: str) -> str | None:
+        """The pipeline's metadata value ``key`` (subject ``metadata.<key>``), ``None`` when never written."""
+        stored = await self._js().last(self._layout.prefix + self._layout.metadata_key(key))
+        return None if stored is None else stored.data.decode()
+
+    async def write_meta(self, key: str, value: str) -> None:
+        """Set the metadata value ``key`` (a KV put, stored on the stream's replicas before it returns)."""
+        kv = self._kv
+        if kv is None:
+            raise NatsEngineError(f"{self.url}: the engine is not open; call open() first")
+        async with self._js().answering(f"the metadata value {key}"):
+            await kv.put(self._layout.metadata_key(key), value.encode())
+
+    async def inventory(self) -> CommittedInventory:
+        """Where committed work waits (:class:`CommittedInventory`): the last log chunk of each log
+        partition, every checkpoint, outbox chunk and timer (keyed writes of a redo not yet applied
+        included). Reads every outbox chunk and timer: for the drained check, not for a hot path."""
+        js, layout = self._js(), self._layout
+        log_ends: dict[tuple[str, int], int] = {}
+        for slot in sorted({layout.owner_of(subject) for subject in await js.subjects(layout.all_log_chunks())}):
+            stored = await js.last(layout.log_chunks(*slot))
+            if stored is not None:
+                first, count = records.log_chunk_extent(stored.data)
+                log_ends[slot] = first + count
+        read_positions: dict[tuple[str, int], list[int]] = {}
+        acknowledged: dict[tuple[str, int], int] = {}
+        for stored in await js.scan(layout.checkpoints()):
+            consumer, partition = layout.owner_of(stored.subject)
+            checkpoint = CheckpointRecord.decode(stored.data)
+            acknowledged[(consumer, partition)] = checkpoint.acknowledged
+            if not consumer.startswith("source:"):
+                for slot, (offset, _) in checkpoint.positions.items():
+                    read_positions.setdefault(slot, []).append(offset)
+        outbox: dict[tuple[str, int, str], int] = {}
+        for stored in await js.scan(layout.all_outbox_chunks()):
+            consumer, partition = layout.owner_of(stored.subject)
+            for seq, stream in records.outbox_chunk_streams(stored.data):
+                if seq > acknowledged.get((consumer, partition), 0):  # a chunk partly acknowledged stays whole
+                    outbox[(consumer, partition, stream)] = outbox.get((consumer, partition, stream), 0) + 1
+        timers: dict[tuple[str, int], int] = {}
+        for suffix, (_, _, deleted) in (await self._latest(await js.scan(layout.all_timers()), ("timer.",))).items():
+            if not deleted:
+                owner = layout.owner_of(layout.prefix + suffix)
+                timers[owner] = timers.get(owner, 0) + 1
+        return CommittedInventory(log_ends, read_positions, outbox, timers)
+
+    async def _latest(self, stored: list[Stored], prefixes: tuple[str, ...]) -> dict[str, tuple[int, bytes, bool]]:
+        """The latest ``(sequence, record, deleted)`` of each keyed subject (without the bucket
+        prefix) of ``stored`` and of the redo chunks' writes to subjects starting with ``prefixes``:
+        keyed writes of a commit not yet applied (a crash came between) are newer than what they replace."""
+        latest = {self._layout.suffix(s.subject): (s.seq, s.data, s.headers.get("KV-Operation") == "DEL")
+                  for s in stored}
+        for redo in await self._js().scan(self._layout.all_redos()):
+            for suffix, record, deleted in records.redo_entries(redo.data):
+                if suffix.startswith(prefixes) and latest.get(suffix, (0, b"", False))[0] < redo.seq:
+                    latest[suffix] = (redo.seq, record, deleted)
+        return latest
+
+    def _stream_config(self) -> StreamConfig:
+        return StreamConfig(
+            name=self._layout.stream, description=f"egress pipeline {self.pipeline}",
+            subjects=[f"{self._layout.prefix}>"], storage=StorageType.FILE, num_replicas=self.replicas,
+            retention=RetentionPolicy.LIMITS, discard=DiscardPolicy.OLD, max_msgs=-1, max_bytes=-1,
+            max_msgs_per_subject=1, allow_atomic=True, allow_direct=True, allow_rollup_hdrs=True,
+            allow_msg_ttl=True, deny_delete=True, deny_purge=False)
+
+    async def _ensure_stream(self, js: JetStreamContext) -> None:
+        """Create the bucket's stream, or update it when a setting this engine relies on differs."""
+        wanted = self._stream_config()
+        try:
+            info = await js.stream_info(self._layout.stream)
+        except NotFoundError:
+            await js.add_stream(wanted)
+            return
+        have = info.config
+        checked = ("subjects", "storage", "num_replicas", "max_msgs_per_subject", "allow_atomic", "allow_direct",
+                   "allow_msg_ttl", "allow_rollup_hdrs")
+        if any(getattr(have, name) != getattr(wanted, name) for name in checked):
+            await js.update_stream(wanted)
+
+    async def _check_meta(self, kv: KeyValue) -> None:
+        meta = json.dumps({"pipeline": self.pipeline, "layout": LAYOUT_VERSION}).encode()
+        try:
+            await kv.create(self._layout.meta_key, meta)
+            return
+        except KeyWrongLastSequenceError:
+            found = json.loads((await kv.get(self._layout.meta_key)).value or b"{}")
+        if found.get("pipeline") != self.pipeline:
+            raise NatsEngineError(f"{self.url}: bucket {self.bucket} belongs to pipeline {found.get('pipeline')!r}, "
+                                  f"not {self.pipeline!r}; choose another bucket")
+        if found.get("layout") != LAYOUT_VERSION:
+            raise NatsEngineError(f"{self.url}: bucket {self.bucket} has layout version {found.get('layout')}, "
+                                  f"not {LAYOUT_VERSION}, which this egress reads")
+
+    def _js(self) -> JetStream:
+        if self._stream is None:
+            raise NatsEngineError(f"{self.url}: the engine is not open; call open() first")
+        return self._stream
+
+    # -- Ownership ---------------------------------------------------------------------------
+
+    async def acquire(self, consumer: str, partition: int) -> int:
+        """Take the lease of ``(consumer, partition)`` (a KV update expecting its last revision) and
+        return its new revision, the epoch. The lease records this engine's ``owner`` and
+        ``lease_ttl``; the take-over is unconditional (renewal and expiry come with balancing)."""
+        kv = self._kv
+        if kv is None:
+            raise NatsEngineError(f"{self.url}: the engine is not open; call open() first")
+        key = self._layout.lease_key(consumer, partition)
+        lease = json.dumps({"consumer": consumer, "partition": partition, "owner": self.owner,
+                            "ttl": self.lease_ttl, "acquired_at": self._clock.now()}).encode()
+        for _ in range(_ACQUIRE_ATTEMPTS):
+            async with self._js().answering(f"the lease of {consumer} partition {partition}"):
+                try:
+                    last = (await kv.get(key)).revision
+                except KeyNotFoundError as missing:
+                    last = missing.entry.revision if missing.entry is not None else 0
+                try:
+                    revision = await kv.update(key, lease, last=last)
+                except KeyWrongLastSequenceError:
+                    continue  # another process took it between the read and the update: read again
+            self._leases[(consumer, partition)] = _Lease(revision, revision)
+            self._views.pop((consumer, partition), None)
+            return revision
+        raise NatsEngineError(f"{self.url}: bucket {self.bucket}: the lease of {consumer} partition {partition} "
+                              f"changed under every one of {_ACQUIRE_ATTEMPTS} attempts to take it")
+
+    def _fence(self, consumer: str, partition: int, epoch: int) -> int:
+        """The lease revision a commit of ``epoch`` expects (the epoch itself until renewals exist)."""
+        lease = self._leases.get((consumer, partition))
+        return lease.revision if lease is not None and lease.epoch == epoch else epoch
+
+    async def _lease_revision(self, consumer: str, partition: int) -> int:
+        stored = await self._js().last(self._layout.lease(consumer, partition))
+        return 0 if stored is None else stored.seq
+
+    async def _refusal(self, consumer: str, partition: int, epoch: int, fence: int,
+                       error: JetStreamRequestError) -> Exception:
+        """The error to raise for a refused batch: ``FencedError`` when the lease moved on."""
+        if error.code == WRONG_LAST_SEQUENCE:
+            revision = await self._lease_revision(consumer, partition)
+            if revision != fence:
+                return FencedError(f"{consumer} partition {partition}: epoch {epoch} is stale "
+                                   f"(the lease is at revision {revision})")
+        return NatsEngineError(f"{self.url}: bucket {self.bucket}: the commit of {consumer} partition {partition} "
+                               f"was refused: {error}")
+
+    # -- Log ---------------------------------------------------------------------------------
+
+    async def read(self, stream: str, partition: int, after: int, limit: int) -> list[LogMessage]:
+        messages: list[LogMessage] = []
+        offset = after
+        while len(messages) < limit:
+            chunk = await self._chunk_containing((stream, partition), offset)
+            if chunk is None or chunk.entries is None:
+                break
+            offset = max(offset, chunk.first)  # below a chunk only when retention purged the offsets between
+            start = offset - chunk.first
+            taken = chunk.entries[start:start + limit - len(messages)]
+            if not taken:
+                break
+            messages.extend(LogMessage(stream, partition, offset + i, message_id, key, timestamp, decode_row(row))
+                            for i, (message_id, key, timestamp, row) in enumerate(taken))
+            offset += len(taken)
+        return messages
+
+    async def end_offset(self, stream: str, partition: int) -> int:
+        stored = await self._js().last(self._layout.log_chunks(stream, partition))
+        if stored is None:
+            return 0
+        first, count = records.log_chunk_extent(stored.data)
+        return first + count
+
+    def _index(self, slot: tuple[str, int]) -> _LogIndex:
+        index = self._indexes.get(slot)
+        if index is None:
+            index = self._indexes[slot] = _LogIndex()
+        return index
+
+    async def _chunk_containing(self, slot: tuple[str, int], offset: int) -> _Chunk | None:
+        """The decoded chunk holding ``offset``, or the first stored one after it (retention purged
+        the offsets before), or ``None`` when ``offset`` is at the end."""
+        index = self._index(slot)
+        while True:
+            known = index.floor(offset)
+            if known is None:
+                found = await self._first_chunk_from(slot, offset)
+                if found is None or found.first > offset:
+                    return found
+                continue
+            if offset < known.end:
+                if known.entries is None:
+                    stored = await self._js().get(known.seq)
+                    if stored is None:  # purged meanwhile
+                        return await self._first_chunk_from(slot, offset)
+                    known = self._remember(slot, stored)
+                return known
+            following = await self._js().scan(self._layout.log_chunks(*slot), known.seq + 1, limit=2)
+            if not following:
+                return None
+            for stored in following:
+                self._remember(slot, stored)
+
+    async def _first_chunk_from(self, slot: tuple[str, int], offset: int) -> _Chunk | None:
+        """Look a chunk up by the offsets in the stored chunk subjects: the one holding ``offset``,
+        else the first stored (``None`` when there is none)."""
+        firsts = sorted(int(subject.rsplit(".", 1)[1])
+                        for subject in await self._js().subjects(self._layout.log_chunks(*slot)))
+        if not firsts:
+            return None
+        at = bisect.bisect_right(firsts, offset)
+        first = firsts[at - 1] if at else firsts[0]
+        stored = await self._js().last(self._layout.log_chunk(*slot, first))
+        return None if stored is None else self._remember(slot, stored)
+
+    def _remember(self, slot: tuple[str, int], stored: Stored) -> _Chunk:
+        first, entries = records.log_chunk_entries(stored.data)
+        return self._index(slot).add(_Chunk(first, len(entries), stored.seq, entries))
+
+    async def _log_end(self, slot: tuple[str, int]) -> tuple[int, int]:
+        """``(end offset, sequence of its last chunk)`` of a log partition, as last known here."""
+        end = self._log_ends.get(slot)
+        if end is None:
+            stored = await self._js().last(self._layout.log_chunks(*slot))
+            if stored is None:
+                end = (0, 0)
+            else:
+                first, count = records.log_chunk_extent(stored.data)
+                self._index(slot).add(_Chunk(first, count, stored.seq))
+                end = (first + count, stored.seq)
+            self._log_ends[slot] = end
+        return end
+
+    # -- CheckpointStore ---------------------------------------------------------------------
+
+    async def load_checkpoint(self, consumer: str, partition: int, sinks: list[str]) -> Checkpoint:
+        view, outbox = await self._load_view(consumer, partition, with_outbox=True)
+        self._views[(consumer, partition)] = view
+        record = view.checkpoint
+        progress = {sink: SinkProgress() for sink in sinks}
+        progress.update(record.sinks)
+        low = max(record.acknowledged, min((p.max_persisted_seq_no for p in progress.values()), default=0))
+        next_seq = max([record.last_seq, *(p.max_persisted_seq_no for p in progress.values())]) + 1
+        return Checkpoint({slot: offset for slot, (offset, _) in record.positions.items()}, progress,
+                          [message for message in outbox if message.seq > low], next_seq)
+
+    async def load_keyed_state(self, consumer: str, partition: int, partition_count: int,
+                               external_tables: list[str]) -> KeyedState:
+        js, layout = self._js(), self._layout
+        stored = [*await js.scan(layout.states(consumer)), *await js.scan(layout.timers(consumer, partition))]
+        for table in external_tables:
+            stored.extend(await js.scan(layout.externals(table)))
+        latest = await self._latest(stored, (f"state.{name_token(consumer)}.",
+                                             f"timer.{name_token(consumer)}.{partition}.",
+                                             *(f"external.{name_token(table)}." for table in external_tables)))
+        internal: dict[str, dict[bytes, bytes]] = {}
+        external: dict[str, dict[bytes, bytes]] = {table: {} for table in external_tables}
+        timers: list[tuple[bytes, float, str]] = []
+        table_of = {f"external.{name_token(table)}.": table for table in external_tables}
+        for suffix, (_, data, deleted) in latest.items():
+            if deleted:
+                continue
+            if suffix.startswith("timer."):
+                key, trigger, domain = records.unpack(data)
+                timers.append((bytes(key), float(trigger), str(domain)))
+                continue
+            name, key, value = records.unpack(data)
+            if partition_of(key, partition_count) != partition:
+                continue
+            if suffix.startswith("state."):
+                internal.setdefault(str(name), {})[bytes(key)] = bytes(value)
+            else:
+                external[table_of[suffix[:suffix.rindex(".") + 1]]][bytes(key)] = bytes(value)
+        checkpoint = await js.last(layout.checkpoint(consumer, partition))
+        watermark = None if checkpoint is None else CheckpointRecord.decode(checkpoint.data).watermark
+        return KeyedState(internal, external, timers, watermark)
+
+    async def commit(self, commit: EpochCommit) -> None:
+        """Apply ``commit`` as one atomic, fenced batch (plus, for an epoch with more keyed writes
+        than a batch holds, their redo afterwards); raises ``FencedError`` if ``commit.epoch`` is
+        not the lease's revision, :class:`NatsEngineError` if the server refuses it otherwise."""
+        consumer, partition = commit.consumer, commit.partition
+        fence = self._fence(consumer, partition, commit.epoch)
+        async with _locked(self._consumer_locks, [(consumer, partition)]):
+            view = self._views.get((consumer, partition))
+            if view is None:
+                view, _ = await self._load_view(consumer, partition, with_outbox=False)
+                self._views[(consumer, partition)] = view
+            if view.redo is not None:
+                await self._apply_redo(consumer, partition, commit.epoch, fence, view)
+            slots = sorted({(append[0], append[1]) for append in commit.log_appends})
+            async with _locked(self._slot_locks, slots):
+                await self._publish_commit(commit, fence, view, slots)
+            if view.redo is not None:
+                await self._apply_redo(consumer, partition, commit.epoch, fence, view)
+            await self._retained(self._trim_outbox(consumer, partition, view))
+        if self._clock.monotonic() - self._last_trim >= self.retention_period and not self._trimming:
+            await self._retained(self.trim())
+
+    async def _retained(self, purge: Awaitable[None]) -> None:
+        """Run a purge after a commit: the commit stands whatever happens, and what a failed purge
+        left is purged by a later one."""
+        try:
+            await purge
+        except NatsEngineError as error:
+            logger.warning("%s", error)
+
+    async def _publish_commit(self, commit: EpochCommit, fence: int, view: _View,
+                              slots: list[tuple[str, int]]) -> None:
+        consumer, partition, layout = commit.consumer, commit.partition, self._layout
+        entries = _log_entries(commit)
+        outbox_messages, outbox_chunks = self._outbox_messages(commit)
+        keyed = self._keyed_writes(commit)
+        hints = {slot: self._hint(slot, offset) for slot, offset in commit.input_positions.items()}
+        checkpoint = view.checkpoint.updated(commit, hints)
+        head = Outgoing(layout.checkpoint(consumer, partition), checkpoint.encode(),
+                        expect_last(fence, layout.lease(consumer, partition)))
+        for _ in range(_LOG_ATTEMPTS):
+            ends = {slot: await self._log_end(slot) for slot in slots}
+            log_messages, log_chunks = self._log_messages(entries, ends)
+            batch = [head, *log_messages, *outbox_messages]
+            redo = len(batch) + len(keyed) > MAX_BATCH
+            batch.extend(self._redo_messages(consumer, partition, keyed) if redo else
+                         [Outgoing(subject, record, TOMBSTONE if deleted else None)
+                          for subject, record, deleted in keyed])
+            if len(batch) > MAX_BATCH:
+                raise NatsEngineError(f"{self.url}: the commit of {consumer} partition {partition} needs {len(batch)} "
+                                      f"messages of up to {self._budget} bytes, over the {MAX_BATCH} of one atomic "
+                                      "batch; lower epoch_max_messages or raise the server's max_payload")
+            try:
+                last = await self._js().publish_batch(batch)
+            except JetStreamRequestError as error:
+                refusal = await self._refusal(consumer, partition, commit.epoch, fence, error)
+                if isinstance(refusal, FencedError) or error.code != WRONG_LAST_SEQUENCE:
+                    raise refusal from None
+                for slot in slots:  # another writer appended to one of these log partitions: offsets again
+                    self._log_ends.pop(slot, None)
+                continue
+            first_seq = last - len(batch) + 1
+            for number, chunk in enumerate(log_chunks, first_seq + 1):
+                chunk[1].seq = number
+                self._index(chunk[0]).add(chunk[1])
+                self._log_ends[chunk[0]] = (chunk[1].end, number)
+            for number, outbox_chunk in enumerate(outbox_chunks, first_seq + 1 + len(log_messages)):
+                outbox_chunk.seq = number
+            view.checkpoint = checkpoint
+            view.outbox.extend(outbox_chunks)
+            if redo:
+                view.redo = _Redo(keyed, last)
+            return
+        raise NatsEngineError(f"{self.url}: bucket {self.bucket}: the log appends of {consumer} partition {partition} "
+                              f"met another writer's appends {_LOG_ATTEMPTS} times in a row")
+
+    def _hint(self, slot: tuple[str, int], offset: int) -> int:
+        known = self._indexes.get(slot)
+        chunk = None if known is None else known.floor(offset)
+        return 0 if chunk is None else chunk.seq
+
+    def _log_messages(self, by_slot: dict[tuple[str, int], list[LogEntry]],
+                      ends: dict[tuple[str, int], tuple[int, int]]
+                      ) -> tuple[list[Outgoing], list[tuple[tuple[str, int], _Chunk]]]:
+        """The log chunks of the entries of each log partition (:func:`_log_entries`), at offsets
+        from ``ends``; the first chunk of each log partition expects that partition's last chunk to
+        be the one ``ends`` names."""
+        messages: list[Outgoing] = []
+        chunks: list[tuple[tuple[str, int], _Chunk]] = []
+        for slot, entries in by_slot.items():
+            first, last_seq = ends[slot]
+            packed = [records.pack(list(entry)) for entry in entries]
+            start = 0
+            for group in self._groups(packed, f"a log message of {slot[0]} partition {slot[1]}"):
+                headers = expect_last(last_seq, self._layout.log_chunks(*slot)) if start == 0 else None
+                messages.append(Outgoing(self._layout.log_chunk(*slot, first + start),
+                                         records.log_chunk(slot[0], slot[1], first + start, group), headers))
+                chunks.append((slot, _Chunk(first + start, len(group), 0, entries[start:start + len(group)])))
+                start += len(group)
+        return messages, chunks
+
+    def _outbox_messages(self, commit: EpochCommit) -> tuple[list[Outgoing], list[_OutboxChunk]]:
+        """The outbox chunks of ``commit``; raises :class:`~egress.errors.RowEncodingError` for a row
+        that cannot be stored."""
+        consumer, partition, outbox = commit.consumer, commit.partition, commit.outbox
+        try:
+            entries = [records.outbox_entry(message) for message in outbox]
+        except TypeError:
+            raise first_unstorable_row_error(commit.origin, commit.outbox_rows()) from None
+        messages: list[Outgoing] = []
+        chunks: list[_OutboxChunk] = []
+        start = 0
+        for group in self._groups(entries, f"an outbox message of {consumer}"):
+            first, last = outbox[start].seq, outbox[start + len(group) - 1].seq
+            messages.append(Outgoing(self._layout.outbox_chunk(consumer, partition, first),
+                                     records.outbox_chunk(group, first)))
+            chunks.append(_OutboxChunk(first, last, 0))
+            start += len(group)
+        return messages, chunks
+
+    def _keyed_writes(self, commit: EpochCommit) -> list[tuple[str, bytes, bool]]:
+        """``(subject, record, deleted)`` per key the commit writes, the last write of a subject
+        winning (timer deletions come before insertions)."""
+        layout, consumer, partition = self._layout, commit.consumer, commit.partition
+        writes: dict[str, tuple[str, bytes, bool]] = {}
+
+        def write(subject: str, record: list[Any], deleted: bool) -> None:
+            writes[subject] = (subject, records.pack(record), deleted)
+
+        for (name, key), value in commit.state_writes.items():
+            write(layout.state(consumer, name, key), [name, key, value], value is None)
+        for (table, key), row in commit.external_state_writes.items():
+            write(layout.external(table, key), [table, key, row], row is None)
+        for timers, deleted in ((commit.timers_deleted, True), (commit.timers_set, False)):
+            for key, trigger, *rest in timers:
+                domain = rest[0] if rest else "processing"
+                write(layout.timer(consumer, partition, key, trigger, domain), [key, trigger, domain], deleted)
+        for subject, record, _ in writes.values():
+            if len(record) > self._budget:
+                raise NatsEngineError(f"{self.url}: {self._layout.suffix(subject)}: a value of {len(record)} bytes "
+                                      f"is over the server's max_payload; raise max_payload in nats-server's "
+                                      "configuration")
+        return list(writes.values())
+
+    def _redo_messages(self, consumer: str, partition: int, keyed: list[tuple[str, bytes, bool]]) -> list[Outgoing]:
+        entries = [records.redo_entry(self._layout.suffix(subject), record, deleted)
+                   for subject, record, deleted in keyed]
+        return [Outgoing(self._layout.redo(consumer, partition, number), records.redo_chunk(group))
+                for number, group in enumerate(self._groups(entries, f"a keyed write of {consumer}"))]
+
+    def _groups(self, entries: list[bytes], what: str) -> list[list[bytes]]:
+        groups = records.chunked(entries, self._budget)
+        for group in groups:
+            if len(group) == 1 and len(group[0]) > self._budget:
+                raise NatsEngineError(f"{self.url}: {what} is {len(group[0])} bytes, over the server's max_payload; "
+                                      "raise max_payload in nats-server's configuration")
+        return groups
+
+    async def _apply_redo(self, consumer: str, partition: int, epoch: int, fence: int, view: _View) -> None:
+        """Write the pending redo's keyed writes to their own subjects (fenced batches), then purge it."""
+        redo = view.redo
+        assert redo is not None
+        lease = self._layout.lease(consumer, partition)
+        for start in range(0, len(redo.writes), MAX_BATCH):
+            batch = [Outgoing(subject, record, TOMBSTONE if deleted else None)
+                     for subject, record, deleted in redo.writes[start:start + MAX_BATCH]]
+            batch[0] = batch[0]._replace(headers={**(batch[0].headers or {}), **expect_last(fence, lease)})
+            try:
+                await self._js().publish_batch(batch)
+            except JetStreamRequestError as error:
+                raise await self._refusal(consumer, partition, epoch, fence, error) from None
+        await self._js().purge(self._layout.redos(consumer, partition), redo.last_seq + 1)
+        view.redo = None
+
+    async def _trim_outbox(self, consumer: str, partition: int, view: _View) -> None:
+        """Purge the outbox chunks every sink has persisted."""
+        acknowledged = view.checkpoint.acknowledged
+        done = [chunk for chunk in view.outbox if chunk.last <= acknowledged]
+        if not done:
+            return
+        kept = [chunk for chunk in view.outbox if chunk.last > acknowledged]
+        await self._js().purge(self._layout.outbox_chunks(consumer, partition),
+                               kept[0].seq if kept else done[-1].seq + 1)
+        view.outbox = kept
+
+    async def _load_view(self, consumer: str, partition: int, *, with_outbox: bool
+                         ) -> tuple[_View, list[OutboxMessage]]:
+        js, layout = self._js(), self._layout
+        stored = await js.last(layout.checkpoint(consumer, partition))
+        checkpoint = CheckpointRecord() if stored is None else CheckpointRecord.decode(stored.data)
+        chunks: list[_OutboxChunk] = []
+        outbox: list[OutboxMessage] = []
+        for chunk in await js.scan(layout.outbox_chunks(consumer, partition)):
+            if with_outbox:
+                messages = records.outbox_chunk_messages(chunk.data)
+                outbox.extend(messages)
+                chunks.append(_OutboxChunk(messages[0].seq, messages[-1].seq, chunk.seq))
+            else:
+                chunks.append(_OutboxChunk(*records.outbox_chunk_range(chunk.data), chunk.seq))
+        redo_chunks = await js.scan(layout.redos(consumer, partition))
+        redo = None
+        if redo_chunks:
+            redo = _Redo([(layout.prefix + suffix, record, deleted) for chunk in redo_chunks
+                          for suffix, record, deleted in records.redo_entries(chunk.data)], redo_chunks[-1].seq)
+        return _View(checkpoint, chunks, redo), outbox
+
+    # -- retention ---------------------------------------------------------------------------
+
+    async def trim(self) -> None:
+        """Purge, per log partition, the chunks before the one holding the lowest committed
+        position of any consumer (the last chunk always stays: it holds the end offset). Nothing is
+        purged while a consumer holds a lease without having committed, its inputs being unknown."""
+        self._trimming = True
+        try:
+            self._last_trim = self._clock.monotonic()
+            js, layout = self._js(), self._layout
+            checkpoints = await js.scan(layout.checkpoints())
+            committed = {layout.suffix(s.subject).split(".", 1)[1] for s in checkpoints}
+            leased = {layout.suffix(s.subject).split(".", 1)[1] for s in await js.scan(layout.leases())}
+            if leased - committed:
+                return
+            lowest: dict[tuple[str, int], tuple[int, int]] = {}
+            for stored in checkpoints:
+                for slot, (offset, hint) in CheckpointRecord.decode(stored.data).positions.items():
+                    if slot[0] and (slot not in lowest or (offset, hint) < lowest[slot]):
+                        lowest[slot] = (offset, hint)
+            for slot, (_, hint) in lowest.items():
+                if hint > self._trimmed.get(slot, 0):
+                    await js.purge(layout.log_chunks(*slot), hint)
+                    self._trimmed[slot] = hint
+        finally:
+            self._trimming = False
+
+
+def _log_entries(commit: EpochCommit) -> dict[tuple[str, int], list[LogEntry]]:
+    """The log appends of ``commit`` by ``(stream, partition)``, rows encoded (encoded once: a
+    commit meeting another writer's appends is retried with the same entries); raises
+    :class:`~egress.errors.RowEncodingError` for a row that cannot be stored."""
+    by_slot: dict[tuple[str, int], list[LogEntry]] = {}
+    try:
+        for stream, partition, message_id, key, timestamp, row in commit.log_appends:
+            by_slot.setdefault((stream, partition), []).append((message_id, key, timestamp, encode_row(row)))
+    except TypeError:
+        raise first_unstorable_row_error(commit.origin, commit.log_rows()) from None
+    return by_slot
+
+
+@contextlib.asynccontextmanager
+async def _locked(locks: dict[tuple[str, int], asyncio.Lock], names: Iterable[tuple[str, int]]) -> AsyncIterator[None]:
+    """Hold the locks of ``names`` (taken in sorted order, so two holders never wait on each other)."""
+    async with contextlib.AsyncExitStack() as stack:
+        for name in sorted(names):
+            lock = locks.get(name)
+            if lock is None:
+                lock = locks[name] = asyncio.Lock()
+            await stack.enter_async_context(lock)
+        yield

@@ -1,0 +1,309 @@
+"""NatsEngine beyond the conformance suite (tests/engines/ runs that too): its bucket and lease,
+fencing across processes, commits bigger than one atomic batch, reading from a fresh process,
+concurrent appenders, bounded storage, and the errors of an unusable server."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import socket
+from collections.abc import AsyncIterator, Awaitable, Callable
+from pathlib import Path
+from typing import Any
+
+import nats
+import pytest
+
+from egress.engines import EpochCommit, FencedError, LogAppend, SinkProgress
+from egress.engines.nats import NatsEngine, NatsEngineError
+from egress.errors import EgressError
+from egress.keys import encode_key
+from tests.engines.engines import outbox_message
+from tests.nats_server import nats_server_binary
+
+pytestmark = pytest.mark.integration
+
+Opener = Callable[..., Awaitable[NatsEngine]]
+
+
+@pytest.fixture
+async def open_nats(nats_server: str, request: pytest.FixtureRequest) -> AsyncIterator[Opener]:
+    """Opens NatsEngines on this test's own bucket (each call: another process's view of it)."""
+    bucket = "egress_it_" + request.node.name.replace("[", "_").replace("]", "")[-40:]
+    opened: list[NatsEngine] = []
+
+    async def open_engine(pipeline: str = "p", **options: Any) -> NatsEngine:
+        engine = NatsEngine(nats_server, pipeline, bucket=options.pop("bucket", bucket), **options)
+        opened.append(engine)
+        await engine.open()
+        return engine
+
+    yield open_engine
+    for engine in opened:
+        await engine.close()
+    connection = await nats.connect(nats_server)
+    with contextlib.suppress(nats.js.errors.NotFoundError):
+        await connection.jetstream().delete_stream(f"KV_{bucket}")
+    await connection.close()
+
+
+async def stream_info(url: str, engine: NatsEngine) -> Any:
+    connection = await nats.connect(url)
+    try:
+        return await connection.jetstream().stream_info(f"KV_{engine.bucket}")
+    finally:
+        await connection.close()
+
+
+def appends(stream: str, partition: int, start: int, count: int) -> list[LogAppend]:
+    return [(stream, partition, f"m{i}".encode(), encode_key([i]), float(i), {"i": i})
+            for i in range(start, start + count)]
+
+
+async def test_the_bucket_is_one_file_stream_keeping_one_message_per_subject(open_nats: Opener,
+                                                                             nats_server: str) -> None:
+    engine = await open_nats()
+    config = (await stream_info(nats_server, engine)).config
+    assert (config.subjects, config.storage, config.num_replicas, config.max_msgs_per_subject,
+            config.allow_atomic, config.allow_direct) == ([f"$KV.{engine.bucket}.>"], "file", 1, 1, True, True)
+    await engine.close()
+    await open_nats()  # opening again leaves the stream as it is
+
+
+async def test_the_lease_is_a_kv_entry_whose_revision_is_the_epoch(open_nats: Opener, nats_server: str) -> None:
+    engine = await open_nats(owner="worker-7", lease_ttl=12.5)
+    epoch = await engine.acquire("source:files", 3)
+    connection = await nats.connect(nats_server)
+    try:
+        entry = await (await connection.jetstream().key_value(engine.bucket)).get("lease.=c291cmNlOmZpbGVz.3")
+    finally:
+        await connection.close()
+    assert entry.revision == epoch
+    lease = json.loads(entry.value or b"")
+    assert (lease["consumer"], lease["partition"], lease["owner"], lease["ttl"]) == (
+        "source:files", 3, "worker-7", 12.5)
+
+
+async def test_a_lease_taken_by_another_process_fences_the_first_owner(open_nats: Opener) -> None:
+    first, second = await open_nats(), await open_nats()
+    old = await first.acquire("c", 0)
+    await first.commit(EpochCommit("c", 0, old, {("in", 0): 1}, log_appends=appends("out", 0, 0, 1)))
+    new = await second.acquire("c", 0)
+    with pytest.raises(FencedError, match="stale"):
+        await first.commit(EpochCommit("c", 0, old, {("in", 0): 2}, log_appends=appends("out", 0, 1, 1)))
+    await second.commit(EpochCommit("c", 0, new, {("in", 0): 2}, log_appends=appends("out", 0, 1, 1)))
+    assert [m.offset for m in await first.read("out", 0, 0, 10)] == [0, 1]
+    assert (await first.load_checkpoint("c", 0, [])).input_positions == {("in", 0): 2}
+
+
+async def test_a_bucket_of_another_pipeline_is_refused(open_nats: Opener) -> None:
+    await open_nats("orders")
+    with pytest.raises(NatsEngineError, match="belongs to pipeline 'orders', not 'payments'"):
+        await open_nats("payments")
+
+
+def many_keyed_writes(epoch: int, n: int, count: int) -> EpochCommit:
+    keys = [encode_key([f"user{i}"]) for i in range(count)]
+    return EpochCommit(
+        "c", 0, epoch, {("in", 0): n}, outbox=[outbox_message(seq) for seq in range(1, 3)],
+        state_writes={("counts", key): b"%d" % n for key in keys},
+        external_state_writes={("profiles", key): b"p%d" % n for key in keys[:500]},
+        timers_set=[(key, float(n), "processing") for key in keys[:500]],
+        timers_deleted=[(key, float(n - 1), "processing") for key in keys[:500]], watermark=float(n))
+
+
+async def test_a_commit_with_more_keyed_writes_than_one_batch_holds_lands_whole(open_nats: Opener) -> None:
+    engine = await open_nats()
+    epoch = await engine.acquire("c", 0)
+    for n in (1, 2):
+        await engine.commit(many_keyed_writes(epoch, n, 3000))  # 4,000 keyed writes: over a batch's 1,000
+    keyed = await (await open_nats()).load_keyed_state("c", 0, 1, ["profiles"])
+    assert keyed.internal == {"counts": {encode_key([f"user{i}"]): b"2" for i in range(3000)}}
+    assert keyed.external == {"profiles": {encode_key([f"user{i}"]): b"p2" for i in range(500)}}
+    assert sorted(keyed.timers) == sorted((encode_key([f"user{i}"]), 2.0, "processing") for i in range(500))
+    assert keyed.watermark == 2.0
+
+
+async def test_keyed_writes_committed_but_not_yet_applied_are_loaded_and_applied_by_the_next_owner(
+        open_nats: Opener, monkeypatch: pytest.MonkeyPatch) -> None:
+    crashing = await open_nats()
+    epoch = await crashing.acquire("c", 0)
+    await crashing.commit(many_keyed_writes(epoch, 1, 1500))
+
+    async def crash(*args: Any) -> None:
+        raise ConnectionResetError("the process died here")
+
+    monkeypatch.setattr(crashing, "_apply_redo", crash)  # dies after the atomic batch, before the redo
+    with pytest.raises(ConnectionResetError):
+        await crashing.commit(many_keyed_writes(epoch, 2, 1500))
+    await crashing.close()
+    successor = await open_nats()
+    expected = {"counts": {encode_key([f"user{i}"]): b"2" for i in range(1500)}}
+    assert (await successor.load_keyed_state("c", 0, 1, [])).internal == expected  # from the redo
+    assert (await successor.load_checkpoint("c", 0, [])).input_positions == {("in", 0): 2}
+    epoch = await successor.acquire("c", 0)
+    await successor.commit(EpochCommit("c", 0, epoch, {("in", 0): 3}, state_writes={("counts", b'["x"]'): b"3"}))
+    assert await successor._js().scan(successor._layout.all_redos()) == []  # applied and purged
+    expected["counts"][b'["x"]'] = b"3"
+    assert (await (await open_nats()).load_keyed_state("c", 0, 1, [])).internal == expected
+
+
+async def test_the_inventory_counts_outbox_messages_not_acknowledged_and_timers_not_deleted(
+        open_nats: Opener) -> None:
+    engine = await open_nats()
+    epoch = await engine.acquire("c", 0)
+    await engine.commit(EpochCommit("c", 0, epoch, {("in", 0): 1}, outbox=[outbox_message(s) for s in (1, 2, 3)],
+                                    timers_set=[(b'["a"]', 1.0, "processing"), (b'["b"]', 2.0, "event")]))
+    await engine.commit(EpochCommit("c", 0, epoch, {("in", 0): 2}, outbox_acknowledged_seq=2,
+                                    timers_deleted=[(b'["a"]', 1.0, "processing")]))
+    found = await (await open_nats()).inventory()  # the chunk of seqs 1-3 stays, a's deletion marker too
+    assert (found.outbox, found.timers, found.read_positions) == ({("c", 0, "requests"): 1}, {("c", 0): 1},
+                                                                  {("in", 0): [2]})
+
+
+async def test_the_inventory_counts_timers_committed_but_not_yet_applied(
+        open_nats: Opener, monkeypatch: pytest.MonkeyPatch) -> None:
+    crashing = await open_nats()
+    epoch = await crashing.acquire("c", 0)
+
+    async def crash(*args: Any) -> None:
+        raise ConnectionResetError("the process died here")
+
+    monkeypatch.setattr(crashing, "_apply_redo", crash)  # dies after the atomic batch, before the redo
+    with pytest.raises(ConnectionResetError):  # 1,500 timers: over a batch's 1,000, so committed as redo
+        await crashing.commit(EpochCommit("c", 0, epoch, {("in", 0): 1},
+                                          timers_set=[(encode_key([i]), 5.0, "processing") for i in range(1500)]))
+    assert (await (await open_nats()).inventory()).timers == {("c", 0): 1500}
+
+
+async def test_metadata_of_any_key_is_read_by_another_process(open_nats: Opener) -> None:
+    await (await open_nats()).write_meta("spec layout/v2", "caf\u00e9")
+    reader = await open_nats()
+    assert (await reader.read_meta("spec layout/v2"), await reader.read_meta("spec_layout")) == ("caf\u00e9", None)
+
+
+async def test_a_fresh_process_reads_the_log_from_any_offset(open_nats: Opener) -> None:
+    writer = await open_nats()
+    epoch = await writer.acquire("source:s", 0)
+    for start in range(0, 500, 100):
+        await writer.commit(EpochCommit("source:s", 0, epoch, {("", 0): start + 100},
+                                        log_appends=appends("events", 1, start, 100)))
+    reader = await open_nats()
+    assert [m.row["i"] for m in await reader.read("events", 1, 250, 120)] == list(range(250, 370))
+    assert [m.offset for m in await reader.read("events", 1, 10, 3)] == [10, 11, 12]
+    assert await reader.read("events", 1, 500, 10) == []
+    assert await reader.end_offset("events", 1) == 500
+
+
+async def test_two_processes_appending_to_one_log_partition_keep_its_offsets_dense(open_nats: Opener) -> None:
+    engines = [await open_nats(), await open_nats()]
+    epochs = [await engine.acquire(f"source:{i}", 0) for i, engine in enumerate(engines)]
+    for round_ in range(6):  # each engine's idea of the end is stale after the other appended
+        i = round_ % 2
+        await engines[i].commit(EpochCommit(f"source:{i}", 0, epochs[i],
+                                            log_appends=appends("events", 0, round_ * 10, 10)))
+    messages = await (await open_nats()).read("events", 0, 0, 100)
+    assert [(m.offset, m.row["i"]) for m in messages] == [(i, i) for i in range(60)]
+
+
+async def wait_for_messages_at_most(url: str, engine: NatsEngine, bound: int) -> int:
+    """Poll the stream's message count until it is at most ``bound`` (deleted keys' markers expire
+    a second after they are written); returns the last count seen."""
+    count = -1
+    for _ in range(100):
+        count = (await stream_info(url, engine)).state.messages
+        if count <= bound:
+            break
+        await asyncio.sleep(0.05)
+    return int(count)
+
+
+async def test_storage_does_not_grow_with_commits(open_nats: Opener, nats_server: str) -> None:
+    engine = await open_nats(retention_period=0)
+    source, job = await engine.acquire("source:s", 0), await engine.acquire("c", 0)
+    position = 0
+    for n in range(1, 101):
+        await engine.commit(EpochCommit("source:s", 0, source, {("", 0): n * 20},
+                                        log_appends=appends("events", 0, (n - 1) * 20, 20)))
+        batch = await engine.read("events", 0, position, 100)
+        position = batch[-1].offset + 1
+        await engine.commit(EpochCommit(
+            "c", 0, job, {("events", 0): position}, outbox=[outbox_message(n)],
+            sink_progress={"http": SinkProgress("", b"", n - 1)}, outbox_acknowledged_seq=n - 1,
+            state_writes={("counts", encode_key([n % 5])): b"%d" % n, ("gone", encode_key([n])): None},
+            timers_set=[(b"[]", float(n), "processing")],
+            timers_deleted=[(b"[]", float(n - 1), "processing")] if n > 1 else []))
+    # meta, 2 leases, 2 checkpoints, 5 state keys, 1 timer, the last 1-2 log chunks and outbox chunks
+    assert await wait_for_messages_at_most(nats_server, engine, 16) <= 16
+    assert (await engine.load_checkpoint("c", 0, ["http"])).outbox == [outbox_message(100)]
+    assert [m.offset for m in await engine.read("events", 0, 1990, 100)] == list(range(1990, 2000))
+
+
+async def test_the_log_is_kept_for_the_slowest_consumer_and_for_one_that_has_not_committed(
+        open_nats: Opener, nats_server: str) -> None:
+    engine = await open_nats(retention_period=0)
+    source = await engine.acquire("source:s", 0)
+    fast, slow = await engine.acquire("fast", 0), await engine.acquire("slow", 0)
+    for n in range(10):
+        await engine.commit(EpochCommit("source:s", 0, source, log_appends=appends("events", 0, n * 10, 10)))
+    await engine.read("events", 0, 0, 100)
+    await engine.commit(EpochCommit("fast", 0, fast, {("events", 0): 100}))
+    await engine.trim()
+    assert len(await engine.read("events", 0, 0, 100)) == 100  # "slow" holds a lease, has committed nothing
+    await engine.commit(EpochCommit("slow", 0, slow, {("events", 0): 35}))
+    await engine.trim()
+    assert [m.offset for m in await (await open_nats()).read("events", 0, 0, 3)] == [30, 31, 32]
+
+
+async def test_an_unreachable_server_raises_an_egress_error_naming_the_url(open_nats: Opener) -> None:
+    with socket.socket() as unused:
+        unused.bind(("127.0.0.1", 0))
+        url = f"nats://127.0.0.1:{unused.getsockname()[1]}"  # bound, not listening: refused
+        engine = NatsEngine(url, "p", connect_timeout=1)
+        with pytest.raises(NatsEngineError) as raised:
+            await engine.open()
+        await engine.close()
+    message = str(raised.value)
+    assert isinstance(raised.value, EgressError)
+    assert message.startswith(f"{url}: cannot connect to the NATS server within 1 s")
+    assert "\n" not in message
+
+
+async def test_a_server_without_jetstream_raises_an_egress_error_naming_the_fix() -> None:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    server = await asyncio.create_subprocess_exec(str(nats_server_binary()), "-a", "127.0.0.1", "-p", str(port),
+                                                  stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.DEVNULL)
+    engine = NatsEngine(f"nats://127.0.0.1:{port}", "p", connect_timeout=10)
+    try:
+        with pytest.raises(NatsEngineError, match=f"nats://127.0.0.1:{port}: JetStream is not enabled .* -js"):
+            await engine.open()
+    finally:
+        await engine.close()
+        server.terminate()
+        await server.wait()
+
+
+
+async def test_a_server_lost_after_open_raises_an_egress_error_naming_the_url(tmp_path: Path) -> None:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    server = await asyncio.create_subprocess_exec(str(nats_server_binary()), "-js", "-a", "127.0.0.1", "-p",
+                                                  str(port), "-sd", str(tmp_path), stdout=asyncio.subprocess.DEVNULL,
+                                                  stderr=asyncio.subprocess.DEVNULL)
+    engine = NatsEngine(f"nats://127.0.0.1:{port}", "p", connect_timeout=10, request_timeout=0.5)
+    try:
+        await engine.open()
+        epoch = await engine.acquire("c", 0)
+        server.terminate()
+        await server.wait()
+        with pytest.raises(NatsEngineError, match=f"nats://127.0.0.1:{port}: stream KV_egress_p: .*server is up"):
+            await engine.commit(EpochCommit("c", 0, epoch, {("in", 0): 1}))
+    finally:
+        await engine.close()
+        if server.returncode is None:
+            server.terminate()
+            await server.wait()
