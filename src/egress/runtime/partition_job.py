@@ -16,7 +16,7 @@ from typing import Any
 from egress.clock import Clock
 from egress.connectors.base import Sink, SinkContext
 from egress.connectors.dead_letters import DeadLetterFiles
-from egress.engines import Engine, EpochCommit, LogAppend, LogMessage, OutboxMessage
+from egress.engines import Engine, EpochCommit, LogAppend, LogMessage, OutboxMessage, SinkProgress
 from egress.errors import ProcessFunctionError
 from egress.keys import decode_key, derived_message_id, partition_of
 from egress.observe import Metrics, StatusTree
@@ -156,6 +156,7 @@ class PartitionJob:
                 self._wakeup.clear()  # before reading: a wake during this epoch must not be lost
                 batch: list[LogMessage] = []
                 due: list[tuple[bytes, float, str]] = []
+                self._take_acknowledged()  # after the clear: an acknowledgement is either counted or wakes
                 held_back = not stopping and not self._may_read()
                 if not stopping and not held_back:
                     due = timers.pop_due(clock.now(), self._watermark, options.epoch_max_messages)
@@ -184,7 +185,7 @@ class PartitionJob:
                         message.key)
                     next_seq = self._emit(outputs, message.message_id, ts, next_seq, outbox, appends)
                     positions[(message.stream, self.partition)] = message.offset + 1
-                progress = {sink_id: sink.progress() for sink_id, sink in self.sinks.items()}
+                progress = self._take_acknowledged()
                 if batch or due or progress != committed:
                     low = min((p.max_persisted_seq_no for p in progress.values()), default=None)
                     state_writes, external_writes = store.take_writes()
@@ -210,6 +211,7 @@ class PartitionJob:
                     # again at once if the acknowledgements just counted made room (else no wake-up
                     # may ever come: every acknowledgement can have arrived before this turn).
                     self.flush_sinks()
+                    self._take_acknowledged()
                     if self._may_read():
                         continue
                 if len(batch) < options.epoch_max_messages and not (
@@ -243,21 +245,21 @@ class PartitionJob:
                                 output.key, event_timestamp, output.row))
         return next_seq
 
+    def _take_acknowledged(self) -> dict[str, SinkProgress]:
+        """Every sink's acknowledged prefix, advanced (``Sink.take_acknowledged``), by sink id."""
+        return {sink_id: sink.take_acknowledged() for sink_id, sink in self.sinks.items()}
+
     def _may_read(self) -> bool:
         """Whether input may be read: no sink blocked, none holding ``max_unacknowledged`` messages
-        (counted after taking their acknowledged prefix, so the count is current)."""
-        for sink in self.sinks.values():
-            sink.progress()
+        (current as of the last :meth:`_take_acknowledged`)."""
         return all(sink.terminal_error is None and sink.unacknowledged < self._options.max_unacknowledged
                    for sink in self.sinks.values())
 
     def flush_sinks(self) -> None:
-        """Ask sinks that batch (``flush()``, e.g. the Firehose sink) to send their open batch now:
+        """Ask the sinks to send what they buffer now (``Sink.flush``; the Firehose sink's open batch):
         called when input is held back for them, and when the job has caught up with an exhausted input."""
         for sink in self.sinks.values():
-            flush = getattr(sink, "flush", None)
-            if flush is not None:
-                flush()
+            sink.flush()
 
     async def _read(self, positions: dict[tuple[str, int], int]) -> list[LogMessage]:
         """Up to ``epoch_max_messages`` input messages, each input stream getting an equal share
