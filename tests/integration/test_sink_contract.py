@@ -93,21 +93,23 @@ async def test_only_take_acknowledged_advances_the_prefix_and_unacknowledged_cou
         serve_app: ServerFactory, make: SinkFactory) -> None:
     endpoint = HoldingEndpoint()
     sink, delivered = make(f"{await serve_app(endpoint.app())}/ingest", Metrics())
-    sink.flush()  # in the protocol for every sink; nothing buffered: nothing happens
-    sink.distribute([message(1, "first")])
-    sink.distribute([message(2, "second")])
-    sink.committed(sink.take_acknowledged())  # as a partition job commits after distributing
-    await until(lambda: delivered() == 1)  # "second" is acknowledged, "first" still waits
-    assert sink.progress().max_persisted_seq_no == 0
-    assert sink.unacknowledged == 2, "an acknowledged message behind an unacknowledged one still counts"
-    assert sink.take_acknowledged().max_persisted_seq_no == 0, "the prefix is contiguous"
-    endpoint.release.set()
-    await until(lambda: delivered() == 2)
-    assert sink.unacknowledged == 2, "a query does not take the acknowledged prefix"
-    assert sink.progress().max_persisted_seq_no == 0
-    taken = sink.take_acknowledged()
-    assert (taken.max_persisted_seq_no, taken.max_persisted_message_id) == (2, b"message-2")
-    assert sink.progress() == taken
-    assert sink.unacknowledged == 0
-    await sink.close()
-
+    try:
+        sink.flush()  # in the protocol for every sink; nothing buffered: nothing happens
+        sink.distribute([message(1, "first")])
+        sink.distribute([message(2, "second")])
+        sink.committed(sink.take_acknowledged())  # as a partition job commits after distributing
+        await until(lambda: delivered() == 1)  # "second" is acknowledged, "first" still waits
+        assert sink.progress().max_persisted_seq_no == 0
+        assert sink.unacknowledged == 2, "an acknowledged message behind an unacknowledged one still counts"
+        assert sink.take_acknowledged().max_persisted_seq_no == 0, "the prefix is contiguous"
+        endpoint.release.set()
+        await until(lambda: delivered() == 2)
+        assert sink.unacknowledged == 2, "a query does not take the acknowledged prefix"
+        assert sink.progress().max_persisted_seq_no == 0
+        taken = sink.take_acknowledged()
+        assert (taken.max_persisted_seq_no, taken.max_persisted_message_id) == (2, b"message-2")
+        assert sink.progress() == taken
+        assert sink.unacknowledged == 0
+    finally:
+        endpoint.release.set()  # a failed check must not leave the request held
+        await sink.close()

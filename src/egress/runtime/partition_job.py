@@ -5,6 +5,9 @@ transaction the new input positions, the emitted messages (outbox for this job's
 downstream computations) and the sinks' acknowledged progress. Only committed messages reach the
 sinks. On start the job reloads its checkpoint and hands the committed but unacknowledged outbox
 to fresh sink instances, which resend it with the same message ids (at-least-once).
+
+The epoch itself (invoke, route, the commit record) is :class:`egress.runtime.epoch.EpochStep`,
+without I/O; this module is its driver: start, then read, step, commit, distribute and wait.
 """
 
 from __future__ import annotations
@@ -67,7 +70,6 @@ class PartitionJob:
         self._wakeup = asyncio.Event()
         self._sink_streams = {sink.stream_id for sink in plan.sinks.values()}
         self.sinks: dict[str, Sink] = {}
-        self._positions: dict[tuple[str, int], int] = {}
         self.idle = False
         self._processed = metrics.computation_messages.labels(plan.computation_id)
         self._epochs = metrics.epochs.labels(plan.computation_id)
@@ -98,7 +100,8 @@ class PartitionJob:
 
     def positions(self) -> dict[str, int]:
         """The committed-or-processed input offset per input stream of this partition."""
-        return {stream: offset for (stream, _), offset in self._positions.items()}
+        positions = {} if self._step is None else self._step.positions
+        return {stream: offset for (stream, _), offset in positions.items()}
 
     def reconfigure_parameters(self, data: dict[str, Any], *, file: str | None = None) -> None:
         """Apply new dynamic ``processing_function_parameters`` live (from a DynamicSpec reload).
@@ -153,7 +156,6 @@ class PartitionJob:
                                logged_streams=plan.logged_streams, positions=positions,
                                next_seq=checkpoint.next_seq, watermark=keyed.watermark,
                                committed_progress=dict(checkpoint.sink_progress))
-        self._positions = positions
         self._distribute(checkpoint.outbox)
         return _Running(epoch, self._step, factory, input_throttle)
 
