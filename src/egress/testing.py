@@ -2,7 +2,9 @@
 
 This is what upstream's process-function unit tests do with a mocked runtime context, with the
 real egress runtime pieces instead of mocks: the same state clients, timer queue and output checks
-a partition job uses. Example (upstream ``RequestProcessorRetriesUntilSuccess``)::
+a partition job uses, and the same epoch step (:class:`egress.runtime.epoch.EpochStep`: message
+and timer ids, watermark, commit record), one message or timer per epoch. Example (upstream
+``RequestProcessorRetriesUntilSuccess``)::
 
     harness = ProcessFunctionHarness(RequestProcessor, now=100)
     await harness.process_message({"request_id": 1, "key": "k", "request": "abc"}, key=("k",))
@@ -11,7 +13,7 @@ a partition job uses. Example (upstream ``RequestProcessorRetriesUntilSuccess``)
     outputs = await harness.advance(5)          # fires at 110 and succeeds
     assert outputs[0].row == {"request_id": 1, "key": "k", "length": 3}
 
-Everything a call changes is applied at once (there are no epochs here); errors are the same
+Everything a call changes is applied at once (each call is one epoch, committed nowhere); errors are the same
 :class:`~egress.errors.ProcessFunctionError` a pipeline raises.
 """
 
@@ -21,13 +23,15 @@ from dataclasses import dataclass
 from typing import Any
 
 from egress.clock import VirtualClock
-from egress.keys import decode_key, derived_message_id, encode_key, source_message_id
+from egress.engines import LogMessage
+from egress.keys import decode_key, encode_key, source_message_id
 from egress.rows import encode_row, unstorable_row_error
-from egress.runtime.api import InitContext, Message, ProcessFunction, RuntimeContext, Timer
-from egress.runtime.invoke import Invoker, Output
+from egress.runtime.api import InitContext, ProcessFunction, RuntimeContext
+from egress.runtime.epoch import DueTimer, EpochStep
+from egress.runtime.invoke import Invoker
 from egress.runtime.plan import validate_function_parameters
 from egress.runtime.state import StateStore
-from egress.runtime.timers import TimerDomain, TimerQueue, timer_message_id
+from egress.runtime.timers import TimerDomain, TimerQueue
 from egress.spec import StreamSpec
 
 __all__ = ["Emitted", "ProcessFunctionHarness"]
@@ -77,7 +81,6 @@ class ProcessFunctionHarness:
         self.set_dynamic_parameters(dynamic_parameters)
         self.store = StateStore()
         self.timer_queue = TimerQueue()
-        self.watermark: float | None = None
         self.outputs: list[Emitted] = []
         self._messages = 0
         self.function.init(InitContext(self.clock, 0, self.store, parameters, lambda: self._dynamic,
@@ -85,6 +88,17 @@ class ProcessFunctionHarness:
         context = RuntimeContext(self.clock, 0, parameters, lambda: self._dynamic, lambda: self.watermark)
         self.invoker = Invoker(computation_id, self.function, context, self.store, self.timer_queue,
                                output_stream_ids, streams)
+        # Every emitted message goes to the log side of the record, in emission order: that is what a test reads.
+        self.step = EpochStep(self.invoker, 0, 1, sink_streams=frozenset(), logged_streams=None, positions={})
+
+    @property
+    def watermark(self) -> float | None:
+        """The event-time watermark (seconds): the largest event timestamp processed so far."""
+        return self.step.watermark
+
+    @watermark.setter
+    def watermark(self, watermark: float | None) -> None:
+        self.step.watermark = watermark
 
     def set_dynamic_parameters(self, dynamic_parameters: Any) -> None:
         """Change the dynamic parameters, as a DynamicSpec reload does (dicts are validated)."""
@@ -93,19 +107,20 @@ class ProcessFunctionHarness:
                 type(self.function), dynamic_parameters or {}, dynamic=True, prefix="processing_function_parameters")
         self._dynamic = dynamic_parameters
 
-    def _collect(self, outputs: list[Output], parent_id: bytes) -> list[Emitted]:
-        """Record ``outputs`` of the call for message or timer ``parent_id``; a row that a pipeline
-        could not store raises the ``RowEncodingError`` its commit would."""
-        for index, output in enumerate(outputs):
+    async def _epoch(self, batch: list[LogMessage], due: list[DueTimer]) -> list[Emitted]:
+        """Run one epoch of the step and return what it emitted; a row that a pipeline could not
+        store raises the ``RowEncodingError`` its commit would."""
+        output = await self.step.invoke(batch, due)
+        commit = self.step.record(0, output, {})
+        assert commit is not None  # a message or a timer always makes a record
+        for stream_id, _, message_id, _, _, row in commit.log_appends:
             try:
-                encode_row(output.row)
+                encode_row(row)
             except TypeError:
                 raise unstorable_row_error(f"computation {self.invoker.computation_id!r} partition 0",
-                                           output.stream_id, derived_message_id(parent_id, index), output.row) from None
-        emitted = [Emitted(o.stream_id, o.row, decode_key(o.key)) for o in outputs]
+                                           stream_id, message_id, row) from None
+        emitted = [Emitted(stream_id, row, decode_key(key)) for stream_id, _, _, key, _, row in commit.log_appends]
         self.outputs.extend(emitted)
-        self.store.take_writes()
-        self.timer_queue.take_changes()
         return emitted
 
     async def process_message(
@@ -121,11 +136,9 @@ class ProcessFunctionHarness:
         it emitted. ``message_id`` defaults to a source id of position 0, 1, 2, ... ."""
         if message_id is None:
             message_id = source_message_id("testing", 0, self._messages)
+        message = LogMessage(stream_id, 0, self._messages, message_id, encode_key(key), event_timestamp, row)
         self._messages += 1
-        if event_timestamp is not None and (self.watermark is None or event_timestamp > self.watermark):
-            self.watermark = event_timestamp
-        message = Message(stream_id, tuple(key), row, message_id, event_timestamp)
-        return self._collect(await self.invoker.message(message, encode_key(key)), message_id)
+        return await self._epoch([message], [])
 
     async def process_timer(self, key: tuple[Any, ...], trigger_timestamp: float,
                             domain: TimerDomain = "processing") -> list[Emitted]:
@@ -133,12 +146,7 @@ class ProcessFunctionHarness:
         (as upstream tests call ``ProcessTimer`` directly); a pending timer equal to it is removed."""
         encoded = encode_key(key)
         self.timer_queue.discard(encoded, float(trigger_timestamp), domain)
-        return await self._fire(encoded, float(trigger_timestamp), domain)
-
-    async def _fire(self, key: bytes, trigger: float, domain: str) -> list[Emitted]:
-        timer = Timer(decode_key(key), trigger, domain)  # type: ignore[arg-type]
-        return self._collect(await self.invoker.timer(timer, key),
-                             timer_message_id(self.invoker.computation_id, key, trigger, domain))
+        return await self._epoch([], [(encoded, float(trigger_timestamp), domain)])
 
     async def advance(self, seconds: float) -> list[Emitted]:
         """Move the virtual clock forward by ``seconds``, firing every processing-time timer that
@@ -151,8 +159,7 @@ class ProcessFunctionHarness:
             if trigger is None or trigger > target:
                 break
             await self.clock.advance(max(0.0, trigger - self.clock.now()))
-            for key, at, domain in self.timer_queue.pop_due(self.clock.now(), None, 1):
-                emitted += await self._fire(key, at, domain)
+            emitted += await self._epoch([], self.timer_queue.pop_due(self.clock.now(), None, 1))
         await self.clock.advance(max(0.0, target - self.clock.now()))
         return emitted
 
@@ -161,8 +168,7 @@ class ProcessFunctionHarness:
         self.watermark = max(watermark, self.watermark if self.watermark is not None else watermark)
         emitted: list[Emitted] = []
         while due := self.timer_queue.pop_due(float("-inf"), self.watermark, 1):
-            for key, at, domain in due:
-                emitted += await self._fire(key, at, domain)
+            emitted += await self._epoch([], due)
         return emitted
 
     async def close(self) -> None:

@@ -75,26 +75,46 @@ class SinkContext:
 
 
 class Sink(Protocol):
-    """A sink instance of one partition job (Flow: one per sink per active partition job)."""
+    """A sink instance of one partition job (Flow: one per sink per active partition job).
+
+    Queries (:meth:`progress`, :attr:`unacknowledged`, :attr:`terminal_error`) change nothing; the
+    acknowledged prefix advances only in :meth:`take_acknowledged`, the one call that releases
+    acknowledged messages. Both sink classes keep this contract (tests/connectors/test_sink_contract.py).
+    """
 
     def distribute(self, messages: list[OutboxMessage]) -> None:
         """Take committed messages in ``seq`` order; delivery starts now, acknowledgement later."""
         ...
 
+    def take_acknowledged(self) -> SinkProgress:
+        """Advance the acknowledged prefix over every message acknowledged since the last call and
+        return it (with the sink's own ``sink_state``), to commit with the next epoch; the messages
+        in it are released and no longer count in :attr:`unacknowledged`."""
+        ...
+
     def progress(self) -> SinkProgress:
-        """The acknowledged contiguous prefix (and the sink's own ``sink_state``), to commit with the
-        next epoch."""
+        """The prefix the last :meth:`take_acknowledged` returned (the one the sink was created with
+        before any); a pure query: an acknowledgement arriving since then is not in it yet."""
         ...
 
     def committed(self, progress: SinkProgress) -> None:
-        """``progress`` (a value :meth:`progress` returned) is now committed: a sink that must not act
-        before its state is durable (the Firehose sink sends a batch only once its boundary is
-        committed) may act now."""
+        """``progress`` (a value :meth:`take_acknowledged` returned) is now committed: a sink that
+        must not act before its state is durable (the Firehose sink sends a batch only once its
+        boundary is committed) may act now."""
+        ...
+
+    def flush(self) -> None:
+        """Send what the sink buffers now, for a caller that knows no more messages are coming soon
+        (input held back by ``max_unacknowledged``, or a finished input); a no-op for a sink that
+        does not buffer."""
         ...
 
     @property
     def unacknowledged(self) -> int:
-        """Distributed messages not yet in :meth:`progress`."""
+        """Distributed messages not in :meth:`progress` (after the prefix the last
+        :meth:`take_acknowledged` returned), acknowledged since or not: what the sink still holds,
+        and what ``max_unacknowledged`` bounds. Changes only in :meth:`distribute` (up) and
+        :meth:`take_acknowledged` (down)."""
         ...
 
     @property

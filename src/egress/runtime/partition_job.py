@@ -5,30 +5,34 @@ transaction the new input positions, the emitted messages (outbox for this job's
 downstream computations) and the sinks' acknowledged progress. Only committed messages reach the
 sinks. On start the job reloads its checkpoint and hands the committed but unacknowledged outbox
 to fresh sink instances, which resend it with the same message ids (at-least-once).
+
+The epoch itself (invoke, route, the commit record) is :class:`egress.runtime.epoch.EpochStep`,
+without I/O; this module is its driver: start, then read, step, commit, distribute and wait.
 """
 
 from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 from egress.clock import Clock
 from egress.connectors.base import Sink, SinkContext
 from egress.connectors.dead_letters import DeadLetterFiles
-from egress.engines import Engine, EpochCommit, LogAppend, LogMessage, OutboxMessage
+from egress.engines import Engine, EpochCommit, LogMessage, OutboxMessage, SinkProgress
 from egress.errors import ProcessFunctionError
-from egress.keys import decode_key, derived_message_id, partition_of
 from egress.observe import Metrics, StatusTree
 from egress.rows import encode_row
-from egress.runtime.api import InitContext, Message, RuntimeContext, Timer
-from egress.runtime.invoke import Invoker, Output
+from egress.runtime.api import InitContext, RuntimeContext
+from egress.runtime.epoch import DueTimer, EpochOutput, EpochStep
+from egress.runtime.invoke import Invoker
 from egress.runtime.options import RunOptions
 from egress.runtime.plan import ComputationPlan, validate_function_parameters
 from egress.runtime.state import StateStore
-from egress.runtime.timers import TimerQueue, timer_message_id
+from egress.runtime.timers import TimerQueue
 from egress.spec import StreamSpec
-from egress.throttler import ThrottlerFactory, Throttling
+from egress.throttler import InputThrottle, ThrottlerFactory, Throttling
 
 
 class PartitionJob:
@@ -54,7 +58,6 @@ class PartitionJob:
         self._throttling = throttling
         self._dead_letters = dead_letters if dead_letters is not None else DeadLetterFiles()
         self.input_finished = False  # set by the runner once every source is exhausted
-        self._lag_timestamp: float | None = None  # event time of the oldest message not yet processed
         self.partition = partition
         self._streams = streams
         self._partition_count = partition_count
@@ -67,13 +70,13 @@ class PartitionJob:
         self._wakeup = asyncio.Event()
         self._sink_streams = {sink.stream_id for sink in plan.sinks.values()}
         self.sinks: dict[str, Sink] = {}
-        self._positions: dict[tuple[str, int], int] = {}
         self.idle = False
         self._processed = metrics.computation_messages.labels(plan.computation_id)
         self._epochs = metrics.epochs.labels(plan.computation_id)
         self._timers_fired = _TimersFired(plan.computation_id)
+        self._throttle_wait = metrics.input_throttle_seconds.labels(plan.computation_id)
         self._dynamic_parameters: Any = plan.dynamic_parameters
-        self._watermark: float | None = None
+        self._step: EpochStep | None = None  # once started
         self.timers = TimerQueue()
 
     def wake(self) -> None:
@@ -97,7 +100,8 @@ class PartitionJob:
 
     def positions(self) -> dict[str, int]:
         """The committed-or-processed input offset per input stream of this partition."""
-        return {stream: offset for (stream, _), offset in self._positions.items()}
+        positions = {} if self._step is None else self._step.positions
+        return {stream: offset for (stream, _), offset in positions.items()}
 
     def reconfigure_parameters(self, data: dict[str, Any], *, file: str | None = None) -> None:
         """Apply new dynamic ``processing_function_parameters`` live (from a DynamicSpec reload).
@@ -113,151 +117,146 @@ class PartitionJob:
     def lag_timestamp(self) -> float:
         """Event time (seconds) of the oldest input message not yet processed (processing time when
         unknown): the throttler serves the most lagging requests of a class first."""
-        return self._lag_timestamp if self._lag_timestamp is not None else self._clock.now()
+        lag = None if self._step is None else self._step.lag_timestamp
+        return lag if lag is not None else self._clock.now()
 
     @property
     def watermark(self) -> float | None:
         """The event-time watermark: the largest event timestamp processed so far (seconds)."""
-        return self._watermark
+        return None if self._step is None else self._step.watermark
 
     async def run(self, stop: asyncio.Event) -> None:
-        plan, engine, options, clock = self.plan, self._engine, self._options, self._clock
-        cid = plan.computation_id
+        """Acquire the partition and load its checkpoint, then run epochs until ``stop`` is set (the
+        epoch that sees it reads nothing, commits what is acknowledged and returns)."""
+        running = await self._start()
+        try:
+            while await self._epoch(running, stopping=stop.is_set()):
+                pass
+        finally:
+            await self._finish(running)
+
+    async def _start(self) -> _Running:
+        """Acquire the partition (the lease ``epoch``), load the checkpoint and keyed state, create
+        the sinks and the function, and hand the committed but unacknowledged outbox to the sinks."""
+        plan, engine, cid = self.plan, self._engine, self.plan.computation_id
         epoch = await engine.acquire(cid, self.partition)
         checkpoint = await engine.load_checkpoint(cid, self.partition, list(plan.sinks))
-        positions = {(s, self.partition): checkpoint.input_positions.get((s, self.partition), 0)
-                     for s in plan.input_stream_ids}
-        self._positions = positions
-        next_seq = checkpoint.next_seq
-        committed = dict(checkpoint.sink_progress)
-        throttling = self._throttling
-        factory = None if throttling is None else throttling.factory(
-            cid, client_id=f"{cid}/{self.partition}", timestamp_provider=self.lag_timestamp)
-        input_throttle = None if throttling is None or factory is None else throttling.input_throttle(cid, factory)
-        throttle_wait = self._metrics.input_throttle_seconds.labels(cid)
-        for sink_id, sink_plan in plan.sinks.items():
-            sink_context = SinkContext(cid, sink_id, self.partition, clock, self._metrics, self._status,
-                                       self.wake, throttling, self._dead_letters)
-            self.sinks[sink_id] = sink_plan.sink_class.create(
-                sink_context, sink_plan.parameters, sink_plan.dynamic_parameters, committed[sink_id])
+        factory, input_throttle = self._throttlers()
+        self._create_sinks(checkpoint.sink_progress)
         store = StateStore(self.partition, self._partition_count)
-        timers = TimerQueue()
-        self.timers = timers
-        invoker = _start_function(plan, self.partition, clock, store, timers, self._streams,
-                                  lambda: self._dynamic_parameters, lambda: self._watermark, factory)
+        self.timers = TimerQueue()
+        invoker = _start_function(plan, self.partition, self._clock, store, self.timers, self._streams,
+                                  lambda: self._dynamic_parameters, lambda: self.watermark, factory)
         keyed = await engine.load_keyed_state(cid, self.partition, self._partition_count, list(store.external))
         store.load(keyed.internal, keyed.external)
-        timers.load(keyed.timers)
-        self._watermark = keyed.watermark
+        self.timers.load(keyed.timers)
+        positions = {(s, self.partition): checkpoint.input_positions.get((s, self.partition), 0)
+                     for s in plan.input_stream_ids}
+        self._step = EpochStep(invoker, self.partition, self._partition_count, sink_streams=self._sink_streams,
+                               logged_streams=plan.logged_streams, positions=positions,
+                               next_seq=checkpoint.next_seq, watermark=keyed.watermark,
+                               committed_progress=dict(checkpoint.sink_progress))
         self._distribute(checkpoint.outbox)
-        try:
-            while True:
-                stopping = stop.is_set()
-                self._wakeup.clear()  # before reading: a wake during this epoch must not be lost
-                batch: list[LogMessage] = []
-                due: list[tuple[bytes, float, str]] = []
-                held_back = not stopping and not self._may_read()
-                if not stopping and not held_back:
-                    due = timers.pop_due(clock.now(), self._watermark, options.epoch_max_messages)
-                    batch = await self._read(positions)
-                if batch and input_throttle is not None and input_throttle.active:
-                    # Automatic input throttling (upstream Input.Throttle): the batch waits for quota.
-                    self._lag_timestamp = batch[0].event_timestamp
-                    _, bytes_id = input_throttle.throttler_ids()
-                    # A message's byte size is that of its stored row (MessagePack, as the log keeps it).
-                    size = sum(len(encode_row(m.row)) for m in batch) if bytes_id is not None else 0
-                    throttle_wait.inc(await input_throttle.wait(len(batch), size, timestamp=self._lag_timestamp))
-                outbox: list[OutboxMessage] = []
-                appends: list[LogAppend] = []
-                watermark = self._watermark
-                for key, trigger, domain in due:
-                    outputs = await invoker.timer(Timer(decode_key(key), trigger, domain), key)  # type: ignore[arg-type]
-                    next_seq = self._emit(outputs, timer_message_id(cid, key, trigger, domain),
-                                          trigger if domain == "event" else None, next_seq, outbox, appends)
-                for message in batch:
-                    ts = message.event_timestamp
-                    self._lag_timestamp = ts
-                    if ts is not None and (self._watermark is None or ts > self._watermark):
-                        self._watermark = ts
-                    outputs = await invoker.message(
-                        Message(message.stream, decode_key(message.key), message.row, message.message_id, ts),
-                        message.key)
-                    next_seq = self._emit(outputs, message.message_id, ts, next_seq, outbox, appends)
-                    positions[(message.stream, self.partition)] = message.offset + 1
-                progress = {sink_id: sink.progress() for sink_id, sink in self.sinks.items()}
-                if batch or due or progress != committed:
-                    low = min((p.max_persisted_seq_no for p in progress.values()), default=None)
-                    state_writes, external_writes = store.take_writes()
-                    timers_set, timers_deleted = timers.take_changes()
-                    await engine.commit(EpochCommit(
-                        cid, self.partition, epoch, dict(positions), log_appends=appends, outbox=outbox,
-                        sink_progress=progress, outbox_acknowledged_seq=low, state_writes=state_writes,
-                        external_state_writes=external_writes, timers_set=timers_set, timers_deleted=timers_deleted,
-                        watermark=self._watermark if self._watermark != watermark else None))
-                    self._epochs.inc()
-                    self._processed.inc(len(batch))
-                    self._timers_fired.inc(len(due))
-                    committed = progress
-                    for sink_id, sink in self.sinks.items():
-                        sink.committed(progress[sink_id])
-                    self._distribute(outbox)
-                    if appends:
-                        self._notify_downstream({(s, p) for s, p, *_ in appends})
-                if stopping:
-                    return
-                if held_back:
-                    # Input waits for the sinks: close partial batches so they go out now, and read
-                    # again at once if the acknowledgements just counted made room (else no wake-up
-                    # may ever come: every acknowledgement can have arrived before this turn).
-                    self.flush_sinks()
-                    if self._may_read():
-                        continue
-                if len(batch) < options.epoch_max_messages and not (
-                        self._may_read() and timers.has_due(clock.now(), self._watermark)):
-                    await self._wait(timers)
-        finally:
-            await invoker.function.close()
-            for sink in self.sinks.values():
-                await sink.close()
-            if throttling is not None and factory is not None:
-                await throttling.close_factory(factory)
+        return _Running(epoch, self._step, factory, input_throttle)
 
-    def _emit(
-        self,
-        outputs: list[Output],
-        parent_id: bytes,
-        event_timestamp: float | None,
-        next_seq: int,
-        outbox: list[OutboxMessage],
-        appends: list[LogAppend],
-    ) -> int:
-        """Route checked outputs: to the outbox for this job's sinks, to the log for other computations."""
-        for index, output in enumerate(outputs):
-            message_id = derived_message_id(parent_id, index)
-            if output.stream_id in self._sink_streams:
-                outbox.append(OutboxMessage(next_seq, output.stream_id, message_id, output.key, event_timestamp,
-                                            output.row))
-                next_seq += 1
-            if output.stream_id in self.plan.logged_streams:
-                appends.append((output.stream_id, partition_of(output.key, self._partition_count), message_id,
-                                output.key, event_timestamp, output.row))
-        return next_seq
+    def _throttlers(self) -> tuple[ThrottlerFactory | None, InputThrottle | None]:
+        """The job's throttler factory and its automatic input throttle (``None`` without throttlers)."""
+        throttling, cid = self._throttling, self.plan.computation_id
+        if throttling is None:
+            return None, None
+        factory = throttling.factory(cid, client_id=f"{cid}/{self.partition}", timestamp_provider=self.lag_timestamp)
+        return factory, throttling.input_throttle(cid, factory)
+
+    def _create_sinks(self, committed: dict[str, SinkProgress]) -> None:
+        """One instance per sink, resuming at its committed progress."""
+        cid = self.plan.computation_id
+        for sink_id, sink_plan in self.plan.sinks.items():
+            sink_context = SinkContext(cid, sink_id, self.partition, self._clock, self._metrics, self._status,
+                                       self.wake, self._throttling, self._dead_letters)
+            self.sinks[sink_id] = sink_plan.sink_class.create(
+                sink_context, sink_plan.parameters, sink_plan.dynamic_parameters, committed[sink_id])
+
+    async def _finish(self, running: _Running) -> None:
+        """Close the function, the sinks and the throttler factory (the job stopped or failed)."""
+        await running.step.invoker.function.close()
+        for sink in self.sinks.values():
+            await sink.close()
+        if self._throttling is not None and running.factory is not None:
+            await self._throttling.close_factory(running.factory)
+
+    async def _epoch(self, running: _Running, *, stopping: bool) -> bool:
+        """One epoch: read, step, commit, distribute, then wait; False once ``stopping`` is committed."""
+        self._wakeup.clear()  # before reading: a wake during this epoch must not be lost
+        self._take_acknowledged()  # after the clear: an acknowledgement is either counted now or wakes
+        held_back = not stopping and not self._may_read()
+        batch: list[LogMessage] = []
+        due: list[DueTimer] = []
+        if not stopping and not held_back:
+            due = self.timers.pop_due(self._clock.now(), self.watermark, self._options.epoch_max_messages)
+            batch = await self._read(running.step.positions)
+        await self._throttle_input(running, batch)
+        output = await running.step.invoke(batch, due)
+        commit = running.step.record(running.epoch, output, self._take_acknowledged())
+        if commit is not None:
+            await self._commit(running.step, commit, output)
+        if stopping:
+            return False
+        await self._pause(batch, held_back=held_back)
+        return True
+
+    async def _throttle_input(self, running: _Running, batch: list[LogMessage]) -> None:
+        """Automatic input throttling (upstream Input.Throttle): the batch waits for quota."""
+        throttle = running.input_throttle
+        if not batch or throttle is None or not throttle.active:
+            return
+        running.step.lag_timestamp = batch[0].event_timestamp
+        _, bytes_id = throttle.throttler_ids()
+        # A message's byte size is that of its stored row (MessagePack, as the log keeps it).
+        size = sum(len(encode_row(m.row)) for m in batch) if bytes_id is not None else 0
+        self._throttle_wait.inc(await throttle.wait(len(batch), size, timestamp=running.step.lag_timestamp))
+
+    async def _commit(self, step: EpochStep, commit: EpochCommit, output: EpochOutput) -> None:
+        """Commit the epoch, then tell the sinks and hand them the new outbox; wake downstream jobs."""
+        await self._engine.commit(commit)
+        self._epochs.inc()
+        self._processed.inc(output.messages)
+        self._timers_fired.inc(output.timers)
+        step.committed(commit)
+        for sink_id, sink in self.sinks.items():
+            sink.committed(commit.sink_progress[sink_id])
+        self._distribute(commit.outbox)
+        if commit.log_appends:
+            self._notify_downstream({(s, p) for s, p, *_ in commit.log_appends})
+
+    async def _pause(self, batch: list[LogMessage], *, held_back: bool) -> None:
+        """Wait before the next epoch unless there is more to do at once."""
+        if held_back:
+            # Input waits for the sinks: close partial batches so they go out now, and read again at
+            # once if the acknowledgements taken now made room (else no wake-up may ever come: every
+            # acknowledgement can have arrived before this turn).
+            self.flush_sinks()
+            self._take_acknowledged()
+            if self._may_read():
+                return
+        if len(batch) < self._options.epoch_max_messages and not (
+                self._may_read() and self.timers.has_due(self._clock.now(), self.watermark)):
+            await self._wait(self.timers)
+
+    def _take_acknowledged(self) -> dict[str, SinkProgress]:
+        """Every sink's acknowledged prefix, advanced (``Sink.take_acknowledged``), by sink id."""
+        return {sink_id: sink.take_acknowledged() for sink_id, sink in self.sinks.items()}
 
     def _may_read(self) -> bool:
         """Whether input may be read: no sink blocked, none holding ``max_unacknowledged`` messages
-        (counted after taking their acknowledged prefix, so the count is current)."""
-        for sink in self.sinks.values():
-            sink.progress()
+        (current as of the last :meth:`_take_acknowledged`)."""
         return all(sink.terminal_error is None and sink.unacknowledged < self._options.max_unacknowledged
                    for sink in self.sinks.values())
 
     def flush_sinks(self) -> None:
-        """Ask sinks that batch (``flush()``, e.g. the Firehose sink) to send their open batch now:
+        """Ask the sinks to send what they buffer now (``Sink.flush``; the Firehose sink's open batch):
         called when input is held back for them, and when the job has caught up with an exhausted input."""
         for sink in self.sinks.values():
-            flush = getattr(sink, "flush", None)
-            if flush is not None:
-                flush()
+            sink.flush()
 
     async def _read(self, positions: dict[tuple[str, int], int]) -> list[LogMessage]:
         """Up to ``epoch_max_messages`` input messages, each input stream getting an equal share
@@ -313,6 +312,17 @@ class PartitionJob:
         for sink_id, sink in self.sinks.items():
             stream = self.plan.sinks[sink_id].stream_id
             sink.distribute([m for m in messages if m.stream == stream])
+
+
+@dataclass(frozen=True, slots=True)
+class _Running:
+    """A started job: its lease ``epoch``, its :class:`EpochStep`, its throttler ``factory`` and
+    automatic ``input_throttle`` (``None`` without throttlers)."""
+
+    epoch: int
+    step: EpochStep
+    factory: ThrottlerFactory | None
+    input_throttle: InputThrottle | None
 
 
 def _start_function(

@@ -183,7 +183,7 @@ async def _send(plan: Plan, computation: ComputationPlan, sink_plan: SinkPlan,
         while done < len(sending):
             await acknowledged.wait()
             acknowledged.clear()
-            progress = sink.progress()
+            progress = sink.take_acknowledged()
             sink.committed(progress)
             newly = sending[done:progress.max_persisted_seq_no]
             done = progress.max_persisted_seq_no

@@ -224,7 +224,9 @@ class AsyncHttpSink:
         if self._pending and self._pending[0].done:
             self._context.on_progress()
 
-    def progress(self) -> SinkProgress:
+    def take_acknowledged(self) -> SinkProgress:
+        """Advance over the acknowledged deliveries at the head of the queue (in ``seq`` order: one not
+        yet acknowledged stops it) and return the new prefix; those deliveries are released."""
         pending = self._pending
         last: _Delivery | None = None
         while pending and pending[0].done:
@@ -233,11 +235,18 @@ class AsyncHttpSink:
             self._progress = SinkProgress(self._progress.producer_id, last.message_id, last.seq)
         return self._progress
 
+    def progress(self) -> SinkProgress:
+        return self._progress
+
     def committed(self, progress: SinkProgress) -> None:
         """Nothing to do: every delivery starts as soon as its message is distributed."""
 
+    def flush(self) -> None:
+        """Nothing to do: nothing is buffered, every delivery starts when its message is distributed."""
+
     @property
     def unacknowledged(self) -> int:
+        """Distributed messages not in :meth:`progress` (delivered since or not), as the protocol says."""
         return len(self._pending)
 
     @property

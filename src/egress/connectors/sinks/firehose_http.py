@@ -290,13 +290,15 @@ class FirehoseHttpSink:
         self._start_waiting()
         self._notify_if_acknowledgeable()
 
-    def progress(self) -> SinkProgress:
-        """The acknowledged prefix and, as ``sink_state``, the ends of the closed batches not yet in it
+    def take_acknowledged(self) -> SinkProgress:
+        """Advance over the handled batches at the head (in ``seq`` order: one not yet handled stops it)
+        and return the prefix and, as ``sink_state``, the ends of the closed batches not yet in it
         (:func:`encode_batch_ends`) and of those still to be re-formed."""
         batches = self._batches
         last: _Batch | None = None
         while batches and batches[0].done:
             last = batches.popleft()
+            self._unacknowledged -= last.messages
         ends = (*(b.last_seq for b in batches if b.boundary), *self._replay_ends)
         if last is not None or ends != self._state_ends:
             self._state_ends = ends
@@ -304,6 +306,9 @@ class FirehoseHttpSink:
                 self._progress.producer_id, last.last_message_id, last.last_seq)
             self._progress = SinkProgress(persisted.producer_id, persisted.max_persisted_message_id,
                                           persisted.max_persisted_seq_no, encode_batch_ends(ends))
+        return self._progress
+
+    def progress(self) -> SinkProgress:
         return self._progress
 
     def committed(self, progress: SinkProgress) -> None:
@@ -318,12 +323,9 @@ class FirehoseHttpSink:
 
     @property
     def unacknowledged(self) -> int:
-        """Distributed messages whose batch is not yet handled (acknowledged by a conforming 200,
-        written to the error output, or only nulls). A handled batch stops counting at once, before
-        :meth:`progress` takes it (and its records are released): a partition job held back by its
-        ``max_unacknowledged`` reads again as soon as batches are acknowledged, instead of deciding on
-        a count that the ``progress()`` call right after it would shrink (which could leave the job
-        idle with input unread; docs/firehose.md, "Held back by a batching sink")."""
+        """Distributed messages not in :meth:`progress` (their batch handled since or not: acknowledged
+        by a conforming 200, written to the error output, or only nulls), the open batch's included,
+        as the protocol says."""
         return self._unacknowledged
 
     @property
@@ -526,9 +528,9 @@ class FirehoseHttpSink:
         return _judge(response, request_id)
 
     def _handled(self, batch: _Batch) -> None:
-        """Mark ``batch`` done: it no longer counts as unacknowledged and its records are released."""
+        """Mark ``batch`` done (:meth:`take_acknowledged` takes it once every earlier one is) and release
+        its records."""
         batch.done = True
-        self._unacknowledged -= batch.messages
         batch.records, batch.record_ids, batch.record_seqs, batch.arrivals_ms = [], [], [], []
 
     def _succeed(self, batch: _Batch) -> None:

@@ -1,0 +1,117 @@
+"""One epoch of a partition job as a step without I/O: invoke, route, and the commit record.
+
+:class:`EpochStep` runs the process function on a read batch and the due timers (Flow's epoch:
+timers first, then the messages in read order), routes what it emitted (the outbox for this job's
+sinks, numbered by ``seq``; log appends for downstream computations) and builds the
+:class:`~egress.engines.EpochCommit` that makes it durable. It reads, waits for and writes nothing:
+the partition job's driver loop reads the batch, takes the sinks' acknowledged prefixes, commits
+and distributes; :class:`egress.testing.ProcessFunctionHarness` drives the same step for one
+message or timer at a time.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Set
+from dataclasses import dataclass, field
+
+from egress.engines import EpochCommit, LogAppend, LogMessage, OutboxMessage, SinkProgress
+from egress.keys import decode_key, derived_message_id, partition_of
+from egress.runtime.api import Message, Timer
+from egress.runtime.invoke import Invoker, Output
+from egress.runtime.timers import timer_message_id
+
+DueTimer = tuple[bytes, float, str]
+"""A timer that is due: ``(encoded key, trigger timestamp in seconds, domain)``, as ``TimerQueue.pop_due`` gives it."""
+
+
+@dataclass(slots=True)
+class EpochOutput:
+    """What one epoch's invocations produced: the number of ``messages`` and ``timers`` processed,
+    the ``outbox`` (this job's sinks) and ``log_appends`` (other computations) in emission order,
+    and the ``watermark`` (seconds) the epoch started with."""
+
+    messages: int
+    timers: int
+    watermark: float | None
+    outbox: list[OutboxMessage] = field(default_factory=list)
+    log_appends: list[LogAppend] = field(default_factory=list)
+
+
+class EpochStep:
+    """The epochs of one computation's partition: ``invoker`` calls the function; ``positions`` (by
+    ``(stream, partition)``), ``next_seq``, ``watermark`` and ``committed_progress`` start as the
+    checkpoint has them and advance epoch by epoch.
+
+    ``sink_streams`` are the streams of this job's sinks (their messages go to the outbox);
+    ``logged_streams`` those read by other computations (their messages go to the log, into
+    partition ``partition_of(key, partition_count)``), ``None`` for every stream.
+    """
+
+    def __init__(self, invoker: Invoker, partition: int, partition_count: int, *,
+                 sink_streams: Set[str], logged_streams: Set[str] | None,
+                 positions: dict[tuple[str, int], int], next_seq: int = 1, watermark: float | None = None,
+                 committed_progress: dict[str, SinkProgress] | None = None) -> None:
+        self.invoker = invoker
+        self.partition = partition
+        self.partition_count = partition_count
+        self.sink_streams = sink_streams
+        self.logged_streams = logged_streams
+        self.positions = positions
+        self.next_seq = next_seq
+        self.watermark = watermark
+        self.lag_timestamp: float | None = None  # event time of the message being processed
+        self.committed_progress = committed_progress or {}
+
+    async def invoke(self, batch: list[LogMessage], due: list[DueTimer]) -> EpochOutput:
+        """Fire ``due`` (in order), then process ``batch`` (raising the watermark and the positions as
+        it goes); raises ``ProcessFunctionError`` for a call that failed (nothing is committed)."""
+        output = EpochOutput(len(batch), len(due), self.watermark)
+        computation_id = self.invoker.computation_id
+        for key, trigger, domain in due:
+            outputs = await self.invoker.timer(Timer(decode_key(key), trigger, domain), key)  # type: ignore[arg-type]
+            self._route(output, outputs, timer_message_id(computation_id, key, trigger, domain),
+                        trigger if domain == "event" else None)
+        for message in batch:
+            timestamp = message.event_timestamp
+            self.lag_timestamp = timestamp
+            if timestamp is not None and (self.watermark is None or timestamp > self.watermark):
+                self.watermark = timestamp
+            outputs = await self.invoker.message(
+                Message(message.stream, decode_key(message.key), message.row, message.message_id, timestamp),
+                message.key)
+            self._route(output, outputs, message.message_id, timestamp)
+            self.positions[(message.stream, self.partition)] = message.offset + 1
+        return output
+
+    def record(self, epoch: int, output: EpochOutput, sink_progress: dict[str, SinkProgress]) -> EpochCommit | None:
+        """The commit of ``output`` with the sinks' taken ``sink_progress`` under lease ``epoch``
+        (state writes and timer changes taken from the store and the timer queue), or ``None`` when
+        the epoch changed nothing."""
+        if not (output.messages or output.timers or sink_progress != self.committed_progress):
+            return None
+        low = min((p.max_persisted_seq_no for p in sink_progress.values()), default=None)
+        state_writes, external_writes = self.invoker.store.take_writes()
+        timers_set, timers_deleted = self.invoker.timers.take_changes()
+        return EpochCommit(
+            self.invoker.computation_id, self.partition, epoch, dict(self.positions),
+            log_appends=output.log_appends, outbox=output.outbox, sink_progress=sink_progress,
+            outbox_acknowledged_seq=low, state_writes=state_writes, external_state_writes=external_writes,
+            timers_set=timers_set, timers_deleted=timers_deleted,
+            watermark=self.watermark if self.watermark != output.watermark else None)
+
+    def committed(self, commit: EpochCommit) -> None:
+        """``commit`` (from :meth:`record`) is durable: its sink progress is the committed one."""
+        self.committed_progress = commit.sink_progress
+
+    def _route(self, output: EpochOutput, outputs: list[Output], parent_id: bytes,
+               event_timestamp: float | None) -> None:
+        """Route one call's checked outputs, each with the id derived from ``parent_id`` and its index."""
+        for index, emitted in enumerate(outputs):
+            message_id = derived_message_id(parent_id, index)
+            if emitted.stream_id in self.sink_streams:
+                output.outbox.append(OutboxMessage(self.next_seq, emitted.stream_id, message_id, emitted.key,
+                                                   event_timestamp, emitted.row))
+                self.next_seq += 1
+            if self.logged_streams is None or emitted.stream_id in self.logged_streams:
+                output.log_appends.append((emitted.stream_id, partition_of(emitted.key, self.partition_count),
+                                           message_id, emitted.key, event_timestamp, emitted.row))

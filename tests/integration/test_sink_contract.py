@@ -1,0 +1,115 @@
+"""The Sink protocol's contract, the same for every sink class (egress.connectors.base.Sink), against
+a real aiohttp endpoint on loopback: queries change nothing, ``take_acknowledged`` is the one call
+that advances the acknowledged prefix, and ``unacknowledged`` counts the distributed messages not in
+that prefix (acknowledged since or not)."""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import json
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import pytest
+from aiohttp import web
+
+from egress.clock import RealClock
+from egress.connectors.base import Sink, SinkContext
+from egress.connectors.sinks.async_http import AsyncHttpSink
+from egress.connectors.sinks.firehose_http import FirehoseHttpSink
+from egress.connectors.sinks.firehose_parameters import FirehoseHttpSinkDynamicParameters, FirehoseHttpSinkParameters
+from egress.connectors.sinks.http_parameters import AsyncHttpSinkDynamicParameters, AsyncHttpSinkParameters
+from egress.engines import OutboxMessage, SinkProgress
+from egress.observe import Metrics, StatusTree
+from tests.conftest import ServerFactory
+
+pytestmark = pytest.mark.integration
+
+FAST = {"retry_initial_delay": "10ms", "retry_maximum_delay": "20ms"}
+
+
+@dataclass
+class HoldingEndpoint:
+    """Accepts both sinks' requests; the one carrying the payload ``first`` waits for ``release``."""
+
+    release: asyncio.Event = field(default_factory=asyncio.Event)
+
+    async def handle(self, request: web.Request) -> web.Response:
+        body = await request.read()
+        request_id = request.headers.get("X-Amz-Firehose-Request-Id")
+        payloads = [body] if request_id is None else [
+            base64.b64decode(r["data"]) for r in json.loads(body)["records"]]
+        if b"first" in payloads:
+            await self.release.wait()
+        if request_id is None:
+            return web.Response(text="done")
+        return web.json_response({"requestId": request_id, "timestamp": 1_700_000_000_000})
+
+    def app(self) -> web.Application:
+        app = web.Application()
+        app.router.add_post("/ingest", self.handle)
+        return app
+
+
+SinkFactory = Callable[[str, Metrics], tuple[Sink, Callable[[], float]]]
+
+
+def async_http(url: str, metrics: Metrics) -> tuple[Sink, Callable[[], float]]:
+    context = SinkContext("deliver", "http", 0, RealClock(), metrics, StatusTree(), lambda: None)
+    sink = AsyncHttpSink(context,
+                         AsyncHttpSinkParameters.model_validate({"url": url, "payload_column": "payload"}),
+                         AsyncHttpSinkDynamicParameters.model_validate({**FAST, "retry_minimum_delay": "10ms"}),
+                         SinkProgress())
+    return sink, lambda: metrics.value("egress_sink_async_http_sink_delivered_total", sink_id="http")
+
+
+def firehose_http(url: str, metrics: Metrics) -> tuple[Sink, Callable[[], float]]:
+    context = SinkContext("deliver", "firehose", 0, RealClock(), metrics, StatusTree(), lambda: None)
+    parameters = FirehoseHttpSinkParameters.model_validate({
+        "url": url, "payload_column": "payload", "stream_name": "flights",
+        "buffering_hints": {"size_in_mbs": 5, "interval_in_seconds": 0}})  # one batch per distribute
+    sink = FirehoseHttpSink(context, parameters, FirehoseHttpSinkDynamicParameters.model_validate(FAST),
+                            SinkProgress())
+    return sink, lambda: metrics.value("egress_sink_firehose_http_records_delivered_total", sink_id="firehose")
+
+
+SINK_CLASSES = [pytest.param(async_http, id="async_http"), pytest.param(firehose_http, id="firehose_http")]
+
+
+def message(seq: int, payload: str) -> OutboxMessage:
+    return OutboxMessage(seq, "requests", f"message-{seq}".encode(), b"[]", None, {"payload": payload})
+
+
+async def until(condition: Callable[[], bool], limit: float = 20.0) -> None:
+    deadline = asyncio.get_running_loop().time() + limit
+    while not condition():
+        assert asyncio.get_running_loop().time() < deadline, "condition not reached in time"
+        await asyncio.sleep(0.01)
+
+
+@pytest.mark.parametrize("make", SINK_CLASSES)
+async def test_only_take_acknowledged_advances_the_prefix_and_unacknowledged_counts_what_is_not_in_it(
+        serve_app: ServerFactory, make: SinkFactory) -> None:
+    endpoint = HoldingEndpoint()
+    sink, delivered = make(f"{await serve_app(endpoint.app())}/ingest", Metrics())
+    try:
+        sink.flush()  # in the protocol for every sink; nothing buffered: nothing happens
+        sink.distribute([message(1, "first")])
+        sink.distribute([message(2, "second")])
+        sink.committed(sink.take_acknowledged())  # as a partition job commits after distributing
+        await until(lambda: delivered() == 1)  # "second" is acknowledged, "first" still waits
+        assert sink.progress().max_persisted_seq_no == 0
+        assert sink.unacknowledged == 2, "an acknowledged message behind an unacknowledged one still counts"
+        assert sink.take_acknowledged().max_persisted_seq_no == 0, "the prefix is contiguous"
+        endpoint.release.set()
+        await until(lambda: delivered() == 2)
+        assert sink.unacknowledged == 2, "a query does not take the acknowledged prefix"
+        assert sink.progress().max_persisted_seq_no == 0
+        taken = sink.take_acknowledged()
+        assert (taken.max_persisted_seq_no, taken.max_persisted_message_id) == (2, b"message-2")
+        assert sink.progress() == taken
+        assert sink.unacknowledged == 0
+    finally:
+        endpoint.release.set()  # a failed check must not leave the request held
+        await sink.close()
