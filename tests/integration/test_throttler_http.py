@@ -114,7 +114,7 @@ async def test_service_down_is_unavailable_then_client_resumes(tmp_path: Path) -
     await first.stop()
     client = factory.client("q")
     assert client is not None
-    client.on_hand = 0
+    assert client.on_hand == 0  # nothing prefetched: the next call needs a controller
     waiting = asyncio.create_task(handle.throttle(1))
     await asyncio.sleep(0.5)
     assert not waiting.done()  # waits, does not fail

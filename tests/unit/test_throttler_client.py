@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 
 from egress.clock import VirtualClock
-from egress.throttler.controller import ThrottlerController
+from egress.throttler.controller import Grant, ThrottlerController
 from egress.throttler.errors import (
     ControllerUnavailableError,
     QuotaAmountError,
@@ -32,14 +32,16 @@ class SwitchableTransport(InProcessTransport):
         super().__init__(controller)
         self.down = False
         self.calls: list[tuple[str, float, str | None]] = []
+        self.holds: list[float] = []
 
     async def request_quota(self, throttler_id: str, amount: float, *, timestamp: float, quota_class_id: str | None,
-                            client_id: str, rpc_timeout: float) -> None:
+                            client_id: str, rpc_timeout: float, hold: float = 0.0) -> Grant:
         self.calls.append((throttler_id, amount, quota_class_id))
+        self.holds.append(hold)
         if self.down:
             raise ControllerUnavailableError("connection refused")
-        await super().request_quota(throttler_id, amount, timestamp=timestamp, quota_class_id=quota_class_id,
-                                    client_id=client_id, rpc_timeout=rpc_timeout)
+        return await super().request_quota(throttler_id, amount, timestamp=timestamp, quota_class_id=quota_class_id,
+                                           client_id=client_id, rpc_timeout=rpc_timeout, hold=hold)
 
 
 def setup(throttlers: dict[str, ThrottlerSpec], **factory_args: Any
@@ -79,9 +81,9 @@ async def test_served_locally_when_nothing_queued_and_it_fits() -> None:
     await handle.throttle(3)
     client = factory.client("q")
     assert client is not None
-    client.release(4)
-    assert client.on_hand == 4.0
-    await handle.throttle(4)
+    client.release(4)  # only the 3 units taken can come back, while their quota's lease lasts
+    assert client.on_hand == 3.0
+    await handle.throttle(3)
     assert handle.try_acquire(1) is False
     assert len(transport.calls) == 1
     with pytest.raises(QuotaAmountError, match="Quota amount must be non-negative, got -1"):

@@ -14,19 +14,23 @@ from collections.abc import Awaitable
 from typing import Protocol, TypeVar
 
 from egress.clock import Clock
-from egress.throttler.controller import ThrottlerController
+from egress.throttler.controller import Grant, ThrottlerController
 from egress.throttler.errors import ControllerUnavailableError
 
 T = TypeVar("T")
 
 
 class QuotaTransport(Protocol):
-    """Carries ``RequestQuota{throttler_id, client_id, amount, timestamp, quota_class_id}``."""
+    """Carries ``RequestQuota{throttler_id, client_id, amount, timestamp, quota_class_id, hold}``."""
 
     async def request_quota(self, throttler_id: str, amount: float, *, timestamp: float, quota_class_id: str | None,
-                            client_id: str, rpc_timeout: float) -> None:
+                            client_id: str, rpc_timeout: float, hold: float = 0.0) -> Grant:
         """Return once ``amount`` units are granted; ``rpc_timeout`` seconds at most (then
-        :class:`ControllerUnavailableError`, and the controller refunds the request)."""
+        :class:`ControllerUnavailableError`, and the controller refunds the request).
+
+        Returns the :class:`Grant` with its deadline on the caller's ``clock.monotonic()``: never
+        later than the lease end the controller counted (``hold`` asks for a lease, in seconds).
+        """
         ...
 
     async def aclose(self) -> None:
@@ -60,11 +64,13 @@ class InProcessTransport:
         self.controller = controller
 
     async def request_quota(self, throttler_id: str, amount: float, *, timestamp: float, quota_class_id: str | None,
-                            client_id: str, rpc_timeout: float) -> None:
-        await with_timeout(self.controller.clock,
-                           self.controller.request_quota(throttler_id, amount, timestamp=timestamp,
-                                                         quota_class_id=quota_class_id, client_id=client_id),
-                           rpc_timeout, f'RequestQuota to throttler "{throttler_id}"')
+                            client_id: str, rpc_timeout: float, hold: float = 0.0) -> Grant:
+        """The controller's grant as it is: the client shares the controller's clock."""
+        return await with_timeout(self.controller.clock,
+                                  self.controller.request_quota(throttler_id, amount, timestamp=timestamp,
+                                                                quota_class_id=quota_class_id, client_id=client_id,
+                                                                hold=hold),
+                                  rpc_timeout, f'RequestQuota to throttler "{throttler_id}"')
 
     async def aclose(self) -> None:
         return None
