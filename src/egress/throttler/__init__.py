@@ -21,9 +21,10 @@ from egress.throttler.errors import (
 )
 from egress.throttler.factory import ThrottlerFactory, ThrottlerHandle
 from egress.throttler.models import ThrottlerSpec, validate_dynamic_throttlers, validate_throttlers
-from egress.throttler.throttling import InputThrottle, Throttling
+from egress.throttler.throttling import THROTTLER_STATE_NAME, InputThrottle, Throttling
 
 __all__ = [
+    "THROTTLER_STATE_NAME",
     "ControllerUnavailableError",
     "InputThrottle",
     "QuotaAmountError",

@@ -98,7 +98,11 @@ def make_app(controller: ThrottlerController, registry: CollectorRegistry | None
 
 
 class ThrottlerService:
-    """A controller serving HTTP on ``host:port`` (0 = a free port), configured from a DynamicSpec file."""
+    """A controller serving HTTP on ``host:port`` (0 = a free port), configured from a DynamicSpec file.
+
+    ``state_file`` keeps the restart horizon (see :mod:`~egress.throttler.horizon`); without it the
+    controller starts every bucket empty after one lease, as after a restart it cannot date.
+    """
 
     def __init__(self, dynamic_spec: str | Path, clock: Clock, *, host: str = "127.0.0.1", port: int = 0,
                  reload_period: float = 1.0, state_file: str | Path | None = None) -> None:
