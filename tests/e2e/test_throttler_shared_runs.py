@@ -40,10 +40,10 @@ def serve(dynamic: Path, port: int = 0) -> tuple[subprocess.Popen[str], int]:
     return process, int(found.group(1))
 
 
-def throttlers(limit: float, period: float, request_period: float, backoff: str) -> dict[str, Any]:
+def throttlers(limit: float, period: float, request_period: float, backoff: str, **more: Any) -> dict[str, Any]:
     return {"throttlers": {"endpoint": {
         "limit": limit, "period": f"{period:g}s", "request_period": f"{int(request_period * 1000)}ms",
-        "retrying_channel": {"retry_backoff_time": backoff, "enable_exponential_retry_backoffs": False}}}}
+        "retrying_channel": {"retry_backoff_time": backoff, "enable_exponential_retry_backoffs": False}, **more}}}
 
 
 def start_runs(tmp_path: Path, receiver: Receiver, shared: dict[str, Any], port: int, runs: int, messages: int,
@@ -79,9 +79,10 @@ def received(receiver: Receiver) -> list[dict[str, Any]]:
 @pytest.mark.timeout(120)
 def test_runs_sharing_one_service_keep_the_envelope_at_the_receiver(tmp_path: Path) -> None:
     # Two partitions per run: six HTTP sink clients, each with many POSTs waiting at once, in three
-    # processes; the service is killed and restarted at once midway (it resumes from its horizon).
-    limit, period, runs, messages = 20.0, 1.0, 3, 30
-    shared = throttlers(limit, period, 0.25, "100ms")
+    # processes; chunks of 2 units; once the burst and some more have gone, the service is killed
+    # and restarted at once, well within one period (it resumes from its restart horizon).
+    limit, period, runs, messages = 10.0, 2.0, 3, 24
+    shared = throttlers(limit, period, 0.25, "100ms", max_grant_amount=2)
     service_spec = tmp_path / "throttlers.yaml"
     service_spec.write_text(yaml.safe_dump(shared))
     receiver = launch_receiver(tmp_path / "received.jsonl")
@@ -90,9 +91,8 @@ def test_runs_sharing_one_service_keep_the_envelope_at_the_receiver(tmp_path: Pa
     try:
         processes = start_runs(tmp_path, receiver, shared, port, runs, messages, partitions=2)
         deadline = time.monotonic() + 60
-        while receiver.record.stat().st_size == 0 and time.monotonic() < deadline:
+        while len(receiver.record.read_text().splitlines()) < limit * period + limit and time.monotonic() < deadline:
             time.sleep(0.05)
-        time.sleep(1.5)
         service.send_signal(signal.SIGKILL)
         service.wait()
         service, _ = serve(service_spec, port)
