@@ -40,7 +40,7 @@ class TokenBucket:
         self._updated = now
         self._leases: list[tuple[float, int, float]] = []  # heap of (end, order, units)
         self._order = itertools.count()
-        self.leased = 0.0
+        self.leased = 0.0  # units under a lease, as of the last refill (``tokens(now)`` brings it up to date)
         if empty_since is not None and rate is not None:
             self._tokens, self._updated = 0.0, empty_since
 
