@@ -14,9 +14,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from egress.clock import VirtualClock
-from egress.throttler.controller import Grant, ThrottlerController
+from egress.throttler.controller import ThrottlerController
 from egress.throttler.envelope import RateSteps, worst_excess
-from egress.throttler.errors import ControllerUnavailableError, QuotaAmountError, ThrottlerError, UnknownThrottlerError
 from egress.throttler.factory import ThrottlerFactory
 from egress.throttler.models import ThrottlerSpec
 from egress.throttler.transport import InProcessTransport
@@ -71,27 +70,6 @@ def scenarios(draw: st.DrawFn) -> Scenario:
                     outage=draw(st.integers(0, 2000)) / 1000, state_file=draw(st.booleans()))
 
 
-class RestartingTransport(InProcessTransport):
-    """The in-process transport to whichever controller runs now; while none runs (or the one called
-    closes under the call), calls fail as an unreachable controller does, and the client retries."""
-
-    def __init__(self, controller: ThrottlerController) -> None:
-        super().__init__(controller)
-        self.running = True
-
-    async def request_quota(self, throttler_id: str, amount: float, *, timestamp: float, quota_class_id: str | None,
-                            client_id: str, rpc_timeout: float, hold: float = 0.0) -> Grant:
-        if not self.running:
-            raise ControllerUnavailableError("connection refused")
-        try:
-            return await super().request_quota(throttler_id, amount, timestamp=timestamp, quota_class_id=quota_class_id,
-                                               client_id=client_id, rpc_timeout=rpc_timeout, hold=hold)
-        except ThrottlerError as error:
-            if isinstance(error, (UnknownThrottlerError, QuotaAmountError)):
-                raise
-            raise ControllerUnavailableError(str(error)) from None
-
-
 async def released_to_callers(scenario: Scenario) -> list[tuple[float, float]]:
     """Run every caller through its client on one controller; returns (time, units) of each return of
     ``throttle()``: the point of use."""
@@ -104,7 +82,7 @@ async def released_to_callers(scenario: Scenario) -> list[tuple[float, float]]:
 
 async def _run(scenario: Scenario, clock: VirtualClock, specs: dict[str, ThrottlerSpec],
                state_file: Path | None) -> list[tuple[float, float]]:
-    transport = RestartingTransport(ThrottlerController(specs, clock, state_file=state_file))
+    transport = InProcessTransport(ThrottlerController(specs, clock, state_file=state_file))
     factories = [ThrottlerFactory(transport, clock, specs, class_ids={"q": class_id}, client_id=f"client{i}")
                  for i, (class_id, _) in enumerate(scenario.clients)]
     releases: list[tuple[float, float]] = []
@@ -127,12 +105,10 @@ async def _run(scenario: Scenario, clock: VirtualClock, specs: dict[str, Throttl
         if scenario.restart_at is None:
             return
         await clock.sleep_until(scenario.restart_at)
-        transport.running = False
-        await transport.controller.aclose()
+        await transport.controller.aclose()  # clients find it unreachable and retry
         await clock.sleep(scenario.outage)
         transport.controller = ThrottlerController(specs, clock, state_file=state_file,
                                                    assume_restart=state_file is None)
-        transport.running = True
 
     async with clock.autojumping():
         events = [asyncio.create_task(change_limit()), asyncio.create_task(restart())]

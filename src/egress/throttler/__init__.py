@@ -12,6 +12,7 @@ throttler's waiting requests, pure), :mod:`~egress.throttler.controller` (one ti
 
 from egress.throttler.controller import ThrottlerController
 from egress.throttler.errors import (
+    ControllerClosedError,
     ControllerUnavailableError,
     QuotaAmountError,
     QuotaRequestFailedError,
@@ -25,6 +26,7 @@ from egress.throttler.throttling import THROTTLER_STATE_NAME, InputThrottle, Thr
 
 __all__ = [
     "THROTTLER_STATE_NAME",
+    "ControllerClosedError",
     "ControllerUnavailableError",
     "InputThrottle",
     "QuotaAmountError",

@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import NamedTuple
 
 from egress.clock import Clock
-from egress.throttler.errors import ThrottlerError, UnknownThrottlerError
+from egress.throttler.errors import ControllerClosedError, UnknownThrottlerError
 from egress.throttler.horizon import HorizonFile
 from egress.throttler.models import ThrottlerSpec
 from egress.throttler.queue import QuotaQueue, QuotaRequest
@@ -140,11 +140,11 @@ class ThrottlerController:
         class); ``quota_class_id`` its class (missing, empty or unknown → ``default``); ``client_id``
         is informational; ``hold`` the seconds the caller wants to keep unused units (prefetch; at
         most the spec's ``prefetch_lease``). Raises :class:`UnknownThrottlerError`,
-        :class:`QuotaAmountError`, or :class:`ThrottlerError` when the controller closes. Cancelling
-        the caller refunds the request.
+        :class:`QuotaAmountError`, or :class:`ControllerClosedError` when the controller closes.
+        Cancelling the caller refunds the request.
         """
         if self._closed:
-            raise ThrottlerError("the throttler controller is closed")
+            raise ControllerClosedError("the throttler controller is closed")
         queue = self.queue(throttler_id)
         now = self.clock.monotonic()
         request = queue.submit(amount, now, timestamp=timestamp, class_id=quota_class_id,
@@ -218,11 +218,11 @@ class ThrottlerController:
         return int(self._timer is not None and not self._timer.done())
 
     async def aclose(self) -> None:
-        """Stop the timer and fail every waiter with :class:`ThrottlerError`."""
+        """Stop the timer and fail every waiter with :class:`ControllerClosedError`."""
         self._closed = True
         for waiter in self._waiters.values():
             if not waiter.future.done():
-                waiter.future.set_exception(ThrottlerError("the throttler controller is closed"))
+                waiter.future.set_exception(ControllerClosedError("the throttler controller is closed"))
         self._waiters.clear()
         if self._timer is not None:
             self._timer.cancel()
