@@ -262,11 +262,8 @@ class PrefetchingClient:
             self._serve_queue()
             if not self._queue:
                 return
-            # What is on hand does not fit the head call and may expire before the reply comes: the
-            # RPC asks for every queued call. It never fetches more than the burst (unless the head
-            # call alone needs more): the calls it serves are handed their units together.
-            deficit = sum(w.amount for w in self._queue)
-            amount = min(max(self.prefetch(), deficit), max(self.spec.burst, self._queue[0].amount))
+            deficit = self._deficit()
+            amount = max(deficit, min(self.prefetch(), self.spec.burst))
             hold = self.spec.prefetch_lease if amount > deficit + AMOUNT_SLACK else 0.0
             if timestamp is None and self._timestamp_provider is not None:
                 stamp = self._timestamp_provider()
@@ -281,6 +278,17 @@ class PrefetchingClient:
             now = self._clock.monotonic()
             _insert(self._quota, max(grant.until, now), grant.amount)
             self._serve_queue(now)
+
+    def _deficit(self) -> float:
+        """Units for the queued calls one RPC serves: the calls from the head on while together they
+        fit the burst (at least the head), handed out together when the reply comes. What is on hand
+        does not count: it does not fit the head and may expire before the reply."""
+        deficit = 0.0
+        for waiting in self._queue:
+            if deficit > 0 and deficit + waiting.amount > self.spec.burst:
+                break
+            deficit += waiting.amount
+        return deficit
 
     async def _request_with_retries(self, amount: float, timestamp: float, hold: float) -> Grant:
         channel = self.spec.retrying_channel
