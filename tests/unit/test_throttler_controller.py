@@ -103,7 +103,7 @@ async def test_reconfigure_applies_live() -> None:
     await controller.aclose()
 
 
-async def test_removed_throttler_fails_its_waiters_and_readding_starts_full() -> None:
+async def test_removed_throttler_fails_its_waiters_and_readding_starts_empty_after_its_last_lease() -> None:
     clock = VirtualClock()
     controller = ThrottlerController(specs(q={"limit": 1, "period": "1s"}), clock)
     await controller.request_quota("q", 1)
@@ -112,9 +112,15 @@ async def test_removed_throttler_fails_its_waiters_and_readding_starts_full() ->
     controller.reconfigure({})
     with pytest.raises(UnknownThrottlerError, match='Unknown throttler "q"'):
         await waiting
+    # Declared again at once: what it released just before may still be in use for one lease
+    # (min(request_period 5 s, period / 2) = 0.5 s), so it starts empty then, not full now.
     controller.reconfigure(specs(q={"limit": 1, "period": "1s"}))
-    await controller.request_quota("q", 1)
-    assert clock.monotonic() == 0.0
+    async with clock.autojumping():
+        await controller.request_quota("q", 1)
+    assert clock.monotonic() == 1.5
+    controller.reconfigure(specs(fresh={"limit": 1, "period": "1s"}))
+    await controller.request_quota("fresh", 1)  # a name never seen before starts full
+    assert clock.monotonic() == 1.5
     await controller.aclose()
 
 

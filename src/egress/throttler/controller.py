@@ -68,6 +68,7 @@ class ThrottlerController:
         self._closed = False
         self.wait_times: dict[str, float] = {}  # throttler id → longest wait (s) of a resolved request
         self._horizon = HorizonFile(state_file, clock) if state_file is not None else None
+        self._removed: dict[str, float] = {}  # removed name → when its last lease ends
         self.empty_since = self._start(throttlers, assume_restart)
         self.reconfigure(throttlers)
 
@@ -109,10 +110,12 @@ class ThrottlerController:
 
     def reconfigure(self, throttlers: Mapping[str, ThrottlerSpec]) -> None:
         """Apply DynamicSpec ``throttlers`` live: new names start full, changed ones keep their
-        tokens and queues, removed ones fail their waiters with ``Unknown throttler "X"``."""
+        tokens and queues, removed ones fail their waiters with ``Unknown throttler "X"``. A name
+        declared again starts empty once what it released before its removal can no longer be used."""
         now = self.clock.monotonic()
         for throttler_id in [t for t in self._queues if t not in throttlers]:
-            del self._queues[throttler_id]
+            removed = self._queues.pop(throttler_id)
+            self._removed[throttler_id] = now + self.lease(removed.spec, removed.spec.prefetch_lease)
             error = UnknownThrottlerError(f'Unknown throttler "{throttler_id}"')
             for request, waiter in list(self._waiters.items()):
                 if waiter.throttler_id == throttler_id:
@@ -122,7 +125,8 @@ class ThrottlerController:
         for throttler_id, spec in throttlers.items():
             queue = self._queues.get(throttler_id)
             if queue is None:
-                self._queues[throttler_id] = QuotaQueue(spec, now, empty_since=self.empty_since)
+                since = [t for t in (self.empty_since, self._removed.pop(throttler_id, None)) if t is not None]
+                self._queues[throttler_id] = QuotaQueue(spec, now, empty_since=max(since) if since else None)
             elif queue.spec != spec:
                 queue.reconfigure(spec, now)
         if self._has_loop():
