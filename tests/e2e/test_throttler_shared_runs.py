@@ -11,6 +11,9 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -76,6 +79,45 @@ def received(receiver: Receiver) -> list[dict[str, Any]]:
     return [json.loads(line) for line in receiver.record.read_text().splitlines()]
 
 
+@dataclass
+class Shared:
+    """A receiver, the throttler service (``restart()`` kills it and starts it again on its port) and
+    the runs started against them."""
+
+    tmp_path: Path
+    receiver: Receiver
+    service_spec: Path
+    service: subprocess.Popen[str]
+    port: int
+    runs: list[subprocess.Popen[bytes]] = field(default_factory=list)
+
+    def kill_service(self) -> None:
+        self.service.send_signal(signal.SIGKILL)
+        self.service.wait()
+
+    def start_service(self) -> None:
+        self.service, _ = serve(self.service_spec, self.port)
+
+
+@contextmanager
+def shared_service(tmp_path: Path, shared: dict[str, Any]) -> Iterator[Shared]:
+    """The receiver and the service for a test; whatever still runs at the end is stopped."""
+    service_spec = tmp_path / "throttlers.yaml"
+    service_spec.write_text(yaml.safe_dump(shared))
+    receiver = launch_receiver(tmp_path / "received.jsonl")
+    service, port = serve(service_spec)
+    setup = Shared(tmp_path, receiver, service_spec, service, port)
+    try:
+        yield setup
+    finally:
+        for process in setup.runs:
+            if process.poll() is None:
+                process.kill()
+        setup.service.send_signal(signal.SIGTERM)
+        setup.service.wait(timeout=10)
+        stop_receiver(receiver)
+
+
 @pytest.mark.timeout(120)
 def test_runs_sharing_one_service_keep_the_envelope_at_the_receiver(tmp_path: Path) -> None:
     # Two partitions per run: six HTTP sink clients, each with many POSTs waiting at once, in three
@@ -83,28 +125,16 @@ def test_runs_sharing_one_service_keep_the_envelope_at_the_receiver(tmp_path: Pa
     # and restarted at once, well within one period (it resumes from its restart horizon).
     limit, period, runs, messages = 10.0, 2.0, 3, 24
     shared = throttlers(limit, period, 0.25, "100ms", max_grant_amount=2)
-    service_spec = tmp_path / "throttlers.yaml"
-    service_spec.write_text(yaml.safe_dump(shared))
-    receiver = launch_receiver(tmp_path / "received.jsonl")
-    service, port = serve(service_spec)
-    processes: list[subprocess.Popen[bytes]] = []
-    try:
-        processes = start_runs(tmp_path, receiver, shared, port, runs, messages, partitions=2)
+    with shared_service(tmp_path, shared) as setup:
+        setup.runs = start_runs(tmp_path, setup.receiver, shared, setup.port, runs, messages, partitions=2)
         deadline = time.monotonic() + 60
-        while len(receiver.record.read_text().splitlines()) < limit * period + limit and time.monotonic() < deadline:
+        while len(setup.receiver.record.read_text().splitlines()) < limit * period + limit \
+                and time.monotonic() < deadline:
             time.sleep(0.05)
-        service.send_signal(signal.SIGKILL)
-        service.wait()
-        service, _ = serve(service_spec, port)
-        wait_all(processes)
-    finally:
-        for process in processes:
-            if process.poll() is None:
-                process.kill()
-        service.send_signal(signal.SIGTERM)
-        service.wait(timeout=10)
-        stop_receiver(receiver)
-    records = received(receiver)
+        setup.kill_service()
+        setup.start_service()
+        wait_all(setup.runs)
+    records = received(setup.receiver)
     assert len({r["body_sha256"] for r in records if r["status"] == 200}) == runs * messages
     excess = worst_excess([(r["time"], 1.0) for r in records], limit, limit * period)
     print(f"worst window at the receiver: {excess:+.2f} requests beyond limit·T + limit·period")  # seen with -s
@@ -115,29 +145,16 @@ def test_runs_sharing_one_service_keep_the_envelope_at_the_receiver(tmp_path: Pa
 def test_three_runs_share_one_limit_and_survive_a_service_outage(tmp_path: Path) -> None:
     # Clients retry the absent service every 200 ms, so granting resumes promptly after the restart.
     shared = throttlers(LIMIT, PERIOD, REQUEST_PERIOD, "200ms")
-    service_spec = tmp_path / "throttlers.yaml"
-    service_spec.write_text(yaml.safe_dump(shared))
-    receiver = launch_receiver(tmp_path / "received.jsonl")
-    service, port = serve(service_spec)
-    runs: list[subprocess.Popen[bytes]] = []
-    try:
-        runs = start_runs(tmp_path, receiver, shared, port, RUNS, MESSAGES)
+    with shared_service(tmp_path, shared) as setup:
+        setup.runs = start_runs(tmp_path, setup.receiver, shared, setup.port, RUNS, MESSAGES)
         time.sleep(2.0)
-        service.send_signal(signal.SIGKILL)
-        service.wait()
+        setup.kill_service()
         killed = time.time()
         time.sleep(OUTAGE)
-        service, _ = serve(service_spec, port)
+        setup.start_service()
         restarted = time.time()
-        wait_all(runs)
-    finally:
-        for process in runs:
-            if process.poll() is None:
-                process.kill()
-        service.send_signal(signal.SIGTERM)
-        service.wait(timeout=10)
-        stop_receiver(receiver)
-    records = received(receiver)
+        wait_all(setup.runs)
+    records = received(setup.receiver)
     # The three pipelines number their messages alike (same source id and positions): count bodies.
     assert len({r["body_sha256"] for r in records if r["status"] == 200}) == RUNS * MESSAGES
     times = sorted(r["time"] for r in records)

@@ -8,6 +8,7 @@ from typing import Any
 import pytest
 
 from egress.clock import VirtualClock
+from egress.throttler.client import PrefetchingClient
 from egress.throttler.controller import Grant, ThrottlerController
 from egress.throttler.errors import (
     ControllerUnavailableError,
@@ -16,7 +17,7 @@ from egress.throttler.errors import (
     ThrottlerNotConfiguredError,
     UnknownThrottlerError,
 )
-from egress.throttler.factory import ThrottlerFactory
+from egress.throttler.factory import ThrottlerFactory, ThrottlerHandle
 from egress.throttler.models import ThrottlerSpec
 from egress.throttler.transport import InProcessTransport
 
@@ -254,12 +255,17 @@ async def test_waiting_calls_are_served_within_the_burst_not_lumped_into_one_rel
     await controller.aclose()
 
 
-async def test_prefetched_quota_is_held_for_one_lease_then_dropped() -> None:
-    throttlers = specs(q={"limit": 100, "period": "1s", "request_period": "200ms"})
-    clock, controller, transport, factory = setup(throttlers)
+def fast_prefetch() -> tuple[VirtualClock, ThrottlerController, SwitchableTransport, ThrottlerFactory,
+                             PrefetchingClient, ThrottlerHandle]:
+    """Limit 100/s, period 1 s, request_period 200 ms (prefetch_lease 200 ms): its client and handle."""
+    clock, controller, transport, factory = setup(specs(q={"limit": 100, "period": "1s", "request_period": "200ms"}))
     client = factory.client("q")
     assert client is not None
-    handle = factory.get_throttler_or_throw("q")
+    return clock, controller, transport, factory, client, factory.get_throttler_or_throw("q")
+
+
+async def test_prefetched_quota_is_held_for_one_lease_then_dropped() -> None:
+    clock, controller, transport, factory, client, handle = fast_prefetch()
     async with clock.autojumping():
         for _ in range(50):  # 20 units/s over the 2 s window: the prefetch grows to ceil(20 × 0.2) = 4
             await handle.throttle(1)
@@ -297,11 +303,7 @@ async def test_an_rpc_for_waiting_calls_only_asks_no_lease() -> None:
 
 
 async def test_released_units_return_only_while_the_quota_they_came_from_lasts() -> None:
-    throttlers = specs(q={"limit": 100, "period": "1s", "request_period": "200ms"})
-    clock, controller, _transport, factory = setup(throttlers)
-    client = factory.client("q")
-    assert client is not None
-    handle = factory.get_throttler_or_throw("q")
+    clock, controller, _transport, factory, client, handle = fast_prefetch()
     await handle.throttle(2)  # for a waiting call: usable at once only
     async with clock.autojumping():
         await clock.sleep(0.1)
