@@ -4,8 +4,9 @@ Source: upstream ``TPrefetchingThrottler`` as Flow configures it (see the contra
 ``TargetRps = 1/request_period``; ``MaxPrefetch = max(ceil(rate·request_period), 1)`` (1e9 unlimited);
 ``MinPrefetch = 1``; the incoming rate is measured over ``window = max(10·request_period, 1 s)``.
 A call is served locally when nothing is queued and the amount fits what is on hand; otherwise it
-queues FIFO and one RPC fetches ``max(prefetch, deficit)`` units, never more than the burst
-``limit·period`` unless the head call alone needs more. A failed RPC fails every queued call.
+queues FIFO and one RPC fetches ``max(deficit, min(prefetch, limit·period))`` units, where the
+deficit is the queued calls from the head on that fit the burst ``limit·period`` together (at least
+the head call). A failed RPC fails every queued call.
 
 Leases (beyond upstream): quota on hand is usable only until the deadline its grant came with. An
 RPC that fetches more than the queued calls need asks the controller to ``hold`` it for the spec's

@@ -35,7 +35,7 @@ log = logging.getLogger("egress.throttler.controller")
 class Grant(NamedTuple):
     """The answer to ``RequestQuota``: ``amount`` units granted (the amount asked, or less when the
     burst shrank below it meanwhile: ask again for the rest), usable until ``until`` (seconds on
-    the receiver's ``clock.monotonic()``; ``inf`` when unlimited)."""
+    the receiver's ``clock.monotonic()``)."""
 
     amount: float
     until: float

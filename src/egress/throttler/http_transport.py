@@ -13,7 +13,6 @@ say.
 
 from __future__ import annotations
 
-import math
 from typing import Any
 
 import aiohttp
@@ -55,10 +54,8 @@ class HttpTransport:
                                     f'RequestQuota to throttler "{throttler_id}"')
         arrived = self.clock.monotonic()
         granted = float(answer.get("amount", amount))
-        lease, waited = answer.get("lease", 0.0), float(answer.get("waited") or 0.0)
-        if lease is None:  # an unlimited throttler
-            return Grant(granted, math.inf)
-        return Grant(granted, arrived + float(lease) - max(0.0, (arrived - sent) - waited))
+        lease, waited = float(answer.get("lease") or 0.0), float(answer.get("waited") or 0.0)
+        return Grant(granted, arrived + lease - max(0.0, (arrived - sent) - waited))
 
     async def _post(self, body: bytes) -> dict[str, Any]:
         session = self._get_session()

@@ -2,8 +2,7 @@
 
 Endpoints (aiohttp): ``POST /v1/request_quota`` with ``{"throttler_id", "client_id", "amount",
 "timestamp", "quota_class_id", "hold"}`` answers ``200 {"amount", "lease", "waited"}`` once the
-amount is granted (units granted, seconds left of their lease or ``null`` when unlimited, seconds the
-request was held here),
+amount is granted (units granted, seconds left of their lease, seconds the request was held here),
 ``400 {"error", "code"}`` with ``code`` ``unknown_throttler`` or ``invalid_amount`` (upstream texts),
 ``503`` while closing; a client that disconnects cancels its request, which refunds it. ``GET
 /metrics`` (the throttler sensors), ``GET /healthz``. The DynamicSpec file is re-read every
@@ -20,7 +19,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import math
 from pathlib import Path
 from typing import Any
 
@@ -81,8 +79,7 @@ def make_app(controller: ThrottlerController, registry: CollectorRegistry | None
         except ThrottlerError as error:
             return _json(503, {"error": str(error), "code": "unavailable"})
         now = controller.clock.monotonic()
-        lease = None if math.isinf(grant.until) else grant.until - now
-        return _json(200, {"amount": grant.amount, "lease": lease, "waited": now - arrived})
+        return _json(200, {"amount": grant.amount, "lease": grant.until - now, "waited": now - arrived})
 
     async def metrics(_: web.Request) -> web.Response:
         return web.Response(body=generate_latest(registry), content_type="text/plain")
