@@ -14,6 +14,7 @@ from aiohttp import web
 
 from egress.errors import ProcessFunctionError, SpecErrors
 from egress.runtime import Pipeline, RunOptions, load_plan
+from egress.throttler import THROTTLER_STATE_NAME
 from egress.throttler.envelope import worst_excess
 from tests.conftest import ServerFactory, payload_spec
 
@@ -77,6 +78,7 @@ async def test_input_batches_wait_for_the_rows_throttler(tmp_path: Path, serve_a
     result, pipeline = await run(spec, dynamic, tmp_path / "state")
     assert result.drained
     assert loop.time() - started >= (300 - 2 * LIMIT) / LIMIT  # burst of one period, then the rate
+    assert (tmp_path / "state" / THROTTLER_STATE_NAME).exists()  # a restarted run starts from its horizon
     assert pipeline.metrics.value("egress_computation_input_throttle_seconds_total", computation_id="deliver") > 0.5
 
 
