@@ -19,7 +19,13 @@ What one run measures (issue 5's list), printing one line each and one comparabl
 4. ``utilisation``: the same run, (granted − initial burst) / (limit · 60 s). Target >= 99 %.
 5. ``waking class``: ``bulk`` idles while ``vip`` is backlogged for 30 s, then wakes; seconds to its
    first grant against ``n·m/limit``.
-6. ``limits+redis``: ``limits.MovingWindowRateLimiter`` on ``RedisStorage`` (Debian's
+6. ``envelope``: what callers of ``throttle()`` receive, at the point of use: 30 prefetching clients
+   (10 per class 5:3:1), 20 callers each asking 1–20 units after exponential pauses (mean 2 s:
+   about three times the limit offered), ``max_grant_amount`` 50, limit 1000/s then 600/s from
+   10 s, the controller restarted at 20 s (0.5 s away, restart horizon in a file), 30 s on the
+   virtual clock; the worst excess (units) over ``∫limit dt + limit·period`` over every window.
+   Must be 0 (within float rounding).
+7. ``limits+redis``: ``limits.MovingWindowRateLimiter`` on ``RedisStorage`` (Debian's
    ``redis-server``, started here on a free 127.0.0.1 port and stopped at the end): ``hit()``
    decisions/s from one client, and whether the allowed hits keep the envelope
    ``limit·T + limit·period`` over every window (limit 1000 per 1 s, hammered for 3 s).
@@ -34,6 +40,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import os
+import random
 import shutil
 import socket
 import subprocess
@@ -50,9 +57,12 @@ sys.path.insert(0, str(ROOT / "src"))
 
 from egress.clock import VirtualClock  # noqa: E402
 from egress.throttler.controller import ThrottlerController  # noqa: E402
+from egress.throttler.envelope import RateSteps, worst_excess  # noqa: E402
+from egress.throttler.factory import ThrottlerFactory  # noqa: E402
 from egress.throttler.http_transport import HttpTransport  # noqa: E402
 from egress.throttler.models import ThrottlerSpec  # noqa: E402
 from egress.throttler.queue import QuotaQueue  # noqa: E402
+from egress.throttler.transport import InProcessTransport  # noqa: E402
 
 WEIGHTS = {"vip": 5.0, "regular": 3.0, "bulk": 1.0}
 
@@ -209,6 +219,61 @@ async def bench_waking(idle: float = 30.0) -> tuple[float, float]:
     return first, len(WEIGHTS) * 100 / 1000
 
 
+async def bench_envelope(horizon: float = 30.0, change_at: float = 10.0, restart_at: float = 20.0) -> dict[str, float]:
+    """Worst excess (units) of the units handed to callers over the envelope, and the share of the
+    envelope's ``∫limit dt`` they used (see the module docstring, item 6)."""
+    clock = VirtualClock()
+    rng = random.Random(7)
+
+    def spec(limit: float) -> dict[str, ThrottlerSpec]:
+        return {"api": ThrottlerSpec.model_validate({
+            "limit": limit, "period": "100ms", "request_period": "200ms", "max_grant_amount": 50,
+            "classes": {c: {"weight": w} for c, w in WEIGHTS.items()},
+            "retrying_channel": {"retry_backoff_time": "100ms", "enable_exponential_retry_backoffs": False}})}
+
+    specs = spec(1000.0)
+    releases: list[tuple[float, float]] = []
+    with tempfile.TemporaryDirectory() as tmp:
+        state = Path(tmp) / "throttler-horizon.json"
+        transport = InProcessTransport(ThrottlerController(specs, clock, state_file=state))
+        factories = [ThrottlerFactory(transport, clock, specs, class_ids={"api": class_id}, client_id=f"{class_id}{i}")
+                     for class_id in WEIGHTS for i in range(10)]
+
+        async def caller(factory: ThrottlerFactory) -> None:
+            handle = factory.get_throttler_or_throw("api")
+            while True:
+                await clock.sleep(rng.expovariate(0.5))
+                amount = rng.randint(1, 20)
+                await handle.throttle(amount)
+                releases.append((clock.monotonic(), float(amount)))
+
+        async def change_and_restart() -> None:
+            await clock.sleep_until(change_at)
+            specs.update(spec(600.0))
+            transport.controller.reconfigure(specs)
+            for factory in factories:
+                factory.reconfigure(specs)
+            await clock.sleep_until(restart_at)
+            await transport.controller.aclose()
+            await clock.sleep(0.5)
+            transport.controller = ThrottlerController(specs, clock, state_file=state)
+
+        async with clock.autojumping():
+            tasks = [asyncio.create_task(caller(f)) for f in factories for _ in range(20)]
+            tasks.append(asyncio.create_task(change_and_restart()))
+            await clock.sleep_until(horizon)
+            for task in tasks:
+                task.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+        for factory in factories:
+            await factory.aclose()
+        await transport.controller.aclose()
+    limit = RateSteps([(0.0, 1000.0), (change_at, 600.0)])
+    return {"excess": max(0.0, worst_excess(releases, limit, 100.0)),
+            "used": sum(u for _, u in releases) / (limit.cumulative(horizon) + 100.0),
+            "calls": float(len(releases))}
+
+
 def bench_limits_redis(seconds: float = 3.0) -> tuple[float, bool, int] | str:
     redis_server = shutil.which("redis-server")
     if redis_server is None:
@@ -284,6 +349,11 @@ def main() -> int:
     print(f"utilisation (demand above limit, 60 s): {shares['utilisation'] * 100:.2f} % (target >= 99 %)", flush=True)
     first, expected = asyncio.run(bench_waking())
     print(f"waking class: first grant after {first:.3f} s (n·m/limit = {expected:.3f} s)", flush=True)
+    envelope = asyncio.run(bench_envelope())
+    print(f"envelope at the point of use: worst excess {envelope['excess']:.6f} units over limit·T + limit·period "
+          f"({envelope['calls']:,.0f} calls of 600 callers on 30 clients, classes 5:3:1, max_grant_amount 50, "
+          f"limit 1000 → 600/s at 10 s, controller restarted at 20 s; {envelope['used'] * 100:.1f} % of the "
+          "envelope used)", flush=True)
     limits_result = bench_limits_redis()
     if isinstance(limits_result, str):
         limits_text = f"limits+redis skipped: {limits_result}"
@@ -296,7 +366,8 @@ def main() -> int:
     print(f"throttler: scheduler {decisions:,.0f} decisions/s | service {rps:,.0f} RequestQuota/s (100 clients), "
           f"p99 {paced_p99 * 1000:.1f} ms at {paced_rps:,.0f}/s | 5:3:1 {share_text}, worst deviation "
           f"{worst:.2f}× bound | utilisation "
-          f"{shares['utilisation'] * 100:.2f} % | waking {first:.3f} s vs {expected:.3f} s | {limits_text}")
+          f"{shares['utilisation'] * 100:.2f} % | waking {first:.3f} s vs {expected:.3f} s | worst excess over the "
+          f"envelope {envelope['excess']:.6f} units | {limits_text}")
     return 0
 
 

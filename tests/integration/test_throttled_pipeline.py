@@ -14,6 +14,8 @@ from aiohttp import web
 
 from egress.errors import ProcessFunctionError, SpecErrors
 from egress.runtime import Pipeline, RunOptions, load_plan
+from egress.throttler import THROTTLER_STATE_NAME
+from egress.throttler.envelope import worst_excess
 from tests.conftest import ServerFactory, payload_spec
 
 pytestmark = pytest.mark.integration
@@ -50,13 +52,15 @@ def with_function(spec: Path, reference: str) -> None:
     spec.write_text(yaml.safe_dump(document))
 
 
+TRANSIT = 0.05
+"""Seconds a request may take from its unit's release to the endpoint (same event loop, busy machine)."""
+
+
 def assert_envelope(times: list[float]) -> None:
-    """At most LIMIT·T + LIMIT·period requests in any window of T seconds (T = 0.5, 1, 2)."""
-    times = sorted(times)
-    for length in (0.5, 1.0, 2.0):
-        for start, moment in enumerate(times):
-            inside = sum(1 for t in times[start:] if t < moment + length)
-            assert inside <= LIMIT * length + LIMIT * 1.0, (length, moment, inside)
+    """At most LIMIT·T + LIMIT·period requests in every window of T seconds, give or take what was
+    released up to TRANSIT before the window (the requests' own travel: 20 ms hiccups of a shared
+    machine were seen to put 2 more requests in a window, with or without the release stage)."""
+    assert worst_excess([(t, 1.0) for t in times], LIMIT, LIMIT * 1.0) <= LIMIT * TRANSIT
 
 
 async def run(spec: Path, dynamic: Path, state: Path) -> tuple[Any, Pipeline]:
@@ -74,6 +78,7 @@ async def test_input_batches_wait_for_the_rows_throttler(tmp_path: Path, serve_a
     result, pipeline = await run(spec, dynamic, tmp_path / "state")
     assert result.drained
     assert loop.time() - started >= (300 - 2 * LIMIT) / LIMIT  # burst of one period, then the rate
+    assert (tmp_path / "state" / THROTTLER_STATE_NAME).exists()  # a restarted run starts from its horizon
     assert pipeline.metrics.value("egress_computation_input_throttle_seconds_total", computation_id="deliver") > 0.5
 
 

@@ -13,10 +13,11 @@ import pytest
 import yaml
 
 from egress.clock import RealClock
+from egress.throttler.controller import Grant
 from egress.throttler.errors import ControllerUnavailableError, QuotaAmountError, UnknownThrottlerError
 from egress.throttler.factory import ThrottlerFactory
 from egress.throttler.http_transport import HttpTransport
-from egress.throttler.service import ThrottlerService, load_throttlers
+from egress.throttler.service import REPLY_ALLOWANCE, ThrottlerService, load_throttlers
 
 pytestmark = pytest.mark.integration
 
@@ -114,7 +115,7 @@ async def test_service_down_is_unavailable_then_client_resumes(tmp_path: Path) -
     await first.stop()
     client = factory.client("q")
     assert client is not None
-    client.on_hand = 0
+    assert client.on_hand == 0  # nothing prefetched: the next call needs a controller
     waiting = asyncio.create_task(handle.throttle(1))
     await asyncio.sleep(0.5)
     assert not waiting.done()  # waits, does not fail
@@ -124,3 +125,48 @@ async def test_service_down_is_unavailable_then_client_resumes(tmp_path: Path) -
     await factory.aclose()
     await transport.aclose()
     await second.stop()
+
+
+async def test_a_lease_crosses_the_rpc_and_ends_no_later_than_the_controller_counted(
+        service: ThrottlerService) -> None:
+    ends: list[float] = []
+    request_quota = service.controller.request_quota
+
+    async def recording(*args: Any, **kwargs: Any) -> Grant:
+        grant = await request_quota(*args, **kwargs)
+        ends.append(grant.until)
+        return grant
+
+    service.controller.request_quota = recording  # type: ignore[method-assign]
+    transport = HttpTransport(service.url)
+    grant = await transport.request_quota("q", 2, timestamp=0, quota_class_id=None, client_id="c", rpc_timeout=5,
+                                          hold=0.3)
+    assert grant.amount == 2.0
+    # Both ends share this process's monotonic clock: the client's deadline never passes the lease
+    # the controller counted, and falls short of it by no more than the round trip.
+    assert ends[0] - 0.5 <= grant.until <= ends[0]
+    assert ends[0] - time.monotonic() <= 0.3 + REPLY_ALLOWANCE
+    await transport.aclose()
+
+
+async def test_without_a_state_file_the_service_starts_empty_after_one_lease(tmp_path: Path) -> None:
+    dynamic = write_dynamic(tmp_path / "dynamic.yaml", {"q": {"limit": 10, "period": "1s", "request_period": "200ms"}})
+    service = ThrottlerService(dynamic, RealClock())
+    await service.start()
+    transport = HttpTransport(service.url)
+    started = time.monotonic()
+    await transport.request_quota("q", 2, timestamp=0, quota_class_id=None, client_id="c", rpc_timeout=5)
+    waited = time.monotonic() - started
+    assert 0.2 + REPLY_ALLOWANCE + 0.2 - 0.05 <= waited <= 1.5  # one lease, then 2 units of refill
+    await transport.aclose()
+    await service.stop()
+    state = tmp_path / "state.json"
+    fresh = ThrottlerService(dynamic, RealClock(), state_file=state)  # a first start with a state file: full
+    await fresh.start()
+    transport = HttpTransport(fresh.url)
+    started = time.monotonic()
+    await transport.request_quota("q", 10, timestamp=0, quota_class_id=None, client_id="c", rpc_timeout=5)
+    assert time.monotonic() - started < 0.2
+    assert state.exists()
+    await transport.aclose()
+    await fresh.stop()

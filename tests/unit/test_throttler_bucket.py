@@ -7,6 +7,7 @@ from typing import Any
 import pytest
 
 from egress.throttler.bucket import TokenBucket
+from egress.throttler.envelope import worst_excess
 from egress.throttler.errors import QuotaAmountError
 from egress.throttler.models import ThrottlerSpec
 from egress.throttler.queue import QuotaQueue, QuotaRequest
@@ -213,3 +214,91 @@ def test_reconfigure_clamps_tokens_to_new_capacity() -> None:
     queue.reconfigure(spec(limit=100.0, period="1s"), now=0.0)
     assert queue.bucket.tokens(0.0) == 0.0
     assert queue.bucket.tokens(0.5) == 50.0
+
+
+# -- leases and the release stage ------------------------------------------------------------------
+
+
+def test_leased_units_keep_their_room_until_the_lease_ends() -> None:
+    bucket = TokenBucket(10.0, 1.0, now=0.0)
+    bucket.lease(10.0, 0.0, until=0.5)  # may be used as late as 0.5 s: the bucket refills from then
+    assert bucket.leased == 10.0
+    assert bucket.tokens(0.5) == 0.0
+    assert bucket.ready_at(5.0, 0.0) == 1.0
+    assert bucket.tokens(1.0) == 5.0
+    assert bucket.leased == 0.0
+    bucket.lease(5.0, 1.0, until=1.0)  # used at once: an ordinary take
+    assert bucket.leased == 0.0
+    assert bucket.tokens(1.5) == 5.0
+
+
+def test_room_grows_lease_by_lease() -> None:
+    bucket = TokenBucket(10.0, 1.0, now=0.0)
+    bucket.lease(4.0, 0.0, until=2.0)
+    bucket.lease(6.0, 0.0, until=3.0)
+    assert bucket.ready_at(4.0, 0.0) == 2.4  # room for 4 once the first lease ends, then 0.4 s of refill
+    assert bucket.ready_at(10.0, 0.0) == pytest.approx(3.6)  # 4 by 2.4, 6 more once the second ends
+    assert bucket.tokens(2.4) == pytest.approx(4.0)
+
+
+def test_a_lease_beyond_the_burst_leaves_the_bucket_below_zero() -> None:
+    bucket = TokenBucket(10.0, 1.0, now=0.0)
+    bucket.take(1.0, 0.0)
+    with pytest.raises(ValueError, match="cannot lease"):
+        bucket.lease(11.0, 0.0, until=0.0)  # needs a full bucket first
+    bucket = TokenBucket(10.0, 1.0, now=0.0)
+    bucket.lease(25.0, 0.0, until=0.0)
+    assert bucket.tokens(0.0) == -15.0
+    assert bucket.ready_at(10.0, 0.0) == 2.5
+
+
+def test_a_bucket_empty_since_a_later_time_grants_nothing_before_it() -> None:
+    bucket = TokenBucket(10.0, 1.0, now=0.0, empty_since=2.0)
+    assert bucket.tokens(1.0) == 0.0
+    assert bucket.ready_at(5.0, 0.0) == 2.5
+    earlier = TokenBucket(10.0, 1.0, now=5.0, empty_since=4.8)  # empty 0.2 s ago: 2 units refilled since
+    assert earlier.tokens(5.0) == pytest.approx(2.0)
+
+
+def test_a_smaller_capacity_leaves_room_only_beyond_the_leases() -> None:
+    bucket = TokenBucket(10.0, 2.0, now=0.0)
+    bucket.lease(15.0, 0.0, until=1.0)
+    bucket.reconfigure(10.0, 1.0, now=0.0)  # capacity 10 < 15 leased: nothing left, none refilled
+    assert bucket.tokens(0.5) == 0.0
+    assert bucket.tokens(1.5) == 5.0
+
+
+def test_requests_granted_in_chunks_are_not_released_together_beyond_the_burst() -> None:
+    # Two classes each ask for the whole burst, served in interleaved chunks of 1: both have their
+    # last chunk around t = 1 s. Releasing both then would hand out 20 units within 0.1 s with a
+    # burst of 10; the release bucket lets the second go one refill (1 s) after the first.
+    queue = QuotaQueue(spec(limit=10.0, period="1s", max_grant_amount=1, classes={"a": {}, "c": {}}), now=0.0)
+    first = queue.submit(10, 0.0, class_id="a")
+    second = queue.submit(10, 0.0, class_id="c")
+    resolved = run_until(queue, 0.0, 10.0)
+    assert [r for _, r in resolved] == [first, second]
+    (t1, _), (t2, _) = resolved
+    assert t1 == pytest.approx(0.9)
+    assert t2 == pytest.approx(t1 + 1.0)
+    assert worst_excess([(t, r.amount) for t, r in resolved], 10.0, 10.0) <= 1e-9
+
+
+def test_a_request_that_fitted_the_burst_gets_the_new_burst_when_it_shrank() -> None:
+    queue = QuotaQueue(spec(limit=10.0, period="2s"), now=0.0)
+    queue.bucket.take(20.0, 0.0)
+    queue.release_bucket.take(20.0, 0.0)
+    request = queue.submit(15, 0.0)  # fits the burst of 20 when asked
+    queue.reconfigure(spec(limit=10.0, period="1s"), 0.0)  # the burst is 10 now
+    resolved = run_until(queue, 0.0, 10.0)
+    assert resolved == [(pytest.approx(1.5), request)]
+    assert request.released == 10.0  # the caller asks again for the other 5
+
+
+def test_one_call_beyond_the_burst_is_released_whole_from_a_full_bucket() -> None:
+    queue = QuotaQueue(spec(limit=10.0, period="1s"), now=0.0)
+    request = queue.submit(25, 0.0)
+    assert request.whole
+    resolved = run_until(queue, 0.0, 10.0)
+    assert resolved == [(1.5, request)]  # granted in chunks of 10 (the bucket's capacity)
+    assert request.released == 25.0
+    assert queue.release_bucket.tokens(1.5) == -15.0  # nothing more goes out until it is paid back

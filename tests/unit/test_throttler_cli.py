@@ -22,3 +22,4 @@ def test_serve_help_names_the_options() -> None:
     assert result.exit_code == 0
     assert "--dynamic-spec" in result.output
     assert "--port" in result.output
+    assert "--state-file" in result.output

@@ -8,7 +8,8 @@ from typing import Any
 import pytest
 
 from egress.clock import VirtualClock
-from egress.throttler.controller import ThrottlerController
+from egress.throttler.client import PrefetchingClient
+from egress.throttler.controller import Grant, ThrottlerController
 from egress.throttler.errors import (
     ControllerUnavailableError,
     QuotaAmountError,
@@ -16,7 +17,7 @@ from egress.throttler.errors import (
     ThrottlerNotConfiguredError,
     UnknownThrottlerError,
 )
-from egress.throttler.factory import ThrottlerFactory
+from egress.throttler.factory import ThrottlerFactory, ThrottlerHandle
 from egress.throttler.models import ThrottlerSpec
 from egress.throttler.transport import InProcessTransport
 
@@ -32,14 +33,16 @@ class SwitchableTransport(InProcessTransport):
         super().__init__(controller)
         self.down = False
         self.calls: list[tuple[str, float, str | None]] = []
+        self.holds: list[float] = []
 
     async def request_quota(self, throttler_id: str, amount: float, *, timestamp: float, quota_class_id: str | None,
-                            client_id: str, rpc_timeout: float) -> None:
+                            client_id: str, rpc_timeout: float, hold: float = 0.0) -> Grant:
         self.calls.append((throttler_id, amount, quota_class_id))
+        self.holds.append(hold)
         if self.down:
             raise ControllerUnavailableError("connection refused")
-        await super().request_quota(throttler_id, amount, timestamp=timestamp, quota_class_id=quota_class_id,
-                                    client_id=client_id, rpc_timeout=rpc_timeout)
+        return await super().request_quota(throttler_id, amount, timestamp=timestamp, quota_class_id=quota_class_id,
+                                           client_id=client_id, rpc_timeout=rpc_timeout, hold=hold)
 
 
 def setup(throttlers: dict[str, ThrottlerSpec], **factory_args: Any
@@ -79,9 +82,9 @@ async def test_served_locally_when_nothing_queued_and_it_fits() -> None:
     await handle.throttle(3)
     client = factory.client("q")
     assert client is not None
-    client.release(4)
-    assert client.on_hand == 4.0
-    await handle.throttle(4)
+    client.release(4)  # only the 3 units taken can come back, while their quota's lease lasts
+    assert client.on_hand == 3.0
+    await handle.throttle(3)
     assert handle.try_acquire(1) is False
     assert len(transport.calls) == 1
     with pytest.raises(QuotaAmountError, match="Quota amount must be non-negative, got -1"):
@@ -229,5 +232,82 @@ async def test_controller_timeout_refunds_and_retries() -> None:
         with pytest.raises(QuotaRequestFailedError, match="timed out after 2 s"):
             await factory.get_throttler_or_throw("q").throttle(100)
     assert controller.queue("q").queue_size == 0  # both timed-out requests were withdrawn
+    await factory.aclose()
+    await controller.aclose()
+
+
+async def test_waiting_calls_are_served_within_the_burst_not_lumped_into_one_release() -> None:
+    # Hypothesis's smallest case: two calls of one unit at once on a burst of one unit. They used to
+    # share one RPC of 2 units, granted in two chunks and handed out together at 0.1 s.
+    clock, controller, transport, factory = setup(specs(q={"limit": 10, "period": "100ms"}))
+    handle = factory.get_throttler_or_throw("q")
+    served: list[float] = []
+
+    async def call() -> None:
+        await handle.throttle(1)
+        served.append(clock.monotonic())
+
+    async with clock.autojumping():
+        await asyncio.gather(*(call() for _ in range(30)))
+    assert served == pytest.approx([i * 0.1 for i in range(30)])
+    assert max(amount for _, amount, _ in transport.calls) <= 1.0  # no RPC beyond the burst
+    await factory.aclose()
+    await controller.aclose()
+
+
+def fast_prefetch() -> tuple[VirtualClock, ThrottlerController, SwitchableTransport, ThrottlerFactory,
+                             PrefetchingClient, ThrottlerHandle]:
+    """Limit 100/s, period 1 s, request_period 200 ms (prefetch_lease 200 ms): its client and handle."""
+    clock, controller, transport, factory = setup(specs(q={"limit": 100, "period": "1s", "request_period": "200ms"}))
+    client = factory.client("q")
+    assert client is not None
+    return clock, controller, transport, factory, client, factory.get_throttler_or_throw("q")
+
+
+async def test_prefetched_quota_is_held_for_one_lease_then_dropped() -> None:
+    clock, controller, transport, factory, client, handle = fast_prefetch()
+    async with clock.autojumping():
+        for _ in range(50):  # 20 units/s over the 2 s window: the prefetch grows to ceil(20 × 0.2) = 4
+            await handle.throttle(1)
+            await clock.sleep(0.05)
+        while client.on_hand > 0:
+            await handle.throttle(1)
+        await handle.throttle(1)
+    fetched = transport.calls[-1][1]
+    assert fetched >= 4.0  # 1 for the call, the rest held:
+    assert transport.holds[-1] == 0.2
+    assert client.on_hand == fetched - 1
+    lease_end = clock.monotonic() + 0.2
+    async with clock.autojumping():
+        await clock.sleep_until(lease_end)
+    assert client.on_hand == fetched - 1  # usable up to the end of the lease
+    async with clock.autojumping():
+        await clock.sleep(0.001)
+    assert client.on_hand == 0.0  # then dropped: the controller counted them as used by then
+    release_bucket = controller.queue("q").release_bucket
+    release_bucket.tokens(clock.monotonic())
+    assert release_bucket.leased == 0.0  # and the bucket no longer holds room for them
+    await factory.aclose()
+    await controller.aclose()
+
+
+async def test_an_rpc_for_waiting_calls_only_asks_no_lease() -> None:
+    clock, controller, transport, factory = setup(specs(q={"limit": 10, "period": "1s"}))
+    handle = factory.get_throttler_or_throw("q")
+    async with clock.autojumping():
+        await asyncio.gather(*(handle.throttle(1) for _ in range(3)))
+    assert transport.holds == [0.0]
+    assert transport.calls == [("q", 3.0, None)]
+    await factory.aclose()
+    await controller.aclose()
+
+
+async def test_released_units_return_only_while_the_quota_they_came_from_lasts() -> None:
+    clock, controller, _transport, factory, client, handle = fast_prefetch()
+    await handle.throttle(2)  # for a waiting call: usable at once only
+    async with clock.autojumping():
+        await clock.sleep(0.1)
+    handle.release(2)
+    assert client.on_hand == 0.0  # their quota's lease has ended: they cannot come back
     await factory.aclose()
     await controller.aclose()

@@ -3,13 +3,16 @@
 from __future__ import annotations
 
 import asyncio
+from pathlib import Path
 from typing import Any
 
+import orjson
 import pytest
 
 from egress.clock import VirtualClock
-from egress.throttler.controller import ThrottlerController
+from egress.throttler.controller import Grant, ThrottlerController
 from egress.throttler.errors import QuotaAmountError, ThrottlerError, UnknownThrottlerError
+from egress.throttler.horizon import SLACK, HorizonFile
 from egress.throttler.models import ThrottlerSpec
 
 
@@ -100,7 +103,7 @@ async def test_reconfigure_applies_live() -> None:
     await controller.aclose()
 
 
-async def test_removed_throttler_fails_its_waiters_and_readding_starts_full() -> None:
+async def test_removed_throttler_fails_its_waiters_and_readding_starts_empty_after_its_last_lease() -> None:
     clock = VirtualClock()
     controller = ThrottlerController(specs(q={"limit": 1, "period": "1s"}), clock)
     await controller.request_quota("q", 1)
@@ -109,9 +112,15 @@ async def test_removed_throttler_fails_its_waiters_and_readding_starts_full() ->
     controller.reconfigure({})
     with pytest.raises(UnknownThrottlerError, match='Unknown throttler "q"'):
         await waiting
+    # Declared again at once: what it released just before may still be in use for one lease
+    # (min(request_period 5 s, period / 2) = 0.5 s), so it starts empty then, not full now.
     controller.reconfigure(specs(q={"limit": 1, "period": "1s"}))
-    await controller.request_quota("q", 1)
-    assert clock.monotonic() == 0.0
+    async with clock.autojumping():
+        await controller.request_quota("q", 1)
+    assert clock.monotonic() == 1.5
+    controller.reconfigure(specs(fresh={"limit": 1, "period": "1s"}))
+    await controller.request_quota("fresh", 1)  # a name never seen before starts full
+    assert clock.monotonic() == 1.5
     await controller.aclose()
 
 
@@ -136,3 +145,66 @@ async def test_classes_share_through_the_controller() -> None:
     assert granted == {"vip": pytest.approx(500, abs=2), "regular": pytest.approx(300, abs=2),
                        "bulk": pytest.approx(100, abs=2)}
     await controller.aclose()
+
+
+async def test_a_grant_says_until_when_its_units_may_be_used() -> None:
+    clock = VirtualClock()
+    controller = ThrottlerController(specs(q={"limit": 10, "period": "1s", "request_period": "2s"}), clock,
+                                     allowance=0.05)
+    assert await controller.request_quota("q", 2) == Grant(2.0, 0.05)  # for waiting calls: the allowance
+    # a prefetch asks to hold its units: at most prefetch_lease = min(request_period, period / 2)
+    assert await controller.request_quota("q", 2, hold=10.0) == Grant(2.0, 0.5 + 0.05)
+    assert controller.queue("q").release_bucket.leased == 4.0
+    assert await controller.request_quota("q", 0) == Grant(0.0, 0.0)
+    await controller.aclose()
+
+
+async def test_a_restarted_controller_starts_empty_at_the_horizon_its_predecessor_wrote(tmp_path: Path) -> None:
+    clock = VirtualClock(start=1000.0)
+    throttlers = specs(q={"limit": 10, "period": "1s", "request_period": "200ms"})
+    state = tmp_path / "throttler.json"
+    first = ThrottlerController(throttlers, clock, state_file=state)
+    assert first.empty_since is None  # no file yet: a first start, full
+    assert await first.request_quota("q", 10, hold=1.0) == Grant(10.0, 1000.2)
+    written = orjson.loads(state.read_bytes())["horizon"]
+    assert written == 1000.2 + SLACK  # ahead of the lease, before the caller had the units
+    await first.aclose()
+    clock = VirtualClock(start=1000.5)  # restarted half a second later
+    second = ThrottlerController(throttlers, clock, state_file=state)
+    assert second.empty_since == pytest.approx(1001.2)
+    async with clock.autojumping():
+        await second.request_quota("q", 5)
+    assert clock.monotonic() == pytest.approx(1001.7)  # empty at the horizon, then 0.5 s of refill
+    await second.aclose()
+
+
+async def test_without_a_usable_horizon_a_restart_waits_one_lease(tmp_path: Path) -> None:
+    throttlers = specs(q={"limit": 10, "period": "1s", "request_period": "200ms"})
+    state = tmp_path / "throttler.json"
+    state.write_text("not json")
+    clock = VirtualClock()
+    controller = ThrottlerController(throttlers, clock, state_file=state, allowance=0.05)
+    assert controller.empty_since == pytest.approx(0.25)  # prefetch_lease 0.2 + allowance
+    await controller.aclose()
+    service_like = ThrottlerController(throttlers, clock, assume_restart=True)
+    assert service_like.empty_since == pytest.approx(0.2)
+    async with clock.autojumping():
+        await service_like.request_quota("q", 1)
+    assert clock.monotonic() == pytest.approx(0.3)
+    await service_like.aclose()
+
+
+def test_the_horizon_is_written_ahead_at_most_once_per_slack(tmp_path: Path) -> None:
+    clock = VirtualClock(start=50.0)
+    horizon = HorizonFile(tmp_path / "h.json", clock)
+    assert horizon.load() is None
+    horizon.cover(51.0)
+    assert horizon.load() == 51.0 + SLACK
+    horizon.path.write_text('{"horizon": 0}')  # a grant still inside the slack writes nothing
+    horizon.cover(51.0 + SLACK / 2)
+    assert horizon.load() == 0.0
+    horizon.cover(51.0 + 2 * SLACK)
+    assert horizon.load() == 51.0 + 3 * SLACK
+    horizon.path.write_text("[]")
+    with pytest.raises(ValueError, match=r'h\.json: expected \{"horizon": <unix seconds>\}'):
+        horizon.load()

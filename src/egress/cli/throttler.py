@@ -6,7 +6,7 @@ import asyncio
 import contextlib
 import signal
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Optional
 
 import typer
 from rich.console import Console
@@ -32,12 +32,16 @@ def serve(
     port: Annotated[int, typer.Option(help="TCP port (0 = a free one, printed at start).")] = 8089,
     host: Annotated[str, typer.Option(help="Address to listen on.")] = "127.0.0.1",
     reload_period: Annotated[float, typer.Option(help="Seconds between re-reads of the DynamicSpec file.")] = 1.0,
+    state_file: Annotated[Optional[Path], typer.Option(  # noqa: UP045 - typer needs Optional
+        help="File for the restart horizon: the first start is full and a restart resumes as soon as the "
+             "envelope allows. Without it every start waits one lease and begins empty.")] = None,
 ) -> None:
     """Serve RequestQuota over HTTP/JSON (POST /v1/request_quota, GET /metrics, GET /healthz) until Ctrl-C."""
     from egress.throttler.service import ThrottlerService
 
     try:
-        service = ThrottlerService(dynamic_spec, RealClock(), host=host, port=port, reload_period=reload_period)
+        service = ThrottlerService(dynamic_spec, RealClock(), host=host, port=port, reload_period=reload_period,
+                                   state_file=state_file)
     except SpecError as error:
         console.print(Text(error.format(), style="red"), highlight=False)
         raise typer.Exit(2) from None

@@ -30,7 +30,7 @@ from egress.runtime.partition_job import PartitionJob
 from egress.runtime.plan import Plan, build_plan
 from egress.runtime.source_reader import SourceReader
 from egress.spec import DynamicSpec, load_document, validate_model
-from egress.throttler import Throttling
+from egress.throttler import THROTTLER_STATE_NAME, Throttling
 
 DYNAMIC_SPEC_STATUS = "/dynamic_spec"
 
@@ -123,7 +123,8 @@ class Pipeline:
             if dynamic.throttlers or self.options.throttler_url is not None:
                 self.throttling = Throttling(dynamic, self.clock, registry=self.metrics.registry,
                                              throttler_url=self.options.throttler_url,
-                                             file=self.plan.dynamic_spec_file)
+                                             file=self.plan.dynamic_spec_file,
+                                             state_file=self.state_dir / THROTTLER_STATE_NAME)
         except BaseException:
             await engine.close()
             raise

@@ -12,6 +12,7 @@ throttler's waiting requests, pure), :mod:`~egress.throttler.controller` (one ti
 
 from egress.throttler.controller import ThrottlerController
 from egress.throttler.errors import (
+    ControllerClosedError,
     ControllerUnavailableError,
     QuotaAmountError,
     QuotaRequestFailedError,
@@ -21,9 +22,11 @@ from egress.throttler.errors import (
 )
 from egress.throttler.factory import ThrottlerFactory, ThrottlerHandle
 from egress.throttler.models import ThrottlerSpec, validate_dynamic_throttlers, validate_throttlers
-from egress.throttler.throttling import InputThrottle, Throttling
+from egress.throttler.throttling import THROTTLER_STATE_NAME, InputThrottle, Throttling
 
 __all__ = [
+    "THROTTLER_STATE_NAME",
+    "ControllerClosedError",
     "ControllerUnavailableError",
     "InputThrottle",
     "QuotaAmountError",

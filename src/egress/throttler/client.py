@@ -4,7 +4,17 @@ Source: upstream ``TPrefetchingThrottler`` as Flow configures it (see the contra
 ``TargetRps = 1/request_period``; ``MaxPrefetch = max(ceil(rate·request_period), 1)`` (1e9 unlimited);
 ``MinPrefetch = 1``; the incoming rate is measured over ``window = max(10·request_period, 1 s)``.
 A call is served locally when nothing is queued and the amount fits what is on hand; otherwise it
-queues FIFO and one RPC fetches ``max(prefetch, deficit)`` units. A failed RPC fails every queued call.
+queues FIFO and one RPC fetches ``max(deficit, min(prefetch, limit·period))`` units, where the
+deficit is the queued calls from the head on that fit the burst ``limit·period`` together (at least
+the head call). A failed RPC fails every queued call.
+
+Leases (beyond upstream): quota on hand is usable only until the deadline its grant came with. An
+RPC that fetches more than the queued calls need asks the controller to ``hold`` it for the spec's
+``prefetch_lease``; the controller counts it against the bucket until then, and the client drops
+what is left at the deadline. So prefetching hides the RPC's latency without banking quota across
+time: whatever the number of callers, clients and processes, units reach callers inside the
+envelope ``∫limit dt + limit·period`` (see ``docs/throttler.md``). The prefetch covers the incoming
+rate over ``prefetch_lease`` (= ``request_period`` unless that is more than half the period).
 
 While the controller is unreachable the client retries with backoff (``retrying_channel``) and
 calls wait; past the retry budget they raise :class:`QuotaRequestFailedError`. Beyond upstream,
@@ -15,6 +25,7 @@ only while the controller is away; the operator keeps ``safe_rate × clients <= 
 from __future__ import annotations
 
 import asyncio
+import bisect
 import contextlib
 import math
 from collections import deque
@@ -22,6 +33,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from egress.clock import Clock
+from egress.throttler.controller import Grant
 from egress.throttler.errors import (
     ControllerUnavailableError,
     QuotaAmountError,
@@ -36,11 +48,53 @@ TimestampProvider = Callable[[], float]
 """Returns the job's lag timestamp (seconds): the event time of its oldest unprocessed input."""
 
 
+AMOUNT_SLACK = 1e-9
+"""Units below which a remainder of quota counts as nothing (float rounding)."""
+TIME_SLACK = 1e-9
+"""Seconds past its deadline that quota still counts as live (a deadline reached by float sums)."""
+
+
 @dataclass(eq=False)
 class _Waiting:
     amount: float
     future: asyncio.Future[None]
     since: float
+
+
+@dataclass(eq=False)
+class _Quota:
+    """``amount`` units that may be used until ``deadline`` (``clock.monotonic()`` seconds)."""
+
+    deadline: float
+    amount: float
+
+
+def _insert(quotas: list[_Quota], deadline: float, amount: float) -> None:
+    """Add units to a list kept in deadline order (soonest first)."""
+    if amount > AMOUNT_SLACK:
+        bisect.insort(quotas, _Quota(deadline, amount), key=lambda quota: quota.deadline)
+
+
+def _expire(quotas: list[_Quota], now: float) -> float:
+    """Remove the units whose deadline has passed; returns how many."""
+    gone = 0.0
+    while quotas and quotas[0].deadline < now - TIME_SLACK:
+        gone += quotas.pop(0).amount
+    return gone
+
+
+def _take(quotas: list[_Quota], amount: float) -> list[_Quota]:
+    """Remove ``amount`` units, soonest deadline first; returns the parts taken (deadline order)."""
+    parts: list[_Quota] = []
+    while amount > AMOUNT_SLACK and quotas:
+        first = quotas[0]
+        part = min(first.amount, amount)
+        parts.append(_Quota(first.deadline, part))
+        first.amount -= part
+        amount -= part
+        if first.amount <= AMOUNT_SLACK:
+            quotas.pop(0)
+    return parts
 
 
 class PrefetchingClient:
@@ -62,7 +116,9 @@ class PrefetchingClient:
         self._timestamp_provider = timestamp_provider
         self._sensors = sensors
         self._computation_id = computation_id
-        self.on_hand = 0.0
+        self._quota: list[_Quota] = []  # on hand, soonest deadline first
+        self._taken: list[_Quota] = []  # handed to callers, with the deadline of the quota it came from
+        self._taken_expired = 0.0  # units handed to callers whose quota's deadline has passed
         self._queue: deque[_Waiting] = deque()
         self._incoming: deque[tuple[float, float]] = deque()
         self._incoming_sum = 0.0
@@ -87,15 +143,44 @@ class PrefetchingClient:
         return max(10.0 * self.spec.request_period, 1.0)
 
     def prefetch(self) -> float:
-        """Units one RPC asks for beyond the deficit: incoming rate × request_period in [1, MaxPrefetch]."""
+        """Units one RPC asks for: incoming rate × prefetch_lease in [1, MaxPrefetch]."""
         now = self._clock.monotonic()
         self._trim_incoming(now)
         rate = self._incoming_sum / self.window
-        return float(min(max(math.ceil(rate * self.spec.request_period - 1e-9), 1), self.spec.max_prefetch))
+        return float(min(max(math.ceil(rate * self.spec.prefetch_lease - 1e-9), 1), self.spec.max_prefetch))
 
     def _trim_incoming(self, now: float) -> None:
         while self._incoming and self._incoming[0][0] <= now - self.window:
             self._incoming_sum -= self._incoming.popleft()[1]
+
+    # -- quota on hand ---------------------------------------------------------------------------
+
+    @property
+    def on_hand(self) -> float:
+        """Units on hand whose deadline has not passed."""
+        return self._on_hand(self._clock.monotonic())
+
+    def _on_hand(self, now: float) -> float:
+        expired = _expire(self._quota, now)
+        if expired > 0 and self._sensors is not None:
+            self._sensors.expired.labels(self._computation_id, self.throttler_id).inc(expired)
+        self._taken_expired += _expire(self._taken, now)
+        return sum(quota.amount for quota in self._quota)
+
+    def _hand_out(self, amount: float, waited: float) -> None:
+        """Give ``amount`` units on hand (the caller checked they are there) to a caller."""
+        for part in _take(self._quota, amount):
+            _insert(self._taken, part.deadline, part.amount)
+        self._consumed(amount, waited)
+
+    def _give_back(self, amount: float, now: float) -> None:
+        """Units handed out but not used return with the soonest deadline they may have come with;
+        units that may come from quota whose deadline has passed are dropped."""
+        self._on_hand(now)
+        dropped = min(amount, self._taken_expired)
+        self._taken_expired -= dropped
+        for part in _take(self._taken, amount - dropped):
+            _insert(self._quota, part.deadline, part.amount)
 
     # -- the throttler API ---------------------------------------------------------------------
 
@@ -104,16 +189,17 @@ class PrefetchingClient:
         self._check_open()
         if amount < 0:
             raise QuotaAmountError(f"Quota amount must be non-negative, got {amount:g}")
-        if not self._queue and amount <= self.on_hand:
-            self.on_hand -= amount
-            self._consumed(amount, 0.0)
+        now = self._clock.monotonic()
+        if not self._queue and amount <= self._on_hand(now):
+            self._hand_out(amount, 0.0)
             return True
         return False
 
     def release(self, amount: float) -> None:
-        """Give back ``amount`` units taken but not used; they serve later local calls."""
+        """Give back ``amount`` units taken but not used; they serve later local calls until the
+        deadline of the quota they came from (taken as the soonest possible), or are dropped."""
         if amount > 0:
-            self.on_hand += amount
+            self._give_back(amount, self._clock.monotonic())
             if self._sensors is not None:
                 self._sensors.released.labels(self._computation_id, self.throttler_id).inc(amount)
             self._serve_queue()
@@ -131,9 +217,8 @@ class PrefetchingClient:
         now = self._clock.monotonic()
         self._incoming.append((now, amount))
         self._incoming_sum += amount
-        if not self._queue and amount <= self.on_hand:
-            self.on_hand -= amount
-            self._consumed(amount, 0.0)
+        if not self._queue and amount <= self._on_hand(now):
+            self._hand_out(amount, 0.0)
             return
         waiting = _Waiting(amount, asyncio.get_running_loop().create_future(), now)
         self._queue.append(waiting)
@@ -146,7 +231,7 @@ class PrefetchingClient:
             with contextlib.suppress(ValueError):
                 self._queue.remove(waiting)
             if waiting.future.done() and not waiting.future.cancelled() and waiting.future.exception() is None:
-                self.on_hand += amount  # served just as we were cancelled: keep the units
+                self._give_back(amount, self._clock.monotonic())  # served just as we were cancelled
             raise
 
     def _check_open(self) -> None:
@@ -157,15 +242,14 @@ class PrefetchingClient:
         if self._sensors is not None:
             self._sensors.observe(self._computation_id, self.throttler_id, amount, waited)
 
-    def _serve_queue(self) -> None:
-        now = self._clock.monotonic()
-        while self._queue and self._queue[0].amount <= self.on_hand + 1e-9:
+    def _serve_queue(self, now: float | None = None) -> None:
+        now = self._clock.monotonic() if now is None else now
+        while self._queue and self._queue[0].amount <= self._on_hand(now) + AMOUNT_SLACK:
             waiting = self._queue.popleft()
             if waiting.future.done():
                 continue
-            self.on_hand = max(0.0, self.on_hand - waiting.amount)
+            self._hand_out(waiting.amount, now - waiting.since)
             waiting.future.set_result(None)
-            self._consumed(waiting.amount, now - waiting.since)
 
     def fail_all(self, error: BaseException) -> None:
         """Fail every queued local call with ``error``."""
@@ -179,20 +263,35 @@ class PrefetchingClient:
             self._serve_queue()
             if not self._queue:
                 return
-            deficit = sum(w.amount for w in self._queue) - self.on_hand
-            amount = max(self.prefetch(), deficit)
+            deficit = self._deficit()
+            amount = max(deficit, min(self.prefetch(), self.spec.burst))
+            hold = self.spec.prefetch_lease if amount > deficit + AMOUNT_SLACK else 0.0
             if timestamp is None and self._timestamp_provider is not None:
                 stamp = self._timestamp_provider()
             else:
                 stamp = timestamp if timestamp is not None else self._clock.now()
             try:
-                await self._request_with_retries(amount, stamp)
-            except ThrottlerError as error:
+                grant = await self._request_with_retries(amount, stamp, hold)
+            except Exception as error:  # ThrottlerError, or a fault that must not leave calls waiting forever
                 self.fail_all(error)
                 return
-            self.on_hand += amount
+            # A reply later than its lease still serves the calls it was asked for, on arrival.
+            now = self._clock.monotonic()
+            _insert(self._quota, max(grant.until, now), grant.amount)
+            self._serve_queue(now)
 
-    async def _request_with_retries(self, amount: float, timestamp: float) -> None:
+    def _deficit(self) -> float:
+        """Units for the queued calls one RPC serves: the calls from the head on while together they
+        fit the burst (at least the head), handed out together when the reply comes. What is on hand
+        does not count: it does not fit the head and may expire before the reply."""
+        deficit = 0.0
+        for waiting in self._queue:
+            if deficit > 0 and deficit + waiting.amount > self.spec.burst:
+                break
+            deficit += waiting.amount
+        return deficit
+
+    async def _request_with_retries(self, amount: float, timestamp: float, hold: float) -> Grant:
         channel = self.spec.retrying_channel
         started = self._clock.monotonic()
         backoff = channel.retry_backoff_time
@@ -204,10 +303,9 @@ class PrefetchingClient:
                 if self._sensors is not None:
                     self._sensors.request_count.labels(self._computation_id, self.throttler_id).inc()
                 try:
-                    await self._transport.request_quota(
+                    return await self._transport.request_quota(
                         self.throttler_id, amount, timestamp=timestamp, quota_class_id=self.class_id,
-                        client_id=self._client_id, rpc_timeout=self.spec.rpc_timeout)
-                    return
+                        client_id=self._client_id, rpc_timeout=self.spec.rpc_timeout, hold=hold)
                 except ControllerUnavailableError as error:
                     elapsed = self._clock.monotonic() - started
                     if attempt >= channel.retry_attempts or elapsed + backoff > channel.retry_timeout:

@@ -5,19 +5,40 @@ throttler happens synchronously in :meth:`ThrottlerController.request_quota`, in
 reconfigure or when the single timer fires, so there is no check-then-act race: the event loop runs
 one of them at a time. Whatever the number of waiting requests, one task sleeps on the clock, until
 the earliest moment any throttler can grant its next chunk; a grant costs O(log n) heap work.
+
+Every answer carries a lease end: the time until which the caller may use the units (its ``hold``,
+at most the spec's ``prefetch_lease``, plus the transport's ``allowance`` for the reply's travel).
+With a ``state_file`` the controller writes its restart horizon ahead of every grant
+(:mod:`~egress.throttler.horizon`) and, restarted, starts its release buckets empty at the
+predecessor's horizon; ``assume_restart`` without a usable file closes them for one lease instead.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 from collections.abc import Mapping
 from dataclasses import dataclass
+from pathlib import Path
+from typing import NamedTuple
 
 from egress.clock import Clock
-from egress.throttler.errors import ThrottlerError, UnknownThrottlerError
+from egress.throttler.errors import ControllerClosedError, UnknownThrottlerError
+from egress.throttler.horizon import HorizonFile
 from egress.throttler.models import ThrottlerSpec
 from egress.throttler.queue import QuotaQueue, QuotaRequest
+
+log = logging.getLogger("egress.throttler.controller")
+
+
+class Grant(NamedTuple):
+    """The answer to ``RequestQuota``: ``amount`` units granted (the amount asked, or less when the
+    burst shrank below it meanwhile: ask again for the rest), usable until ``until`` (seconds on
+    the receiver's ``clock.monotonic()``)."""
+
+    amount: float
+    until: float
 
 
 @dataclass(eq=False)
@@ -30,18 +51,48 @@ class ThrottlerController:
     """Grants quota of every named throttler declared in DynamicSpec ``throttlers``.
 
     ``throttlers`` maps throttler id → :class:`ThrottlerSpec`; ``clock`` gives all time (seconds).
+    ``state_file``: where the restart horizon is kept (``None``: nowhere); ``assume_restart``: start
+    as after a restart of unknown time when no state file tells (the standalone service);
+    ``allowance``: seconds added to every lease for the reply's travel to the client.
     Use it inside a running event loop; :meth:`aclose` fails whatever still waits.
     """
 
-    def __init__(self, throttlers: Mapping[str, ThrottlerSpec], clock: Clock) -> None:
+    def __init__(self, throttlers: Mapping[str, ThrottlerSpec], clock: Clock, *,
+                 state_file: str | Path | None = None, assume_restart: bool = False, allowance: float = 0.0) -> None:
         self.clock = clock
+        self.allowance = allowance
         self._queues: dict[str, QuotaQueue] = {}
         self._waiters: dict[QuotaRequest, _Waiter] = {}
         self._timer: asyncio.Task[None] | None = None
         self._timer_deadline: float | None = None
         self._closed = False
         self.wait_times: dict[str, float] = {}  # throttler id → longest wait (s) of a resolved request
+        self._horizon = HorizonFile(state_file, clock) if state_file is not None else None
+        self._removed: dict[str, float] = {}  # removed name → when its last lease ends
+        self.empty_since = self._start(throttlers, assume_restart)
         self.reconfigure(throttlers)
+
+    def _start(self, throttlers: Mapping[str, ThrottlerSpec], assume_restart: bool) -> float | None:
+        """When the release buckets start empty (monotonic seconds), ``None`` for full (a first start)."""
+        unknown = assume_restart
+        if self._horizon is not None:
+            try:
+                horizon = self._horizon.load()
+            except ValueError as error:
+                log.warning("%s; starting as after a restart at an unknown time", error)
+                unknown = True
+            else:
+                if horizon is not None:
+                    return horizon
+                unknown = False  # no file yet: a first start
+        if not unknown:
+            return None
+        longest = max((spec.prefetch_lease for spec in throttlers.values()), default=0.0)
+        return self.clock.monotonic() + longest + self.allowance
+
+    def lease(self, spec: ThrottlerSpec, hold: float) -> float:
+        """Seconds after its release that a grant asked with ``hold`` may be used."""
+        return min(max(0.0, hold), spec.prefetch_lease) + self.allowance
 
     @property
     def throttler_ids(self) -> list[str]:
@@ -59,10 +110,12 @@ class ThrottlerController:
 
     def reconfigure(self, throttlers: Mapping[str, ThrottlerSpec]) -> None:
         """Apply DynamicSpec ``throttlers`` live: new names start full, changed ones keep their
-        tokens and queues, removed ones fail their waiters with ``Unknown throttler "X"``."""
+        tokens and queues, removed ones fail their waiters with ``Unknown throttler "X"``. A name
+        declared again starts empty once what it released before its removal can no longer be used."""
         now = self.clock.monotonic()
         for throttler_id in [t for t in self._queues if t not in throttlers]:
-            del self._queues[throttler_id]
+            removed = self._queues.pop(throttler_id)
+            self._removed[throttler_id] = now + self.lease(removed.spec, removed.spec.prefetch_lease)
             error = UnknownThrottlerError(f'Unknown throttler "{throttler_id}"')
             for request, waiter in list(self._waiters.items()):
                 if waiter.throttler_id == throttler_id:
@@ -72,7 +125,8 @@ class ThrottlerController:
         for throttler_id, spec in throttlers.items():
             queue = self._queues.get(throttler_id)
             if queue is None:
-                self._queues[throttler_id] = QuotaQueue(spec, now)
+                since = [t for t in (self.empty_since, self._removed.pop(throttler_id, None)) if t is not None]
+                self._queues[throttler_id] = QuotaQueue(spec, now, empty_since=max(since) if since else None)
             elif queue.spec != spec:
                 queue.reconfigure(spec, now)
         if self._has_loop():
@@ -80,22 +134,27 @@ class ThrottlerController:
 
     async def request_quota(
         self, throttler_id: str, amount: float, *, timestamp: float = 0.0, quota_class_id: str | None = None,
-        client_id: str = "",
-    ) -> None:
-        """Wait until ``amount`` units of ``throttler_id`` are granted (``RequestQuota``).
+        client_id: str = "", hold: float = 0.0,
+    ) -> Grant:
+        """Wait until ``amount`` units of ``throttler_id`` are granted (``RequestQuota``); returns the
+        :class:`Grant`: units granted and the lease end (``clock.monotonic()`` seconds) until which
+        they may be used.
 
         ``timestamp`` is the caller's lag timestamp (seconds; smaller = served first within its
         class); ``quota_class_id`` its class (missing, empty or unknown → ``default``); ``client_id``
-        is informational. Raises :class:`UnknownThrottlerError`, :class:`QuotaAmountError`, or
-        :class:`ThrottlerError` when the controller closes. Cancelling the caller refunds the request.
+        is informational; ``hold`` the seconds the caller wants to keep unused units (prefetch; at
+        most the spec's ``prefetch_lease``). Raises :class:`UnknownThrottlerError`,
+        :class:`QuotaAmountError`, or :class:`ControllerClosedError` when the controller closes.
+        Cancelling the caller refunds the request.
         """
         if self._closed:
-            raise ThrottlerError("the throttler controller is closed")
+            raise ControllerClosedError("the throttler controller is closed")
         queue = self.queue(throttler_id)
         now = self.clock.monotonic()
-        request = queue.submit(amount, now, timestamp=timestamp, class_id=quota_class_id)
+        request = queue.submit(amount, now, timestamp=timestamp, class_id=quota_class_id,
+                               lease=self.lease(queue.spec, hold))
         if request.done:
-            return
+            return Grant(request.released, request.lease_end)
         future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         self._waiters[request] = _Waiter(throttler_id, future)
         self._decide(throttler_id, queue, now)
@@ -110,6 +169,7 @@ class ThrottlerController:
                 self._decide(throttler_id, queue, now)
                 self._arm()
             raise
+        return Grant(request.released, request.lease_end)
 
     def _has_loop(self) -> bool:
         try:
@@ -119,7 +179,10 @@ class ThrottlerController:
         return True
 
     def _decide(self, throttler_id: str, queue: QuotaQueue, now: float) -> None:
-        for request in queue.poll(now):
+        released = queue.poll(now)
+        if released and self._horizon is not None:
+            self._horizon.cover(max(request.lease_end for request in released))  # before anyone sees them
+        for request in released:
             waiter = self._waiters.pop(request, None)
             if waiter is not None and not waiter.future.done():
                 waiter.future.set_result(None)
@@ -159,11 +222,11 @@ class ThrottlerController:
         return int(self._timer is not None and not self._timer.done())
 
     async def aclose(self) -> None:
-        """Stop the timer and fail every waiter with :class:`ThrottlerError`."""
+        """Stop the timer and fail every waiter with :class:`ControllerClosedError`."""
         self._closed = True
         for waiter in self._waiters.values():
             if not waiter.future.done():
-                waiter.future.set_exception(ThrottlerError("the throttler controller is closed"))
+                waiter.future.set_exception(ControllerClosedError("the throttler controller is closed"))
         self._waiters.clear()
         if self._timer is not None:
             self._timer.cancel()

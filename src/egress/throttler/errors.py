@@ -28,5 +28,10 @@ class ControllerUnavailableError(ThrottlerError):
     """The throttler controller did not answer (connection refused, timeout); retried by the client."""
 
 
+class ControllerClosedError(ThrottlerError):
+    """``the throttler controller is closed``: raised by a controller that stopped (a shutdown, or a
+    restart on its way); transports report it as :class:`ControllerUnavailableError`."""
+
+
 class QuotaRequestFailedError(ThrottlerError):
     """``RequestQuota`` failed for good: past the retry budget, or rejected by the controller."""

@@ -3,14 +3,23 @@
 Connection errors, 5xx answers and ``rpc_timeout`` expiry raise :class:`ControllerUnavailableError`
 (the client retries them); ``400`` answers raise the controller's error with its upstream text.
 A timeout closes the connection, which makes the service cancel and refund the request.
+
+The answer ``{"amount", "lease", "waited"}`` gives the units granted, the seconds left of their
+lease when the service replied and how long the service held the request. The reply travelled at
+most the round trip less ``waited``, so the client's deadline ``arrival + lease − (round trip −
+waited)`` is never later than the lease the controller counted, whatever the two processes' clocks
+say.
 """
 
 from __future__ import annotations
+
+from typing import Any
 
 import aiohttp
 import orjson
 
 from egress.clock import Clock, RealClock
+from egress.throttler.controller import Grant
 from egress.throttler.errors import (
     ControllerUnavailableError,
     QuotaAmountError,
@@ -37,12 +46,18 @@ class HttpTransport:
         return self._session
 
     async def request_quota(self, throttler_id: str, amount: float, *, timestamp: float, quota_class_id: str | None,
-                            client_id: str, rpc_timeout: float) -> None:
+                            client_id: str, rpc_timeout: float, hold: float = 0.0) -> Grant:
         body = orjson.dumps({"throttler_id": throttler_id, "client_id": client_id, "amount": amount,
-                             "timestamp": timestamp, "quota_class_id": quota_class_id})
-        await with_timeout(self.clock, self._post(body), rpc_timeout, f'RequestQuota to throttler "{throttler_id}"')
+                             "timestamp": timestamp, "quota_class_id": quota_class_id, "hold": hold})
+        sent = self.clock.monotonic()
+        answer = await with_timeout(self.clock, self._post(body), rpc_timeout,
+                                    f'RequestQuota to throttler "{throttler_id}"')
+        arrived = self.clock.monotonic()
+        granted = float(answer.get("amount", amount))
+        lease, waited = float(answer.get("lease") or 0.0), float(answer.get("waited") or 0.0)
+        return Grant(granted, arrived + lease - max(0.0, (arrived - sent) - waited))
 
-    async def _post(self, body: bytes) -> None:
+    async def _post(self, body: bytes) -> dict[str, Any]:
         session = self._get_session()
         try:
             async with session.post(self.url, data=body, headers={"Content-Type": "application/json"}) as response:
@@ -50,13 +65,15 @@ class HttpTransport:
                 status = response.status
         except (aiohttp.ClientError, OSError) as error:
             raise ControllerUnavailableError(f"throttler service {self.url}: {error or type(error).__name__}") from None
-        if status == 200:
-            return
         try:
             answer = orjson.loads(payload)
-            message, code = str(answer.get("error", "")), answer.get("code")
-        except (orjson.JSONDecodeError, AttributeError):
-            message, code = payload[:200].decode(errors="replace"), None
+            if not isinstance(answer, dict):
+                raise TypeError("not an object")
+        except (orjson.JSONDecodeError, TypeError):
+            answer = {"error": payload[:200].decode(errors="replace")}
+        if status == 200:
+            return answer
+        message, code = str(answer.get("error", "")), answer.get("code")
         if status >= 500:
             raise ControllerUnavailableError(f"throttler service answered {status}: {message}")
         if code == "unknown_throttler":

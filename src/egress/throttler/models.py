@@ -109,6 +109,21 @@ class ThrottlerSpec(_Strict):
         return self.limit
 
     @property
+    def burst(self) -> float:
+        """The bucket's capacity and largest burst, ``rate * period`` units (``inf`` when unlimited)."""
+        rate = self.rate
+        return math.inf if rate is None else rate * self.period
+
+    @property
+    def prefetch_lease(self) -> float:
+        """Seconds a client may keep prefetched quota before using it: ``min(request_period, period / 2)``.
+
+        The controller counts leased quota against the bucket until the lease ends, so a longer lease
+        than ``period`` would stall the rate; half a period leaves half the burst to new demand.
+        """
+        return min(self.request_period, self.period / 2)
+
+    @property
     def max_prefetch(self) -> float:
         """The client's MaxPrefetch: ``max(ceil(rate * request_period), 1)``; 1e9 when unlimited.
 

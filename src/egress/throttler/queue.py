@@ -6,6 +6,14 @@ distributed throttler bucket (``RequestQuota`` queue). A request is served in ch
 chunk, and when cancelled gives back its tokens and its virtual-time charge. Inside a class requests
 go by ascending ``(timestamp, enqueue order)``: the most lagging first, never by size.
 
+Two stages (beyond upstream). The *grant* stage above (``bucket``) decides the order: which class
+and request get the next chunk. A request whose last chunk is granted then waits for the *release*
+stage (``release_bucket``), a second token bucket that is charged when the request resolves, with
+the whole amount at once, leased for as long as the caller may keep the units (``lease``). Chunks
+granted over a long time would otherwise be handed out in one instant; the release bucket is what
+keeps the envelope ``∫limit dt + limit·period`` at the point of use. The grant stage waits while a
+granted request waits for its release, so it never decides far ahead of what is released.
+
 Refunds and the envelope: a refund must not let the units of requests that were *not* cancelled
 exceed ``∫limit dt + limit·period`` over any window. Each request keeps a lower bound of how many
 more tokens the bucket would hold had it never asked (its *deficit*): a chunk adds its size; time
@@ -20,6 +28,7 @@ from __future__ import annotations
 import heapq
 import itertools
 import math
+from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -33,7 +42,12 @@ from egress.throttler.scheduler import ClassScheduler
 class QuotaRequest:
     """One ``RequestQuota``: ``amount`` units for ``class_id`` (after defaulting), lag ``timestamp``.
 
-    ``granted`` counts units of chunks taken so far; ``done`` once the whole amount is granted.
+    ``granted`` counts units of chunks taken so far; ``done`` once released (resolved) after the
+    whole amount was granted; ``released`` the units released then: the whole amount, or the burst
+    when the burst shrank below the amount since it was asked (the caller asks again for the rest).
+    ``whole``: the amount alone was beyond the burst when asked (one call that cannot be split).
+    ``lease`` is how long (seconds) after its release the caller may still use the units;
+    ``lease_end`` the time that ends (set at release).
     """
 
     amount: float
@@ -47,9 +61,18 @@ class QuotaRequest:
     charge: float = 0.0
     deficit: float = 0.0
     deficit_at: float = 0.0
+    lease: float = 0.0
+    lease_end: float = 0.0
+    released: float = 0.0
+    whole: bool = False
     done: bool = False
     cancelled: bool = False
     resolved_at: float | None = None
+
+    @property
+    def releasing(self) -> bool:
+        """Every chunk is granted and the request waits for the release bucket."""
+        return self.remaining == 0.0 and not self.done and not self.cancelled
 
 
 @dataclass(eq=False)
@@ -70,9 +93,12 @@ ChunkListener = Callable[[QuotaRequest, float, float], None]
 class QuotaQueue:
     """All waiting ``RequestQuota`` calls of one throttler and the decisions over them."""
 
-    def __init__(self, spec: ThrottlerSpec, now: float, on_chunk: ChunkListener | None = None) -> None:
+    def __init__(self, spec: ThrottlerSpec, now: float, on_chunk: ChunkListener | None = None, *,
+                 empty_since: float | None = None) -> None:
         self.spec = spec
         self.bucket = TokenBucket(spec.rate, spec.period, now)
+        self.release_bucket = TokenBucket(spec.rate, spec.period, now, empty_since=empty_since)
+        self._releasing: deque[QuotaRequest] = deque()
         self._classes: dict[str, _ClassQueue] = {DEFAULT_CLASS: _ClassQueue(1.0)}
         self._scheduler = ClassScheduler({DEFAULT_CLASS: 1.0})
         self._seq = itertools.count()
@@ -91,6 +117,7 @@ class QuotaQueue:
         drains, then vanishes; new requests naming it go to ``default``.
         """
         self.bucket.reconfigure(spec.rate, spec.period, now)
+        self.release_bucket.reconfigure(spec.rate, spec.period, now)
         self.spec = spec
         self._apply_classes(spec)
 
@@ -126,10 +153,12 @@ class QuotaQueue:
             return DEFAULT_CLASS
         return class_id or DEFAULT_CLASS
 
-    def submit(self, amount: float, now: float, *, timestamp: float = 0.0, class_id: str | None = None) -> QuotaRequest:
+    def submit(self, amount: float, now: float, *, timestamp: float = 0.0, class_id: str | None = None,
+               lease: float = 0.0) -> QuotaRequest:
         """Queue a request; raises :class:`QuotaAmountError` for a negative or non-finite amount.
 
-        An amount of 0 is done at once. Call :meth:`poll` afterwards to make decisions.
+        ``lease``: seconds after its release during which the caller may still use the units (0: at
+        once). An amount of 0 is done at once. Call :meth:`poll` afterwards to make decisions.
         """
         if not amount >= 0 or math.isinf(amount):
             raise QuotaAmountError(f"Quota amount must be non-negative, got {amount:g}")
@@ -141,9 +170,10 @@ class QuotaQueue:
                 self.unknown_class_requests += 1
         request = QuotaRequest(amount=float(amount), timestamp=timestamp, class_id=effective,
                                requested_class_id=class_id, seq=next(self._seq), enqueued_at=now,
-                               remaining=float(amount))
+                               remaining=float(amount), lease=max(0.0, lease),
+                               whole=amount > self.bucket.capacity)
         if amount == 0:
-            request.done, request.resolved_at = True, now
+            request.done, request.resolved_at, request.lease_end = True, now, now
             return request
         queue = self._classes[effective]
         heapq.heappush(queue.heap, (timestamp, request.seq, request))
@@ -159,20 +189,29 @@ class QuotaQueue:
         """
         if request.done or request.cancelled:
             return
+        releasing = request.releasing
         request.cancelled = True
-        queue = self._classes[request.class_id]
         if request.granted > 0:
-            refund = self._decayed_deficit(request, now)
-            self.bucket.refund(refund, now)
-            self._scheduler.rollback(request.class_id, request.charge)
-            queue.granted -= request.granted
-            queue.refunded += min(refund, request.granted)
-            self.granted_total -= request.granted
+            self._give_back(request, now)
+        if releasing:  # its class already counts it as served
+            self._releasing.remove(request)
+            return
+        queue = self._classes[request.class_id]
         queue.live -= 1
         queue.pending_amount -= request.remaining
         self._drop_cancelled_head(queue)
         if queue.live == 0:
             self._became_idle(request.class_id, queue)
+
+    def _give_back(self, request: QuotaRequest, now: float) -> None:
+        refund = self._decayed_deficit(request, now)
+        self.bucket.refund(refund, now)
+        self._scheduler.rollback(request.class_id, request.charge)
+        queue = self._classes.get(request.class_id)  # a retired class may be gone by now
+        if queue is not None:
+            queue.granted -= request.granted
+            queue.refunded += min(refund, request.granted)
+        self.granted_total -= request.granted
 
     def _decayed_deficit(self, request: QuotaRequest, now: float) -> float:
         rate = self.bucket.rate
@@ -199,12 +238,14 @@ class QuotaQueue:
         return limit
 
     def poll(self, now: float) -> list[QuotaRequest]:
-        """Grant every chunk the bucket allows at ``now``; returns the requests that became done, in order."""
+        """Grant every chunk and release every request the buckets allow at ``now``; returns the
+        requests released (done), in order."""
         resolved: list[QuotaRequest] = []
         chunk_limit = self._chunk_limit()
-        if chunk_limit <= 0:
-            return resolved
         while True:
+            self._release(now, resolved)
+            if self._releasing or chunk_limit <= 0:
+                return resolved
             class_id = self._scheduler.select()
             if class_id is None:
                 return resolved
@@ -226,16 +267,45 @@ class QuotaQueue:
                 self._on_chunk(request, chunk, now)
             if request.remaining <= EPSILON * max(1.0, request.amount):
                 request.remaining = 0.0
-                request.done, request.resolved_at = True, now
                 heapq.heappop(queue.heap)
                 queue.live -= 1
-                resolved.append(request)
+                self._releasing.append(request)
                 self._drop_cancelled_head(queue)
                 if queue.live == 0:
                     self._became_idle(class_id, queue)
 
+    def _release_size(self, request: QuotaRequest) -> float:
+        """Units ``request`` gets at its release: its amount, or the burst when that shrank below an
+        amount that fitted it when asked. A ``whole`` request (one call beyond the burst) gets all of
+        it once the bucket is full, leaving the bucket below zero. ``inf`` while the limit is 0."""
+        capacity = self.release_bucket.capacity
+        if capacity <= 0:
+            return math.inf
+        return request.amount if request.whole else min(request.amount, capacity)
+
+    def _release(self, now: float, resolved: list[QuotaRequest]) -> None:
+        """Release granted requests in grant order while the release bucket has their amount."""
+        while self._releasing:
+            request = self._releasing[0]
+            size = self._release_size(request)
+            if math.isinf(size) or not self.release_bucket.can_take(min(size, self.release_bucket.capacity), now):
+                return
+            self._releasing.popleft()
+            request.lease_end = now + request.lease
+            request.released = size
+            self.release_bucket.lease(size, now, request.lease_end)
+            request.done, request.resolved_at = True, now
+            resolved.append(request)
+
     def next_ready(self, now: float) -> float | None:
-        """When the next chunk can be granted (``now`` or later), ``None`` when nothing can ever be."""
+        """When the next chunk can be granted or request released (``now`` or later), ``None`` when
+        nothing can ever be."""
+        if self._releasing:
+            size = self._release_size(self._releasing[0])
+            if math.isinf(size):
+                return None
+            ready = self.release_bucket.ready_at(min(size, self.release_bucket.capacity), now)
+            return None if math.isinf(ready) else ready
         class_id = self._scheduler.select()
         chunk_limit = self._chunk_limit()
         if class_id is None or chunk_limit <= 0:
@@ -261,5 +331,5 @@ class QuotaQueue:
 
     @property
     def queue_size(self) -> int:
-        """Waiting requests over all classes."""
-        return sum(q.live for q in self._classes.values())
+        """Waiting requests over all classes, those granted but not yet released included."""
+        return sum(q.live for q in self._classes.values()) + len(self._releasing)

@@ -5,7 +5,8 @@ upstream's ``value.rate``), ``egress_throttler_queue_size``, ``egress_throttler_
 (oldest waiting request's age), per class (label ``quota_class``) ``granted``, ``refunded``,
 ``pending_requests``, ``pending_amount``, ``wait_time_seconds``, ``weight``, and
 ``classless_requests`` / ``unknown_class_requests``. Client (per computation and throttler):
-``consumed``, ``released``, ``wait_time_seconds`` (max), ``request_count``.
+``consumed``, ``released``, ``expired`` (prefetched units whose lease ended unused),
+``wait_time_seconds`` (max), ``request_count``.
 """
 
 from __future__ import annotations
@@ -29,6 +30,9 @@ class ClientSensors:
                                 labels, registry=registry)
         self.released = Counter("egress_throttler_client_released", "Units given back with release().",
                                 labels, registry=registry)
+        self.expired = Counter("egress_throttler_client_expired",
+                               "Units of prefetched quota whose lease ended before a call used them.",
+                               labels, registry=registry)
         self.request_count = Counter("egress_throttler_client_request_count", "RequestQuota RPCs (retries included).",
                                      labels, registry=registry)
         self.wait_time = Gauge("egress_throttler_client_wait_time_seconds", "Longest wait of one throttle() call.",

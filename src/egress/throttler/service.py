@@ -1,11 +1,17 @@
 """The standalone throttler service: a controller behind HTTP/JSON (``egress throttler serve``).
 
 Endpoints (aiohttp): ``POST /v1/request_quota`` with ``{"throttler_id", "client_id", "amount",
-"timestamp", "quota_class_id"}`` answers ``200 {}`` once the amount is granted, ``400 {"error",
-"code"}`` with ``code`` ``unknown_throttler`` or ``invalid_amount`` (upstream texts), ``503`` while
-closing; a client that disconnects cancels its request, which refunds it. ``GET /metrics`` (the
-throttler sensors), ``GET /healthz``. The DynamicSpec file is re-read every ``reload_period`` seconds
-and applied live; an invalid file is reported and the last good configuration kept.
+"timestamp", "quota_class_id", "hold"}`` answers ``200 {"amount", "lease", "waited"}`` once the
+amount is granted (units granted, seconds left of their lease, seconds the request was held here),
+``400 {"error", "code"}`` with ``code`` ``unknown_throttler`` or ``invalid_amount`` (upstream texts),
+``503`` while closing; a client that disconnects cancels its request, which refunds it. ``GET
+/metrics`` (the throttler sensors), ``GET /healthz``. The DynamicSpec file is re-read every
+``reload_period`` seconds and applied live; an invalid file is reported and the last good
+configuration kept.
+
+Restarts keep the envelope: with ``state_file`` the controller resumes from its restart horizon;
+without one it starts as after a restart at an unknown time (every bucket empty and closed for one
+lease). Every lease gets ``REPLY_ALLOWANCE`` seconds more for the reply's travel to the client.
 """
 
 from __future__ import annotations
@@ -31,6 +37,9 @@ from egress.throttler.sensors import ControllerCollector
 log = logging.getLogger("egress.throttler.service")
 
 REQUEST_QUOTA_PATH = "/v1/request_quota"
+REPLY_ALLOWANCE = 0.05
+"""Seconds added to every lease the service grants: a reply reaching its client later than that
+after the grant is used on arrival, beyond what the bucket counted."""
 
 
 def load_throttlers(path: str | Path) -> dict[str, ThrottlerSpec]:
@@ -48,6 +57,7 @@ def make_app(controller: ThrottlerController, registry: CollectorRegistry | None
     registry.register(ControllerCollector(controller))
 
     async def request_quota(request: web.Request) -> web.Response:
+        arrived = controller.clock.monotonic()
         try:
             body = orjson.loads(await request.read())
             throttler_id = str(body["throttler_id"])
@@ -55,19 +65,21 @@ def make_app(controller: ThrottlerController, registry: CollectorRegistry | None
             timestamp = float(body.get("timestamp") or 0.0)
             class_id = body.get("quota_class_id")
             client_id = str(body.get("client_id") or "")
+            hold = float(body.get("hold") or 0.0)
         except (orjson.JSONDecodeError, KeyError, TypeError, ValueError) as error:
             return _json(400, {"error": f"malformed RequestQuota: {error}", "code": "bad_request"})
         try:
-            await controller.request_quota(throttler_id, amount, timestamp=timestamp,
-                                           quota_class_id=None if class_id is None else str(class_id),
-                                           client_id=client_id)
+            grant = await controller.request_quota(throttler_id, amount, timestamp=timestamp,
+                                                       quota_class_id=None if class_id is None else str(class_id),
+                                                       client_id=client_id, hold=hold)
         except UnknownThrottlerError as error:
             return _json(400, {"error": str(error), "code": "unknown_throttler"})
         except QuotaAmountError as error:
             return _json(400, {"error": str(error), "code": "invalid_amount"})
         except ThrottlerError as error:
             return _json(503, {"error": str(error), "code": "unavailable"})
-        return _json(200, {})
+        now = controller.clock.monotonic()
+        return _json(200, {"amount": grant.amount, "lease": grant.until - now, "waited": now - arrived})
 
     async def metrics(_: web.Request) -> web.Response:
         return web.Response(body=generate_latest(registry), content_type="text/plain")
@@ -83,16 +95,21 @@ def make_app(controller: ThrottlerController, registry: CollectorRegistry | None
 
 
 class ThrottlerService:
-    """A controller serving HTTP on ``host:port`` (0 = a free port), configured from a DynamicSpec file."""
+    """A controller serving HTTP on ``host:port`` (0 = a free port), configured from a DynamicSpec file.
+
+    ``state_file`` keeps the restart horizon (see :mod:`~egress.throttler.horizon`); without it the
+    controller starts every bucket empty after one lease, as after a restart it cannot date.
+    """
 
     def __init__(self, dynamic_spec: str | Path, clock: Clock, *, host: str = "127.0.0.1", port: int = 0,
-                 reload_period: float = 1.0) -> None:
+                 reload_period: float = 1.0, state_file: str | Path | None = None) -> None:
         self.path = Path(dynamic_spec)
         self.clock = clock
         self.host, self.port = host, port
         self.reload_period = reload_period
         self._text = self.path.read_bytes()
-        self.controller = ThrottlerController(load_throttlers(self.path), clock)
+        self.controller = ThrottlerController(load_throttlers(self.path), clock, state_file=state_file,
+                                              assume_restart=True, allowance=REPLY_ALLOWANCE)
         self._runner: web.AppRunner | None = None
         self._reloader: asyncio.Task[None] | None = None
 

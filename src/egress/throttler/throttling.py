@@ -10,6 +10,7 @@ serve`` (``throttler_url``), hands out one :class:`ThrottlerFactory` per computa
 from __future__ import annotations
 
 from collections.abc import Mapping
+from pathlib import Path
 
 from prometheus_client import CollectorRegistry
 
@@ -21,6 +22,9 @@ from egress.throttler.factory import ThrottlerFactory
 from egress.throttler.models import ThrottlerSpec, validate_dynamic_throttlers
 from egress.throttler.sensors import ClientSensors, ControllerCollector
 from egress.throttler.transport import InProcessTransport, QuotaTransport
+
+THROTTLER_STATE_NAME = "throttler-horizon.json"
+"""The in-process controller's restart horizon, in the run's state directory."""
 
 
 class InputThrottle:
@@ -61,18 +65,21 @@ class Throttling:
     DynamicSpec (call it before the pipeline starts: class ids are checked there).
 
     ``throttler_url`` = ``http://host:port`` of ``egress throttler serve``; ``None`` runs the
-    controller in-process. ``registry`` receives the sensors (the run's ``Metrics.registry``).
+    controller in-process, keeping its restart horizon in ``state_file`` (the run's state directory:
+    a restarted run keeps the envelope). ``registry`` receives the sensors (the run's
+    ``Metrics.registry``).
     """
 
     def __init__(self, dynamic: DynamicSpec, clock: Clock, *, registry: CollectorRegistry | None = None,
-                 throttler_url: str | None = None, file: str | None = None) -> None:
+                 throttler_url: str | None = None, file: str | None = None,
+                 state_file: str | Path | None = None) -> None:
         self.clock = clock
         self.dynamic = dynamic
         self.throttlers: dict[str, ThrottlerSpec] = validate_dynamic_throttlers(dynamic, file=file)
         self.controller: ThrottlerController | None = None
         self.transport: QuotaTransport
         if throttler_url is None:
-            self.controller = ThrottlerController(self.throttlers, clock)
+            self.controller = ThrottlerController(self.throttlers, clock, state_file=state_file)
             self.transport = InProcessTransport(self.controller)
         else:
             from egress.throttler.http_transport import HttpTransport

@@ -14,19 +14,23 @@ from collections.abc import Awaitable
 from typing import Protocol, TypeVar
 
 from egress.clock import Clock
-from egress.throttler.controller import ThrottlerController
-from egress.throttler.errors import ControllerUnavailableError
+from egress.throttler.controller import Grant, ThrottlerController
+from egress.throttler.errors import ControllerClosedError, ControllerUnavailableError
 
 T = TypeVar("T")
 
 
 class QuotaTransport(Protocol):
-    """Carries ``RequestQuota{throttler_id, client_id, amount, timestamp, quota_class_id}``."""
+    """Carries ``RequestQuota{throttler_id, client_id, amount, timestamp, quota_class_id, hold}``."""
 
     async def request_quota(self, throttler_id: str, amount: float, *, timestamp: float, quota_class_id: str | None,
-                            client_id: str, rpc_timeout: float) -> None:
+                            client_id: str, rpc_timeout: float, hold: float = 0.0) -> Grant:
         """Return once ``amount`` units are granted; ``rpc_timeout`` seconds at most (then
-        :class:`ControllerUnavailableError`, and the controller refunds the request)."""
+        :class:`ControllerUnavailableError`, and the controller refunds the request).
+
+        Returns the :class:`Grant` with its deadline on the caller's ``clock.monotonic()``: never
+        later than the lease end the controller counted (``hold`` asks for a lease, in seconds).
+        """
         ...
 
     async def aclose(self) -> None:
@@ -54,17 +58,26 @@ async def with_timeout(clock: Clock, awaitable: Awaitable[T], seconds: float, wh
 
 
 class InProcessTransport:
-    """Calls a :class:`ThrottlerController` in the same event loop (``egress run``'s default)."""
+    """Calls a :class:`ThrottlerController` in the same event loop (``egress run``'s default).
+
+    ``controller`` may be replaced (a restarted controller); a closed one is reported as
+    unreachable, like the HTTP service's ``503``, so clients retry until the next one answers.
+    """
 
     def __init__(self, controller: ThrottlerController) -> None:
         self.controller = controller
 
     async def request_quota(self, throttler_id: str, amount: float, *, timestamp: float, quota_class_id: str | None,
-                            client_id: str, rpc_timeout: float) -> None:
-        await with_timeout(self.controller.clock,
-                           self.controller.request_quota(throttler_id, amount, timestamp=timestamp,
-                                                         quota_class_id=quota_class_id, client_id=client_id),
-                           rpc_timeout, f'RequestQuota to throttler "{throttler_id}"')
+                            client_id: str, rpc_timeout: float, hold: float = 0.0) -> Grant:
+        """The controller's grant as it is: the client shares the controller's clock."""
+        try:
+            return await with_timeout(self.controller.clock,
+                                      self.controller.request_quota(throttler_id, amount, timestamp=timestamp,
+                                                                    quota_class_id=quota_class_id, client_id=client_id,
+                                                                    hold=hold),
+                                      rpc_timeout, f'RequestQuota to throttler "{throttler_id}"')
+        except ControllerClosedError as error:
+            raise ControllerUnavailableError(str(error)) from None
 
     async def aclose(self) -> None:
         return None
