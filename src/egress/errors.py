@@ -1,7 +1,30 @@
 """The exception hierarchy of egress.
 
 Every error egress raises on purpose derives from :class:`EgressError`, so a caller can catch
-one type. The shape follows httpx: a small tree, named by what went wrong, not by where.
+one type. The shape follows httpx: a small tree, named by what went wrong, not by where::
+
+    EgressError
+    ├── SpecError                 a Spec or DynamicSpec is invalid (file, path, fix)
+    │   ├── SpecErrors            several found in one pass
+    │   └── SpecMismatchError     the Spec's layout is not the state directory's (also a StateDirectoryError)
+    ├── StateDirectoryError       the state directory cannot be used (busy, another pipeline, unknown version)
+    ├── SourceDataError           a source record does not fit the stream schema (file, line, column)
+    ├── ProcessFunctionError      a process function raised (stream, key, message id)
+    │   └── RowEncodingError      an emitted value cannot be stored (computation, stream, column, id)
+    ├── DeliveryError             a delivery's retry budget is exhausted
+    ├── RedirectError             a Location cannot be followed (egress.httpclient.redirects)
+    ├── FencedError               a commit carried a stale epoch (egress.engines.protocols)
+    ├── NatsEngineError           the NATS engine cannot reach or use its server (egress.engines.nats)
+    │   └── JetStreamRequestError
+    ├── DeadLetterFileError       a dead-letter file cannot be read or written (egress.connectors.dead_letters)
+    ├── RedriveError              egress redrive cannot start (egress.runtime.redrive)
+    ├── ThrottlerError            (egress.throttler.errors) QuotaAmountError, UnknownThrottlerError,
+    │                             ThrottlerNotConfiguredError, ControllerUnavailableError,
+    │                             ControllerClosedError, QuotaRequestFailedError
+    └── FirehoseError             (egress.firehose.errors) PermanentError (CloudWatchLogsDecodeError),
+                                  TransientError, RequestRejected, ResponseNotAccepted
+
+``tests/unit/test_errors.py`` checks that this tree and the code agree.
 """
 
 from __future__ import annotations

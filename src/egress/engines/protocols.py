@@ -11,6 +11,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple, Protocol
 
+from egress.errors import EgressError
+
 
 class LogMessage(NamedTuple):
     """A message of a partitioned stream.
@@ -234,5 +236,5 @@ class Engine(Log, CheckpointStore, Ownership, Protocol):
         ...
 
 
-class FencedError(RuntimeError):
+class FencedError(EgressError, RuntimeError):
     """A commit carried an epoch that is no longer the owner's (another process took over)."""

@@ -13,12 +13,14 @@ from __future__ import annotations
 import re
 from urllib.parse import urlsplit, urlunsplit
 
+from egress.errors import EgressError
+
 REDIRECT_STATUSES = frozenset({301, 302, 303, 305, 307, 308})
 HTTPS_TO_HTTP = "Async HTTP sink does not follow HTTPS to HTTP redirects"
 _SCHEME = re.compile(r"^[A-Za-z][A-Za-z0-9+.\-]*:")
 
 
-class RedirectError(ValueError):
+class RedirectError(EgressError, ValueError):
     """A ``Location`` that cannot be followed; the message says why."""
 
 
