@@ -82,7 +82,7 @@ class DeadLetter:
         return (self.computation, self.sink, self.message_id)
 
     def summary(self) -> dict[str, Any]:
-        """The line's fields without the payload and the attempts (for ``/status``)."""
+        """The line's fields without the payload, ``attempts`` as their count (for ``/status``)."""
         return {"dead_lettered_at": self.dead_lettered_at, "computation": self.computation, "sink": self.sink,
                 "partition": self.partition, "seq": self.seq, "message_id": self.message_id.hex(),
                 "idempotency_key": self.idempotency_key, "attempts": len(self.attempts), "error": self.error}
