@@ -159,14 +159,17 @@ def redriven_counts(path: str | Path) -> collections.Counter[LetterKey]:
 
 
 def check_dead_letter_path(path: str | None) -> list[SpecError]:
-    """Spec check of a sink's ``dead_letter_path``: its folder must exist (relative paths start at
-    the folder ``egress run`` runs in)."""
+    """Spec check of a sink's ``dead_letter_path``: its folder must exist and the path must not be a
+    directory (relative paths start at the folder ``egress run`` runs in)."""
     if path is None:
         return []
     folder = Path(path).parent
     if not folder.is_dir():
         return [SpecError(f'folder "{folder}" of the dead-letter file does not exist: create it, or point '
                           "dead_letter_path into an existing folder", path="parameters/dead_letter_path")]
+    if Path(path).is_dir():
+        return [SpecError(f'"{path}" is a directory, not a file: point dead_letter_path at a file in it, e.g. '
+                          "dead_letters.jsonl", path="parameters/dead_letter_path")]
     return []
 
 
