@@ -97,3 +97,17 @@ def test_an_invalid_spec_is_reported_as_by_validate(dead: Path, tmp_path: Path) 
     code, output = redrive(str(dead), str(broken), "--sink", "deliver/http")
     assert code == 2
     assert str(broken) in output
+
+
+def test_an_incomplete_last_line_is_not_redriven_and_exits_1_with_the_fix(dead: Path, spec: Path) -> None:
+    """A whole letter without its newline (cut by a crash before it, or edited by hand) is not read:
+    the letters are not all sent, so the exit code is 1 and the output says how to fix the line."""
+    dead.write_bytes(dead.read_bytes().rstrip(b"\n"))
+    code, output = redrive(str(dead), str(spec), "--sink", "deliver/http")
+    assert code == 1
+    size = dead.stat().st_size
+    assert output.splitlines()[0] == (f"redrive {dead} through deliver/http: 0 delivered, 0 already redriven, "
+                                      f"0 failed, the incomplete last line ({size} bytes) not redriven")
+    assert (f"the last {size} byte(s) of {dead} are not a complete line (cut by a crash, or being written now): "
+            "not redriven; if that line is a whole letter, add the missing newline at its end and run egress "
+            "redrive again") in output

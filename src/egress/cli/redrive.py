@@ -1,7 +1,8 @@
 """``egress redrive DEAD_LETTER_FILE SPEC --sink COMPUTATION/SINK``: re-send dead letters.
 
-Prints one line with what happened (delivered, already redriven, failed) and one line per failed
-letter; exit code 0 when every letter of the sink is now delivered, 1 when some failed again, 2 when
+Prints one line with what happened (delivered, already redriven, failed, an incomplete last line not
+redriven) and one line per failed letter; exit code 0 when every letter of the sink is now delivered,
+1 when some failed again or the file's last line is incomplete (not read, so not sent), 2 when
 it cannot start (the Spec, the file or ``--sink``), each with a one-line error naming the fix.
 """
 
@@ -69,13 +70,14 @@ def report_document(report: RedriveReport) -> dict[str, Any]:
 def _print(report: RedriveReport) -> None:
     typer.echo(f"redrive {report.file} through {report.sink}: {len(report.delivered)} delivered, "
                f"{report.already_redriven} already redriven, {len(report.failed)} failed"
-               + (f", {report.not_attempted} not attempted" if report.not_attempted else ""))
+               + (f", {report.not_attempted} not attempted" if report.not_attempted else "")
+               + (f", the incomplete last line ({report.torn_bytes} bytes) not redriven" if report.torn_bytes else ""))
     for letter, error in report.failed[:SHOWN_FAILURES]:
         console.print(Text(f"failed: partition {letter.partition} seq {letter.seq} key {letter.idempotency_key}: "
                            f"{error}", style="yellow"), highlight=False)
     if len(report.failed) > SHOWN_FAILURES:
         console.print(f"... and {len(report.failed) - SHOWN_FAILURES} more failed", highlight=False)
-    if not report.ok:
+    if report.failed or report.not_attempted:
         console.print("the letters that failed stay in the file: run egress redrive again once the cause is fixed",
                       highlight=False)
     if report.delivered:
@@ -84,4 +86,5 @@ def _print(report: RedriveReport) -> None:
         console.print(f"{count} line(s) of sink {name} left alone (redrive them with --sink {name})", highlight=False)
     if report.torn_bytes:
         console.print(f"the last {report.torn_bytes} byte(s) of {report.file} are not a complete line (cut by a crash, "
-                      "or being written now): not a dead letter", highlight=False)
+                      "or being written now): not redriven; if that line is a whole letter, add the missing "
+                      "newline at its end and run egress redrive again", highlight=False)

@@ -55,7 +55,7 @@ class RedriveReport:
     redriven), ``failed`` (letter and error; still to redrive), ``already_redriven`` (lines recorded
     by an earlier run), ``not_attempted`` (left after the sink stopped on a terminal error),
     ``other_sinks`` (lines of other sinks, by ``computation/sink``), ``torn_bytes`` (an incomplete
-    last line, not a letter)."""
+    last line: not read as a letter, so not sent; the redrive is then not ``ok``)."""
 
     file: Path
     sink: str
@@ -68,7 +68,7 @@ class RedriveReport:
 
     @property
     def ok(self) -> bool:
-        return not self.failed and not self.not_attempted
+        return not self.failed and not self.not_attempted and not self.torn_bytes
 
 
 def find_sink(plan: Plan, name: str) -> tuple[ComputationPlan, SinkPlan]:
