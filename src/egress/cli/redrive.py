@@ -19,8 +19,7 @@ from rich.text import Text
 
 from egress.connectors.dead_letters import DeadLetter, DeadLetterFileError, redrive_record_path
 from egress.errors import SpecError
-from egress.runtime import load_plan
-from egress.runtime.redrive import RedriveError, RedriveReport, redrive
+from egress.runtime.redrive import RedriveError, RedriveReport, load_redrive_target, redrive
 
 console = Console(stderr=True, soft_wrap=True)
 SHOWN_FAILURES = 20
@@ -40,12 +39,15 @@ def redrive_command(
     """Re-send the dead letters of a sink through it, as the Spec configures it now, with their original
     idempotency keys; what is delivered is recorded in DEAD_LETTER_FILE.redriven and never sent again."""
     try:
-        plan = load_plan(spec, dynamic_spec)
+        target = load_redrive_target(spec, dynamic_spec, sink, dead_letter_file)
     except SpecError as error:
         console.print(Text(error.format(), style="red"), highlight=False)
         raise typer.Exit(2) from None
+    except RedriveError as error:
+        console.print(Text(f"egress redrive: {error}", style="red"), highlight=False)
+        raise typer.Exit(2) from None
     try:
-        outcome = asyncio.run(redrive(plan, dead_letter_file, sink, throttler_url=throttler_url))
+        outcome = asyncio.run(redrive(target, dead_letter_file, throttler_url=throttler_url))
     except (RedriveError, DeadLetterFileError) as error:
         console.print(Text(f"egress redrive: {error}", style="red"), highlight=False)
         raise typer.Exit(2) from None
