@@ -254,13 +254,15 @@ class DeadLetterFile:
 
 class DeadLetterFiles:
     """The dead-letter files of one run by path (one :class:`DeadLetterFile` per path), with the
-    number of lines written (in all, and by file and ``computation/sink``) and the latest one, for
+    number of lines written (in all, and by file and ``computation/sink``), the first line of each
+    file and ``computation/sink`` (what ``egress run`` prints while it runs) and the latest one, for
     ``/status`` and the end of ``egress run``."""
 
     def __init__(self) -> None:
         self._files: dict[Path, DeadLetterFile] = {}
         self.written = 0
         self.by_file: collections.Counter[tuple[Path, str]] = collections.Counter()
+        self.first: dict[tuple[Path, str], DeadLetter] = {}
         self.latest: tuple[DeadLetter, Path] | None = None
 
     def open(self, path: str | Path) -> DeadLetterOutput:
@@ -274,6 +276,7 @@ class DeadLetterFiles:
     def _written(self, letter: DeadLetter, path: Path) -> None:
         self.written += 1
         self.by_file[(path, f"{letter.computation}/{letter.sink}")] += 1
+        self.first.setdefault((path, f"{letter.computation}/{letter.sink}"), letter)
         self.latest = (letter, path)
 
     def status(self) -> dict[str, Any]:
