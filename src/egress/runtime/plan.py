@@ -76,16 +76,18 @@ class Plan:
 
 def load_plan(spec_path: str | Path, dynamic_spec_path: str | Path | None = None) -> Plan:
     """Load both files and build the plan; raises :class:`SpecError` (often :class:`SpecErrors`)."""
-    spec_file = str(spec_path)
-    spec = validate_model(Spec, load_document(spec_path), file=spec_file)
-    dynamic_file = str(dynamic_spec_path) if dynamic_spec_path is not None else None
-    dynamic = (
-        validate_model(DynamicSpec, load_document(dynamic_spec_path), file=dynamic_file)
-        if dynamic_spec_path is not None
-        else DynamicSpec()
-    )
-    return build_plan(spec, dynamic, base_dir=Path(spec_path).resolve().parent,
-                      spec_file=spec_file, dynamic_spec_file=dynamic_file)
+    spec, dynamic = load_specs(spec_path, dynamic_spec_path)
+    return build_plan(spec, dynamic, base_dir=Path(spec_path).resolve().parent, spec_file=str(spec_path),
+                      dynamic_spec_file=None if dynamic_spec_path is None else str(dynamic_spec_path))
+
+
+def load_specs(spec_path: str | Path, dynamic_spec_path: str | Path | None = None) -> tuple[Spec, DynamicSpec]:
+    """The Spec and the DynamicSpec (empty without a file), each validated as a document only;
+    raises :class:`SpecError` (often :class:`SpecErrors`) naming the file."""
+    spec = validate_model(Spec, load_document(spec_path), file=str(spec_path))
+    if dynamic_spec_path is None:
+        return spec, DynamicSpec()
+    return spec, validate_model(DynamicSpec, load_document(dynamic_spec_path), file=str(dynamic_spec_path))
 
 
 def build_plan(

@@ -41,8 +41,8 @@ from egress.engines import OutboxMessage
 from egress.errors import EgressError
 from egress.line_files import LineFile, LineFileBusy
 from egress.observe import Metrics, StatusTree
-from egress.runtime.plan import SinkPlan, build_sink_plan
-from egress.spec import DynamicSpec, Spec, load_document, validate_model
+from egress.runtime.plan import SinkPlan, build_sink_plan, load_specs
+from egress.spec import DynamicSpec
 from egress.throttler import Throttling
 
 
@@ -96,11 +96,9 @@ def load_redrive_target(spec_path: str | Path, dynamic_spec_path: str | Path | N
     process functions are not imported and nothing else of the Spec is checked, so a redrive runs
     from any folder. Raises :class:`SpecError` (the files, the sink) and :class:`RedriveError`
     (no such sink, not an HTTP sink)."""
+    spec, dynamic = load_specs(spec_path, dynamic_spec_path)
     spec_file = str(spec_path)
-    spec = validate_model(Spec, load_document(spec_path), file=spec_file)
-    dynamic_file = str(dynamic_spec_path) if dynamic_spec_path is not None else None
-    dynamic = (validate_model(DynamicSpec, load_document(dynamic_spec_path), file=dynamic_file)
-               if dynamic_spec_path is not None else DynamicSpec())
+    dynamic_file = None if dynamic_spec_path is None else str(dynamic_spec_path)
     known = set(SINKS.names())  # an unknown class of the named sink is reported by build_sink_plan
     classes = {(computation_id, sink_id): SINKS.get(sink.sink_class_name) if sink.sink_class_name in known else None
                for computation_id, computation in spec.computations.items()
