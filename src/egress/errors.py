@@ -113,9 +113,10 @@ class SpecMismatchError(SpecError, StateDirectoryError):
     """The Spec no longer matches what the state directory's committed data depends on.
 
     Raised by ``Pipeline.run()`` before anything starts (nothing in the directory is changed), and
-    by ``egress validate --state-dir``. ``path`` is the Spec path that changed (``partition_count``,
-    ``streams/flights/group_by``, ...; empty when the directory recorded no Spec and holds committed
-    messages this Spec cannot reach) and ``state_dir`` the directory. ``str()`` is one line:
+    by ``egress validate --state-dir``; also when the directory belongs to another pipeline (``path``
+    ``pipeline``: the engine's ``open()`` raises it without ``file``). ``path`` is the Spec path that
+    changed (``partition_count``, ``streams/flights/group_by``, ...; empty when the directory recorded
+    no Spec and holds committed messages this Spec cannot reach) and ``state_dir`` the directory. ``str()`` is one line:
     ``FILE: state directory DIR was written with PATH OLD; the Spec now says NEW: what to do``.
     """
 
@@ -125,3 +126,7 @@ class SpecMismatchError(SpecError, StateDirectoryError):
 
     def format(self) -> str:
         return ": ".join(part for part in (self.file, self.message) if part)  # the message names the path
+
+    def in_file(self, file: str | None) -> SpecMismatchError:
+        """A copy naming the Spec ``file`` (an engine that finds the mismatch does not know it)."""
+        return SpecMismatchError(self.message, path=self.path, file=file, state_dir=self.state_dir)

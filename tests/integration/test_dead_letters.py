@@ -23,7 +23,7 @@ from egress.connectors.dead_letters import (
 from egress.firehose import FirehoseReceiver, TransientError
 from egress.receiver import Receiver, ReceiverConfig
 from egress.runtime import Pipeline, RunOptions, load_plan
-from egress.runtime.redrive import redrive
+from egress.runtime.redrive import load_redrive_target, redrive
 from tests.conftest import ServerFactory, payload_spec
 
 pytestmark = pytest.mark.integration
@@ -87,13 +87,13 @@ async def test_redrive_delivers_each_letter_with_its_original_key_once_however_o
 
     healthy = Receiver()
     healthy_spec = pointed_at(spec, f"{await serve_app(healthy.app)}/events")
-    first = await redrive(load_plan(healthy_spec, dynamic), dead, "deliver/http")
+    first = await redrive(load_redrive_target(healthy_spec, dynamic, "deliver/http", dead), dead)
     assert first.ok
     assert (len(first.delivered), first.already_redriven, len(first.failed)) == (4, 0, 0)
     assert Counter(healthy.stats.delivered_keys) == Counter({letter.idempotency_key: 1 for letter in letters})
     assert len(redrive_record_path(dead).read_text().splitlines()) == 4
 
-    second = await redrive(load_plan(healthy_spec, dynamic), dead, "deliver/http")
+    second = await redrive(load_redrive_target(healthy_spec, dynamic, "deliver/http", dead), dead)
     assert (len(second.delivered), second.already_redriven, len(second.failed)) == (0, 4, 0)
     assert healthy.stats.requests == 4
 
@@ -107,7 +107,7 @@ async def test_redrive_sends_through_the_sink_as_configured_now(tmp_path: Path, 
     spec, dynamic = payload_spec(tmp_path, f"{await serve_app(healthy.app)}/events", [],
                                  sink_parameters={"idempotency_header": "X-Key", "headers": {"X-Run": "redrive"}},
                                  dynamic_parameters={"max_attempt_count": 3})
-    report = await redrive(load_plan(spec, dynamic), dead, "deliver/http")
+    report = await redrive(load_redrive_target(spec, dynamic, "deliver/http", dead), dead)
     assert len(report.delivered) == 3
     assert set(healthy.stats.delivered_keys) == {b"m0".hex().upper(), b"m1".hex().upper(), b"m2".hex().upper()}
     assert healthy.stats.requests == 9
@@ -130,12 +130,12 @@ async def test_a_letter_that_fails_again_stays_for_the_next_redrive(tmp_path: Pa
     app = web.Application()
     app.router.add_post("/events", picky)
     spec, dynamic = payload_spec(tmp_path, f"{await serve_app(app)}/events", [], dynamic_parameters=ONE_ATTEMPT)
-    report = await redrive(load_plan(spec, dynamic), dead, "deliver/http")
+    report = await redrive(load_redrive_target(spec, dynamic, "deliver/http", dead), dead)
     assert [failed.idempotency_key for failed, _ in report.failed] == [refused]
     assert "HTTP status 500" in report.failed[0][1]
     assert len(report.delivered) == 4
     refused = ""  # the endpoint is fixed
-    again = await redrive(load_plan(spec, dynamic), dead, "deliver/http")
+    again = await redrive(load_redrive_target(spec, dynamic, "deliver/http", dead), dead)
     assert (len(again.delivered), again.already_redriven) == (1, 4)
     assert Counter(delivered) == Counter({(b"m%d" % n).hex().upper(): 1 for n in range(5)})
 
@@ -146,7 +146,7 @@ async def test_redrive_leaves_the_letters_of_other_sinks_alone(tmp_path: Path, s
                      + encode_dead_letter(letter("deliver", "audit", 3)))
     healthy = Receiver()
     spec, dynamic = payload_spec(tmp_path, f"{await serve_app(healthy.app)}/events", [])
-    report = await redrive(load_plan(spec, dynamic), dead, "deliver/http")
+    report = await redrive(load_redrive_target(spec, dynamic, "deliver/http", dead), dead)
     assert [d.seq for d in report.delivered] == [1]
     assert report.other_sinks == Counter({"other/http": 1, "deliver/audit": 1})
     assert healthy.stats.requests == 1
@@ -202,9 +202,9 @@ async def test_firehose_letters_are_redriven_as_their_batches_under_the_same_req
     up = Store(failing=False)
     healthy = pointed_at(spec, f"{await serve_app(FirehoseReceiver(up).app)}/",
                          buffering_hints={"size_in_mbs": 64, "interval_in_seconds": 300})
-    report = await redrive(load_plan(healthy, dynamic), dead, "deliver/http")
+    report = await redrive(load_redrive_target(healthy, dynamic, "deliver/http", dead), dead)
     assert len(report.delivered) == len(records)
     assert Counter({request_id: len(batch) for request_id, batch in up.batches}) == batches
     assert [record for _, batch in up.batches for record in batch] == records
-    assert len((await redrive(load_plan(healthy, dynamic), dead, "deliver/http")).delivered) == 0
+    assert len((await redrive(load_redrive_target(healthy, dynamic, "deliver/http", dead), dead)).delivered) == 0
     assert len(up.batches) == len(batches)

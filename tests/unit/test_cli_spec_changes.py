@@ -88,15 +88,19 @@ def test_validate_with_a_state_dir_reports_the_mismatch_without_running(tmp_path
     assert not (tmp_path / "new").exists()
 
 
-def test_validate_names_a_state_dir_of_another_pipeline(tmp_path: Path) -> None:
+@pytest.mark.parametrize("command", [["validate"], ["run", "--until-drained", "--quiet"]])
+def test_a_state_dir_of_another_pipeline_is_refused_with_exit_code_2_and_one_line(
+        tmp_path: Path, command: list[str]) -> None:
     state = written_with(tmp_path, 4)
     spec = spec_without_sinks(tmp_path, 4)
     document = yaml.safe_load(spec.read_text())
     document["pipeline"] = "another"
     spec.write_text(yaml.safe_dump(document))
-    result = CliRunner().invoke(app, ["validate", str(spec), "--state-dir", str(state)])
-    assert result.exit_code == 1, result.output
-    assert "the state directory belongs to pipeline 'test_pipeline', not 'another'" in result.output
+    result = CliRunner().invoke(app, [command[0], str(spec), "--state-dir", str(state), *command[1:]])
+    assert result.exit_code == 2, result.output
+    assert lines_of(result.output) == [
+        f"{spec}: state directory {state} belongs to pipeline 'test_pipeline', not 'another': give this "
+        "Spec another --state-dir"]
 
 
 def test_run_never_reports_drained_while_committed_messages_are_out_of_reach(

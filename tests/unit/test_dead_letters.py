@@ -133,3 +133,13 @@ async def test_an_unreadable_redrive_record_fails_the_append_rather_than_guess(t
     with pytest.raises(DeadLetterFileError, match=r"dead\.jsonl\.redriven: line 1: not a redrive record"):
         await DeadLetterFiles().open(path).append([letter(1)])
     assert not path.exists()
+
+
+async def test_the_first_letter_of_each_sink_and_file_is_kept_for_egress_run_to_print(tmp_path: Path) -> None:
+    files = DeadLetterFiles()
+    here, there = files.open(tmp_path / "here.jsonl"), files.open(tmp_path / "there.jsonl")
+    await here.append([letter(1), letter(2, sink="other"), letter(3)])
+    await there.append([letter(4)])
+    await here.append([letter(5, sink="other")])
+    assert {(path.name, sink): found.seq for (path, sink), found in files.first.items()} == {
+        ("here.jsonl", "deliver/http"): 1, ("here.jsonl", "deliver/other"): 2, ("there.jsonl", "deliver/http"): 4}

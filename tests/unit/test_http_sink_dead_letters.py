@@ -109,3 +109,14 @@ def test_a_dead_letter_path_in_a_missing_folder_is_refused_before_anything_runs(
     assert str(raised.value) == (
         f'{spec}: computations/deliver/sinks/http/parameters/dead_letter_path: folder "{tmp_path / "missing"}" of '
         "the dead-letter file does not exist: create it, or point dead_letter_path into an existing folder")
+
+
+def test_a_dead_letter_path_that_is_a_directory_is_refused_before_anything_runs(tmp_path: Path) -> None:
+    (tmp_path / "dead").mkdir()
+    spec, dynamic = payload_spec(tmp_path, "http://127.0.0.1:9/events", [],
+                                 sink_parameters={"dead_letter_path": str(tmp_path / "dead")})
+    with pytest.raises(SpecError) as raised:
+        load_plan(spec, dynamic)
+    assert str(raised.value) == (
+        f'{spec}: computations/deliver/sinks/http/parameters/dead_letter_path: "{tmp_path / "dead"}" is a directory, '
+        "not a file: point dead_letter_path at a file in it, e.g. dead_letters.jsonl")

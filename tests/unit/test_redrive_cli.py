@@ -12,7 +12,14 @@ from typer.testing import CliRunner
 
 from egress.cli.main import app
 from egress.connectors.base import SINKS
-from egress.connectors.dead_letters import Attempt, DeadLetter, encode_dead_letter
+from egress.connectors.dead_letters import (
+    Attempt,
+    DeadLetter,
+    decode_dead_letter,
+    encode_dead_letter,
+    encode_redriven,
+    redrive_record_path,
+)
 from egress.spec import StreamSpec
 from tests.conftest import payload_spec
 
@@ -97,3 +104,37 @@ def test_an_invalid_spec_is_reported_as_by_validate(dead: Path, tmp_path: Path) 
     code, output = redrive(str(dead), str(broken), "--sink", "deliver/http")
     assert code == 2
     assert str(broken) in output
+
+
+def test_an_incomplete_last_line_is_not_redriven_and_exits_1_with_the_fix(dead: Path, spec: Path) -> None:
+    """A whole letter without its newline (cut by a crash before it, or edited by hand) is not read:
+    the letters are not all sent, so the exit code is 1 and the output says how to fix the line."""
+    dead.write_bytes(dead.read_bytes().rstrip(b"\n"))
+    code, output = redrive(str(dead), str(spec), "--sink", "deliver/http")
+    assert code == 1
+    size = dead.stat().st_size
+    assert output.splitlines()[0] == (f"redrive {dead} through deliver/http: 0 delivered, 0 already redriven, "
+                                      f"0 failed, the incomplete last line ({size} bytes) not redriven")
+    assert (f"the last {size} byte(s) of {dead} are not a complete line (cut by a crash, or being written now): "
+            "not redriven; if that line is a whole letter, add the missing newline at its end and run egress "
+            "redrive again") in output
+
+
+def test_redrive_checks_only_the_named_sink_so_it_runs_from_any_folder(tmp_path: Path, dead: Path) -> None:
+    """The process function cannot be imported here, the source's file and the Spec's own
+    dead_letter_path folder are missing: none of them is needed to send through the sink."""
+    spec, _ = payload_spec(tmp_path, "http://127.0.0.1:9/events", [], processing_function="nowhere.at_all:Function",
+                           sink_parameters={"dead_letter_path": "not/here/dead.jsonl"})
+    (tmp_path / "payloads.jsonl").unlink()
+    redrive_record_path(dead).write_bytes(encode_redriven(decode_dead_letter(dead.read_bytes()), 3.0))
+    code, output = redrive(str(dead), str(spec), "--sink", "deliver/http")
+    assert (code, output.splitlines()[0]) == (0, f"redrive {dead} through deliver/http: 0 delivered, "
+                                                 "1 already redriven, 0 failed")
+
+
+def test_redrive_still_checks_the_parameters_of_the_named_sink(tmp_path: Path, dead: Path) -> None:
+    spec, dynamic = payload_spec(tmp_path, "http://127.0.0.1:9/events", [], processing_function="nowhere:Function",
+                                 dynamic_parameters={"max_attempt_count": 0})
+    code, output = redrive(str(dead), str(spec), "--sink", "deliver/http", "--dynamic-spec", str(dynamic))
+    assert code == 2
+    assert one_line(output).startswith(f"{dynamic}: computations/deliver/sinks/http/parameters/max_attempt_count: ")

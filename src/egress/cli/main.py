@@ -203,12 +203,9 @@ class _Reporter:
 
     def _first_dead_letters(self) -> None:
         """The first dead letter of each sink and file (the summary counts them all at the end)."""
-        latest = self._pipeline.dead_letters.latest
-        if latest is None:
-            return
-        letter, path = latest
-        sink = f"{letter.computation}/{letter.sink}"
-        if (path, sink) not in self._dead_letters:
+        for (path, sink), letter in self._pipeline.dead_letters.first.items():
+            if (path, sink) in self._dead_letters:
+                continue
             self._dead_letters.add((path, sink))
             console.print(Text(f"dead letter of {sink} partition {letter.partition} seq {letter.seq} written to {path} "
                                f"(the partition goes on): {letter.error}", style="yellow"), highlight=False)

@@ -1,7 +1,8 @@
 """``egress redrive DEAD_LETTER_FILE SPEC --sink COMPUTATION/SINK``: re-send dead letters.
 
-Prints one line with what happened (delivered, already redriven, failed) and one line per failed
-letter; exit code 0 when every letter of the sink is now delivered, 1 when some failed again, 2 when
+Prints one line with what happened (delivered, already redriven, failed, an incomplete last line not
+redriven) and one line per failed letter; exit code 0 when every letter of the sink is now delivered,
+1 when some failed again or the file's last line is incomplete (not read, so not sent), 2 when
 it cannot start (the Spec, the file or ``--sink``), each with a one-line error naming the fix.
 """
 
@@ -18,8 +19,7 @@ from rich.text import Text
 
 from egress.connectors.dead_letters import DeadLetter, DeadLetterFileError, redrive_record_path
 from egress.errors import SpecError
-from egress.runtime import load_plan
-from egress.runtime.redrive import RedriveError, RedriveReport, redrive
+from egress.runtime.redrive import RedriveError, RedriveReport, load_redrive_target, redrive
 
 console = Console(stderr=True, soft_wrap=True)
 SHOWN_FAILURES = 20
@@ -39,12 +39,15 @@ def redrive_command(
     """Re-send the dead letters of a sink through it, as the Spec configures it now, with their original
     idempotency keys; what is delivered is recorded in DEAD_LETTER_FILE.redriven and never sent again."""
     try:
-        plan = load_plan(spec, dynamic_spec)
+        target = load_redrive_target(spec, dynamic_spec, sink, dead_letter_file)
     except SpecError as error:
         console.print(Text(error.format(), style="red"), highlight=False)
         raise typer.Exit(2) from None
+    except RedriveError as error:
+        console.print(Text(f"egress redrive: {error}", style="red"), highlight=False)
+        raise typer.Exit(2) from None
     try:
-        outcome = asyncio.run(redrive(plan, dead_letter_file, sink, throttler_url=throttler_url))
+        outcome = asyncio.run(redrive(target, dead_letter_file, throttler_url=throttler_url))
     except (RedriveError, DeadLetterFileError) as error:
         console.print(Text(f"egress redrive: {error}", style="red"), highlight=False)
         raise typer.Exit(2) from None
@@ -69,13 +72,14 @@ def report_document(report: RedriveReport) -> dict[str, Any]:
 def _print(report: RedriveReport) -> None:
     typer.echo(f"redrive {report.file} through {report.sink}: {len(report.delivered)} delivered, "
                f"{report.already_redriven} already redriven, {len(report.failed)} failed"
-               + (f", {report.not_attempted} not attempted" if report.not_attempted else ""))
+               + (f", {report.not_attempted} not attempted" if report.not_attempted else "")
+               + (f", the incomplete last line ({report.torn_bytes} bytes) not redriven" if report.torn_bytes else ""))
     for letter, error in report.failed[:SHOWN_FAILURES]:
         console.print(Text(f"failed: partition {letter.partition} seq {letter.seq} key {letter.idempotency_key}: "
                            f"{error}", style="yellow"), highlight=False)
     if len(report.failed) > SHOWN_FAILURES:
         console.print(f"... and {len(report.failed) - SHOWN_FAILURES} more failed", highlight=False)
-    if not report.ok:
+    if report.failed or report.not_attempted:
         console.print("the letters that failed stay in the file: run egress redrive again once the cause is fixed",
                       highlight=False)
     if report.delivered:
@@ -84,4 +88,5 @@ def _print(report: RedriveReport) -> None:
         console.print(f"{count} line(s) of sink {name} left alone (redrive them with --sink {name})", highlight=False)
     if report.torn_bytes:
         console.print(f"the last {report.torn_bytes} byte(s) of {report.file} are not a complete line (cut by a crash, "
-                      "or being written now): not a dead letter", highlight=False)
+                      "or being written now): not redriven; if that line is a whole letter, add the missing "
+                      "newline at its end and run egress redrive again", highlight=False)

@@ -82,7 +82,7 @@ class DeadLetter:
         return (self.computation, self.sink, self.message_id)
 
     def summary(self) -> dict[str, Any]:
-        """The line's fields without the payload and the attempts (for ``/status``)."""
+        """The line's fields without the payload, ``attempts`` as their count (for ``/status``)."""
         return {"dead_lettered_at": self.dead_lettered_at, "computation": self.computation, "sink": self.sink,
                 "partition": self.partition, "seq": self.seq, "message_id": self.message_id.hex(),
                 "idempotency_key": self.idempotency_key, "attempts": len(self.attempts), "error": self.error}
@@ -159,14 +159,17 @@ def redriven_counts(path: str | Path) -> collections.Counter[LetterKey]:
 
 
 def check_dead_letter_path(path: str | None) -> list[SpecError]:
-    """Spec check of a sink's ``dead_letter_path``: its folder must exist (relative paths start at
-    the folder ``egress run`` runs in)."""
+    """Spec check of a sink's ``dead_letter_path``: its folder must exist and the path must not be a
+    directory (relative paths start at the folder ``egress run`` runs in)."""
     if path is None:
         return []
     folder = Path(path).parent
     if not folder.is_dir():
         return [SpecError(f'folder "{folder}" of the dead-letter file does not exist: create it, or point '
                           "dead_letter_path into an existing folder", path="parameters/dead_letter_path")]
+    if Path(path).is_dir():
+        return [SpecError(f'"{path}" is a directory, not a file: point dead_letter_path at a file in it, e.g. '
+                          "dead_letters.jsonl", path="parameters/dead_letter_path")]
     return []
 
 
@@ -251,13 +254,15 @@ class DeadLetterFile:
 
 class DeadLetterFiles:
     """The dead-letter files of one run by path (one :class:`DeadLetterFile` per path), with the
-    number of lines written (in all, and by file and ``computation/sink``) and the latest one, for
+    number of lines written (in all, and by file and ``computation/sink``), the first line of each
+    file and ``computation/sink`` (what ``egress run`` prints while it runs) and the latest one, for
     ``/status`` and the end of ``egress run``."""
 
     def __init__(self) -> None:
         self._files: dict[Path, DeadLetterFile] = {}
         self.written = 0
         self.by_file: collections.Counter[tuple[Path, str]] = collections.Counter()
+        self.first: dict[tuple[Path, str], DeadLetter] = {}
         self.latest: tuple[DeadLetter, Path] | None = None
 
     def open(self, path: str | Path) -> DeadLetterOutput:
@@ -271,6 +276,7 @@ class DeadLetterFiles:
     def _written(self, letter: DeadLetter, path: Path) -> None:
         self.written += 1
         self.by_file[(path, f"{letter.computation}/{letter.sink}")] += 1
+        self.first.setdefault((path, f"{letter.computation}/{letter.sink}"), letter)
         self.latest = (letter, path)
 
     def status(self) -> dict[str, Any]:

@@ -31,7 +31,7 @@ from egress.engines.protocols import (
     OutboxMessage,
     SinkProgress,
 )
-from egress.errors import StateDirectoryError
+from egress.errors import SpecMismatchError, StateDirectoryError
 from egress.keys import partition_of
 from egress.rows import decode_row, encode_row, first_unstorable_row_error
 
@@ -459,13 +459,13 @@ def read_state(state_dir: str | Path) -> dict[str, list[tuple[str, str, bytes, b
 
 
 def check_metadata(meta: dict[str, str], state_dir: str | Path, pipeline: str) -> None:
-    """Raise :class:`StateDirectoryError` unless the directory's metadata ``meta`` says it belongs
-    to ``pipeline`` and has a layout version this egress reads (:data:`READABLE_SCHEMA_VERSIONS`)."""
+    """Raise :class:`SpecMismatchError` (without the Spec file) unless the directory's metadata
+    ``meta`` says it belongs to ``pipeline``, :class:`StateDirectoryError` unless it has a layout
+    version this egress reads (:data:`READABLE_SCHEMA_VERSIONS`)."""
     if meta.get("pipeline") != pipeline:
-        raise StateDirectoryError(
-            f"{state_dir}: the state directory belongs to pipeline {meta.get('pipeline')!r}, "
-            f"not {pipeline!r}; choose another --state-dir"
-        )
+        raise SpecMismatchError(f"state directory {state_dir} belongs to pipeline {meta.get('pipeline')!r}, not "
+                                f"{pipeline!r}: give this Spec another --state-dir", path="pipeline",
+                                state_dir=str(state_dir))
     if meta.get("schema_version") not in READABLE_SCHEMA_VERSIONS:
         raise StateDirectoryError(
             f"{state_dir}: state layout version {meta.get('schema_version')} is not one this egress "

@@ -204,12 +204,15 @@ def unrecorded_mismatch(unreachable: list[str], plan: Plan, state_dir: str | Pat
 def check_recorded_layout(plan: Plan, state_dir: str | Path) -> str:
     """What ``egress validate --state-dir`` reports, read without taking the directory over: a
     one-line note when ``plan`` may run on ``state_dir``; raises :class:`SpecMismatchError` when
-    its layout differs from the recorded one, :class:`StateDirectoryError` when the directory
-    belongs to another pipeline."""
+    its layout differs from the recorded one or the directory belongs to another pipeline,
+    :class:`StateDirectoryError` when its layout version is not one this egress reads."""
     meta = read_metadata(state_dir)
     if meta is None:
         return f"state directory {state_dir} holds no committed state yet"
-    check_metadata(meta, state_dir, plan.spec.pipeline)
+    try:
+        check_metadata(meta, state_dir, plan.spec.pipeline)
+    except SpecMismatchError as other_pipeline:
+        raise other_pipeline.in_file(plan.spec_file) from None
     text = meta.get(LAYOUT_KEY)
     if text is None:
         return (f"state directory {state_dir} records no Spec layout yet (an earlier egress wrote it); the next run "

@@ -21,7 +21,7 @@ import orjson
 from egress.clock import Clock, RealClock
 from egress.connectors.dead_letters import DeadLetterFiles
 from egress.engines import Engine, SqliteEngine
-from egress.errors import SpecError
+from egress.errors import SpecError, SpecMismatchError
 from egress.observe import Metrics, StatusTree
 from egress.observe.server import StatusServer
 from egress.runtime.layout import LAYOUT_KEY, layout_mismatch, spec_layout, unreachable_work, unrecorded_mismatch
@@ -118,7 +118,10 @@ class Pipeline:
         engine = self._engine_factory(self.state_dir, spec.pipeline, self.options)
         dynamic = self.plan.dynamic_spec
         try:
-            await engine.open()
+            try:
+                await engine.open()
+            except SpecMismatchError as mismatch:  # another pipeline's directory: name the Spec, as layouts do
+                raise mismatch.in_file(self.plan.spec_file) from None
             await self._check_state_directory(engine)
             if dynamic.throttlers or self.options.throttler_url is not None:
                 self.throttling = Throttling(dynamic, self.clock, registry=self.metrics.registry,

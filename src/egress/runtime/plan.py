@@ -76,16 +76,18 @@ class Plan:
 
 def load_plan(spec_path: str | Path, dynamic_spec_path: str | Path | None = None) -> Plan:
     """Load both files and build the plan; raises :class:`SpecError` (often :class:`SpecErrors`)."""
-    spec_file = str(spec_path)
-    spec = validate_model(Spec, load_document(spec_path), file=spec_file)
-    dynamic_file = str(dynamic_spec_path) if dynamic_spec_path is not None else None
-    dynamic = (
-        validate_model(DynamicSpec, load_document(dynamic_spec_path), file=dynamic_file)
-        if dynamic_spec_path is not None
-        else DynamicSpec()
-    )
-    return build_plan(spec, dynamic, base_dir=Path(spec_path).resolve().parent,
-                      spec_file=spec_file, dynamic_spec_file=dynamic_file)
+    spec, dynamic = load_specs(spec_path, dynamic_spec_path)
+    return build_plan(spec, dynamic, base_dir=Path(spec_path).resolve().parent, spec_file=str(spec_path),
+                      dynamic_spec_file=None if dynamic_spec_path is None else str(dynamic_spec_path))
+
+
+def load_specs(spec_path: str | Path, dynamic_spec_path: str | Path | None = None) -> tuple[Spec, DynamicSpec]:
+    """The Spec and the DynamicSpec (empty without a file), each validated as a document only;
+    raises :class:`SpecError` (often :class:`SpecErrors`) naming the file."""
+    spec = validate_model(Spec, load_document(spec_path), file=str(spec_path))
+    if dynamic_spec_path is None:
+        return spec, DynamicSpec()
+    return spec, validate_model(DynamicSpec, load_document(dynamic_spec_path), file=str(dynamic_spec_path))
 
 
 def build_plan(
@@ -105,7 +107,7 @@ def build_plan(
     def known_stream(stream_id: str, path: str) -> bool:
         if stream_id in spec.streams:
             return True
-        problem(f'unknown stream id "{stream_id}" (the Spec declares: {", ".join(sorted(spec.streams))})', path)
+        problem(_unknown_stream(spec, stream_id), path)
         return False
 
     def registered(registry: Registry, name: str, path: str) -> Any:
@@ -153,33 +155,10 @@ def build_plan(
         function_class = _import_function(computation.processing_function, f"{at}/processing_function",
                                           spec_file, errors)
         sinks: dict[str, SinkPlan] = {}
-        for sink_id, sink in computation.sinks.items():
-            sink_at = f"{at}/sinks/{sink_id}"
-            sink_class = registered(SINKS, sink.sink_class_name, f"{sink_at}/sink_class_name")
-            if sink_class is None:
-                continue
-            inputs: dict[str, StreamSpec] = {}
-            for i, stream_id in enumerate(sink.input_stream_ids):
-                if not known_stream(stream_id, f"{sink_at}/input_stream_ids/{i}"):
-                    continue
-                if stream_id not in computation.output_stream_ids:
-                    problem(f'stream "{stream_id}" is not an output stream of computation "{computation_id}"',
-                            f"{sink_at}/input_stream_ids/{i}")
-                    continue
-                inputs[stream_id] = spec.streams[stream_id]
-            parameters = _parameters(sink_class.parameters_model, sink.parameters, spec_file,
-                                     f"{sink_at}/parameters", errors)
-            dynamic_at = f"computations/{computation_id}/sinks/{sink_id}/parameters"
-            dynamic_parameters = _parameters(sink_class.dynamic_parameters_model,
-                                             dynamic.sink_parameters(computation_id, sink_id),
-                                             dynamic_spec_file, dynamic_at, errors)
-            if parameters is None or dynamic_parameters is None or len(inputs) != len(sink.input_stream_ids):
-                continue
-            construction = sink_class.check(parameters, inputs)
-            errors.extend(e.at(file=spec_file, prefix=sink_at) for e in construction)
-            if not construction:
-                sinks[sink_id] = SinkPlan(sink_id, sink_class, parameters, dynamic_parameters,
-                                          sink.input_stream_ids[0])
+        for sink_id in computation.sinks:
+            sink_plan = _sink_plan(spec, dynamic, computation_id, sink_id, spec_file, dynamic_spec_file, errors)
+            if sink_plan is not None:
+                sinks[sink_id] = sink_plan
         if function_class is not None:
             static_parameters = _parameters_or_dict(
                 function_class.parameters_model, computation.processing_function_parameters, spec_file,
@@ -218,15 +197,93 @@ def build_plan(
         errors.extend(found.errors)
     for planned in computations.values():
         for sink_plan in planned.sinks.values():
-            throttler_id = getattr(sink_plan.parameters, "throttler_id", None)
-            if throttler_id is not None and throttler_id not in throttlers:
-                problem(f'Throttler "{throttler_id}" is not configured: declare it under throttlers in the '
-                        "DynamicSpec", f"computations/{planned.computation_id}/sinks/{sink_plan.sink_id}/parameters/"
-                        "throttler_id")
+            errors.extend(_throttler_problems(planned.computation_id, sink_plan, throttlers, spec_file))
 
     if errors:
         raise SpecErrors(errors)
     return Plan(spec, dynamic, base_dir, spec_file, dynamic_spec_file, sources, computations)
+
+
+def build_sink_plan(
+    spec: Spec,
+    dynamic: DynamicSpec,
+    computation_id: str,
+    sink_id: str,
+    *,
+    spec_file: str | None = None,
+    dynamic_spec_file: str | None = None,
+    parameter_overrides: dict[str, Any] | None = None,
+) -> SinkPlan:
+    """The sink ``sink_id`` of computation ``computation_id`` (both in ``spec``), built and checked
+    alone, as :func:`build_plan` builds each sink: its class, the streams it reads, its static
+    parameters (``parameter_overrides`` replacing fields of the Spec's) and dynamic parameters, and
+    its throttler in ``dynamic``. Nothing else of the Spec is checked and no process function is
+    imported (``egress redrive`` needs only the sink). Raises :class:`SpecErrors`."""
+    errors: list[SpecError] = []
+    sink_plan = _sink_plan(spec, dynamic, computation_id, sink_id, spec_file, dynamic_spec_file, errors,
+                           parameter_overrides or {})
+    if sink_plan is not None:
+        try:
+            throttlers = validate_dynamic_throttlers(dynamic, file=dynamic_spec_file)
+        except SpecErrors as found:
+            errors.extend(found.errors)
+        else:
+            errors.extend(_throttler_problems(computation_id, sink_plan, throttlers, spec_file))
+    if errors or sink_plan is None:
+        raise SpecErrors(errors)
+    return sink_plan
+
+
+def _sink_plan(
+    spec: Spec, dynamic: DynamicSpec, computation_id: str, sink_id: str, spec_file: str | None,
+    dynamic_spec_file: str | None, errors: list[SpecError], parameter_overrides: dict[str, Any] | None = None,
+) -> SinkPlan | None:
+    """One sink checked and resolved, or ``None`` with its problems appended to ``errors``."""
+    computation = spec.computations[computation_id]
+    sink = computation.sinks[sink_id]
+    sink_at = f"computations/{computation_id}/sinks/{sink_id}"
+    try:
+        sink_class = SINKS.get(sink.sink_class_name)
+    except KeyError as error:
+        errors.append(SpecError(str(error.args[0]), path=f"{sink_at}/sink_class_name", file=spec_file))
+        return None
+    inputs: dict[str, StreamSpec] = {}
+    for i, stream_id in enumerate(sink.input_stream_ids):
+        at = f"{sink_at}/input_stream_ids/{i}"
+        if stream_id not in spec.streams:
+            errors.append(SpecError(_unknown_stream(spec, stream_id), path=at, file=spec_file))
+        elif stream_id not in computation.output_stream_ids:
+            errors.append(SpecError(f'stream "{stream_id}" is not an output stream of computation '
+                                    f'"{computation_id}"', path=at, file=spec_file))
+        else:
+            inputs[stream_id] = spec.streams[stream_id]
+    parameters = _parameters(sink_class.parameters_model, {**sink.parameters, **(parameter_overrides or {})},
+                             spec_file, f"{sink_at}/parameters", errors)
+    dynamic_parameters = _parameters(sink_class.dynamic_parameters_model,
+                                     dynamic.sink_parameters(computation_id, sink_id),
+                                     dynamic_spec_file, f"{sink_at}/parameters", errors)
+    if parameters is None or dynamic_parameters is None or len(inputs) != len(sink.input_stream_ids):
+        return None
+    construction = sink_class.check(parameters, inputs)
+    errors.extend(e.at(file=spec_file, prefix=sink_at) for e in construction)
+    if construction:
+        return None
+    return SinkPlan(sink_id, sink_class, parameters, dynamic_parameters, sink.input_stream_ids[0])
+
+
+def _unknown_stream(spec: Spec, stream_id: str) -> str:
+    return f'unknown stream id "{stream_id}" (the Spec declares: {", ".join(sorted(spec.streams))})'
+
+
+def _throttler_problems(computation_id: str, sink_plan: SinkPlan, throttlers: dict[str, Any],
+                        spec_file: str | None) -> list[SpecError]:
+    """The sink's ``throttler_id`` must name a throttler of the DynamicSpec."""
+    throttler_id = getattr(sink_plan.parameters, "throttler_id", None)
+    if throttler_id is None or throttler_id in throttlers:
+        return []
+    return [SpecError(f'Throttler "{throttler_id}" is not configured: declare it under throttlers in the DynamicSpec',
+                      path=f"computations/{computation_id}/sinks/{sink_plan.sink_id}/parameters/throttler_id",
+                      file=spec_file)]
 
 
 def _parameters(

@@ -2,8 +2,9 @@
 
 The letters of the named sink (``COMPUTATION/SINK``; lines of other sinks sharing the file are left
 alone) are sent through a fresh instance of that sink built from the Spec and DynamicSpec as they are
-now: its URL, headers, TLS settings, retries, redirects and throttler, through its own delivery path
-(:meth:`Sink.distribute`, then its acknowledgements). Each message keeps its message id, so its
+now (that sink alone, :func:`load_redrive_target`): its URL, headers, TLS settings, retries,
+redirects and throttler, through its own delivery path (:meth:`Sink.distribute`, then its
+acknowledgements). Each message keeps its message id, so its
 idempotency key (the async HTTP sink's ``Idempotency-Key``; for the Firehose sink, the letters of
 one batch are re-formed into that batch, under the same request id).
 
@@ -25,7 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from egress.clock import Clock, RealClock
-from egress.connectors.base import SinkContext
+from egress.connectors.base import SINKS, SinkContext
 from egress.connectors.dead_letters import (
     DeadLetter,
     DeadLetterFiles,
@@ -40,7 +41,8 @@ from egress.engines import OutboxMessage
 from egress.errors import EgressError
 from egress.line_files import LineFile, LineFileBusy
 from egress.observe import Metrics, StatusTree
-from egress.runtime.plan import ComputationPlan, Plan, SinkPlan
+from egress.runtime.plan import SinkPlan, build_sink_plan, load_specs
+from egress.spec import DynamicSpec
 from egress.throttler import Throttling
 
 
@@ -55,7 +57,7 @@ class RedriveReport:
     redriven), ``failed`` (letter and error; still to redrive), ``already_redriven`` (lines recorded
     by an earlier run), ``not_attempted`` (left after the sink stopped on a terminal error),
     ``other_sinks`` (lines of other sinks, by ``computation/sink``), ``torn_bytes`` (an incomplete
-    last line, not a letter)."""
+    last line: not read as a letter, so not sent; the redrive is then not ``ok``)."""
 
     file: Path
     sink: str
@@ -68,41 +70,75 @@ class RedriveReport:
 
     @property
     def ok(self) -> bool:
-        return not self.failed and not self.not_attempted
+        return not self.failed and not self.not_attempted and not self.torn_bytes
 
 
-def find_sink(plan: Plan, name: str) -> tuple[ComputationPlan, SinkPlan]:
-    """The computation and sink ``name`` (``COMPUTATION/SINK``) of ``plan``, if it can redrive
-    (its class has ``redrive_progress``: the HTTP sinks). Raises :class:`RedriveError` listing them."""
-    redrivable = [f"{c.computation_id}/{s.sink_id}" for c in plan.computations.values() for s in c.sinks.values()
-                  if hasattr(s.sink_class, "redrive_progress")]
+@dataclass(frozen=True)
+class RedriveTarget:
+    """The sink a redrive sends through: its computation id, its plan, and the DynamicSpec (its file)
+    whose throttlers it takes."""
+
+    computation_id: str
+    sink: SinkPlan
+    dynamic_spec: DynamicSpec
+    dynamic_spec_file: str | None
+
+    @property
+    def name(self) -> str:
+        return f"{self.computation_id}/{self.sink.sink_id}"
+
+
+def load_redrive_target(spec_path: str | Path, dynamic_spec_path: str | Path | None, name: str,
+                        dead_letter_file: str | Path) -> RedriveTarget:
+    """The sink ``name`` (``COMPUTATION/SINK``) of the Spec file, built and checked alone
+    (:func:`~egress.runtime.plan.build_sink_plan`): its parameters, its dynamic parameters, the
+    streams it reads and its throttler, with ``dead_letter_file`` as its ``dead_letter_path``; the
+    process functions are not imported and nothing else of the Spec is checked, so a redrive runs
+    from any folder. Raises :class:`SpecError` (the files, the sink) and :class:`RedriveError`
+    (no such sink, not an HTTP sink)."""
+    spec, dynamic = load_specs(spec_path, dynamic_spec_path)
+    spec_file = str(spec_path)
+    dynamic_file = None if dynamic_spec_path is None else str(dynamic_spec_path)
+    known = set(SINKS.names())  # an unknown class of the named sink is reported by build_sink_plan
+    classes = {(computation_id, sink_id): SINKS.get(sink.sink_class_name) if sink.sink_class_name in known else None
+               for computation_id, computation in spec.computations.items()
+               for sink_id, sink in computation.sinks.items()}
+    computation_id, sink_id = _redrivable(classes, name, spec_file)
+    sink = build_sink_plan(spec, dynamic, computation_id, sink_id, spec_file=spec_file,
+                           dynamic_spec_file=dynamic_file,
+                           parameter_overrides={"dead_letter_path": str(dead_letter_file)})
+    return RedriveTarget(computation_id, sink, dynamic, dynamic_file)
+
+
+def _redrivable(classes: dict[tuple[str, str], Any], name: str, spec_file: str | None) -> tuple[str, str]:
+    """``name`` as (computation id, sink id) if ``classes`` (the sink classes by those ids) has it and
+    its class can redrive. Raises :class:`RedriveError` listing those that can."""
+    redrivable = [f"{c}/{s}" for (c, s), sink_class in classes.items() if hasattr(sink_class, "redrive_progress")]
     choices = ", ".join(redrivable) if redrivable else "none: the Spec has no async_http or firehose_http sink"
     computation_id, _, sink_id = name.partition("/")
-    computation = plan.computations.get(computation_id)
-    sink = computation.sinks.get(sink_id) if computation is not None else None
-    if computation is None or sink is None:
-        raise RedriveError(f"--sink {name}: no such sink in {plan.spec_file or 'the Spec'}; give COMPUTATION/SINK, "
+    if (computation_id, sink_id) not in classes:
+        raise RedriveError(f"--sink {name}: no such sink in {spec_file or 'the Spec'}; give COMPUTATION/SINK, "
                            f"one of: {choices}")
-    if not hasattr(sink.sink_class, "redrive_progress"):
-        raise RedriveError(f"--sink {name} is a {sink.sink_class.__name__}, not an HTTP sink: redrive sends through "
+    sink_class = classes[(computation_id, sink_id)]
+    if sink_class is not None and not hasattr(sink_class, "redrive_progress"):
+        raise RedriveError(f"--sink {name} is a {sink_class.__name__}, not an HTTP sink: redrive sends through "
                            f"an async_http or firehose_http sink, one of: {choices}")
-    return computation, sink
+    return computation_id, sink_id
 
 
-async def redrive(plan: Plan, file: str | Path, sink_name: str, *, clock: Clock | None = None,
+async def redrive(target: RedriveTarget, file: str | Path, *, clock: Clock | None = None,
                   metrics: Metrics | None = None, throttler_url: str | None = None) -> RedriveReport:
-    """Redrive the letters of ``sink_name`` in ``file`` (see the module docs).
+    """Redrive the letters of the sink ``target`` in ``file`` (see the module docs).
 
-    Raises :class:`RedriveError` (the sink, or another redrive holding the file) and
+    Raises :class:`RedriveError` (another redrive holding the file) and
     :class:`~egress.connectors.dead_letters.DeadLetterFileError` (the file or its record).
     """
-    computation, sink_plan = find_sink(plan, sink_name)
     path = Path(file)
     letters, torn = read_dead_letters(path)
-    report = RedriveReport(path, sink_name, torn_bytes=torn)
+    report = RedriveReport(path, target.name, torn_bytes=torn)
     mine = []
     for letter in letters:
-        if (letter.computation, letter.sink) == (computation.computation_id, sink_plan.sink_id):
+        if (letter.computation, letter.sink) == (target.computation_id, target.sink.sink_id):
             mine.append(letter)
         else:
             report.other_sinks[f"{letter.computation}/{letter.sink}"] += 1
@@ -111,8 +147,8 @@ async def redrive(plan: Plan, file: str | Path, sink_name: str, *, clock: Clock 
         with record.exclusively():
             pending = _pending(mine, redriven_counts(path), report)
             if pending:
-                await _send(plan, computation, sink_plan, pending, record, report, clock or RealClock(),
-                            metrics or Metrics(), throttler_url)
+                await _send(target, pending, record, report, clock or RealClock(), metrics or Metrics(),
+                            throttler_url)
     except LineFileBusy:
         raise RedriveError(f"{record.path} is held by another egress redrive of {path}: wait for it to finish") \
             from None
@@ -159,17 +195,17 @@ class _Noted:
         return future
 
 
-async def _send(plan: Plan, computation: ComputationPlan, sink_plan: SinkPlan,
-                pending: dict[LetterKey, list[DeadLetter]], record: LineFile, report: RedriveReport, clock: Clock,
-                metrics: Metrics, throttler_url: str | None) -> None:
+async def _send(target: RedriveTarget, pending: dict[LetterKey, list[DeadLetter]], record: LineFile,
+                report: RedriveReport, clock: Clock, metrics: Metrics, throttler_url: str | None) -> None:
     """Send one message per pending key through a new instance of the sink and record each delivery."""
     sending = [lines[0] for lines in pending.values()]
     failed_again = _FailedAgain()
     acknowledged = asyncio.Event()
-    dynamic = plan.dynamic_spec
+    dynamic = target.dynamic_spec
+    sink_plan = target.sink
     throttling = Throttling(dynamic, clock, registry=metrics.registry, throttler_url=throttler_url,
-                            file=plan.dynamic_spec_file) if dynamic.throttlers or throttler_url else None
-    context = SinkContext(computation.computation_id, sink_plan.sink_id, 0, clock, metrics, StatusTree(),
+                            file=target.dynamic_spec_file) if dynamic.throttlers or throttler_url else None
+    context = SinkContext(target.computation_id, sink_plan.sink_id, 0, clock, metrics, StatusTree(),
                           acknowledged.set, throttling, failed_again)
     # A dead-letter output even when the Spec no longer names one: each letter stands alone.
     parameters = sink_plan.parameters.model_copy(update={"dead_letter_path": str(report.file)})
@@ -203,4 +239,4 @@ async def _send(plan: Plan, computation: ComputationPlan, sink_plan: SinkPlan,
             await throttling.aclose()
 
 
-__all__ = ["RedriveError", "RedriveReport", "find_sink", "redrive"]
+__all__ = ["RedriveError", "RedriveReport", "RedriveTarget", "load_redrive_target", "redrive"]
