@@ -525,8 +525,14 @@ class NatsEngine:
         lost when nobody listens or the connection is down), to which this engine subscribes once a
         callback is registered (at ``open()`` if not yet open). Notes this instance sent are ignored."""
         self._appends_callbacks.append(callback)
-        if self._connection is not None and self._appends_subscription is None:
+        if self._connection is not None and self._appends_subscription is None and self._subscribing is None:
             self._subscribing = asyncio.get_running_loop().create_task(self._subscribe_appends())
+            self._subscribing.add_done_callback(self._subscribed)
+
+    def _subscribed(self, task: asyncio.Task[None]) -> None:
+        if not task.cancelled() and task.exception() is not None:
+            logger.warning("NATS %s: no append notes: %s", self.url, task.exception())
+            self._subscribing = None  # the next registration tries again
 
     async def _subscribe_appends(self) -> None:
         connection = self._connection
