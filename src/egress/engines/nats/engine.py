@@ -412,15 +412,11 @@ class NatsEngine:
             if holder not in (None, "", owner):
                 return None
             record = self._lease_record(consumer, partition, owner, ttl)
-            try:
-                revision = await self._js().publish(
-                    Outgoing(subject, record, {**expect_last(0 if stored is None else stored.seq, subject),
-                                               **_ttl_headers(ttl)}))
-            except JetStreamRequestError as error:
-                if error.code == WRONG_LAST_SEQUENCE:
-                    continue  # taken, released or lapsed between the read and the publish: read again
-                raise NatsEngineError(f"{self.url}: bucket {self.bucket}: the lease of {consumer} partition "
-                                      f"{partition} was refused: {error}") from None
+            expected = expect_last(0 if stored is None else stored.seq, subject)
+            revision = await self._publish_lease(Outgoing(subject, record, {**expected, **_ttl_headers(ttl)}),
+                                                 f"the lease of {consumer} partition {partition}")
+            if revision is None:
+                continue  # taken, released or lapsed between the read and the publish: read again
             self._leases[(consumer, partition)] = _Lease(revision, revision, owner)
             self._views.pop((consumer, partition), None)
             return revision
@@ -429,11 +425,14 @@ class NatsEngine:
 
     def _lease_record(self, consumer: str, partition: int, worker: str, ttl: float,
                       epoch: int | None = None) -> bytes:
+        """The JSON of a lease (``records``' module docs); ``epoch`` for a renewal, ``None`` when taking it."""
         now = self._clock.now()
         lease: dict[str, Any] = {"consumer": consumer, "partition": partition, "owner": self.owner, "ttl": ttl,
-                                 "acquired_at": now, "worker": worker, "expires_at": now + ttl}
-        if epoch is not None:
-            lease["epoch"] = epoch
+                                 "worker": worker, "expires_at": now + ttl}
+        if epoch is None:
+            lease["acquired_at"] = now
+        else:
+            lease.update(epoch=epoch, renewed_at=now)
         return json.dumps(lease).encode()
 
     async def renew(self, consumer: str, partition: int, epoch: int, ttl: float) -> bool:
@@ -442,50 +441,53 @@ class NatsEngine:
         subject moved on (lapsed and removed by the server, released, or taken). Waits for a commit
         of the same lease in flight, which would otherwise meet the new revision."""
         async with _locked(self._consumer_locks, [(consumer, partition)]):
+            lease = await self._held(consumer, partition, epoch)
+            if lease is None:
+                return False
             subject = self._layout.lease(consumer, partition)
-            lease = self._leases.get((consumer, partition))
-            if lease is None or lease.epoch != epoch:
-                lease = await self._stored_lease(subject, epoch)  # taken by another engine instance
-                if lease is None:
-                    return False
             record = self._lease_record(consumer, partition, lease.worker, ttl, epoch)
-            try:
-                revision = await self._js().publish(
-                    Outgoing(subject, record, {**expect_last(lease.revision, subject), **_ttl_headers(ttl)}))
-            except JetStreamRequestError as error:
-                if error.code == WRONG_LAST_SEQUENCE:
-                    return False
-                raise NatsEngineError(f"{self.url}: bucket {self.bucket}: the renewal of the lease of {consumer} "
-                                      f"partition {partition} was refused: {error}") from None
+            revision = await self._publish_lease(
+                Outgoing(subject, record, {**expect_last(lease.revision, subject), **_ttl_headers(ttl)}),
+                f"the renewal of the lease of {consumer} partition {partition}")
+            if revision is None:
+                return False
             lease.revision = revision
             self._leases[(consumer, partition)] = lease
             return True
 
-    async def _stored_lease(self, subject: str, epoch: int) -> _Lease | None:
-        """The lease on ``subject`` as stored, when it is held at ``epoch``."""
-        stored = await self._js().last(subject)
+    async def _held(self, consumer: str, partition: int, epoch: int) -> _Lease | None:
+        """The lease of ``(consumer, partition)`` as this engine took it at ``epoch``, else as stored
+        when it is held at ``epoch`` (another engine instance took it), else ``None``."""
+        lease = self._leases.get((consumer, partition))
+        if lease is not None and lease.epoch == epoch:
+            return lease
+        stored = await self._js().last(self._layout.lease(consumer, partition))
         if stored is None or _deleted(stored):
             return None
         info = records.lease_info(stored.data, stored.seq, self._clock.now())
         return _Lease(epoch, stored.seq, info.owner) if info.epoch == epoch else None
+
+    async def _publish_lease(self, message: Outgoing, what: str) -> int | None:
+        """Publish a lease message; its revision, or ``None`` when the subject's last sequence is
+        not the one it expects (the lease changed)."""
+        try:
+            return await self._js().publish(message)
+        except JetStreamRequestError as error:
+            if error.code == WRONG_LAST_SEQUENCE:
+                return None
+            raise NatsEngineError(f"{self.url}: bucket {self.bucket}: {what} was refused: {error}") from None
 
     async def release(self, consumer: str, partition: int, epoch: int) -> None:
         """Delete the lease held at ``epoch`` (a KV delete marker expecting its current revision):
         another owner may take it at once, and this epoch's commits, expecting the revision the
         marker replaced, are fenced. A no-op when it is not held at ``epoch``."""
         async with _locked(self._consumer_locks, [(consumer, partition)]):
+            lease = await self._held(consumer, partition, epoch)
+            if lease is None:
+                return
             subject = self._layout.lease(consumer, partition)
-            lease = self._leases.get((consumer, partition))
-            if lease is None or lease.epoch != epoch:
-                lease = await self._stored_lease(subject, epoch)  # taken by another engine instance
-                if lease is None:
-                    return
-            try:
-                await self._js().publish(Outgoing(subject, b"", {**TOMBSTONE, **expect_last(lease.revision, subject)}))
-            except JetStreamRequestError as error:
-                if error.code != WRONG_LAST_SEQUENCE:
-                    raise NatsEngineError(f"{self.url}: bucket {self.bucket}: the release of the lease of "
-                                          f"{consumer} partition {partition} was refused: {error}") from None
+            await self._publish_lease(Outgoing(subject, b"", {**TOMBSTONE, **expect_last(lease.revision, subject)}),
+                                      f"the release of the lease of {consumer} partition {partition}")
             if self._leases.get((consumer, partition)) is lease:
                 self._leases.pop((consumer, partition), None)
                 self._views.pop((consumer, partition), None)

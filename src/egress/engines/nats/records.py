@@ -15,9 +15,10 @@ from the SQLite engine (``bytes`` stay ``bytes``; a row of JSON, as written befo
   committing engine's instance id.
 
 Leases and members are JSON, for ``nats kv get``: a lease ``{"consumer", "partition", "owner"
-(host:pid of the process), "ttl", "acquired_at"}`` plus, for a lease of :meth:`try_acquire`,
-``"worker"`` (the owner worker id), ``"expires_at"`` (the lessee's clock, seconds since the Unix
-epoch) and, once renewed, ``"epoch"`` (the revision that took it); a member ``{"worker_id",
+(host:pid of the process), "ttl", "acquired_at"}`` plus, for a lease of ``try_acquire``,
+``"worker"`` (the owner worker id) and ``"expires_at"`` (the lessee's clock, seconds since the Unix
+epoch); a renewal has ``"epoch"`` (the revision that took it) and ``"renewed_at"`` instead of
+``"acquired_at"``; a member ``{"worker_id",
 "spec_digest", "details"}``.
 
 Whole values are packed and unpacked with ``ormsgpack`` (as rows are). ``msgpack`` stays for what
