@@ -469,13 +469,18 @@ class NatsEngine:
 
     async def _publish_lease(self, message: Outgoing, what: str) -> int | None:
         """Publish a lease message; its revision, or ``None`` when the subject's last sequence is
-        not the one it expects (the lease changed)."""
+        not the one it expects (the lease changed). When the subject's last message is this very
+        record (a request sent again after its answer was lost: the server checks the expected
+        sequence before duplicate message ids, measured on 2.15.1), that is its revision."""
         try:
             return await self._js().publish(message)
         except JetStreamRequestError as error:
-            if error.code == WRONG_LAST_SEQUENCE:
-                return None
-            raise NatsEngineError(f"{self.url}: bucket {self.bucket}: {what} was refused: {error}") from None
+            if error.code != WRONG_LAST_SEQUENCE:
+                raise NatsEngineError(f"{self.url}: bucket {self.bucket}: {what} was refused: {error}") from None
+        stored = await self._js().last(message.subject)
+        if message.payload and stored is not None and not _deleted(stored) and stored.data == message.payload:
+            return stored.seq
+        return None
 
     async def release(self, consumer: str, partition: int, epoch: int) -> None:
         """Delete the lease held at ``epoch`` (a KV delete marker expecting its current revision):
