@@ -108,6 +108,7 @@ class Metrics:
             ["sink_id"], registry=self.registry,
         )
         self.firehose = _FirehoseSinkMetrics(self.registry)
+        self.batching_http = _BatchingHttpSinkMetrics(self.registry)
         self.broken = Gauge(
             "egress_status_broken", "1 while the status path is in error (upstream /status_profiler/broken).",
             ["path"], registry=self.registry,
@@ -150,3 +151,22 @@ class _FirehoseSinkMetrics:
         self.dead_letters = counter("dead_letters", "Records written to the dead-letter file.")
         self.freshness = _Freshness()
         registry.register(self.freshness)
+
+
+class _BatchingHttpSinkMetrics:
+    """The ``batching_http`` sink's sensors (``egress_sink_batching_http_*{sink_id}``)."""
+
+    def __init__(self, registry: CollectorRegistry) -> None:
+        def counter(name: str, text: str, *labels: str) -> Counter:
+            return Counter(f"egress_sink_batching_http_{name}", text, ["sink_id", *labels], registry=registry)
+
+        self.batches = counter("batches", "Batches sent (first attempts).")
+        self.requests = counter("requests", "POST attempts started (retries and redirects included).")
+        self.retries = counter("retries", "Attempts after the first one of a batch.")
+        self.responses = counter("responses", "HTTP responses received, by status.", "status_code")
+        self.attempt_failures = counter("attempt_failures", "Transport errors and timeouts before a response.")
+        self.retry_after = counter("retry_after", "429 and 503 responses whose Retry-After paused their endpoint.")
+        self.retry_after_invalid = counter("retry_after_invalid", "Retry-After values that are neither form, ignored.")
+        self.records = counter("records_delivered", "Records acknowledged after a 2xx.")
+        self.bytes = counter("bytes_delivered", "Body bytes (before gzip) acknowledged after a 2xx.")
+        self.dead_letters = counter("dead_letters", "Records written to the dead-letter file.")

@@ -445,23 +445,24 @@ class BatchedSink:
         self._context.status.clear_error(self._status_path, batch.first_seq)
         self._context.on_progress()
 
-    def _dead_letter(self, batch: Batch, key: str, tried: Sequence[Attempt], error: str,
-                     written: Callable[[int], None] = lambda lines: None) -> None:
+    def _dead_letter(self, batch: Batch, key: str, tried: Sequence[Attempt], error: str) -> None:
         """Append ``batch``'s records to the dead-letter file (:func:`batch_letters`) and acknowledge the
-        batch once they are durable (``written(lines)`` first), or fail for good when they cannot be."""
+        batch once they are durable, or fail for good when they cannot be."""
         assert self._dead_letters is not None
         appended = self._dead_letters.append(batch_letters(self._context, batch, key, tried, error))
-        appended.add_done_callback(functools.partial(self._dead_letters_written, batch, written))
+        appended.add_done_callback(functools.partial(self._dead_letters_written, batch))
 
-    def _dead_letters_written(self, batch: Batch, written: Callable[[int], None],
-                              appended: asyncio.Future[int]) -> None:
+    def _dead_letters_written(self, batch: Batch, appended: asyncio.Future[int]) -> None:
         problem = appended.exception()
         if problem is not None:
             assert self._dead_letters is not None
             self._fail(batch, f"cannot write the dead-letter file {self._dead_letters.path}: {problem}")
             return
-        written(appended.result())
+        self._count_dead_letters(appended.result())
         self._acknowledge(batch)
+
+    def _count_dead_letters(self, lines: int) -> None:
+        """Called with the number of dead-letter lines written (the subclass counts them)."""
 
     def _fail(self, batch: Batch, error: str) -> None:
         """Terminal: nothing after ``batch`` is sent or acknowledged by this instance."""

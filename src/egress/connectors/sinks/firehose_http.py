@@ -312,7 +312,10 @@ class FirehoseHttpSink(BatchedSink):
             self._acknowledge(batch)
             return
         # The dead letters of the batch's records: its request id is their idempotency key.
-        self._dead_letter(batch, self._batch_key(batch), tried, error, self._m_dead_letters.inc)
+        self._dead_letter(batch, self._batch_key(batch), tried, error)
+
+    def _count_dead_letters(self, lines: int) -> None:
+        self._m_dead_letters.inc(lines)
 
 
 def _encode(request_id: str, timestamp_ms: int, records: list[bytes], gzip_level: int) -> bytes:
