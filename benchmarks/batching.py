@@ -36,8 +36,6 @@ import argparse
 import json
 import os
 import shutil
-import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -51,15 +49,14 @@ import yaml
 
 from delivery import (
     FUNCTIONS_MODULE,
+    NginxTarget,
     PhaseResult,
     Target,
     _wait_sampling,
     build_bodies,
     find_or_install_nginx,
-    free_port,
     print_profile,
     run_pycurl,
-    stop_process,
 )
 from egress.connectors.sinks.batching_http import batch_idempotency_key
 from egress.keys import derived_message_id, encode_key, partition_of, source_message_id, source_scope
@@ -115,52 +112,12 @@ def raw_batches(records: Sequence[bytes], partitions: int, path: Path) -> tuple[
     return bodies, keys
 
 
-class BatchNginx(Target):
-    """A local nginx (one worker) answering 200 to every POST of up to 64 MiB; its access log gives
-    the keys answered 2xx and their bodies' lengths."""
+class BatchNginx(NginxTarget):
+    """``benchmarks/delivery.py``'s nginx, taking bodies of up to 64 MiB; its access log gives the keys
+    answered 2xx and their bodies' lengths."""
 
-    name = "nginx"
-
-    def __init__(self, binary: str, work: Path) -> None:
-        self._binary = binary
-        self._work = work / "nginx"
-        self._log = self._work / "access.log"
-        self._process: subprocess.Popen[bytes] | None = None
-
-    def start(self) -> None:
-        self.stop()
-        self._work.mkdir(parents=True, exist_ok=True)
-        self._log.unlink(missing_ok=True)
-        port = free_port()
-        work = self._work
-        temp = "\n".join(f"  {kind}_temp_path {work / kind};" for kind in ("client_body", "proxy", "fastcgi",
-                                                                          "uwsgi", "scgi"))
-        config = work / "nginx.conf"
-        config.write_text(f"""daemon off;
-worker_processes 1;
-pid {work / "nginx.pid"};
-error_log {work / "error.log"} warn;
-events {{ worker_connections 1024; }}
-http {{
-{temp}
-  log_format keys '$http_idempotency_key $status $content_length';
-  access_log {self._log} keys buffer=64k;
-  client_max_body_size 64m;
-  keepalive_requests 1000000;
-  keepalive_timeout 120s;
-  server {{
-    listen 127.0.0.1:{port} backlog=1024;
-    location / {{ return 200 "ok\\n"; }}
-  }}
-}}
-""")
-        self._process = subprocess.Popen([self._binary, "-p", str(work), "-c", str(config)])
-        deadline = time.monotonic() + 10
-        while not (work / "nginx.pid").exists() or not _accepts(port):
-            if self._process.poll() is not None or time.monotonic() > deadline:
-                raise RuntimeError(f"nginx did not start; see {work / 'error.log'}")
-            time.sleep(0.05)
-        self.url = f"http://127.0.0.1:{port}/bulk"
+    log_format = "$http_idempotency_key $status $content_length"
+    http_settings = "\n  client_max_body_size 64m;"
 
     def finish(self) -> dict[str, int]:
         self.stop()  # SIGQUIT: a graceful stop that flushes the access log
@@ -173,19 +130,6 @@ http {{
                 if status.startswith("2") and key != "-":
                     lengths[key] = int(length)
         return {"requests": received, "distinct_keys": len(lengths), "bytes": sum(lengths.values())}
-
-    def stop(self) -> None:
-        if self._process is not None:
-            stop_process(self._process, signal.SIGQUIT)
-            self._process = None
-
-
-def _accepts(port: int) -> bool:
-    try:
-        with socket.create_connection(("127.0.0.1", port), timeout=1):
-            return True
-    except OSError:
-        return False
 
 
 def run_egress(target: Target, records: Sequence[bytes], partitions: int, work: Path, timeout: float,

@@ -4,7 +4,7 @@ several pipelines or tests in one process never share counters."""
 from __future__ import annotations
 
 import weakref
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Protocol
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, generate_latest
@@ -133,13 +133,22 @@ class Metrics:
         return bytes(generate_latest(self.registry))
 
 
+def _sink_counters(registry: CollectorRegistry, prefix: str) -> Callable[..., Counter]:
+    """A maker of one sink class's counters: ``counter(name, text, *labels)`` is ``prefix + name``,
+    labelled by ``sink_id`` and ``labels``."""
+
+    def counter(name: str, text: str, *labels: str) -> Counter:
+        return Counter(f"{prefix}{name}", text, ["sink_id", *labels], registry=registry)
+
+    return counter
+
+
 class _FirehoseSinkMetrics:
     """The ``firehose_http`` sink's sensors (``egress_sink_firehose_http_*{sink_id}``), and the data
     freshness gauge, whose sinks add themselves to ``freshness.sinks`` while they run."""
 
     def __init__(self, registry: CollectorRegistry) -> None:
-        def counter(name: str, text: str, *labels: str) -> Counter:
-            return Counter(f"egress_sink_firehose_http_{name}", text, ["sink_id", *labels], registry=registry)
+        counter = _sink_counters(registry, "egress_sink_firehose_http_")
 
         self.batches = counter("batches", "Batches sent (first attempts).")
         self.requests = counter("requests", "Requests sent (attempts, retries included).")
@@ -157,8 +166,7 @@ class _BatchingHttpSinkMetrics:
     """The ``batching_http`` sink's sensors (``egress_sink_batching_http_*{sink_id}``)."""
 
     def __init__(self, registry: CollectorRegistry) -> None:
-        def counter(name: str, text: str, *labels: str) -> Counter:
-            return Counter(f"egress_sink_batching_http_{name}", text, ["sink_id", *labels], registry=registry)
+        counter = _sink_counters(registry, "egress_sink_batching_http_")
 
         self.batches = counter("batches", "Batches sent (first attempts).")
         self.requests = counter("requests", "POST attempts started (retries and redirects included).")

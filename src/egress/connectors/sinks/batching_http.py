@@ -30,7 +30,6 @@ import asyncio
 import gzip
 from collections.abc import Callable
 from typing import Any, ClassVar
-from urllib.parse import urlsplit
 
 from egress.connectors.base import SINKS, SinkContext, single_input_stream
 from egress.connectors.dead_letters import Attempt, check_dead_letter_path
@@ -39,7 +38,9 @@ from egress.connectors.sinks.batches import Batch, BatchedSink, BatchLimits, Unf
 from egress.connectors.sinks.batching_parameters import BatchingHttpSinkDynamicParameters, BatchingHttpSinkParameters
 from egress.connectors.sinks.http_attempts import (
     FOLLOW,
+    ClientsByScheme,
     EndpointPauses,
+    ResponseCounters,
     failed_attempt,
     follow_location,
     plan_retry,
@@ -141,8 +142,7 @@ class BatchingHttpSink(BatchedSink):
                          dead_letters=context.dead_letters.open(path) if path is not None else None)
         self._parameters = parameters
         self._dynamic = dynamic_parameters
-        self._transport_factory = transport_factory
-        self._transports: dict[str, HttpTransport] = {}
+        self._transports = ClientsByScheme(lambda scheme: transport_factory(scheme, parameters))
         self._json = parameters.encoding != "raw"
         self._json_lines = parameters.encoding == "json_lines"
         self._headers = self._fixed_headers(parameters)
@@ -152,12 +152,10 @@ class BatchingHttpSink(BatchedSink):
         self._m_batches = metrics.batches.labels(sink_id)
         self._m_requests = metrics.requests.labels(sink_id)
         self._m_retries = metrics.retries.labels(sink_id)
-        self._m_attempt_failures = metrics.attempt_failures.labels(sink_id)
         self._m_records = metrics.records.labels(sink_id)
         self._m_bytes = metrics.bytes.labels(sink_id)
         self._m_dead_letters = metrics.dead_letters.labels(sink_id)
-        self._m_responses = metrics.responses
-        self._m_responses_by_status: dict[int, Any] = {}
+        self._responses = ResponseCounters(metrics.responses, sink_id, metrics.attempt_failures.labels(sink_id))
         self._pauses = EndpointPauses(context.clock, metrics.retry_after.labels(sink_id),
                                       metrics.retry_after_invalid.labels(sink_id))
 
@@ -192,16 +190,7 @@ class BatchingHttpSink(BatchedSink):
         return batch_idempotency_key(batch.record_ids[0], batch.record_ids[-1])
 
     def _closed(self) -> None:
-        for transport in self._transports.values():
-            transport.close()
-        self._transports.clear()
-
-    def _transport(self, url: str) -> HttpTransport:
-        scheme = urlsplit(url).scheme.lower()
-        transport = self._transports.get(scheme)
-        if transport is None:
-            transport = self._transports[scheme] = self._transport_factory(scheme, self._parameters)
-        return transport
+        self._transports.close()
 
     # -- one batch ---------------------------------------------------------------------------
 
@@ -307,7 +296,7 @@ class BatchingHttpSink(BatchedSink):
             if remaining <= 0:
                 return ATTEMPT_TIMED_OUT, 0.0
             self._m_requests.inc()
-            response = await self._transport(url).submit(
+            response = await self._transports.get(url).submit(
                 Request(url, body, headers, timeout=remaining, capture_location=maximum > 0,
                         capture_retry_after=self._dynamic.respect_retry_after))
             error = self._judge(response)
@@ -326,15 +315,7 @@ class BatchingHttpSink(BatchedSink):
 
     def _judge(self, response: Response) -> str | None:
         """Count ``response`` in the metrics and judge it (``response_error``)."""
-        status = response.status
-        if status:
-            counter = self._m_responses_by_status.get(status)
-            if counter is None:
-                counter = self._m_responses_by_status[status] = self._m_responses.labels(self._context.sink_id,
-                                                                                        str(status))
-            counter.inc()
-        if response.error is not None:
-            self._m_attempt_failures.inc()
+        self._responses.count(response)
         return response_error(response, follow_redirects=self._parameters.max_redirect_count > 0)
 
     def _give_up(self, batch: Batch, key: str, tried: list[Attempt], reason: str, attempts: int,

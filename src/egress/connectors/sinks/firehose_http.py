@@ -34,7 +34,6 @@ import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import ClassVar, Protocol
-from urllib.parse import urlsplit
 
 from egress.connectors.base import SINKS, SinkContext, single_input_stream
 from egress.connectors.dead_letters import Attempt, DeadLetter, check_dead_letter_path
@@ -45,6 +44,7 @@ from egress.connectors.sinks.firehose_parameters import (
     FirehoseHttpSinkDynamicParameters,
     FirehoseHttpSinkParameters,
 )
+from egress.connectors.sinks.http_attempts import ClientsByScheme
 from egress.engines import SinkProgress
 from egress.errors import DeliveryError, SpecError
 from egress.firehose import error_output as eo
@@ -163,10 +163,9 @@ class FirehoseHttpSink(BatchedSink):
                          dead_letters=context.dead_letters.open(path) if path is not None else None)
         self._parameters = parameters
         self._dynamic = dynamic_parameters
-        self._transport_factory = transport_factory
+        self._transports = ClientsByScheme(lambda scheme: transport_factory(scheme, parameters))
         self._rng = rng or random.Random()
         self._sink_key = f"{context.computation_id}/{context.sink_id}"
-        self._transports: dict[str, HttpTransport] = {}
         self._attributes = parameters.common_attributes_header
         self._errors = eo.ErrorOutput(parameters.error_output) if parameters.error_output else None
         self._metrics = context.metrics.firehose
@@ -201,9 +200,7 @@ class FirehoseHttpSink(BatchedSink):
         return batch_request_id(self._sink_key, batch.record_ids[0], batch.record_ids[-1])
 
     def _closed(self) -> None:
-        for transport in self._transports.values():
-            transport.close()
-        self._transports.clear()
+        self._transports.close()
         self._metrics.freshness.sinks.discard(self)
 
     def reconfigure(self, dynamic_parameters: FirehoseHttpSinkDynamicParameters) -> None:
@@ -216,13 +213,6 @@ class FirehoseHttpSink(BatchedSink):
             if not batch.done and batch.arrivals_ms:
                 return max(0.0, self._context.clock.now() - batch.arrivals_ms[0] / 1000)
         return 0.0
-
-    def _transport(self, url: str) -> HttpTransport:
-        scheme = urlsplit(url).scheme.lower()
-        transport = self._transports.get(scheme)
-        if transport is None:
-            transport = self._transports[scheme] = self._transport_factory(scheme, self._parameters)
-        return transport
 
     # -- one batch ---------------------------------------------------------------------------
 
@@ -279,7 +269,7 @@ class FirehoseHttpSink(BatchedSink):
                                     common_attributes=self._attributes, gzip_body=gzip_body)
         lines = tuple(f"{name}: {value}" for name, value in headers.items())
         self._m_requests.inc()
-        response = await self._transport(url).send(
+        response = await self._transports.get(url).send(
             Request(url, body, lines, timeout=self._parameters.response_timeout, capture_body=True,
                     capture_headers=True))
         if response.status:

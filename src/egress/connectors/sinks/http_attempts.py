@@ -10,8 +10,10 @@ from __future__ import annotations
 
 import math
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any, Generic, Literal, Protocol, TypeVar
+from urllib.parse import urlsplit
 
 from egress.clock import Clock
 from egress.connectors.base import SinkContext
@@ -125,6 +127,56 @@ class EndpointPauses:
         return seconds
 
 
+class _Closable(Protocol):
+    def close(self) -> None: ...
+
+
+Client = TypeVar("Client", bound=_Closable)
+
+
+class ClientsByScheme(Generic[Client]):
+    """One HTTP client per URL scheme per sink instance (upstream: an HTTP and an HTTPS client), made
+    by ``factory(scheme)`` on first use."""
+
+    def __init__(self, factory: Callable[[str], Client]) -> None:
+        self._factory = factory
+        self._clients: dict[str, Client] = {}
+
+    def get(self, url: str) -> Client:
+        """The client for ``url``'s scheme."""
+        scheme = urlsplit(url).scheme.lower()
+        client = self._clients.get(scheme)
+        if client is None:
+            client = self._clients[scheme] = self._factory(scheme)
+        return client
+
+    def close(self) -> None:
+        for client in self._clients.values():
+            client.close()
+        self._clients.clear()
+
+
+class ResponseCounters:
+    """A sink's response metrics: ``responses`` (a counter family labelled by sink id and status code,
+    its children cached per status) and ``attempt_failures`` (transport errors before a response)."""
+
+    def __init__(self, responses: Any, sink_id: str, attempt_failures: Any) -> None:
+        self._responses = responses
+        self._sink_id = sink_id
+        self._attempt_failures = attempt_failures
+        self._by_status: dict[int, Any] = {}
+
+    def count(self, response: Response) -> None:
+        status = response.status
+        if status:
+            counter = self._by_status.get(status)
+            if counter is None:
+                counter = self._by_status[status] = self._responses.labels(self._sink_id, str(status))
+            counter.inc()
+        if response.error is not None:
+            self._attempt_failures.inc()
+
+
 def sink_throttler(context: SinkContext, throttler_id: str | None, class_id: str | None) -> ThrottlerHandle | None:
     """The handle of the DynamicSpec throttler ``throttler_id`` for this sink instance (``None`` without
     one). Raises ``ValueError`` when the run has no throttlers."""
@@ -139,5 +191,5 @@ def sink_throttler(context: SinkContext, throttler_id: str | None, class_id: str
     return factory.get_throttler_or_throw(throttler_id)
 
 
-__all__ = ["FOLLOW", "EndpointPauses", "RetryPlan", "failed_attempt", "follow_location", "plan_retry",
-           "response_error", "sink_throttler"]
+__all__ = ["FOLLOW", "ClientsByScheme", "EndpointPauses", "ResponseCounters", "RetryPlan", "failed_attempt",
+           "follow_location", "plan_retry", "response_error", "sink_throttler"]
