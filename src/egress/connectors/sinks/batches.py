@@ -281,41 +281,42 @@ class BatchedSink:
     # -- formation ---------------------------------------------------------------------------
 
     def _add(self, message: OutboxMessage, record: bytes) -> Batch:
-        """Put ``record`` (of ``message``) into the open batch, or a new one when it does not fit."""
+        """Put ``record`` (of ``message``) into the open batch, or a new one when it does not fit.
+        (The bounds are checked inline: this runs once per record.)"""
+        limits = self._limits
         size = len(record)
-        body = self._limits.record_bytes(size)
+        body = limits.record_bytes(size)
         replaying = bool(self._replay_ends)
         alone = not replaying and self._alone(record)
         batch = self._open
-        if not replaying and batch is not None and batch.records and (alone or not self._fits(batch, size, body)):
+        if not replaying and batch is not None and batch.records and (
+                alone or len(batch.records) >= limits.max_records
+                or batch.body_bytes + body + limits.frame_bytes > limits.max_bytes
+                or (limits.max_data_bytes is not None and batch.data_bytes + size > limits.max_data_bytes)):
             self._close(batch)
             batch = None
         if batch is None:  # when replaying, a batch an earlier instance committed: only its end closes it
             batch = self._new_batch(timer=not replaying)
-        self._cover(batch, message)
+        seq = message.seq
+        if not batch.last_seq:
+            batch.first_seq = seq
+        batch.last_seq = seq
+        batch.last_message_id = message.message_id
+        batch.messages += 1
+        self._unacknowledged += 1
         batch.records.append(record)
         batch.record_ids.append(message.message_id)
-        batch.record_seqs.append(message.seq)
+        batch.record_seqs.append(seq)
         batch.data_bytes += size
         batch.body_bytes += body
         self._record_added(batch, record)
         if replaying:
-            self._close_if_replayed_end(message.seq)
-        elif alone or self._full(batch):
+            self._close_if_replayed_end(seq)
+        elif (alone or len(batch.records) >= limits.max_records
+              or batch.body_bytes + limits.frame_bytes >= limits.max_bytes
+              or (limits.max_data_bytes is not None and batch.data_bytes >= limits.max_data_bytes)):
             self._close(batch)
         return batch
-
-    def _fits(self, batch: Batch, size: int, body: int) -> bool:
-        limits = self._limits
-        return (len(batch.records) < limits.max_records
-                and batch.body_bytes + body + limits.frame_bytes <= limits.max_bytes
-                and (limits.max_data_bytes is None or batch.data_bytes + size <= limits.max_data_bytes))
-
-    def _full(self, batch: Batch) -> bool:
-        limits = self._limits
-        return (len(batch.records) >= limits.max_records
-                or batch.body_bytes + limits.frame_bytes >= limits.max_bytes
-                or (limits.max_data_bytes is not None and batch.data_bytes >= limits.max_data_bytes))
 
     def _cover_null(self, message: OutboxMessage) -> None:
         """A null payload: no record; part of the open batch, or acknowledged in order at once."""

@@ -178,8 +178,13 @@ class BatchingHttpSink(BatchedSink):
     # -- hooks of BatchedSink --------------------------------------------------------------
 
     def _record_of(self, payload: Any) -> bytes | UnfitRecord:
-        record = super()._record_of(payload)
-        if self._json and isinstance(record, bytes):
+        if isinstance(payload, str):
+            record = payload.encode()
+        elif isinstance(payload, bytes):
+            record = payload
+        else:
+            return UnfitRecord(PAYLOAD_TYPE_ERROR)
+        if self._json:
             if not record:
                 return UnfitRecord(EMPTY_JSON_VALUE, record)
             if self._json_lines and b"\n" in record:
