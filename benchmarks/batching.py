@@ -19,7 +19,10 @@ What is measured, in one run, on loopback only:
    JSON lines as the sink cuts them, bodies built before the clock starts, POSTed with their
    ``Idempotency-Key`` by ``benchmarks/delivery.py``'s CurlMulti loop with as many in flight as egress
    may have (partitions × 8); CPU: this process's time during the loop.
-4. The check, per phase, from nginx's access log: the distinct keys answered 2xx and the sum of their
+4. ``sink alone``: the sink's own cost, in this process: a ``BatchingHttpSink`` with the egress phase's
+   parameters fed the records as committed messages in chunks of 2,048 (a partition job's epoch),
+   its POSTs answered at once by a transport that sends nothing; CPU µs per record.
+5. The check, per phase, from nginx's access log: the distinct keys answered 2xx and the sum of their
    ``Content-Length`` must be the total JSON-lines bytes of all records (nothing lost; a duplicate is
    a whole batch under its key, counted once). The script exits 1 otherwise.
 
@@ -33,6 +36,7 @@ Target (issue 16): egress records/s >= 0.5 × the raw loop's. Run from the repos
 from __future__ import annotations
 
 import argparse
+import asyncio
 import json
 import os
 import shutil
@@ -58,8 +62,14 @@ from delivery import (
     print_profile,
     run_pycurl,
 )
-from egress.connectors.sinks.batching_http import batch_idempotency_key
+from egress.clock import RealClock
+from egress.connectors.base import SinkContext
+from egress.connectors.sinks.batching_http import BatchingHttpSink, batch_idempotency_key
+from egress.connectors.sinks.batching_parameters import BatchingHttpSinkDynamicParameters, BatchingHttpSinkParameters
+from egress.engines import OutboxMessage, SinkProgress
+from egress.httpclient import Request, Response
 from egress.keys import derived_message_id, encode_key, partition_of, source_message_id, source_scope
+from egress.observe import Metrics, StatusTree
 
 FLIGHTS = 336_776
 MIB = 1024 * 1024
@@ -67,6 +77,8 @@ POOL = 8  # the sink's default max_idle_connections: its batches in flight per p
 PIPELINE = "batching_benchmark"
 SOURCE_ID = "flights"
 TARGET_RATIO = 0.5
+SINK_PARAMETERS = {"encoding": "json_lines", "max_bytes": "1MiB", "max_events": 1_000_000}
+EPOCH = 2048  # RunOptions.epoch_max_messages
 
 
 def build_records(count: int) -> list[bytes]:
@@ -157,8 +169,7 @@ def run_egress(target: Target, records: Sequence[bytes], partitions: int, work: 
             "output_stream_ids": ["requests"],
             "sinks": {"bulk": {"sink_class_name": "batching_http", "input_stream_ids": ["requests"],
                                "parameters": {"url": target.url, "payload_column": "payload",
-                                              "encoding": "json_lines", "max_bytes": "1MiB",
-                                              "max_events": 1_000_000}}},
+                                              **SINK_PARAMETERS}}},
         }},
     }
     spec_path = phase / "spec.yaml"
@@ -189,6 +200,45 @@ def run_egress(target: Target, records: Sequence[bytes], partitions: int, work: 
                         f"{values.get('epochs', 0):,} epochs; peak RSS {peak:,.0f} MB")
     result.stats = target.finish()
     return result
+
+
+class _Answered:
+    """A transport that answers every request 200 at once, sending nothing."""
+
+    def submit(self, request: Request) -> asyncio.Future[Response]:
+        future: asyncio.Future[Response] = asyncio.get_running_loop().create_future()
+        future.set_result(Response(200, None))
+        return future
+
+    def close(self) -> None:
+        pass
+
+
+async def _feed_sink(records: Sequence[bytes]) -> float:
+    context = SinkContext("deliver", "bulk", 0, RealClock(), Metrics(), StatusTree(), lambda: None)
+    parameters = BatchingHttpSinkParameters.model_validate({"url": "http://127.0.0.1:9/bulk",
+                                                            "payload_column": "payload", **SINK_PARAMETERS})
+    sink = BatchingHttpSink(context, parameters, BatchingHttpSinkDynamicParameters(), SinkProgress(),
+                            transport_factory=lambda scheme, p: _Answered())
+    messages = [OutboxMessage(i + 1, "requests", i.to_bytes(20, "big"), b"[]", None, {"payload": record.decode()})
+                for i, record in enumerate(records)]
+    cpu = time.process_time()
+    for start in range(0, len(messages), EPOCH):
+        sink.distribute(messages[start:start + EPOCH])
+        sink.committed(sink.take_acknowledged())
+        await asyncio.sleep(0)
+    while sink.take_acknowledged().max_persisted_seq_no < len(messages):
+        sink.flush()
+        sink.committed(sink.take_acknowledged())
+        await asyncio.sleep(0.001)
+    used = time.process_time() - cpu
+    await sink.close()
+    return used
+
+
+def sink_alone(records: Sequence[bytes]) -> float:
+    """CPU µs per record of the sink alone (phase 4 of the module docs)."""
+    return asyncio.run(_feed_sink(records)) * 1e6 / len(records)
 
 
 def describe(result: PhaseResult, records: int, expected_bytes: int) -> str:
@@ -239,6 +289,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             print(f"raw pycurl: {len(bodies):,} batches from memory to {target.url} ...", flush=True)
             raw = run_pycurl(target, bodies, keys, args.partitions * POOL, args.timeout)
             print("  " + describe(raw, args.records, expected), flush=True)
+            alone = sink_alone(records)
+            print(f"sink alone: {alone:.2f} µs CPU per record", flush=True)
             if args.profile:
                 target.start()
                 raw_profile = work / "egress-profile.txt"
@@ -257,6 +309,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     print("  " + describe(egress, args.records, expected))
     print("  " + describe(raw, args.records, expected))
     mark = "PASS" if ratio >= TARGET_RATIO else "MISS"
+    print(f"  sink alone: {alone:.2f} µs CPU per record (of egress's {egress.cpu_seconds * 1e6 / args.records:.1f})")
     print(f"  egress / raw pycurl records/s: {ratio:.3f}   target >= {TARGET_RATIO}   {mark}")
     for line in profile_lines:
         print(line)
