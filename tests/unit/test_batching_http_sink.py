@@ -182,7 +182,8 @@ async def test_a_payload_that_is_not_one_json_line_fails_with_the_fix() -> None:
     h.sink.distribute(messages(['"a"', '{\n"b": 1}']))
     await h.settle()
     assert h.bodies() == [b'"a"\n']
-    assert h.sink.terminal_error is not None and "contains a newline" in h.sink.terminal_error
+    assert h.sink.terminal_error is not None
+    assert "contains a newline" in h.sink.terminal_error
     assert "encoding json_array or raw" in h.sink.terminal_error
 
 
