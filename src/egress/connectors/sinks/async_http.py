@@ -16,24 +16,30 @@ from __future__ import annotations
 import asyncio
 import collections
 import functools
-import math
-import re
 from collections.abc import Callable
 from typing import Any, ClassVar, Protocol
 from urllib.parse import urlsplit
 
 from egress.connectors.base import SINKS, SinkContext, single_input_stream
 from egress.connectors.dead_letters import Attempt, DeadLetter, check_dead_letter_path
+from egress.connectors.sinks.http_attempts import (
+    FOLLOW,
+    EndpointPauses,
+    failed_attempt,
+    follow_location,
+    plan_retry,
+    response_error,
+    sink_throttler,
+)
 from egress.connectors.sinks.http_parameters import AsyncHttpSinkDynamicParameters, AsyncHttpSinkParameters
 from egress.engines import OutboxMessage, SinkProgress
 from egress.errors import DeliveryError, SpecError
-from egress.httpclient import CurlClient, Request, Response, backoff_seconds
-from egress.httpclient.redirects import HTTPS_TO_HTTP, REDIRECT_STATUSES, RedirectError, is_downgrade, resolve_location
-from egress.httpclient.retry_after import endpoint_of, retry_after_seconds
+from egress.httpclient import CurlClient, Request, Response
+from egress.httpclient.redirects import RedirectError
+from egress.httpclient.retry_after import endpoint_of
 from egress.keys import idempotency_key
 from egress.spec import StreamSpec
 from egress.throttler.errors import ThrottlerError
-from egress.throttler.factory import ThrottlerHandle
 
 STATUS_SUFFIX = "async_http_sink"
 PAYLOAD_TYPE_ERROR = "Async HTTP payload column must contain a String or null value"
@@ -48,8 +54,6 @@ UNPOOLED_MAX_CONNECTIONS = 64
 # memory of a large backlog. Deliveries pausing between attempts do not count, so a burst of
 # failures never holds back fresh messages (upstream sends every message of an epoch at once).
 SEND_WINDOW_PER_CONNECTION = 4
-_FOLLOW = "follow redirect"  # _judge's verdict for a 3xx with a Location
-_STATUS_ERROR = re.compile(r"HTTP status (\d+)")  # how _judge and _attempt word a failing status
 
 
 class HttpTransport(Protocol):
@@ -160,13 +164,11 @@ class AsyncHttpSink:
         self._sending = 0  # running deliveries not pausing between attempts
         self._send_window = SEND_WINDOW_PER_CONNECTION * client_concurrency(parameters)
         self._terminal: tuple[int, str] | None = None
-        # Endpoint (scheme, host, port) -> clock.monotonic() until which it asked to wait (Retry-After).
-        self._pauses: dict[tuple[str, str, int], float] = {}
         self._endpoint = endpoint_of(parameters.url)
         self._resume: asyncio.Task[None] | None = None  # starts first attempts when their endpoint's pause ends
         self._transports: dict[str, HttpTransport] = {}
         self._headers = tuple(f"{name}: {value}" for name, value in parameters.headers.items())
-        self._throttle = self._throttle_handle(context, parameters)
+        self._throttle = sink_throttler(context, parameters.throttler_id, parameters.throttler_class_id)
         self._status_path = f"/sinks/{context.sink_id}/{STATUS_SUFFIX}"
         sink_id = context.sink_id
         metrics = context.metrics
@@ -174,26 +176,14 @@ class AsyncHttpSink:
         self._retries = metrics.http_sink_retries.labels(sink_id)
         self._attempt_failures = metrics.http_sink_attempt_failures.labels(sink_id)
         self._delivered = metrics.http_sink_delivered.labels(sink_id)
-        self._retry_after = metrics.http_sink_retry_after.labels(sink_id)
-        self._retry_after_invalid = metrics.http_sink_retry_after_invalid.labels(sink_id)
+        # Endpoints that asked to wait (Retry-After), until when.
+        self._pauses = EndpointPauses(context.clock, metrics.http_sink_retry_after.labels(sink_id),
+                                      metrics.http_sink_retry_after_invalid.labels(sink_id))
         path = parameters.dead_letter_path
         self._dead_letters = context.dead_letters.open(path) if path is not None else None
         self._dead_lettered = metrics.http_sink_dead_letters.labels(sink_id)
         self._responses = metrics.http_sink_responses
         self._responses_by_status: dict[int, Any] = {}
-
-    @staticmethod
-    def _throttle_handle(context: SinkContext, parameters: AsyncHttpSinkParameters) -> ThrottlerHandle | None:
-        if parameters.throttler_id is None:
-            return None
-        if context.throttling is None:
-            raise ValueError(f'Throttler "{parameters.throttler_id}" is not configured: the DynamicSpec has no '
-                             "throttlers")
-        factory = context.throttling.factory(
-            f"{context.computation_id}/{context.sink_id}",
-            client_id=f"{context.computation_id}/{context.sink_id}/{context.partition}",
-            class_ids={parameters.throttler_id: parameters.throttler_class_id})
-        return factory.get_throttler_or_throw(parameters.throttler_id)
 
     # -- the Sink protocol -------------------------------------------------------------------
 
@@ -303,11 +293,7 @@ class AsyncHttpSink:
 
     def _pause_end(self, endpoint: tuple[str, str, int]) -> float | None:
         """The ``clock.monotonic()`` at which ``endpoint``'s pause ends, ``None`` when it has none now."""
-        until = self._pauses.get(endpoint)
-        if until is not None and until <= self._context.clock.monotonic():
-            del self._pauses[endpoint]
-            return None
-        return until
+        return self._pauses.end(endpoint)
 
     def _start(self, delivery: _Delivery) -> None:
         """Begin a delivery. Without redirects to follow or a throttler to wait for, the first attempt
@@ -333,7 +319,7 @@ class AsyncHttpSink:
             self._finished(delivery)
             return
         response = future.result()
-        error = self._judge(response)  # never _FOLLOW: this path runs only without redirects
+        error = self._judge(response)  # never FOLLOW: this path runs only without redirects
         if error is None:
             self._succeed(delivery)
             self._finished(delivery)
@@ -451,21 +437,15 @@ class AsyncHttpSink:
         """
         self._context.status.set_error(self._status_path, delivery.seq, f"Async HTTP POST failed: {last_error}")
         clock = self._context.clock
-        dynamic = self._dynamic
-        if attempts >= dynamic.max_attempt_count:
-            self._fail(delivery, str(DeliveryError(POLICY_EXHAUSTED, attempts=attempts, last_error=last_error)))
+        plan = plan_retry(self._dynamic, attempts, delivery.started, clock.monotonic(), retry_after)
+        if plan.exhausted is not None:
+            reason = POLICY_EXHAUSTED if plan.exhausted == "policy" else DEADLINE_EXHAUSTED
+            self._fail(delivery, str(DeliveryError(reason, attempts=attempts, last_error=last_error)))
             return False
-        now = clock.monotonic()
-        deadline = delivery.started + dynamic.request_timeout
-        delay = backoff_seconds(dynamic.backoff_policy(), attempts - 1)
-        if delay >= deadline - now:
-            self._fail(delivery, str(DeliveryError(DEADLINE_EXHAUSTED, attempts=attempts, last_error=last_error)))
-            return False
-        asked_longer = retry_after > delay
-        await self._pause_until(delivery, min(now + (retry_after if asked_longer else delay), deadline))
+        await self._pause_until(delivery, plan.until)
         if self._terminal is not None and self._terminal[0] < delivery.seq:
             return False  # an earlier delivery failed for good: no later message is POSTed
-        if asked_longer and clock.monotonic() >= delivery.started + self._dynamic.request_timeout:
+        if plan.asked_longer and clock.monotonic() >= delivery.started + self._dynamic.request_timeout:
             self._fail(delivery, str(DeliveryError(DEADLINE_EXHAUSTED, attempts=attempts, last_error=last_error)))
             return False
         return True
@@ -495,43 +475,26 @@ class AsyncHttpSink:
                 Request(url, delivery.body, headers, timeout=remaining, capture_location=follow,
                         capture_retry_after=self._dynamic.respect_retry_after))
             error = self._judge(response)
-            if error is None or not error.startswith(_FOLLOW):
+            if error is None or error != FOLLOW:
                 return error, self._retry_after_of(url, response)
             if redirects[0] >= self._parameters.max_redirect_count:
                 return f"HTTP status {response.status}", 0.0
             assert response.location is not None
             redirects[0] += 1
             try:
-                target = resolve_location(url, response.location)
+                url = follow_location(url, response.location, "Async HTTP sink")
             except RedirectError as failure:
                 return str(failure), 0.0
-            if is_downgrade(url, target):
-                return HTTPS_TO_HTTP, 0.0
-            url = target
             if self._throttle is not None:
                 await self._throttle.throttle(1)  # a redirected POST is a request to the endpoint too
 
     def _retry_after_of(self, url: str, response: Response) -> float:
-        """The seconds a 429 or 503 from ``url`` asked to wait with ``Retry-After``, at most
-        ``retry_after_cap``, after pausing its endpoint until then; 0 without a valid one (a value in
-        neither form is counted and ignored) or with ``respect_retry_after`` off."""
-        if response.retry_after is None or not self._dynamic.respect_retry_after:
-            return 0.0
-        clock = self._context.clock
-        seconds = retry_after_seconds(response.retry_after, clock.now())
-        if seconds is None:
-            self._retry_after_invalid.inc()
-            return 0.0
-        self._retry_after.inc()
-        seconds = min(seconds, self._dynamic.retry_after_cap)
-        endpoint = endpoint_of(url)
-        until = clock.monotonic() + seconds
-        if until > self._pauses.get(endpoint, -math.inf):  # the pause ends at the latest end asked for
-            self._pauses[endpoint] = until
-        return seconds
+        """The seconds a 429 or 503 from ``url`` asked to wait (``EndpointPauses.asked``), its endpoint
+        paused until then."""
+        return self._pauses.asked(endpoint_of(url), response, self._dynamic)
 
     def _judge(self, response: Response) -> str | None:
-        """Count ``response`` in the metrics; ``None`` for a complete 2xx, ``_FOLLOW`` for a redirect
+        """Count ``response`` in the metrics; ``None`` for a complete 2xx, ``FOLLOW`` for a redirect
         with a ``Location`` when redirects are enabled, else the error that fails the attempt."""
         status = response.status
         if status:
@@ -542,12 +505,7 @@ class AsyncHttpSink:
             counter.inc()
         if response.error is not None:
             self._attempt_failures.inc()
-            return response.error
-        if 200 <= status <= 299:
-            return None
-        if status in REDIRECT_STATUSES and response.location is not None and self._parameters.max_redirect_count:
-            return _FOLLOW
-        return f"HTTP status {status}"
+        return response_error(response, follow_redirects=self._parameters.max_redirect_count > 0)
 
     def _succeed(self, delivery: _Delivery) -> None:
         delivery.done = True
@@ -579,9 +537,7 @@ class AsyncHttpSink:
             return
         if delivery.attempts is None:
             delivery.attempts = []
-        status = _STATUS_ERROR.fullmatch(error)
-        now = self._context.clock.now()
-        delivery.attempts.append(Attempt(now, int(status.group(1))) if status else Attempt(now, error=error))
+        delivery.attempts.append(failed_attempt(self._context.clock.now(), error))
 
     def _dead_letter(self, delivery: _Delivery, error: str) -> None:
         """Append ``delivery`` to the dead-letter file; acknowledge it once the line is durable, or
