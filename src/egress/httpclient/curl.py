@@ -19,7 +19,8 @@ import contextlib
 import select
 import socket
 import threading
-from typing import NamedTuple
+from collections.abc import Callable, Iterable
+from typing import Any, NamedTuple
 
 import pycurl
 
@@ -46,6 +47,22 @@ class Request(NamedTuple):
     capture_headers: bool = False
     method: str = "POST"
     capture_retry_after: bool = False
+    prepared: bool = False  # ``headers`` came from post_header_lines: sent exactly as they are
+
+
+def post_header_lines(headers: Iterable[str], added_names: Iterable[str] = ()) -> tuple[str, ...]:
+    """The header lines libcurl gets for a POST with ``headers``: libcurl adds ``Content-Type:
+    application/x-www-form-urlencoded`` to a POST and ``Expect: 100-continue`` to large bodies, but
+    payloads go as they are, so both are removed (empty lines) unless a Content-Type is given.
+
+    A sender whose headers do not change builds them once and sends each request with
+    ``prepared=True``; ``added_names`` are the headers it adds to each request itself (such as an
+    idempotency key), which count as given here."""
+    lines = tuple(headers)
+    if not any(line[:13].lower() == "content-type:" for line in lines) and not any(
+            name.lower() == "content-type" for name in added_names):
+        lines += ("Content-Type:",)
+    return (*lines, "Expect:")
 
 
 class Response(NamedTuple):
@@ -72,6 +89,19 @@ class Response(NamedTuple):
         """A 2xx with the body read completely."""
         return self.error is None and 200 <= self.status <= 299
 
+
+class Completions(NamedTuple):
+    """Where finished transfers go, a batch at a time: ``callback`` gets ``[(token, response), ...]`` on
+    ``loop`` (one call per curl wake-up for all of a client's transfers that finished together, not a
+    future per request). ``cancelled(token)`` is asked, on the curl thread, before a queued request
+    starts: True drops it unsent, and its token gets no response. A sender builds one and reuses it."""
+
+    loop: asyncio.AbstractEventLoop
+    callback: Callable[[list[tuple[Any, Response]]], None]
+    cancelled: Callable[[Any], bool]
+
+
+_Entry = tuple[Request, Any, Completions]  # a request, its token, where its response goes
 
 FD_SETSIZE = 1024  # select()'s limit: libcurl's fdset() reports no descriptor from here on
 
@@ -109,10 +139,11 @@ class CurlClient:
         self._multi = pycurl.CurlMulti()
         self._multi.setopt(pycurl.M_MAXCONNECTS, max_connections if keep_alive else 1)
         self._lock = threading.Lock()
-        self._batch: list[tuple[Request, asyncio.Future[Response]]] = []  # this loop turn's submissions
-        self._submitted: collections.deque[tuple[Request, asyncio.Future[Response]]] = collections.deque()
-        self._queued: collections.deque[tuple[Request, asyncio.Future[Response]]] = collections.deque()
-        self._running: dict[int, tuple[pycurl.Curl, asyncio.Future[Response], _Capture]] = {}
+        self._batch: list[_Entry] = []  # this loop turn's submissions
+        self._submitted: collections.deque[_Entry] = collections.deque()
+        self._queued: collections.deque[_Entry] = collections.deque()
+        self._running: dict[int, tuple[pycurl.Curl, Any, Completions, _Capture | None]] = {}
+        self._futures: Completions | None = None  # where submit()'s futures are resolved
         self._spare_handles: list[pycurl.Curl] = []
         self._capturing: set[int] = set()  # handles whose callbacks capture body or headers
         self.high_descriptors = False  # a socket of this client was >= FD_SETSIZE (see _socket_opened)
@@ -135,16 +166,26 @@ class CurlClient:
         """Start ``request`` and return the future of its :class:`Response`, resolved on the running
         loop; cancelling the future drops the request if it has not started. Raises ``RuntimeError``
         if the client is closed."""
-        if self._closed:
-            raise RuntimeError("CurlClient is closed")
         loop = asyncio.get_running_loop()
         future: asyncio.Future[Response] = loop.create_future()
+        completions = self._futures
+        if completions is None or completions.loop is not loop:
+            completions = self._futures = Completions(loop, _resolve, asyncio.Future.cancelled)
+        self.submit_many(((request, future),), completions)
+        return future
+
+    def submit_many(self, requests: Iterable[tuple[Request, Any]], completions: Completions) -> None:
+        """Start each ``(request, token)``; their responses reach ``completions`` in batches (see
+        :class:`Completions`), each exactly once unless cancelled before it started. Call it on
+        ``completions.loop``. Raises ``RuntimeError`` if the client is closed."""
+        if self._closed:
+            raise RuntimeError("CurlClient is closed")
         # Requests submitted in one turn of the event loop reach the curl thread together, with one
         # wake-up (a system call) instead of one each.
-        if not self._batch:
-            loop.call_soon(self._hand_over)
-        self._batch.append((request, future))
-        return future
+        batch = self._batch
+        if not batch:
+            completions.loop.call_soon(self._hand_over)
+        batch.extend((request, token, completions) for request, token in requests)
 
     def _hand_over(self) -> None:
         batch, self._batch = self._batch, []
@@ -166,7 +207,8 @@ class CurlClient:
         self._queued.clear()
         self._submitted.clear()
         self._batch = []
-        _resolve_threadsafe([(future, Response(0, "client closed")) for _, future in leftovers])
+        _complete_threadsafe([(completions, token, Response(0, "client closed"))
+                              for _, token, completions in leftovers])
 
     # -- run by the curl thread ----------------------------------------------------------------
 
@@ -200,10 +242,10 @@ class CurlClient:
 
     def _release(self) -> None:
         """Abort running transfers and free libcurl's handles (the client is closed)."""
-        for handle, future, _ in self._running.values():
+        for handle, token, completions, _ in self._running.values():
             self._multi.remove_handle(handle)
             handle.close()
-            _resolve_threadsafe([(future, Response(0, "client closed"))])
+            _complete_threadsafe([(completions, token, Response(0, "client closed"))])
         self._running.clear()
         for handle in self._spare_handles:
             handle.close()
@@ -218,12 +260,12 @@ class CurlClient:
                 self._submitted.clear()
         started = False
         while self._queued and len(self._running) < self.max_connections:
-            request, future = self._queued.popleft()
-            if future.cancelled():
+            request, token, completions = self._queued.popleft()
+            if completions.cancelled(token):
                 continue
             handle = self._spare_handles.pop() if self._spare_handles else self._new_handle()
             capture = self._configure(handle, request)
-            self._running[id(handle)] = (handle, future, capture)
+            self._running[id(handle)] = (handle, token, completions, capture)
             self._multi.add_handle(handle)
             started = True
         return started
@@ -243,37 +285,35 @@ class CurlClient:
         handle.setopt(pycurl.SOCKOPTFUNCTION, self._socket_opened)
         return handle
 
-    def _configure(self, handle: pycurl.Curl, request: Request) -> _Capture:
+    def _configure(self, handle: pycurl.Curl, request: Request) -> _Capture | None:
+        """Set the per-request options; the capture of the response, None when nothing is kept."""
         handle.setopt(pycurl.URL, request.url)
-        headers = list(request.headers)
         if request.method == "GET":
             handle.setopt(pycurl.HTTPGET, 1)
+            handle.setopt(pycurl.HTTPHEADER, request.headers)
         else:
             handle.setopt(pycurl.POSTFIELDSIZE, len(request.body))
             handle.setopt(pycurl.POSTFIELDS, request.body)
-            # libcurl adds "Content-Type: application/x-www-form-urlencoded" to a POST and "Expect:
-            # 100-continue" to large bodies; payloads go as they are, so both are removed unless
-            # the request names a Content-Type itself.
-            if not any(h[:13].lower() == "content-type:" for h in headers):
-                headers.append("Content-Type:")
-            headers.append("Expect:")
-        handle.setopt(pycurl.HTTPHEADER, headers)
+            headers = request.headers if request.prepared else post_header_lines(request.headers)
+            handle.setopt(pycurl.HTTPHEADER, headers)
         handle.setopt(pycurl.TIMEOUT_MS, max(1, int(request.timeout * 1000)))
         wants_headers = request.capture_location or request.capture_headers or request.capture_retry_after
-        capture = _Capture(request, wants_headers)
-        # Only a handle that captured before needs its callbacks reset (setting them costs calls).
-        if request.capture_body or wants_headers or id(handle) in self._capturing:
-            handle.setopt(pycurl.WRITEFUNCTION, capture.chunks.append if request.capture_body else _discard)
-            handle.setopt(pycurl.HEADERFUNCTION, capture.lines.append if capture.lines is not None else None)
-            if request.capture_body or wants_headers:
-                self._capturing.add(id(handle))
-            else:
+        if not (request.capture_body or wants_headers):
+            if self._capturing and id(handle) in self._capturing:
+                # Only a handle that captured before needs its callbacks reset (setting them costs calls).
+                handle.setopt(pycurl.WRITEFUNCTION, _discard)
+                handle.setopt(pycurl.HEADERFUNCTION, None)
                 self._capturing.discard(id(handle))
+            return None
+        capture = _Capture(request, wants_headers)
+        handle.setopt(pycurl.WRITEFUNCTION, capture.chunks.append if request.capture_body else _discard)
+        handle.setopt(pycurl.HEADERFUNCTION, capture.lines.append if capture.lines is not None else None)
+        self._capturing.add(id(handle))
         return capture
 
     def _collect(self) -> bool:
         """Hand finished transfers back to their loops; True if any finished."""
-        done: list[tuple[asyncio.Future[Response], Response]] = []
+        done: list[tuple[Completions, Any, Response]] = []
         while True:
             queued, succeeded, failed = self._multi.info_read()
             for handle in succeeded:
@@ -283,28 +323,24 @@ class CurlClient:
             if not queued:
                 break
         if done:
-            _resolve_threadsafe(done)
+            _complete_threadsafe(done)
         return bool(done)
 
-    def _finish(self, handle: pycurl.Curl, error: str | None) -> tuple[asyncio.Future[Response], Response]:
-        _, future, capture = self._running.pop(id(handle))
+    def _finish(self, handle: pycurl.Curl, error: str | None) -> tuple[Completions, Any, Response]:
+        _, token, completions, capture = self._running.pop(id(handle))
         status = int(handle.getinfo(pycurl.RESPONSE_CODE))
+        local_port = max(0, int(handle.getinfo(pycurl.LOCAL_PORT) or 0))
+        self._multi.remove_handle(handle)
+        self._spare_handles.append(handle)
+        if capture is None:
+            return completions, token, Response(status, error, None, None, None, local_port)
         request = capture.request
         location = headers = retry_after = None
         if capture.lines is not None:
             location, headers, retry_after = capture.headers(status)
-        response = Response(
-            status=status,
-            error=error,
-            body=b"".join(capture.chunks) if request.capture_body else None,
-            location=location,
-            headers=headers,
-            local_port=max(0, int(handle.getinfo(pycurl.LOCAL_PORT) or 0)),
-            retry_after=retry_after,
-        )
-        self._multi.remove_handle(handle)
-        self._spare_handles.append(handle)
-        return future, response
+        body = b"".join(capture.chunks) if request.capture_body else None
+        return completions, token, Response(status, error, body, location, headers, local_port, retry_after)
+
 
 class _CurlThread:
     """The one thread that drives every :class:`CurlClient` of the process: each turn it runs
@@ -443,13 +479,17 @@ def _discard(data: bytes) -> None:
     return None
 
 
-def _resolve_threadsafe(done: list[tuple[asyncio.Future[Response], Response]]) -> None:
-    by_loop: dict[asyncio.AbstractEventLoop, list[tuple[asyncio.Future[Response], Response]]] = {}
-    for future, response in done:
-        by_loop.setdefault(future.get_loop(), []).append((future, response))
-    for loop, batch in by_loop.items():
-        if not loop.is_closed():
-            loop.call_soon_threadsafe(_resolve, batch)
+def _complete_threadsafe(done: list[tuple[Completions, Any, Response]]) -> None:
+    """Hand ``done`` to each :class:`Completions` on its loop: one call per destination."""
+    batches: dict[int, tuple[Completions, list[tuple[Any, Response]]]] = {}
+    for completions, token, response in done:
+        found = batches.get(id(completions))
+        if found is None:
+            found = batches[id(completions)] = (completions, [])
+        found[1].append((token, response))
+    for completions, batch in batches.values():
+        if not completions.loop.is_closed():
+            completions.loop.call_soon_threadsafe(completions.callback, batch)
 
 
 def _resolve(batch: list[tuple[asyncio.Future[Response], Response]]) -> None:

@@ -19,7 +19,7 @@ import functools
 import math
 import re
 from collections.abc import Callable
-from typing import Any, ClassVar, Protocol
+from typing import Any, ClassVar
 from urllib.parse import urlsplit
 
 from egress.connectors.base import SINKS, SinkContext, single_input_stream
@@ -28,8 +28,10 @@ from egress.connectors.sinks.http_parameters import AsyncHttpSinkDynamicParamete
 from egress.engines import OutboxMessage, SinkProgress
 from egress.errors import DeliveryError, SpecError
 from egress.httpclient import CurlClient, Request, Response, backoff_seconds
+from egress.httpclient.curl import Completions, post_header_lines
 from egress.httpclient.redirects import HTTPS_TO_HTTP, REDIRECT_STATUSES, RedirectError, is_downgrade, resolve_location
 from egress.httpclient.retry_after import endpoint_of, retry_after_seconds
+from egress.httpclient.transport import HttpTransport, submit_many
 from egress.keys import idempotency_key
 from egress.spec import StreamSpec
 from egress.throttler.errors import ThrottlerError
@@ -50,15 +52,6 @@ UNPOOLED_MAX_CONNECTIONS = 64
 SEND_WINDOW_PER_CONNECTION = 4
 _FOLLOW = "follow redirect"  # _judge's verdict for a 3xx with a Location
 _STATUS_ERROR = re.compile(r"HTTP status (\d+)")  # how _judge and _attempt word a failing status
-
-
-class HttpTransport(Protocol):
-    """What the sink needs of an HTTP client (``egress.httpclient.CurlClient`` in production):
-    ``submit`` starts a request and returns the future of its response (never an exception)."""
-
-    def submit(self, request: Request) -> asyncio.Future[Response]: ...
-
-    def close(self) -> None: ...
 
 
 TransportFactory = Callable[[str, AsyncHttpSinkParameters], HttpTransport]
@@ -86,7 +79,8 @@ def curl_transport(scheme: str, parameters: AsyncHttpSinkParameters) -> HttpTran
 
 
 class _Delivery:
-    __slots__ = ("attempts", "body", "done", "message_id", "pausing", "seq", "started", "task")
+    __slots__ = ("attempts", "body", "cancelled", "done", "first_attempt", "message_id", "pausing", "seq",
+                 "started", "task")
 
     def __init__(self, seq: int, message_id: bytes, body: bytes | None) -> None:
         self.seq = seq
@@ -95,8 +89,11 @@ class _Delivery:
         self.done = body is None  # a null payload is acknowledged in order without a request
         self.pausing = False  # between attempts: not counted in the send window
         self.started = 0.0  # clock.monotonic() of the first attempt: the request_timeout origin
-        # The first attempt's response future, then the task of the retries, if any.
+        # The task of the attempts after the first (or of every attempt with redirects or a throttler);
+        # a first attempt has a future here only on a transport without submit_many.
         self.task: asyncio.Future[Any] | None = None
+        self.first_attempt = False  # its first attempt is in flight on the batch path (_start_first_attempts)
+        self.cancelled = False  # dropped before its first attempt ended: its response is ignored
         self.attempts: list[Attempt] | None = None  # failed attempts, kept for a dead-letter file only
 
 
@@ -165,7 +162,13 @@ class AsyncHttpSink:
         self._endpoint = endpoint_of(parameters.url)
         self._resume: asyncio.Task[None] | None = None  # starts first attempts when their endpoint's pause ends
         self._transports: dict[str, HttpTransport] = {}
-        self._headers = tuple(f"{name}: {value}" for name, value in parameters.headers.items())
+        self._default_transport: HttpTransport | None = None  # the transport of parameters.url
+        self._completions: Completions | None = None  # where first attempts' responses go, in batches
+        self._closed = False
+        # Every POST's header lines but the idempotency key, built once (post_header_lines).
+        self._headers = post_header_lines((f"{name}: {value}" for name, value in parameters.headers.items()),
+                                          (parameters.idempotency_header,))
+        self._idempotency_prefix = f"{parameters.idempotency_header}: " if parameters.idempotency_header else ""
         self._throttle = self._throttle_handle(context, parameters)
         self._status_path = f"/sinks/{context.sink_id}/{STATUS_SUFFIX}"
         sink_id = context.sink_id
@@ -258,7 +261,10 @@ class AsyncHttpSink:
         self._dynamic = dynamic_parameters
 
     async def close(self) -> None:
+        self._closed = True  # first attempts' responses arriving from now on are ignored
         self._waiting.clear()  # cancelled deliveries must not start waiting ones
+        for delivery in self._pending:
+            delivery.cancelled = True  # queued first attempts are not sent
         tasks = [d.task for d in self._pending if d.task is not None and not d.task.done()]
         if self._resume is not None:
             tasks.append(self._resume)
@@ -269,11 +275,14 @@ class AsyncHttpSink:
         for transport in self._transports.values():
             transport.close()
         self._transports.clear()
+        self._default_transport = None
 
     # -- scheduling --------------------------------------------------------------------------
 
     def _start_waiting(self) -> None:
         limit = self._parameters.max_in_flight
+        fast = not (self._parameters.max_redirect_count or self._throttle is not None)
+        first: list[_Delivery] = []
         while (self._waiting and (limit is None or self._running < limit)
                and self._sending < self._send_window and not self._first_attempts_paused()):
             delivery = self._waiting.popleft()
@@ -281,7 +290,13 @@ class AsyncHttpSink:
                 continue  # nothing later than a terminal failure is POSTed by this instance
             self._running += 1
             self._sending += 1
-            self._start(delivery)
+            delivery.started = self._context.clock.monotonic()
+            if fast:
+                first.append(delivery)
+            else:
+                self._continue(delivery, attempts=0, last_error=None)
+        if first:
+            self._start_first_attempts(first)
 
     def _first_attempts_paused(self) -> bool:
         """Whether the configured endpoint asked to wait (``Retry-After``). While it does, deliveries
@@ -309,37 +324,61 @@ class AsyncHttpSink:
             return None
         return until
 
-    def _start(self, delivery: _Delivery) -> None:
-        """Begin a delivery. Without redirects to follow or a throttler to wait for, the first attempt
-        is a bare future with a callback: most deliveries succeed at once, and a task per message
-        costs time and memory. Only a failed first attempt (or such a sink) gets a task for the rest."""
-        assert delivery.body is not None
-        delivery.started = self._context.clock.monotonic()
-        if self._parameters.max_redirect_count or self._throttle is not None:
-            self._continue(delivery, attempts=0, last_error=None)
-            return
+    def _start_first_attempts(self, deliveries: list[_Delivery]) -> None:
+        """The first attempts of ``deliveries``, as one batch. Without redirects to follow or a
+        throttler to wait for, a first attempt is a request with a token and its response comes back
+        with the others that finished together, to :meth:`_first_attempts_done`: most deliveries
+        succeed at once, and a task or a future per message costs time and memory. Only a failed
+        first attempt (or such a sink) gets a task for the rest."""
         dynamic = self._dynamic
-        self._requests.inc()
         url = self._parameters.url
-        future = self._transport(url).submit(
-            Request(url, delivery.body, self._headers_of(delivery),
-                    timeout=min(dynamic.attempt_timeout, dynamic.request_timeout),
-                    capture_retry_after=dynamic.respect_retry_after))
-        delivery.task = future
-        future.add_done_callback(functools.partial(self._first_attempt_done, delivery))
+        timeout = min(dynamic.attempt_timeout, dynamic.request_timeout)
+        capture_retry_after = dynamic.respect_retry_after
+        completions = self._completions
+        if completions is None:
+            completions = self._completions = Completions(asyncio.get_running_loop(), self._first_attempts_done,
+                                                          _is_cancelled)
+        for delivery in deliveries:
+            delivery.first_attempt = True
+        self._requests.inc(len(deliveries))
+        requests = [(Request(url, delivery.body, self._headers_of(delivery), timeout=timeout,  # type: ignore[arg-type]
+                             capture_retry_after=capture_retry_after, prepared=True), delivery)
+                    for delivery in deliveries]
+        futures = submit_many(self._transport(url), requests, completions)
+        for delivery, future in zip(deliveries, futures, strict=False):
+            delivery.task = future  # only on a transport without submit_many: _block may cancel it
 
-    def _first_attempt_done(self, delivery: _Delivery, future: asyncio.Future[Response]) -> None:
-        if future.cancelled():
-            self._finished(delivery)
+    def _first_attempts_done(self, batch: list[tuple[_Delivery, Response]]) -> None:
+        """The responses of first attempts (a batch of them, in the order they finished): each success
+        is acknowledged, each failure goes on in a task of its own; the acknowledgement bookkeeping
+        (counters, progress, starting waiting deliveries) runs once per batch."""
+        if self._closed:
             return
-        response = future.result()
-        error = self._judge(response)  # never _FOLLOW: this path runs only without redirects
-        if error is None:
-            self._succeed(delivery)
-            self._finished(delivery)
-        else:
-            self._continue(delivery, attempts=1, last_error=error,
-                           retry_after=self._retry_after_of(self._parameters.url, response))
+        succeeded = 0
+        status = self._context.status
+        # A seq may still show an error from an earlier instance of this sink (a restart): clear it.
+        clear = status.error(self._status_path) is not None
+        for delivery, response in batch:
+            if delivery.cancelled:
+                continue  # _block ended it already
+            delivery.first_attempt = False
+            delivery.task = None
+            error = self._judge(response)  # never _FOLLOW: this path runs only without redirects
+            if error is None:
+                delivery.done = True
+                succeeded += 1
+                self._running -= 1
+                self._sending -= 1
+                if clear:
+                    status.clear_error(self._status_path, delivery.seq)
+            else:
+                self._continue(delivery, attempts=1, last_error=error,
+                               retry_after=self._retry_after_of(self._parameters.url, response))
+        if succeeded:
+            self._delivered.inc(succeeded)
+            self._context.on_progress()
+        if self._waiting:
+            self._start_waiting()
 
     def _continue(self, delivery: _Delivery, *, attempts: int, last_error: str | None,
                   retry_after: float = 0.0) -> None:
@@ -376,19 +415,23 @@ class AsyncHttpSink:
             await self._pause_until(delivery, min(until, deadline))
 
     def _transport(self, url: str) -> HttpTransport:
+        if url is self._parameters.url and self._default_transport is not None:
+            return self._default_transport  # every first attempt: no URL parsing per message
         scheme = urlsplit(url).scheme.lower()
         transport = self._transports.get(scheme)
         if transport is None:
             transport = self._transports[scheme] = self._transport_factory(scheme, self._parameters)
+        if url is self._parameters.url:
+            self._default_transport = transport
         return transport
 
     # -- one delivery ------------------------------------------------------------------------
 
     def _headers_of(self, delivery: _Delivery) -> tuple[str, ...]:
-        name = self._parameters.idempotency_header
-        if not name:
+        """The header lines of every POST of ``delivery`` (``prepared``: see ``post_header_lines``)."""
+        if not self._idempotency_prefix:
             return self._headers
-        return (*self._headers, f"{name}: {idempotency_key(delivery.message_id)}")
+        return (self._idempotency_prefix + idempotency_key(delivery.message_id), *self._headers)
 
     async def _deliver(self, delivery: _Delivery, attempts: int, last_error: str | None,
                        retry_after: float = 0.0) -> None:
@@ -493,7 +536,7 @@ class AsyncHttpSink:
             self._requests.inc()
             response = await self._transport(url).submit(
                 Request(url, delivery.body, headers, timeout=remaining, capture_location=follow,
-                        capture_retry_after=self._dynamic.respect_retry_after))
+                        capture_retry_after=self._dynamic.respect_retry_after, prepared=True))
             error = self._judge(response)
             if error is None or not error.startswith(_FOLLOW):
                 return error, self._retry_after_of(url, response)
@@ -550,6 +593,7 @@ class AsyncHttpSink:
         return f"HTTP status {status}"
 
     def _succeed(self, delivery: _Delivery) -> None:
+        """A delivery whose later attempt succeeded (first attempts: :meth:`_first_attempts_done`)."""
         delivery.done = True
         self._delivered.inc()
         self._context.status.clear_error(self._status_path, delivery.seq)
@@ -566,9 +610,20 @@ class AsyncHttpSink:
         self._context.status.set_error(self._status_path, delivery.seq, error)
         if self._terminal is None or delivery.seq < self._terminal[0]:
             self._terminal = (delivery.seq, error)
+        ended: list[_Delivery] = []
         for later in self._pending:
-            if later.seq > delivery.seq and later.task is not None and not later.task.done():
-                later.task.cancel()
+            if later.seq <= delivery.seq:
+                continue
+            if later.first_attempt:  # not sent if still queued; its response is ignored if it was
+                later.first_attempt = False
+                later.cancelled = True
+                if later.task is not None:
+                    later.task.cancel()
+                ended.append(later)
+            elif later.task is not None and not later.task.done():
+                later.task.cancel()  # its done callback calls _finished
+        for later in ended:
+            self._finished(later)
         self._context.on_progress()
 
     # -- dead letters ------------------------------------------------------------------------
@@ -607,6 +662,10 @@ class AsyncHttpSink:
         self._dead_lettered.inc(written.result())
         self._context.status.clear_error(self._status_path, delivery.seq)
         self._context.on_progress()
+
+
+def _is_cancelled(delivery: _Delivery) -> bool:
+    return delivery.cancelled
 
 
 __all__ = ["AsyncHttpSink", "AsyncHttpSinkDynamicParameters", "AsyncHttpSinkParameters", "HttpTransport"]
