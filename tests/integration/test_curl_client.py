@@ -55,18 +55,19 @@ async def test_keep_alive_reuses_one_connection_and_without_it_each_request_open
     assert len(new) == 10
 
 
-async def test_an_idle_client_with_a_cached_connection_does_not_spin_the_curl_thread(
+async def test_an_idle_client_with_a_cached_connection_does_not_spin_the_driver(
         serve_app: ServerFactory) -> None:
-    """Between requests the curl thread waits in poll for a wake-up: no transfers, no timeout."""
-    from egress.httpclient.curl import _CurlThread
+    """Between requests the loop's curl driver runs no turn: no transfers, no timer."""
+    from egress.httpclient.curl import _LoopDriver
 
     base = await serve_app(echo_app())
     client = CurlClient(max_connections=2)
     try:
         assert (await client.send(Request(f"{base}/x", b"a"))).ok
-        turns = _CurlThread.shared().turns
+        driver = _LoopDriver.of(asyncio.get_running_loop())
+        turns = driver.turns
         await asyncio.sleep(0.5)
-        assert _CurlThread.shared().turns - turns <= 2  # the turn that handed the response back, at most
+        assert driver.turns - turns <= 2  # the turn that handed the response back, at most
         assert (await client.send(Request(f"{base}/x", b"b"))).ok  # and a new request still wakes it
     finally:
         client.close()

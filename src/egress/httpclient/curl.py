@@ -1,26 +1,24 @@
-"""Outgoing HTTP on libcurl's multi interface (pycurl), driven on a thread of its own.
+"""Outgoing HTTP on libcurl's multi interface (pycurl), driven from the asyncio event loop.
 
 One :class:`CurlClient` owns one multi handle, its connection cache and a pool of reusable easy
-handles. asyncio code calls ``await client.send(request)``; the curl thread runs the transfers with
-``perform`` and one ``poll`` over every client's descriptors, and hands completions back to the
-event loop in batches (one ``call_soon_threadsafe`` per wake-up, not per request). Python does as
-little per request as it can: header lines are kept (by the C ``list.append``, one call per line) only
-when a request asks for a header, and decoded only once the transfer ends, and for ``Retry-After``
-only when the status is 429 or 503; no per-socket callbacks (libcurl's socket and timer callbacks each
-took the GIL, which the event loop and the SQLite thread hold much of the time: see
-``docs/benchmarks.md``).
+handles. asyncio code calls ``await client.send(request)``, or ``submit_many`` with a
+:class:`Completions` to get the responses in batches; the loop's driver (:class:`_LoopDriver`) runs
+the transfers with ``perform`` in turns on the event loop itself, and hands completions back in
+batches (one callback per destination per turn, not per request). Python does as little per request
+as it can: header lines are kept (by the C ``list.append``, one call per line) only when a request
+asks for a header, and decoded only once the transfer ends, and for ``Retry-After`` only when the
+status is 429 or 503; no per-socket callbacks. Why the event loop rather than a thread of its own:
+``docs/benchmarks.md``, session 4 (the thread cost more CPU per message in wake-ups and GIL hand-offs
+than the loop's turns cost).
 """
 
 from __future__ import annotations
 
 import asyncio
 import collections
-import contextlib
-import select
-import socket
-import threading
+import weakref
 from collections.abc import Callable, Iterable
-from typing import Any, NamedTuple
+from typing import Any, ClassVar, NamedTuple
 
 import pycurl
 
@@ -103,9 +101,6 @@ class Completions(NamedTuple):
 
 _Entry = tuple[Request, Any, Completions]  # a request, its token, where its response goes
 
-FD_SETSIZE = 1024  # select()'s limit: libcurl's fdset() reports no descriptor from here on
-
-
 class CurlClient:
     """An HTTP client on one libcurl multi handle; safe to use from one asyncio loop.
 
@@ -117,8 +112,8 @@ class CurlClient:
     certificate and host verification on (the default, and what production must use);
     ``ca_file`` is a PEM bundle of certificate authorities to trust instead of libcurl's default.
 
-    Every client of a process is driven by one shared thread (:class:`_CurlThread`): a thread per
-    client made partitions' clients compete for the GIL.
+    Every client of an event loop is driven by that loop's :class:`_LoopDriver`, bound at the first
+    request: use a client from one loop only.
     """
 
     def __init__(
@@ -135,25 +130,21 @@ class CurlClient:
         self.keep_alive = keep_alive
         self.verify_tls = verify_tls
         self.ca_file = ca_file
-        self._driver = _CurlThread.shared()
+        self._driver: _LoopDriver | None = None  # the driver of the loop of the first request
         self._multi = pycurl.CurlMulti()
         self._multi.setopt(pycurl.M_MAXCONNECTS, max_connections if keep_alive else 1)
-        self._lock = threading.Lock()
-        self._batch: list[_Entry] = []  # this loop turn's submissions
-        self._submitted: collections.deque[_Entry] = collections.deque()
         self._queued: collections.deque[_Entry] = collections.deque()
         self._running: dict[int, tuple[pycurl.Curl, Any, Completions, _Capture | None]] = {}
         self._futures: Completions | None = None  # where submit()'s futures are resolved
+        self._completed = 0  # transfers finished so far
         self._spare_handles: list[pycurl.Curl] = []
         self._capturing: set[int] = set()  # handles whose callbacks capture body or headers
-        self.high_descriptors = False  # a socket of this client was >= FD_SETSIZE (see _socket_opened)
         self._closed = False
-        self._driver.attach(self)
 
     @property
     def in_flight(self) -> int:
         """Transfers running or queued in this client."""
-        return len(self._running) + len(self._queued) + len(self._submitted) + len(self._batch)
+        return len(self._running) + len(self._queued)
 
     async def send(self, request: Request) -> Response:
         """Run ``request``; returns its :class:`Response` (never raises for HTTP or transport errors).
@@ -180,37 +171,28 @@ class CurlClient:
         ``completions.loop``. Raises ``RuntimeError`` if the client is closed."""
         if self._closed:
             raise RuntimeError("CurlClient is closed")
-        # Requests submitted in one turn of the event loop reach the curl thread together, with one
-        # wake-up (a system call) instead of one each.
-        batch = self._batch
-        if not batch:
-            completions.loop.call_soon(self._hand_over)
-        batch.extend((request, token, completions) for request, token in requests)
-
-    def _hand_over(self) -> None:
-        batch, self._batch = self._batch, []
-        if self._closed:
-            return  # close() has answered them already
-        with self._lock:
-            wake = not self._submitted
-            self._submitted.extend(batch)
-        if wake:
-            self._driver.wake()
+        driver = self._driver
+        if driver is None:
+            driver = self._driver = _LoopDriver.of(completions.loop)
+            driver.attach(self)
+        self._queued.extend((request, token, completions) for request, token in requests)
+        # Requests submitted in one pass of the event loop start together, in the driver's next turn.
+        driver.wake()
 
     def close(self) -> None:
         """Release every handle; requests still pending get a transport error ("client closed")."""
         if self._closed:
             return
         self._closed = True
-        self._driver.detach(self)
-        leftovers = [*self._queued, *self._submitted, *self._batch]
+        leftovers = list(self._queued)
         self._queued.clear()
-        self._submitted.clear()
-        self._batch = []
-        _complete_threadsafe([(completions, token, Response(0, "client closed"))
-                              for _, token, completions in leftovers])
+        if self._driver is not None:
+            self._driver.detach(self)
+        else:
+            self._multi.close()
+        _complete([(completions, token, Response(0, "client closed")) for _, token, completions in leftovers])
 
-    # -- run by the curl thread ----------------------------------------------------------------
+    # -- run by the driver's turns -------------------------------------------------------------
 
     def _drive(self) -> None:
         """Start queued requests, let libcurl do what its sockets and timers allow, hand completions
@@ -223,18 +205,6 @@ class CurlClient:
             if not self._collect() or not self._start_queued():
                 return
 
-    def _socket_opened(self, fd: int, purpose: int) -> int:
-        """libcurl's socket-option callback (on the curl thread, once per new connection).
-
-        libcurl's ``fdset()`` leaves out descriptors >= FD_SETSIZE (1024), so the thread cannot wait
-        for them; once this client has had one, the thread waits at most ``HIGH_FD_WAIT_MS`` while it
-        has transfers, and they progress by polling (found by review: a process holding 1,100 files
-        timed out every request). libcurl's close-socket callback could undo the mark, but pycurl
-        cannot run it while a multi handle closes, which would leak the socket."""
-        if fd >= FD_SETSIZE:
-            self.high_descriptors = True
-        return int(pycurl.SOCKOPT_OK)
-
     def _perform(self) -> None:
         multi = self._multi
         while multi.perform()[0] == pycurl.E_CALL_MULTI_PERFORM:
@@ -245,7 +215,7 @@ class CurlClient:
         for handle, token, completions, _ in self._running.values():
             self._multi.remove_handle(handle)
             handle.close()
-            _complete_threadsafe([(completions, token, Response(0, "client closed"))])
+            _complete([(completions, token, Response(0, "client closed"))])
         self._running.clear()
         for handle in self._spare_handles:
             handle.close()
@@ -254,10 +224,6 @@ class CurlClient:
 
     def _start_queued(self) -> bool:
         """Start queued requests while below ``max_connections``; True if any started."""
-        with self._lock:
-            if self._submitted:
-                self._queued.extend(self._submitted)
-                self._submitted.clear()
         started = False
         while self._queued and len(self._running) < self.max_connections:
             request, token, completions = self._queued.popleft()
@@ -282,7 +248,6 @@ class CurlClient:
         if self.ca_file is not None:
             handle.setopt(pycurl.CAINFO, self.ca_file)
         handle.setopt(pycurl.WRITEFUNCTION, _discard)
-        handle.setopt(pycurl.SOCKOPTFUNCTION, self._socket_opened)
         return handle
 
     def _configure(self, handle: pycurl.Curl, request: Request) -> _Capture | None:
@@ -322,8 +287,9 @@ class CurlClient:
                 done.append(self._finish(handle, f"curl error {errno}: {message}"))
             if not queued:
                 break
+        self._completed += len(done)
         if done:
-            _complete_threadsafe(done)
+            _complete(done)
         return bool(done)
 
     def _finish(self, handle: pycurl.Curl, error: str | None) -> tuple[Completions, Any, Response]:
@@ -342,97 +308,71 @@ class CurlClient:
         return completions, token, Response(status, error, body, location, headers, local_port, retry_after)
 
 
-class _CurlThread:
-    """The one thread that drives every :class:`CurlClient` of the process: each turn it runs
-    ``perform`` on every client with transfers, then waits in one ``poll`` over all their sockets
-    (``fdset``) and a socketpair that wakes it for new requests, for at most the nearest libcurl
-    timeout. Each client keeps its own multi handle, connection cache and queue.
-    """
+class _LoopDriver:
+    """Drives every :class:`CurlClient` of one event loop from that loop, without a thread: a turn
+    (start queued requests, ``perform``, hand completions back) runs when requests are submitted and,
+    while transfers run, on a timer whose period starts at ``MIN_PERIOD`` and doubles, up to
+    ``MAX_PERIOD``, after each turn that finished nothing (libcurl's timeouts are checked by every
+    ``perform``). No socket is registered with the loop: a descriptor that libcurl closes and the
+    kernel reuses within one turn could not be told from the old one."""
 
-    _shared: _CurlThread | None = None
-    _shared_lock = threading.Lock()
-    IDLE_WAIT = 0.05  # seconds to wait when transfers run but libcurl names neither socket nor timeout
-    HIGH_FD_WAIT_MS = 1  # the longest wait for a client with sockets fdset() leaves out: polled instead
+    MIN_PERIOD = 0.0005
+    MAX_PERIOD = 0.02
+    _drivers: ClassVar[weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, _LoopDriver]] = \
+        weakref.WeakKeyDictionary()
 
     @classmethod
-    def shared(cls) -> _CurlThread:
-        with cls._shared_lock:
-            if cls._shared is None:
-                cls._shared = cls()
-            return cls._shared
+    def of(cls, loop: asyncio.AbstractEventLoop) -> _LoopDriver:
+        driver = cls._drivers.get(loop)
+        if driver is None:
+            driver = cls._drivers[loop] = cls(loop)
+        return driver
 
-    def __init__(self) -> None:
-        self._wake_read, self._wake_write = socket.socketpair()
-        self._wake_read.setblocking(False)
-        self._wake_write.setblocking(False)
-        self._clients: list[CurlClient] = []  # touched by the thread only
-        self._changes: collections.deque[tuple[CurlClient, threading.Event | None]] = collections.deque()
-        self._lock = threading.Lock()
-        self.turns = 0  # loop turns so far: a test shows that an idle thread blocks instead of spinning
-        self._thread = threading.Thread(target=self._run, name="egress-curl", daemon=True)
-        self._thread.start()
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        self._loop = loop
+        self._clients: list[CurlClient] = []
+        self._soon = False  # a turn is scheduled with call_soon
+        self._timer: asyncio.TimerHandle | None = None
+        self._period = self.MIN_PERIOD
+        self.turns = 0
 
     def attach(self, client: CurlClient) -> None:
-        with self._lock:
-            self._changes.append((client, None))
-        self.wake()
+        self._clients.append(client)
 
     def detach(self, client: CurlClient) -> None:
-        """Stop driving ``client`` and release its handles; returns once the thread has done it."""
-        done = threading.Event()
-        with self._lock:
-            self._changes.append((client, done))
-        self.wake()
-        done.wait(timeout=10)
+        if client in self._clients:
+            self._clients.remove(client)
+        client._release()
 
     def wake(self) -> None:
-        with contextlib.suppress(OSError):  # a full socket buffer already means "wake up"
-            self._wake_write.send(b"\0")
+        if not self._soon:
+            self._soon = True
+            self._period = self.MIN_PERIOD
+            self._loop.call_soon(self._turn)
 
-    def _apply_changes(self) -> None:
-        with self._lock:
-            changes = list(self._changes)
-            self._changes.clear()
-        for client, done in changes:
-            if done is None:
-                self._clients.append(client)
-                continue
-            if client in self._clients:
-                self._clients.remove(client)
-            client._release()
-            done.set()
+    def _tick(self) -> None:
+        self._timer = None
+        self._turn()
 
-    def _run(self) -> None:
-        wake = self._wake_read.fileno()
-        readable, writable = select.POLLIN | select.POLLPRI, select.POLLOUT
-        while True:
-            self.turns += 1
-            self._apply_changes()
-            for client in self._clients:
-                client._drive()
-            poller = select.poll()
-            poller.register(wake, readable)
-            timeout_ms = -1
-            for client in self._clients:
-                if not client._running:
-                    continue
-                multi = client._multi
-                reads, writes, errors = map(set, multi.fdset())
-                for fd in reads | writes | errors:
-                    poller.register(fd, (readable if fd in reads else 0) | (writable if fd in writes else 0)
-                                    | (select.POLLPRI if fd in errors else 0))
-                wait = multi.timeout()
-                if wait < 0 and not (reads or writes):
-                    wait = int(self.IDLE_WAIT * 1000)
-                if wait >= 0 and (timeout_ms < 0 or wait < timeout_ms):
-                    timeout_ms = wait
-                if client.high_descriptors and (timeout_ms < 0 or timeout_ms > self.HIGH_FD_WAIT_MS):
-                    timeout_ms = self.HIGH_FD_WAIT_MS
-            for fd, _ in poller.poll(timeout_ms):
-                if fd == wake:
-                    with contextlib.suppress(BlockingIOError, OSError):
-                        while self._wake_read.recv(4096):
-                            pass
+    def _turn(self) -> None:
+        self._soon = False
+        self.turns += 1
+        finished = False
+        busy = False
+        for client in self._clients:
+            before = client._completed
+            client._drive()
+            finished = finished or client._completed != before
+            busy = busy or bool(client._running)
+        if finished:
+            self._period = self.MIN_PERIOD
+        else:
+            self._period = min(self._period * 2, self.MAX_PERIOD)
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+        if busy:
+            self._timer = self._loop.call_later(self._period, self._tick)
 
 
 class _Capture:
@@ -479,7 +419,7 @@ def _discard(data: bytes) -> None:
     return None
 
 
-def _complete_threadsafe(done: list[tuple[Completions, Any, Response]]) -> None:
+def _complete(done: list[tuple[Completions, Any, Response]]) -> None:
     """Hand ``done`` to each :class:`Completions` on its loop: one call per destination."""
     batches: dict[int, tuple[Completions, list[tuple[Any, Response]]]] = {}
     for completions, token, response in done:
@@ -489,7 +429,7 @@ def _complete_threadsafe(done: list[tuple[Completions, Any, Response]]) -> None:
         found[1].append((token, response))
     for completions, batch in batches.values():
         if not completions.loop.is_closed():
-            completions.loop.call_soon_threadsafe(completions.callback, batch)
+            completions.loop.call_soon(completions.callback, batch)
 
 
 def _resolve(batch: list[tuple[asyncio.Future[Response], Response]]) -> None:
