@@ -10,6 +10,7 @@ import pytest
 from aiohttp import web
 
 from egress.httpclient import CurlClient, Request
+from egress.httpclient.outcomes import FailureKind, failure_of
 from tests.conftest import ServerFactory
 
 pytestmark = pytest.mark.integration
@@ -116,6 +117,9 @@ async def test_refused_connection_is_a_transport_error(unused_tcp_port: int) -> 
     assert response.status == 0
     assert (response.error or '').startswith("curl error 7:")
     assert not response.ok
+    failure = failure_of(response)
+    assert failure is not None
+    assert (failure.kind, failure.curl_code) == (FailureKind.CONNECT, 7)
 
 
 async def test_attempt_timeout_covers_a_stalled_response(serve_app: ServerFactory) -> None:
@@ -127,6 +131,10 @@ async def test_attempt_timeout_covers_a_stalled_response(serve_app: ServerFactor
         client.close()
     assert response.status == 0
     assert (response.error or '').startswith("curl error 28:")
+    assert response.curl_code == 28
+    failure = failure_of(response)
+    assert failure is not None
+    assert failure.kind is FailureKind.TIMEOUT
 
 
 async def test_a_truncated_body_keeps_the_status_and_reports_the_read_error() -> None:

@@ -72,6 +72,7 @@ class Response(NamedTuple):
     request asked for it, ``headers`` the response's headers (lower-case names; a repeated header
     keeps its last value) when the request asked for them, ``local_port`` the client port used;
     ``retry_after`` the raw ``Retry-After`` value of a 429 or 503 when the request asked for it.
+    Why a failed attempt failed, as a type: ``egress.httpclient.outcomes.failure_of``.
     """
 
     status: int
@@ -81,11 +82,15 @@ class Response(NamedTuple):
     headers: dict[str, str] | None = None
     local_port: int = 0
     retry_after: str | None = None
+    curl_code: int = 0  # libcurl's CURLcode of ``error`` (0: none); egress.httpclient.outcomes classifies it
 
     @property
     def ok(self) -> bool:
         """A 2xx with the body read completely."""
         return self.error is None and 200 <= self.status <= 299
+
+
+CLIENT_CLOSED = "client closed"  # the error of a request still pending when its client closed
 
 
 class Completions(NamedTuple):
@@ -161,7 +166,7 @@ class CurlClient:
         future: asyncio.Future[Response] = loop.create_future()
         completions = self._futures
         if completions is None or completions.loop is not loop:
-            completions = self._futures = Completions(loop, _resolve, asyncio.Future.cancelled)
+            completions = self._futures = Completions(loop, resolve_futures, asyncio.Future.cancelled)
         self.submit_many(((request, future),), completions)
         return future
 
@@ -180,7 +185,7 @@ class CurlClient:
         driver.wake()
 
     def close(self) -> None:
-        """Release every handle; requests still pending get a transport error ("client closed")."""
+        """Release every handle; requests still pending get the error ``CLIENT_CLOSED``."""
         if self._closed:
             return
         self._closed = True
@@ -190,7 +195,7 @@ class CurlClient:
             self._driver.detach(self)
         else:
             self._multi.close()
-        _complete([(completions, token, Response(0, "client closed")) for _, token, completions in leftovers])
+        _complete([(completions, token, Response(0, CLIENT_CLOSED)) for _, token, completions in leftovers])
 
     # -- run by the driver's turns -------------------------------------------------------------
 
@@ -215,7 +220,7 @@ class CurlClient:
         for handle, token, completions, _ in self._running.values():
             self._multi.remove_handle(handle)
             handle.close()
-            _complete([(completions, token, Response(0, "client closed"))])
+            _complete([(completions, token, Response(0, CLIENT_CLOSED))])
         self._running.clear()
         for handle in self._spare_handles:
             handle.close()
@@ -282,9 +287,9 @@ class CurlClient:
         while True:
             queued, succeeded, failed = self._multi.info_read()
             for handle in succeeded:
-                done.append(self._finish(handle, None))
+                done.append(self._finish(handle, None, 0))
             for handle, errno, message in failed:
-                done.append(self._finish(handle, f"curl error {errno}: {message}"))
+                done.append(self._finish(handle, f"curl error {errno}: {message}", errno))
             if not queued:
                 break
         self._completed += len(done)
@@ -292,20 +297,20 @@ class CurlClient:
             _complete(done)
         return bool(done)
 
-    def _finish(self, handle: pycurl.Curl, error: str | None) -> tuple[Completions, Any, Response]:
+    def _finish(self, handle: pycurl.Curl, error: str | None, code: int) -> tuple[Completions, Any, Response]:
         _, token, completions, capture = self._running.pop(id(handle))
         status = int(handle.getinfo(pycurl.RESPONSE_CODE))
         local_port = max(0, int(handle.getinfo(pycurl.LOCAL_PORT) or 0))
         self._multi.remove_handle(handle)
         self._spare_handles.append(handle)
         if capture is None:
-            return completions, token, Response(status, error, None, None, None, local_port)
+            return completions, token, Response(status, error, None, None, None, local_port, None, code)
         request = capture.request
         location = headers = retry_after = None
         if capture.lines is not None:
             location, headers, retry_after = capture.headers(status)
         body = b"".join(capture.chunks) if request.capture_body else None
-        return completions, token, Response(status, error, body, location, headers, local_port, retry_after)
+        return completions, token, Response(status, error, body, location, headers, local_port, retry_after, code)
 
 
 class _LoopDriver:
@@ -432,7 +437,8 @@ def _complete(done: list[tuple[Completions, Any, Response]]) -> None:
             completions.loop.call_soon(completions.callback, batch)
 
 
-def _resolve(batch: list[tuple[asyncio.Future[Response], Response]]) -> None:
+def resolve_futures(batch: list[tuple[asyncio.Future[Response], Response]]) -> None:
+    """The :class:`Completions` callback of ``submit``: each token is the future of its response."""
     for future, response in batch:
         if not future.done():
             future.set_result(response)

@@ -3,16 +3,17 @@
 :class:`HttpTransport` is the shape of ``egress.httpclient.CurlClient`` that the HTTP sinks depend
 on; :func:`submit_many` starts a batch of requests on any transport, with one callback per batch of
 finished transfers when the transport supports it (``CurlClient.submit_many``), else one per request.
+:class:`MockTransport` answers from a function, offline, batching as ``CurlClient`` does.
 """
 
 from __future__ import annotations
 
 import asyncio
 import functools
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Any, Protocol
 
-from egress.httpclient.curl import Completions, Request, Response
+from egress.httpclient.curl import Completions, Request, Response, resolve_futures
 
 
 class HttpTransport(Protocol):
@@ -45,3 +46,37 @@ def submit_many(transport: HttpTransport, requests: Iterable[tuple[Request, Any]
 def _one_done(completions: Completions, token: Any, future: asyncio.Future[Response]) -> None:
     if not future.cancelled():
         completions.callback([(token, future.result())])
+
+
+class MockTransport:
+    """An offline :class:`HttpTransport` for tests and tools: each request is answered with
+    ``handler(request)`` on the next pass of the event loop, the requests of one ``submit_many``
+    call as one batch (as ``CurlClient`` hands back what finished together). ``requests`` lists
+    every request sent, in order; a request whose token is cancelled when submitted is not sent.
+    ``submit`` and ``submit_many`` raise ``RuntimeError`` after ``close``."""
+
+    def __init__(self, handler: Callable[[Request], Response]) -> None:
+        self.handler = handler
+        self.requests: list[Request] = []
+        self.closed = False
+
+    def submit(self, request: Request) -> asyncio.Future[Response]:
+        loop = asyncio.get_running_loop()
+        future: asyncio.Future[Response] = loop.create_future()
+        self.submit_many([(request, future)], Completions(loop, resolve_futures, asyncio.Future.cancelled))
+        return future
+
+    def submit_many(self, requests: Iterable[tuple[Request, Any]], completions: Completions) -> None:
+        if self.closed:
+            raise RuntimeError("MockTransport is closed")
+        batch: list[tuple[Any, Response]] = []
+        for request, token in requests:
+            if completions.cancelled(token):
+                continue
+            self.requests.append(request)
+            batch.append((token, self.handler(request)))
+        if batch:
+            completions.loop.call_soon(completions.callback, batch)
+
+    def close(self) -> None:
+        self.closed = True

@@ -17,7 +17,6 @@ import asyncio
 import collections
 import functools
 import math
-import re
 from collections.abc import Callable
 from typing import Any, ClassVar
 from urllib.parse import urlsplit
@@ -29,6 +28,7 @@ from egress.engines import OutboxMessage, SinkProgress
 from egress.errors import DeliveryError, SpecError
 from egress.httpclient import CurlClient, Request, Response, backoff_seconds
 from egress.httpclient.curl import Completions, post_header_lines
+from egress.httpclient.outcomes import AttemptFailure, FailureKind, failure_of, sender_failure
 from egress.httpclient.redirects import HTTPS_TO_HTTP, REDIRECT_STATUSES, RedirectError, is_downgrade, resolve_location
 from egress.httpclient.retry_after import endpoint_of, retry_after_seconds
 from egress.httpclient.transport import HttpTransport, submit_many
@@ -50,8 +50,6 @@ UNPOOLED_MAX_CONNECTIONS = 64
 # memory of a large backlog. Deliveries pausing between attempts do not count, so a burst of
 # failures never holds back fresh messages (upstream sends every message of an epoch at once).
 SEND_WINDOW_PER_CONNECTION = 4
-_FOLLOW = "follow redirect"  # _judge's verdict for a 3xx with a Location
-_STATUS_ERROR = re.compile(r"HTTP status (\d+)")  # how _judge and _attempt word a failing status
 
 
 TransportFactory = Callable[[str, AsyncHttpSinkParameters], HttpTransport]
@@ -184,6 +182,8 @@ class AsyncHttpSink:
         self._dead_lettered = metrics.http_sink_dead_letters.labels(sink_id)
         self._responses = metrics.http_sink_responses
         self._responses_by_status: dict[int, Any] = {}
+        self._transport_errors = metrics.http_sink_transport_errors
+        self._transport_errors_by_kind: dict[FailureKind, Any] = {}
 
     @staticmethod
     def _throttle_handle(context: SinkContext, parameters: AsyncHttpSinkParameters) -> ThrottlerHandle | None:
@@ -363,7 +363,7 @@ class AsyncHttpSink:
                 continue  # _block ended it already
             delivery.first_attempt = False
             delivery.task = None
-            error = self._judge(response)  # never _FOLLOW: this path runs only without redirects
+            error = self._judge(response)  # this path runs only without redirects: a 3xx fails the attempt
             if error is None:
                 delivery.done = True
                 succeeded += 1
@@ -380,7 +380,7 @@ class AsyncHttpSink:
         if self._waiting:
             self._start_waiting()
 
-    def _continue(self, delivery: _Delivery, *, attempts: int, last_error: str | None,
+    def _continue(self, delivery: _Delivery, *, attempts: int, last_error: AttemptFailure | None,
                   retry_after: float = 0.0) -> None:
         task = asyncio.get_running_loop().create_task(self._deliver(delivery, attempts, last_error, retry_after))
         delivery.task = task
@@ -433,7 +433,7 @@ class AsyncHttpSink:
             return self._headers
         return (self._idempotency_prefix + idempotency_key(delivery.message_id), *self._headers)
 
-    async def _deliver(self, delivery: _Delivery, attempts: int, last_error: str | None,
+    async def _deliver(self, delivery: _Delivery, attempts: int, last_error: AttemptFailure | None,
                        retry_after: float = 0.0) -> None:
         """Attempts until a 2xx or the budget ends (upstream ``TAsyncHttpSink`` delivery loop).
 
@@ -455,13 +455,13 @@ class AsyncHttpSink:
             dynamic = self._dynamic  # read at every decision: DynamicSpec changes apply live
             deadline = start + dynamic.request_timeout
             if attempts >= dynamic.max_attempt_count or clock.monotonic() >= deadline:  # changed while pausing
-                self._fail(delivery, str(DeliveryError(POLICY_EXHAUSTED, attempts=attempts, last_error=last_error)))
+                self._fail(delivery, _exhausted(POLICY_EXHAUSTED, attempts, last_error))
                 return
             if self._pauses:
                 await self._wait_for_endpoint(delivery, self._parameters.url, deadline)
                 if clock.monotonic() >= deadline:  # the endpoint asked to wait past this delivery's deadline
                     self._fail(delivery,
-                               str(DeliveryError(DEADLINE_EXHAUSTED, attempts=attempts, last_error=last_error)))
+                               _exhausted(DEADLINE_EXHAUSTED, attempts, last_error))
                     return
             if self._throttle is not None:
                 # The global rate's wait is not part of the attempt: its budget starts once granted.
@@ -469,7 +469,7 @@ class AsyncHttpSink:
                     await self._throttle.throttle(1)
                 except ThrottlerError as error:  # the controller stayed away past its retry budget
                     attempts += 1
-                    last_error, retry_after = f"throttler: {error}", 0.0
+                    last_error, retry_after = sender_failure(FailureKind.THROTTLER, f"throttler: {error}"), 0.0
                     continue
             remaining = max(0.0, deadline - clock.monotonic())
             attempts += 1
@@ -481,7 +481,7 @@ class AsyncHttpSink:
                 self._succeed(delivery)
                 return
 
-    async def _pause_after_failure(self, delivery: _Delivery, attempts: int, last_error: str,
+    async def _pause_after_failure(self, delivery: _Delivery, attempts: int, last_error: AttemptFailure,
                                    retry_after: float) -> bool:
         """The verdict after failed attempt number ``attempts``; True once the pause before the next
         attempt is over, False when the delivery has ended (terminal, or an earlier one was).
@@ -496,25 +496,25 @@ class AsyncHttpSink:
         clock = self._context.clock
         dynamic = self._dynamic
         if attempts >= dynamic.max_attempt_count:
-            self._fail(delivery, str(DeliveryError(POLICY_EXHAUSTED, attempts=attempts, last_error=last_error)))
+            self._fail(delivery, _exhausted(POLICY_EXHAUSTED, attempts, last_error))
             return False
         now = clock.monotonic()
         deadline = delivery.started + dynamic.request_timeout
         delay = backoff_seconds(dynamic.backoff_policy(), attempts - 1)
         if delay >= deadline - now:
-            self._fail(delivery, str(DeliveryError(DEADLINE_EXHAUSTED, attempts=attempts, last_error=last_error)))
+            self._fail(delivery, _exhausted(DEADLINE_EXHAUSTED, attempts, last_error))
             return False
         asked_longer = retry_after > delay
         await self._pause_until(delivery, min(now + (retry_after if asked_longer else delay), deadline))
         if self._terminal is not None and self._terminal[0] < delivery.seq:
             return False  # an earlier delivery failed for good: no later message is POSTed
         if asked_longer and clock.monotonic() >= delivery.started + self._dynamic.request_timeout:
-            self._fail(delivery, str(DeliveryError(DEADLINE_EXHAUSTED, attempts=attempts, last_error=last_error)))
+            self._fail(delivery, _exhausted(DEADLINE_EXHAUSTED, attempts, last_error))
             return False
         return True
 
     async def _attempt(self, delivery: _Delivery, headers: tuple[str, ...], budget: float,
-                       redirects: list[int]) -> tuple[str | None, float]:
+                       redirects: list[int]) -> tuple[AttemptFailure | None, float]:
         """One attempt: POST to ``url`` and follow redirects within ``budget`` seconds.
 
         Returns ``None`` after a 2xx whose body was read completely, else the error that makes the
@@ -532,24 +532,24 @@ class AsyncHttpSink:
                 await self._wait_for_endpoint(delivery, url, deadline)
             remaining = deadline - clock.monotonic()
             if remaining <= 0:
-                return ATTEMPT_TIMED_OUT, 0.0
+                return sender_failure(FailureKind.TIMEOUT, ATTEMPT_TIMED_OUT), 0.0
             self._requests.inc()
             response = await self._transport(url).submit(
                 Request(url, delivery.body, headers, timeout=remaining, capture_location=follow,
                         capture_retry_after=self._dynamic.respect_retry_after, prepared=True))
             error = self._judge(response)
-            if error is None or not error.startswith(_FOLLOW):
+            if error is None or not self._follows(response, error):
                 return error, self._retry_after_of(url, response)
             if redirects[0] >= self._parameters.max_redirect_count:
-                return f"HTTP status {response.status}", 0.0
+                return error, 0.0
             assert response.location is not None
             redirects[0] += 1
             try:
                 target = resolve_location(url, response.location)
             except RedirectError as failure:
-                return str(failure), 0.0
+                return sender_failure(FailureKind.REDIRECT, str(failure)), 0.0
             if is_downgrade(url, target):
-                return HTTPS_TO_HTTP, 0.0
+                return sender_failure(FailureKind.REDIRECT, HTTPS_TO_HTTP), 0.0
             url = target
             if self._throttle is not None:
                 await self._throttle.throttle(1)  # a redirected POST is a request to the endpoint too
@@ -573,9 +573,9 @@ class AsyncHttpSink:
             self._pauses[endpoint] = until
         return seconds
 
-    def _judge(self, response: Response) -> str | None:
-        """Count ``response`` in the metrics; ``None`` for a complete 2xx, ``_FOLLOW`` for a redirect
-        with a ``Location`` when redirects are enabled, else the error that fails the attempt."""
+    def _judge(self, response: Response) -> AttemptFailure | None:
+        """Count ``response`` in the metrics; ``None`` for a complete 2xx, else why the attempt failed
+        (``egress.httpclient.outcomes``; a redirect's 3xx too: :meth:`_follows` tells whether to follow)."""
         status = response.status
         if status:
             counter = self._responses_by_status.get(status)
@@ -583,14 +583,24 @@ class AsyncHttpSink:
                 counter = self._responses_by_status[status] = self._responses.labels(self._context.sink_id,
                                                                                     str(status))
             counter.inc()
-        if response.error is not None:
+        failure = failure_of(response)
+        if failure is not None and failure.kind is not FailureKind.STATUS:
             self._attempt_failures.inc()
-            return response.error
-        if 200 <= status <= 299:
-            return None
-        if status in REDIRECT_STATUSES and response.location is not None and self._parameters.max_redirect_count:
-            return _FOLLOW
-        return f"HTTP status {status}"
+            self._transport_error_counter(failure.kind).inc()
+        return failure
+
+    def _transport_error_counter(self, kind: FailureKind) -> Any:
+        counter = self._transport_errors_by_kind.get(kind)
+        if counter is None:
+            counter = self._transport_errors_by_kind[kind] = self._transport_errors.labels(self._context.sink_id,
+                                                                                          kind.value)
+        return counter
+
+    def _follows(self, response: Response, failure: AttemptFailure) -> bool:
+        """Whether the failed attempt is a redirect this sink follows: a 3xx of RFC 9110 §15.4 with a
+        ``Location``, redirects enabled."""
+        return (failure.kind is FailureKind.STATUS and response.status in REDIRECT_STATUSES
+                and response.location is not None and self._parameters.max_redirect_count > 0)
 
     def _succeed(self, delivery: _Delivery) -> None:
         """A delivery whose later attempt succeeded (first attempts: :meth:`_first_attempts_done`)."""
@@ -628,15 +638,15 @@ class AsyncHttpSink:
 
     # -- dead letters ------------------------------------------------------------------------
 
-    def _note_attempt(self, delivery: _Delivery, error: str) -> None:
+    def _note_attempt(self, delivery: _Delivery, failure: AttemptFailure) -> None:
         """Keep a failed attempt for the dead-letter line (only when there is a dead-letter file)."""
         if self._dead_letters is None:
             return
         if delivery.attempts is None:
             delivery.attempts = []
-        status = _STATUS_ERROR.fullmatch(error)
         now = self._context.clock.now()
-        delivery.attempts.append(Attempt(now, int(status.group(1))) if status else Attempt(now, error=error))
+        delivery.attempts.append(Attempt(now, failure.status) if failure.kind is FailureKind.STATUS
+                                 else Attempt(now, error=failure.message))
 
     def _dead_letter(self, delivery: _Delivery, error: str) -> None:
         """Append ``delivery`` to the dead-letter file; acknowledge it once the line is durable, or
@@ -662,6 +672,11 @@ class AsyncHttpSink:
         self._dead_lettered.inc(written.result())
         self._context.status.clear_error(self._status_path, delivery.seq)
         self._context.on_progress()
+
+
+def _exhausted(message: str, attempts: int, last_error: AttemptFailure | None) -> str:
+    """The terminal error of a delivery whose budget ended (upstream's wording)."""
+    return str(DeliveryError(message, attempts=attempts, last_error=last_error.message if last_error else None))
 
 
 def _is_cancelled(delivery: _Delivery) -> bool:
