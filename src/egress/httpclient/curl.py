@@ -144,6 +144,7 @@ class CurlClient:
         self._completed = 0  # transfers finished so far
         self._spare_handles: list[pycurl.Curl] = []
         self._capturing: set[int] = set()  # handles whose callbacks capture body or headers
+        self._handle_options: dict[int, tuple[str, int]] = {}  # id(handle) -> its URL and TIMEOUT_MS
         self._closed = False
 
     @property
@@ -257,16 +258,21 @@ class CurlClient:
 
     def _configure(self, handle: pycurl.Curl, request: Request) -> _Capture | None:
         """Set the per-request options; the capture of the response, None when nothing is kept."""
-        handle.setopt(pycurl.URL, request.url)
+        # A sink sends every request to one URL with one timeout: set them only when they change.
+        timeout_ms = max(1, int(request.timeout * 1000))
+        key = id(handle)
+        if self._handle_options.get(key) != (request.url, timeout_ms):
+            handle.setopt(pycurl.URL, request.url)
+            handle.setopt(pycurl.TIMEOUT_MS, timeout_ms)
+            self._handle_options[key] = (request.url, timeout_ms)
         if request.method == "GET":
             handle.setopt(pycurl.HTTPGET, 1)
             handle.setopt(pycurl.HTTPHEADER, request.headers)
         else:
-            handle.setopt(pycurl.POSTFIELDSIZE, len(request.body))
+            # pycurl sets POSTFIELDSIZE from the bytes object itself (a body may hold NUL bytes).
             handle.setopt(pycurl.POSTFIELDS, request.body)
             headers = request.headers if request.prepared else post_header_lines(request.headers)
             handle.setopt(pycurl.HTTPHEADER, headers)
-        handle.setopt(pycurl.TIMEOUT_MS, max(1, int(request.timeout * 1000)))
         wants_headers = request.capture_location or request.capture_headers or request.capture_retry_after
         if not (request.capture_body or wants_headers):
             if self._capturing and id(handle) in self._capturing:

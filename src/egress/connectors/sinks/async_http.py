@@ -358,12 +358,15 @@ class AsyncHttpSink:
         status = self._context.status
         # A seq may still show an error from an earlier instance of this sink (a restart): clear it.
         clear = status.error(self._status_path) is not None
+        statuses: dict[int, int] = {}  # responses by status, counted once per batch
         for delivery, response in batch:
             if delivery.cancelled:
                 continue  # _block ended it already
             delivery.first_attempt = False
             delivery.task = None
-            error = self._judge(response)  # this path runs only without redirects: a 3xx fails the attempt
+            code = response.status
+            statuses[code] = statuses.get(code, 0) + 1
+            error = failure_of(response)  # this path runs only without redirects: a 3xx fails the attempt
             if error is None:
                 delivery.done = True
                 succeeded += 1
@@ -372,8 +375,11 @@ class AsyncHttpSink:
                 if clear:
                     status.clear_error(self._status_path, delivery.seq)
             else:
+                self._count_failure(error)
                 self._continue(delivery, attempts=1, last_error=error,
                                retry_after=self._retry_after_of(self._parameters.url, response))
+        for code, count in statuses.items():
+            self._count_responses(code, count)
         if succeeded:
             self._delivered.inc(succeeded)
             self._context.on_progress()
@@ -576,18 +582,26 @@ class AsyncHttpSink:
     def _judge(self, response: Response) -> AttemptFailure | None:
         """Count ``response`` in the metrics; ``None`` for a complete 2xx, else why the attempt failed
         (``egress.httpclient.outcomes``; a redirect's 3xx too: :meth:`_follows` tells whether to follow)."""
-        status = response.status
-        if status:
-            counter = self._responses_by_status.get(status)
-            if counter is None:
-                counter = self._responses_by_status[status] = self._responses.labels(self._context.sink_id,
-                                                                                    str(status))
-            counter.inc()
+        self._count_responses(response.status, 1)
         failure = failure_of(response)
-        if failure is not None and failure.kind is not FailureKind.STATUS:
+        if failure is not None:
+            self._count_failure(failure)
+        return failure
+
+    def _count_responses(self, status: int, count: int) -> None:
+        """Count ``count`` responses of HTTP ``status`` (0: no response, not counted)."""
+        if not status:
+            return
+        counter = self._responses_by_status.get(status)
+        if counter is None:
+            counter = self._responses_by_status[status] = self._responses.labels(self._context.sink_id, str(status))
+        counter.inc(count)
+
+    def _count_failure(self, failure: AttemptFailure) -> None:
+        """Count a failed attempt without a complete response (a status failure is counted as a response)."""
+        if failure.kind is not FailureKind.STATUS:
             self._attempt_failures.inc()
             self._transport_error_counter(failure.kind).inc()
-        return failure
 
     def _transport_error_counter(self, kind: FailureKind) -> Any:
         counter = self._transport_errors_by_kind.get(kind)
