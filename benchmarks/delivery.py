@@ -102,10 +102,14 @@ TARGETS: tuple[tuple[str, str, str, str, float | None], ...] = (
     ("egress / naive (requests + 32 threads + tenacity), msg/s", "naive", "rate", ">=", None),
     ("egress CPU / raw pycurl CPU, per message", "raw pycurl", "cpu", "<=", 2.5),
     ("egress CPU / durable raw CPU, per message", "durable raw", "cpu", "<=", None),
+    ("egress sink alone CPU / raw pycurl CPU, per message", "raw pycurl", "sink cpu", "<=", None),
 )
 RSS_TARGET_MB = 300.0
 DURABLE_CHUNK = 1_000  # durable raw: messages per log transaction, and completions per progress commit
-PHASES = ("egress", "pycurl", "durable", "aiohttp", "naive")
+MEASURE_NAMES = {"rate": "egress", "cpu": "egress CPU", "sink cpu": "sink CPU"}  # in the summary
+SHORT_NAMES = {"raw pycurl": "pycurl", "durable raw": "durable", "bare aiohttp": "aiohttp"}  # in the summary
+PHASES = ("egress", "sink", "pycurl", "durable", "aiohttp", "naive")
+SINK_CHUNK = 2_048  # the sink phase: messages per distribute() call (the partition job's epoch_max_messages)
 
 # The process function egress imports (``functions:PassPayload``), written next to the Spec so that the
 # egress process imports nothing of this script (its RSS is measured).
@@ -468,10 +472,11 @@ def _wait_sampling(process: subprocess.Popen[bytes], timeout: float
 
 def run_egress(target: Target, bodies: Sequence[bytes], count: int, partitions: int, pool: int | None,
                work: Path, timeout: float, name: str = "egress", profile: Path | None = None,
-               processes: int | None = None) -> PhaseResult:
+               processes: int | None = None, gil: bool = True) -> PhaseResult:
     """One ``egress run`` subprocess from a fresh state directory on ``count`` messages (``bodies`` cycled);
     timed from spawn to exit, its RSS and per-thread CPU sampled. ``pool`` None keeps the sink's default
-    ``max_idle_connections``. With ``profile``, egress runs under ``py-spy record --gil -f raw``; with
+    ``max_idle_connections``. With ``profile``, egress runs under ``py-spy record -f raw --threads``
+    (with ``gil``, ``--gil``: only the thread holding the GIL is sampled); with
     ``processes``, ``egress run --processes N``."""
     phase = work / name.replace(" ", "-")
     shutil.rmtree(phase, ignore_errors=True)  # a fresh state directory: no resumed run
@@ -512,8 +517,8 @@ def run_egress(target: Target, bodies: Sequence[bytes], count: int, partitions: 
         command += ["--processes", str(processes)]
     if profile is not None:
         py_spy = shutil.which("py-spy") or str(Path(sys.executable).parent / "py-spy")
-        command = [py_spy, "record", "--gil", "--full-filenames", "-f", "raw", "-r", "200", "-o", str(profile),
-                   "--", *command]
+        command = [py_spy, "record", *(["--gil"] if gil else []), "--threads", "--full-filenames", "-f", "raw",
+                   "-r", str(PROFILE_RATE), "-o", str(profile), "--", *command]
     output = open(phase / "egress.log", "wb")  # noqa: SIM115 - closed below, after the process ends
     started = time.perf_counter()
     process = subprocess.Popen(command, cwd=phase, stdout=output, stderr=subprocess.STDOUT)
@@ -695,6 +700,79 @@ def run_pycurl(target: Target, bodies: Sequence[bytes], keys: Sequence[str], con
     return result
 
 
+async def _sink_phase(url: str, bodies: Sequence[bytes], partitions: int, pool: int | None) -> tuple[float, int]:
+    """The async HTTP sink alone, one instance per partition as the jobs have it, fed from memory in
+    chunks of ``SINK_CHUNK`` committed messages while fewer than that are unacknowledged (as a
+    partition job's epochs feed it), the acknowledged prefix taken at each progress callback."""
+    from egress.clock import RealClock
+    from egress.connectors.base import SinkContext
+    from egress.connectors.sinks.async_http import AsyncHttpSink
+    from egress.connectors.sinks.http_parameters import AsyncHttpSinkDynamicParameters, AsyncHttpSinkParameters
+    from egress.engines import OutboxMessage, SinkProgress
+    from egress.observe import Metrics, StatusTree
+
+    parameters: dict[str, Any] = {"url": url, "payload_column": "payload"}
+    if pool is not None:
+        parameters["max_idle_connections"] = pool
+    metrics, status, clock = Metrics(), StatusTree(), RealClock()
+    done = asyncio.Event()
+    by_partition: list[list[OutboxMessage]] = [[] for _ in range(partitions)]
+    for index, body in enumerate(bodies):  # payloads as the outbox holds them: str
+        message_id = derived_message_id(source_message_id(SOURCE_ID, 0, index), 0)
+        batch = by_partition[index % partitions]
+        batch.append(OutboxMessage(len(batch) + 1, "requests", message_id, b"[]", None, {"payload": body.decode()}))
+    sinks: list[AsyncHttpSink] = []
+    acknowledged = [0] * partitions
+    fed = [0] * partitions
+
+    def progress(partition: int) -> None:
+        sink = sinks[partition]
+        acknowledged[partition] = sink.take_acknowledged().max_persisted_seq_no
+        if sink.unacknowledged < SINK_CHUNK and fed[partition] < len(by_partition[partition]):
+            feed(partition)
+        if sum(acknowledged) == len(bodies):
+            done.set()
+
+    def feed(partition: int) -> None:
+        start = fed[partition]
+        fed[partition] = min(start + SINK_CHUNK, len(by_partition[partition]))
+        sinks[partition].distribute(by_partition[partition][start:fed[partition]])
+
+    for partition in range(partitions):
+        context = SinkContext("deliver", "http", partition, clock, metrics, status,
+                              lambda partition=partition: progress(partition))  # type: ignore[misc]
+        sinks.append(AsyncHttpSink(context, AsyncHttpSinkParameters.model_validate(parameters),
+                                   AsyncHttpSinkDynamicParameters(), SinkProgress()))
+    started = time.perf_counter()
+    for partition in range(partitions):
+        feed(partition)
+        feed(partition)  # two chunks ahead, as consecutive epochs
+    await done.wait()
+    seconds = time.perf_counter() - started
+    for sink in sinks:
+        await sink.close()
+    return seconds, sum(acknowledged)
+
+
+def run_sink(target: Target, bodies: Sequence[bytes], partitions: int, pool: int | None,
+             timeout: float) -> PhaseResult:
+    """egress's half after the outbox commit, alone in this process: ``partitions`` async HTTP sinks
+    (default parameters) on egress's curl client, same payloads, keys and concurrency as egress."""
+
+    async def bounded() -> tuple[float, int]:
+        try:
+            return await asyncio.wait_for(_sink_phase(target.url, bodies, partitions, pool), timeout)
+        except TimeoutError:
+            raise RuntimeError(f"egress sink did not finish within {timeout:.0f} s") from None
+
+    cpu_before = time.process_time()
+    seconds, acknowledged = asyncio.run(bounded())
+    result = PhaseResult("egress sink", len(bodies), seconds, cpu_seconds=time.process_time() - cpu_before)
+    result.notes.append(f"{acknowledged:,} acknowledged in seq order; no log, no outbox, no process function")
+    result.stats = target.finish()
+    return result
+
+
 async def _aiohttp_phase(url: str, bodies: Sequence[bytes], keys: Sequence[str], concurrency: int,
                          errors: collections.Counter[str]) -> tuple[float, int, int]:
     connector = aiohttp.TCPConnector(limit=concurrency)
@@ -833,12 +911,26 @@ def _outside_group(path: str) -> str:
     return "(stdlib) " + Path(path).stem if path.startswith("/") else f"(other) {path}"
 
 
-def profile_summary(raw: Path, messages: int) -> tuple[list[tuple[str, int]], list[tuple[str, int]], int]:
-    """Samples of a ``py-spy record --gil -f raw`` file by module (the innermost egress frame of each
-    stack, so a module's figure includes the libraries and C code it calls) and by innermost egress
-    function; and the total."""
+_THREAD = re.compile(r"^thread \((?P<tid>\d+)\): (?P<name>.*)$")
+
+
+@dataclass
+class Profile:
+    modules: list[tuple[str, int]]  # samples by module (innermost egress frame)
+    functions: list[tuple[str, int]]  # samples by innermost egress function, top 15
+    threads: list[tuple[str, int]]  # samples by Python thread name
+    names: dict[int, str]  # native thread id -> Python thread name
+    total: int
+
+
+def profile_summary(raw: Path) -> Profile:
+    """Samples of a ``py-spy record --threads -f raw`` file by module (the innermost egress frame of
+    each stack, so a module's figure includes the libraries and C code it calls), by innermost egress
+    function and by thread; and the total."""
     modules: collections.Counter[str] = collections.Counter()
     functions: collections.Counter[str] = collections.Counter()
+    threads: collections.Counter[str] = collections.Counter()
+    names: dict[int, str] = {}
     total = 0
     for line in raw.read_text(encoding="utf-8", errors="replace").splitlines():
         stack, _, count_text = line.rpartition(" ")
@@ -846,7 +938,13 @@ def profile_summary(raw: Path, messages: int) -> tuple[list[tuple[str, int]], li
             continue
         count = int(count_text)
         total += count
-        frames = [m for m in (_FRAME.match(f) for f in stack.split(";")) if m is not None]
+        parts = stack.split(";")
+        thread = _THREAD.match(parts[0]) if parts else None
+        if thread is not None:
+            parts = parts[1:]
+            names[int(thread["tid"])] = thread["name"]
+            threads[thread["name"]] += count
+        frames = [m for m in (_FRAME.match(f) for f in parts) if m is not None]
         owner = None
         if not frames:
             owner = ("(no Python frame: native code holding the GIL)",) * 2
@@ -862,21 +960,31 @@ def profile_summary(raw: Path, messages: int) -> tuple[list[tuple[str, int]], li
             owner = (leaf, leaf)
         modules[owner[0]] += count
         functions[owner[1]] += count
-    return modules.most_common(), functions.most_common(15), total
+    return Profile(modules.most_common(), functions.most_common(15), threads.most_common(), names, total)
 
 
-def print_profile(raw: Path, result: PhaseResult) -> list[str]:
-    modules, functions, total = profile_summary(raw, result.messages)
-    per_message = 1e6 / PROFILE_RATE / max(result.messages, 1)  # µs of GIL time per sample, per message
-    lines = [f"py-spy --gil, {PROFILE_RATE} Hz, {total:,} samples over {result.messages:,} messages "
-             f"({result.rate:,.0f} msg/s under the profiler): {total * per_message:.1f} µs of GIL time per message",
-             f"  without start-up (imports): {(total - dict(modules).get('(start-up: imports)', 0)) * per_message:.1f}"
-             " µs per message",
+def print_profile(raw: Path, result: PhaseResult, gil: bool) -> list[str]:
+    found = profile_summary(raw)
+    total = found.total
+    per_message = 1e6 / PROFILE_RATE / max(result.messages, 1)  # µs per sample, per message
+    what = "GIL time (--gil)" if gil else "on-CPU Python time, every thread (no --gil)"
+    lines = [f"py-spy, {what}, {PROFILE_RATE} Hz, {total:,} samples over {result.messages:,} messages "
+             f"({result.rate:,.0f} msg/s under the profiler): {total * per_message:.1f} µs per message",
+             f"  without start-up (imports): "
+             f"{(total - dict(found.modules).get('(start-up: imports)', 0)) * per_message:.1f} µs per message",
              "  by module (innermost egress frame; includes what it calls):"]
     lines += [f"    {name:<42} {count * per_message:7.1f} µs/msg  {100 * count / max(total, 1):5.1f} %"
-              for name, count in modules[:20]]
+              for name, count in found.modules[:20]]
     lines.append("  by innermost egress function (top 15):")
-    lines += [f"    {name:<60} {count * per_message:7.1f} µs/msg" for name, count in functions]
+    lines += [f"    {name:<60} {count * per_message:7.1f} µs/msg" for name, count in found.functions]
+    lines.append("  by thread (py-spy samples):")
+    lines += [f"    {name:<42} {count * per_message:7.1f} µs/msg" for name, count in found.threads]
+    if result.threads:
+        lines.append("  CPU by thread (/proc/PID/task/*/stat, user + system, µs per message):")
+        for label, seconds in result.threads.items():
+            tid = label.rpartition(":")[2]
+            name = found.names.get(int(tid), label) if tid.isdigit() else label
+            lines.append(f"    {name:<42} {1e6 * seconds / max(result.messages, 1):7.1f} µs/msg  ({label})")
     return lines
 
 
@@ -901,18 +1009,19 @@ def ratio_lines(results: dict[str, PhaseResult], checked: bool) -> list[tuple[st
     """(long line, short summary part) per ratio egress ÷ other client: msg/s, and CPU per message."""
     egress = results.get("egress")
     lines: list[tuple[str, str]] = []
-    if egress is None:
-        return lines
     for label, name, measure, comparison, bound in TARGETS:
         other = results.get(name)
         if other is None:
             continue
-        mine, theirs = ((egress.rate, other.rate) if measure == "rate"
-                        else (egress.cpu_per_message_us, other.cpu_per_message_us))
+        mine_result = results.get("egress sink") if measure == "sink cpu" else egress
+        if mine_result is None:
+            continue
+        mine, theirs = ((mine_result.rate, other.rate) if measure == "rate"
+                        else (mine_result.cpu_per_message_us, other.cpu_per_message_us))
         if theirs == 0:
             continue
         value = mine / theirs
-        short = ("egress" if measure == "rate" else "egress CPU") + "/" + name.split(" ")[-1]
+        short = f"{MEASURE_NAMES[measure]}/{SHORT_NAMES.get(name, name)}"
         if bound is None:
             lines.append((f"  {label:<58} {value:6.2f}", f"{short} {value:.2f}"))
         elif checked:
@@ -955,7 +1064,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                         help="messages of the backlog whose drain is measured for peak RSS (default 1,000,000; "
                              "0 skips it; a few minutes)")
     parser.add_argument("--profile", action="store_true",
-                        help="also run the egress phase once more under py-spy and print µs/message by module")
+                        help="also run the egress phase twice more under py-spy (--gil, then every thread) and "
+                             "print µs/message by module, function and thread")
     parser.add_argument("--timeout", type=float, default=900.0,
                         help="seconds allowed per phase (default 900)")
     parser.add_argument("--keep", type=Path, help="keep the Specs, states, reports and profile here")
@@ -1018,6 +1128,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                     elif phase == "egress processes":
                         result = run_egress(target, bodies, args.messages, args.partitions, pool, work,
                                             args.timeout, name=f"egress x{processes}", processes=processes)
+                    elif phase == "sink":
+                        result = run_sink(target, bodies, args.partitions, pool, args.timeout)
                     elif phase == "pycurl":
                         result = run_pycurl(target, bodies, keys, concurrency, args.timeout)
                     elif phase == "durable":
@@ -1043,17 +1155,20 @@ def main(argv: Sequence[str] | None = None) -> int:
                     print(f"    {note}", flush=True)
             if args.profile and targets:
                 target = targets[0]
-                target.start()
-                raw = work / "egress-profile.txt"
-                print(f"profile: egress under py-spy, POSTing to {target.url} ({target.name}) ...", flush=True)
-                profiled = run_egress(target, bodies, args.messages, args.partitions, pool, work, args.timeout,
-                                      name="egress profiled", profile=raw)
-                print("  " + describe(profiled), flush=True)
-                profile_lines = print_profile(raw, profiled) if raw.exists() else ["py-spy wrote no profile"]
-                if args.keep is None and raw.exists():
-                    kept = Path(tempfile.gettempdir()) / "egress-delivery-profile.txt"
-                    shutil.copy(raw, kept)
-                    profile_lines.append(f"  raw profile kept: {kept}")
+                for gil in (True, False):
+                    target.start()
+                    mode = "gil" if gil else "cpu"
+                    raw = work / f"egress-profile-{mode}.txt"
+                    print(f"profile: egress under py-spy ({'--gil' if gil else 'every thread'}), POSTing to "
+                          f"{target.url} ({target.name}) ...", flush=True)
+                    profiled = run_egress(target, bodies, args.messages, args.partitions, pool, work, args.timeout,
+                                          name=f"egress profiled {mode}", profile=raw, gil=gil)
+                    print("  " + describe(profiled), flush=True)
+                    profile_lines += print_profile(raw, profiled, gil) if raw.exists() else ["py-spy wrote no profile"]
+                    if args.keep is None and raw.exists():
+                        kept = Path(tempfile.gettempdir()) / f"egress-delivery-profile-{mode}.txt"
+                        shutil.copy(raw, kept)
+                        profile_lines.append(f"  raw profile kept: {kept}")
         except RuntimeError as error:  # a phase that could not finish: no figure to compare
             failed = str(error)
         finally:
@@ -1082,6 +1197,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                 print(f"  {line}")
                 parts.append(line)
             summary.append(" | ".join([*parts, *(short for _, short in ratios)]))
+        elif ratios:
+            summary.append(" | ".join([f"{target_name}:", *(short for _, short in ratios)]))
     if backlog is not None:
         peak = max(backlog.peak_rss_mb, backlog.max_rss_mb)
         mark = verdict(peak, "<=", RSS_TARGET_MB)

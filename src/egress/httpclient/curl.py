@@ -322,13 +322,16 @@ class CurlClient:
 class _LoopDriver:
     """Drives every :class:`CurlClient` of one event loop from that loop, without a thread: a turn
     (start queued requests, ``perform``, hand completions back) runs when requests are submitted and,
-    while transfers run, on a timer whose period starts at ``MIN_PERIOD`` and doubles, up to
-    ``MAX_PERIOD``, after each turn that finished nothing (libcurl's timeouts are checked by every
-    ``perform``). No socket is registered with the loop: a descriptor that libcurl closes and the
-    kernel reuses within one turn could not be told from the old one."""
+    while transfers run, on a timer: every ``MIN_PERIOD`` until ``PATIENCE`` turns in a row finished
+    nothing (a loopback or LAN answer comes within that), then doubling up to ``MAX_PERIOD`` (a slow
+    endpoint costs at most 1 / ``MAX_PERIOD`` turns a second, and each answer waits at most that long
+    to be seen). libcurl's timeouts are checked by every ``perform``. No socket is registered with the
+    loop: a descriptor that libcurl closes and the kernel reuses within one turn could not be told
+    from the old one."""
 
     MIN_PERIOD = 0.0005
-    MAX_PERIOD = 0.02
+    MAX_PERIOD = 0.004
+    PATIENCE = 8
     _drivers: ClassVar[weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, _LoopDriver]] = \
         weakref.WeakKeyDictionary()
 
@@ -345,6 +348,7 @@ class _LoopDriver:
         self._soon = False  # a turn is scheduled with call_soon
         self._timer: asyncio.TimerHandle | None = None
         self._period = self.MIN_PERIOD
+        self._empty_turns = 0  # turns in a row that finished no transfer
         self.turns = 0
 
     def attach(self, client: CurlClient) -> None:
@@ -359,6 +363,7 @@ class _LoopDriver:
         if not self._soon:
             self._soon = True
             self._period = self.MIN_PERIOD
+            self._empty_turns = 0
             self._loop.call_soon(self._turn)
 
     def _tick(self) -> None:
@@ -376,9 +381,12 @@ class _LoopDriver:
             finished = finished or client._completed != before
             busy = busy or bool(client._running)
         if finished:
+            self._empty_turns = 0
             self._period = self.MIN_PERIOD
         else:
-            self._period = min(self._period * 2, self.MAX_PERIOD)
+            self._empty_turns += 1
+            if self._empty_turns > self.PATIENCE:
+                self._period = min(self._period * 2, self.MAX_PERIOD)
         if self._timer is not None:
             self._timer.cancel()
             self._timer = None
