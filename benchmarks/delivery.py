@@ -292,6 +292,8 @@ class NginxTarget(Target):
     """
 
     name = "nginx"
+    log_format = "$http_idempotency_key $status $request_length"  # what finish() reads
+    http_settings = ""  # more directives of the http block (benchmarks/batching.py: a larger body limit)
 
     def __init__(self, binary: str, work: Path) -> None:
         self._binary = binary
@@ -315,8 +317,8 @@ error_log {work / "error.log"} warn;
 events {{ worker_connections 4096; }}
 http {{
 {temp}
-  log_format keys '$http_idempotency_key $status $request_length';
-  access_log {self._log} keys buffer=256k;
+  log_format keys '{self.log_format}';
+  access_log {self._log} keys buffer=256k;{self.http_settings}
   keepalive_requests 1000000;
   keepalive_timeout 120s;
   server {{

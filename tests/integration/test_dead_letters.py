@@ -208,3 +208,51 @@ async def test_firehose_letters_are_redriven_as_their_batches_under_the_same_req
     assert [record for _, batch in up.batches for record in batch] == records
     assert len((await redrive(load_redrive_target(healthy, dynamic, "deliver/http", dead), dead)).delivered) == 0
     assert len(up.batches) == len(batches)
+
+
+class BulkEndpoint:
+    """Answers every POST with ``status``; records (Idempotency-Key, JSON lines) of each."""
+
+    def __init__(self, status: int) -> None:
+        self.status = status
+        self.batches: list[tuple[str, list[bytes]]] = []
+
+    async def handle(self, request: web.Request) -> web.Response:
+        self.batches.append((request.headers["Idempotency-Key"], (await request.read()).splitlines()))
+        return web.Response(status=self.status)
+
+    def app(self) -> web.Application:
+        app = web.Application()
+        app.router.add_post("/bulk", self.handle)
+        return app
+
+
+async def test_batching_letters_are_redriven_as_their_batches_under_the_same_keys(
+        tmp_path: Path, serve_app: ServerFactory) -> None:
+    down = BulkEndpoint(500)
+    dead = tmp_path / "dead.jsonl"
+    payloads = [None if i % 9 == 0 else f'{{"flight":{i}}}' for i in range(120)]
+    spec, dynamic = payload_spec(tmp_path, f"{await serve_app(down.app())}/bulk", payloads,
+                                 dynamic_parameters=ONE_ATTEMPT)
+    document = yaml.safe_load(spec.read_text())
+    document["computations"]["deliver"]["sinks"]["http"] = {
+        "sink_class_name": "batching_http", "input_stream_ids": ["requests"],
+        "parameters": {"url": document["computations"]["deliver"]["sinks"]["http"]["parameters"]["url"],
+                       "payload_column": "payload", "max_events": 25, "dead_letter_path": str(dead)}}
+    spec.write_text(yaml.safe_dump(document))
+    pipeline = await run_pipeline(spec, dynamic, tmp_path / "state")
+    letters, _ = read_dead_letters(dead)
+    records = [p.encode() for p in payloads if p is not None]
+    assert [letter.payload for letter in letters] == records
+    assert pipeline.metrics.total("egress_sink_batching_http_dead_letters_total") == len(records)
+    assert letters[0].attempts[0].status == 500
+    batches = Counter(letter.idempotency_key for letter in letters)
+    assert batches == Counter({key: len(lines) for key, lines in down.batches})
+
+    up = BulkEndpoint(200)
+    healthy = pointed_at(spec, f"{await serve_app(up.app())}/bulk", max_events=1000)
+    report = await redrive(load_redrive_target(healthy, dynamic, "deliver/http", dead), dead)
+    assert len(report.delivered) == len(records)
+    assert Counter({key: len(lines) for key, lines in up.batches}) == batches, "re-formed under the same keys"
+    assert sorted(line for _, lines in up.batches for line in lines) == sorted(records)  # batches run concurrently
+    assert len((await redrive(load_redrive_target(healthy, dynamic, "deliver/http", dead), dead)).delivered) == 0

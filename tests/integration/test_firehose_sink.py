@@ -19,13 +19,8 @@ from aiohttp import web
 
 from egress.clock import Clock, RealClock, VirtualClock
 from egress.connectors.base import SinkContext
-from egress.connectors.sinks.firehose_http import (
-    FirehoseHttpSink,
-    batch_request_id,
-    curl_transport,
-    decode_batch_ends,
-    encode_batch_ends,
-)
+from egress.connectors.sinks.batches import decode_batch_ends, encode_batch_ends
+from egress.connectors.sinks.firehose_http import FirehoseHttpSink, batch_request_id, curl_transport
 from egress.connectors.sinks.firehose_parameters import FirehoseHttpSinkDynamicParameters, FirehoseHttpSinkParameters
 from egress.engines import OutboxMessage, SinkProgress
 from egress.firehose import FirehoseReceiver, FirehoseRequest, ReceiverOptions

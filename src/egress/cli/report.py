@@ -9,15 +9,21 @@ from rich.table import Table
 from egress.observe import Metrics
 from egress.runtime import Pipeline, RunResult
 
-# The sinks' counters the summary adds up: (async HTTP sink, Firehose sink) sample names.
+# The sinks' counters the summary adds up: (async HTTP sink, Firehose sink, batching HTTP sink) sample names.
 _SINK_COUNTERS = {
-    "posts": ("egress_sink_async_http_sink_requests_total", "egress_sink_firehose_http_requests_total"),
-    "retries": ("egress_sink_async_http_sink_retries_total", "egress_sink_firehose_http_retries_total"),
-    "attempt_failures": ("egress_sink_async_http_sink_attempt_failures_total",),
-    "delivered": ("egress_sink_async_http_sink_delivered_total", "egress_sink_firehose_http_records_delivered_total"),
-    "dead_letters": ("egress_sink_async_http_sink_dead_letters_total", "egress_sink_firehose_http_dead_letters_total"),
+    "posts": ("egress_sink_async_http_sink_requests_total", "egress_sink_firehose_http_requests_total",
+              "egress_sink_batching_http_requests_total"),
+    "retries": ("egress_sink_async_http_sink_retries_total", "egress_sink_firehose_http_retries_total",
+                "egress_sink_batching_http_retries_total"),
+    "attempt_failures": ("egress_sink_async_http_sink_attempt_failures_total",
+                         "egress_sink_batching_http_attempt_failures_total"),
+    "delivered": ("egress_sink_async_http_sink_delivered_total", "egress_sink_firehose_http_records_delivered_total",
+                  "egress_sink_batching_http_records_delivered_total"),
+    "dead_letters": ("egress_sink_async_http_sink_dead_letters_total", "egress_sink_firehose_http_dead_letters_total",
+                     "egress_sink_batching_http_dead_letters_total"),
 }
-_RESPONSES = ("egress_sink_async_http_sink_responses_total", "egress_sink_firehose_http_responses_total")
+_RESPONSES = ("egress_sink_async_http_sink_responses_total", "egress_sink_firehose_http_responses_total",
+              "egress_sink_batching_http_responses_total")
 
 
 def snapshot(pipeline: Pipeline) -> dict[str, Any]:

@@ -4,7 +4,7 @@ several pipelines or tests in one process never share counters."""
 from __future__ import annotations
 
 import weakref
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Protocol
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, generate_latest
@@ -113,6 +113,7 @@ class Metrics:
             ["sink_id"], registry=self.registry,
         )
         self.firehose = _FirehoseSinkMetrics(self.registry)
+        self.batching_http = _BatchingHttpSinkMetrics(self.registry)
         self.broken = Gauge(
             "egress_status_broken", "1 while the status path is in error (upstream /status_profiler/broken).",
             ["path"], registry=self.registry,
@@ -137,13 +138,22 @@ class Metrics:
         return bytes(generate_latest(self.registry))
 
 
+def _sink_counters(registry: CollectorRegistry, prefix: str) -> Callable[..., Counter]:
+    """A maker of one sink class's counters: ``counter(name, text, *labels)`` is ``prefix + name``,
+    labelled by ``sink_id`` and ``labels``."""
+
+    def counter(name: str, text: str, *labels: str) -> Counter:
+        return Counter(f"{prefix}{name}", text, ["sink_id", *labels], registry=registry)
+
+    return counter
+
+
 class _FirehoseSinkMetrics:
     """The ``firehose_http`` sink's sensors (``egress_sink_firehose_http_*{sink_id}``), and the data
     freshness gauge, whose sinks add themselves to ``freshness.sinks`` while they run."""
 
     def __init__(self, registry: CollectorRegistry) -> None:
-        def counter(name: str, text: str, *labels: str) -> Counter:
-            return Counter(f"egress_sink_firehose_http_{name}", text, ["sink_id", *labels], registry=registry)
+        counter = _sink_counters(registry, "egress_sink_firehose_http_")
 
         self.batches = counter("batches", "Batches sent (first attempts).")
         self.requests = counter("requests", "Requests sent (attempts, retries included).")
@@ -155,3 +165,21 @@ class _FirehoseSinkMetrics:
         self.dead_letters = counter("dead_letters", "Records written to the dead-letter file.")
         self.freshness = _Freshness()
         registry.register(self.freshness)
+
+
+class _BatchingHttpSinkMetrics:
+    """The ``batching_http`` sink's sensors (``egress_sink_batching_http_*{sink_id}``)."""
+
+    def __init__(self, registry: CollectorRegistry) -> None:
+        counter = _sink_counters(registry, "egress_sink_batching_http_")
+
+        self.batches = counter("batches", "Batches sent (first attempts).")
+        self.requests = counter("requests", "POST attempts started (retries and redirects included).")
+        self.retries = counter("retries", "Attempts after the first one of a batch.")
+        self.responses = counter("responses", "HTTP responses received, by status.", "status_code")
+        self.attempt_failures = counter("attempt_failures", "Transport errors and timeouts before a response.")
+        self.retry_after = counter("retry_after", "429 and 503 responses whose Retry-After paused their endpoint.")
+        self.retry_after_invalid = counter("retry_after_invalid", "Retry-After values that are neither form, ignored.")
+        self.records = counter("records_delivered", "Records acknowledged after a 2xx.")
+        self.bytes = counter("bytes_delivered", "Body bytes (before gzip) acknowledged after a 2xx.")
+        self.dead_letters = counter("dead_letters", "Records written to the dead-letter file.")

@@ -114,7 +114,8 @@ def _redrivable(classes: dict[tuple[str, str], Any], name: str, spec_file: str |
     """``name`` as (computation id, sink id) if ``classes`` (the sink classes by those ids) has it and
     its class can redrive. Raises :class:`RedriveError` listing those that can."""
     redrivable = [f"{c}/{s}" for (c, s), sink_class in classes.items() if hasattr(sink_class, "redrive_progress")]
-    choices = ", ".join(redrivable) if redrivable else "none: the Spec has no async_http or firehose_http sink"
+    choices = (", ".join(redrivable) if redrivable
+               else "none: the Spec has no async_http, firehose_http or batching_http sink")
     computation_id, _, sink_id = name.partition("/")
     if (computation_id, sink_id) not in classes:
         raise RedriveError(f"--sink {name}: no such sink in {spec_file or 'the Spec'}; give COMPUTATION/SINK, "
@@ -122,7 +123,7 @@ def _redrivable(classes: dict[tuple[str, str], Any], name: str, spec_file: str |
     sink_class = classes[(computation_id, sink_id)]
     if sink_class is not None and not hasattr(sink_class, "redrive_progress"):
         raise RedriveError(f"--sink {name} is a {sink_class.__name__}, not an HTTP sink: redrive sends through "
-                           f"an async_http or firehose_http sink, one of: {choices}")
+                           f"an async_http, firehose_http or batching_http sink, one of: {choices}")
     return computation_id, sink_id
 
 

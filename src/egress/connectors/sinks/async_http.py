@@ -16,26 +16,34 @@ from __future__ import annotations
 import asyncio
 import collections
 import functools
-import math
 from collections.abc import Callable
 from typing import Any, ClassVar
 from urllib.parse import urlsplit
 
 from egress.connectors.base import SINKS, SinkContext, single_input_stream
 from egress.connectors.dead_letters import Attempt, DeadLetter, check_dead_letter_path
+from egress.connectors.sinks.http_attempts import (
+    FOLLOW,
+    EndpointPauses,
+    ResponseCounters,
+    failed_attempt,
+    follow_location,
+    plan_retry,
+    response_error,
+    sink_throttler,
+)
 from egress.connectors.sinks.http_parameters import AsyncHttpSinkDynamicParameters, AsyncHttpSinkParameters
 from egress.engines import OutboxMessage, SinkProgress
 from egress.errors import DeliveryError, SpecError
-from egress.httpclient import CurlClient, Request, Response, backoff_seconds
+from egress.httpclient import CurlClient, Request, Response
 from egress.httpclient.curl import Completions, post_header_lines
-from egress.httpclient.outcomes import AttemptFailure, FailureKind, failure_of, sender_failure
-from egress.httpclient.redirects import HTTPS_TO_HTTP, REDIRECT_STATUSES, RedirectError, is_downgrade, resolve_location
-from egress.httpclient.retry_after import endpoint_of, retry_after_seconds
+from egress.httpclient.outcomes import AttemptFailure, FailureKind, failure_of, sender_failure, status_failure
+from egress.httpclient.redirects import RedirectError
+from egress.httpclient.retry_after import endpoint_of
 from egress.httpclient.transport import HttpTransport, submit_many
 from egress.keys import idempotency_key
 from egress.spec import StreamSpec
 from egress.throttler.errors import ThrottlerError
-from egress.throttler.factory import ThrottlerHandle
 
 STATUS_SUFFIX = "async_http_sink"
 PAYLOAD_TYPE_ERROR = "Async HTTP payload column must contain a String or null value"
@@ -155,8 +163,6 @@ class AsyncHttpSink:
         self._sending = 0  # running deliveries not pausing between attempts
         self._send_window = SEND_WINDOW_PER_CONNECTION * client_concurrency(parameters)
         self._terminal: tuple[int, str] | None = None
-        # Endpoint (scheme, host, port) -> clock.monotonic() until which it asked to wait (Retry-After).
-        self._pauses: dict[tuple[str, str, int], float] = {}
         self._endpoint = endpoint_of(parameters.url)
         self._resume: asyncio.Task[None] | None = None  # starts first attempts when their endpoint's pause ends
         self._transports: dict[str, HttpTransport] = {}
@@ -167,36 +173,22 @@ class AsyncHttpSink:
         self._headers = post_header_lines((f"{name}: {value}" for name, value in parameters.headers.items()),
                                           (parameters.idempotency_header,))
         self._idempotency_prefix = f"{parameters.idempotency_header}: " if parameters.idempotency_header else ""
-        self._throttle = self._throttle_handle(context, parameters)
+        self._throttle = sink_throttler(context, parameters.throttler_id, parameters.throttler_class_id)
         self._status_path = f"/sinks/{context.sink_id}/{STATUS_SUFFIX}"
         sink_id = context.sink_id
         metrics = context.metrics
         self._requests = metrics.http_sink_requests.labels(sink_id)
         self._retries = metrics.http_sink_retries.labels(sink_id)
-        self._attempt_failures = metrics.http_sink_attempt_failures.labels(sink_id)
         self._delivered = metrics.http_sink_delivered.labels(sink_id)
-        self._retry_after = metrics.http_sink_retry_after.labels(sink_id)
-        self._retry_after_invalid = metrics.http_sink_retry_after_invalid.labels(sink_id)
+        # Endpoints that asked to wait (Retry-After), until when.
+        self._pauses = EndpointPauses(context.clock, metrics.http_sink_retry_after.labels(sink_id),
+                                      metrics.http_sink_retry_after_invalid.labels(sink_id))
         path = parameters.dead_letter_path
         self._dead_letters = context.dead_letters.open(path) if path is not None else None
         self._dead_lettered = metrics.http_sink_dead_letters.labels(sink_id)
-        self._responses = metrics.http_sink_responses
-        self._responses_by_status: dict[int, Any] = {}
-        self._transport_errors = metrics.http_sink_transport_errors
-        self._transport_errors_by_kind: dict[FailureKind, Any] = {}
-
-    @staticmethod
-    def _throttle_handle(context: SinkContext, parameters: AsyncHttpSinkParameters) -> ThrottlerHandle | None:
-        if parameters.throttler_id is None:
-            return None
-        if context.throttling is None:
-            raise ValueError(f'Throttler "{parameters.throttler_id}" is not configured: the DynamicSpec has no '
-                             "throttlers")
-        factory = context.throttling.factory(
-            f"{context.computation_id}/{context.sink_id}",
-            client_id=f"{context.computation_id}/{context.sink_id}/{context.partition}",
-            class_ids={parameters.throttler_id: parameters.throttler_class_id})
-        return factory.get_throttler_or_throw(parameters.throttler_id)
+        self._responses = ResponseCounters(metrics.http_sink_responses, sink_id,
+                                           metrics.http_sink_attempt_failures.labels(sink_id),
+                                           metrics.http_sink_transport_errors)
 
     # -- the Sink protocol -------------------------------------------------------------------
 
@@ -318,11 +310,7 @@ class AsyncHttpSink:
 
     def _pause_end(self, endpoint: tuple[str, str, int]) -> float | None:
         """The ``clock.monotonic()`` at which ``endpoint``'s pause ends, ``None`` when it has none now."""
-        until = self._pauses.get(endpoint)
-        if until is not None and until <= self._context.clock.monotonic():
-            del self._pauses[endpoint]
-            return None
-        return until
+        return self._pauses.end(endpoint)
 
     def _start_first_attempts(self, deliveries: list[_Delivery]) -> None:
         """The first attempts of ``deliveries``, as one batch. Without redirects to follow or a
@@ -375,11 +363,11 @@ class AsyncHttpSink:
                 if clear:
                     status.clear_error(self._status_path, delivery.seq)
             else:
-                self._count_failure(error)
+                self._responses.count_failure(error)
                 self._continue(delivery, attempts=1, last_error=error,
                                retry_after=self._retry_after_of(self._parameters.url, response))
         for code, count in statuses.items():
-            self._count_responses(code, count)
+            self._responses.count_status(code, count)
         if succeeded:
             self._delivered.inc(succeeded)
             self._context.on_progress()
@@ -500,21 +488,15 @@ class AsyncHttpSink:
         """
         self._context.status.set_error(self._status_path, delivery.seq, f"Async HTTP POST failed: {last_error}")
         clock = self._context.clock
-        dynamic = self._dynamic
-        if attempts >= dynamic.max_attempt_count:
-            self._fail(delivery, _exhausted(POLICY_EXHAUSTED, attempts, last_error))
+        plan = plan_retry(self._dynamic, attempts, delivery.started, clock.monotonic(), retry_after)
+        if plan.exhausted is not None:
+            reason = POLICY_EXHAUSTED if plan.exhausted == "policy" else DEADLINE_EXHAUSTED
+            self._fail(delivery, _exhausted(reason, attempts, last_error))
             return False
-        now = clock.monotonic()
-        deadline = delivery.started + dynamic.request_timeout
-        delay = backoff_seconds(dynamic.backoff_policy(), attempts - 1)
-        if delay >= deadline - now:
-            self._fail(delivery, _exhausted(DEADLINE_EXHAUSTED, attempts, last_error))
-            return False
-        asked_longer = retry_after > delay
-        await self._pause_until(delivery, min(now + (retry_after if asked_longer else delay), deadline))
+        await self._pause_until(delivery, plan.until)
         if self._terminal is not None and self._terminal[0] < delivery.seq:
             return False  # an earlier delivery failed for good: no later message is POSTed
-        if asked_longer and clock.monotonic() >= delivery.started + self._dynamic.request_timeout:
+        if plan.asked_longer and clock.monotonic() >= delivery.started + self._dynamic.request_timeout:
             self._fail(delivery, _exhausted(DEADLINE_EXHAUSTED, attempts, last_error))
             return False
         return True
@@ -544,77 +526,32 @@ class AsyncHttpSink:
                 Request(url, delivery.body, headers, timeout=remaining, capture_location=follow,
                         capture_retry_after=self._dynamic.respect_retry_after, prepared=True))
             error = self._judge(response)
-            if error is None or not self._follows(response, error):
+            if error is not FOLLOW:
                 return error, self._retry_after_of(url, response)
             if redirects[0] >= self._parameters.max_redirect_count:
-                return error, 0.0
+                return status_failure(response.status), 0.0
             assert response.location is not None
             redirects[0] += 1
             try:
-                target = resolve_location(url, response.location)
+                url = follow_location(url, response.location, "Async HTTP sink")
             except RedirectError as failure:
                 return sender_failure(FailureKind.REDIRECT, str(failure)), 0.0
-            if is_downgrade(url, target):
-                return sender_failure(FailureKind.REDIRECT, HTTPS_TO_HTTP), 0.0
-            url = target
             if self._throttle is not None:
                 await self._throttle.throttle(1)  # a redirected POST is a request to the endpoint too
 
     def _retry_after_of(self, url: str, response: Response) -> float:
-        """The seconds a 429 or 503 from ``url`` asked to wait with ``Retry-After``, at most
-        ``retry_after_cap``, after pausing its endpoint until then; 0 without a valid one (a value in
-        neither form is counted and ignored) or with ``respect_retry_after`` off."""
-        if response.retry_after is None or not self._dynamic.respect_retry_after:
-            return 0.0
-        clock = self._context.clock
-        seconds = retry_after_seconds(response.retry_after, clock.now())
-        if seconds is None:
-            self._retry_after_invalid.inc()
-            return 0.0
-        self._retry_after.inc()
-        seconds = min(seconds, self._dynamic.retry_after_cap)
-        endpoint = endpoint_of(url)
-        until = clock.monotonic() + seconds
-        if until > self._pauses.get(endpoint, -math.inf):  # the pause ends at the latest end asked for
-            self._pauses[endpoint] = until
-        return seconds
+        """The seconds a 429 or 503 from ``url`` asked to wait (``EndpointPauses.asked``), its endpoint
+        paused until then."""
+        return self._pauses.asked(endpoint_of(url), response, self._dynamic)
 
     def _judge(self, response: Response) -> AttemptFailure | None:
-        """Count ``response`` in the metrics; ``None`` for a complete 2xx, else why the attempt failed
-        (``egress.httpclient.outcomes``; a redirect's 3xx too: :meth:`_follows` tells whether to follow)."""
-        self._count_responses(response.status, 1)
-        failure = failure_of(response)
+        """Count ``response`` in the metrics; ``None`` for a complete 2xx, ``FOLLOW`` for a redirect
+        to follow, else why the attempt failed (``http_attempts.response_error``)."""
+        self._responses.count_status(response.status)
+        failure = response_error(response, follow_redirects=self._parameters.max_redirect_count > 0)
         if failure is not None:
-            self._count_failure(failure)
+            self._responses.count_failure(failure)
         return failure
-
-    def _count_responses(self, status: int, count: int) -> None:
-        """Count ``count`` responses of HTTP ``status`` (0: no response, not counted)."""
-        if not status:
-            return
-        counter = self._responses_by_status.get(status)
-        if counter is None:
-            counter = self._responses_by_status[status] = self._responses.labels(self._context.sink_id, str(status))
-        counter.inc(count)
-
-    def _count_failure(self, failure: AttemptFailure) -> None:
-        """Count a failed attempt without a complete response (a status failure is counted as a response)."""
-        if failure.kind is not FailureKind.STATUS:
-            self._attempt_failures.inc()
-            self._transport_error_counter(failure.kind).inc()
-
-    def _transport_error_counter(self, kind: FailureKind) -> Any:
-        counter = self._transport_errors_by_kind.get(kind)
-        if counter is None:
-            counter = self._transport_errors_by_kind[kind] = self._transport_errors.labels(self._context.sink_id,
-                                                                                          kind.value)
-        return counter
-
-    def _follows(self, response: Response, failure: AttemptFailure) -> bool:
-        """Whether the failed attempt is a redirect this sink follows: a 3xx of RFC 9110 §15.4 with a
-        ``Location``, redirects enabled."""
-        return (failure.kind is FailureKind.STATUS and response.status in REDIRECT_STATUSES
-                and response.location is not None and self._parameters.max_redirect_count > 0)
 
     def _succeed(self, delivery: _Delivery) -> None:
         """A delivery whose later attempt succeeded (first attempts: :meth:`_first_attempts_done`)."""
@@ -658,9 +595,7 @@ class AsyncHttpSink:
             return
         if delivery.attempts is None:
             delivery.attempts = []
-        now = self._context.clock.now()
-        delivery.attempts.append(Attempt(now, failure.status) if failure.kind is FailureKind.STATUS
-                                 else Attempt(now, error=failure.message))
+        delivery.attempts.append(failed_attempt(self._context.clock.now(), failure))
 
     def _dead_letter(self, delivery: _Delivery, error: str) -> None:
         """Append ``delivery`` to the dead-letter file; acknowledge it once the line is durable, or

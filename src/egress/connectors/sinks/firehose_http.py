@@ -28,26 +28,24 @@ so DynamicSpec changes and rotated key files apply to the next attempt.
 from __future__ import annotations
 
 import asyncio
-import collections
-import functools
 import hashlib
-import json
 import random
 import uuid
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import ClassVar, Protocol
-from urllib.parse import urlsplit
 
 from egress.connectors.base import SINKS, SinkContext, single_input_stream
 from egress.connectors.dead_letters import Attempt, DeadLetter, check_dead_letter_path
+from egress.connectors.sinks.batches import Batch, BatchedSink, BatchLimits, redrive_progress_of
 from egress.connectors.sinks.firehose_parameters import (
     AccessKeyReference,
     AccessKeyUnavailable,
     FirehoseHttpSinkDynamicParameters,
     FirehoseHttpSinkParameters,
 )
-from egress.engines import OutboxMessage, SinkProgress
+from egress.connectors.sinks.http_attempts import ClientsByScheme
+from egress.engines import SinkProgress
 from egress.errors import DeliveryError, SpecError
 from egress.firehose import error_output as eo
 from egress.firehose import protocol as p
@@ -88,28 +86,6 @@ def batch_request_id(sink_key: str, first_message_id: bytes, last_message_id: by
     return str(uuid.UUID(bytes=digest, version=4))
 
 
-@dataclass(slots=True)
-class _Batch:
-    """Consecutive messages (``first_seq``..``last_seq``, nulls included) and their records."""
-
-    first_seq: int
-    last_seq: int = 0
-    last_message_id: bytes = b""
-    messages: int = 0
-    records: list[bytes] = field(default_factory=list)
-    record_ids: list[bytes] = field(default_factory=list)
-    record_seqs: list[int] = field(default_factory=list)
-    arrivals_ms: list[int] = field(default_factory=list)
-    data_bytes: int = 0
-    json_bytes: int = 0
-    oversized: bool = False  # one record over the protocol's limit: never sent
-    closed: bool = False
-    boundary: bool = False  # closed with records: its last_seq is committed sink state until handled
-    done: bool = False
-    task: asyncio.Task[None] | None = None
-    timer: asyncio.Task[None] | None = None
-
-
 @dataclass(frozen=True, slots=True)
 class _Failure:
     code: str
@@ -127,9 +103,12 @@ class _Failure:
 
 
 @SINKS.register("firehose_http", "NYT::NFlow::TFirehoseHttpSink")
-class FirehoseHttpSink:
-    """One instance per sink per partition job. See the module docs for the contract."""
+class FirehoseHttpSink(BatchedSink):
+    """One instance per sink per partition job. See the module docs for the contract; batch formation,
+    committed boundaries and acknowledgement are :class:`~egress.connectors.sinks.batches.BatchedSink`'s."""
 
+    kind: ClassVar[str] = "Firehose HTTP sink"
+    payload_type_error: ClassVar[str] = PAYLOAD_TYPE_ERROR
     parameters_model: ClassVar[type[FirehoseHttpSinkParameters]] = FirehoseHttpSinkParameters
     dynamic_parameters_model: ClassVar[type[FirehoseHttpSinkDynamicParameters]] = FirehoseHttpSinkDynamicParameters
 
@@ -156,9 +135,7 @@ class FirehoseHttpSink:
         redrive``): the letters of one batch (consecutive, one request id) as committed batch ends, so
         that they are re-formed into that batch and sent under the same request id, whatever the
         buffering hints are now."""
-        ends = [index for index, letter in enumerate(letters, start=1)
-                if index == len(letters) or letters[index].idempotency_key != letter.idempotency_key]
-        return SinkProgress(sink_state=encode_batch_ends(tuple(ends)))
+        return redrive_progress_of(letters)
 
     @classmethod
     def create(cls, context: SinkContext, parameters: FirehoseHttpSinkParameters,
@@ -175,34 +152,22 @@ class FirehoseHttpSink:
         transport_factory: TransportFactory = curl_transport,
         rng: random.Random | None = None,
     ) -> None:
-        self._context = context
+        path = parameters.dead_letter_path
+        hints = parameters.buffering_hints
+        limits = BatchLimits(max_records=p.MAX_RECORDS_PER_REQUEST, max_bytes=p.MAX_REQUEST_BODY_BYTES,
+                             max_delay=hints.interval_in_seconds, record_bytes=p.record_json_size,
+                             frame_bytes=BODY_FRAME_BYTES, max_data_bytes=hints.size_in_mbs * MIB)
+        super().__init__(context, progress, payload_column=parameters.payload_column, limits=limits,
+                         max_in_flight=parameters.max_in_flight,
+                         status_path=f"/sinks/{context.sink_id}/{STATUS_SUFFIX}",
+                         dead_letters=context.dead_letters.open(path) if path is not None else None)
         self._parameters = parameters
         self._dynamic = dynamic_parameters
-        self._progress = progress
-        self._transport_factory = transport_factory
+        self._transports = ClientsByScheme(lambda scheme: transport_factory(scheme, parameters))
         self._rng = rng or random.Random()
         self._sink_key = f"{context.computation_id}/{context.sink_id}"
-        self._last_distributed_seq = progress.max_persisted_seq_no
-        # Batch ends committed by an earlier instance, still to be re-formed; and the highest seq whose
-        # batch boundary is committed (a batch ending at or below it may be sent).
-        self._replay_ends = collections.deque(
-            end for end in decode_batch_ends(progress.sink_state) if end > progress.max_persisted_seq_no)
-        self._committed_end = self._replay_ends[-1] if self._replay_ends else progress.max_persisted_seq_no
-        self._state_ends: tuple[int, ...] = tuple(self._replay_ends)
-        self._uncommitted: collections.deque[_Batch] = collections.deque()  # closed, boundary not yet committed
-        self._batches: collections.deque[_Batch] = collections.deque()  # in seq order; the last may be open
-        self._open: _Batch | None = None
-        self._waiting: collections.deque[_Batch] = collections.deque()  # closed, beyond max_in_flight
-        self._running = 0
-        self._unacknowledged = 0
-        self._terminal: tuple[int, str] | None = None
-        self._transports: dict[str, HttpTransport] = {}
         self._attributes = parameters.common_attributes_header
         self._errors = eo.ErrorOutput(parameters.error_output) if parameters.error_output else None
-        path = parameters.dead_letter_path
-        self._dead_letters = context.dead_letters.open(path) if path is not None else None
-        self._status_path = f"/sinks/{context.sink_id}/{STATUS_SUFFIX}"
-        self._size_limit = parameters.buffering_hints.size_in_mbs * MIB
         self._metrics = context.metrics.firehose
         self._metrics.freshness.sinks.add(self)
         sink_id = context.sink_id
@@ -222,146 +187,25 @@ class FirehoseHttpSink:
     def partition(self) -> int:
         return self._context.partition
 
-    # -- the Sink protocol -------------------------------------------------------------------
+    # -- hooks of BatchedSink --------------------------------------------------------------
 
-    def distribute(self, messages: list[OutboxMessage]) -> None:
-        """Take committed messages in ``seq`` order into batches; a full batch is closed at once and
-        sent once its boundary is committed (:meth:`committed`).
+    def _record_added(self, batch: Batch, record: bytes) -> None:
+        batch.arrivals_ms.append(int(self._context.clock.now() * 1000))
+        batch.oversized = batch.oversized or len(record) > p.MAX_RECORD_BYTES
 
-        Messages at or below the persisted ``seq`` are skipped (a restart); messages up to the last
-        committed batch end of an earlier instance are batched exactly as it committed them. Raises
-        ``ValueError`` for a ``seq`` not above the last distributed one.
-        """
-        column = self._parameters.payload_column
-        now_ms = int(self._context.clock.now() * 1000)
-        for message in messages:
-            if message.seq <= self._progress.max_persisted_seq_no:
-                continue
-            if message.seq <= self._last_distributed_seq:
-                raise ValueError(
-                    f"message seq {message.seq} is not greater than the last distributed {self._last_distributed_seq}")
-            self._last_distributed_seq = message.seq
-            payload = message.row.get(column)
-            if payload is not None and not isinstance(payload, str | bytes):
-                if self._open is not None:
-                    self._close(self._open)
-                batch = self._batch_for(0, 0)
-                self._cover(batch, message)
-                self._open = None
-                batch.closed = True
-                if batch.timer is not None:
-                    batch.timer.cancel()
-                self._fail(batch, PAYLOAD_TYPE_ERROR)
-                continue
-            if payload is None:
-                if self._open is not None:
-                    self._cover(self._open, message)
-                else:  # nothing buffered before it: acknowledged in order without waiting for a batch
-                    batch = self._batch_for(0, 0)
-                    self._cover(batch, message)
-                    self._close(batch)
-                self._close_if_replayed_end(message.seq)
-                continue
-            data = payload.encode() if isinstance(payload, str) else payload
-            if self._replay_ends:  # a batch an earlier instance committed: only its committed end closes it
-                batch = self._open if self._open is not None else self._new_batch(timer=False)
-                batch.oversized = batch.oversized or len(data) > p.MAX_RECORD_BYTES
-            elif len(data) > p.MAX_RECORD_BYTES:
-                if self._open is not None:
-                    self._close(self._open)
-                batch = self._batch_for(len(data), p.record_json_size(len(data)))
-                batch.oversized = True
-            else:
-                batch = self._batch_for(len(data), p.record_json_size(len(data)))
-            self._cover(batch, message)
-            batch.records.append(data)
-            batch.record_ids.append(message.message_id)
-            batch.record_seqs.append(message.seq)
-            batch.arrivals_ms.append(now_ms)
-            batch.data_bytes += len(data)
-            batch.json_bytes += p.record_json_size(len(data))
-            if self._replay_ends:
-                self._close_if_replayed_end(message.seq)
-            elif (batch.oversized or batch.data_bytes >= self._size_limit
-                    or len(batch.records) >= p.MAX_RECORDS_PER_REQUEST):
-                self._close(batch)
-        if self._open is not None and self._parameters.buffering_hints.interval_in_seconds == 0:
-            self._close(self._open)
-        self._start_waiting()
-        self._notify_if_acknowledgeable()
+    def _alone(self, record: bytes) -> bool:
+        return len(record) > p.MAX_RECORD_BYTES  # never sent: a batch of its own, given up at once
 
-    def take_acknowledged(self) -> SinkProgress:
-        """Advance over the handled batches at the head (in ``seq`` order: one not yet handled stops it)
-        and return the prefix and, as ``sink_state``, the ends of the closed batches not yet in it
-        (:func:`encode_batch_ends`) and of those still to be re-formed."""
-        batches = self._batches
-        last: _Batch | None = None
-        while batches and batches[0].done:
-            last = batches.popleft()
-            self._unacknowledged -= last.messages
-        ends = (*(b.last_seq for b in batches if b.boundary), *self._replay_ends)
-        if last is not None or ends != self._state_ends:
-            self._state_ends = ends
-            persisted = self._progress if last is None else SinkProgress(
-                self._progress.producer_id, last.last_message_id, last.last_seq)
-            self._progress = SinkProgress(persisted.producer_id, persisted.max_persisted_message_id,
-                                          persisted.max_persisted_seq_no, encode_batch_ends(ends))
-        return self._progress
+    def _batch_key(self, batch: Batch) -> str:
+        return batch_request_id(self._sink_key, batch.record_ids[0], batch.record_ids[-1])
 
-    def progress(self) -> SinkProgress:
-        return self._progress
-
-    def committed(self, progress: SinkProgress) -> None:
-        """The batch ends in ``progress.sink_state`` are durable: send the batches they close."""
-        ends = decode_batch_ends(progress.sink_state)
-        if ends and ends[-1] > self._committed_end:
-            self._committed_end = ends[-1]
-        uncommitted = self._uncommitted
-        while uncommitted and uncommitted[0].last_seq <= self._committed_end:
-            self._waiting.append(uncommitted.popleft())
-        self._start_waiting()
-
-    @property
-    def unacknowledged(self) -> int:
-        """Distributed messages not in :meth:`progress` (their batch handled since or not: acknowledged
-        by a conforming 200, written to the error output, or only nulls), the open batch's included,
-        as the protocol says."""
-        return self._unacknowledged
-
-    @property
-    def terminal_error(self) -> str | None:
-        return self._terminal[1] if self._terminal else None
-
-    def flush(self) -> None:
-        """Close the open batch now, whatever its size and age, and start sending it.
-
-        For a caller that knows no more messages are coming soon: the end of a finite input (so
-        ``egress run --until-drained`` does not wait ``interval_in_seconds`` for the last partial
-        batch), or a partition job that stops reading because this sink holds its
-        ``max_unacknowledged`` messages (a batch that cannot fill would otherwise wait for the
-        interval). Like every boundary, this one is committed before the batch is sent, so the batch
-        is the same after a restart. Does nothing without an open batch.
-        """
-        if self._open is not None:
-            self._close(self._open)
-            self._start_waiting()
-            self._notify_if_acknowledgeable()
+    def _closed(self) -> None:
+        self._transports.close()
+        self._metrics.freshness.sinks.discard(self)
 
     def reconfigure(self, dynamic_parameters: FirehoseHttpSinkDynamicParameters) -> None:
         """Apply new dynamic parameters (URL, access key, backoff scale) from the next attempt on."""
         self._dynamic = dynamic_parameters
-
-    async def close(self) -> None:
-        self._waiting.clear()
-        self._uncommitted.clear()
-        tasks = [t for b in self._batches for t in (b.task, b.timer) if t is not None and not t.done()]
-        for task in tasks:
-            task.cancel()
-        await asyncio.gather(*tasks, return_exceptions=True)
-        for transport in self._transports.values():
-            transport.close()
-        self._transports.clear()
-        self._metrics.freshness.sinks.discard(self)
 
     def oldest_undelivered_age(self) -> float:
         """Seconds since the oldest unacknowledged record arrived (0 when there is none)."""
@@ -370,104 +214,9 @@ class FirehoseHttpSink:
                 return max(0.0, self._context.clock.now() - batch.arrivals_ms[0] / 1000)
         return 0.0
 
-    # -- batching ----------------------------------------------------------------------------
-
-    def _batch_for(self, data_bytes: int, json_bytes: int) -> _Batch:
-        """The open batch if a record of this size fits in it, else a new open batch."""
-        batch = self._open
-        if batch is not None and data_bytes and batch.records and (
-                len(batch.records) >= p.MAX_RECORDS_PER_REQUEST
-                or batch.json_bytes + json_bytes + BODY_FRAME_BYTES > p.MAX_REQUEST_BODY_BYTES
-                or batch.data_bytes + data_bytes > self._size_limit):
-            self._close(batch)
-            batch = None
-        return batch if batch is not None else self._new_batch(timer=True)
-
-    def _new_batch(self, *, timer: bool) -> _Batch:
-        """A new open batch, closed by the interval after now when ``timer`` (and the interval is set)."""
-        batch = self._open = _Batch(first_seq=self._last_distributed_seq)
-        self._batches.append(batch)
-        interval = self._parameters.buffering_hints.interval_in_seconds
-        if timer and interval > 0:
-            batch.timer = asyncio.get_running_loop().create_task(self._close_after(batch, interval))
-        return batch
-
-    def _close_if_replayed_end(self, seq: int) -> None:
-        """Close the open batch where an earlier instance committed a batch end."""
-        replay = self._replay_ends
-        if replay and seq >= replay[0]:
-            replay.popleft()
-            if self._open is not None:
-                self._close(self._open)
-
-    def _cover(self, batch: _Batch, message: OutboxMessage) -> None:
-        if not batch.last_seq:
-            batch.first_seq = message.seq
-        batch.last_seq = message.seq
-        batch.last_message_id = message.message_id
-        batch.messages += 1
-        self._unacknowledged += 1
-
-    async def _close_after(self, batch: _Batch, interval: float) -> None:
-        await self._context.clock.sleep(interval)
-        batch.timer = None
-        if not batch.closed:
-            self._close(batch)
-            self._start_waiting()
-            self._notify_if_acknowledgeable()
-
-    def _close(self, batch: _Batch) -> None:
-        if batch.closed:
-            return
-        batch.closed = True
-        if self._open is batch:
-            self._open = None
-        if batch.timer is not None:
-            batch.timer.cancel()
-            batch.timer = None
-        if not batch.records:
-            self._handled(batch)  # only null payloads: acknowledged in order without a request
-            return
-        batch.boundary = True
-        if self._terminal is not None:
-            return
-        if batch.last_seq <= self._committed_end:
-            self._waiting.append(batch)
-        else:  # sent once the job has committed this boundary (committed())
-            self._uncommitted.append(batch)
-            self._context.on_progress()
-
-    def _notify_if_acknowledgeable(self) -> None:
-        if self._batches and self._batches[0].done:
-            self._context.on_progress()
-
-    def _start_waiting(self) -> None:
-        loop = asyncio.get_running_loop()
-        while self._waiting and self._running < self._parameters.max_in_flight:
-            batch = self._waiting.popleft()
-            if self._terminal is not None and self._terminal[0] < batch.first_seq:
-                continue
-            self._running += 1
-            batch.task = loop.create_task(self._deliver(batch))
-            batch.task.add_done_callback(functools.partial(self._finished, batch))
-
-    def _finished(self, batch: _Batch, task: asyncio.Task[None]) -> None:
-        self._running -= 1
-        if not task.cancelled() and task.exception() is not None:  # a bug: stop rather than lose the batch
-            self._fail(batch, f"Firehose HTTP sink internal error: {task.exception()!r}")
-        if self._waiting and not asyncio.get_running_loop().is_closed():
-            self._start_waiting()
-
-    def _transport(self, url: str) -> HttpTransport:
-        scheme = urlsplit(url).scheme.lower()
-        transport = self._transports.get(scheme)
-        if transport is None:
-            transport = self._transports[scheme] = self._transport_factory(scheme, self._parameters)
-        return transport
-
     # -- one batch ---------------------------------------------------------------------------
 
-    async def _deliver(self, batch: _Batch) -> None:
+    async def _deliver(self, batch: Batch) -> None:
         """Attempts until a conforming 200, a 413, or the end of ``retry_duration``."""
         clock = self._context.clock
         parameters = self._parameters
@@ -475,7 +224,7 @@ class FirehoseHttpSink:
             self._give_up(batch, 0, _Failure(eo.RECORD_TOO_LARGE, f"a record is larger than {p.MAX_RECORD_BYTES} "
                                                                   "bytes, the protocol's limit", permanent=True), [])
             return
-        request_id = batch_request_id(self._sink_key, batch.record_ids[0], batch.record_ids[-1])
+        request_id = self._batch_key(batch)
         gzip_body = parameters.content_encoding == "gzip"
         body = await asyncio.to_thread(_encode, request_id, int(clock.now() * 1000), batch.records,
                                        parameters.compression_level if gzip_body else 0)
@@ -505,7 +254,7 @@ class FirehoseHttpSink:
                 self._give_up(batch, budget.attempts, failure, tried)
                 return
             await clock.sleep(wait)
-            if self._terminal is not None and self._terminal[0] < batch.first_seq:
+            if self._stopped_before(batch):
                 return  # an earlier batch failed for good: nothing later is sent
             self._m_retries.inc()
 
@@ -520,27 +269,19 @@ class FirehoseHttpSink:
                                     common_attributes=self._attributes, gzip_body=gzip_body)
         lines = tuple(f"{name}: {value}" for name, value in headers.items())
         self._m_requests.inc()
-        response = await self._transport(url).send(
+        response = await self._transports.get(url).send(
             Request(url, body, lines, timeout=self._parameters.response_timeout, capture_body=True,
                     capture_headers=True))
         if response.status:
             self._metrics.responses.labels(self._context.sink_id, str(response.status)).inc()
         return _judge(response, request_id)
 
-    def _handled(self, batch: _Batch) -> None:
-        """Mark ``batch`` done (:meth:`take_acknowledged` takes it once every earlier one is) and release
-        its records."""
-        batch.done = True
-        batch.records, batch.record_ids, batch.record_seqs, batch.arrivals_ms = [], [], [], []
-
-    def _succeed(self, batch: _Batch) -> None:
+    def _succeed(self, batch: Batch) -> None:
         self._m_records.inc(len(batch.records))
         self._m_bytes.inc(batch.data_bytes)
-        self._handled(batch)
-        self._context.status.clear_error(self._status_path, batch.first_seq)
-        self._context.on_progress()
+        self._acknowledge(batch)
 
-    def _give_up(self, batch: _Batch, attempts: int, failure: _Failure, tried: list[Attempt]) -> None:
+    def _give_up(self, batch: Batch, attempts: int, failure: _Failure, tried: list[Attempt]) -> None:
         """Error output and dead letters, whichever are set (then the batch counts as handled, once they
         are durable), or a terminal failure with neither."""
         error = str(DeliveryError("Firehose HTTP delivery failed", attempts=attempts,
@@ -558,58 +299,13 @@ class FirehoseHttpSink:
                 return
             self._m_error_records.inc(len(batch.records))
         if self._dead_letters is None:
-            self._given_up(batch)
+            self._acknowledge(batch)
             return
-        written = self._dead_letters.append(self._letters(batch, tried, error))
-        written.add_done_callback(functools.partial(self._dead_letters_written, batch))
+        # The dead letters of the batch's records: its request id is their idempotency key.
+        self._dead_letter(batch, self._batch_key(batch), tried, error)
 
-    def _letters(self, batch: _Batch, tried: list[Attempt], error: str) -> list[DeadLetter]:
-        """The dead letters of ``batch``'s records: its request id is their idempotency key."""
-        context = self._context
-        request_id = batch_request_id(self._sink_key, batch.record_ids[0], batch.record_ids[-1])
-        now = context.clock.now()
-        return [DeadLetter(context.computation_id, context.sink_id, context.partition, seq, message_id, request_id,
-                           record, tuple(tried), error, now)
-                for seq, message_id, record in zip(batch.record_seqs, batch.record_ids, batch.records, strict=True)]
-
-    def _dead_letters_written(self, batch: _Batch, written: asyncio.Future[int]) -> None:
-        problem = written.exception()
-        if problem is not None:
-            assert self._dead_letters is not None
-            self._fail(batch, f"cannot write the dead-letter file {self._dead_letters.path}: {problem}")
-            return
-        self._m_dead_letters.inc(written.result())
-        self._given_up(batch)
-
-    def _given_up(self, batch: _Batch) -> None:
-        self._handled(batch)
-        self._context.status.clear_error(self._status_path, batch.first_seq)
-        self._context.on_progress()
-
-    def _fail(self, batch: _Batch, error: str) -> None:
-        self._context.status.set_error(self._status_path, batch.first_seq, error)
-        if self._terminal is None or batch.first_seq < self._terminal[0]:
-            self._terminal = (batch.first_seq, error)
-        for later in self._batches:
-            if later.first_seq > batch.first_seq and later.task is not None and not later.task.done():
-                later.task.cancel()
-        self._context.on_progress()
-
-
-def encode_batch_ends(ends: tuple[int, ...]) -> bytes:
-    """The sink's committed state: the last ``seq`` of each closed, unacknowledged batch, ascending,
-    as a JSON array (``b""`` for none)."""
-    return json.dumps(list(ends), separators=(",", ":")).encode() if ends else b""
-
-
-def decode_batch_ends(state: bytes) -> list[int]:
-    """The inverse of :func:`encode_batch_ends`. Raises ``ValueError`` for state this sink did not write."""
-    if not state:
-        return []
-    ends = json.loads(state)
-    if not isinstance(ends, list) or not all(type(end) is int for end in ends) or ends != sorted(ends):
-        raise ValueError(f"firehose_http sink state is not an ascending list of batch ends: {state[:200]!r}")
-    return ends
+    def _count_dead_letters(self, lines: int) -> None:
+        self._m_dead_letters.inc(lines)
 
 
 def _encode(request_id: str, timestamp_ms: int, records: list[bytes], gzip_level: int) -> bytes:

@@ -7,7 +7,7 @@ Source: seed 000 (``NYT::NFlow::TAsyncHttpSink``) and the upstream spec tests
 from __future__ import annotations
 
 import re
-from typing import Any
+from typing import Any, ClassVar
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
@@ -20,13 +20,14 @@ HOP_BY_HOP = frozenset({
     "connection", "content-length", "host", "keep-alive", "proxy-authenticate", "proxy-authorization",
     "te", "trailer", "transfer-encoding", "upgrade",
 })
-AT_MOST_ONCE = "Async HTTP sink does not support at_most_once_strategy"
 
 
 class _AtLeastOnceOnly(BaseModel):
-    """The common sink schema has ``at_most_once_strategy``; this sink rejects enabling it."""
+    """The common sink schema has ``at_most_once_strategy``; this sink rejects enabling it.
+    ``sink_kind`` names the sink in the messages (a subclass for another HTTP sink sets its own)."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
+    sink_kind: ClassVar[str] = "Async HTTP sink"
 
     at_most_once_strategy: Any = None
 
@@ -34,7 +35,7 @@ class _AtLeastOnceOnly(BaseModel):
     @classmethod
     def _reject_at_most_once(cls, value: Any) -> Any:
         if value not in (None, {}):
-            raise ValueError(AT_MOST_ONCE)
+            raise ValueError(f"{cls.sink_kind} does not support at_most_once_strategy")
         return value
 
 
@@ -70,38 +71,39 @@ class AsyncHttpSinkParameters(_AtLeastOnceOnly):
     @classmethod
     def _url(cls, value: str) -> str:
         if not is_http_url(value):
-            raise ValueError("Async HTTP sink URL must use http or https and contain a host")
+            raise ValueError(f"{cls.sink_kind} URL must use http or https and contain a host")
         return normalise_url(value)  # no fragment, no "?" for an empty query on the wire
 
     @field_validator("headers")
     @classmethod
     def _headers(cls, value: dict[str, str]) -> dict[str, str]:
+        kind = cls.sink_kind
         if not all(_TOKEN.fullmatch(name) for name in value):
-            raise ValueError("Async HTTP sink header names must be valid HTTP tokens")
+            raise ValueError(f"{kind} header names must be valid HTTP tokens")
         if any("\r" in v or "\n" in v for v in value.values()):
-            raise ValueError("Async HTTP sink header values must not contain carriage returns or newlines")
+            raise ValueError(f"{kind} header values must not contain carriage returns or newlines")
         if any(name.lower() in HOP_BY_HOP for name in value):
-            raise ValueError("Async HTTP sink headers must not contain hop-by-hop or transport-managed names")
+            raise ValueError(f"{kind} headers must not contain hop-by-hop or transport-managed names")
         if len({name.lower() for name in value}) != len(value):
-            raise ValueError("Async HTTP sink header names must be unique case-insensitively")
+            raise ValueError(f"{kind} header names must be unique case-insensitively")
         return value
 
     @field_validator("idempotency_header")
     @classmethod
     def _idempotency_header(cls, value: str) -> str:
         if value and not _TOKEN.fullmatch(value):
-            raise ValueError("Async HTTP sink idempotency_header must be empty or a valid HTTP header name")
+            raise ValueError(f"{cls.sink_kind} idempotency_header must be empty or a valid HTTP header name")
         if value.lower() in HOP_BY_HOP:
-            raise ValueError("Async HTTP sink idempotency_header must not be hop-by-hop or transport-managed")
+            raise ValueError(f"{cls.sink_kind} idempotency_header must not be hop-by-hop or transport-managed")
         return value
 
     @model_validator(mode="after")
     def _no_override(self) -> AsyncHttpSinkParameters:
         name = self.idempotency_header.lower()
         if name and any(h.lower() == name for h in self.headers):
-            raise ValueError("Async HTTP sink headers must not override idempotency_header")
+            raise ValueError(f"{self.sink_kind} headers must not override idempotency_header")
         if self.throttler_class_id is not None and self.throttler_id is None:
-            raise ValueError("Async HTTP sink throttler_class_id needs throttler_id")
+            raise ValueError(f"{self.sink_kind} throttler_class_id needs throttler_id")
         return self
 
 

@@ -1,0 +1,326 @@
+"""Batching HTTP sink throughput (issue 16): 1,000,000 flights through the ``batching_http`` sink (JSON
+lines, 1 MiB batches) to nginx with full durability, next to a raw pycurl loop that POSTs the same
+batches from memory.
+
+What is measured, in one run, on loopback only:
+
+1. The records: every row of ``data/flights-2013.csv.gz`` (336,776 flights, cancelled ones kept),
+   typed and turned into its orjson as ``benchmarks/delivery.py`` does (~300 bytes), repeated to
+   ``--records`` (default 1,000,000) with a distinct ``"id"`` first in each, so no two records are equal.
+2. ``egress``: ``python -m egress run SPEC --until-drained --quiet`` in a subprocess, from a fresh state
+   directory, with full durability (SQLite ``synchronous=FULL``, the default): a JSONL source of
+   ``{"id": i, "payload": record i}`` (``id`` the key, ``partition_count`` ``--partitions``, default 4),
+   the identity process function of ``benchmarks/delivery.py``, and the sink with ``encoding:
+   json_lines``, ``max_bytes: 1MiB``, ``max_events: 1000000`` (so bytes close the batches) and
+   otherwise its defaults (``max_delay`` 1 s, ``max_in_flight`` = the pool, 8 per partition). Figure:
+   records / wall time from spawn to exit (start-up, reading the source into the log, every commit
+   and every POST); CPU: user + system time of the egress process, all its threads (``wait4``).
+3. ``raw pycurl``: the same records, grouped by partition as egress groups them and cut at 1 MiB of
+   JSON lines as the sink cuts them, bodies built before the clock starts, POSTed with their
+   ``Idempotency-Key`` by ``benchmarks/delivery.py``'s CurlMulti loop with as many in flight as egress
+   may have (partitions × 8); CPU: this process's time during the loop.
+4. ``sink alone``: the sink's own cost, in this process: a ``BatchingHttpSink`` with the egress phase's
+   parameters fed the records as committed messages in chunks of 2,048 (a partition job's epoch),
+   its POSTs answered at once by a transport that sends nothing; CPU µs per record.
+5. The check, per phase, from nginx's access log: the distinct keys answered 2xx and the sum of their
+   ``Content-Length`` must be the total JSON-lines bytes of all records (nothing lost; a duplicate is
+   a whole batch under its key, counted once). The script exits 1 otherwise.
+
+Target (issue 16): egress records/s >= 0.5 × the raw loop's. Run from the repository root (figures:
+``docs/benchmarks.md``, "Batching HTTP sink (issue 16)")::
+
+    python benchmarks/batching.py                  # 1,000,000 records
+    python benchmarks/batching.py --records 200000 --profile   # + egress under py-spy, by module
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import orjson
+import yaml
+
+from delivery import (
+    FUNCTIONS_MODULE,
+    NginxTarget,
+    PhaseResult,
+    Target,
+    _wait_sampling,
+    build_bodies,
+    find_or_install_nginx,
+    print_profile,
+    run_pycurl,
+)
+from egress.clock import RealClock
+from egress.connectors.base import SinkContext
+from egress.connectors.sinks.batching_http import BatchingHttpSink, batch_idempotency_key
+from egress.connectors.sinks.batching_parameters import BatchingHttpSinkDynamicParameters, BatchingHttpSinkParameters
+from egress.engines import OutboxMessage, SinkProgress
+from egress.httpclient import Request, Response
+from egress.keys import derived_message_id, encode_key, partition_of, source_message_id, source_scope
+from egress.observe import Metrics, StatusTree
+
+FLIGHTS = 336_776
+MIB = 1024 * 1024
+POOL = 8  # the sink's default max_idle_connections: its batches in flight per partition
+PIPELINE = "batching_benchmark"
+SOURCE_ID = "flights"
+TARGET_RATIO = 0.5
+SINK_PARAMETERS = {"encoding": "json_lines", "max_bytes": "1MiB", "max_events": 1_000_000}
+EPOCH = 2048  # RunOptions.epoch_max_messages
+
+
+def build_records(count: int) -> list[bytes]:
+    """``count`` flight records: the typed flights cycled, each with ``"id": i`` first."""
+    flights = build_bodies(FLIGHTS)
+    return [b'{"id":%d,%s' % (i, flights[i % FLIGHTS][1:]) for i in range(count)]
+
+
+def write_source(path: Path, records: Sequence[bytes]) -> None:
+    """The JSONL input of egress: ``{"id": i, "payload": record i}`` per line."""
+    with open(path, "wb", buffering=1 << 20) as out:
+        for start in range(0, len(records), 10_000):
+            out.write(b"".join(orjson.dumps({"id": i, "payload": records[i].decode()}) + b"\n"
+                               for i in range(start, min(len(records), start + 10_000))))
+
+
+def raw_batches(records: Sequence[bytes], partitions: int, path: Path) -> tuple[list[bytes], list[str]]:
+    """The bodies egress's sink makes, cut by ``max_bytes`` alone, and their keys: each partition's
+    records in order, JSON lines, at most 1 MiB each."""
+    scope = source_scope(PIPELINE, SOURCE_ID, str(path))
+    by_partition: list[list[int]] = [[] for _ in range(partitions)]
+    for i in range(len(records)):
+        by_partition[partition_of(encode_key([i]), partitions)].append(i)
+    bodies: list[bytes] = []
+    keys: list[str] = []
+
+    def cut(batch: list[int]) -> None:
+        bodies.append(b"".join(records[i] + b"\n" for i in batch))
+        first, last = (derived_message_id(source_message_id(scope, 0, i), 0) for i in (batch[0], batch[-1]))
+        keys.append(batch_idempotency_key(first, last))
+
+    for indexes in by_partition:
+        batch: list[int] = []
+        size = 0
+        for i in indexes:
+            if batch and size + len(records[i]) + 1 > MIB:
+                cut(batch)
+                batch, size = [], 0
+            batch.append(i)
+            size += len(records[i]) + 1
+        if batch:
+            cut(batch)
+    return bodies, keys
+
+
+class BatchNginx(NginxTarget):
+    """``benchmarks/delivery.py``'s nginx, taking bodies of up to 64 MiB; its access log gives the keys
+    answered 2xx and their bodies' lengths."""
+
+    log_format = "$http_idempotency_key $status $content_length"
+    http_settings = "\n  client_max_body_size 64m;"
+
+    def finish(self) -> dict[str, int]:
+        self.stop()  # SIGQUIT: a graceful stop that flushes the access log
+        received = 0
+        lengths: dict[str, int] = {}
+        with open(self._log, encoding="utf-8") as log:
+            for line in log:
+                key, status, length = line.split()
+                received += 1
+                if status.startswith("2") and key != "-":
+                    lengths[key] = int(length)
+        return {"requests": received, "distinct_keys": len(lengths), "bytes": sum(lengths.values())}
+
+
+def run_egress(target: Target, records: Sequence[bytes], partitions: int, work: Path, timeout: float,
+               profile: Path | None = None) -> PhaseResult:
+    """One ``egress run`` from a fresh state directory; timed from spawn to exit, CPU of all its threads."""
+    phase = work / ("egress-profiled" if profile else "egress")
+    shutil.rmtree(phase, ignore_errors=True)
+    phase.mkdir(parents=True)
+    (phase / "functions.py").write_text(FUNCTIONS_MODULE)
+    source = phase / "flights.jsonl"
+    write_source(source, records)
+    spec = {
+        "pipeline": PIPELINE,
+        "partition_count": partitions,
+        "streams": {
+            "rows": {"schema": [{"name": "id", "type": "int64", "required": True},
+                                {"name": "payload", "type": "string", "required": True}], "group_by": ["id"]},
+            "requests": {"schema": [{"name": "payload", "type": "string", "required": False}]},
+        },
+        "sources": {SOURCE_ID: {"source_class_name": "jsonl", "output_stream_id": "rows",
+                                "parameters": {"path": str(source)}}},
+        "computations": {"deliver": {
+            "processing_function": "functions:PassPayload",
+            "input_stream_ids": ["rows"],
+            "output_stream_ids": ["requests"],
+            "sinks": {"bulk": {"sink_class_name": "batching_http", "input_stream_ids": ["requests"],
+                               "parameters": {"url": target.url, "payload_column": "payload",
+                                              **SINK_PARAMETERS}}},
+        }},
+    }
+    spec_path = phase / "spec.yaml"
+    spec_path.write_text(yaml.safe_dump(spec, sort_keys=False))
+    report = phase / "report.json"
+    command = [sys.executable, "-m", "egress", "run", str(spec_path), "--state-dir", str(phase / "state"),
+               "--until-drained", "--quiet", "--report", str(report)]
+    if profile is not None:
+        py_spy = shutil.which("py-spy") or str(Path(sys.executable).parent / "py-spy")
+        command = [py_spy, "record", "--gil", "--full-filenames", "-f", "raw", "-r", "200", "-o", str(profile),
+                   "--", *command]
+    with open(phase / "egress.log", "wb") as output:
+        started = time.perf_counter()
+        process = subprocess.Popen(command, cwd=phase, stdout=output, stderr=subprocess.STDOUT)
+        try:
+            peak, _, cpu_seconds = _wait_sampling(process, timeout)
+        finally:
+            if process.returncode is None:
+                process.kill()
+                process.wait()
+    result = PhaseResult("egress", len(records), time.perf_counter() - started, cpu_seconds=cpu_seconds,
+                         peak_rss_mb=peak)
+    if process.returncode != 0:
+        result.notes.append(f"egress exited {process.returncode}: "
+                            f"{(phase / 'egress.log').read_text(errors='replace').strip()[-2000:]}")
+    values: dict[str, Any] = json.loads(report.read_text()) if report.exists() else {}
+    result.notes.append(f"{values.get('posts', 0):,} POSTs, {values.get('retries', 0):,} retries, "
+                        f"{values.get('epochs', 0):,} epochs; peak RSS {peak:,.0f} MB")
+    result.stats = target.finish()
+    return result
+
+
+class _Answered:
+    """A transport that answers every request 200 at once, sending nothing."""
+
+    def submit(self, request: Request) -> asyncio.Future[Response]:
+        future: asyncio.Future[Response] = asyncio.get_running_loop().create_future()
+        future.set_result(Response(200, None))
+        return future
+
+    def close(self) -> None:
+        pass
+
+
+async def _feed_sink(records: Sequence[bytes]) -> float:
+    context = SinkContext("deliver", "bulk", 0, RealClock(), Metrics(), StatusTree(), lambda: None)
+    parameters = BatchingHttpSinkParameters.model_validate({"url": "http://127.0.0.1:9/bulk",
+                                                            "payload_column": "payload", **SINK_PARAMETERS})
+    sink = BatchingHttpSink(context, parameters, BatchingHttpSinkDynamicParameters(), SinkProgress(),
+                            transport_factory=lambda scheme, p: _Answered())
+    messages = [OutboxMessage(i + 1, "requests", i.to_bytes(20, "big"), b"[]", None, {"payload": record.decode()})
+                for i, record in enumerate(records)]
+    cpu = time.process_time()
+    for start in range(0, len(messages), EPOCH):
+        sink.distribute(messages[start:start + EPOCH])
+        sink.committed(sink.take_acknowledged())
+        await asyncio.sleep(0)
+    while sink.take_acknowledged().max_persisted_seq_no < len(messages):
+        sink.flush()
+        sink.committed(sink.take_acknowledged())
+        await asyncio.sleep(0.001)
+    used = time.process_time() - cpu
+    await sink.close()
+    return used
+
+
+def sink_alone(records: Sequence[bytes]) -> float:
+    """CPU µs per record of the sink alone (phase 4 of the module docs)."""
+    return asyncio.run(_feed_sink(records)) * 1e6 / len(records)
+
+
+def describe(result: PhaseResult, records: int, expected_bytes: int) -> str:
+    stats = result.stats
+    complete = stats.get("bytes") == expected_bytes
+    check = "OK" if complete else f"MISSING {expected_bytes - stats.get('bytes', 0):,} bytes"
+    return (f"{result.name:<11} {records / result.seconds:>10,.0f} records/s  {result.seconds:7.2f} s  "
+            f"CPU {result.cpu_seconds:6.2f} s = {result.cpu_seconds * 1e6 / records:5.2f} s per 1,000,000 records  "
+            f"{stats.get('distinct_keys', 0):,} batches 2xx of {stats.get('requests', 0):,} requests, "
+            f"{stats.get('bytes', 0):,} body bytes ({check})")
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--records", type=int, default=1_000_000, help="records (default 1,000,000)")
+    parser.add_argument("--partitions", type=int, default=4, help="partition_count of the egress Spec (default 4)")
+    parser.add_argument("--profile", action="store_true", help="also run egress under py-spy, µs by module")
+    parser.add_argument("--timeout", type=float, default=1800.0, help="seconds allowed per phase (default 1800)")
+    parser.add_argument("--keep", type=Path, help="keep the Spec, state, logs and profile here")
+    args = parser.parse_args(argv)
+    if args.records < 1 or args.partitions < 1:
+        parser.error("--records and --partitions must be >= 1")
+    began = time.time()
+    nginx = find_or_install_nginx()
+    if nginx is None:
+        print("batching: nginx unavailable, nothing to measure")
+        return 1
+    records = build_records(args.records)
+    expected = sum(len(r) + 1 for r in records)
+    print(f"{args.records:,} flight records, {expected / args.records:.0f} bytes each as a JSON line "
+          f"({expected / MIB:,.1f} MiB); {args.partitions} partitions × {POOL} in flight; load average "
+          f"{' / '.join(f'{x:.2f}' for x in os.getloadavg())}", flush=True)
+    failed: list[str] = []
+    profile_lines: list[str] = []
+    with tempfile.TemporaryDirectory(prefix="egress-batching-") as temporary:
+        work = args.keep or Path(temporary)
+        work.mkdir(parents=True, exist_ok=True)
+        target = BatchNginx(nginx, work)
+        try:
+            target.start()
+            print(f"egress: batching_http to {target.url} ...", flush=True)
+            egress = run_egress(target, records, args.partitions, work, args.timeout)
+            print("  " + describe(egress, args.records, expected), flush=True)
+            for note in egress.notes:
+                print(f"    {note}", flush=True)
+            bodies, keys = raw_batches(records, args.partitions, work / "egress" / "flights.jsonl")
+            target.start()
+            print(f"raw pycurl: {len(bodies):,} batches from memory to {target.url} ...", flush=True)
+            raw = run_pycurl(target, bodies, keys, args.partitions * POOL, args.timeout)
+            print("  " + describe(raw, args.records, expected), flush=True)
+            alone = sink_alone(records)
+            print(f"sink alone: {alone:.2f} µs CPU per record", flush=True)
+            if args.profile:
+                target.start()
+                raw_profile = work / "egress-profile.txt"
+                print("profile: egress under py-spy ...", flush=True)
+                profiled = run_egress(target, records, args.partitions, work, args.timeout, profile=raw_profile)
+                profile_lines = print_profile(raw_profile, profiled) if raw_profile.exists() else ["no profile"]
+        finally:
+            target.stop()
+    for result in (egress, raw):
+        if result.stats.get("bytes") != expected:
+            failed.append(result.name)
+    ratio = raw.seconds / egress.seconds
+    print()
+    print(f"batching benchmark, {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime(began))}, "
+          f"{time.time() - began:,.0f} s, load average now {' / '.join(f'{x:.2f}' for x in os.getloadavg())}")
+    print("  " + describe(egress, args.records, expected))
+    print("  " + describe(raw, args.records, expected))
+    mark = "PASS" if ratio >= TARGET_RATIO else "MISS"
+    print(f"  sink alone: {alone:.2f} µs CPU per record (of egress's {egress.cpu_seconds * 1e6 / args.records:.1f})")
+    print(f"  egress / raw pycurl records/s: {ratio:.3f}   target >= {TARGET_RATIO}   {mark}")
+    for line in profile_lines:
+        print(line)
+    if failed:
+        print(f"FAILED: records lost in {', '.join(failed)}")
+    print(f"batching ({args.records:,} records, {args.partitions} partitions): egress "
+          f"{args.records / egress.seconds:,.0f} records/s, {egress.cpu_seconds * 1e6 / args.records:.1f} CPU s/1M | "
+          f"raw {args.records / raw.seconds:,.0f} records/s, {raw.cpu_seconds * 1e6 / args.records:.2f} CPU s/1M | "
+          f"ratio {ratio:.3f} ({mark})")
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,348 @@
+"""The batching HTTP sink (``batching_http``, alias ``NYT::NFlow::TBatchingHttpSink``): committed
+messages POSTed in batches, for endpoints that take many events per request (log and search
+services, bulk APIs), as Vector's and Fluent Bit's HTTP outputs do.
+
+Each non-null value of the payload column is one record. Records are batched in ``seq`` order up to
+``max_events`` records and ``max_bytes`` of encoded body, and for at most ``max_delay`` after a batch's
+first record (``egress.connectors.sinks.batches``, shared with the Firehose sink); a batch's body is
+its records as JSON lines, a JSON array or concatenated (``encoding``), gzip'd when
+``content_encoding`` is ``gzip``. Every attempt of a batch carries one ``Idempotency-Key``:
+:func:`batch_idempotency_key` of its first and last message ids. Batch boundaries are committed state
+(``SinkProgress.sink_state``): a closed batch is POSTed only once the epoch carrying its last ``seq``
+has committed, and a new instance re-forms the committed batches exactly, so a batch has the same
+records, body and key after a restart too.
+
+Delivery follows the async HTTP sink's rules per batch (``egress.connectors.sinks.http_attempts``,
+``docs/http-sink.md``): a 2xx acknowledges the batch; anything else is retried with the DynamicSpec's
+backoff within ``max_attempt_count`` attempts and ``request_timeout`` (from the batch's first
+attempt), each attempt within ``attempt_timeout``; redirects are followed up to ``max_redirect_count``
+(never HTTPS to HTTP); a 429 or 503 with ``Retry-After`` pauses every attempt to its endpoint; with
+``throttler_id`` every POST takes one unit first. A batch that fails for good goes, one line per
+record under the batch's key, to ``dead_letter_path`` and is then acknowledged; without one it is a
+terminal failure of the instance (nothing later is sent or acknowledged until a restart). Batches
+run concurrently up to ``max_in_flight``; acknowledgements advance as a contiguous prefix in ``seq``
+order.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import gzip
+from collections.abc import Callable
+from typing import Any, ClassVar
+
+from egress.connectors.base import SINKS, SinkContext, single_input_stream
+from egress.connectors.dead_letters import Attempt, check_dead_letter_path
+from egress.connectors.sinks.async_http import HttpTransport, client_concurrency, curl_transport
+from egress.connectors.sinks.batches import Batch, BatchedSink, BatchLimits, UnfitRecord
+from egress.connectors.sinks.batching_parameters import BatchingHttpSinkDynamicParameters, BatchingHttpSinkParameters
+from egress.connectors.sinks.http_attempts import (
+    FOLLOW,
+    ClientsByScheme,
+    EndpointPauses,
+    ResponseCounters,
+    failed_attempt,
+    follow_location,
+    plan_retry,
+    response_error,
+    sink_throttler,
+)
+from egress.engines import SinkProgress
+from egress.errors import DeliveryError, SpecError
+from egress.httpclient import Request, Response
+from egress.httpclient.outcomes import AttemptFailure, FailureKind, sender_failure, status_failure
+from egress.httpclient.redirects import RedirectError
+from egress.httpclient.retry_after import endpoint_of
+from egress.keys import idempotency_key
+from egress.spec import StreamSpec
+from egress.throttler.errors import ThrottlerError
+
+KIND = "Batching HTTP sink"
+STATUS_SUFFIX = "batching_http_sink"
+PAYLOAD_TYPE_ERROR = f"{KIND} payload column must contain a String or null value"
+POLICY_EXHAUSTED = "Batching HTTP POST retry policy exhausted"
+DEADLINE_EXHAUSTED = "Batching HTTP POST retry deadline exhausted"
+ATTEMPT_TIMED_OUT = "attempt deadline reached while following redirects"
+NEWLINE_IN_JSON_LINE = (f"{KIND}: a payload contains a newline, so it is not one JSON line; emit compact JSON "
+                        "(orjson.dumps, json.dumps without indent) or use encoding json_array or raw")
+EMPTY_JSON_VALUE = f"{KIND}: an empty payload is not a JSON value; emit null (no record) or use encoding raw"
+
+TransportFactory = Callable[[str, BatchingHttpSinkParameters], HttpTransport]
+
+
+def batch_idempotency_key(first_message_id: bytes, last_message_id: bytes) -> str:
+    """A batch's ``Idempotency-Key``: the async HTTP sink's key (upper-case hex) of its first and of
+    its last message id, joined by ``-``. Deterministic, so a batch with the same boundaries has the
+    same key in every process; readable, so the endpoint sees which messages a batch spans."""
+    return f"{idempotency_key(first_message_id)}-{idempotency_key(last_message_id)}"
+
+
+def encode_body(records: list[bytes], encoding: str) -> bytes:
+    """The body of a batch of ``records``: ``json_lines`` (each record and ``\\n``), ``json_array``
+    (``[r1,r2,...]``) or ``raw`` (concatenated)."""
+    if encoding == "json_lines":
+        return b"\n".join(records) + b"\n"
+    if encoding == "json_array":
+        return b"[" + b",".join(records) + b"]"
+    return b"".join(records)
+
+
+def encoded_limits(parameters: BatchingHttpSinkParameters) -> BatchLimits:
+    """The batch bounds in body bytes as ``encode_body`` makes them: a record of n bytes adds n + 1 to
+    JSON lines (its newline) and to a JSON array (its comma, one fewer than records, and the brackets:
+    a frame of 1), n to raw."""
+    separated = parameters.encoding != "raw"
+    return BatchLimits(max_records=parameters.max_events, max_bytes=parameters.max_bytes,
+                       max_delay=parameters.max_delay,
+                       record_bytes=(lambda size: size + 1) if separated else (lambda size: size),
+                       frame_bytes=1 if parameters.encoding == "json_array" else 0)
+
+
+@SINKS.register("batching_http", "NYT::NFlow::TBatchingHttpSink")
+class BatchingHttpSink(BatchedSink):
+    """One instance per sink per partition job. See the module docs for the contract; batch formation,
+    committed boundaries and acknowledgement are :class:`~egress.connectors.sinks.batches.BatchedSink`'s."""
+
+    kind: ClassVar[str] = KIND
+    payload_type_error: ClassVar[str] = PAYLOAD_TYPE_ERROR
+    parameters_model: ClassVar[type[BatchingHttpSinkParameters]] = BatchingHttpSinkParameters
+    dynamic_parameters_model: ClassVar[type[BatchingHttpSinkDynamicParameters]] = BatchingHttpSinkDynamicParameters
+
+    @classmethod
+    def check(cls, parameters: BatchingHttpSinkParameters, input_streams: dict[str, StreamSpec]) -> list[SpecError]:
+        """One input stream with the payload column as a String column (other columns are not sent)."""
+        stream = single_input_stream(KIND, input_streams)
+        if isinstance(stream, SpecError):
+            return [stream]
+        column = next((c for c in stream.columns if c.name == parameters.payload_column), None)
+        if column is None or column.type != "string":
+            names = ", ".join(c.name for c in stream.columns if c.type == "string") or "none"
+            return [SpecError(f'{KIND} payload column "{parameters.payload_column}" must be a String column of '
+                              f"the input stream (its String columns: {names})", path="parameters/payload_column")]
+        return check_dead_letter_path(parameters.dead_letter_path)
+
+    @classmethod
+    def create(cls, context: SinkContext, parameters: BatchingHttpSinkParameters,
+               dynamic_parameters: BatchingHttpSinkDynamicParameters, progress: SinkProgress) -> BatchingHttpSink:
+        return cls(context, parameters, dynamic_parameters, progress)
+
+    def __init__(
+        self,
+        context: SinkContext,
+        parameters: BatchingHttpSinkParameters,
+        dynamic_parameters: BatchingHttpSinkDynamicParameters,
+        progress: SinkProgress,
+        *,
+        transport_factory: TransportFactory = curl_transport,
+    ) -> None:
+        path = parameters.dead_letter_path
+        super().__init__(context, progress, payload_column=parameters.payload_column,
+                         limits=encoded_limits(parameters),
+                         max_in_flight=parameters.max_in_flight or client_concurrency(parameters),
+                         status_path=f"/sinks/{context.sink_id}/{STATUS_SUFFIX}",
+                         dead_letters=context.dead_letters.open(path) if path is not None else None)
+        self._parameters = parameters
+        self._dynamic = dynamic_parameters
+        self._transports = ClientsByScheme(lambda scheme: transport_factory(scheme, parameters))
+        self._json = parameters.encoding != "raw"
+        self._json_lines = parameters.encoding == "json_lines"
+        self._headers = self._fixed_headers(parameters)
+        self._throttle = sink_throttler(context, parameters.throttler_id, parameters.throttler_class_id)
+        metrics = context.metrics.batching_http
+        sink_id = context.sink_id
+        self._m_batches = metrics.batches.labels(sink_id)
+        self._m_requests = metrics.requests.labels(sink_id)
+        self._m_retries = metrics.retries.labels(sink_id)
+        self._m_records = metrics.records.labels(sink_id)
+        self._m_bytes = metrics.bytes.labels(sink_id)
+        self._m_dead_letters = metrics.dead_letters.labels(sink_id)
+        self._responses = ResponseCounters(metrics.responses, sink_id, metrics.attempt_failures.labels(sink_id))
+        self._pauses = EndpointPauses(context.clock, metrics.retry_after.labels(sink_id),
+                                      metrics.retry_after_invalid.labels(sink_id))
+
+    @staticmethod
+    def _fixed_headers(parameters: BatchingHttpSinkParameters) -> tuple[str, ...]:
+        """The headers of every request: the Spec's, the encoding's ``Content-Type`` unless the Spec
+        sets one, and ``Content-Encoding: gzip`` with gzip."""
+        headers = [f"{name}: {value}" for name, value in parameters.headers.items()]
+        content_type = parameters.content_type
+        if content_type is not None and not any(name.lower() == "content-type" for name in parameters.headers):
+            headers.append(f"Content-Type: {content_type}")
+        if parameters.content_encoding == "gzip":
+            headers.append("Content-Encoding: gzip")
+        return tuple(headers)
+
+    def reconfigure(self, dynamic_parameters: BatchingHttpSinkDynamicParameters) -> None:
+        """Apply new dynamic parameters to every later decision, batches already retrying included."""
+        self._dynamic = dynamic_parameters
+
+    # -- hooks of BatchedSink --------------------------------------------------------------
+
+    def _record_of(self, payload: Any) -> bytes | UnfitRecord:
+        if isinstance(payload, str):
+            record = payload.encode()
+        elif isinstance(payload, bytes):
+            record = payload
+        else:
+            return UnfitRecord(PAYLOAD_TYPE_ERROR)
+        if self._json:
+            if not record:
+                return UnfitRecord(EMPTY_JSON_VALUE, record)
+            if self._json_lines and b"\n" in record:
+                return UnfitRecord(NEWLINE_IN_JSON_LINE, record)
+        return record
+
+    def _batch_key(self, batch: Batch) -> str:
+        return batch_idempotency_key(batch.record_ids[0], batch.record_ids[-1])
+
+    def _closed(self) -> None:
+        self._transports.close()
+
+    # -- one batch ---------------------------------------------------------------------------
+
+    async def _body(self, batch: Batch) -> bytes:
+        """The batch's request body, encoded once for all its attempts (gzip off the event loop)."""
+        parameters = self._parameters
+        if parameters.content_encoding != "gzip":
+            return encode_body(batch.records, parameters.encoding)
+        return await asyncio.to_thread(_gzip_body, batch.records, parameters.encoding, parameters.compression_level)
+
+    async def _deliver(self, batch: Batch) -> None:
+        """Attempts until a 2xx or the budget ends (the async HTTP sink's delivery loop, per batch)."""
+        clock = self._context.clock
+        url = self._parameters.url
+        key = self._batch_key(batch)
+        name = self._parameters.idempotency_header
+        headers = (*self._headers, f"{name}: {key}") if name else self._headers
+        body = await self._body(batch)
+        await self._wait_for_endpoint(url, None)  # a pause before the first attempt does not use the budget
+        started = clock.monotonic()
+        tried: list[Attempt] = []
+        redirects = [0]  # counted across all attempts of this batch
+        attempts, retry_after = 0, 0.0
+        last_error: AttemptFailure | None = None
+        self._m_batches.inc()
+        while True:
+            if last_error is not None:
+                tried.append(failed_attempt(clock.now(), last_error))
+                self._context.status.set_error(self._status_path, batch.first_seq,
+                                               f"Batching HTTP POST of {key} failed: {last_error}")
+                ended = await self._pause_after_failure(batch, attempts, started, retry_after)
+                if ended is not None:
+                    self._give_up(batch, key, tried, ended, attempts, last_error)
+                    return
+                if self._stopped_before(batch):
+                    return  # an earlier batch failed for good: nothing later is POSTed
+            dynamic = self._dynamic  # read at every decision: DynamicSpec changes apply live
+            deadline = started + dynamic.request_timeout
+            if attempts >= dynamic.max_attempt_count or clock.monotonic() >= deadline:  # changed while pausing
+                self._give_up(batch, key, tried, POLICY_EXHAUSTED, attempts, last_error)
+                return
+            if self._pauses:
+                await self._wait_for_endpoint(url, deadline)
+                if clock.monotonic() >= deadline:  # the endpoint asked to wait past this batch's deadline
+                    self._give_up(batch, key, tried, DEADLINE_EXHAUSTED, attempts, last_error)
+                    return
+            if self._throttle is not None:
+                try:  # the global rate's wait is not part of the attempt: its budget starts once granted
+                    await self._throttle.throttle(1)
+                except ThrottlerError as error:  # the controller stayed away past its retry budget
+                    attempts += 1
+                    last_error, retry_after = sender_failure(FailureKind.THROTTLER, f"throttler: {error}"), 0.0
+                    continue
+            attempts += 1
+            if attempts > 1:
+                self._m_retries.inc()
+            budget = min(dynamic.attempt_timeout, max(0.0, deadline - clock.monotonic()))
+            last_error, retry_after = await self._attempt(body, headers, budget, redirects)
+            if last_error is None:
+                self._m_records.inc(len(batch.records))
+                self._m_bytes.inc(batch.body_bytes)
+                self._acknowledge(batch)
+                return
+
+    async def _pause_after_failure(self, batch: Batch, attempts: int, started: float,
+                                   retry_after: float) -> str | None:
+        """Wait before the next attempt (``plan_retry``); the reason the batch ended instead, if it did."""
+        clock = self._context.clock
+        plan = plan_retry(self._dynamic, attempts, started, clock.monotonic(), retry_after)
+        if plan.exhausted is not None:
+            return POLICY_EXHAUSTED if plan.exhausted == "policy" else DEADLINE_EXHAUSTED
+        while clock.monotonic() < plan.until:
+            await clock.sleep_until(plan.until)
+        if plan.asked_longer and clock.monotonic() >= started + self._dynamic.request_timeout:
+            return DEADLINE_EXHAUSTED
+        return None
+
+    async def _wait_for_endpoint(self, url: str, deadline: float | None) -> None:
+        """Wait while the endpoint of ``url`` asked to wait (``Retry-After``), at most until ``deadline``
+        (``clock.monotonic()`` seconds; ``None``: as long as it asks)."""
+        clock = self._context.clock
+        endpoint = endpoint_of(url)
+        while (until := self._pauses.end(endpoint)) is not None and (deadline is None or clock.monotonic() < deadline):
+            end = until if deadline is None else min(until, deadline)
+            while clock.monotonic() < end:
+                await clock.sleep_until(end)
+
+    async def _attempt(self, body: bytes, headers: tuple[str, ...], budget: float,
+                       redirects: list[int]) -> tuple[AttemptFailure | None, float]:
+        """One attempt: POST ``body`` to ``url`` and follow redirects within ``budget`` seconds.
+
+        Returns ``None`` after a 2xx whose body was read completely, else the error that makes the
+        attempt fail, with the seconds its last response asked to wait (``Retry-After``; 0 without).
+        ``redirects[0]`` counts redirects followed across attempts.
+        """
+        clock = self._context.clock
+        deadline = clock.monotonic() + budget
+        url = self._parameters.url
+        maximum = self._parameters.max_redirect_count
+        while True:
+            if self._pauses:
+                await self._wait_for_endpoint(url, deadline)
+            remaining = deadline - clock.monotonic()
+            if remaining <= 0:
+                return sender_failure(FailureKind.TIMEOUT, ATTEMPT_TIMED_OUT), 0.0
+            self._m_requests.inc()
+            response = await self._transports.get(url).submit(
+                Request(url, body, headers, timeout=remaining, capture_location=maximum > 0,
+                        capture_retry_after=self._dynamic.respect_retry_after))
+            error = self._judge(response)
+            if error is not FOLLOW:
+                return error, self._pauses.asked(endpoint_of(url), response, self._dynamic)
+            if redirects[0] >= maximum:
+                return status_failure(response.status), 0.0
+            assert response.location is not None
+            redirects[0] += 1
+            try:
+                url = follow_location(url, response.location, KIND)
+            except RedirectError as failure:
+                return sender_failure(FailureKind.REDIRECT, str(failure)), 0.0
+            if self._throttle is not None:
+                await self._throttle.throttle(1)  # a redirected POST is a request to the endpoint too
+
+    def _judge(self, response: Response) -> AttemptFailure | None:
+        """Count ``response`` in the metrics and judge it (``response_error``)."""
+        self._responses.count(response)
+        return response_error(response, follow_redirects=self._parameters.max_redirect_count > 0)
+
+    def _give_up(self, batch: Batch, key: str, tried: list[Attempt], reason: str, attempts: int,
+                 last_error: AttemptFailure | None) -> None:
+        """The batch failed for good: its records to the dead-letter file (then acknowledged), or, with
+        none, a terminal failure of this instance."""
+        error = str(DeliveryError(reason, attempts=attempts, last_error=last_error.message if last_error else None))
+        if self._dead_letters is None:
+            self._fail(batch, error)
+            return
+        self._dead_letter(batch, key, tried, error)
+
+    def _count_dead_letters(self, lines: int) -> None:
+        self._m_dead_letters.inc(lines)
+
+
+def _gzip_body(records: list[bytes], encoding: str, level: int) -> bytes:
+    """``encode_body`` gzip'd (``mtime`` 0, so the same batch gives the same bytes in every process)."""
+    return gzip.compress(encode_body(records, encoding), compresslevel=level, mtime=0)
+
+
+__all__ = ["BatchingHttpSink", "BatchingHttpSinkDynamicParameters", "BatchingHttpSinkParameters",
+           "batch_idempotency_key", "encode_body"]
