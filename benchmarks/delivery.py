@@ -435,11 +435,12 @@ def _by_thread(samples: dict[tuple[int, int], tuple[str, float]], root: int) -> 
     """CPU seconds by thread, largest first: ``main`` (the process's first thread), else the thread's
     name and id (Python 3.11 does not name its threads for the kernel: they show as ``python``); a
     child process's threads are prefixed with its pid."""
-    named: collections.Counter[str] = collections.Counter()
+    named: dict[str, float] = {}
     for (process, tid), (name, seconds) in samples.items():
         label = "main" if tid == process else f"{name}:{tid}"
-        named[label if process == root else f"pid {process} {label}"] += seconds
-    return dict(named.most_common())
+        label = label if process == root else f"pid {process} {label}"
+        named[label] = named.get(label, 0.0) + seconds
+    return dict(sorted(named.items(), key=lambda item: -item[1]))
 
 
 def _wait_sampling(process: subprocess.Popen[bytes], timeout: float
@@ -702,7 +703,19 @@ def run_pycurl(target: Target, bodies: Sequence[bytes], keys: Sequence[str], con
     return result
 
 
-async def _sink_phase(url: str, bodies: Sequence[bytes], partitions: int, pool: int | None) -> tuple[float, int]:
+def outbox_messages(bodies: Sequence[bytes], partitions: int) -> list[list[Any]]:
+    """Each partition's outbox messages of ``bodies`` (``seq`` from 1; ids and keys as egress makes them)."""
+    from egress.engines import OutboxMessage
+
+    by_partition: list[list[Any]] = [[] for _ in range(partitions)]
+    for index, body in enumerate(bodies):  # payloads as the outbox holds them: str
+        message_id = derived_message_id(source_message_id(SOURCE_ID, 0, index), 0)
+        batch = by_partition[index % partitions]
+        batch.append(OutboxMessage(len(batch) + 1, "requests", message_id, b"[]", None, {"payload": body.decode()}))
+    return by_partition
+
+
+async def _sink_phase(url: str, by_partition: list[list[Any]], partitions: int, pool: int | None) -> tuple[float, int]:
     """The async HTTP sink alone, one instance per partition as the jobs have it, fed from memory in
     chunks of ``SINK_CHUNK`` committed messages while fewer than that are unacknowledged (as a
     partition job's epochs feed it), the acknowledged prefix taken at each progress callback."""
@@ -710,7 +723,7 @@ async def _sink_phase(url: str, bodies: Sequence[bytes], partitions: int, pool: 
     from egress.connectors.base import SinkContext
     from egress.connectors.sinks.async_http import AsyncHttpSink
     from egress.connectors.sinks.http_parameters import AsyncHttpSinkDynamicParameters, AsyncHttpSinkParameters
-    from egress.engines import OutboxMessage, SinkProgress
+    from egress.engines import SinkProgress
     from egress.observe import Metrics, StatusTree
 
     parameters: dict[str, Any] = {"url": url, "payload_column": "payload"}
@@ -718,11 +731,7 @@ async def _sink_phase(url: str, bodies: Sequence[bytes], partitions: int, pool: 
         parameters["max_idle_connections"] = pool
     metrics, status, clock = Metrics(), StatusTree(), RealClock()
     done = asyncio.Event()
-    by_partition: list[list[OutboxMessage]] = [[] for _ in range(partitions)]
-    for index, body in enumerate(bodies):  # payloads as the outbox holds them: str
-        message_id = derived_message_id(source_message_id(SOURCE_ID, 0, index), 0)
-        batch = by_partition[index % partitions]
-        batch.append(OutboxMessage(len(batch) + 1, "requests", message_id, b"[]", None, {"payload": body.decode()}))
+    total = sum(map(len, by_partition))
     sinks: list[AsyncHttpSink] = []
     acknowledged = [0] * partitions
     fed = [0] * partitions
@@ -732,7 +741,7 @@ async def _sink_phase(url: str, bodies: Sequence[bytes], partitions: int, pool: 
         acknowledged[partition] = sink.take_acknowledged().max_persisted_seq_no
         if sink.unacknowledged < SINK_CHUNK and fed[partition] < len(by_partition[partition]):
             feed(partition)
-        if sum(acknowledged) == len(bodies):
+        if sum(acknowledged) == total:
             done.set()
 
     def feed(partition: int) -> None:
@@ -761,9 +770,11 @@ def run_sink(target: Target, bodies: Sequence[bytes], partitions: int, pool: int
     """egress's half after the outbox commit, alone in this process: ``partitions`` async HTTP sinks
     (default parameters) on egress's curl client, same payloads, keys and concurrency as egress."""
 
+    by_partition = outbox_messages(bodies, partitions)  # built before the CPU count starts
+
     async def bounded() -> tuple[float, int]:
         try:
-            return await asyncio.wait_for(_sink_phase(target.url, bodies, partitions, pool), timeout)
+            return await asyncio.wait_for(_sink_phase(target.url, by_partition, partitions, pool), timeout)
         except TimeoutError:
             raise RuntimeError(f"egress sink did not finish within {timeout:.0f} s") from None
 

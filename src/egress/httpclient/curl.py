@@ -95,9 +95,9 @@ CLIENT_CLOSED = "client closed"  # the error of a request still pending when its
 
 class Completions(NamedTuple):
     """Where finished transfers go, a batch at a time: ``callback`` gets ``[(token, response), ...]`` on
-    ``loop`` (one call per curl wake-up for all of a client's transfers that finished together, not a
-    future per request). ``cancelled(token)`` is asked, on the curl thread, before a queued request
-    starts: True drops it unsent, and its token gets no response. A sender builds one and reuses it."""
+    ``loop`` (one call per driver turn for all of a client's transfers that finished together, not a
+    future per request). ``cancelled(token)`` is asked before a queued request starts: True drops it
+    unsent, and its token gets no response. A sender builds one and reuses it."""
 
     loop: asyncio.AbstractEventLoop
     callback: Callable[[list[tuple[Any, Response]]], None]
