@@ -74,6 +74,33 @@ async def test_an_idle_client_with_a_cached_connection_does_not_spin_the_driver(
         client.close()
 
 
+def test_a_closed_event_loop_and_its_curl_driver_are_released(unused_tcp_port: int) -> None:
+    """The driver of a loop does not keep the loop alive once nothing else does (a process running
+    one loop after another, such as a test suite, must not keep every old loop)."""
+    import gc
+    import weakref
+
+    from egress.httpclient.curl import _LoopDriver
+
+    async def one_request() -> None:
+        client = CurlClient()
+        try:
+            await client.send(Request(f"http://127.0.0.1:{unused_tcp_port}/", b"a", timeout=1.0))  # refused
+        finally:
+            client.close()
+
+    gc.collect()
+    drivers = len(_LoopDriver._drivers)
+    loop = asyncio.new_event_loop()
+    loop.run_until_complete(one_request())
+    loop.close()
+    gone = weakref.ref(loop)
+    del loop
+    gc.collect()
+    assert gone() is None
+    assert len(_LoopDriver._drivers) == drivers
+
+
 async def test_transfers_on_descriptors_above_fd_setsize_complete(serve_app: ServerFactory) -> None:
     """libcurl's fdset() leaves out descriptors >= 1024: a process holding that many files must
     still complete its requests promptly, not at their timeout (found by review)."""

@@ -343,7 +343,8 @@ class _LoopDriver:
         return driver
 
     def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
-        self._loop = loop
+        # A proxy: a driver holding its loop would keep the loop (its key in _drivers) alive for ever.
+        self._loop = weakref.proxy(loop)
         self._clients: list[CurlClient] = []
         self._soon = False  # a turn is scheduled with call_soon
         self._timer: asyncio.TimerHandle | None = None
