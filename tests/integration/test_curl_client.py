@@ -10,6 +10,7 @@ import pytest
 from aiohttp import web
 
 from egress.httpclient import CurlClient, Request
+from egress.httpclient.outcomes import FailureKind, failure_of
 from tests.conftest import ServerFactory
 
 pytestmark = pytest.mark.integration
@@ -55,21 +56,49 @@ async def test_keep_alive_reuses_one_connection_and_without_it_each_request_open
     assert len(new) == 10
 
 
-async def test_an_idle_client_with_a_cached_connection_does_not_spin_the_curl_thread(
+async def test_an_idle_client_with_a_cached_connection_does_not_spin_the_driver(
         serve_app: ServerFactory) -> None:
-    """Between requests the curl thread waits in poll for a wake-up: no transfers, no timeout."""
-    from egress.httpclient.curl import _CurlThread
+    """Between requests the loop's curl driver runs no turn: no transfers, no timer."""
+    from egress.httpclient.curl import _LoopDriver
 
     base = await serve_app(echo_app())
     client = CurlClient(max_connections=2)
     try:
         assert (await client.send(Request(f"{base}/x", b"a"))).ok
-        turns = _CurlThread.shared().turns
+        driver = _LoopDriver.of(asyncio.get_running_loop())
+        turns = driver.turns
         await asyncio.sleep(0.5)
-        assert _CurlThread.shared().turns - turns <= 2  # the turn that handed the response back, at most
+        assert driver.turns - turns <= 2  # the turn that handed the response back, at most
         assert (await client.send(Request(f"{base}/x", b"b"))).ok  # and a new request still wakes it
     finally:
         client.close()
+
+
+def test_a_closed_event_loop_and_its_curl_driver_are_released(unused_tcp_port: int) -> None:
+    """The driver of a loop does not keep the loop alive once nothing else does (a process running
+    one loop after another, such as a test suite, must not keep every old loop)."""
+    import gc
+    import weakref
+
+    from egress.httpclient.curl import _LoopDriver
+
+    async def one_request() -> None:
+        client = CurlClient()
+        try:
+            await client.send(Request(f"http://127.0.0.1:{unused_tcp_port}/", b"a", timeout=1.0))  # refused
+        finally:
+            client.close()
+
+    gc.collect()
+    drivers = len(_LoopDriver._drivers)
+    loop = asyncio.new_event_loop()
+    loop.run_until_complete(one_request())
+    loop.close()
+    gone = weakref.ref(loop)
+    del loop
+    gc.collect()
+    assert gone() is None
+    assert len(_LoopDriver._drivers) == drivers
 
 
 async def test_transfers_on_descriptors_above_fd_setsize_complete(serve_app: ServerFactory) -> None:
@@ -115,6 +144,9 @@ async def test_refused_connection_is_a_transport_error(unused_tcp_port: int) -> 
     assert response.status == 0
     assert (response.error or '').startswith("curl error 7:")
     assert not response.ok
+    failure = failure_of(response)
+    assert failure is not None
+    assert (failure.kind, failure.curl_code) == (FailureKind.CONNECT, 7)
 
 
 async def test_attempt_timeout_covers_a_stalled_response(serve_app: ServerFactory) -> None:
@@ -126,6 +158,10 @@ async def test_attempt_timeout_covers_a_stalled_response(serve_app: ServerFactor
         client.close()
     assert response.status == 0
     assert (response.error or '').startswith("curl error 28:")
+    assert response.curl_code == 28
+    failure = failure_of(response)
+    assert failure is not None
+    assert failure.kind is FailureKind.TIMEOUT
 
 
 async def test_a_truncated_body_keeps_the_status_and_reports_the_read_error() -> None:

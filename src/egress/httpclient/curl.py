@@ -1,25 +1,24 @@
-"""Outgoing HTTP on libcurl's multi interface (pycurl), driven on a thread of its own.
+"""Outgoing HTTP on libcurl's multi interface (pycurl), driven from the asyncio event loop.
 
 One :class:`CurlClient` owns one multi handle, its connection cache and a pool of reusable easy
-handles. asyncio code calls ``await client.send(request)``; the curl thread runs the transfers with
-``perform`` and one ``poll`` over every client's descriptors, and hands completions back to the
-event loop in batches (one ``call_soon_threadsafe`` per wake-up, not per request). Python does as
-little per request as it can: header lines are kept (by the C ``list.append``, one call per line) only
-when a request asks for a header, and decoded only once the transfer ends, and for ``Retry-After``
-only when the status is 429 or 503; no per-socket callbacks (libcurl's socket and timer callbacks each
-took the GIL, which the event loop and the SQLite thread hold much of the time: see
-``docs/benchmarks.md``).
+handles. asyncio code calls ``await client.send(request)``, or ``submit_many`` with a
+:class:`Completions` to get the responses in batches; the loop's driver (:class:`_LoopDriver`) runs
+the transfers with ``perform`` in turns on the event loop itself, and hands completions back in
+batches (one callback per destination per turn, not per request). Python does as little per request
+as it can: header lines are kept (by the C ``list.append``, one call per line) only when a request
+asks for a header, and decoded only once the transfer ends, and for ``Retry-After`` only when the
+status is 429 or 503; no per-socket callbacks. Why the event loop rather than a thread of its own:
+``docs/benchmarks.md``, session 4 (the thread cost more CPU per message in wake-ups and GIL hand-offs
+than the loop's turns cost).
 """
 
 from __future__ import annotations
 
 import asyncio
 import collections
-import contextlib
-import select
-import socket
-import threading
-from typing import NamedTuple
+import weakref
+from collections.abc import Callable, Iterable
+from typing import Any, ClassVar, NamedTuple
 
 import pycurl
 
@@ -46,6 +45,22 @@ class Request(NamedTuple):
     capture_headers: bool = False
     method: str = "POST"
     capture_retry_after: bool = False
+    prepared: bool = False  # ``headers`` came from post_header_lines: sent exactly as they are
+
+
+def post_header_lines(headers: Iterable[str], added_names: Iterable[str] = ()) -> tuple[str, ...]:
+    """The header lines libcurl gets for a POST with ``headers``: libcurl adds ``Content-Type:
+    application/x-www-form-urlencoded`` to a POST and ``Expect: 100-continue`` to large bodies, but
+    payloads go as they are, so both are removed (empty lines) unless a Content-Type is given.
+
+    A sender whose headers do not change builds them once and sends each request with
+    ``prepared=True``; ``added_names`` are the headers it adds to each request itself (such as an
+    idempotency key), which count as given here."""
+    lines = tuple(headers)
+    if not any(line[:13].lower() == "content-type:" for line in lines) and not any(
+            name.lower() == "content-type" for name in added_names):
+        lines += ("Content-Type:",)
+    return (*lines, "Expect:")
 
 
 class Response(NamedTuple):
@@ -57,6 +72,7 @@ class Response(NamedTuple):
     request asked for it, ``headers`` the response's headers (lower-case names; a repeated header
     keeps its last value) when the request asked for them, ``local_port`` the client port used;
     ``retry_after`` the raw ``Retry-After`` value of a 429 or 503 when the request asked for it.
+    Why a failed attempt failed, as a type: ``egress.httpclient.outcomes.failure_of``.
     """
 
     status: int
@@ -66,6 +82,7 @@ class Response(NamedTuple):
     headers: dict[str, str] | None = None
     local_port: int = 0
     retry_after: str | None = None
+    curl_code: int = 0  # libcurl's CURLcode of ``error`` (0: none); egress.httpclient.outcomes classifies it
 
     @property
     def ok(self) -> bool:
@@ -73,8 +90,21 @@ class Response(NamedTuple):
         return self.error is None and 200 <= self.status <= 299
 
 
-FD_SETSIZE = 1024  # select()'s limit: libcurl's fdset() reports no descriptor from here on
+CLIENT_CLOSED = "client closed"  # the error of a request still pending when its client closed
 
+
+class Completions(NamedTuple):
+    """Where finished transfers go, a batch at a time: ``callback`` gets ``[(token, response), ...]`` on
+    ``loop`` (one call per driver turn for all of a client's transfers that finished together, not a
+    future per request). ``cancelled(token)`` is asked before a queued request starts: True drops it
+    unsent, and its token gets no response. A sender builds one and reuses it."""
+
+    loop: asyncio.AbstractEventLoop
+    callback: Callable[[list[tuple[Any, Response]]], None]
+    cancelled: Callable[[Any], bool]
+
+
+_Entry = tuple[Request, Any, Completions]  # a request, its token, where its response goes
 
 class CurlClient:
     """An HTTP client on one libcurl multi handle; safe to use from one asyncio loop.
@@ -87,8 +117,8 @@ class CurlClient:
     certificate and host verification on (the default, and what production must use);
     ``ca_file`` is a PEM bundle of certificate authorities to trust instead of libcurl's default.
 
-    Every client of a process is driven by one shared thread (:class:`_CurlThread`): a thread per
-    client made partitions' clients compete for the GIL.
+    Every client of an event loop is driven by that loop's :class:`_LoopDriver`, bound at the first
+    request: use a client from one loop only.
     """
 
     def __init__(
@@ -105,24 +135,22 @@ class CurlClient:
         self.keep_alive = keep_alive
         self.verify_tls = verify_tls
         self.ca_file = ca_file
-        self._driver = _CurlThread.shared()
+        self._driver: _LoopDriver | None = None  # the driver of the loop of the first request
         self._multi = pycurl.CurlMulti()
         self._multi.setopt(pycurl.M_MAXCONNECTS, max_connections if keep_alive else 1)
-        self._lock = threading.Lock()
-        self._batch: list[tuple[Request, asyncio.Future[Response]]] = []  # this loop turn's submissions
-        self._submitted: collections.deque[tuple[Request, asyncio.Future[Response]]] = collections.deque()
-        self._queued: collections.deque[tuple[Request, asyncio.Future[Response]]] = collections.deque()
-        self._running: dict[int, tuple[pycurl.Curl, asyncio.Future[Response], _Capture]] = {}
+        self._queued: collections.deque[_Entry] = collections.deque()
+        self._running: dict[int, tuple[pycurl.Curl, Any, Completions, _Capture | None]] = {}
+        self._futures: Completions | None = None  # where submit()'s futures are resolved
+        self._completed = 0  # transfers finished so far
         self._spare_handles: list[pycurl.Curl] = []
         self._capturing: set[int] = set()  # handles whose callbacks capture body or headers
-        self.high_descriptors = False  # a socket of this client was >= FD_SETSIZE (see _socket_opened)
+        self._handle_options: dict[int, tuple[str, int]] = {}  # id(handle) -> its URL and TIMEOUT_MS
         self._closed = False
-        self._driver.attach(self)
 
     @property
     def in_flight(self) -> int:
         """Transfers running or queued in this client."""
-        return len(self._running) + len(self._queued) + len(self._submitted) + len(self._batch)
+        return len(self._running) + len(self._queued)
 
     async def send(self, request: Request) -> Response:
         """Run ``request``; returns its :class:`Response` (never raises for HTTP or transport errors).
@@ -135,40 +163,42 @@ class CurlClient:
         """Start ``request`` and return the future of its :class:`Response`, resolved on the running
         loop; cancelling the future drops the request if it has not started. Raises ``RuntimeError``
         if the client is closed."""
-        if self._closed:
-            raise RuntimeError("CurlClient is closed")
         loop = asyncio.get_running_loop()
         future: asyncio.Future[Response] = loop.create_future()
-        # Requests submitted in one turn of the event loop reach the curl thread together, with one
-        # wake-up (a system call) instead of one each.
-        if not self._batch:
-            loop.call_soon(self._hand_over)
-        self._batch.append((request, future))
+        completions = self._futures
+        if completions is None or completions.loop is not loop:
+            completions = self._futures = Completions(loop, resolve_futures, asyncio.Future.cancelled)
+        self.submit_many(((request, future),), completions)
         return future
 
-    def _hand_over(self) -> None:
-        batch, self._batch = self._batch, []
+    def submit_many(self, requests: Iterable[tuple[Request, Any]], completions: Completions) -> None:
+        """Start each ``(request, token)``; their responses reach ``completions`` in batches (see
+        :class:`Completions`), each exactly once unless cancelled before it started. Call it on
+        ``completions.loop``. Raises ``RuntimeError`` if the client is closed."""
         if self._closed:
-            return  # close() has answered them already
-        with self._lock:
-            wake = not self._submitted
-            self._submitted.extend(batch)
-        if wake:
-            self._driver.wake()
+            raise RuntimeError("CurlClient is closed")
+        driver = self._driver
+        if driver is None:
+            driver = self._driver = _LoopDriver.of(completions.loop)
+            driver.attach(self)
+        self._queued.extend((request, token, completions) for request, token in requests)
+        # Requests submitted in one pass of the event loop start together, in the driver's next turn.
+        driver.wake()
 
     def close(self) -> None:
-        """Release every handle; requests still pending get a transport error ("client closed")."""
+        """Release every handle; requests still pending get the error ``CLIENT_CLOSED``."""
         if self._closed:
             return
         self._closed = True
-        self._driver.detach(self)
-        leftovers = [*self._queued, *self._submitted, *self._batch]
+        leftovers = list(self._queued)
         self._queued.clear()
-        self._submitted.clear()
-        self._batch = []
-        _resolve_threadsafe([(future, Response(0, "client closed")) for _, future in leftovers])
+        if self._driver is not None:
+            self._driver.detach(self)
+        else:
+            self._multi.close()
+        _complete([(completions, token, Response(0, CLIENT_CLOSED)) for _, token, completions in leftovers])
 
-    # -- run by the curl thread ----------------------------------------------------------------
+    # -- run by the driver's turns -------------------------------------------------------------
 
     def _drive(self) -> None:
         """Start queued requests, let libcurl do what its sockets and timers allow, hand completions
@@ -181,18 +211,6 @@ class CurlClient:
             if not self._collect() or not self._start_queued():
                 return
 
-    def _socket_opened(self, fd: int, purpose: int) -> int:
-        """libcurl's socket-option callback (on the curl thread, once per new connection).
-
-        libcurl's ``fdset()`` leaves out descriptors >= FD_SETSIZE (1024), so the thread cannot wait
-        for them; once this client has had one, the thread waits at most ``HIGH_FD_WAIT_MS`` while it
-        has transfers, and they progress by polling (found by review: a process holding 1,100 files
-        timed out every request). libcurl's close-socket callback could undo the mark, but pycurl
-        cannot run it while a multi handle closes, which would leak the socket."""
-        if fd >= FD_SETSIZE:
-            self.high_descriptors = True
-        return int(pycurl.SOCKOPT_OK)
-
     def _perform(self) -> None:
         multi = self._multi
         while multi.perform()[0] == pycurl.E_CALL_MULTI_PERFORM:
@@ -200,10 +218,10 @@ class CurlClient:
 
     def _release(self) -> None:
         """Abort running transfers and free libcurl's handles (the client is closed)."""
-        for handle, future, _ in self._running.values():
+        for handle, token, completions, _ in self._running.values():
             self._multi.remove_handle(handle)
             handle.close()
-            _resolve_threadsafe([(future, Response(0, "client closed"))])
+            _complete([(completions, token, Response(0, CLIENT_CLOSED))])
         self._running.clear()
         for handle in self._spare_handles:
             handle.close()
@@ -212,18 +230,14 @@ class CurlClient:
 
     def _start_queued(self) -> bool:
         """Start queued requests while below ``max_connections``; True if any started."""
-        with self._lock:
-            if self._submitted:
-                self._queued.extend(self._submitted)
-                self._submitted.clear()
         started = False
         while self._queued and len(self._running) < self.max_connections:
-            request, future = self._queued.popleft()
-            if future.cancelled():
+            request, token, completions = self._queued.popleft()
+            if completions.cancelled(token):
                 continue
             handle = self._spare_handles.pop() if self._spare_handles else self._new_handle()
             capture = self._configure(handle, request)
-            self._running[id(handle)] = (handle, future, capture)
+            self._running[id(handle)] = (handle, token, completions, capture)
             self._multi.add_handle(handle)
             started = True
         return started
@@ -240,163 +254,145 @@ class CurlClient:
         if self.ca_file is not None:
             handle.setopt(pycurl.CAINFO, self.ca_file)
         handle.setopt(pycurl.WRITEFUNCTION, _discard)
-        handle.setopt(pycurl.SOCKOPTFUNCTION, self._socket_opened)
         return handle
 
-    def _configure(self, handle: pycurl.Curl, request: Request) -> _Capture:
-        handle.setopt(pycurl.URL, request.url)
-        headers = list(request.headers)
+    def _configure(self, handle: pycurl.Curl, request: Request) -> _Capture | None:
+        """Set the per-request options; the capture of the response, None when nothing is kept."""
+        # A sink sends every request to one URL with one timeout: set them only when they change.
+        timeout_ms = max(1, int(request.timeout * 1000))
+        key = id(handle)
+        if self._handle_options.get(key) != (request.url, timeout_ms):
+            handle.setopt(pycurl.URL, request.url)
+            handle.setopt(pycurl.TIMEOUT_MS, timeout_ms)
+            self._handle_options[key] = (request.url, timeout_ms)
         if request.method == "GET":
             handle.setopt(pycurl.HTTPGET, 1)
+            handle.setopt(pycurl.HTTPHEADER, request.headers)
         else:
-            handle.setopt(pycurl.POSTFIELDSIZE, len(request.body))
+            # pycurl sets POSTFIELDSIZE from the bytes object itself (a body may hold NUL bytes).
             handle.setopt(pycurl.POSTFIELDS, request.body)
-            # libcurl adds "Content-Type: application/x-www-form-urlencoded" to a POST and "Expect:
-            # 100-continue" to large bodies; payloads go as they are, so both are removed unless
-            # the request names a Content-Type itself.
-            if not any(h[:13].lower() == "content-type:" for h in headers):
-                headers.append("Content-Type:")
-            headers.append("Expect:")
-        handle.setopt(pycurl.HTTPHEADER, headers)
-        handle.setopt(pycurl.TIMEOUT_MS, max(1, int(request.timeout * 1000)))
+            headers = request.headers if request.prepared else post_header_lines(request.headers)
+            handle.setopt(pycurl.HTTPHEADER, headers)
         wants_headers = request.capture_location or request.capture_headers or request.capture_retry_after
-        capture = _Capture(request, wants_headers)
-        # Only a handle that captured before needs its callbacks reset (setting them costs calls).
-        if request.capture_body or wants_headers or id(handle) in self._capturing:
-            handle.setopt(pycurl.WRITEFUNCTION, capture.chunks.append if request.capture_body else _discard)
-            handle.setopt(pycurl.HEADERFUNCTION, capture.lines.append if capture.lines is not None else None)
-            if request.capture_body or wants_headers:
-                self._capturing.add(id(handle))
-            else:
+        if not (request.capture_body or wants_headers):
+            if self._capturing and id(handle) in self._capturing:
+                # Only a handle that captured before needs its callbacks reset (setting them costs calls).
+                handle.setopt(pycurl.WRITEFUNCTION, _discard)
+                handle.setopt(pycurl.HEADERFUNCTION, None)
                 self._capturing.discard(id(handle))
+            return None
+        capture = _Capture(request, wants_headers)
+        handle.setopt(pycurl.WRITEFUNCTION, capture.chunks.append if request.capture_body else _discard)
+        handle.setopt(pycurl.HEADERFUNCTION, capture.lines.append if capture.lines is not None else None)
+        self._capturing.add(id(handle))
         return capture
 
     def _collect(self) -> bool:
         """Hand finished transfers back to their loops; True if any finished."""
-        done: list[tuple[asyncio.Future[Response], Response]] = []
+        done: list[tuple[Completions, Any, Response]] = []
         while True:
             queued, succeeded, failed = self._multi.info_read()
             for handle in succeeded:
-                done.append(self._finish(handle, None))
+                done.append(self._finish(handle, None, 0))
             for handle, errno, message in failed:
-                done.append(self._finish(handle, f"curl error {errno}: {message}"))
+                done.append(self._finish(handle, f"curl error {errno}: {message}", errno))
             if not queued:
                 break
+        self._completed += len(done)
         if done:
-            _resolve_threadsafe(done)
+            _complete(done)
         return bool(done)
 
-    def _finish(self, handle: pycurl.Curl, error: str | None) -> tuple[asyncio.Future[Response], Response]:
-        _, future, capture = self._running.pop(id(handle))
+    def _finish(self, handle: pycurl.Curl, error: str | None, code: int) -> tuple[Completions, Any, Response]:
+        _, token, completions, capture = self._running.pop(id(handle))
         status = int(handle.getinfo(pycurl.RESPONSE_CODE))
+        local_port = max(0, int(handle.getinfo(pycurl.LOCAL_PORT) or 0))
+        self._multi.remove_handle(handle)
+        self._spare_handles.append(handle)
+        if capture is None:
+            return completions, token, Response(status, error, None, None, None, local_port, None, code)
         request = capture.request
         location = headers = retry_after = None
         if capture.lines is not None:
             location, headers, retry_after = capture.headers(status)
-        response = Response(
-            status=status,
-            error=error,
-            body=b"".join(capture.chunks) if request.capture_body else None,
-            location=location,
-            headers=headers,
-            local_port=max(0, int(handle.getinfo(pycurl.LOCAL_PORT) or 0)),
-            retry_after=retry_after,
-        )
-        self._multi.remove_handle(handle)
-        self._spare_handles.append(handle)
-        return future, response
+        body = b"".join(capture.chunks) if request.capture_body else None
+        return completions, token, Response(status, error, body, location, headers, local_port, retry_after, code)
 
-class _CurlThread:
-    """The one thread that drives every :class:`CurlClient` of the process: each turn it runs
-    ``perform`` on every client with transfers, then waits in one ``poll`` over all their sockets
-    (``fdset``) and a socketpair that wakes it for new requests, for at most the nearest libcurl
-    timeout. Each client keeps its own multi handle, connection cache and queue.
-    """
 
-    _shared: _CurlThread | None = None
-    _shared_lock = threading.Lock()
-    IDLE_WAIT = 0.05  # seconds to wait when transfers run but libcurl names neither socket nor timeout
-    HIGH_FD_WAIT_MS = 1  # the longest wait for a client with sockets fdset() leaves out: polled instead
+class _LoopDriver:
+    """Drives every :class:`CurlClient` of one event loop from that loop, without a thread: a turn
+    (start queued requests, ``perform``, hand completions back) runs when requests are submitted and,
+    while transfers run, on a timer: every ``MIN_PERIOD`` until ``PATIENCE`` turns in a row finished
+    nothing (a loopback or LAN answer comes within that), then doubling up to ``MAX_PERIOD`` (a slow
+    endpoint costs at most 1 / ``MAX_PERIOD`` turns a second, and each answer waits at most that long
+    to be seen). libcurl's timeouts are checked by every ``perform``. No socket is registered with the
+    loop: a descriptor that libcurl closes and the kernel reuses within one turn could not be told
+    from the old one."""
+
+    MIN_PERIOD = 0.0005
+    MAX_PERIOD = 0.004
+    PATIENCE = 8
+    _drivers: ClassVar[weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, _LoopDriver]] = \
+        weakref.WeakKeyDictionary()
 
     @classmethod
-    def shared(cls) -> _CurlThread:
-        with cls._shared_lock:
-            if cls._shared is None:
-                cls._shared = cls()
-            return cls._shared
+    def of(cls, loop: asyncio.AbstractEventLoop) -> _LoopDriver:
+        driver = cls._drivers.get(loop)
+        if driver is None:
+            driver = cls._drivers[loop] = cls(loop)
+        return driver
 
-    def __init__(self) -> None:
-        self._wake_read, self._wake_write = socket.socketpair()
-        self._wake_read.setblocking(False)
-        self._wake_write.setblocking(False)
-        self._clients: list[CurlClient] = []  # touched by the thread only
-        self._changes: collections.deque[tuple[CurlClient, threading.Event | None]] = collections.deque()
-        self._lock = threading.Lock()
-        self.turns = 0  # loop turns so far: a test shows that an idle thread blocks instead of spinning
-        self._thread = threading.Thread(target=self._run, name="egress-curl", daemon=True)
-        self._thread.start()
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        # A proxy: a driver holding its loop would keep the loop (its key in _drivers) alive for ever.
+        self._loop = weakref.proxy(loop)
+        self._clients: list[CurlClient] = []
+        self._soon = False  # a turn is scheduled with call_soon
+        self._timer: asyncio.TimerHandle | None = None
+        self._period = self.MIN_PERIOD
+        self._empty_turns = 0  # turns in a row that finished no transfer
+        self.turns = 0
 
     def attach(self, client: CurlClient) -> None:
-        with self._lock:
-            self._changes.append((client, None))
-        self.wake()
+        self._clients.append(client)
 
     def detach(self, client: CurlClient) -> None:
-        """Stop driving ``client`` and release its handles; returns once the thread has done it."""
-        done = threading.Event()
-        with self._lock:
-            self._changes.append((client, done))
-        self.wake()
-        done.wait(timeout=10)
+        if client in self._clients:
+            self._clients.remove(client)
+        client._release()
 
     def wake(self) -> None:
-        with contextlib.suppress(OSError):  # a full socket buffer already means "wake up"
-            self._wake_write.send(b"\0")
+        if not self._soon:
+            self._soon = True
+            self._period = self.MIN_PERIOD
+            self._empty_turns = 0
+            self._loop.call_soon(self._turn)
 
-    def _apply_changes(self) -> None:
-        with self._lock:
-            changes = list(self._changes)
-            self._changes.clear()
-        for client, done in changes:
-            if done is None:
-                self._clients.append(client)
-                continue
-            if client in self._clients:
-                self._clients.remove(client)
-            client._release()
-            done.set()
+    def _tick(self) -> None:
+        self._timer = None
+        self._turn()
 
-    def _run(self) -> None:
-        wake = self._wake_read.fileno()
-        readable, writable = select.POLLIN | select.POLLPRI, select.POLLOUT
-        while True:
-            self.turns += 1
-            self._apply_changes()
-            for client in self._clients:
-                client._drive()
-            poller = select.poll()
-            poller.register(wake, readable)
-            timeout_ms = -1
-            for client in self._clients:
-                if not client._running:
-                    continue
-                multi = client._multi
-                reads, writes, errors = map(set, multi.fdset())
-                for fd in reads | writes | errors:
-                    poller.register(fd, (readable if fd in reads else 0) | (writable if fd in writes else 0)
-                                    | (select.POLLPRI if fd in errors else 0))
-                wait = multi.timeout()
-                if wait < 0 and not (reads or writes):
-                    wait = int(self.IDLE_WAIT * 1000)
-                if wait >= 0 and (timeout_ms < 0 or wait < timeout_ms):
-                    timeout_ms = wait
-                if client.high_descriptors and (timeout_ms < 0 or timeout_ms > self.HIGH_FD_WAIT_MS):
-                    timeout_ms = self.HIGH_FD_WAIT_MS
-            for fd, _ in poller.poll(timeout_ms):
-                if fd == wake:
-                    with contextlib.suppress(BlockingIOError, OSError):
-                        while self._wake_read.recv(4096):
-                            pass
+    def _turn(self) -> None:
+        self._soon = False
+        self.turns += 1
+        finished = False
+        busy = False
+        for client in self._clients:
+            before = client._completed
+            client._drive()
+            finished = finished or client._completed != before
+            busy = busy or bool(client._running)
+        if finished:
+            self._empty_turns = 0
+            self._period = self.MIN_PERIOD
+        else:
+            self._empty_turns += 1
+            if self._empty_turns > self.PATIENCE:
+                self._period = min(self._period * 2, self.MAX_PERIOD)
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+        if busy:
+            self._timer = self._loop.call_later(self._period, self._tick)
 
 
 class _Capture:
@@ -443,16 +439,21 @@ def _discard(data: bytes) -> None:
     return None
 
 
-def _resolve_threadsafe(done: list[tuple[asyncio.Future[Response], Response]]) -> None:
-    by_loop: dict[asyncio.AbstractEventLoop, list[tuple[asyncio.Future[Response], Response]]] = {}
-    for future, response in done:
-        by_loop.setdefault(future.get_loop(), []).append((future, response))
-    for loop, batch in by_loop.items():
-        if not loop.is_closed():
-            loop.call_soon_threadsafe(_resolve, batch)
+def _complete(done: list[tuple[Completions, Any, Response]]) -> None:
+    """Hand ``done`` to each :class:`Completions` on its loop: one call per destination."""
+    batches: dict[int, tuple[Completions, list[tuple[Any, Response]]]] = {}
+    for completions, token, response in done:
+        found = batches.get(id(completions))
+        if found is None:
+            found = batches[id(completions)] = (completions, [])
+        found[1].append((token, response))
+    for completions, batch in batches.values():
+        if not completions.loop.is_closed():
+            completions.loop.call_soon(completions.callback, batch)
 
 
-def _resolve(batch: list[tuple[asyncio.Future[Response], Response]]) -> None:
+def resolve_futures(batch: list[tuple[asyncio.Future[Response], Response]]) -> None:
+    """The :class:`Completions` callback of ``submit``: each token is the future of its response."""
     for future, response in batch:
         if not future.done():
             future.set_result(response)

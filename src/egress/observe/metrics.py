@@ -79,6 +79,11 @@ class Metrics:
             "Transport errors and timeouts before a response, and body read errors.",
             ["sink_id"], registry=self.registry,
         )
+        self.http_sink_transport_errors = Counter(
+            "egress_sink_async_http_sink_transport_errors",
+            "Attempt failures without a complete response, by class (egress.httpclient.outcomes.FailureKind).",
+            ["sink_id", "error_class"], registry=self.registry,
+        )
         self.http_sink_retries = Counter(
             "egress_sink_async_http_sink_retries", "Attempts after the first one of a delivery.",
             ["sink_id"], registry=self.registry,

@@ -17,7 +17,7 @@ import asyncio
 import collections
 import functools
 from collections.abc import Callable
-from typing import Any, ClassVar, Protocol
+from typing import Any, ClassVar
 from urllib.parse import urlsplit
 
 from egress.connectors.base import SINKS, SinkContext, single_input_stream
@@ -25,6 +25,7 @@ from egress.connectors.dead_letters import Attempt, DeadLetter, check_dead_lette
 from egress.connectors.sinks.http_attempts import (
     FOLLOW,
     EndpointPauses,
+    ResponseCounters,
     failed_attempt,
     follow_location,
     plan_retry,
@@ -35,8 +36,11 @@ from egress.connectors.sinks.http_parameters import AsyncHttpSinkDynamicParamete
 from egress.engines import OutboxMessage, SinkProgress
 from egress.errors import DeliveryError, SpecError
 from egress.httpclient import CurlClient, Request, Response
+from egress.httpclient.curl import Completions, post_header_lines
+from egress.httpclient.outcomes import AttemptFailure, FailureKind, failure_of, sender_failure, status_failure
 from egress.httpclient.redirects import RedirectError
 from egress.httpclient.retry_after import endpoint_of
+from egress.httpclient.transport import HttpTransport, submit_many
 from egress.keys import idempotency_key
 from egress.spec import StreamSpec
 from egress.throttler.errors import ThrottlerError
@@ -54,15 +58,6 @@ UNPOOLED_MAX_CONNECTIONS = 64
 # memory of a large backlog. Deliveries pausing between attempts do not count, so a burst of
 # failures never holds back fresh messages (upstream sends every message of an epoch at once).
 SEND_WINDOW_PER_CONNECTION = 4
-
-
-class HttpTransport(Protocol):
-    """What the sink needs of an HTTP client (``egress.httpclient.CurlClient`` in production):
-    ``submit`` starts a request and returns the future of its response (never an exception)."""
-
-    def submit(self, request: Request) -> asyncio.Future[Response]: ...
-
-    def close(self) -> None: ...
 
 
 TransportFactory = Callable[[str, AsyncHttpSinkParameters], HttpTransport]
@@ -90,7 +85,8 @@ def curl_transport(scheme: str, parameters: AsyncHttpSinkParameters) -> HttpTran
 
 
 class _Delivery:
-    __slots__ = ("attempts", "body", "done", "message_id", "pausing", "seq", "started", "task")
+    __slots__ = ("attempts", "body", "cancelled", "done", "first_attempt", "message_id", "pausing", "seq",
+                 "started", "task")
 
     def __init__(self, seq: int, message_id: bytes, body: bytes | None) -> None:
         self.seq = seq
@@ -99,8 +95,11 @@ class _Delivery:
         self.done = body is None  # a null payload is acknowledged in order without a request
         self.pausing = False  # between attempts: not counted in the send window
         self.started = 0.0  # clock.monotonic() of the first attempt: the request_timeout origin
-        # The first attempt's response future, then the task of the retries, if any.
+        # The task of the attempts after the first (or of every attempt with redirects or a throttler);
+        # a first attempt has a future here only on a transport without submit_many.
         self.task: asyncio.Future[Any] | None = None
+        self.first_attempt = False  # its first attempt is in flight on the batch path (_start_first_attempts)
+        self.cancelled = False  # dropped before its first attempt ended: its response is ignored
         self.attempts: list[Attempt] | None = None  # failed attempts, kept for a dead-letter file only
 
 
@@ -167,14 +166,19 @@ class AsyncHttpSink:
         self._endpoint = endpoint_of(parameters.url)
         self._resume: asyncio.Task[None] | None = None  # starts first attempts when their endpoint's pause ends
         self._transports: dict[str, HttpTransport] = {}
-        self._headers = tuple(f"{name}: {value}" for name, value in parameters.headers.items())
+        self._default_transport: HttpTransport | None = None  # the transport of parameters.url
+        self._completions: Completions | None = None  # where first attempts' responses go, in batches
+        self._closed = False
+        # Every POST's header lines but the idempotency key, built once (post_header_lines).
+        self._headers = post_header_lines((f"{name}: {value}" for name, value in parameters.headers.items()),
+                                          (parameters.idempotency_header,))
+        self._idempotency_prefix = f"{parameters.idempotency_header}: " if parameters.idempotency_header else ""
         self._throttle = sink_throttler(context, parameters.throttler_id, parameters.throttler_class_id)
         self._status_path = f"/sinks/{context.sink_id}/{STATUS_SUFFIX}"
         sink_id = context.sink_id
         metrics = context.metrics
         self._requests = metrics.http_sink_requests.labels(sink_id)
         self._retries = metrics.http_sink_retries.labels(sink_id)
-        self._attempt_failures = metrics.http_sink_attempt_failures.labels(sink_id)
         self._delivered = metrics.http_sink_delivered.labels(sink_id)
         # Endpoints that asked to wait (Retry-After), until when.
         self._pauses = EndpointPauses(context.clock, metrics.http_sink_retry_after.labels(sink_id),
@@ -182,8 +186,9 @@ class AsyncHttpSink:
         path = parameters.dead_letter_path
         self._dead_letters = context.dead_letters.open(path) if path is not None else None
         self._dead_lettered = metrics.http_sink_dead_letters.labels(sink_id)
-        self._responses = metrics.http_sink_responses
-        self._responses_by_status: dict[int, Any] = {}
+        self._responses = ResponseCounters(metrics.http_sink_responses, sink_id,
+                                           metrics.http_sink_attempt_failures.labels(sink_id),
+                                           metrics.http_sink_transport_errors)
 
     # -- the Sink protocol -------------------------------------------------------------------
 
@@ -248,7 +253,10 @@ class AsyncHttpSink:
         self._dynamic = dynamic_parameters
 
     async def close(self) -> None:
+        self._closed = True  # first attempts' responses arriving from now on are ignored
         self._waiting.clear()  # cancelled deliveries must not start waiting ones
+        for delivery in self._pending:
+            delivery.cancelled = True  # queued first attempts are not sent
         tasks = [d.task for d in self._pending if d.task is not None and not d.task.done()]
         if self._resume is not None:
             tasks.append(self._resume)
@@ -259,11 +267,14 @@ class AsyncHttpSink:
         for transport in self._transports.values():
             transport.close()
         self._transports.clear()
+        self._default_transport = None
 
     # -- scheduling --------------------------------------------------------------------------
 
     def _start_waiting(self) -> None:
         limit = self._parameters.max_in_flight
+        fast = not (self._parameters.max_redirect_count or self._throttle is not None)
+        first: list[_Delivery] = []
         while (self._waiting and (limit is None or self._running < limit)
                and self._sending < self._send_window and not self._first_attempts_paused()):
             delivery = self._waiting.popleft()
@@ -271,7 +282,13 @@ class AsyncHttpSink:
                 continue  # nothing later than a terminal failure is POSTed by this instance
             self._running += 1
             self._sending += 1
-            self._start(delivery)
+            delivery.started = self._context.clock.monotonic()
+            if fast:
+                first.append(delivery)
+            else:
+                self._continue(delivery, attempts=0, last_error=None)
+        if first:
+            self._start_first_attempts(first)
 
     def _first_attempts_paused(self) -> bool:
         """Whether the configured endpoint asked to wait (``Retry-After``). While it does, deliveries
@@ -295,39 +312,69 @@ class AsyncHttpSink:
         """The ``clock.monotonic()`` at which ``endpoint``'s pause ends, ``None`` when it has none now."""
         return self._pauses.end(endpoint)
 
-    def _start(self, delivery: _Delivery) -> None:
-        """Begin a delivery. Without redirects to follow or a throttler to wait for, the first attempt
-        is a bare future with a callback: most deliveries succeed at once, and a task per message
-        costs time and memory. Only a failed first attempt (or such a sink) gets a task for the rest."""
-        assert delivery.body is not None
-        delivery.started = self._context.clock.monotonic()
-        if self._parameters.max_redirect_count or self._throttle is not None:
-            self._continue(delivery, attempts=0, last_error=None)
-            return
+    def _start_first_attempts(self, deliveries: list[_Delivery]) -> None:
+        """The first attempts of ``deliveries``, as one batch. Without redirects to follow or a
+        throttler to wait for, a first attempt is a request with a token and its response comes back
+        with the others that finished together, to :meth:`_first_attempts_done`: most deliveries
+        succeed at once, and a task or a future per message costs time and memory. Only a failed
+        first attempt (or such a sink) gets a task for the rest."""
         dynamic = self._dynamic
-        self._requests.inc()
         url = self._parameters.url
-        future = self._transport(url).submit(
-            Request(url, delivery.body, self._headers_of(delivery),
-                    timeout=min(dynamic.attempt_timeout, dynamic.request_timeout),
-                    capture_retry_after=dynamic.respect_retry_after))
-        delivery.task = future
-        future.add_done_callback(functools.partial(self._first_attempt_done, delivery))
+        timeout = min(dynamic.attempt_timeout, dynamic.request_timeout)
+        capture_retry_after = dynamic.respect_retry_after
+        completions = self._completions
+        if completions is None:
+            completions = self._completions = Completions(asyncio.get_running_loop(), self._first_attempts_done,
+                                                          _is_cancelled)
+        for delivery in deliveries:
+            delivery.first_attempt = True
+        self._requests.inc(len(deliveries))
+        requests = [(Request(url, delivery.body, self._headers_of(delivery), timeout=timeout,  # type: ignore[arg-type]
+                             capture_retry_after=capture_retry_after, prepared=True), delivery)
+                    for delivery in deliveries]
+        futures = submit_many(self._transport(url), requests, completions)
+        for delivery, future in zip(deliveries, futures, strict=False):
+            delivery.task = future  # only on a transport without submit_many: _block may cancel it
 
-    def _first_attempt_done(self, delivery: _Delivery, future: asyncio.Future[Response]) -> None:
-        if future.cancelled():
-            self._finished(delivery)
+    def _first_attempts_done(self, batch: list[tuple[_Delivery, Response]]) -> None:
+        """The responses of first attempts (a batch of them, in the order they finished): each success
+        is acknowledged, each failure goes on in a task of its own; the acknowledgement bookkeeping
+        (counters, progress, starting waiting deliveries) runs once per batch."""
+        if self._closed:
             return
-        response = future.result()
-        error = self._judge(response)  # never FOLLOW: this path runs only without redirects
-        if error is None:
-            self._succeed(delivery)
-            self._finished(delivery)
-        else:
-            self._continue(delivery, attempts=1, last_error=error,
-                           retry_after=self._retry_after_of(self._parameters.url, response))
+        succeeded = 0
+        status = self._context.status
+        # A seq may still show an error from an earlier instance of this sink (a restart): clear it.
+        clear = status.error(self._status_path) is not None
+        statuses: dict[int, int] = {}  # responses by status, counted once per batch
+        for delivery, response in batch:
+            if delivery.cancelled:
+                continue  # _block ended it already
+            delivery.first_attempt = False
+            delivery.task = None
+            code = response.status
+            statuses[code] = statuses.get(code, 0) + 1
+            error = failure_of(response)  # this path runs only without redirects: a 3xx fails the attempt
+            if error is None:
+                delivery.done = True
+                succeeded += 1
+                self._running -= 1
+                self._sending -= 1
+                if clear:
+                    status.clear_error(self._status_path, delivery.seq)
+            else:
+                self._responses.count_failure(error)
+                self._continue(delivery, attempts=1, last_error=error,
+                               retry_after=self._retry_after_of(self._parameters.url, response))
+        for code, count in statuses.items():
+            self._responses.count_status(code, count)
+        if succeeded:
+            self._delivered.inc(succeeded)
+            self._context.on_progress()
+        if self._waiting:
+            self._start_waiting()
 
-    def _continue(self, delivery: _Delivery, *, attempts: int, last_error: str | None,
+    def _continue(self, delivery: _Delivery, *, attempts: int, last_error: AttemptFailure | None,
                   retry_after: float = 0.0) -> None:
         task = asyncio.get_running_loop().create_task(self._deliver(delivery, attempts, last_error, retry_after))
         delivery.task = task
@@ -362,21 +409,25 @@ class AsyncHttpSink:
             await self._pause_until(delivery, min(until, deadline))
 
     def _transport(self, url: str) -> HttpTransport:
+        if url is self._parameters.url and self._default_transport is not None:
+            return self._default_transport  # every first attempt: no URL parsing per message
         scheme = urlsplit(url).scheme.lower()
         transport = self._transports.get(scheme)
         if transport is None:
             transport = self._transports[scheme] = self._transport_factory(scheme, self._parameters)
+        if url is self._parameters.url:
+            self._default_transport = transport
         return transport
 
     # -- one delivery ------------------------------------------------------------------------
 
     def _headers_of(self, delivery: _Delivery) -> tuple[str, ...]:
-        name = self._parameters.idempotency_header
-        if not name:
+        """The header lines of every POST of ``delivery`` (``prepared``: see ``post_header_lines``)."""
+        if not self._idempotency_prefix:
             return self._headers
-        return (*self._headers, f"{name}: {idempotency_key(delivery.message_id)}")
+        return (self._idempotency_prefix + idempotency_key(delivery.message_id), *self._headers)
 
-    async def _deliver(self, delivery: _Delivery, attempts: int, last_error: str | None,
+    async def _deliver(self, delivery: _Delivery, attempts: int, last_error: AttemptFailure | None,
                        retry_after: float = 0.0) -> None:
         """Attempts until a 2xx or the budget ends (upstream ``TAsyncHttpSink`` delivery loop).
 
@@ -398,13 +449,13 @@ class AsyncHttpSink:
             dynamic = self._dynamic  # read at every decision: DynamicSpec changes apply live
             deadline = start + dynamic.request_timeout
             if attempts >= dynamic.max_attempt_count or clock.monotonic() >= deadline:  # changed while pausing
-                self._fail(delivery, str(DeliveryError(POLICY_EXHAUSTED, attempts=attempts, last_error=last_error)))
+                self._fail(delivery, _exhausted(POLICY_EXHAUSTED, attempts, last_error))
                 return
             if self._pauses:
                 await self._wait_for_endpoint(delivery, self._parameters.url, deadline)
                 if clock.monotonic() >= deadline:  # the endpoint asked to wait past this delivery's deadline
                     self._fail(delivery,
-                               str(DeliveryError(DEADLINE_EXHAUSTED, attempts=attempts, last_error=last_error)))
+                               _exhausted(DEADLINE_EXHAUSTED, attempts, last_error))
                     return
             if self._throttle is not None:
                 # The global rate's wait is not part of the attempt: its budget starts once granted.
@@ -412,7 +463,7 @@ class AsyncHttpSink:
                     await self._throttle.throttle(1)
                 except ThrottlerError as error:  # the controller stayed away past its retry budget
                     attempts += 1
-                    last_error, retry_after = f"throttler: {error}", 0.0
+                    last_error, retry_after = sender_failure(FailureKind.THROTTLER, f"throttler: {error}"), 0.0
                     continue
             remaining = max(0.0, deadline - clock.monotonic())
             attempts += 1
@@ -424,7 +475,7 @@ class AsyncHttpSink:
                 self._succeed(delivery)
                 return
 
-    async def _pause_after_failure(self, delivery: _Delivery, attempts: int, last_error: str,
+    async def _pause_after_failure(self, delivery: _Delivery, attempts: int, last_error: AttemptFailure,
                                    retry_after: float) -> bool:
         """The verdict after failed attempt number ``attempts``; True once the pause before the next
         attempt is over, False when the delivery has ended (terminal, or an earlier one was).
@@ -440,18 +491,18 @@ class AsyncHttpSink:
         plan = plan_retry(self._dynamic, attempts, delivery.started, clock.monotonic(), retry_after)
         if plan.exhausted is not None:
             reason = POLICY_EXHAUSTED if plan.exhausted == "policy" else DEADLINE_EXHAUSTED
-            self._fail(delivery, str(DeliveryError(reason, attempts=attempts, last_error=last_error)))
+            self._fail(delivery, _exhausted(reason, attempts, last_error))
             return False
         await self._pause_until(delivery, plan.until)
         if self._terminal is not None and self._terminal[0] < delivery.seq:
             return False  # an earlier delivery failed for good: no later message is POSTed
         if plan.asked_longer and clock.monotonic() >= delivery.started + self._dynamic.request_timeout:
-            self._fail(delivery, str(DeliveryError(DEADLINE_EXHAUSTED, attempts=attempts, last_error=last_error)))
+            self._fail(delivery, _exhausted(DEADLINE_EXHAUSTED, attempts, last_error))
             return False
         return True
 
     async def _attempt(self, delivery: _Delivery, headers: tuple[str, ...], budget: float,
-                       redirects: list[int]) -> tuple[str | None, float]:
+                       redirects: list[int]) -> tuple[AttemptFailure | None, float]:
         """One attempt: POST to ``url`` and follow redirects within ``budget`` seconds.
 
         Returns ``None`` after a 2xx whose body was read completely, else the error that makes the
@@ -469,22 +520,22 @@ class AsyncHttpSink:
                 await self._wait_for_endpoint(delivery, url, deadline)
             remaining = deadline - clock.monotonic()
             if remaining <= 0:
-                return ATTEMPT_TIMED_OUT, 0.0
+                return sender_failure(FailureKind.TIMEOUT, ATTEMPT_TIMED_OUT), 0.0
             self._requests.inc()
             response = await self._transport(url).submit(
                 Request(url, delivery.body, headers, timeout=remaining, capture_location=follow,
-                        capture_retry_after=self._dynamic.respect_retry_after))
+                        capture_retry_after=self._dynamic.respect_retry_after, prepared=True))
             error = self._judge(response)
-            if error is None or error != FOLLOW:
+            if error is not FOLLOW:
                 return error, self._retry_after_of(url, response)
             if redirects[0] >= self._parameters.max_redirect_count:
-                return f"HTTP status {response.status}", 0.0
+                return status_failure(response.status), 0.0
             assert response.location is not None
             redirects[0] += 1
             try:
                 url = follow_location(url, response.location, "Async HTTP sink")
             except RedirectError as failure:
-                return str(failure), 0.0
+                return sender_failure(FailureKind.REDIRECT, str(failure)), 0.0
             if self._throttle is not None:
                 await self._throttle.throttle(1)  # a redirected POST is a request to the endpoint too
 
@@ -493,21 +544,17 @@ class AsyncHttpSink:
         paused until then."""
         return self._pauses.asked(endpoint_of(url), response, self._dynamic)
 
-    def _judge(self, response: Response) -> str | None:
+    def _judge(self, response: Response) -> AttemptFailure | None:
         """Count ``response`` in the metrics; ``None`` for a complete 2xx, ``FOLLOW`` for a redirect
-        with a ``Location`` when redirects are enabled, else the error that fails the attempt."""
-        status = response.status
-        if status:
-            counter = self._responses_by_status.get(status)
-            if counter is None:
-                counter = self._responses_by_status[status] = self._responses.labels(self._context.sink_id,
-                                                                                    str(status))
-            counter.inc()
-        if response.error is not None:
-            self._attempt_failures.inc()
-        return response_error(response, follow_redirects=self._parameters.max_redirect_count > 0)
+        to follow, else why the attempt failed (``http_attempts.response_error``)."""
+        self._responses.count_status(response.status)
+        failure = response_error(response, follow_redirects=self._parameters.max_redirect_count > 0)
+        if failure is not None:
+            self._responses.count_failure(failure)
+        return failure
 
     def _succeed(self, delivery: _Delivery) -> None:
+        """A delivery whose later attempt succeeded (first attempts: :meth:`_first_attempts_done`)."""
         delivery.done = True
         self._delivered.inc()
         self._context.status.clear_error(self._status_path, delivery.seq)
@@ -524,20 +571,31 @@ class AsyncHttpSink:
         self._context.status.set_error(self._status_path, delivery.seq, error)
         if self._terminal is None or delivery.seq < self._terminal[0]:
             self._terminal = (delivery.seq, error)
+        ended: list[_Delivery] = []
         for later in self._pending:
-            if later.seq > delivery.seq and later.task is not None and not later.task.done():
-                later.task.cancel()
+            if later.seq <= delivery.seq:
+                continue
+            if later.first_attempt:  # not sent if still queued; its response is ignored if it was
+                later.first_attempt = False
+                later.cancelled = True
+                if later.task is not None:
+                    later.task.cancel()
+                ended.append(later)
+            elif later.task is not None and not later.task.done():
+                later.task.cancel()  # its done callback calls _finished
+        for later in ended:
+            self._finished(later)
         self._context.on_progress()
 
     # -- dead letters ------------------------------------------------------------------------
 
-    def _note_attempt(self, delivery: _Delivery, error: str) -> None:
+    def _note_attempt(self, delivery: _Delivery, failure: AttemptFailure) -> None:
         """Keep a failed attempt for the dead-letter line (only when there is a dead-letter file)."""
         if self._dead_letters is None:
             return
         if delivery.attempts is None:
             delivery.attempts = []
-        delivery.attempts.append(failed_attempt(self._context.clock.now(), error))
+        delivery.attempts.append(failed_attempt(self._context.clock.now(), failure))
 
     def _dead_letter(self, delivery: _Delivery, error: str) -> None:
         """Append ``delivery`` to the dead-letter file; acknowledge it once the line is durable, or
@@ -563,6 +621,15 @@ class AsyncHttpSink:
         self._dead_lettered.inc(written.result())
         self._context.status.clear_error(self._status_path, delivery.seq)
         self._context.on_progress()
+
+
+def _exhausted(message: str, attempts: int, last_error: AttemptFailure | None) -> str:
+    """The terminal error of a delivery whose budget ended (upstream's wording)."""
+    return str(DeliveryError(message, attempts=attempts, last_error=last_error.message if last_error else None))
+
+
+def _is_cancelled(delivery: _Delivery) -> bool:
+    return delivery.cancelled
 
 
 __all__ = ["AsyncHttpSink", "AsyncHttpSinkDynamicParameters", "AsyncHttpSinkParameters", "HttpTransport"]

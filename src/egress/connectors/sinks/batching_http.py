@@ -50,6 +50,7 @@ from egress.connectors.sinks.http_attempts import (
 from egress.engines import SinkProgress
 from egress.errors import DeliveryError, SpecError
 from egress.httpclient import Request, Response
+from egress.httpclient.outcomes import AttemptFailure, FailureKind, sender_failure, status_failure
 from egress.httpclient.redirects import RedirectError
 from egress.httpclient.retry_after import endpoint_of
 from egress.keys import idempotency_key
@@ -218,7 +219,8 @@ class BatchingHttpSink(BatchedSink):
         started = clock.monotonic()
         tried: list[Attempt] = []
         redirects = [0]  # counted across all attempts of this batch
-        attempts, last_error, retry_after = 0, None, 0.0
+        attempts, retry_after = 0, 0.0
+        last_error: AttemptFailure | None = None
         self._m_batches.inc()
         while True:
             if last_error is not None:
@@ -246,7 +248,7 @@ class BatchingHttpSink(BatchedSink):
                     await self._throttle.throttle(1)
                 except ThrottlerError as error:  # the controller stayed away past its retry budget
                     attempts += 1
-                    last_error, retry_after = f"throttler: {error}", 0.0
+                    last_error, retry_after = sender_failure(FailureKind.THROTTLER, f"throttler: {error}"), 0.0
                     continue
             attempts += 1
             if attempts > 1:
@@ -283,7 +285,7 @@ class BatchingHttpSink(BatchedSink):
                 await clock.sleep_until(end)
 
     async def _attempt(self, body: bytes, headers: tuple[str, ...], budget: float,
-                       redirects: list[int]) -> tuple[str | None, float]:
+                       redirects: list[int]) -> tuple[AttemptFailure | None, float]:
         """One attempt: POST ``body`` to ``url`` and follow redirects within ``budget`` seconds.
 
         Returns ``None`` after a 2xx whose body was read completely, else the error that makes the
@@ -299,35 +301,35 @@ class BatchingHttpSink(BatchedSink):
                 await self._wait_for_endpoint(url, deadline)
             remaining = deadline - clock.monotonic()
             if remaining <= 0:
-                return ATTEMPT_TIMED_OUT, 0.0
+                return sender_failure(FailureKind.TIMEOUT, ATTEMPT_TIMED_OUT), 0.0
             self._m_requests.inc()
             response = await self._transports.get(url).submit(
                 Request(url, body, headers, timeout=remaining, capture_location=maximum > 0,
                         capture_retry_after=self._dynamic.respect_retry_after))
             error = self._judge(response)
-            if error is None or error != FOLLOW:
+            if error is not FOLLOW:
                 return error, self._pauses.asked(endpoint_of(url), response, self._dynamic)
             if redirects[0] >= maximum:
-                return f"HTTP status {response.status}", 0.0
+                return status_failure(response.status), 0.0
             assert response.location is not None
             redirects[0] += 1
             try:
                 url = follow_location(url, response.location, KIND)
             except RedirectError as failure:
-                return str(failure), 0.0
+                return sender_failure(FailureKind.REDIRECT, str(failure)), 0.0
             if self._throttle is not None:
                 await self._throttle.throttle(1)  # a redirected POST is a request to the endpoint too
 
-    def _judge(self, response: Response) -> str | None:
+    def _judge(self, response: Response) -> AttemptFailure | None:
         """Count ``response`` in the metrics and judge it (``response_error``)."""
         self._responses.count(response)
         return response_error(response, follow_redirects=self._parameters.max_redirect_count > 0)
 
     def _give_up(self, batch: Batch, key: str, tried: list[Attempt], reason: str, attempts: int,
-                 last_error: str | None) -> None:
+                 last_error: AttemptFailure | None) -> None:
         """The batch failed for good: its records to the dead-letter file (then acknowledged), or, with
         none, a terminal failure of this instance."""
-        error = str(DeliveryError(reason, attempts=attempts, last_error=last_error))
+        error = str(DeliveryError(reason, attempts=attempts, last_error=last_error.message if last_error else None))
         if self._dead_letters is None:
             self._fail(batch, error)
             return

@@ -9,7 +9,6 @@ and egress's additions to it (``Retry-After`` pauses per endpoint, redirects, th
 from __future__ import annotations
 
 import math
-import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Generic, Literal, Protocol, TypeVar
@@ -20,34 +19,32 @@ from egress.connectors.base import SinkContext
 from egress.connectors.dead_letters import Attempt
 from egress.connectors.sinks.http_parameters import AsyncHttpSinkDynamicParameters
 from egress.httpclient import Response, backoff_seconds
+from egress.httpclient.outcomes import AttemptFailure, FailureKind, failure_of
 from egress.httpclient.redirects import REDIRECT_STATUSES, RedirectError, is_downgrade, resolve_location
 from egress.httpclient.retry_after import retry_after_seconds
 from egress.throttler.factory import ThrottlerHandle
 
-FOLLOW = "follow redirect"  # response_error's verdict for a 3xx with a Location
-_STATUS_ERROR = re.compile(r"HTTP status (\d+)")  # how response_error words a failing status
+# response_error's verdict for a 3xx with a Location to follow (compare with ``is``).
+FOLLOW = AttemptFailure(FailureKind.STATUS, "follow redirect")
 
 Endpoint = tuple[str, str, int]
 
 
-def response_error(response: Response, *, follow_redirects: bool) -> str | None:
+def response_error(response: Response, *, follow_redirects: bool) -> AttemptFailure | None:
     """``None`` for a complete 2xx, :data:`FOLLOW` for a redirect with a ``Location`` when
-    ``follow_redirects``, else the error that fails the attempt (the transport's, or ``HTTP status N``)."""
-    if response.error is not None:
-        return response.error
-    status = response.status
-    if 200 <= status <= 299:
-        return None
-    if follow_redirects and status in REDIRECT_STATUSES and response.location is not None:
+    ``follow_redirects``, else why the attempt failed (``egress.httpclient.outcomes.failure_of``: the
+    transport's error with libcurl's code and class, or ``HTTP status N``)."""
+    failure = failure_of(response)
+    if (failure is not None and follow_redirects and failure.kind is FailureKind.STATUS
+            and response.status in REDIRECT_STATUSES and response.location is not None):
         return FOLLOW
-    return f"HTTP status {status}"
+    return failure
 
 
-def failed_attempt(now: float, error: str) -> Attempt:
+def failed_attempt(now: float, failure: AttemptFailure) -> Attempt:
     """The dead-letter record of an attempt that ended at ``now`` (seconds since the Unix epoch) with
-    ``error``: its status when the error is ``HTTP status N``, else the error."""
-    status = _STATUS_ERROR.fullmatch(error)
-    return Attempt(now, int(status.group(1))) if status else Attempt(now, error=error)
+    ``failure``: its status when a complete response failed it, else the error."""
+    return Attempt(now, failure.status) if failure.kind is FailureKind.STATUS else Attempt(now, error=failure.message)
 
 
 def follow_location(url: str, location: str, sink_kind: str) -> str:
@@ -158,23 +155,42 @@ class ClientsByScheme(Generic[Client]):
 
 class ResponseCounters:
     """A sink's response metrics: ``responses`` (a counter family labelled by sink id and status code,
-    its children cached per status) and ``attempt_failures`` (transport errors before a response)."""
+    its children cached per status), ``attempt_failures`` (transport errors before a response) and,
+    when given, ``transport_errors`` (a family labelled by sink id and error class, ``FailureKind``)."""
 
-    def __init__(self, responses: Any, sink_id: str, attempt_failures: Any) -> None:
+    def __init__(self, responses: Any, sink_id: str, attempt_failures: Any, transport_errors: Any = None) -> None:
         self._responses = responses
         self._sink_id = sink_id
         self._attempt_failures = attempt_failures
+        self._transport_errors = transport_errors
         self._by_status: dict[int, Any] = {}
+        self._by_kind: dict[FailureKind, Any] = {}
 
     def count(self, response: Response) -> None:
-        status = response.status
+        self.count_status(response.status)
+        if response.error is not None:
+            failure = failure_of(response)
+            assert failure is not None
+            self.count_failure(failure)
+
+    def count_status(self, status: int, count: int = 1) -> None:
+        """Count ``count`` responses of HTTP ``status`` (0: no response, not counted)."""
         if status:
             counter = self._by_status.get(status)
             if counter is None:
                 counter = self._by_status[status] = self._responses.labels(self._sink_id, str(status))
+            counter.inc(count)
+
+    def count_failure(self, failure: AttemptFailure) -> None:
+        """Count a failed attempt that got no complete response (a failing status is a response)."""
+        if failure.kind is FailureKind.STATUS:
+            return
+        self._attempt_failures.inc()
+        if self._transport_errors is not None:
+            counter = self._by_kind.get(failure.kind)
+            if counter is None:
+                counter = self._by_kind[failure.kind] = self._transport_errors.labels(self._sink_id, failure.kind.value)
             counter.inc()
-        if response.error is not None:
-            self._attempt_failures.inc()
 
 
 def sink_throttler(context: SinkContext, throttler_id: str | None, class_id: str | None) -> ThrottlerHandle | None:
