@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, ClassVar, Protocol
+from typing import Any, ClassVar, Protocol, runtime_checkable
 
 from pydantic import BaseModel
 
@@ -39,6 +39,24 @@ class Source(Protocol):
 
     def records(self, start_position: int) -> Iterator[SourceRecord]:
         """Records from ``start_position`` on; raises ``SourceDataError`` for a bad record."""
+        ...
+
+
+@runtime_checkable
+class ResumableSource(Source, Protocol):
+    """A source that commits its own state with its position: the ``source state`` (opaque bytes,
+    like a sink's ``sink_state``), e.g. the identity of the file a file source reads. The reader
+    commits :attr:`source_state` in the same epoch as the position after the records yielded so
+    far, and on a restart gives it back to :meth:`resume` before calling ``records``."""
+
+    def resume(self, source_state: bytes) -> None:
+        """The source state committed with the position ``records`` will be given (``b""`` before
+        any commit); ``records`` raises ``SourceChangedError`` when the input no longer fits it."""
+        ...
+
+    @property
+    def source_state(self) -> bytes:
+        """The state to commit with the position after the last record yielded."""
         ...
 
 

@@ -1,7 +1,9 @@
 """A source reader: moves one source's records into its stream's log, exactly once.
 
 Each chunk of records is appended to the log partitions of their keys in the same transaction
-that commits the source position, so a crash never loses or doubles a record.
+that commits the source position, so a crash never loses or doubles a record. A
+:class:`~egress.connectors.base.ResumableSource` also commits its source state in that transaction
+(internal state :data:`SOURCE_STATE` of the consumer ``source:<id>``, so every engine keeps it).
 """
 
 from __future__ import annotations
@@ -11,7 +13,7 @@ import itertools
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
-from egress.connectors.base import SourceRecord
+from egress.connectors.base import ResumableSource, Source, SourceRecord
 from egress.engines import Engine, EpochCommit, LogAppend
 from egress.keys import encode_key, partition_of, source_message_id, source_scope
 from egress.observe import Metrics
@@ -19,6 +21,22 @@ from egress.runtime.options import RunOptions
 from egress.runtime.plan import SourcePlan
 
 POSITION = ("", 0)
+SOURCE_STATE = ("source", b"")
+"""Where a source reader commits its source's own state: ``(state name, encoded key)``."""
+
+
+async def load_source_state(engine: Engine, consumer: str) -> bytes:
+    """The source state committed by source reader ``consumer`` (``b""`` before any)."""
+    state = await engine.load_keyed_state(consumer, 0, 1, [])
+    name, key = SOURCE_STATE
+    return state.internal.get(name, {}).get(key, b"")
+
+
+def source_state_writes(source: Source, committed: bytes) -> dict[tuple[str, bytes], bytes | None]:
+    """The state write that commits ``source``'s state when it changed since ``committed``."""
+    if isinstance(source, ResumableSource) and source.source_state != committed:
+        return {SOURCE_STATE: source.source_state}
+    return {}
 
 
 class SourceReader:
@@ -55,6 +73,10 @@ class SourceReader:
         position = checkpoint.input_positions.get(POSITION, 0)
         source = self.plan.source_class.create(self.plan.source_id, self.plan.parameters, self.plan.stream,
                                                self._base_dir)
+        source_state = b""
+        if isinstance(source, ResumableSource):
+            source_state = await load_source_state(engine, self.consumer)
+            source.resume(source_state)
         records: Iterator[SourceRecord] = source.records(position)
         chunker = _Chunker(self.plan.stream.group_by, self.plan.stream_id, self._partition_count, self._scope)
         while not stop.is_set():
@@ -63,7 +85,10 @@ class SourceReader:
             appends, touched, end = await asyncio.to_thread(chunker.take, records, self._options.source_chunk)
             if not appends:
                 break
-            await engine.commit(EpochCommit(self.consumer, 0, epoch, {POSITION: end}, log_appends=appends))
+            state_writes = source_state_writes(source, source_state)
+            await engine.commit(EpochCommit(self.consumer, 0, epoch, {POSITION: end}, log_appends=appends,
+                                            state_writes=state_writes))
+            source_state = state_writes.get(SOURCE_STATE) or source_state
             self._rows.inc(len(appends))
             for partition in touched:
                 self._notify(partition)

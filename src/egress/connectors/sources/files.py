@@ -3,10 +3,16 @@
 Each record becomes a row of the output stream's schema; its position is its 0-based record
 number (the CSV header is not a record), which makes message ids stable across restarts.
 A bad value stops the source with an error naming the file, the line and the column.
+
+The file's identity (inode and a fingerprint of its first bytes, ``identity.FileIdentity``) is
+committed with the position as the source state; a restart that finds another file at the path,
+or the same file with fewer records than were read, raises ``SourceChangedError`` before reading
+anything instead of resuming by record number.
 """
 
 from __future__ import annotations
 
+import contextlib
 import csv
 import gzip
 import io
@@ -19,6 +25,7 @@ import orjson
 from pydantic import BaseModel, ConfigDict, Field
 
 from egress.connectors.base import SOURCES, SourceRecord
+from egress.connectors.sources.identity import FileIdentity, changed_error, check_record_count
 from egress.connectors.sources.schema import TEXT_PARSERS, check_json_value, data_error, timestamp_of
 from egress.errors import SourceDataError, SpecError
 from egress.spec import StreamSpec
@@ -55,13 +62,46 @@ def open_text(path: Path) -> IO[str]:
     return open(path, encoding="utf-8", newline="")
 
 
+def wrap_text(binary: IO[bytes], path: Path) -> IO[str]:
+    """Text over the open ``binary`` file of ``path``, decompressing a ``.gz`` one."""
+    if path.suffix == ".gz":
+        return io.TextIOWrapper(gzip.GzipFile(fileobj=binary, mode="rb"), encoding="utf-8", newline="")
+    return io.TextIOWrapper(binary, encoding="utf-8", newline="")
+
+
 class _FileSource:
     parameters_model: ClassVar[type[FileSourceParameters]] = FileSourceParameters
 
-    def __init__(self, path: Path, parameters: Any, stream: StreamSpec) -> None:
+    def __init__(self, path: Path, parameters: Any, stream: StreamSpec, source_id: str = "") -> None:
         self.path = path
         self.parameters = parameters
         self.stream = stream
+        self.source_id = source_id
+        self._committed: FileIdentity | None = None
+        self._identity: FileIdentity | None = None
+
+    def resume(self, source_state: bytes) -> None:
+        """The committed identity of the file (``b""``: none, a new source or a state directory
+        written before identities were committed, whose position is then trusted)."""
+        self._committed = FileIdentity.decode(source_state) if source_state else None
+
+    @property
+    def source_state(self) -> bytes:
+        """The identity of the file being read, once ``records`` opened it (``b""`` before)."""
+        return b"" if self._identity is None else self._identity.encode()
+
+    @contextlib.contextmanager
+    def _open(self, start_position: int) -> Iterator[IO[str]]:
+        """The file as text, after checking it is the one the committed position was read from."""
+        with open(self.path, "rb") as binary:
+            descriptor = binary.fileno()
+            if self._committed is not None and start_position > 0:
+                how = self._committed.change(descriptor)
+                if how is not None:
+                    raise changed_error(str(self.path), self.source_id, start_position, how)
+            self._identity = FileIdentity.of(descriptor)
+            with wrap_text(binary, self.path) as text:
+                yield text
 
     @classmethod
     def check(cls, parameters: Any, stream: StreamSpec, base_dir: Path) -> list[SpecError]:
@@ -78,11 +118,12 @@ class _FileSource:
 
     @classmethod
     def create(cls, source_id: str, parameters: Any, stream: StreamSpec, base_dir: Path) -> Any:
-        return cls(base_dir / parameters.path, parameters, stream)
+        return cls(base_dir / parameters.path, parameters, stream, source_id)
 
     def records(self, start_position: int) -> Iterator[SourceRecord]:
         """Records from ``start_position`` on; raises ``SourceDataError`` naming the file for a bad
-        record, and for a file that cannot be read (a truncated or fake ``.gz``, bad UTF-8)."""
+        record, and for a file that cannot be read (a truncated or fake ``.gz``, bad UTF-8);
+        ``SourceChangedError`` for a file that is not the one the committed position was read from."""
         try:
             yield from self._records(start_position)
         except (OSError, EOFError, zlib.error, UnicodeDecodeError, csv.Error) as error:
@@ -120,17 +161,20 @@ class CsvSource(_FileSource):
         file = str(self.path)
         nulls = frozenset(self.parameters.null_values)
         timestamp_column = self.parameters.timestamp_column
-        with open_text(self.path) as text:
+        with self._open(start_position) as text:
             reader = csv.reader(text, delimiter=self.parameters.delimiter)
             header = next(reader, None)
             if header is None:
+                check_record_count(file, self.source_id, start_position, 0)
                 return
             index = {name: i for i, name in enumerate(header)}
             missing = [c.name for c in self.stream.columns if c.name not in index]
             if missing:
                 raise data_error(file, 1, None, f"the header lacks schema column(s) {', '.join(missing)}")
             plan = [(c.name, index[c.name], TEXT_PARSERS[c.type], c.required, c.type) for c in self.stream.columns]
+            count = 0
             for position, fields in enumerate(reader):
+                count = position + 1
                 if position < start_position:
                     continue
                 line = reader.line_num
@@ -149,6 +193,7 @@ class CsvSource(_FileSource):
                     except ValueError as error:
                         raise data_error(file, line, name, f"cannot parse {raw!r} as {kind} ({error})") from None
                 yield SourceRecord(position, row, timestamp_of(row, self.stream, timestamp_column, file, line))
+            check_record_count(file, self.source_id, start_position, count)
 
 
 @SOURCES.register("jsonl")
@@ -159,7 +204,7 @@ class JsonlSource(_FileSource):
         file = str(self.path)
         columns = self.stream.columns
         timestamp_column = self.parameters.timestamp_column
-        with open_text(self.path) as text:
+        with self._open(start_position) as text:
             position = 0
             for line, raw in enumerate(text, start=1):
                 if not raw.strip():
@@ -181,3 +226,4 @@ class JsonlSource(_FileSource):
                         raise data_error(file, line, column.name, str(error)) from None
                 yield SourceRecord(position, row, timestamp_of(row, self.stream, timestamp_column, file, line))
                 position += 1
+            check_record_count(file, self.source_id, start_position, position)
