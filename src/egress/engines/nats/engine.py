@@ -39,12 +39,15 @@ from egress.engines.nats.jetstream import MAX_BATCH, WRONG_LAST_SEQUENCE, JetStr
 from egress.engines.nats.records import CheckpointRecord, LogEntry
 from egress.engines.nats.subjects import BUCKET_NAME, Layout, default_bucket, name_token
 from egress.engines.protocols import (
+    AppendsCallback,
     Checkpoint,
     CommittedInventory,
     EpochCommit,
     FencedError,
     KeyedState,
+    LeaseInfo,
     LogMessage,
+    MemberInfo,
     OutboxMessage,
     SinkProgress,
 )
@@ -375,6 +378,30 @@ class NatsEngine:
         """The lease revision a commit of ``epoch`` expects (the epoch itself until renewals exist)."""
         lease = self._leases.get((consumer, partition))
         return lease.revision if lease is not None and lease.epoch == epoch else epoch
+
+    async def try_acquire(self, consumer: str, partition: int, owner: str, ttl: float) -> int | None:
+        raise NatsEngineError(f"{self.url}: leases with a TTL are not implemented yet")
+
+    async def renew(self, consumer: str, partition: int, epoch: int, ttl: float) -> bool:
+        raise NatsEngineError(f"{self.url}: leases with a TTL are not implemented yet")
+
+    async def release(self, consumer: str, partition: int, epoch: int) -> None:
+        raise NatsEngineError(f"{self.url}: leases with a TTL are not implemented yet")
+
+    async def leases(self) -> list[LeaseInfo]:
+        return []
+
+    async def register(self, member: MemberInfo, ttl: float) -> None:
+        raise NatsEngineError(f"{self.url}: membership is not implemented yet")
+
+    async def deregister(self, worker_id: str) -> None:
+        raise NatsEngineError(f"{self.url}: membership is not implemented yet")
+
+    async def members(self) -> list[MemberInfo]:
+        return []
+
+    def on_appends(self, callback: AppendsCallback) -> None:
+        """Not yet: the runtime's poll finds other workers' appends."""
 
     async def _lease_revision(self, consumer: str, partition: int) -> int:
         stored = await self._js().last(self._layout.lease(consumer, partition))
