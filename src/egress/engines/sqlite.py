@@ -215,6 +215,22 @@ class SqliteEngine:
     async def _call(self, function: Callable[..., T], *args: Any) -> T:
         return await asyncio.get_running_loop().run_in_executor(self._executor, function, *args)
 
+    async def _read_call(self, function: Callable[..., T], *args: Any) -> T:
+        """:meth:`_call` for a read of several statements: shared, they read one snapshot (a read
+        transaction, which in WAL mode never blocks a writer), not what other processes committed
+        between them."""
+        if not self.shared:
+            return await self._call(function, *args)
+        return await self._call(self._in_snapshot, function, *args)
+
+    def _in_snapshot(self, function: Callable[..., T], *args: Any) -> T:
+        assert self._db is not None
+        self._db.execute("BEGIN")
+        try:
+            return function(*args)
+        finally:
+            self._db.execute("COMMIT")
+
     def _transaction(self) -> _Transaction:
         assert self._db is not None
         return _Transaction(self._db)
@@ -242,7 +258,7 @@ class SqliteEngine:
 
     async def inventory(self) -> CommittedInventory:
         """Where committed work waits (:class:`CommittedInventory`); reads indexes only for the log."""
-        return await self._call(self._inventory_sync)
+        return await self._read_call(self._inventory_sync)
 
     def _inventory_sync(self) -> CommittedInventory:
         db = self._db
@@ -436,7 +452,7 @@ class SqliteEngine:
 
     async def _poll_appends(self) -> None:
         while True:
-            grown = await self._call(self._grown_sync)
+            grown = await self._read_call(self._grown_sync)
             if grown:
                 for callback in list(self._appends_callbacks):
                     try:
@@ -495,7 +511,7 @@ class SqliteEngine:
     # -- CheckpointStore ---------------------------------------------------------------------
 
     async def load_checkpoint(self, consumer: str, partition: int, sinks: list[str]) -> Checkpoint:
-        return await self._call(self._load_checkpoint_sync, consumer, partition, sinks)
+        return await self._read_call(self._load_checkpoint_sync, consumer, partition, sinks)
 
     def _load_checkpoint_sync(self, consumer: str, partition: int, sinks: list[str]) -> Checkpoint:
         assert self._db is not None
@@ -530,7 +546,7 @@ class SqliteEngine:
 
     async def load_keyed_state(self, consumer: str, partition: int, partition_count: int,
                                external_tables: list[str]) -> KeyedState:
-        return await self._call(self._load_keyed_state_sync, consumer, partition, partition_count, external_tables)
+        return await self._read_call(self._load_keyed_state_sync, consumer, partition, partition_count, external_tables)
 
     def _load_keyed_state_sync(self, consumer: str, partition: int, partition_count: int,
                                external_tables: list[str]) -> KeyedState:
