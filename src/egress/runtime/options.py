@@ -36,3 +36,36 @@ class RunOptions:
     heartbeat_period: float = 2.5
     remote_poll_period: float = 1.0
     drained_check_period: float = 0.5
+
+
+@dataclass(frozen=True)
+class EngineChoice:
+    """What ``egress run --engine`` names: ``sqlite`` (``servers`` empty: the state directory) or
+    NATS JetStream at ``servers`` (``nats://host:port`` each)."""
+
+    servers: tuple[str, ...] = ()
+
+    @property
+    def is_nats(self) -> bool:
+        return bool(self.servers)
+
+    @property
+    def url(self) -> str:
+        return ",".join(self.servers) if self.servers else "sqlite"
+
+
+def parse_engine(text: str) -> EngineChoice:
+    """``sqlite`` or ``nats://HOST:PORT[,HOST:PORT...]`` (each further server may repeat ``nats://``).
+    Raises ``ValueError`` saying what is accepted."""
+    if text == "sqlite":
+        return EngineChoice()
+    if not text.startswith("nats://"):
+        raise ValueError(f"{text!r}: use sqlite (the state directory, the default) or nats://HOST:PORT[,HOST:PORT...]")
+    servers = []
+    for part in text.removeprefix("nats://").split(","):
+        address = part.strip().removeprefix("nats://")
+        host, _, port = address.rpartition(":")
+        if not host or not port.isdigit() or not 0 < int(port) < 65536:
+            raise ValueError(f"{text!r}: {part!r} is not HOST:PORT (e.g. nats://127.0.0.1:4222,127.0.0.1:4223)")
+        servers.append(f"nats://{address}")
+    return EngineChoice(tuple(servers))

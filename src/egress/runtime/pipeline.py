@@ -77,6 +77,28 @@ def spec_digest(spec: Spec) -> str:
     return hashlib.blake2b(text, digest_size=16).hexdigest()
 
 
+async def check_state_directory(engine: Engine, plan: Plan, state_dir: Path) -> None:
+    """Refuse a Spec whose layout differs from the one the engine's committed data depends on
+    (``egress.runtime.layout``), before anything runs or is written; record the layout when the
+    engine has none yet (new, or written by an earlier egress: then first make sure no committed
+    work is out of this Spec's reach) or when this Spec added to it. Raises
+    :class:`SpecMismatchError` naming ``state_dir``."""
+    current = spec_layout(plan)
+    text = await engine.read_meta(LAYOUT_KEY)
+    if text is None:
+        unreachable = unreachable_work(await engine.inventory(), plan)
+        if unreachable:
+            raise unrecorded_mismatch(unreachable, plan, state_dir)
+    else:
+        recorded = orjson.loads(text)
+        mismatch = layout_mismatch(recorded, plan, state_dir)
+        if mismatch is not None:
+            raise mismatch
+        if recorded == current:
+            return
+    await engine.write_meta(LAYOUT_KEY, orjson.dumps(current).decode())
+
+
 @dataclass
 class RunResult:
     """How a run ended: ``drained`` (all delivered), ``blocked`` (terminal sink errors, one line
@@ -179,7 +201,7 @@ class Pipeline:
                 await engine.open()
             except SpecMismatchError as mismatch:  # another pipeline's directory: name the Spec, as layouts do
                 raise mismatch.in_file(self.plan.spec_file) from None
-            await self._check_state_directory(engine)
+            await check_state_directory(engine, self.plan, self.state_dir)
             if dynamic.throttlers or self.options.throttler_url is not None:
                 self.throttling = Throttling(dynamic, self.clock, registry=self.metrics.registry,
                                              throttler_url=self.options.throttler_url,
@@ -213,27 +235,6 @@ class Pipeline:
             await engine.close()
         result.elapsed = self.clock.monotonic() - started
         return result
-
-    async def _check_state_directory(self, engine: Engine) -> None:
-        """Refuse a Spec whose layout differs from the one the directory's committed data depends
-        on (``egress.runtime.layout``), before anything runs or is written; record the layout when
-        the directory has none yet (new, or written by an earlier egress: then first make sure no
-        committed work is out of this Spec's reach) or when this Spec added to it. Raises
-        :class:`SpecMismatchError`."""
-        current = spec_layout(self.plan)
-        text = await engine.read_meta(LAYOUT_KEY)
-        if text is None:
-            unreachable = unreachable_work(await engine.inventory(), self.plan)
-            if unreachable:
-                raise unrecorded_mismatch(unreachable, self.plan, self.state_dir)
-        else:
-            recorded = orjson.loads(text)
-            mismatch = layout_mismatch(recorded, self.plan, self.state_dir)
-            if mismatch is not None:
-                raise mismatch
-            if recorded == current:
-                return
-        await engine.write_meta(LAYOUT_KEY, orjson.dumps(current).decode())
 
     def _make_runner(self, unit: Unit) -> Runner:
         """A fresh source reader or partition job for ``unit``, from the plan in force."""
