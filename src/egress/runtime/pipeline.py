@@ -184,6 +184,16 @@ class Pipeline:
             self.worker.request_stop()
 
     @property
+    def engine(self) -> Engine | None:
+        """The engine while the run has it open (``None`` before and after)."""
+        return self._engine
+
+    @property
+    def running(self) -> bool:
+        """Whether the run has opened its engine and not yet closed it."""
+        return self._engine is not None
+
+    @property
     def stopping(self) -> bool:
         return self._stop.is_set()
 
