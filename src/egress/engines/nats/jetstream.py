@@ -112,6 +112,14 @@ class JetStream:
                 await self._nc.publish(message.subject, message.payload, headers=headers)
         raise ValueError("an atomic batch needs at least one message")
 
+    async def publish(self, message: Outgoing) -> int:
+        """Publish one message and return its stream sequence; raises
+        :class:`JetStreamRequestError` when the server refuses it (e.g. :data:`WRONG_LAST_SEQUENCE`)."""
+        async with self.answering(f"a message on {message.subject}"):
+            reply = await self._nc.request(message.subject, message.payload, timeout=self.timeout,
+                                           headers=message.headers)
+        return int(_answer(reply.data)["seq"])
+
     async def last(self, subject: str) -> Stored | None:
         """The last message on ``subject`` (wildcards allowed), or ``None``."""
         async with self.answering(f"the last message on {subject}"):
