@@ -32,6 +32,9 @@ class SourceRecord:
     position: int
     row: dict[str, Any]
     event_timestamp: float | None
+    source_partition: int = 0
+    """Which of the source's inputs the position counts in (a followed file's number; 0 for a
+    source with one input): the ``source partition`` of its message id."""
 
 
 class Source(Protocol):
@@ -60,6 +63,39 @@ class ResumableSource(Source, Protocol):
         ...
 
 
+@runtime_checkable
+class LiveSource(Protocol):
+    """An endless source read on the event loop (a JetStream stream, a followed file): records
+    arrive while the pipeline runs, and it never ends by itself.
+
+    The reader calls :meth:`start` once, then :meth:`take` epoch by epoch, committing
+    :attr:`position` (and :attr:`source_state`) with each batch it took, and :meth:`close` at the end.
+    """
+
+    async def start(self, position: int, source_state: bytes, until_caught_up: bool) -> None:
+        """Connect or open, resuming after the committed ``position`` and ``source_state``; with
+        ``until_caught_up``, remember the input's end now: :meth:`take` returns ``None`` once every
+        record before it was taken. Raises an ``EgressError`` naming the input and the fix."""
+        ...
+
+    async def take(self, limit: int, wait: float) -> list[SourceRecord] | None:
+        """Up to ``limit`` records, waiting at most ``wait`` seconds for the first (``[]`` when none
+        came); ``None`` when caught up (only with ``until_caught_up``). Raises ``SourceDataError``."""
+        ...
+
+    @property
+    def position(self) -> int:
+        """The position to commit after the records taken so far (the next one to read)."""
+        ...
+
+    @property
+    def source_state(self) -> bytes:
+        """The state to commit with :attr:`position` (``b""`` for a source without any)."""
+        ...
+
+    async def close(self) -> None: ...
+
+
 class SourceClass(Protocol):
     parameters_model: ClassVar[type[BaseModel]]
 
@@ -69,7 +105,7 @@ class SourceClass(Protocol):
         ...
 
     @classmethod
-    def create(cls, source_id: str, parameters: Any, stream: StreamSpec, base_dir: Path) -> Source: ...
+    def create(cls, source_id: str, parameters: Any, stream: StreamSpec, base_dir: Path) -> Source | LiveSource: ...
 
 
 @dataclass(frozen=True)

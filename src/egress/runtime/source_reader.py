@@ -13,7 +13,7 @@ import itertools
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
-from egress.connectors.base import ResumableSource, Source, SourceRecord
+from egress.connectors.base import LiveSource, ResumableSource, Source, SourceRecord
 from egress.engines import Engine, EpochCommit, LogAppend
 from egress.keys import encode_key, partition_of, source_message_id, source_scope
 from egress.observe import Metrics
@@ -94,13 +94,18 @@ class SourceReader:
         position = checkpoint.input_positions.get(POSITION, 0)
         source = self.plan.source_class.create(self.plan.source_id, self.plan.parameters, self.plan.stream,
                                                self._base_dir)
+        chunker = _Chunker(self.plan.stream.group_by, self.plan.stream_id, self._partition_count, self._scope)
+        if isinstance(source, LiveSource):
+            if not await self._read_live(source, chunker, epoch, position, stop):
+                return
+            await self._finish(epoch)
+            return
         source_state = b""
         if isinstance(source, ResumableSource):
             source_state = await load_source_state(engine, self.consumer)
             source.resume(source_state)
         records: Iterator[SourceRecord] = source.records(position)
-        chunker = _Chunker(self.plan.stream.group_by, self.plan.stream_id, self._partition_count, self._scope)
-        while not (self._stop_requested or (stop is not None and stop.is_set())):
+        while not self._stopping(stop):
             # Parsing and keying run on a worker thread: the event loop thread is the pipeline's
             # critical path (it runs every partition job and sink), so work leaves it where it can.
             appends, touched, end = await asyncio.to_thread(chunker.take, records, self._options.source_chunk)
@@ -115,9 +120,45 @@ class SourceReader:
                 self._notify(partition)
         else:
             return
+        await self._finish(epoch)
+
+    def _stopping(self, stop: asyncio.Event | None) -> bool:
+        return self._stop_requested or (stop is not None and stop.is_set())
+
+    async def _finish(self, epoch: int) -> None:
+        """The source is read to its end: say so (with ``record_finished``, in the engine's metadata)."""
         if self._record_finished:
-            await engine.write_meta(finished_key(self.plan.source_id), str(epoch))
+            await self._engine.write_meta(finished_key(self.plan.source_id), str(epoch))
         self.finished = True
+
+    async def _read_live(self, source: LiveSource, chunker: _Chunker, epoch: int, position: int,
+                         stop: asyncio.Event | None) -> bool:
+        """Read the live ``source`` batch by batch, each batch committed with the position and state
+        after it, until stopped (``False``) or, with ``until_drained``, caught up with the input's
+        end as it was at the start (``True``). A batch waits at most one ``epoch_period`` for its
+        first record, so a new record is committed within about one epoch of arriving."""
+        engine = self._engine
+        source_state = await load_source_state(engine, self.consumer)
+        await source.start(position, source_state, self._options.until_drained)
+        try:
+            while not self._stopping(stop):
+                records = await source.take(self._options.source_chunk, self._options.epoch_period)
+                if records is None:
+                    return True
+                if not records and source.position == position and source.source_state == source_state:
+                    continue
+                appends, touched = await asyncio.to_thread(chunker.take_live, records)
+                position, state = source.position, source.source_state
+                writes: dict[tuple[str, bytes], bytes | None] = {SOURCE_STATE: state} if state != source_state else {}
+                await engine.commit(EpochCommit(self.consumer, 0, epoch, {POSITION: position}, log_appends=appends,
+                                                state_writes=writes))
+                source_state = state
+                self._rows.inc(len(appends))
+                for partition in touched:
+                    self._notify(partition)
+            return False
+        finally:
+            await source.close()
 
 
 class _Chunker:
@@ -128,6 +169,20 @@ class _Chunker:
         self._stream_id = stream_id
         self._partition_count = partition_count
         self._scope = scope
+
+    def take_live(self, records: list[SourceRecord]) -> tuple[list[LogAppend], set[int]]:
+        """``records`` of a live source as ``(appends, partitions touched)``; each record's message id
+        counts in its own ``source_partition`` (a followed file's number)."""
+        appends: list[LogAppend] = []
+        touched: set[int] = set()
+        for record in records:
+            key = encode_key([record.row[c] for c in self._group_by])
+            partition = partition_of(key, self._partition_count)
+            touched.add(partition)
+            appends.append((self._stream_id, partition,
+                            source_message_id(self._scope, record.source_partition, record.position), key,
+                            record.event_timestamp, record.row))
+        return appends, touched
 
     def take(self, records: Iterator[SourceRecord], count: int) -> tuple[list[LogAppend], set[int], int]:
         """Up to ``count`` records as ``(appends, partitions touched, position after the last)``;

@@ -21,12 +21,11 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import IO, Any, ClassVar
 
-import orjson
 from pydantic import BaseModel, ConfigDict, Field
 
 from egress.connectors.base import SOURCES, SourceRecord
 from egress.connectors.sources.identity import FileIdentity, changed_error, check_record_count
-from egress.connectors.sources.schema import TEXT_PARSERS, check_json_value, data_error, timestamp_of
+from egress.connectors.sources.schema import TEXT_PARSERS, data_error, json_row, timestamp_of
 from egress.errors import SourceDataError, SpecError
 from egress.spec import StreamSpec
 
@@ -212,18 +211,7 @@ class JsonlSource(_FileSource):
                 if position < start_position:
                     position += 1
                     continue
-                try:
-                    document = orjson.loads(raw)
-                except orjson.JSONDecodeError as error:
-                    raise data_error(file, line, None, f"not valid JSON ({error})") from None
-                if not isinstance(document, dict):
-                    raise data_error(file, line, None, f"expected a JSON object, got {type(document).__name__}")
-                row: dict[str, Any] = {}
-                for column in columns:
-                    try:
-                        row[column.name] = check_json_value(column, document.get(column.name))
-                    except ValueError as error:
-                        raise data_error(file, line, column.name, str(error)) from None
+                row = json_row(raw, columns, f"{file}:{line}")
                 yield SourceRecord(position, row, timestamp_of(row, self.stream, timestamp_column, file, line))
                 position += 1
             check_record_count(file, self.source_id, start_position, position)

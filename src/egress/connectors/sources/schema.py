@@ -7,6 +7,8 @@ from collections.abc import Callable
 from datetime import datetime
 from typing import Any
 
+import orjson
+
 from egress.errors import SourceDataError
 from egress.spec import Column, StreamSpec
 
@@ -87,8 +89,30 @@ def parse_timestamp(value: Any) -> float:
 
 def data_error(file: str, line: int, column: str | None, problem: str) -> SourceDataError:
     """The one error shape of bad records: ``FILE:LINE: column NAME: PROBLEM``."""
-    where = f"{file}:{line}"
+    return record_error(f"{file}:{line}", column, problem)
+
+
+def record_error(where: str, column: str | None, problem: str) -> SourceDataError:
+    """``WHERE: column NAME: PROBLEM``, ``WHERE`` naming the input and the record's place in it."""
     return SourceDataError(f"{where}: column {column}: {problem}" if column else f"{where}: {problem}")
+
+
+def json_row(raw: bytes | str, columns: list[Column], where: str) -> dict[str, Any]:
+    """The row of the JSON object ``raw`` (keys not in ``columns`` ignored, a missing key is null);
+    raises ``SourceDataError`` at ``where`` for bad JSON, a non-object or a value of the wrong type."""
+    try:
+        document = orjson.loads(raw)
+    except orjson.JSONDecodeError as error:
+        raise record_error(where, None, f"not valid JSON ({error})") from None
+    if not isinstance(document, dict):
+        raise record_error(where, None, f"expected a JSON object, got {type(document).__name__}")
+    row: dict[str, Any] = {}
+    for column in columns:
+        try:
+            row[column.name] = check_json_value(column, document.get(column.name))
+        except ValueError as error:
+            raise record_error(where, column.name, str(error)) from None
+    return row
 
 
 def timestamp_of(
