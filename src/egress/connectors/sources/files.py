@@ -24,20 +24,23 @@ from typing import IO, Any, ClassVar
 from pydantic import BaseModel, ConfigDict, Field
 
 from egress.connectors.base import SOURCES, SourceRecord
+from egress.connectors.sources.follow import FollowedFiles
 from egress.connectors.sources.identity import FileIdentity, changed_error, check_record_count
-from egress.connectors.sources.schema import TEXT_PARSERS, data_error, json_row, timestamp_of
+from egress.connectors.sources.schema import csv_plan, csv_row, json_row, timestamp_of
 from egress.errors import SourceDataError, SpecError
 from egress.spec import StreamSpec
 
 
 class FileSourceParameters(BaseModel):
-    """``path`` (relative paths are relative to the Spec file's folder) and the optional
-    ``timestamp_column`` giving each message's event time."""
+    """``path`` (relative paths are relative to the Spec file's folder), the optional
+    ``timestamp_column`` giving each message's event time, and ``follow``: tail the file (or every
+    file of a glob ``path``) as it grows and follow its rotation (``egress.connectors.sources.follow``)."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     path: str = Field(min_length=1)
     timestamp_column: str | None = None
+    follow: bool = False
 
 
 class CsvSourceParameters(FileSourceParameters):
@@ -59,6 +62,19 @@ def open_text(path: Path) -> IO[str]:
     if path.suffix == ".gz":
         return io.TextIOWrapper(gzip.open(path, "rb"), encoding="utf-8", newline="")
     return open(path, encoding="utf-8", newline="")
+
+
+def check_followed(path: Path) -> list[SpecError]:
+    """A followed ``path`` (or glob) may name no file yet, but its folder must exist and it must not
+    be compressed (a ``.gz`` file cannot be read while it is written)."""
+    errors = []
+    if path.suffix == ".gz":
+        errors.append(SpecError("follow: true cannot tail a compressed (.gz) file: follow the plain file",
+                                path="parameters/follow"))
+    if not path.parent.is_dir():
+        errors.append(SpecError(f"folder not found: {path.parent} (relative paths start at the Spec's folder)",
+                                path="parameters/path"))
+    return errors
 
 
 def wrap_text(binary: IO[bytes], path: Path) -> IO[str]:
@@ -102,11 +118,15 @@ class _FileSource:
             with wrap_text(binary, self.path) as text:
                 yield text
 
+    kind: ClassVar[str] = ""
+
     @classmethod
     def check(cls, parameters: Any, stream: StreamSpec, base_dir: Path) -> list[SpecError]:
         errors = []
         path = base_dir / parameters.path
-        if not path.is_file():
+        if parameters.follow:
+            errors += check_followed(path)
+        elif not path.is_file():
             errors.append(SpecError(f"file not found: {path} (relative paths start at the Spec's folder)",
                                     path="parameters/path"))
         column = parameters.timestamp_column
@@ -117,6 +137,8 @@ class _FileSource:
 
     @classmethod
     def create(cls, source_id: str, parameters: Any, stream: StreamSpec, base_dir: Path) -> Any:
+        if parameters.follow:
+            return FollowedFiles(cls.kind, base_dir / parameters.path, parameters, stream, source_id)
         return cls(base_dir / parameters.path, parameters, stream, source_id)
 
     def records(self, start_position: int) -> Iterator[SourceRecord]:
@@ -137,13 +159,14 @@ class CsvSource(_FileSource):
     """CSV with a header row; columns not in the schema are ignored."""
 
     parameters_model: ClassVar[type[FileSourceParameters]] = CsvSourceParameters
+    kind: ClassVar[str] = "csv"
 
     @classmethod
     def check(cls, parameters: Any, stream: StreamSpec, base_dir: Path) -> list[SpecError]:
         """Adds the header check, so ``egress validate`` catches a file without a schema column."""
         errors = super().check(parameters, stream, base_dir)
         path = base_dir / parameters.path
-        if errors or not path.is_file():
+        if errors or parameters.follow or not path.is_file():
             return errors
         try:
             with open_text(path) as text:
@@ -166,31 +189,14 @@ class CsvSource(_FileSource):
             if header is None:
                 check_record_count(file, self.source_id, start_position, 0)
                 return
-            index = {name: i for i, name in enumerate(header)}
-            missing = [c.name for c in self.stream.columns if c.name not in index]
-            if missing:
-                raise data_error(file, 1, None, f"the header lacks schema column(s) {', '.join(missing)}")
-            plan = [(c.name, index[c.name], TEXT_PARSERS[c.type], c.required, c.type) for c in self.stream.columns]
+            plan = csv_plan(self.stream, header, file)
             count = 0
             for position, fields in enumerate(reader):
                 count = position + 1
                 if position < start_position:
                     continue
                 line = reader.line_num
-                row: dict[str, Any] = {}
-                for name, at, parse, required, kind in plan:
-                    if at >= len(fields):
-                        raise data_error(file, line, name, f"the record has only {len(fields)} fields")
-                    raw = fields[at]
-                    if raw in nulls and (kind != "string" or not required):
-                        if required:
-                            raise data_error(file, line, name, f"{raw!r} (null) in a required column")
-                        row[name] = None
-                        continue
-                    try:
-                        row[name] = parse(raw)
-                    except ValueError as error:
-                        raise data_error(file, line, name, f"cannot parse {raw!r} as {kind} ({error})") from None
+                row = csv_row(fields, plan, nulls, file, line)
                 yield SourceRecord(position, row, timestamp_of(row, self.stream, timestamp_column, file, line))
             check_record_count(file, self.source_id, start_position, count)
 
@@ -198,6 +204,8 @@ class CsvSource(_FileSource):
 @SOURCES.register("jsonl")
 class JsonlSource(_FileSource):
     """One JSON object per line; keys not in the schema are ignored, a missing key is null."""
+
+    kind: ClassVar[str] = "jsonl"
 
     def _records(self, start_position: int) -> Iterator[SourceRecord]:
         file = str(self.path)

@@ -127,3 +127,36 @@ def timestamp_of(
         return parse_timestamp(value)
     except ValueError as error:
         raise data_error(file, line, column, f"cannot parse {value!r} as a timestamp ({error})") from None
+
+
+CsvPlan = list[tuple[str, int, Callable[[str], Any], bool, str]]
+"""Per schema column: ``(name, field index, parser, required, type)``."""
+
+
+def csv_plan(stream: StreamSpec, header: list[str], file: str) -> CsvPlan:
+    """How to convert the records under ``header`` into ``stream``'s rows; raises
+    ``SourceDataError`` (line 1 of ``file``) when the header lacks a schema column."""
+    index = {name: i for i, name in enumerate(header)}
+    missing = [c.name for c in stream.columns if c.name not in index]
+    if missing:
+        raise data_error(file, 1, None, f"the header lacks schema column(s) {', '.join(missing)}")
+    return [(c.name, index[c.name], TEXT_PARSERS[c.type], c.required, c.type) for c in stream.columns]
+
+
+def csv_row(fields: list[str], plan: CsvPlan, nulls: frozenset[str], file: str, line: int) -> dict[str, Any]:
+    """The typed row of one CSV record (``nulls``: the texts read as null); raises ``SourceDataError``."""
+    row: dict[str, Any] = {}
+    for name, at, parse, required, kind in plan:
+        if at >= len(fields):
+            raise data_error(file, line, name, f"the record has only {len(fields)} fields")
+        raw = fields[at]
+        if raw in nulls and (kind != "string" or not required):
+            if required:
+                raise data_error(file, line, name, f"{raw!r} (null) in a required column")
+            row[name] = None
+            continue
+        try:
+            row[name] = parse(raw)
+        except ValueError as error:
+            raise data_error(file, line, name, f"cannot parse {raw!r} as {kind} ({error})") from None
+    return row
