@@ -196,3 +196,20 @@ def test_credentials_in_the_url_are_refused_and_referenced_ones_must_exist(tmp_p
     assert "the URL holds credentials: reference them instead" in message
     assert "missing.creds" in message
     assert "format raw needs payload_column" in message
+
+
+async def test_a_bad_message_is_skipped_with_on_bad_record_skip_and_its_sequence_is_passed(
+        tmp_path: Path, serve_app: ServerFactory, nats_server: str, jetstream: tuple[JetStreamContext, str]) -> None:
+    js, stream = jetstream
+    collector = Collector()
+    base = await serve_app(collector.app)
+    spec, dynamic = nats_spec(tmp_path, f"{base}/events", stream, nats_url=nats_server, on_bad_record="skip")
+    await publish(js, stream, 0, 1)
+    await js.publish(f"{stream}.eu", b"{not json")
+    await publish(js, stream, 2, 1)
+    pipeline = Pipeline(load_plan(spec, dynamic), tmp_path / "state", options=RunOptions(until_drained=True))
+    result = await pipeline.run()
+    assert result.ok
+    assert sorted(collector.bodies()) == [b"order 0", b"order 2"]
+    assert {key for key, _ in collector.received} == {expected_key(stream, 1), expected_key(stream, 3)}
+    assert pipeline.metrics.total("egress_source_bad_records_total") == 1

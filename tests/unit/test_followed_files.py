@@ -154,3 +154,17 @@ async def test_a_source_read_without_follow_is_not_resumed_as_a_followed_one(tmp
     source = followed(tmp_path)
     with pytest.raises(SourceChangedError, match=r"was read without follow: true.*new state directory"):
         await source.start(3, one_shot.source_state, until_caught_up=True)
+
+
+async def test_a_bad_line_of_a_followed_file_is_dead_lettered_and_takes_its_record_number(tmp_path: Path) -> None:
+    (tmp_path / "app.jsonl").write_bytes(jsonl(0, 1) + b"{oops\n" + jsonl(2, 1))
+    parameters = FileSourceParameters(path="app.jsonl", follow=True, on_bad_record="dead_letter",
+                                      dead_letter_path="bad.jsonl")
+    source = JsonlSource.create("logs", parameters, STREAM, tmp_path)
+    await source.start(0, b"", until_caught_up=True)
+    records = await take_all(source)
+    assert [(r.position, r.row["id"]) for r in records] == [(0, 0), (2, 2)]
+    letter = orjson.loads((tmp_path / "bad.jsonl").read_bytes())
+    assert (letter["position"], letter["record"]) == (1, "{oops\n")
+    assert source.bad_records.dead_lettered == 1
+    await source.close()

@@ -52,6 +52,11 @@ class Metrics:
             "egress_source_rows", "Rows read by a source and appended to its stream.",
             ["source_id"], registry=self.registry,
         )
+        self.source_bad_records = Counter(
+            "egress_source_bad_records", "Records a source dropped as not fitting its schema (on_bad_record), "
+            "by action: skip or dead_letter.",
+            ["source_id", "action"], registry=self.registry,
+        )
         self.computation_messages = Counter(
             "egress_computation_input_messages", "Input messages processed by a computation.",
             ["computation_id"], registry=self.registry,

@@ -70,6 +70,9 @@ class SourceReader:
         self._base_dir = base_dir
         self._partition_count = partition_count
         self._rows = metrics.source_rows.labels(plan.source_id)
+        self._bad_records = {action: metrics.source_bad_records.labels(plan.source_id, action)
+                             for action in ("skip", "dead_letter")}
+        self._bad_counted = {"skip": 0, "dead_letter": 0}
         self._options = options
         self._notify = notify
         self.finished = False
@@ -116,11 +119,22 @@ class SourceReader:
                                             state_writes=state_writes))
             source_state = state_writes.get(SOURCE_STATE) or source_state
             self._rows.inc(len(appends))
+            self._count_bad_records(source)
             for partition in touched:
                 self._notify(partition)
         else:
             return
         await self._finish(epoch)
+
+    def _count_bad_records(self, source: object) -> None:
+        """Add the records ``source``'s ``on_bad_record`` policy dropped since the last call to the metrics."""
+        policy = getattr(source, "bad_records", None)
+        if policy is None:
+            return
+        for action, count in (("skip", policy.skipped), ("dead_letter", policy.dead_lettered)):
+            if count > self._bad_counted[action]:
+                self._bad_records[action].inc(count - self._bad_counted[action])
+                self._bad_counted[action] = count
 
     def _stopping(self, stop: asyncio.Event | None) -> bool:
         return self._stop_requested or (stop is not None and stop.is_set())
@@ -154,6 +168,7 @@ class SourceReader:
                                                 state_writes=writes))
                 source_state = state
                 self._rows.inc(len(appends))
+                self._count_bad_records(source)
                 for partition in touched:
                     self._notify(partition)
             return False

@@ -21,9 +21,10 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import IO, Any, ClassVar
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import ConfigDict, Field
 
 from egress.connectors.base import SOURCES, SourceRecord
+from egress.connectors.sources.bad_records import BadRecordParameters, BadRecords, check_bad_record_parameters
 from egress.connectors.sources.follow import FollowedFiles
 from egress.connectors.sources.identity import FileIdentity, changed_error, check_record_count
 from egress.connectors.sources.schema import csv_plan, csv_row, json_row, timestamp_of
@@ -31,10 +32,11 @@ from egress.errors import SourceDataError, SpecError
 from egress.spec import StreamSpec
 
 
-class FileSourceParameters(BaseModel):
+class FileSourceParameters(BadRecordParameters):
     """``path`` (relative paths are relative to the Spec file's folder), the optional
     ``timestamp_column`` giving each message's event time, and ``follow``: tail the file (or every
-    file of a glob ``path``) as it grows and follow its rotation (``egress.connectors.sources.follow``)."""
+    file of a glob ``path``) as it grows and follow its rotation (``egress.connectors.sources.follow``);
+    ``on_bad_record`` and ``dead_letter_path`` (``egress.connectors.sources.bad_records``)."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
@@ -48,7 +50,7 @@ class CsvSourceParameters(FileSourceParameters):
     columns (default ``NA`` and the empty string, as R and nycflights13 write them)."""
 
     delimiter: str = Field(default=",", min_length=1, max_length=1)
-    null_values: list[str] = ["NA", ""]
+    null_values: list[str] = Field(default_factory=lambda: ["NA", ""])
 
 
 def unreadable(path: Path, error: BaseException) -> SourceDataError:
@@ -62,6 +64,13 @@ def open_text(path: Path) -> IO[str]:
     if path.suffix == ".gz":
         return io.TextIOWrapper(gzip.open(path, "rb"), encoding="utf-8", newline="")
     return open(path, encoding="utf-8", newline="")
+
+
+def csv_text(fields: list[str], delimiter: str) -> str:
+    """One CSV record as text again (for a dead letter)."""
+    text = io.StringIO()
+    csv.writer(text, delimiter=delimiter, lineterminator="").writerow(fields)
+    return text.getvalue()
 
 
 def check_followed(path: Path) -> list[SpecError]:
@@ -87,11 +96,13 @@ def wrap_text(binary: IO[bytes], path: Path) -> IO[str]:
 class _FileSource:
     parameters_model: ClassVar[type[FileSourceParameters]] = FileSourceParameters
 
-    def __init__(self, path: Path, parameters: Any, stream: StreamSpec, source_id: str = "") -> None:
+    def __init__(self, path: Path, parameters: Any, stream: StreamSpec, source_id: str = "",
+                 bad_records: BadRecords | None = None) -> None:
         self.path = path
         self.parameters = parameters
         self.stream = stream
         self.source_id = source_id
+        self.bad_records = bad_records or BadRecords(source_id, parameters, path.parent)
         self._committed: FileIdentity | None = None
         self._identity: FileIdentity | None = None
 
@@ -122,7 +133,7 @@ class _FileSource:
 
     @classmethod
     def check(cls, parameters: Any, stream: StreamSpec, base_dir: Path) -> list[SpecError]:
-        errors = []
+        errors = check_bad_record_parameters(parameters, base_dir)
         path = base_dir / parameters.path
         if parameters.follow:
             errors += check_followed(path)
@@ -137,9 +148,10 @@ class _FileSource:
 
     @classmethod
     def create(cls, source_id: str, parameters: Any, stream: StreamSpec, base_dir: Path) -> Any:
+        bad_records = BadRecords(source_id, parameters, base_dir)
         if parameters.follow:
-            return FollowedFiles(cls.kind, base_dir / parameters.path, parameters, stream, source_id)
-        return cls(base_dir / parameters.path, parameters, stream, source_id)
+            return FollowedFiles(cls.kind, base_dir / parameters.path, parameters, stream, source_id, bad_records)
+        return cls(base_dir / parameters.path, parameters, stream, source_id, bad_records)
 
     def records(self, start_position: int) -> Iterator[SourceRecord]:
         """Records from ``start_position`` on; raises ``SourceDataError`` naming the file for a bad
@@ -196,8 +208,13 @@ class CsvSource(_FileSource):
                 if position < start_position:
                     continue
                 line = reader.line_num
-                row = csv_row(fields, plan, nulls, file, line)
-                yield SourceRecord(position, row, timestamp_of(row, self.stream, timestamp_column, file, line))
+                try:
+                    row = csv_row(fields, plan, nulls, file, line)
+                    timestamp = timestamp_of(row, self.stream, timestamp_column, file, line)
+                except SourceDataError as error:
+                    self.bad_records.handle(error, file, position, csv_text(fields, self.parameters.delimiter))
+                    continue
+                yield SourceRecord(position, row, timestamp)
             check_record_count(file, self.source_id, start_position, count)
 
 
@@ -219,7 +236,12 @@ class JsonlSource(_FileSource):
                 if position < start_position:
                     position += 1
                     continue
-                row = json_row(raw, columns, f"{file}:{line}")
-                yield SourceRecord(position, row, timestamp_of(row, self.stream, timestamp_column, file, line))
+                try:
+                    row = json_row(raw, columns, f"{file}:{line}")
+                    timestamp = timestamp_of(row, self.stream, timestamp_column, file, line)
+                except SourceDataError as error:
+                    self.bad_records.handle(error, file, position, raw)
+                else:
+                    yield SourceRecord(position, row, timestamp)
                 position += 1
             check_record_count(file, self.source_id, start_position, position)

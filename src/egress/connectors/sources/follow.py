@@ -33,6 +33,7 @@ from typing import Any
 import orjson
 
 from egress.connectors.base import SourceRecord
+from egress.connectors.sources.bad_records import BadRecords
 from egress.connectors.sources.identity import FileIdentity
 from egress.connectors.sources.schema import CsvPlan, csv_plan, csv_row, data_error, json_row, timestamp_of
 from egress.errors import SourceChangedError, SourceDataError
@@ -74,8 +75,10 @@ class FollowedFiles:
     """A :class:`~egress.connectors.base.LiveSource` over the files ``path`` names (a path or a glob),
     ``kind`` ``csv`` or ``jsonl``, converting each line as the one-shot source of that kind does."""
 
-    def __init__(self, kind: str, path: Path, parameters: Any, stream: StreamSpec, source_id: str) -> None:
+    def __init__(self, kind: str, path: Path, parameters: Any, stream: StreamSpec, source_id: str,
+                 bad_records: BadRecords) -> None:
         self.kind = kind
+        self.bad_records = bad_records
         self.pattern = str(path)
         self.parameters = parameters
         self.stream = stream
@@ -245,7 +248,18 @@ class FollowedFiles:
                         return
 
     def _record(self, followed: FollowedFile, line: bytes) -> SourceRecord | None:
-        """The record of one complete line (``None`` for a blank line or the CSV header)."""
+        """The record of one complete line (``None`` for a blank line, the CSV header, or a bad record
+        that ``on_bad_record`` drops: it still takes its record number)."""
+        try:
+            return self._convert(followed, line)
+        except SourceDataError as error:
+            if followed.header is None and self.kind == "csv":
+                raise  # a header without the schema's columns is no bad record: the whole file is unreadable
+            self.bad_records.handle(error, followed.path, followed.records, line)
+            followed.records += 1
+            return None
+
+    def _convert(self, followed: FollowedFile, line: bytes) -> SourceRecord | None:
         file, number = followed.path, followed.lines
         try:
             text = line.decode()

@@ -27,8 +27,9 @@ from urllib.parse import urlsplit
 from pydantic import BaseModel, ConfigDict, Field
 
 from egress.connectors.base import SOURCES, SourceRecord
+from egress.connectors.sources.bad_records import BadRecordParameters, BadRecords, check_bad_record_parameters
 from egress.connectors.sources.schema import json_row, parse_timestamp, record_error
-from egress.errors import EgressError, SpecError
+from egress.errors import EgressError, SourceDataError, SpecError
 from egress.spec import StreamSpec
 
 if TYPE_CHECKING:  # nats-py is imported when a nats source starts: `import egress` stays without it
@@ -45,14 +46,15 @@ class NatsSourceError(EgressError):
     raised when the source starts, naming the URL or stream and the fix."""
 
 
-class NatsSourceParameters(BaseModel):
+class NatsSourceParameters(BadRecordParameters):
     """``url`` (one or several comma-separated ``nats://`` or ``tls://`` servers, without
     credentials), ``stream`` (an existing JetStream stream), ``subject`` (a filter on it),
     ``format`` (``raw`` or ``json``), ``payload_column`` (raw: the column the payload bytes go to),
     ``subject_column``, ``header_columns`` (column → header name), ``timestamp_column``;
     credentials by reference: ``credentials_file`` (a NATS ``.creds`` file, relative to the Spec's
     folder), or ``token_env``, or ``user_env`` with ``password_env`` (names of environment variables);
-    ``connect_timeout`` in seconds."""
+    ``connect_timeout`` in seconds; ``on_bad_record`` and ``dead_letter_path``
+    (``egress.connectors.sources.bad_records``)."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
@@ -62,7 +64,7 @@ class NatsSourceParameters(BaseModel):
     format: Literal["raw", "json"] = "json"
     payload_column: str | None = None
     subject_column: str | None = None
-    header_columns: dict[str, str] = {}
+    header_columns: dict[str, str] = Field(default_factory=dict)
     timestamp_column: str | None = None
     credentials_file: str | None = None
     token_env: str | None = None
@@ -96,6 +98,7 @@ class NatsSource:
         self.parameters = parameters
         self.stream = stream
         self._base_dir = base_dir
+        self.bad_records = BadRecords(source_id, parameters, base_dir)
         special = set(parameters.special_columns())
         self._json_columns = [c for c in stream.columns if c.name not in special]
         self._client: Client | None = None
@@ -109,7 +112,7 @@ class NatsSource:
     def check(cls, parameters: NatsSourceParameters, stream: StreamSpec, base_dir: Path) -> list[SpecError]:
         """Columns named by the parameters exist (and can take what they get), ``raw`` has a payload
         column, the URL holds no credentials, a ``credentials_file`` exists. Nothing is connected."""
-        errors: list[SpecError] = []
+        errors = check_bad_record_parameters(parameters, base_dir)
         for server in parameters.url.split(","):
             parts = urlsplit(server.strip())
             if parts.scheme not in ("nats", "tls") or not parts.hostname:
@@ -214,7 +217,10 @@ class NatsSource:
             if self._end is not None and sequence > self._end:
                 self._caught_up = True
                 break
-            records.append(self._record(message, sequence))
+            try:
+                records.append(self._record(message, sequence))
+            except SourceDataError as error:
+                self.bad_records.handle(error, f"nats stream {self.parameters.stream}", sequence, bytes(message.data))
             self._position = sequence + 1
         return records
 
