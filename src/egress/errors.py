@@ -12,6 +12,7 @@ one type. The shape follows httpx: a small tree, named by what went wrong, not b
     ├── SourceDataError           a source record does not fit the stream schema (file, line, column)
     ├── SourceChangedError        a source's input is not the one its committed position was read from
     ├── NatsSourceError           the nats source cannot reach its server or stream (egress.connectors.sources.nats)
+    ├── HttpSourceError           the http source cannot listen or read its token (egress.connectors.sources.http)
     ├── ProcessFunctionError      a process function raised (stream, key, message id)
     │   └── RowEncodingError      an emitted value cannot be stored (computation, stream, column, id)
     ├── DeliveryError             a delivery's retry budget is exhausted

@@ -93,7 +93,31 @@ class LiveSource(Protocol):
         """The state to commit with :attr:`position` (``b""`` for a source without any)."""
         ...
 
+    def committed(self) -> None:
+        """The records taken so far are committed (a source that answers its producers, the
+        ``http`` source, answers them now); a no-op for most."""
+        ...
+
     async def close(self) -> None: ...
+
+
+SOURCE_KEYS = "source_keys"
+"""The internal state name under which a :class:`KeyedLiveSource`'s entries commit."""
+
+
+@runtime_checkable
+class KeyedLiveSource(LiveSource, Protocol):
+    """A live source that also commits keyed entries with its batches (the ``http`` source's
+    idempotency keys): internal state :data:`SOURCE_KEYS` of its reader, one entry per key, so
+    a batch writes only what changed."""
+
+    def restore_keys(self, entries: dict[bytes, bytes]) -> None:
+        """The committed entries, before :meth:`LiveSource.start`."""
+        ...
+
+    def take_key_writes(self) -> dict[bytes, bytes | None]:
+        """The entries to commit with the batch just taken (``None``: delete)."""
+        ...
 
 
 class SourceClass(Protocol):

@@ -13,7 +13,7 @@ import itertools
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
-from egress.connectors.base import LiveSource, ResumableSource, Source, SourceRecord
+from egress.connectors.base import SOURCE_KEYS, KeyedLiveSource, LiveSource, ResumableSource, Source, SourceRecord
 from egress.engines import Engine, EpochCommit, LogAppend
 from egress.keys import encode_key, partition_of, source_message_id, source_scope
 from egress.observe import Metrics
@@ -152,7 +152,11 @@ class SourceReader:
         end as it was at the start (``True``). A batch waits at most one ``epoch_period`` for its
         first record, so a new record is committed within about one epoch of arriving."""
         engine = self._engine
-        source_state = await load_source_state(engine, self.consumer)
+        keyed = await engine.load_keyed_state(self.consumer, 0, 1, [])
+        name, key = SOURCE_STATE
+        source_state = keyed.internal.get(name, {}).get(key, b"")
+        if isinstance(source, KeyedLiveSource):
+            source.restore_keys(keyed.internal.get(SOURCE_KEYS, {}))
         await source.start(position, source_state, self._options.until_drained)
         try:
             while not self._stopping(stop):
@@ -164,8 +168,11 @@ class SourceReader:
                 appends, touched = await asyncio.to_thread(chunker.take_live, records)
                 position, state = source.position, source.source_state
                 writes: dict[tuple[str, bytes], bytes | None] = {SOURCE_STATE: state} if state != source_state else {}
+                if isinstance(source, KeyedLiveSource):
+                    writes.update(((SOURCE_KEYS, k), v) for k, v in source.take_key_writes().items())
                 await engine.commit(EpochCommit(self.consumer, 0, epoch, {POSITION: position}, log_appends=appends,
                                                 state_writes=writes))
+                source.committed()
                 source_state = state
                 self._rows.inc(len(appends))
                 self._count_bad_records(source)

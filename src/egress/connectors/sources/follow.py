@@ -125,6 +125,9 @@ class FollowedFiles:
         await asyncio.sleep(wait)
         return []
 
+    def committed(self) -> None:
+        """Nothing to do: the committed offsets are the state."""
+
     async def close(self) -> None:
         for descriptor in self._descriptors.values():
             os.close(descriptor)

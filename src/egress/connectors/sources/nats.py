@@ -224,6 +224,9 @@ class NatsSource:
             self._position = sequence + 1
         return records
 
+    def committed(self) -> None:
+        """Nothing to do: the committed position is the acknowledgement."""
+
     async def close(self) -> None:
         if self._client is not None:
             client, self._client = self._client, None
