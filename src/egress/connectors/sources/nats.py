@@ -203,7 +203,7 @@ class NatsSource:
         assert self._subscription is not None
         try:
             messages = await self._subscription.fetch(limit, timeout=wait)
-        except nats.errors.TimeoutError:
+        except TimeoutError:  # nats.errors.TimeoutError, or asyncio's from a fetch that found nothing
             if self._end is not None and (await self._subscription.consumer_info()).num_pending == 0:
                 self._caught_up = True  # nothing matching the filter left: every earlier message is read
                 return None
