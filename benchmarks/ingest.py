@@ -30,12 +30,11 @@ from typing import Any
 
 import aiohttp
 import orjson
-from aiohttp import web
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from benchmarks.latency import Arrivals, free_port, write_spec  # noqa: E402
+from benchmarks.latency import free_port, start_arrivals, write_spec  # noqa: E402
 from tests.nats_server import nats_url, stop_nats_server  # noqa: E402
 
 from egress.runtime import Pipeline, load_plan  # noqa: E402
@@ -75,12 +74,7 @@ async def main() -> None:
     parser.add_argument("--url", help="a running nats-server with JetStream (default: start one)")
     args = parser.parse_args()
     events = args.events
-    arrivals = Arrivals()
-    runner = web.AppRunner(arrivals.app, access_log=None)
-    await runner.setup()
-    receiver_port = free_port()
-    await web.TCPSite(runner, "127.0.0.1", receiver_port).start()
-    receiver = f"http://127.0.0.1:{receiver_port}/events"
+    _, runner, receiver = await start_arrivals()
     url = args.url or nats_url()
     figures: dict[str, float] = {}
     try:

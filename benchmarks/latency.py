@@ -59,6 +59,16 @@ class Arrivals:
         return self.times[payload]
 
 
+async def start_arrivals() -> tuple[Arrivals, web.AppRunner, str]:
+    """The receiving endpoint, listening: ``(arrivals, runner to clean up, its URL)``."""
+    arrivals = Arrivals()
+    runner = web.AppRunner(arrivals.app, access_log=None)
+    await runner.setup()
+    port = free_port()
+    await web.TCPSite(runner, "127.0.0.1", port).start()
+    return arrivals, runner, f"http://127.0.0.1:{port}/events"
+
+
 def free_port() -> int:
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
@@ -114,12 +124,7 @@ async def main() -> None:
     parser.add_argument("--events", type=int, default=200)
     parser.add_argument("--url", help="a running nats-server with JetStream (default: start one)")
     args = parser.parse_args()
-    arrivals = Arrivals()
-    runner = web.AppRunner(arrivals.app, access_log=None)
-    await runner.setup()
-    receiver_port = free_port()
-    await web.TCPSite(runner, "127.0.0.1", receiver_port).start()
-    receiver = f"http://127.0.0.1:{receiver_port}/events"
+    arrivals, runner, receiver = await start_arrivals()
     url = args.url or nats_url()
     try:
         with tempfile.TemporaryDirectory() as directory:

@@ -7,10 +7,6 @@ from __future__ import annotations
 
 import hashlib
 import os
-import random
-import signal
-import subprocess
-import sys
 import threading
 import time
 from collections import defaultdict
@@ -18,16 +14,13 @@ from pathlib import Path
 
 import orjson
 import pytest
-import yaml
 
-from tests.e2e.conftest import REPO, RUN_HEADER, Receiver, wait_for_first_request
+from tests.e2e.conftest import Receiver
+from tests.e2e.live_inputs import kill_restart_then_drain, pass_through_spec
 from tests.e2e.test_kill_restart import load_record
 
 pytestmark = pytest.mark.e2e
 
-KILLS = 5
-KILL_DELAY = (0.1, 0.8)
-SEED = int(os.environ.get("EGRESS_KILL_SEED", "20261201"))
 ROTATE_EVERY = 1500  # lines
 
 
@@ -73,67 +66,21 @@ class Writer:
         file.close()
 
 
-def write_spec(directory: Path, port: int, run: int) -> Path:
-    spec = {
-        "pipeline": "follow_kill",
-        "partition_count": 2,
-        "streams": {
-            "events": {"schema": [{"name": "id", "type": "int64"}, {"name": "payload", "type": "string"}],
-                       "group_by": ["id"]},
-            "requests": {"schema": [{"name": "payload", "type": "string"}]},
-        },
-        # The glob matches the rotated names too, so a file rotated twice while egress is down is read.
-        "sources": {"logs": {"source_class_name": "jsonl", "output_stream_id": "events",
-                             "parameters": {"path": str(directory / "logs" / "app.jsonl*"), "follow": True}}},
-        "computations": {"deliver": {
-            "processing_function": "tests.pipelines:Passthrough",
-            "input_stream_ids": ["events"], "output_stream_ids": ["requests"],
-            "sinks": {"http": {"sink_class_name": "async_http", "input_stream_ids": ["requests"],
-                               "parameters": {"url": f"http://127.0.0.1:{port}/events", "payload_column": "payload",
-                                              "headers": {RUN_HEADER: str(run)}}}},
-        }},
-    }
-    path = directory / f"spec-run{run}.yaml"
-    path.write_text(yaml.safe_dump(spec))
-    return path
-
-
-def start(directory: Path, spec: Path, run: int, *options: str) -> tuple[subprocess.Popen[bytes], Path]:
-    log = directory / f"run{run}.log"
-    with log.open("wb") as output:
-        process = subprocess.Popen([sys.executable, "-m", "egress", "run", str(spec), "--state-dir",
-                                    str(directory / "state"), "--quiet", *options],
-                                   cwd=REPO, stdout=output, stderr=subprocess.STDOUT)
-    return process, log
-
-
 @pytest.mark.timeout(240)
 def test_a_followed_file_appended_and_rotated_across_five_sigkills_is_delivered_whole(
         tmp_path: Path, receiver: Receiver) -> None:
     (tmp_path / "logs").mkdir()
-    rng = random.Random(SEED)
     writer = Writer(tmp_path / "logs")
     writer.start()
-    processes: list[subprocess.Popen[bytes]] = []
+    # The glob matches the rotated names too, so a file rotated twice while egress is down is read.
+    source = {"source_class_name": "jsonl", "parameters": {"path": str(tmp_path / "logs" / "app.jsonl*"),
+                                                            "follow": True}}
     try:
-        for run in range(KILLS):
-            process, log = start(tmp_path, write_spec(tmp_path, receiver.port, run), run)
-            processes.append(process)
-            wait_for_first_request(receiver.record, run, process, log)
-            time.sleep(rng.uniform(*KILL_DELAY))
-            os.kill(process.pid, signal.SIGKILL)
-            process.wait(timeout=30)
-            assert process.returncode == -signal.SIGKILL, log.read_text()
-        written = writer.stop()
-        process, log = start(tmp_path, write_spec(tmp_path, receiver.port, KILLS), KILLS, "--until-drained")
-        processes.append(process)
-        assert process.wait(timeout=120) == 0, log.read_text()
+        written = kill_restart_then_drain(
+            tmp_path, receiver, lambda run: pass_through_spec(tmp_path, "follow_kill", source, receiver.port, run),
+            writer.stop)
     finally:
         writer.stop()
-        for process in processes:
-            if process.poll() is None:
-                process.kill()
-                process.wait()
 
     requests = [r for r in load_record(receiver.record) if 200 <= r.status <= 299]
     keys_of: dict[str, set[str]] = defaultdict(set)

@@ -6,30 +6,21 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
-import os
-import random
-import signal
 import socket
-import subprocess
-import sys
 import threading
-import time
 from pathlib import Path
 
 import aiohttp
 import orjson
 import pytest
-import yaml
 
-from tests.e2e.conftest import REPO, RUN_HEADER, Receiver, wait_for_first_request
+from tests.e2e.conftest import Receiver
+from tests.e2e.live_inputs import kill_restart_then_drain, pass_through_spec
 from tests.e2e.test_kill_restart import load_record
 
 pytestmark = pytest.mark.e2e
 
-KILLS = 5
-KILL_DELAY = (0.05, 0.5)
 CLIENTS = 8
-SEED = int(os.environ.get("EGRESS_KILL_SEED", "20261201"))
 
 
 class Clients:
@@ -76,65 +67,18 @@ def free_port() -> int:
         return int(probe.getsockname()[1])
 
 
-def write_spec(directory: Path, source_port: int, receiver_port: int, run: int) -> Path:
-    spec = {
-        "pipeline": "http_kill",
-        "partition_count": 2,
-        "streams": {
-            "events": {"schema": [{"name": "id", "type": "int64"}, {"name": "payload", "type": "string"}],
-                       "group_by": ["id"]},
-            "requests": {"schema": [{"name": "payload", "type": "string"}]},
-        },
-        "sources": {"hooks": {"source_class_name": "http", "output_stream_id": "events",
-                              "parameters": {"port": source_port}}},
-        "computations": {"deliver": {
-            "processing_function": "tests.pipelines:Passthrough",
-            "input_stream_ids": ["events"], "output_stream_ids": ["requests"],
-            "sinks": {"http": {"sink_class_name": "async_http", "input_stream_ids": ["requests"],
-                               "parameters": {"url": f"http://127.0.0.1:{receiver_port}/events",
-                                              "payload_column": "payload", "headers": {RUN_HEADER: str(run)}}}},
-        }},
-    }
-    path = directory / f"spec-run{run}.yaml"
-    path.write_text(yaml.safe_dump(spec))
-    return path
-
-
-def start(directory: Path, spec: Path, run: int, *options: str) -> tuple[subprocess.Popen[bytes], Path]:
-    log = directory / f"run{run}.log"
-    with log.open("wb") as output:
-        process = subprocess.Popen([sys.executable, "-m", "egress", "run", str(spec), "--state-dir",
-                                    str(directory / "state"), "--quiet", *options],
-                                   cwd=REPO, stdout=output, stderr=subprocess.STDOUT)
-    return process, log
-
-
 @pytest.mark.timeout(240)
 def test_every_event_answered_200_arrives_across_five_sigkills(tmp_path: Path, receiver: Receiver) -> None:
-    rng = random.Random(SEED)
     port = free_port()
     clients = Clients(f"http://127.0.0.1:{port}/events")
     clients.start()
-    processes: list[subprocess.Popen[bytes]] = []
+    source = {"source_class_name": "http", "parameters": {"port": port}}
     try:
-        for run in range(KILLS):
-            process, log = start(tmp_path, write_spec(tmp_path, port, receiver.port, run), run)
-            processes.append(process)
-            wait_for_first_request(receiver.record, run, process, log)
-            time.sleep(rng.uniform(*KILL_DELAY))
-            os.kill(process.pid, signal.SIGKILL)
-            process.wait(timeout=30)
-            assert process.returncode == -signal.SIGKILL, log.read_text()
-        acknowledged = set(clients.stop())
-        process, log = start(tmp_path, write_spec(tmp_path, port, receiver.port, KILLS), KILLS, "--until-drained")
-        processes.append(process)
-        assert process.wait(timeout=120) == 0, log.read_text()
+        acknowledged = set(kill_restart_then_drain(
+            tmp_path, receiver, lambda run: pass_through_spec(tmp_path, "http_kill", source, receiver.port, run),
+            clients.stop))
     finally:
         clients.stop()
-        for process in processes:
-            if process.poll() is None:
-                process.kill()
-                process.wait()
 
     delivered = {r.body for r in load_record(receiver.record) if 200 <= r.status <= 299}
     want = {hashlib.sha256(f"event {i}".encode()).hexdigest(): i for i in acknowledged}

@@ -6,31 +6,22 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
-import os
-import random
-import signal
-import subprocess
-import sys
 import threading
-import time
 import uuid
 from pathlib import Path
 
 import nats
 import orjson
 import pytest
-import yaml
 
 from egress.keys import derived_message_id, idempotency_key, source_message_id, source_scope
-from tests.e2e.conftest import REPO, RUN_HEADER, Receiver, wait_for_first_request
+from tests.e2e.conftest import Receiver
+from tests.e2e.live_inputs import kill_restart_then_drain, pass_through_spec
 from tests.e2e.test_kill_restart import load_record
 
 pytestmark = pytest.mark.e2e
 
-KILLS = 5
-KILL_DELAY = (0.1, 0.8)  # seconds after the run's first request reached the receiver
-SEED = int(os.environ.get("EGRESS_KILL_SEED", "20261201"))
-PIPELINE, SOURCE = "nats_kill", "orders"
+PIPELINE, SOURCE = "nats_kill", "input"
 
 
 class Publisher:
@@ -68,39 +59,6 @@ class Publisher:
         await client.close()
 
 
-def write_spec(directory: Path, url: str, stream: str, port: int, run: int) -> Path:
-    spec = {
-        "pipeline": PIPELINE,
-        "partition_count": 2,
-        "streams": {
-            "events": {"schema": [{"name": "id", "type": "int64"}, {"name": "payload", "type": "string"}],
-                       "group_by": ["id"]},
-            "requests": {"schema": [{"name": "payload", "type": "string"}]},
-        },
-        "sources": {SOURCE: {"source_class_name": "nats", "output_stream_id": "events",
-                             "parameters": {"url": url, "stream": stream}}},
-        "computations": {"deliver": {
-            "processing_function": "tests.pipelines:Passthrough",
-            "input_stream_ids": ["events"], "output_stream_ids": ["requests"],
-            "sinks": {"http": {"sink_class_name": "async_http", "input_stream_ids": ["requests"],
-                               "parameters": {"url": f"http://127.0.0.1:{port}/events", "payload_column": "payload",
-                                              "headers": {RUN_HEADER: str(run)}}}},
-        }},
-    }
-    path = directory / f"spec-run{run}.yaml"
-    path.write_text(yaml.safe_dump(spec))
-    return path
-
-
-def start(directory: Path, spec: Path, run: int, *options: str) -> tuple[subprocess.Popen[bytes], Path]:
-    log = directory / f"run{run}.log"
-    with log.open("wb") as output:
-        process = subprocess.Popen([sys.executable, "-m", "egress", "run", str(spec), "--state-dir",
-                                    str(directory / "state"), "--quiet", *options],
-                                   cwd=REPO, stdout=output, stderr=subprocess.STDOUT)
-    return process, log
-
-
 def expected(stream: str, count: int) -> dict[str, str]:
     """Key → sha256 of the body of each of the ``count`` messages (sequence = id + 1)."""
     scope = source_scope(PIPELINE, SOURCE, stream)
@@ -112,30 +70,17 @@ def expected(stream: str, count: int) -> dict[str, str]:
 def test_a_stream_published_into_across_five_sigkills_is_delivered_whole(
         tmp_path: Path, receiver: Receiver, nats_server: str) -> None:
     stream = f"kill_{uuid.uuid4().hex[:12]}"
-    rng = random.Random(SEED)
     publisher = Publisher(nats_server, stream)
     publisher.start()
-    processes: list[subprocess.Popen[bytes]] = []
     try:
-        for run in range(KILLS):
-            process, log = start(tmp_path, write_spec(tmp_path, nats_server, stream, receiver.port, run), run)
-            processes.append(process)
-            wait_for_first_request(receiver.record, run, process, log)
-            time.sleep(rng.uniform(*KILL_DELAY))
-            os.kill(process.pid, signal.SIGKILL)
-            process.wait(timeout=30)
-            assert process.returncode == -signal.SIGKILL, log.read_text()
-        published = publisher.stop()
-        process, log = start(tmp_path, write_spec(tmp_path, nats_server, stream, receiver.port, KILLS), KILLS,
-                             "--until-drained")
-        processes.append(process)
-        assert process.wait(timeout=120) == 0, log.read_text()
+        published = kill_restart_then_drain(
+            tmp_path, receiver,
+            lambda run: pass_through_spec(tmp_path, PIPELINE, {"source_class_name": "nats",
+                                                               "parameters": {"url": nats_server, "stream": stream}},
+                                          receiver.port, run),
+            publisher.stop)
     finally:
         publisher.stop()
-        for process in processes:
-            if process.poll() is None:
-                process.kill()
-                process.wait()
 
     requests = [r for r in load_record(receiver.record) if 200 <= r.status <= 299]
     bodies = {r.key: r.body for r in requests}

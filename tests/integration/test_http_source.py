@@ -12,13 +12,12 @@ from typing import Any
 
 import aiohttp
 import pytest
-import yaml
 
 from egress.connectors.sources.http import HttpSource, HttpSourceParameters
 from egress.receiver import Receiver
 from egress.runtime import Pipeline, load_plan
 from egress.spec import StreamSpec
-from tests.conftest import ServerFactory
+from tests.conftest import ServerFactory, pass_through_spec
 
 pytestmark = pytest.mark.integration
 
@@ -30,28 +29,6 @@ def free_port() -> int:
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         return int(probe.getsockname()[1])
-
-
-def http_spec(tmp_path: Path, url: str, port: int, **parameters: Any) -> tuple[Path, Path]:
-    spec = {
-        "pipeline": "http_test",
-        "partition_count": 2,
-        "streams": {"events": {"schema": [{"name": "id", "type": "int64"}, {"name": "payload", "type": "string"}],
-                               "group_by": ["id"]},
-                    "requests": {"schema": [{"name": "payload", "type": "string"}]}},
-        "sources": {"hooks": {"source_class_name": "http", "output_stream_id": "events",
-                              "parameters": {"port": port, **parameters}}},
-        "computations": {"deliver": {
-            "processing_function": "tests.pipelines:Passthrough",
-            "input_stream_ids": ["events"], "output_stream_ids": ["requests"],
-            "sinks": {"http": {"sink_class_name": "async_http", "input_stream_ids": ["requests"],
-                               "parameters": {"url": url, "payload_column": "payload"}}},
-        }},
-    }
-    spec_path, dynamic_path = tmp_path / "spec.yaml", tmp_path / "dynamic.yaml"
-    spec_path.write_text(yaml.safe_dump(spec))
-    dynamic_path.write_text("{}\n")
-    return spec_path, dynamic_path
 
 
 class Running:
@@ -76,8 +53,10 @@ async def run_http(tmp_path: Path, serve_app: ServerFactory) -> AsyncIterator[An
 
     async def start(receiver: Receiver, **parameters: Any) -> Running:
         port = free_port()
-        spec, dynamic = http_spec(tmp_path, f"{await serve_app(receiver.app)}/events", port, **parameters)
-        pipeline = Pipeline(load_plan(spec, dynamic), tmp_path / "state")
+        spec = pass_through_spec(tmp_path / "spec.yaml", "http_test",
+                                 {"source_class_name": "http", "parameters": {"port": port, **parameters}},
+                                 f"{await serve_app(receiver.app)}/events")
+        pipeline = Pipeline(load_plan(spec), tmp_path / "state")
         task = asyncio.create_task(pipeline.run())
         tasks.append((pipeline, task))
         url = f"http://127.0.0.1:{port}/events"

@@ -12,7 +12,6 @@ from typing import Any
 import nats
 import orjson
 import pytest
-import yaml
 from aiohttp import web
 from nats.js import JetStreamContext
 
@@ -20,7 +19,7 @@ from egress.connectors.sources.nats import NatsSourceError
 from egress.errors import SourceDataError, SpecErrors
 from egress.keys import derived_message_id, idempotency_key, source_message_id, source_scope
 from egress.runtime import Pipeline, RunOptions, RunResult, load_plan
-from tests.conftest import ServerFactory
+from tests.conftest import ServerFactory, pass_through_spec
 
 pytestmark = pytest.mark.integration
 
@@ -61,30 +60,11 @@ async def jetstream(nats_server: str) -> AsyncIterator[tuple[JetStreamContext, s
     await client.close()
 
 
-def nats_spec(tmp_path: Path, url: str, stream: str, **parameters: Any) -> tuple[Path, Path]:
+def nats_spec(tmp_path: Path, url: str, stream: str, **parameters: Any) -> Path:
     """A Spec reading ``stream`` (json by default) and POSTing each ``payload`` to ``url``."""
-    spec = {
-        "pipeline": "nats_test",
-        "partition_count": 2,
-        "streams": {
-            "events": {"schema": [{"name": "id", "type": "int64"}, {"name": "payload", "type": "string"},
-                                  {"name": "subject", "type": "string"}, {"name": "tenant", "type": "string"}],
-                       "group_by": ["id"]},
-            "requests": {"schema": [{"name": "payload", "type": "string"}]},
-        },
-        "sources": {"orders": {"source_class_name": "nats", "output_stream_id": "events",
-                               "parameters": {"url": parameters.pop("nats_url"), "stream": stream, **parameters}}},
-        "computations": {"deliver": {
-            "processing_function": "tests.pipelines:Passthrough",
-            "input_stream_ids": ["events"], "output_stream_ids": ["requests"],
-            "sinks": {"http": {"sink_class_name": "async_http", "input_stream_ids": ["requests"],
-                               "parameters": {"url": url, "payload_column": "payload"}}},
-        }},
-    }
-    spec_path, dynamic_path = tmp_path / "spec.yaml", tmp_path / "dynamic.yaml"
-    spec_path.write_text(yaml.safe_dump(spec))
-    dynamic_path.write_text(yaml.safe_dump({}))
-    return spec_path, dynamic_path
+    source = {"source_class_name": "nats",
+              "parameters": {"url": parameters.pop("nats_url"), "stream": stream, **parameters}}
+    return pass_through_spec(tmp_path / "spec.yaml", "nats_test", source, url, extra_columns=("subject", "tenant"))
 
 
 async def publish(js: JetStreamContext, stream: str, start: int, count: int) -> None:
@@ -92,12 +72,12 @@ async def publish(js: JetStreamContext, stream: str, start: int, count: int) -> 
         await js.publish(f"{stream}.eu", orjson.dumps({"id": i, "payload": f"order {i}"}))
 
 
-async def drain(spec: Path, dynamic: Path, state: Path) -> RunResult:
-    return await Pipeline(load_plan(spec, dynamic), state, options=RunOptions(until_drained=True)).run()
+async def drain(spec: Path, state: Path) -> RunResult:
+    return await Pipeline(load_plan(spec), state, options=RunOptions(until_drained=True)).run()
 
 
 def expected_key(stream: str, sequence: int) -> str:
-    scope = source_scope("nats_test", "orders", stream)
+    scope = source_scope("nats_test", "input", stream)
     return idempotency_key(derived_message_id(source_message_id(scope, 0, sequence), 0))
 
 
@@ -106,9 +86,9 @@ async def test_messages_published_while_the_pipeline_runs_are_delivered_once_wit
     js, stream = jetstream
     collector = Collector()
     base = await serve_app(collector.app)
-    spec, dynamic = nats_spec(tmp_path, f"{base}/events", stream, nats_url=nats_server)
+    spec = nats_spec(tmp_path, f"{base}/events", stream, nats_url=nats_server)
     await publish(js, stream, 0, 5)
-    pipeline = Pipeline(load_plan(spec, dynamic), tmp_path / "state")
+    pipeline = Pipeline(load_plan(spec), tmp_path / "state")
     running = asyncio.create_task(pipeline.run())
     await collector.wait_for(5)
     await publish(js, stream, 5, 5)  # live: published after the start, read by the same run
@@ -117,7 +97,7 @@ async def test_messages_published_while_the_pipeline_runs_are_delivered_once_wit
     assert (await running).ok
 
     await publish(js, stream, 10, 3)  # while nothing runs: the next run resumes after sequence 10
-    result = await drain(spec, dynamic, tmp_path / "state")
+    result = await drain(spec, tmp_path / "state")
     assert result.ok
     assert result.drained
     assert sorted(collector.bodies()) == sorted(f"order {i}".encode() for i in range(13))
@@ -129,14 +109,14 @@ async def test_until_drained_ends_once_caught_up_with_the_stream_as_it_was_at_th
     js, stream = jetstream
     collector = Collector()
     base = await serve_app(collector.app)
-    spec, dynamic = nats_spec(tmp_path, f"{base}/events", stream, nats_url=nats_server, subject=f"{stream}.eu")
+    spec = nats_spec(tmp_path, f"{base}/events", stream, nats_url=nats_server, subject=f"{stream}.eu")
     await publish(js, stream, 0, 4)
     await js.publish(f"{stream}.us", orjson.dumps({"id": 99, "payload": "filtered out"}))  # the last sequence
-    result = await drain(spec, dynamic, tmp_path / "state")
+    result = await drain(spec, tmp_path / "state")
     assert result.ok
     assert result.drained
     assert sorted(collector.bodies()) == [f"order {i}".encode() for i in range(4)]
-    empty = await drain(spec, dynamic, tmp_path / "state")  # nothing new: drained at once, nothing resent
+    empty = await drain(spec, tmp_path / "state")  # nothing new: drained at once, nothing resent
     assert empty.drained
     assert len(collector.received) == 4
 
@@ -146,13 +126,13 @@ async def test_raw_payloads_subject_and_headers_fill_the_columns_the_spec_names(
     js, stream = jetstream
     collector = Collector()
     base = await serve_app(collector.app)
-    spec, dynamic = nats_spec(tmp_path, f"{base}/events", stream, nats_url=nats_server, format="raw",
+    spec = nats_spec(tmp_path, f"{base}/events", stream, nats_url=nats_server, format="raw",
                               payload_column="payload", subject_column="subject", header_columns={"tenant": "Tenant"})
     raw = bytes(range(256))  # not UTF-8: delivered byte for byte
     await js.publish(f"{stream}.eu", raw, headers={"Tenant": "acme"})
-    plan = load_plan(spec, dynamic)
-    source = plan.sources["orders"].source_class.create("orders", plan.sources["orders"].parameters,
-                                                        plan.sources["orders"].stream, tmp_path)
+    plan = load_plan(spec)
+    source = plan.sources["input"].source_class.create("input", plan.sources["input"].parameters,
+                                                       plan.sources["input"].stream, tmp_path)
     await source.start(0, b"", until_caught_up=True)
     try:
         records = await source.take(10, 5.0)
@@ -161,7 +141,7 @@ async def test_raw_payloads_subject_and_headers_fill_the_columns_the_spec_names(
     assert records is not None
     assert [(r.position, r.row) for r in records] == [
         (1, {"id": None, "payload": raw, "subject": f"{stream}.eu", "tenant": "acme"})]
-    assert (await drain(spec, dynamic, tmp_path / "state")).ok
+    assert (await drain(spec, tmp_path / "state")).ok
     assert collector.bodies() == [raw]
 
 
@@ -170,28 +150,28 @@ async def test_a_bad_json_message_stops_the_run_naming_stream_and_sequence(
     js, stream = jetstream
     collector = Collector()
     base = await serve_app(collector.app)
-    spec, dynamic = nats_spec(tmp_path, f"{base}/events", stream, nats_url=nats_server)
+    spec = nats_spec(tmp_path, f"{base}/events", stream, nats_url=nats_server)
     await publish(js, stream, 0, 2)
     await js.publish(f"{stream}.eu", b"{not json")
-    result = await drain(spec, dynamic, tmp_path / "state")
+    result = await drain(spec, tmp_path / "state")
     assert isinstance(result.error, SourceDataError)
     assert f"nats stream {stream} sequence 3: not valid JSON" in str(result.error)
 
 
 async def test_a_missing_stream_is_one_error_naming_it_and_the_fix(
         tmp_path: Path, serve_app: ServerFactory, nats_server: str) -> None:
-    spec, dynamic = nats_spec(tmp_path, "http://127.0.0.1:9/events", "no_such_stream", nats_url=nats_server)
-    result = await drain(spec, dynamic, tmp_path / "state")
+    spec = nats_spec(tmp_path, "http://127.0.0.1:9/events", "no_such_stream", nats_url=nats_server)
+    result = await drain(spec, tmp_path / "state")
     assert isinstance(result.error, NatsSourceError)
     assert "no JetStream stream 'no_such_stream'" in str(result.error)
     assert "fix parameters/stream" in str(result.error)
 
 
 def test_credentials_in_the_url_are_refused_and_referenced_ones_must_exist(tmp_path: Path) -> None:
-    spec, dynamic = nats_spec(tmp_path, "http://127.0.0.1:9/events", "s", nats_url="nats://user:secret@127.0.0.1:4222",
+    spec = nats_spec(tmp_path, "http://127.0.0.1:9/events", "s", nats_url="nats://user:secret@127.0.0.1:4222",
                               credentials_file="missing.creds", format="raw")
     with pytest.raises(SpecErrors) as raised:
-        load_plan(spec, dynamic)
+        load_plan(spec)
     message = str(raised.value)
     assert "the URL holds credentials: reference them instead" in message
     assert "missing.creds" in message
@@ -203,11 +183,11 @@ async def test_a_bad_message_is_skipped_with_on_bad_record_skip_and_its_sequence
     js, stream = jetstream
     collector = Collector()
     base = await serve_app(collector.app)
-    spec, dynamic = nats_spec(tmp_path, f"{base}/events", stream, nats_url=nats_server, on_bad_record="skip")
+    spec = nats_spec(tmp_path, f"{base}/events", stream, nats_url=nats_server, on_bad_record="skip")
     await publish(js, stream, 0, 1)
     await js.publish(f"{stream}.eu", b"{not json")
     await publish(js, stream, 2, 1)
-    pipeline = Pipeline(load_plan(spec, dynamic), tmp_path / "state", options=RunOptions(until_drained=True))
+    pipeline = Pipeline(load_plan(spec), tmp_path / "state", options=RunOptions(until_drained=True))
     result = await pipeline.run()
     assert result.ok
     assert sorted(collector.bodies()) == [b"order 0", b"order 2"]

@@ -34,6 +34,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from egress.connectors.base import SOURCES, SourceRecord
 from egress.connectors.sources.bad_records import BadRecordParameters, check_bad_record_parameters
+from egress.connectors.sources.live import CountedPosition, referenced_file_errors
 from egress.connectors.sources.schema import json_row, parse_timestamp, record_error
 from egress.errors import EgressError, SourceDataError, SpecError
 from egress.spec import StreamSpec
@@ -81,7 +82,7 @@ class _Request:
 
 
 @SOURCES.register("http", "NYT::NFlow::THttpSource")
-class HttpSource:
+class HttpSource(CountedPosition):
     """Accepts POSTed events (a :class:`~egress.connectors.base.LiveSource` that also keeps keyed
     state: the idempotency keys)."""
 
@@ -122,9 +123,7 @@ class HttpSource:
         if parameters.bearer_token_env is not None and parameters.bearer_token_file is not None:
             errors.append(SpecError("give bearer_token_env or bearer_token_file, not both",
                                     path="parameters/bearer_token_file"))
-        if parameters.bearer_token_file is not None and not (base_dir / parameters.bearer_token_file).is_file():
-            errors.append(SpecError(f"file not found: {base_dir / parameters.bearer_token_file}",
-                                    path="parameters/bearer_token_file"))
+        errors += referenced_file_errors(base_dir, "bearer_token_file", parameters.bearer_token_file)
         return errors
 
     @classmethod
@@ -132,14 +131,6 @@ class HttpSource:
         return cls(source_id, parameters, stream, base_dir)
 
     # -- LiveSource --------------------------------------------------------------------------
-
-    @property
-    def position(self) -> int:
-        return self._position
-
-    @property
-    def source_state(self) -> bytes:
-        return b""
 
     def restore_keys(self, entries: dict[bytes, bytes]) -> None:
         """The committed idempotency keys (``source_keys`` state: key → accepted-at seconds)."""

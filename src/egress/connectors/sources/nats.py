@@ -28,6 +28,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from egress.connectors.base import SOURCES, SourceRecord
 from egress.connectors.sources.bad_records import BadRecordParameters, BadRecords, check_bad_record_parameters
+from egress.connectors.sources.live import CountedPosition, referenced_file_errors
 from egress.connectors.sources.schema import json_row, parse_timestamp, record_error
 from egress.errors import EgressError, SourceDataError, SpecError
 from egress.spec import StreamSpec
@@ -88,7 +89,7 @@ class NatsSourceParameters(BadRecordParameters):
 
 
 @SOURCES.register("nats", "NYT::NFlow::TNatsSource")
-class NatsSource:
+class NatsSource(CountedPosition):
     """Reads a JetStream stream live (an :class:`~egress.connectors.base.LiveSource`)."""
 
     parameters_model: ClassVar[type[BaseModel]] = NatsSourceParameters
@@ -143,9 +144,7 @@ class NatsSource:
                 errors.append(SpecError(f"format raw fills only the payload, subject and header columns; required "
                                         f"column(s) {', '.join(others)} would always be null",
                                         path="parameters/format"))
-        if parameters.credentials_file is not None and not (base_dir / parameters.credentials_file).is_file():
-            errors.append(SpecError(f"file not found: {base_dir / parameters.credentials_file}",
-                                    path="parameters/credentials_file"))
+        errors += referenced_file_errors(base_dir, "credentials_file", parameters.credentials_file)
         if parameters.password_env is not None and parameters.user_env is None:
             errors.append(SpecError("password_env needs user_env", path="parameters/user_env"))
         return errors
@@ -155,14 +154,6 @@ class NatsSource:
         return cls(source_id, parameters, stream, base_dir)
 
     # -- LiveSource --------------------------------------------------------------------------
-
-    @property
-    def position(self) -> int:
-        return self._position
-
-    @property
-    def source_state(self) -> bytes:
-        return b""
 
     async def start(self, position: int, source_state: bytes, until_caught_up: bool) -> None:
         """Connect, check the stream, and read from sequence ``position`` (0: its first message);
@@ -223,9 +214,6 @@ class NatsSource:
                 self.bad_records.handle(error, f"nats stream {self.parameters.stream}", sequence, bytes(message.data))
             self._position = sequence + 1
         return records
-
-    def committed(self) -> None:
-        """Nothing to do: the committed position is the acknowledgement."""
 
     async def close(self) -> None:
         if self._client is not None:
