@@ -109,7 +109,7 @@ SOURCE_KEYS = "source_keys"
 class KeyedLiveSource(LiveSource, Protocol):
     """A live source that also commits keyed entries with its batches (the ``http`` source's
     idempotency keys): internal state :data:`SOURCE_KEYS` of its reader, one entry per key, so
-    a batch writes only what changed."""
+    a batch writes only what changed. Keys are encoded keys (``egress.keys.encode_key``), values JSON."""
 
     def restore_keys(self, entries: dict[bytes, bytes]) -> None:
         """The committed entries, before :meth:`LiveSource.start`."""

@@ -21,8 +21,9 @@ from egress.runtime.options import RunOptions
 from egress.runtime.plan import SourcePlan
 
 POSITION = ("", 0)
-SOURCE_STATE = ("source", b"")
-"""Where a source reader commits its source's own state: ``(state name, encoded key)``."""
+SOURCE_STATE = ("source", b"[]")
+"""Where a source reader commits its source's own state: ``(state name, encoded key)`` (the empty
+key, ``encode_key([])``, so every reader of keyed state can decode it)."""
 
 
 async def load_source_state(engine: Engine, consumer: str) -> bytes:

@@ -37,6 +37,7 @@ from egress.connectors.sources.bad_records import BadRecordParameters, check_bad
 from egress.connectors.sources.live import CountedPosition, referenced_file_errors
 from egress.connectors.sources.schema import json_row, parse_timestamp, record_error
 from egress.errors import EgressError, SourceDataError, SpecError
+from egress.keys import decode_key, encode_key
 from egress.spec import StreamSpec
 
 
@@ -134,7 +135,7 @@ class HttpSource(CountedPosition):
 
     def restore_keys(self, entries: dict[bytes, bytes]) -> None:
         """The committed idempotency keys (``source_keys`` state: key → accepted-at seconds)."""
-        self._keys = {key.decode(): float(value) for key, value in entries.items()}
+        self._keys = {str(decode_key(key)[0]): float(value) for key, value in entries.items()}
 
     def take_key_writes(self) -> dict[bytes, bytes | None]:
         """The key state to commit with the batch just taken (new keys; expired ones deleted)."""
@@ -183,7 +184,7 @@ class HttpSource(CountedPosition):
                 records.append(SourceRecord(self._position, row, timestamp))
                 self._position += 1
             if request.key is not None and self.parameters.idempotency_window > 0:
-                self._key_writes[request.key.encode()] = repr(now).encode()
+                self._key_writes[encode_key([request.key])] = repr(now).encode()
             self._taken.append(request)
         return records
 
@@ -293,7 +294,7 @@ class HttpSource(CountedPosition):
         window = self.parameters.idempotency_window
         for key in [k for k, at in self._keys.items() if now - at > window]:
             del self._keys[key]
-            self._key_writes[key.encode()] = None
+            self._key_writes[encode_key([key])] = None
 
     def _bearer_token(self) -> bytes | None:
         parameters = self.parameters
