@@ -95,3 +95,17 @@ def test_dead_letter_needs_a_path_and_a_path_needs_dead_letter(tmp_path: Path) -
     with_source_parameters(spec, on_bad_record="skip", dead_letter_path="bad.jsonl")
     with pytest.raises(SpecErrors, match="dead_letter_path is used only with on_bad_record: dead_letter"):
         load_plan(spec, dynamic)
+
+
+def test_the_summary_of_several_processes_adds_up_their_bad_records(tmp_path: Path) -> None:
+    from egress.cli.processes import merge_reports
+
+    for index, skipped in enumerate((2, 3)):
+        (tmp_path / f"worker-{index}.json").write_text(orjson.dumps(
+            {"rows_read": 1, "bad_records_skipped": skipped, "bad_records_dead_lettered": 1, "drained": True,
+             "elapsed_seconds": 1.0}).decode())
+    merged = merge_reports([tmp_path / "worker-0.json", tmp_path / "worker-1.json"], 1.0)
+    assert (merged["bad_records_skipped"], merged["bad_records_dead_lettered"]) == (5, 2)
+    console = Console(record=True, width=120)
+    console.print(summary_table(merged))
+    assert "bad records dead-lettered" in console.export_text()

@@ -148,8 +148,8 @@ class ProcessesRun:
 def merge_reports(paths: list[Path], elapsed: float) -> dict[str, Any]:
     """One report from the children's ``--report`` files (those that exist): counters added up."""
     merged: dict[str, Any] = {"responses": {}, "blocked": [], "status": {}, "drained": True, "errors": []}
-    counters = ("rows_read", "messages_processed", "posts", "retries", "attempt_failures", "delivered",
-                "dead_letters", "responses_2xx", "unacknowledged", "epochs")
+    counters = ("rows_read", "bad_records_skipped", "bad_records_dead_lettered", "messages_processed", "posts",
+                "retries", "attempt_failures", "delivered", "dead_letters", "responses_2xx", "unacknowledged", "epochs")
     for name in counters:
         merged[name] = 0
     for path in paths:
