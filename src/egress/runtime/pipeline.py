@@ -235,7 +235,7 @@ class Pipeline:
                 for watcher in watchers:
                     watcher.cancel()
                 await asyncio.gather(*watchers, return_exceptions=True)
-            result.blocked = [e for e in (job.blocked_error for job in self.jobs) if e]
+            result.blocked = self.units.blocked()
         finally:
             if self.server is not None:
                 await self.server.stop()
@@ -444,31 +444,46 @@ class Pipeline:
     async def _partitions_status(self, owners: dict[Unit, str]) -> list[dict[str, Any]]:
         """Every computation partition: its owner and input lag; where it runs here, its sinks' state."""
         local = {(job.plan.computation_id, job.partition): job for job in self.jobs}
+        remote = await self._committed_positions() if self.worker_id is not None else {}
         partitions = []
         for unit in self.all_units():
             if is_source(unit):
                 continue
             job = local.get(unit)
+            positions = job.positions() if job is not None else remote.get(unit)
             entry: dict[str, Any] = {"computation": unit[0], "partition": unit[1], "owner": owners.get(unit),
-                                     "input_lag": await self._input_lag(unit, job)}
+                                     "input_lag": await self._input_lag(unit, positions)}
             if job is not None:
                 entry.update(unacknowledged={sink_id: sink.unacknowledged for sink_id, sink in job.sinks.items()},
                              blocked=job.blocked_error)
             partitions.append(entry)
         return partitions
 
-    async def _input_lag(self, unit: Unit, job: PartitionJob | None) -> int | None:
-        """Messages of ``unit``'s inputs not yet processed: from the job where it runs here, else
-        from its committed checkpoint (``None`` before the run opened its engine)."""
+    async def _committed_positions(self) -> dict[Unit, dict[str, int]]:
+        """The committed input positions of partitions another worker runs, from the inventory: known
+        for a stream only one computation reads (the inventory does not say whose a position is)."""
+        engine = self._require_engine()
+        readers: dict[str, list[str]] = {}
+        for computation in self.plan.computations.values():
+            for stream in computation.input_stream_ids:
+                readers.setdefault(stream, []).append(computation.computation_id)
+        committed = (await engine.inventory()).read_positions
+        positions: dict[Unit, dict[str, int]] = {}
+        for computation in self.plan.computations.values():
+            streams = computation.input_stream_ids
+            if any(len(readers[stream]) > 1 for stream in streams):
+                continue
+            for partition in range(self.plan.spec.partition_count):
+                positions[(computation.computation_id, partition)] = {
+                    stream: max(committed.get((stream, partition), [0])) for stream in streams}
+        return positions
+
+    async def _input_lag(self, unit: Unit, positions: dict[str, int] | None) -> int | None:
+        """Messages of ``unit``'s inputs after ``positions`` (``None``: unknown here, or no engine open)."""
         engine = self._engine
-        if engine is None:
+        if engine is None or positions is None:
             return None
         computation, partition = unit
-        if job is not None:
-            positions = job.positions()
-        else:
-            checkpoint = await engine.load_checkpoint(computation, partition, [])
-            positions = {s: o for (s, p), o in checkpoint.input_positions.items() if p == partition}
         lag = 0
         for stream in self.plan.computations[computation].input_stream_ids:
             lag += await engine.end_offset(stream, partition) - positions.get(stream, 0)
@@ -477,7 +492,7 @@ class Pipeline:
     async def _refresh_gauges(self) -> None:
         """Before a scrape of ``/metrics``: the input lag of each partition this process runs."""
         for job in self.jobs:
-            lag = await self._input_lag((job.plan.computation_id, job.partition), job)
+            lag = await self._input_lag((job.plan.computation_id, job.partition), job.positions())
             if lag is not None:
                 self.metrics.partition_input_lag.labels(job.plan.computation_id, str(job.partition)).set(lag)
 

@@ -79,6 +79,7 @@ class Worker:
         self._changed = asyncio.Event()
         self._handovers: dict[Unit, asyncio.Task[None]] = {}
         self._losing: set[Unit] = set()
+        self._failure: BaseException | None = None  # what a job raised while being handed over
         self.members: list[MemberInfo] = []
         self.lost: list[tuple[Unit, float]] = []  # units whose lease was lost, and when (clock.now())
         self.taken: list[tuple[Unit, float]] = []  # units taken, and when (clock.now())
@@ -119,10 +120,16 @@ class Worker:
         next_heartbeat = clock.monotonic()
         while not self._stop.is_set():
             self._collect_ended()
-            if clock.monotonic() >= next_heartbeat:
-                await self._heartbeat()
-                next_heartbeat = clock.monotonic() + self.settings.heartbeat_period
-            waiting = await self._reconcile()
+            waiting = True
+            try:
+                if clock.monotonic() >= next_heartbeat:
+                    await self._heartbeat()
+                    next_heartbeat = clock.monotonic() + self.settings.heartbeat_period
+                waiting = await self._reconcile()
+            except Exception as error:  # the engine unreachable for a moment: its leases may still hold
+                logger.warning("worker %s: the engine failed (%s: %s); trying again", self.settings.worker_id,
+                               type(error).__name__, error)
+                next_heartbeat = min(next_heartbeat, clock.monotonic() + self.settings.acquire_retry_period)
             period = self.settings.acquire_retry_period if waiting else next_heartbeat - clock.monotonic()
             await self._wait(max(0.0, period))
 
@@ -169,20 +176,26 @@ class Worker:
         return waiting
 
     async def _hand_over(self, unit: Unit) -> None:
-        """Finish the unit's epoch and commit, then release its lease (a lost lease: nothing to release)."""
+        """Finish the unit's epoch and commit, then release its lease (a lost lease: nothing to
+        release; a release that fails: the lease lapses after its TTL instead)."""
         epoch = self._jobs.running[unit].epoch
         error = await self._jobs.stop(unit)
         try:
             if error is None:
                 await self._engine.release(unit[0], unit[1], epoch)
-            elif not isinstance(error, FencedError):
-                raise error
+            elif not isinstance(error, FencedError) and self._failure is None:
+                self._failure = error
+        except Exception as failed:
+            logger.warning("%s partition %d: release failed (%s); the lease lapses in %s s", unit[0], unit[1],
+                           failed, self.settings.lease_ttl)
         finally:
             self._handovers.pop(unit, None)
             self.notice()
 
     def _collect_ended(self) -> None:
         """Forget units whose job ended after losing its lease; raise a failure of the pipeline."""
+        if self._failure is not None:
+            raise self._failure
         for unit, error in self._jobs.ended().items():
             if unit in self._handovers:
                 continue
@@ -207,9 +220,9 @@ class Worker:
         for unit in list(self._jobs.running):
             if unit not in self._handovers and unit not in self._losing:
                 self._handovers[unit] = asyncio.create_task(self._hand_over(unit))
-        results = await asyncio.gather(*self._handovers.values(), return_exceptions=True)
+        await asyncio.gather(*self._handovers.values(), *(r.task for r in self._jobs.running.values()),
+                             return_exceptions=True)
         with contextlib.suppress(Exception):
             await self._engine.deregister(self.settings.worker_id)
-        for result in results:
-            if isinstance(result, BaseException) and not isinstance(result, asyncio.CancelledError):
-                raise result
+        if self._failure is not None:
+            raise self._failure
