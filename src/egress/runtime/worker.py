@@ -1,11 +1,11 @@
 """A cluster worker: one of several processes that share a pipeline through one engine.
 
 Every ``heartbeat_period`` seconds the worker registers itself (a member for ``lease_ttl``
-seconds), renews the lease of every unit it runs, lists the live members, and computes by
-rendezvous hashing (``egress.runtime.assignment``) the units it should run. It takes the ones it
-should run and does not (``try_acquire``; a unit whose lease another worker still holds is tried
-again every ``acquire_retry_period`` seconds until that worker hands it over), and hands over the
-ones it runs and should not: the job finishes its epoch and commits, then the lease is released so
+seconds) and renews the lease of every unit it runs. Every ``acquire_retry_period`` seconds it
+lists the live members and computes by rendezvous hashing (``egress.runtime.assignment``) the
+units it should run: it takes the ones it should run and does not (``try_acquire``; a unit whose
+lease another worker still holds is tried again the next time, until that worker hands it over),
+and hands over the ones it runs and should not: the job finishes its epoch and commits, then the lease is released so
 the new owner can take it at once. A renewal that returns ``False`` or a commit that raises
 ``FencedError`` means the unit's lease was lost: that job stops, and the worker goes on.
 
@@ -44,7 +44,8 @@ class WorkerSettings:
     """``worker_id`` names this worker in the cluster; ``spec_digest`` the Spec it runs (the
     others must run the same); ``lease_ttl`` (seconds) how long a lease and a membership last
     without renewal; ``heartbeat_period`` (seconds) how often both are renewed;
-    ``acquire_retry_period`` (seconds) how often a wanted unit still held elsewhere is tried;
+    ``acquire_retry_period`` (seconds) how often the members are listed and a wanted unit still held
+elsewhere is tried;
     ``spec_file`` names the Spec in errors; ``details`` what ``/status`` shows of this worker."""
 
     worker_id: str
@@ -120,18 +121,19 @@ class Worker:
         next_heartbeat = clock.monotonic()
         while not self._stop.is_set():
             self._collect_ended()
-            waiting = True
             try:
                 if clock.monotonic() >= next_heartbeat:
                     await self._heartbeat()
                     next_heartbeat = clock.monotonic() + self.settings.heartbeat_period
-                waiting = await self._reconcile()
+                else:  # a joiner is seen within a retry period, not a heartbeat: its share moves sooner
+                    self.members = await self._engine.members()
+                await self._reconcile()
             except Exception as error:  # the engine unreachable for a moment: its leases may still hold
                 logger.warning("worker %s: the engine failed (%s: %s); trying again", self.settings.worker_id,
                                type(error).__name__, error)
                 next_heartbeat = min(next_heartbeat, clock.monotonic() + self.settings.acquire_retry_period)
-            period = self.settings.acquire_retry_period if waiting else next_heartbeat - clock.monotonic()
-            await self._wait(max(0.0, period))
+            until_heartbeat = next_heartbeat - clock.monotonic()
+            await self._wait(max(0.0, min(until_heartbeat, self.settings.acquire_retry_period)))
 
     async def _wait(self, seconds: float) -> None:
         """Until a job ends, a stop is asked for, or ``seconds`` on the clock."""
@@ -160,20 +162,16 @@ class Worker:
         names = {m.worker_id for m in self.members} | {self.settings.worker_id}
         return units_of(assign(self._units, names), self.settings.worker_id)
 
-    async def _reconcile(self) -> bool:
-        """Take and hand over units; True while a wanted unit is still held by another worker."""
+    async def _reconcile(self) -> None:
+        """Take and hand over units (a wanted unit another worker still holds is tried next time)."""
         step = changes(self.desired(), set(self._jobs.running), set(self._handovers) | self._losing)
         for unit in step.hand_over:
             self._handovers[unit] = asyncio.create_task(self._hand_over(unit))
-        waiting = False
         for unit in sorted(step.take):
             epoch = await self._engine.try_acquire(unit[0], unit[1], self.settings.worker_id, self.settings.lease_ttl)
-            if epoch is None:
-                waiting = True
-                continue
-            self._jobs.start(unit, epoch)
-            self.taken.append((unit, self._clock.now()))
-        return waiting
+            if epoch is not None:
+                self._jobs.start(unit, epoch)
+                self.taken.append((unit, self._clock.now()))
 
     async def _hand_over(self, unit: Unit) -> None:
         """Finish the unit's epoch and commit, then release its lease (a lost lease: nothing to
