@@ -213,7 +213,7 @@ class Pipeline:
                 raise mismatch.in_file(self.plan.spec_file) from None
             if self.worker_id is not None:  # before the layout check, which may record this Spec's additions
                 await refuse_another_spec(engine, spec_digest(spec), self.worker_id, self.plan.spec_file)
-            await check_state_directory(engine, self.plan, self.state_dir)
+            await self._check_state_directory(engine)
             if dynamic.throttlers or self.options.throttler_url is not None:
                 self.throttling = Throttling(dynamic, self.clock, registry=self.metrics.registry,
                                              throttler_url=self.options.throttler_url,
@@ -247,6 +247,10 @@ class Pipeline:
             await engine.close()
         result.elapsed = self.clock.monotonic() - started
         return result
+
+    async def _check_state_directory(self, engine: Engine) -> None:
+        """:func:`check_state_directory` of this run's plan and state directory."""
+        await check_state_directory(engine, self.plan, self.state_dir)
 
     def _make_runner(self, unit: Unit) -> Runner:
         """A fresh source reader or partition job for ``unit``, from the plan in force."""
