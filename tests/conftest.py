@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import gzip
 import sqlite3
+import subprocess
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -31,6 +32,18 @@ def _nats_server_stops_at_the_end() -> Iterator[None]:
 def nats_server() -> str:
     """The URL of a real nats-server with JetStream on loopback, shared by the session."""
     return nats_url()
+
+
+@pytest.fixture
+def egress_processes() -> Iterator[list[subprocess.Popen[bytes]]]:
+    """The ``egress run`` processes a test starts; any still running at the end is killed (a
+    stopped one too: SIGKILL ends a SIGSTOPped process)."""
+    processes: list[subprocess.Popen[bytes]] = []
+    yield processes
+    for process in processes:
+        if process.poll() is None:
+            process.kill()
+            process.wait()
 
 
 @pytest.fixture
@@ -117,6 +130,30 @@ def payload_spec(
     spec_path.write_text(yaml.safe_dump(spec))
     dynamic_path.write_text(yaml.safe_dump(dynamic))
     return spec_path, dynamic_path
+
+
+def pass_through_spec(path: Path, pipeline: str, source: dict[str, Any], url: str, *,
+                      extra_columns: tuple[str, ...] = (), headers: dict[str, str] | None = None) -> Path:
+    """Write to ``path`` a Spec reading ``source`` (``source_class_name`` and ``parameters``) into
+    ``events`` (``id`` int64, ``payload`` string and the ``extra_columns``, strings; keyed by ``id``)
+    and POSTing each ``payload`` unchanged to ``url`` (with ``headers``); returns ``path``."""
+    columns = [{"name": "id", "type": "int64"}, {"name": "payload", "type": "string"},
+               *({"name": name, "type": "string"} for name in extra_columns)]
+    sink = {"url": url, "payload_column": "payload", **({"headers": headers} if headers else {})}
+    spec = {
+        "pipeline": pipeline,
+        "partition_count": 2,
+        "streams": {"events": {"schema": columns, "group_by": ["id"]},
+                    "requests": {"schema": [{"name": "payload", "type": "string"}]}},
+        "sources": {"input": {"output_stream_id": "events", **source}},
+        "computations": {"deliver": {
+            "processing_function": "tests.pipelines:Passthrough",
+            "input_stream_ids": ["events"], "output_stream_ids": ["requests"],
+            "sinks": {"http": {"sink_class_name": "async_http", "input_stream_ids": ["requests"], "parameters": sink}},
+        }},
+    }
+    path.write_text(yaml.safe_dump(spec))
+    return path
 
 
 def payload_key(tmp_path: Path, position: int, depth: int = 1) -> str:

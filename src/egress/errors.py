@@ -6,9 +6,13 @@ one type. The shape follows httpx: a small tree, named by what went wrong, not b
     EgressError
     ├── SpecError                 a Spec or DynamicSpec is invalid (file, path, fix)
     │   ├── SpecErrors            several found in one pass
-    │   └── SpecMismatchError     the Spec's layout is not the state directory's (also a StateDirectoryError)
+    │   ├── SpecMismatchError     the Spec's layout is not the state directory's (also a StateDirectoryError)
+    │   └── ClusterSpecError      a worker's Spec is not the one its cluster's live members run (egress.runtime.worker)
     ├── StateDirectoryError       the state directory cannot be used (busy, another pipeline, unknown version)
     ├── SourceDataError           a source record does not fit the stream schema (file, line, column)
+    ├── SourceChangedError        a source's input is not the one its committed position was read from
+    ├── NatsSourceError           the nats source cannot reach its server or stream (egress.connectors.sources.nats)
+    ├── HttpSourceError           the http source cannot listen or read its token (egress.connectors.sources.http)
     ├── ProcessFunctionError      a process function raised (stream, key, message id)
     │   └── RowEncodingError      an emitted value cannot be stored (computation, stream, column, id)
     ├── DeliveryError             a delivery's retry budget is exhausted
@@ -76,6 +80,12 @@ class SourceDataError(EgressError):
 
     The message names the file, the line (1-based, the header is line 1) and the column.
     """
+
+
+class SourceChangedError(EgressError):
+    """A source's input no longer holds what its committed position was read from (a file replaced
+    or shortened between runs), so resuming would skip or repeat records. Raised when the source
+    starts reading; the message names the file, what changed and the fix."""
 
 
 class ProcessFunctionError(EgressError):

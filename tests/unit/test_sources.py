@@ -9,7 +9,7 @@ import pytest
 
 from egress.connectors.sources import CsvSource, JsonlSource
 from egress.connectors.sources.files import CsvSourceParameters, FileSourceParameters
-from egress.errors import SourceDataError
+from egress.errors import SourceChangedError, SourceDataError
 from egress.spec import StreamSpec
 
 STREAM = StreamSpec.model_validate({"schema": [
@@ -144,3 +144,31 @@ def test_validation_checks_the_csv_header(tmp_path: Path) -> None:
     errors = CsvSource.check(CsvSourceParameters(path="f.csv"), STREAM, tmp_path)
     assert [e.path for e in errors] == ["parameters/path"]
     assert "lacks schema column(s) distance, cancelled, tailnum, time_hour" in errors[0].message
+
+
+def test_a_gzip_file_replaced_by_another_is_refused_and_an_identical_one_resumes(tmp_path: Path) -> None:
+    first = csv_source(tmp_path, CSV, name="f.csv.gz")
+    assert len(list(first.records(0))) == 3
+    committed = first.source_state
+    same = csv_source(tmp_path, CSV + "EWR,1,2,false,N1,,z\n", name="f.csv.gz")  # rewritten: other compressed bytes
+    same.resume(committed)
+    with pytest.raises(SourceChangedError, match=r"f\.csv\.gz: source 's' already read 2 record"):
+        list(same.records(2))
+
+
+def test_a_state_directory_without_a_committed_identity_resumes_by_position(tmp_path: Path) -> None:
+    source = csv_source(tmp_path, CSV)
+    source.resume(b"")  # written before identities were committed: the position is trusted
+    assert [r.position for r in source.records(2)] == [2]
+    assert source.source_state  # and the identity is committed from now on
+
+
+def test_an_appended_file_keeps_its_identity(tmp_path: Path) -> None:
+    source = csv_source(tmp_path, CSV)
+    assert len(list(source.records(0))) == 3
+    committed = source.source_state
+    with open(tmp_path / "f.csv", "a") as file:
+        file.write("EWR,1,2,false,N1,,z\n")
+    again = CsvSource.create("s", CsvSourceParameters.model_validate({"path": "f.csv"}), STREAM, tmp_path)
+    again.resume(committed)
+    assert [r.position for r in again.records(3)] == [3]

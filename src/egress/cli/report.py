@@ -39,6 +39,7 @@ def snapshot(pipeline: Pipeline) -> dict[str, Any]:
     values: dict[str, Any] = {
         "rows_read": int(metrics.total("egress_source_rows_total")),
         "messages_processed": int(metrics.total("egress_computation_input_messages_total")),
+        **bad_records(metrics),
     }
     for name, samples in _SINK_COUNTERS.items():
         values[name] = int(sum(metrics.total(sample) for sample in samples))
@@ -49,6 +50,17 @@ def snapshot(pipeline: Pipeline) -> dict[str, Any]:
         epochs=int(metrics.total("egress_epochs_committed_total")),
     )
     return values
+
+
+def bad_records(metrics: Metrics) -> dict[str, int]:
+    """Records the sources dropped under ``on_bad_record``: ``bad_records_skipped`` and
+    ``bad_records_dead_lettered`` (all sources added up)."""
+    counts = {"skip": 0, "dead_letter": 0}
+    for family in metrics.registry.collect():
+        for sample in family.samples:
+            if sample.name == "egress_source_bad_records_total":
+                counts[sample.labels["action"]] += int(sample.value)
+    return {"bad_records_skipped": counts["skip"], "bad_records_dead_lettered": counts["dead_letter"]}
 
 
 def progress_line(values: dict[str, Any], elapsed: float) -> str:
@@ -73,12 +85,14 @@ def final_report(pipeline: Pipeline, result: RunResult) -> dict[str, Any]:
     return values
 
 
-def summary_table(report: dict[str, Any]) -> Table:
-    table = Table(title="egress run", show_header=False, title_justify="left")
+def summary_table(report: dict[str, Any], title: str = "egress run") -> Table:
+    table = Table(title=title, show_header=False, title_justify="left")
     table.add_column("what", style="bold")
     table.add_column("value", justify="right")
     labels = {"attempt_failures": "transport errors"}  # failures before a complete response, not statuses
-    for name in ("rows_read", "messages_processed", "posts", "responses_2xx", "retries", "attempt_failures",
+    labels.update(bad_records_skipped="bad records skipped", bad_records_dead_lettered="bad records dead-lettered")
+    for name in ("rows_read", "bad_records_skipped", "bad_records_dead_lettered", "messages_processed", "posts",
+                 "responses_2xx", "retries", "attempt_failures",
                  "delivered", "dead_letters", "unacknowledged", "epochs"):
         table.add_row(labels.get(name, name.replace("_", " ")), f"{report[name]:,}")
     table.add_row("responses by status", ", ".join(f"{k}: {v:,}" for k, v in report["responses"].items()) or "-")

@@ -44,6 +44,8 @@ def state_lines(state_dir: Path, *, name: str | None = None, internal: bool = Tr
                 yield {"kind": "external", "table": table, "key": orjson.loads(key), "row": decode_row(row)}
     if internal:
         for computation, state, key, value in found["internal"]:
+            if computation.startswith("source:"):
+                continue  # a source reader's position state (docs/sources.md), not a process function's
             if name in (None, state):
                 yield {"kind": "internal", "computation": computation, "state": state, "key": orjson.loads(key),
                        "value": orjson.loads(value)}

@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, ClassVar, Protocol
+from typing import Any, ClassVar, Protocol, runtime_checkable
 
 from pydantic import BaseModel
 
@@ -32,6 +32,9 @@ class SourceRecord:
     position: int
     row: dict[str, Any]
     event_timestamp: float | None
+    source_partition: int = 0
+    """Which of the source's inputs the position counts in (a followed file's number; 0 for a
+    source with one input): the ``source partition`` of its message id."""
 
 
 class Source(Protocol):
@@ -39,6 +42,81 @@ class Source(Protocol):
 
     def records(self, start_position: int) -> Iterator[SourceRecord]:
         """Records from ``start_position`` on; raises ``SourceDataError`` for a bad record."""
+        ...
+
+
+@runtime_checkable
+class ResumableSource(Source, Protocol):
+    """A source that commits its own state with its position: the ``source state`` (opaque bytes,
+    like a sink's ``sink_state``), e.g. the identity of the file a file source reads. The reader
+    commits :attr:`source_state` in the same epoch as the position after the records yielded so
+    far, and on a restart gives it back to :meth:`resume` before calling ``records``."""
+
+    def resume(self, source_state: bytes) -> None:
+        """The source state committed with the position ``records`` will be given (``b""`` before
+        any commit); ``records`` raises ``SourceChangedError`` when the input no longer fits it."""
+        ...
+
+    @property
+    def source_state(self) -> bytes:
+        """The state to commit with the position after the last record yielded."""
+        ...
+
+
+@runtime_checkable
+class LiveSource(Protocol):
+    """An endless source read on the event loop (a JetStream stream, a followed file): records
+    arrive while the pipeline runs, and it never ends by itself.
+
+    The reader calls :meth:`start` once, then :meth:`take` epoch by epoch, committing
+    :attr:`position` (and :attr:`source_state`) with each batch it took, and :meth:`close` at the end.
+    """
+
+    async def start(self, position: int, source_state: bytes, until_caught_up: bool) -> None:
+        """Connect or open, resuming after the committed ``position`` and ``source_state``; with
+        ``until_caught_up``, remember the input's end now: :meth:`take` returns ``None`` once every
+        record before it was taken. Raises an ``EgressError`` naming the input and the fix."""
+        ...
+
+    async def take(self, limit: int, wait: float) -> list[SourceRecord] | None:
+        """Up to ``limit`` records, waiting at most ``wait`` seconds for the first (``[]`` when none
+        came); ``None`` when caught up (only with ``until_caught_up``). Raises ``SourceDataError``."""
+        ...
+
+    @property
+    def position(self) -> int:
+        """The position to commit after the records taken so far (the next one to read)."""
+        ...
+
+    @property
+    def source_state(self) -> bytes:
+        """The state to commit with :attr:`position` (``b""`` for a source without any)."""
+        ...
+
+    def committed(self) -> None:
+        """The records taken so far are committed (a source that answers its producers, the
+        ``http`` source, answers them now); a no-op for most."""
+        ...
+
+    async def close(self) -> None: ...
+
+
+SOURCE_KEYS = "source_keys"
+"""The internal state name under which a :class:`KeyedLiveSource`'s entries commit."""
+
+
+@runtime_checkable
+class KeyedLiveSource(LiveSource, Protocol):
+    """A live source that also commits keyed entries with its batches (the ``http`` source's
+    idempotency keys): internal state :data:`SOURCE_KEYS` of its reader, one entry per key, so
+    a batch writes only what changed. Keys are encoded keys (``egress.keys.encode_key``), values JSON."""
+
+    def restore_keys(self, entries: dict[bytes, bytes]) -> None:
+        """The committed entries, before :meth:`LiveSource.start`."""
+        ...
+
+    def take_key_writes(self) -> dict[bytes, bytes | None]:
+        """The entries to commit with the batch just taken (``None``: delete)."""
         ...
 
 
@@ -51,7 +129,7 @@ class SourceClass(Protocol):
         ...
 
     @classmethod
-    def create(cls, source_id: str, parameters: Any, stream: StreamSpec, base_dir: Path) -> Source: ...
+    def create(cls, source_id: str, parameters: Any, stream: StreamSpec, base_dir: Path) -> Source | LiveSource: ...
 
 
 @dataclass(frozen=True)

@@ -52,6 +52,11 @@ class Metrics:
             "egress_source_rows", "Rows read by a source and appended to its stream.",
             ["source_id"], registry=self.registry,
         )
+        self.source_bad_records = Counter(
+            "egress_source_bad_records", "Records a source dropped as not fitting its schema (on_bad_record), "
+            "by action: skip or dead_letter.",
+            ["source_id", "action"], registry=self.registry,
+        )
         self.computation_messages = Counter(
             "egress_computation_input_messages", "Input messages processed by a computation.",
             ["computation_id"], registry=self.registry,
@@ -114,6 +119,14 @@ class Metrics:
         )
         self.firehose = _FirehoseSinkMetrics(self.registry)
         self.batching_http = _BatchingHttpSinkMetrics(self.registry)
+        self.partition_owned = Gauge(
+            "egress_partition_owned", "1 while this process runs the unit (a computation partition, or "
+            "source:<id> partition 0), 0 once it stopped.", ["computation", "partition"], registry=self.registry,
+        )
+        self.partition_input_lag = Gauge(
+            "egress_partition_input_lag", "Input messages of a partition this process runs not yet processed "
+            "(refreshed at each scrape).", ["computation", "partition"], registry=self.registry,
+        )
         self.broken = Gauge(
             "egress_status_broken", "1 while the status path is in error (upstream /status_profiler/broken).",
             ["path"], registry=self.registry,

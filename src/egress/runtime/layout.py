@@ -14,7 +14,8 @@ The layout, in the Spec's own paths:
 - ``streams/<id>/schema`` (each column's type and ``required``; the column order is not part of
   it, rows are stored by column name) and ``streams/<id>/group_by``;
 - ``sources/<id>/``: ``source_class_name`` (aliases of one class are equal), ``output_stream_id``
-  and ``parameters/path`` (what a file source reads, as the Spec names it);
+  and ``parameters/path`` (what a file source reads, as the Spec names it; ``parameters/stream``
+  for a ``nats`` source);
 - ``computations/<id>/``: ``computation_class_name``, ``input_stream_ids``,
   ``output_stream_ids``, and per sink ``sinks/<id>/sink_class_name`` and ``input_stream_ids``.
 
@@ -67,7 +68,7 @@ def spec_layout(plan: Plan) -> dict[str, Any]:
                                  "output_stream_id": source.output_stream_id}
         reads = plan.sources[source_id].reads
         if reads:
-            entry["parameters"] = {"path": reads}
+            entry["parameters"] = {plan.sources[source_id].reads_parameter: reads}
         sources[source_id] = entry
     return {
         "partition_count": spec.partition_count,

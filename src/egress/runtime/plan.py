@@ -30,9 +30,15 @@ class SourcePlan:
 
     @property
     def reads(self) -> str:
-        """What the source reads, as the Spec names it (a file source's ``path``; ``""`` for a
-        source without one): it scopes the source's message ids and is recorded in the state directory."""
-        return str(getattr(self.parameters, "path", ""))
+        """What the source reads, as the Spec names it (a file source's ``path``, the parameters'
+        ``reads`` when they define one, e.g. a ``nats`` source's stream; ``""`` for a source without
+        either): it scopes the source's message ids and is recorded in the state directory."""
+        return str(getattr(self.parameters, "reads", None) or getattr(self.parameters, "path", ""))
+
+    @property
+    def reads_parameter(self) -> str:
+        """The parameter :attr:`reads` comes from (``path`` unless the parameters name another)."""
+        return str(getattr(self.parameters, "reads_parameter", "path"))
 
 
 @dataclass(frozen=True)

@@ -1,7 +1,9 @@
 """A source reader: moves one source's records into its stream's log, exactly once.
 
 Each chunk of records is appended to the log partitions of their keys in the same transaction
-that commits the source position, so a crash never loses or doubles a record.
+that commits the source position, so a crash never loses or doubles a record. A
+:class:`~egress.connectors.base.ResumableSource` also commits its source state in that transaction
+(internal state :data:`SOURCE_STATE` of the consumer ``source:<id>``, so every engine keeps it).
 """
 
 from __future__ import annotations
@@ -11,7 +13,7 @@ import itertools
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
-from egress.connectors.base import SourceRecord
+from egress.connectors.base import SOURCE_KEYS, KeyedLiveSource, LiveSource, ResumableSource, Source, SourceRecord
 from egress.engines import Engine, EpochCommit, LogAppend
 from egress.keys import encode_key, partition_of, source_message_id, source_scope
 from egress.observe import Metrics
@@ -19,6 +21,29 @@ from egress.runtime.options import RunOptions
 from egress.runtime.plan import SourcePlan
 
 POSITION = ("", 0)
+SOURCE_STATE = ("source", b"[]")
+"""Where a source reader commits its source's own state: ``(state name, encoded key)`` (the empty
+key, ``encode_key([])``, so every reader of keyed state can decode it)."""
+
+
+async def load_source_state(engine: Engine, consumer: str) -> bytes:
+    """The source state committed by source reader ``consumer`` (``b""`` before any)."""
+    state = await engine.load_keyed_state(consumer, 0, 1, [])
+    name, key = SOURCE_STATE
+    return state.internal.get(name, {}).get(key, b"")
+
+
+def source_state_writes(source: Source, committed: bytes) -> dict[tuple[str, bytes], bytes | None]:
+    """The state write that commits ``source``'s state when it changed since ``committed``."""
+    if isinstance(source, ResumableSource) and source.source_state != committed:
+        return {SOURCE_STATE: source.source_state}
+    return {}
+
+
+def finished_key(source_id: str) -> str:
+    """The engine metadata key a cluster's source reader sets, to the epoch of its lease, once it
+    has read its source to the end (``source_finished.<id>``): every worker's drained check reads it."""
+    return f"source_finished.{source_id}"
 
 
 class SourceReader:
@@ -36,6 +61,8 @@ class SourceReader:
         options: RunOptions,
         notify: Callable[[int], None],
         pipeline: str = "",
+        *,
+        record_finished: bool = False,
     ) -> None:
         self.plan = plan
         self._scope = source_scope(pipeline, plan.source_id, plan.reads)
@@ -44,32 +71,117 @@ class SourceReader:
         self._base_dir = base_dir
         self._partition_count = partition_count
         self._rows = metrics.source_rows.labels(plan.source_id)
+        self._bad_records = {action: metrics.source_bad_records.labels(plan.source_id, action)
+                             for action in ("skip", "dead_letter")}
+        self._bad_counted = {"skip": 0, "dead_letter": 0}
         self._options = options
         self._notify = notify
         self.finished = False
+        self._record_finished = record_finished
+        self._stop_requested = False
 
-    async def run(self, stop: asyncio.Event) -> None:
+    def stop(self) -> None:
+        """Stop after the chunk being read is committed."""
+        self._stop_requested = True
+
+    def wake(self) -> None:
+        """Nothing to wake: a reader never waits for input."""
+
+    async def run(self, stop: asyncio.Event | None = None, *, epoch: int | None = None) -> None:
+        """Read from the committed position under the lease held at ``epoch`` (``None``: ``acquire``
+        it now) until the source ends, :meth:`stop` is called or ``stop`` is set. At the end, with
+        ``record_finished``, sets :func:`finished_key` to the epoch in the engine's metadata."""
         engine = self._engine
-        epoch = await engine.acquire(self.consumer, 0)
+        if epoch is None:
+            epoch = await engine.acquire(self.consumer, 0)
         checkpoint = await engine.load_checkpoint(self.consumer, 0, [])
         position = checkpoint.input_positions.get(POSITION, 0)
         source = self.plan.source_class.create(self.plan.source_id, self.plan.parameters, self.plan.stream,
                                                self._base_dir)
-        records: Iterator[SourceRecord] = source.records(position)
         chunker = _Chunker(self.plan.stream.group_by, self.plan.stream_id, self._partition_count, self._scope)
-        while not stop.is_set():
+        if isinstance(source, LiveSource):
+            if not await self._read_live(source, chunker, epoch, position, stop):
+                return
+            await self._finish(epoch)
+            return
+        source_state = b""
+        if isinstance(source, ResumableSource):
+            source_state = await load_source_state(engine, self.consumer)
+            source.resume(source_state)
+        records: Iterator[SourceRecord] = source.records(position)
+        while not self._stopping(stop):
             # Parsing and keying run on a worker thread: the event loop thread is the pipeline's
             # critical path (it runs every partition job and sink), so work leaves it where it can.
             appends, touched, end = await asyncio.to_thread(chunker.take, records, self._options.source_chunk)
             if not appends:
                 break
-            await engine.commit(EpochCommit(self.consumer, 0, epoch, {POSITION: end}, log_appends=appends))
+            state_writes = source_state_writes(source, source_state)
+            await engine.commit(EpochCommit(self.consumer, 0, epoch, {POSITION: end}, log_appends=appends,
+                                            state_writes=state_writes))
+            source_state = state_writes.get(SOURCE_STATE) or source_state
             self._rows.inc(len(appends))
+            self._count_bad_records(source)
             for partition in touched:
                 self._notify(partition)
         else:
             return
+        await self._finish(epoch)
+
+    def _count_bad_records(self, source: object) -> None:
+        """Add the records ``source``'s ``on_bad_record`` policy dropped since the last call to the metrics."""
+        policy = getattr(source, "bad_records", None)
+        if policy is None:
+            return
+        for action, count in (("skip", policy.skipped), ("dead_letter", policy.dead_lettered)):
+            if count > self._bad_counted[action]:
+                self._bad_records[action].inc(count - self._bad_counted[action])
+                self._bad_counted[action] = count
+
+    def _stopping(self, stop: asyncio.Event | None) -> bool:
+        return self._stop_requested or (stop is not None and stop.is_set())
+
+    async def _finish(self, epoch: int) -> None:
+        """The source is read to its end: say so (with ``record_finished``, in the engine's metadata)."""
+        if self._record_finished:
+            await self._engine.write_meta(finished_key(self.plan.source_id), str(epoch))
         self.finished = True
+
+    async def _read_live(self, source: LiveSource, chunker: _Chunker, epoch: int, position: int,
+                         stop: asyncio.Event | None) -> bool:
+        """Read the live ``source`` batch by batch, each batch committed with the position and state
+        after it, until stopped (``False``) or, with ``until_drained``, caught up with the input's
+        end as it was at the start (``True``). A batch waits at most one ``epoch_period`` for its
+        first record, so a new record is committed within about one epoch of arriving."""
+        engine = self._engine
+        keyed = await engine.load_keyed_state(self.consumer, 0, 1, [])
+        name, key = SOURCE_STATE
+        source_state = keyed.internal.get(name, {}).get(key, b"")
+        if isinstance(source, KeyedLiveSource):
+            source.restore_keys(keyed.internal.get(SOURCE_KEYS, {}))
+        await source.start(position, source_state, self._options.until_drained)
+        try:
+            while not self._stopping(stop):
+                records = await source.take(self._options.source_chunk, self._options.epoch_period)
+                if records is None:
+                    return True
+                if not records and source.position == position and source.source_state == source_state:
+                    continue
+                appends, touched = await asyncio.to_thread(chunker.take_live, records)
+                position, state = source.position, source.source_state
+                writes: dict[tuple[str, bytes], bytes | None] = {SOURCE_STATE: state} if state != source_state else {}
+                if isinstance(source, KeyedLiveSource):
+                    writes.update(((SOURCE_KEYS, k), v) for k, v in source.take_key_writes().items())
+                await engine.commit(EpochCommit(self.consumer, 0, epoch, {POSITION: position}, log_appends=appends,
+                                                state_writes=writes))
+                source.committed()
+                source_state = state
+                self._rows.inc(len(appends))
+                self._count_bad_records(source)
+                for partition in touched:
+                    self._notify(partition)
+            return False
+        finally:
+            await source.close()
 
 
 class _Chunker:
@@ -80,6 +192,20 @@ class _Chunker:
         self._stream_id = stream_id
         self._partition_count = partition_count
         self._scope = scope
+
+    def take_live(self, records: list[SourceRecord]) -> tuple[list[LogAppend], set[int]]:
+        """``records`` of a live source as ``(appends, partitions touched)``; each record's message id
+        counts in its own ``source_partition`` (a followed file's number)."""
+        appends: list[LogAppend] = []
+        touched: set[int] = set()
+        for record in records:
+            key = encode_key([record.row[c] for c in self._group_by])
+            partition = partition_of(key, self._partition_count)
+            touched.add(partition)
+            appends.append((self._stream_id, partition,
+                            source_message_id(self._scope, record.source_partition, record.position), key,
+                            record.event_timestamp, record.row))
+        return appends, touched
 
     def take(self, records: Iterator[SourceRecord], count: int) -> tuple[list[LogAppend], set[int], int]:
         """Up to ``count`` records as ``(appends, partitions touched, position after the last)``;

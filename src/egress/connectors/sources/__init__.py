@@ -1,5 +1,7 @@
-"""Sources: ``csv`` and ``jsonl`` files."""
+"""Sources: ``csv`` and ``jsonl`` files (followed or not), ``nats`` (a JetStream stream), ``http`` (POSTs)."""
 
 from egress.connectors.sources.files import CsvSource, JsonlSource
+from egress.connectors.sources.http import HttpSource
+from egress.connectors.sources.nats import NatsSource
 
-__all__ = ["CsvSource", "JsonlSource"]
+__all__ = ["CsvSource", "HttpSource", "JsonlSource", "NatsSource"]

@@ -3,10 +3,16 @@
 Each record becomes a row of the output stream's schema; its position is its 0-based record
 number (the CSV header is not a record), which makes message ids stable across restarts.
 A bad value stops the source with an error naming the file, the line and the column.
+
+The file's identity (inode and a fingerprint of its first bytes, ``identity.FileIdentity``) is
+committed with the position as the source state; a restart that finds another file at the path,
+or the same file with fewer records than were read, raises ``SourceChangedError`` before reading
+anything instead of resuming by record number.
 """
 
 from __future__ import annotations
 
+import contextlib
 import csv
 import gzip
 import io
@@ -15,23 +21,28 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import IO, Any, ClassVar
 
-import orjson
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import ConfigDict, Field
 
 from egress.connectors.base import SOURCES, SourceRecord
-from egress.connectors.sources.schema import TEXT_PARSERS, check_json_value, data_error, timestamp_of
+from egress.connectors.sources.bad_records import BadRecordParameters, BadRecords, check_bad_record_parameters
+from egress.connectors.sources.follow import FollowedFiles
+from egress.connectors.sources.identity import FileIdentity, changed_error, check_record_count
+from egress.connectors.sources.schema import csv_plan, csv_row, json_row, timestamp_of
 from egress.errors import SourceDataError, SpecError
 from egress.spec import StreamSpec
 
 
-class FileSourceParameters(BaseModel):
-    """``path`` (relative paths are relative to the Spec file's folder) and the optional
-    ``timestamp_column`` giving each message's event time."""
+class FileSourceParameters(BadRecordParameters):
+    """``path`` (relative paths are relative to the Spec file's folder), the optional
+    ``timestamp_column`` giving each message's event time, and ``follow``: tail the file (or every
+    file of a glob ``path``) as it grows and follow its rotation (``egress.connectors.sources.follow``);
+    ``on_bad_record`` and ``dead_letter_path`` (``egress.connectors.sources.bad_records``)."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     path: str = Field(min_length=1)
     timestamp_column: str | None = None
+    follow: bool = False
 
 
 class CsvSourceParameters(FileSourceParameters):
@@ -39,7 +50,7 @@ class CsvSourceParameters(FileSourceParameters):
     columns (default ``NA`` and the empty string, as R and nycflights13 write them)."""
 
     delimiter: str = Field(default=",", min_length=1, max_length=1)
-    null_values: list[str] = ["NA", ""]
+    null_values: list[str] = Field(default_factory=lambda: ["NA", ""])
 
 
 def unreadable(path: Path, error: BaseException) -> SourceDataError:
@@ -55,19 +66,78 @@ def open_text(path: Path) -> IO[str]:
     return open(path, encoding="utf-8", newline="")
 
 
+def csv_text(fields: list[str], delimiter: str) -> str:
+    """One CSV record as text again (for a dead letter)."""
+    text = io.StringIO()
+    csv.writer(text, delimiter=delimiter, lineterminator="").writerow(fields)
+    return text.getvalue()
+
+
+def check_followed(path: Path) -> list[SpecError]:
+    """A followed ``path`` (or glob) may name no file yet, but its folder must exist and it must not
+    be compressed (a ``.gz`` file cannot be read while it is written)."""
+    errors = []
+    if path.suffix == ".gz":
+        errors.append(SpecError("follow: true cannot tail a compressed (.gz) file: follow the plain file",
+                                path="parameters/follow"))
+    if not path.parent.is_dir():
+        errors.append(SpecError(f"folder not found: {path.parent} (relative paths start at the Spec's folder)",
+                                path="parameters/path"))
+    return errors
+
+
+def wrap_text(binary: IO[bytes], path: Path) -> IO[str]:
+    """Text over the open ``binary`` file of ``path``, decompressing a ``.gz`` one."""
+    if path.suffix == ".gz":
+        return io.TextIOWrapper(gzip.GzipFile(fileobj=binary, mode="rb"), encoding="utf-8", newline="")
+    return io.TextIOWrapper(binary, encoding="utf-8", newline="")
+
+
 class _FileSource:
     parameters_model: ClassVar[type[FileSourceParameters]] = FileSourceParameters
 
-    def __init__(self, path: Path, parameters: Any, stream: StreamSpec) -> None:
+    def __init__(self, path: Path, parameters: Any, stream: StreamSpec, source_id: str = "",
+                 bad_records: BadRecords | None = None) -> None:
         self.path = path
         self.parameters = parameters
         self.stream = stream
+        self.source_id = source_id
+        self.bad_records = bad_records or BadRecords(source_id, parameters, path.parent)
+        self._committed: FileIdentity | None = None
+        self._identity: FileIdentity | None = None
+
+    def resume(self, source_state: bytes) -> None:
+        """The committed identity of the file (``b""``: none, a new source or a state directory
+        written before identities were committed, whose position is then trusted)."""
+        self._committed = FileIdentity.decode(source_state) if source_state else None
+
+    @property
+    def source_state(self) -> bytes:
+        """The identity of the file being read, once ``records`` opened it (``b""`` before)."""
+        return b"" if self._identity is None else self._identity.encode()
+
+    @contextlib.contextmanager
+    def _open(self, start_position: int) -> Iterator[IO[str]]:
+        """The file as text, after checking it is the one the committed position was read from."""
+        with open(self.path, "rb") as binary:
+            descriptor = binary.fileno()
+            if self._committed is not None and start_position > 0:
+                how = self._committed.change(descriptor)
+                if how is not None:
+                    raise changed_error(str(self.path), self.source_id, start_position, how)
+            self._identity = FileIdentity.of(descriptor)
+            with wrap_text(binary, self.path) as text:
+                yield text
+
+    kind: ClassVar[str] = ""
 
     @classmethod
     def check(cls, parameters: Any, stream: StreamSpec, base_dir: Path) -> list[SpecError]:
-        errors = []
+        errors = check_bad_record_parameters(parameters, base_dir)
         path = base_dir / parameters.path
-        if not path.is_file():
+        if parameters.follow:
+            errors += check_followed(path)
+        elif not path.is_file():
             errors.append(SpecError(f"file not found: {path} (relative paths start at the Spec's folder)",
                                     path="parameters/path"))
         column = parameters.timestamp_column
@@ -78,11 +148,15 @@ class _FileSource:
 
     @classmethod
     def create(cls, source_id: str, parameters: Any, stream: StreamSpec, base_dir: Path) -> Any:
-        return cls(base_dir / parameters.path, parameters, stream)
+        bad_records = BadRecords(source_id, parameters, base_dir)
+        if parameters.follow:
+            return FollowedFiles(cls.kind, base_dir / parameters.path, parameters, stream, source_id, bad_records)
+        return cls(base_dir / parameters.path, parameters, stream, source_id, bad_records)
 
     def records(self, start_position: int) -> Iterator[SourceRecord]:
         """Records from ``start_position`` on; raises ``SourceDataError`` naming the file for a bad
-        record, and for a file that cannot be read (a truncated or fake ``.gz``, bad UTF-8)."""
+        record, and for a file that cannot be read (a truncated or fake ``.gz``, bad UTF-8);
+        ``SourceChangedError`` for a file that is not the one the committed position was read from."""
         try:
             yield from self._records(start_position)
         except (OSError, EOFError, zlib.error, UnicodeDecodeError, csv.Error) as error:
@@ -97,13 +171,14 @@ class CsvSource(_FileSource):
     """CSV with a header row; columns not in the schema are ignored."""
 
     parameters_model: ClassVar[type[FileSourceParameters]] = CsvSourceParameters
+    kind: ClassVar[str] = "csv"
 
     @classmethod
     def check(cls, parameters: Any, stream: StreamSpec, base_dir: Path) -> list[SpecError]:
         """Adds the header check, so ``egress validate`` catches a file without a schema column."""
         errors = super().check(parameters, stream, base_dir)
         path = base_dir / parameters.path
-        if errors or not path.is_file():
+        if errors or parameters.follow or not path.is_file():
             return errors
         try:
             with open_text(path) as text:
@@ -120,46 +195,40 @@ class CsvSource(_FileSource):
         file = str(self.path)
         nulls = frozenset(self.parameters.null_values)
         timestamp_column = self.parameters.timestamp_column
-        with open_text(self.path) as text:
+        with self._open(start_position) as text:
             reader = csv.reader(text, delimiter=self.parameters.delimiter)
             header = next(reader, None)
             if header is None:
+                check_record_count(file, self.source_id, start_position, 0)
                 return
-            index = {name: i for i, name in enumerate(header)}
-            missing = [c.name for c in self.stream.columns if c.name not in index]
-            if missing:
-                raise data_error(file, 1, None, f"the header lacks schema column(s) {', '.join(missing)}")
-            plan = [(c.name, index[c.name], TEXT_PARSERS[c.type], c.required, c.type) for c in self.stream.columns]
+            plan = csv_plan(self.stream, header, file)
+            count = 0
             for position, fields in enumerate(reader):
+                count = position + 1
                 if position < start_position:
                     continue
                 line = reader.line_num
-                row: dict[str, Any] = {}
-                for name, at, parse, required, kind in plan:
-                    if at >= len(fields):
-                        raise data_error(file, line, name, f"the record has only {len(fields)} fields")
-                    raw = fields[at]
-                    if raw in nulls and (kind != "string" or not required):
-                        if required:
-                            raise data_error(file, line, name, f"{raw!r} (null) in a required column")
-                        row[name] = None
-                        continue
-                    try:
-                        row[name] = parse(raw)
-                    except ValueError as error:
-                        raise data_error(file, line, name, f"cannot parse {raw!r} as {kind} ({error})") from None
-                yield SourceRecord(position, row, timestamp_of(row, self.stream, timestamp_column, file, line))
+                try:
+                    row = csv_row(fields, plan, nulls, file, line)
+                    timestamp = timestamp_of(row, self.stream, timestamp_column, file, line)
+                except SourceDataError as error:
+                    self.bad_records.handle(error, file, position, csv_text(fields, self.parameters.delimiter))
+                    continue
+                yield SourceRecord(position, row, timestamp)
+            check_record_count(file, self.source_id, start_position, count)
 
 
 @SOURCES.register("jsonl")
 class JsonlSource(_FileSource):
     """One JSON object per line; keys not in the schema are ignored, a missing key is null."""
 
+    kind: ClassVar[str] = "jsonl"
+
     def _records(self, start_position: int) -> Iterator[SourceRecord]:
         file = str(self.path)
         columns = self.stream.columns
         timestamp_column = self.parameters.timestamp_column
-        with open_text(self.path) as text:
+        with self._open(start_position) as text:
             position = 0
             for line, raw in enumerate(text, start=1):
                 if not raw.strip():
@@ -168,16 +237,11 @@ class JsonlSource(_FileSource):
                     position += 1
                     continue
                 try:
-                    document = orjson.loads(raw)
-                except orjson.JSONDecodeError as error:
-                    raise data_error(file, line, None, f"not valid JSON ({error})") from None
-                if not isinstance(document, dict):
-                    raise data_error(file, line, None, f"expected a JSON object, got {type(document).__name__}")
-                row: dict[str, Any] = {}
-                for column in columns:
-                    try:
-                        row[column.name] = check_json_value(column, document.get(column.name))
-                    except ValueError as error:
-                        raise data_error(file, line, column.name, str(error)) from None
-                yield SourceRecord(position, row, timestamp_of(row, self.stream, timestamp_column, file, line))
+                    row = json_row(raw, columns, f"{file}:{line}")
+                    timestamp = timestamp_of(row, self.stream, timestamp_column, file, line)
+                except SourceDataError as error:
+                    self.bad_records.handle(error, file, position, raw)
+                else:
+                    yield SourceRecord(position, row, timestamp)
                 position += 1
+            check_record_count(file, self.source_id, start_position, position)

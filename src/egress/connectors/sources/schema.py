@@ -7,6 +7,8 @@ from collections.abc import Callable
 from datetime import datetime
 from typing import Any
 
+import orjson
+
 from egress.errors import SourceDataError
 from egress.spec import Column, StreamSpec
 
@@ -87,8 +89,30 @@ def parse_timestamp(value: Any) -> float:
 
 def data_error(file: str, line: int, column: str | None, problem: str) -> SourceDataError:
     """The one error shape of bad records: ``FILE:LINE: column NAME: PROBLEM``."""
-    where = f"{file}:{line}"
+    return record_error(f"{file}:{line}", column, problem)
+
+
+def record_error(where: str, column: str | None, problem: str) -> SourceDataError:
+    """``WHERE: column NAME: PROBLEM``, ``WHERE`` naming the input and the record's place in it."""
     return SourceDataError(f"{where}: column {column}: {problem}" if column else f"{where}: {problem}")
+
+
+def json_row(raw: bytes | str, columns: list[Column], where: str) -> dict[str, Any]:
+    """The row of the JSON object ``raw`` (keys not in ``columns`` ignored, a missing key is null);
+    raises ``SourceDataError`` at ``where`` for bad JSON, a non-object or a value of the wrong type."""
+    try:
+        document = orjson.loads(raw)
+    except orjson.JSONDecodeError as error:
+        raise record_error(where, None, f"not valid JSON ({error})") from None
+    if not isinstance(document, dict):
+        raise record_error(where, None, f"expected a JSON object, got {type(document).__name__}")
+    row: dict[str, Any] = {}
+    for column in columns:
+        try:
+            row[column.name] = check_json_value(column, document.get(column.name))
+        except ValueError as error:
+            raise record_error(where, column.name, str(error)) from None
+    return row
 
 
 def timestamp_of(
@@ -103,3 +127,36 @@ def timestamp_of(
         return parse_timestamp(value)
     except ValueError as error:
         raise data_error(file, line, column, f"cannot parse {value!r} as a timestamp ({error})") from None
+
+
+CsvPlan = list[tuple[str, int, Callable[[str], Any], bool, str]]
+"""Per schema column: ``(name, field index, parser, required, type)``."""
+
+
+def csv_plan(stream: StreamSpec, header: list[str], file: str) -> CsvPlan:
+    """How to convert the records under ``header`` into ``stream``'s rows; raises
+    ``SourceDataError`` (line 1 of ``file``) when the header lacks a schema column."""
+    index = {name: i for i, name in enumerate(header)}
+    missing = [c.name for c in stream.columns if c.name not in index]
+    if missing:
+        raise data_error(file, 1, None, f"the header lacks schema column(s) {', '.join(missing)}")
+    return [(c.name, index[c.name], TEXT_PARSERS[c.type], c.required, c.type) for c in stream.columns]
+
+
+def csv_row(fields: list[str], plan: CsvPlan, nulls: frozenset[str], file: str, line: int) -> dict[str, Any]:
+    """The typed row of one CSV record (``nulls``: the texts read as null); raises ``SourceDataError``."""
+    row: dict[str, Any] = {}
+    for name, at, parse, required, kind in plan:
+        if at >= len(fields):
+            raise data_error(file, line, name, f"the record has only {len(fields)} fields")
+        raw = fields[at]
+        if raw in nulls and (kind != "string" or not required):
+            if required:
+                raise data_error(file, line, name, f"{raw!r} (null) in a required column")
+            row[name] = None
+            continue
+        try:
+            row[name] = parse(raw)
+        except ValueError as error:
+            raise data_error(file, line, name, f"cannot parse {raw!r} as {kind} ({error})") from None
+    return row

@@ -1,0 +1,318 @@
+"""The ``http`` source: ``egress run`` accepts events as HTTP POSTs (a webhook relay's input).
+
+A POST to ``host:port`` + ``path`` carries one JSON object (``format: json``), JSON lines
+(``jsonl``), or raw bytes into ``payload_column`` (``raw``). Its events are answered ``200`` only
+after the epoch that appends them to the log has committed, so a ``200`` means durable: a crash
+before it loses nothing a client was told was accepted, and the client, having no answer, sends
+again. Other answers: ``400`` with the line and reason for bad JSON (nothing of the body is
+accepted), ``401`` without the right bearer token when one is configured (``bearer_token_env`` or
+``bearer_token_file``; compared in constant time), ``413`` over ``max_body_bytes``, ``429`` with
+``Retry-After`` while more than ``max_pending_events`` wait for their commit, ``503`` when the run
+stops before the events were committed.
+
+Position: the number of events accepted so far; an event's id is
+``source_message_id(scope(pipeline, source id, path), 0, position)``. A client may send
+``Idempotency-Key``: a key already committed within ``idempotency_window`` (or being committed) is
+answered ``200`` without a second event. The keys commit with the events (internal state
+``source_keys`` of the reader, one entry per key, deleted once older than the window), so the
+window holds across restarts.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hmac
+import os
+import time
+from collections import deque
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, ClassVar, Literal
+
+from aiohttp import web
+from pydantic import BaseModel, ConfigDict, Field
+
+from egress.connectors.base import SOURCES, SourceRecord
+from egress.connectors.sources.bad_records import BadRecordParameters, check_bad_record_parameters
+from egress.connectors.sources.live import CountedPosition, referenced_file_errors
+from egress.connectors.sources.schema import json_row, parse_timestamp, record_error
+from egress.errors import EgressError, SourceDataError, SpecError
+from egress.keys import decode_key, encode_key
+from egress.spec import StreamSpec
+
+
+class HttpSourceError(EgressError):
+    """The ``http`` source cannot listen or read its bearer token; raised when the source starts,
+    naming the address or the reference and the fix."""
+
+
+class HttpSourceParameters(BadRecordParameters):
+    """``host`` (default loopback), ``port``, ``path``; ``format`` (``json``: one object per POST,
+    ``jsonl``: one per line, ``raw``: the body into ``payload_column``); ``max_body_bytes``;
+    ``max_pending_events`` (more waiting for their commit: ``429``); ``retry_after`` (seconds, the
+    ``429``'s ``Retry-After``); ``bearer_token_env`` or ``bearer_token_file`` (a token by reference);
+    ``idempotency_window`` (seconds a committed ``Idempotency-Key`` is remembered; 0: not at all);
+    ``timestamp_column``. ``on_bad_record`` is not used: a bad body is answered ``400``."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    host: str = "127.0.0.1"
+    port: int = Field(ge=0, le=65535)
+    path: str = Field(default="/events", pattern=r"^/")
+    format: Literal["json", "jsonl", "raw"] = "json"
+    payload_column: str | None = None
+    timestamp_column: str | None = None
+    max_body_bytes: int = Field(default=1 << 20, gt=0)
+    max_pending_events: int = Field(default=10_000, gt=0)
+    retry_after: int = Field(default=1, ge=0)
+    bearer_token_env: str | None = None
+    bearer_token_file: str | None = None
+    idempotency_window: float = Field(default=300.0, ge=0)
+
+    @property
+    def reads(self) -> str:
+        """What the source reads: its URL path (it scopes the message ids; host and port may change)."""
+        return self.path
+
+
+@dataclass(slots=True)
+class _Request:
+    rows: list[tuple[dict[str, Any], float | None]]
+    key: str | None
+    answered: asyncio.Future[None]
+
+
+@SOURCES.register("http", "NYT::NFlow::THttpSource")
+class HttpSource(CountedPosition):
+    """Accepts POSTed events (a :class:`~egress.connectors.base.LiveSource` that also keeps keyed
+    state: the idempotency keys)."""
+
+    parameters_model: ClassVar[type[BaseModel]] = HttpSourceParameters
+
+    def __init__(self, source_id: str, parameters: HttpSourceParameters, stream: StreamSpec, base_dir: Path) -> None:
+        self.source_id = source_id
+        self.parameters = parameters
+        self.stream = stream
+        self._base_dir = base_dir
+        self._columns = [c for c in stream.columns if c.name != parameters.payload_column]
+        self._token: bytes | None = None
+        self._queue: deque[_Request] = deque()
+        self._queued_events = 0
+        self._arrived = asyncio.Event()
+        self._taken: list[_Request] = []
+        self._keys: dict[str, float] = {}  # committed keys → accepted at (seconds since the epoch)
+        self._pending_keys: dict[str, asyncio.Future[None]] = {}
+        self._key_writes: dict[bytes, bytes | None] = {}
+        self._position = 0
+        self._runner: web.AppRunner | None = None
+        self._until_caught_up = False
+
+    @classmethod
+    def check(cls, parameters: HttpSourceParameters, stream: StreamSpec, base_dir: Path) -> list[SpecError]:
+        errors = check_bad_record_parameters(parameters, base_dir)
+        if parameters.on_bad_record != "fail":
+            errors.append(SpecError("the http source answers a bad body 400 (the client fixes it): on_bad_record "
+                                    "does not apply", path="parameters/on_bad_record"))
+        for name, column in (("payload_column", parameters.payload_column),
+                             ("timestamp_column", parameters.timestamp_column)):
+            if column is not None and stream.column(column) is None:
+                errors.append(SpecError(f'column "{column}" is not in the output stream schema',
+                                        path=f"parameters/{name}"))
+        if parameters.format == "raw" and parameters.payload_column is None:
+            errors.append(SpecError("format raw needs payload_column: the string column the body goes to",
+                                    path="parameters/payload_column"))
+        if parameters.bearer_token_env is not None and parameters.bearer_token_file is not None:
+            errors.append(SpecError("give bearer_token_env or bearer_token_file, not both",
+                                    path="parameters/bearer_token_file"))
+        errors += referenced_file_errors(base_dir, "bearer_token_file", parameters.bearer_token_file)
+        return errors
+
+    @classmethod
+    def create(cls, source_id: str, parameters: Any, stream: StreamSpec, base_dir: Path) -> HttpSource:
+        return cls(source_id, parameters, stream, base_dir)
+
+    # -- LiveSource --------------------------------------------------------------------------
+
+    def restore_keys(self, entries: dict[bytes, bytes]) -> None:
+        """The committed idempotency keys (``source_keys`` state: key → accepted-at seconds)."""
+        self._keys = {str(decode_key(key)[0]): float(value) for key, value in entries.items()}
+
+    def take_key_writes(self) -> dict[bytes, bytes | None]:
+        """The key state to commit with the batch just taken (new keys; expired ones deleted)."""
+        writes, self._key_writes = self._key_writes, {}
+        return writes
+
+    async def start(self, position: int, source_state: bytes, until_caught_up: bool) -> None:
+        """Listen on ``host:port``; with ``until_caught_up`` (``--until-drained``), :meth:`take`
+        returns ``None`` whenever nothing is waiting. Raises :class:`HttpSourceError`."""
+        parameters = self.parameters
+        self._position = position
+        self._until_caught_up = until_caught_up
+        self._token = self._bearer_token()
+        app = web.Application(client_max_size=parameters.max_body_bytes + 1)
+        app.router.add_post(parameters.path, self._receive)
+        runner = web.AppRunner(app, access_log=None, handle_signals=False)
+        await runner.setup()
+        try:
+            await web.TCPSite(runner, parameters.host, parameters.port).start()
+        except OSError as error:
+            await runner.cleanup()
+            raise HttpSourceError(f"http source {self.source_id!r}: cannot listen on {parameters.host}:"
+                                  f"{parameters.port} ({error.strerror or error}): free the port or change "
+                                  "parameters/port") from None
+        self._runner = runner
+
+    async def take(self, limit: int, wait: float) -> list[SourceRecord] | None:
+        """The events of whole requests waiting (at least one request, up to ``limit`` events after
+        it), waiting up to ``wait`` seconds for the first."""
+        if not self._queue:
+            if self._until_caught_up:
+                return None
+            self._arrived.clear()
+            try:
+                async with asyncio.timeout(wait):
+                    await self._arrived.wait()
+            except TimeoutError:
+                return []
+        records: list[SourceRecord] = []
+        now = time.time()
+        self._expire_keys(now)
+        while self._queue and (not records or len(records) + len(self._queue[0].rows) <= limit):
+            request = self._queue.popleft()
+            self._queued_events -= len(request.rows)
+            for row, timestamp in request.rows:
+                records.append(SourceRecord(self._position, row, timestamp))
+                self._position += 1
+            if request.key is not None and self.parameters.idempotency_window > 0:
+                self._key_writes[encode_key([request.key])] = repr(now).encode()
+            self._taken.append(request)
+        return records
+
+    def committed(self) -> None:
+        """The batch taken last is durable: answer its requests ``200``."""
+        now = time.time()
+        for request in self._taken:
+            if request.key is not None:
+                self._pending_keys.pop(request.key, None)
+                if self.parameters.idempotency_window > 0:
+                    self._keys[request.key] = now
+            if not request.answered.done():
+                request.answered.set_result(None)
+        self._taken = []
+
+    async def close(self) -> None:
+        """Stop listening; requests not committed are answered ``503`` (the client sends again)."""
+        for request in [*self._taken, *self._queue]:
+            if not request.answered.done():
+                request.answered.set_exception(_Stopping())
+        self._taken, self._queue = [], deque()
+        if self._runner is not None:
+            runner, self._runner = self._runner, None
+            await runner.cleanup()
+
+    # -- requests ----------------------------------------------------------------------------
+
+    async def _receive(self, request: web.Request) -> web.Response:
+        parameters = self.parameters
+        if self._token is not None and not self._authorized(request):
+            return web.json_response({"error": "a bearer token is required"}, status=401,
+                                     headers={"WWW-Authenticate": 'Bearer realm="egress"'})
+        if request.content_length is not None and request.content_length > parameters.max_body_bytes:
+            return self._too_large()
+        body = await request.content.read(parameters.max_body_bytes + 1)
+        if len(body) > parameters.max_body_bytes:
+            return self._too_large()
+        key = request.headers.get("Idempotency-Key")
+        if key is not None:
+            if key in self._keys:
+                return web.json_response({"accepted": 0, "duplicate": True})
+            pending = self._pending_keys.get(key)
+            if pending is not None:
+                return await self._answer(asyncio.shield(pending), 0, duplicate=True)
+        try:
+            rows = self._rows(body)
+        except SourceDataError as error:
+            return web.json_response({"error": str(error)}, status=400)
+        if not rows:
+            return web.json_response({"accepted": 0})
+        if self._queued_events + len(rows) > parameters.max_pending_events and self._queued_events:
+            return web.json_response({"error": "egress is holding back: retry later"}, status=429,
+                                     headers={"Retry-After": str(parameters.retry_after)})
+        answered: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        if key is not None:
+            self._pending_keys[key] = answered
+        self._queue.append(_Request(rows, key, answered))
+        self._queued_events += len(rows)
+        self._arrived.set()
+        return await self._answer(answered, len(rows))
+
+    async def _answer(self, answered: asyncio.Future[None], count: int, duplicate: bool = False) -> web.Response:
+        try:
+            await answered
+        except _Stopping:
+            return web.json_response({"error": "egress stopped before the events were committed: send again"},
+                                     status=503, headers={"Retry-After": str(self.parameters.retry_after)})
+        return web.json_response({"accepted": count, **({"duplicate": True} if duplicate else {})})
+
+    def _too_large(self) -> web.Response:
+        return web.json_response({"error": f"the body is over {self.parameters.max_body_bytes:,} bytes "
+                                           "(max_body_bytes)"}, status=413)
+
+    def _authorized(self, request: web.Request) -> bool:
+        header = request.headers.get("Authorization", "")
+        scheme, _, token = header.partition(" ")
+        assert self._token is not None
+        return scheme.lower() == "bearer" and hmac.compare_digest(token.strip().encode(), self._token)
+
+    def _rows(self, body: bytes) -> list[tuple[dict[str, Any], float | None]]:
+        """The events of ``body``; raises ``SourceDataError`` naming the line and the reason."""
+        parameters = self.parameters
+        if parameters.format == "raw":
+            row: dict[str, Any] = {c.name: None for c in self._columns}
+            assert parameters.payload_column is not None
+            row[parameters.payload_column] = body
+            return [(row, None)]
+        if parameters.format == "json":
+            return [self._event(json_row(body, self._columns, "line 1"), 1)]
+        events = []
+        for number, line in enumerate(body.split(b"\n"), start=1):
+            if line.strip():
+                events.append(self._event(json_row(line, self._columns, f"line {number}"), number))
+        return events
+
+    def _event(self, row: dict[str, Any], line: int) -> tuple[dict[str, Any], float | None]:
+        column = self.parameters.timestamp_column
+        if column is None or row.get(column) is None:
+            return row, None
+        try:
+            return row, parse_timestamp(row[column])
+        except ValueError as error:
+            raise record_error(f"line {line}", column, f"cannot parse {row[column]!r} as a timestamp ({error})"
+                               ) from None
+
+    def _expire_keys(self, now: float) -> None:
+        window = self.parameters.idempotency_window
+        for key in [k for k, at in self._keys.items() if now - at > window]:
+            del self._keys[key]
+            self._key_writes[encode_key([key])] = None
+
+    def _bearer_token(self) -> bytes | None:
+        parameters = self.parameters
+        if parameters.bearer_token_env is not None:
+            value = os.environ.get(parameters.bearer_token_env)
+            if not value:
+                raise HttpSourceError(f"http source {self.source_id!r}: parameters/bearer_token_env names "
+                                      f"{parameters.bearer_token_env}, which is not set: export it before egress run")
+            return value.encode()
+        if parameters.bearer_token_file is not None:
+            path = self._base_dir / parameters.bearer_token_file
+            try:
+                return path.read_bytes().strip()
+            except OSError as error:
+                raise HttpSourceError(f"http source {self.source_id!r}: cannot read {path} ({error.strerror}): "
+                                      "fix parameters/bearer_token_file") from None
+        return None
+
+
+class _Stopping(Exception):
+    """The run stopped before a request's events were committed."""

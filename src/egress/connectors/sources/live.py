@@ -1,0 +1,33 @@
+"""Parts shared by the live sources whose position is all they commit (``nats``, ``http``)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from egress.errors import SpecError
+
+
+class CountedPosition:
+    """``position`` (the next record's, kept in ``_position``), an empty ``source_state`` and a
+    ``committed()`` with nothing to do: the :class:`~egress.connectors.base.LiveSource` members of a
+    source whose committed position is its whole state."""
+
+    _position: int = 0
+
+    @property
+    def position(self) -> int:
+        return self._position
+
+    @property
+    def source_state(self) -> bytes:
+        return b""
+
+    def committed(self) -> None:
+        """Nothing to do: the committed position is the acknowledgement."""
+
+
+def referenced_file_errors(base_dir: Path, field: str, value: str | None) -> list[SpecError]:
+    """A file a parameter references (a credential, relative to the Spec's folder) must exist."""
+    if value is not None and not (base_dir / value).is_file():
+        return [SpecError(f"file not found: {base_dir / value}", path=f"parameters/{field}")]
+    return []

@@ -1,0 +1,159 @@
+"""The ``http`` source: POSTed events are answered 200 only once committed, bad bodies 400 with the
+line, 401 without the token, 413 over the limit, 429 while events pile up, and a repeated
+``Idempotency-Key`` is one event, across restarts too."""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import pytest
+
+from egress.connectors.sources.http import HttpSource, HttpSourceParameters
+from egress.receiver import Receiver
+from egress.runtime import Pipeline, load_plan
+from egress.spec import StreamSpec
+from tests.conftest import ServerFactory, pass_through_spec
+
+pytestmark = pytest.mark.integration
+
+STREAM = StreamSpec.model_validate({"schema": [{"name": "id", "type": "int64"}, {"name": "payload", "type": "string"}],
+                                    "group_by": ["id"]})
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+class Running:
+    """A pipeline run in the background, its source's URL, and a client session."""
+
+    def __init__(self, pipeline: Pipeline, task: asyncio.Task[Any], url: str, session: aiohttp.ClientSession) -> None:
+        self.pipeline, self.task, self.url, self.session = pipeline, task, url, session
+
+    async def stop(self) -> None:
+        self.pipeline.request_stop()
+        assert (await self.task).ok
+
+    async def post(self, body: bytes, **headers: str) -> tuple[int, dict[str, Any]]:
+        async with self.session.post(self.url, data=body, headers=headers) as response:
+            return response.status, await response.json()
+
+
+@pytest.fixture
+async def run_http(tmp_path: Path, serve_app: ServerFactory) -> AsyncIterator[Any]:
+    tasks: list[tuple[Pipeline, asyncio.Task[Any]]] = []
+    session = aiohttp.ClientSession()
+
+    async def start(receiver: Receiver, **parameters: Any) -> Running:
+        port = free_port()
+        spec = pass_through_spec(tmp_path / "spec.yaml", "http_test",
+                                 {"source_class_name": "http", "parameters": {"port": port, **parameters}},
+                                 f"{await serve_app(receiver.app)}/events")
+        pipeline = Pipeline(load_plan(spec), tmp_path / "state")
+        task = asyncio.create_task(pipeline.run())
+        tasks.append((pipeline, task))
+        url = f"http://127.0.0.1:{port}/events"
+        async with asyncio.timeout(10):  # until it listens
+            while True:
+                try:
+                    async with session.get(url) as response:  # 405: listening (only POST is routed)
+                        if response.status == 405:
+                            break
+                except aiohttp.ClientConnectionError:
+                    await asyncio.sleep(0.02)
+        return Running(pipeline, task, url, session)
+
+    yield start
+    for pipeline, task in tasks:
+        pipeline.request_stop()
+        await task
+    await session.close()
+
+
+async def wait_for(receiver: Receiver, count: int) -> None:
+    async with asyncio.timeout(10):
+        while receiver.stats.requests < count:  # noqa: ASYNC110 - the receiver has no event to wait on
+            await asyncio.sleep(0.01)
+
+
+async def test_posted_events_are_answered_200_once_committed_and_delivered(run_http: Any) -> None:
+    receiver = Receiver()
+    running = await run_http(receiver, format="jsonl")
+    status, answer = await running.post(b'{"id": 1, "payload": "a"}\n{"id": 2, "payload": "b"}\n')
+    assert (status, answer) == (200, {"accepted": 2})
+    # The 200 came after the commit: the events are in the log already.
+    assert running.pipeline.metrics.total("egress_source_rows_total") == 2
+    await wait_for(receiver, 2)
+
+
+async def test_bad_json_is_400_naming_the_line_and_nothing_of_the_body_is_accepted(run_http: Any) -> None:
+    receiver = Receiver()
+    running = await run_http(receiver, format="jsonl")
+    status, answer = await running.post(b'{"id": 1, "payload": "a"}\n{"id": "x"}\n')
+    assert status == 400
+    assert answer["error"] == "line 2: column id: expected int64, got str 'x'"
+    assert running.pipeline.metrics.total("egress_source_rows_total") == 0
+
+
+async def test_a_bearer_token_by_reference_is_required_when_configured(
+        run_http: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("HOOK_TOKEN", "s3cret")
+    running = await run_http(Receiver(), bearer_token_env="HOOK_TOKEN")
+    assert (await running.post(b'{"id": 1}'))[0] == 401
+    assert (await running.post(b'{"id": 1}', Authorization="Bearer wrong"))[0] == 401
+    assert (await running.post(b'{"id": 1}', Authorization="Bearer s3cret"))[0] == 200
+
+
+async def test_a_body_over_the_limit_is_413(run_http: Any) -> None:
+    running = await run_http(Receiver(), max_body_bytes=100, format="raw", payload_column="payload")
+    status, answer = await running.post(b"x" * 101)
+    assert status == 413
+    assert "over 100 bytes" in answer["error"]
+
+
+async def test_a_repeated_idempotency_key_is_one_event_also_after_a_restart(run_http: Any) -> None:
+    receiver = Receiver()
+    running = await run_http(receiver)
+    for _ in range(2):
+        status, _answer = await running.post(b'{"id": 1, "payload": "once"}', **{"Idempotency-Key": "k1"})
+        assert status == 200
+    await running.stop()
+    again = await run_http(receiver)
+    status, answer = await again.post(b'{"id": 1, "payload": "once"}', **{"Idempotency-Key": "k1"})
+    assert (status, answer) == (200, {"accepted": 0, "duplicate": True})
+    assert (await again.post(b'{"id": 2, "payload": "new"}', **{"Idempotency-Key": "k2"}))[0] == 200
+    await wait_for(receiver, 2)
+    assert receiver.stats.requests == 2
+    assert again.pipeline.metrics.total("egress_source_rows_total") == 1
+
+
+async def test_events_piling_up_uncommitted_get_429_with_retry_after() -> None:
+    port = free_port()
+    parameters = HttpSourceParameters(port=port, max_pending_events=1, retry_after=3)
+    source = HttpSource("hooks", parameters, STREAM, Path("."))
+    await source.start(0, b"", until_caught_up=False)
+    try:
+        async with aiohttp.ClientSession() as session:
+            url = f"http://127.0.0.1:{port}/events"
+            first = asyncio.create_task(session.post(url, data=b'{"id": 1}'))
+            while source._queued_events == 0:  # noqa: ASYNC110 - until the first request is queued
+                await asyncio.sleep(0.01)
+            async with session.post(url, data=b'{"id": 2}') as response:
+                assert response.status == 429
+                assert response.headers["Retry-After"] == "3"
+            records = await source.take(10, 1.0)
+            assert records is not None
+            assert [r.row["id"] for r in records] == [1]
+            assert not first.done()  # taken but not committed: no answer yet
+            source.committed()
+            async with await first as response:
+                assert response.status == 200
+    finally:
+        await source.close()

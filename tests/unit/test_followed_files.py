@@ -1,0 +1,170 @@
+"""Following files (``follow: true``): growth, partial lines, rotation by inode, globs, truncation,
+and resuming each file at its committed byte after a restart."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import orjson
+import pytest
+
+from egress.connectors.base import LiveSource, SourceRecord
+from egress.connectors.sources import CsvSource, JsonlSource
+from egress.connectors.sources.files import CsvSourceParameters, FileSourceParameters
+from egress.connectors.sources.follow import FollowedFiles
+from egress.errors import SourceChangedError
+from egress.spec import StreamSpec
+
+STREAM = StreamSpec.model_validate({"schema": [{"name": "id", "type": "int64"}, {"name": "payload", "type": "string"}],
+                                    "group_by": ["id"]})
+
+
+def jsonl(start: int, count: int) -> bytes:
+    return b"".join(orjson.dumps({"id": i, "payload": f"p{i}"}) + b"\n" for i in range(start, start + count))
+
+
+def append(path: Path, data: bytes) -> None:
+    with open(path, "ab") as file:
+        file.write(data)
+
+
+def rotate_while_writing(path: Path, rotated: Path, *, old_tail: bytes, new: bytes) -> None:
+    """Rename ``path`` to ``rotated`` and begin a new file there while a writer still holds the old
+    one and appends ``old_tail`` to it after the rotation."""
+    with open(path, "ab") as writer:
+        os.rename(path, rotated)
+        path.write_bytes(new)
+        writer.write(old_tail)
+
+
+def followed(tmp_path: Path, path: str = "app.jsonl") -> FollowedFiles:
+    source = JsonlSource.create("logs", FileSourceParameters(path=path, follow=True), STREAM, tmp_path)
+    assert isinstance(source, FollowedFiles)
+    assert isinstance(source, LiveSource)
+    return source
+
+
+async def take_all(source: FollowedFiles) -> list[SourceRecord]:
+    """Every record available now (passes until one finds nothing new)."""
+    taken: list[SourceRecord] = []
+    while True:
+        records = await source.take(1000, 0.0)
+        if records is None:
+            return taken
+        taken += records
+
+
+def ids(records: list[SourceRecord]) -> list[int]:
+    return [r.row["id"] for r in records]
+
+
+async def test_a_growing_file_is_read_as_it_grows_and_a_partial_line_waits_for_its_newline(tmp_path: Path) -> None:
+    path = tmp_path / "app.jsonl"
+    path.write_bytes(jsonl(0, 3) + b'{"id": 3, "pay')
+    source = followed(tmp_path)
+    await source.start(0, b"", until_caught_up=True)
+    assert ids(await take_all(source)) == [0, 1, 2]
+    append(path, b'load": "p3"}\n' + jsonl(4, 1))
+    records = await take_all(source)
+    assert ids(records) == [3, 4]
+    assert [(r.source_partition, r.position) for r in records] == [(0, 3), (0, 4)]
+    await source.close()
+
+
+async def test_a_rotated_file_is_read_to_its_end_before_the_new_one(tmp_path: Path) -> None:
+    path = tmp_path / "app.jsonl"
+    path.write_bytes(jsonl(0, 2))
+    source = followed(tmp_path)
+    await source.start(0, b"", until_caught_up=True)
+    assert ids(await take_all(source)) == [0, 1]
+    rotate_while_writing(path, tmp_path / "app.jsonl.1", old_tail=jsonl(2, 2), new=jsonl(10, 2))
+    records = await take_all(source)
+    assert ids(records) == [2, 3, 10, 11]
+    assert [(r.source_partition, r.position) for r in records] == [(0, 2), (0, 3), (1, 0), (1, 1)]
+    await source.close()
+
+
+async def test_a_glob_picks_up_new_files_and_a_renamed_file_stays_the_same_file(tmp_path: Path) -> None:
+    (tmp_path / "a.jsonl").write_bytes(jsonl(0, 1))
+    source = followed(tmp_path, "*.jsonl")
+    await source.start(0, b"", until_caught_up=True)
+    assert ids(await take_all(source)) == [0]
+    (tmp_path / "b.jsonl").write_bytes(jsonl(1, 1))
+    os.rename(tmp_path / "a.jsonl", tmp_path / "a-old.jsonl")  # still matched: not a new file
+    append(tmp_path / "a-old.jsonl", jsonl(2, 1))
+    records = await take_all(source)
+    assert sorted((r.source_partition, r.position, r.row["id"]) for r in records) == [(0, 1, 2), (1, 0, 1)]
+    await source.close()
+
+
+async def test_a_file_truncated_in_place_is_read_from_its_start_as_a_new_file(tmp_path: Path) -> None:
+    path = tmp_path / "app.jsonl"
+    path.write_bytes(jsonl(0, 3))
+    source = followed(tmp_path)
+    await source.start(0, b"", until_caught_up=True)
+    assert len(await take_all(source)) == 3
+    os.truncate(path, 0)
+    append(path, jsonl(100, 1))
+    records = await take_all(source)
+    assert [(r.source_partition, r.position, r.row["id"]) for r in records] == [(1, 0, 100)]
+    await source.close()
+
+
+async def test_a_restart_resumes_each_file_at_its_byte_and_finds_a_file_rotated_while_down(tmp_path: Path) -> None:
+    path = tmp_path / "app.jsonl"
+    path.write_bytes(jsonl(0, 2))
+    first = followed(tmp_path)
+    await first.start(0, b"", until_caught_up=True)
+    assert len(await take_all(first)) == 2
+    state, position = first.source_state, first.position
+    await first.close()
+    append(path, jsonl(2, 1))  # while egress is down: appended, rotated, and a new file begun
+    os.rename(path, tmp_path / "app.jsonl.1")
+    path.write_bytes(jsonl(10, 1))
+    second = followed(tmp_path)
+    await second.start(position, state, until_caught_up=True)
+    records = await take_all(second)
+    assert [(r.source_partition, r.position, r.row["id"]) for r in records] == [(0, 2, 2), (1, 0, 10)]
+    await second.close()
+
+
+async def test_each_followed_csv_file_has_its_own_header(tmp_path: Path) -> None:
+    (tmp_path / "a.csv").write_text("id,payload\n1,x\n")
+    (tmp_path / "b.csv").write_text("payload,id\ny,2\n")
+    source = CsvSource.create("logs", CsvSourceParameters(path="*.csv", follow=True), STREAM, tmp_path)
+    await source.start(0, b"", until_caught_up=True)
+    records = await take_all(source)
+    assert [(r.source_partition, r.position, r.row) for r in records] == [
+        (0, 0, {"id": 1, "payload": "x"}), (1, 0, {"id": 2, "payload": "y"})]
+    await source.close()
+
+
+def test_a_followed_path_may_not_exist_yet_but_its_folder_must_and_it_must_not_be_compressed(tmp_path: Path) -> None:
+    assert JsonlSource.check(FileSourceParameters(path="later.jsonl", follow=True), STREAM, tmp_path) == []
+    errors = JsonlSource.check(FileSourceParameters(path="nowhere/app.jsonl.gz", follow=True), STREAM, tmp_path)
+    assert [(e.path, e.message.split(":")[0]) for e in errors] == [
+        ("parameters/follow", "follow"), ("parameters/path", "folder not found")]
+
+
+async def test_a_source_read_without_follow_is_not_resumed_as_a_followed_one(tmp_path: Path) -> None:
+    (tmp_path / "app.jsonl").write_bytes(jsonl(0, 3))
+    one_shot = JsonlSource.create("logs", FileSourceParameters(path="app.jsonl"), STREAM, tmp_path)
+    assert len(list(one_shot.records(0))) == 3
+    source = followed(tmp_path)
+    with pytest.raises(SourceChangedError, match=r"was read without follow: true.*new state directory"):
+        await source.start(3, one_shot.source_state, until_caught_up=True)
+
+
+async def test_a_bad_line_of_a_followed_file_is_dead_lettered_and_takes_its_record_number(tmp_path: Path) -> None:
+    (tmp_path / "app.jsonl").write_bytes(jsonl(0, 1) + b"{oops\n" + jsonl(2, 1))
+    parameters = FileSourceParameters(path="app.jsonl", follow=True, on_bad_record="dead_letter",
+                                      dead_letter_path="bad.jsonl")
+    source = JsonlSource.create("logs", parameters, STREAM, tmp_path)
+    await source.start(0, b"", until_caught_up=True)
+    records = await take_all(source)
+    assert [(r.position, r.row["id"]) for r in records] == [(0, 0), (2, 2)]
+    letter = orjson.loads((tmp_path / "bad.jsonl").read_bytes())
+    assert (letter["position"], letter["record"]) == (1, "{oops\n")
+    assert source.bad_records.dead_lettered == 1
+    await source.close()
