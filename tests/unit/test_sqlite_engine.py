@@ -5,11 +5,12 @@ conformance suite in ``tests/engines/``."""
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from egress.engines import EpochCommit, OutboxMessage, SinkProgress, SqliteEngine
-from egress.engines.sqlite import read_metadata
+from egress.engines.sqlite import MIGRATION_BATCH, read_metadata
 from egress.errors import StateDirectoryError
 
 
@@ -60,7 +61,7 @@ async def test_metadata_values_are_kept_across_reopening_and_read_without_taking
     assert await engine.read_meta("spec_layout") is None
     await engine.write_meta("spec_layout", "{}")
     await engine.write_meta("spec_layout", '{"partition_count": 2}')
-    assert read_metadata(tmp_path) == {"pipeline": "p", "schema_version": "2", "spec_layout": '{"partition_count": 2}'}
+    assert read_metadata(tmp_path) == {"pipeline": "p", "schema_version": "3", "spec_layout": '{"partition_count": 2}'}
     await engine.close()
     again = SqliteEngine(tmp_path, "p")
     await again.open()
@@ -68,19 +69,40 @@ async def test_metadata_values_are_kept_across_reopening_and_read_without_taking
     await again.close()
 
 
-def _layout_version_1(tmp_path: Path) -> None:
-    """Make ``tmp_path`` a state directory as layout version 1 wrote it: JSON rows in the log, the
-    outbox and an external state table (and the same tables, which version 2 did not change)."""
-    import sqlite3
+PER_MESSAGE_TABLES = """
+DROP TABLE log_batches; DROP TABLE outbox_batches; DROP TABLE outbox_acknowledged;
+CREATE TABLE log (
+    stream TEXT NOT NULL, partition INTEGER NOT NULL, offset INTEGER NOT NULL,
+    message_id BLOB NOT NULL, key BLOB NOT NULL, event_timestamp REAL, row BLOB NOT NULL,
+    PRIMARY KEY (stream, partition, offset)) WITHOUT ROWID;
+CREATE TABLE outbox (
+    consumer TEXT NOT NULL, partition INTEGER NOT NULL, seq INTEGER NOT NULL, stream TEXT NOT NULL,
+    message_id BLOB NOT NULL, key BLOB NOT NULL, event_timestamp REAL, row BLOB NOT NULL,
+    PRIMARY KEY (consumer, partition, seq)) WITHOUT ROWID;
+"""
+"""The log and the outbox of layouts 1 and 2: one row per message."""
 
-    import orjson
+
+def _per_message_layout(tmp_path: Path, version: str) -> Any:
+    """An open connection to a new state directory with the tables of layout ``version`` (1 or 2)."""
+    import sqlite3
 
     from egress.engines.sqlite import _SCHEMA
 
     db = sqlite3.connect(tmp_path / "egress.sqlite3")
-    db.executescript(_SCHEMA)
+    db.executescript(_SCHEMA + PER_MESSAGE_TABLES)
     with db:
-        db.executemany("INSERT INTO meta (key, value) VALUES (?, ?)", [("pipeline", "p"), ("schema_version", "1")])
+        db.executemany("INSERT INTO meta (key, value) VALUES (?, ?)", [("pipeline", "p"), ("schema_version", version)])
+    return db
+
+
+def _layout_version_1(tmp_path: Path) -> None:
+    """Make ``tmp_path`` a state directory as layout version 1 wrote it: JSON rows in the log, the
+    outbox and an external state table (and the same tables, which version 2 did not change)."""
+    import orjson
+
+    db = _per_message_layout(tmp_path, "1")
+    with db:
         db.execute("INSERT INTO ownership VALUES ('c', 0, 3)")
         db.execute("INSERT INTO log VALUES ('out', 0, 0, x'01', ?, 1.5, ?)",
                    (b'["k"]', orjson.dumps({"payload": "old", "n": 7})))
@@ -113,8 +135,61 @@ async def test_a_directory_of_layout_version_1_opens_and_reads_its_json_rows_bes
     assert [(line["key"], line["row"]) for line in state_lines(tmp_path)] == [(["j"], {"total": 4}),
                                                                              (["k"], {"total": 3})]
     db = sqlite3.connect(tmp_path / "egress.sqlite3")
-    assert db.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone() == ("2",)
+    assert db.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone() == ("3",)
     db.close()
+
+
+async def test_a_directory_of_layout_version_2_is_converted_to_batches_with_every_message_and_seq(
+        tmp_path: Path) -> None:
+    """Layout 2 kept one MessagePack row per message: on open they move into batches (more than
+    one per partition here), and reads, checkpoints and the inventory see the same messages."""
+    import ormsgpack
+
+    db = _per_message_layout(tmp_path, "2")
+    count = MIGRATION_BATCH + 5
+    with db:
+        db.execute("INSERT INTO ownership VALUES ('c', 0, 1)")
+        db.executemany("INSERT INTO log VALUES ('in', 1, ?, ?, ?, NULL, ?)",
+                       [(i, b"m%d" % i, b'["k"]', ormsgpack.packb({"n": i, "b": b"\xff"})) for i in range(count)])
+        db.executemany("INSERT INTO outbox VALUES ('c', 0, ?, 'requests', ?, ?, 2.5, ?)",
+                       [(seq, b"o%d" % seq, b"[]", ormsgpack.packb({"payload": seq})) for seq in range(3, 13)])
+        db.execute("INSERT INTO sink_progress VALUES ('c', 0, 'http', '', x'00', 2, x'')")
+    db.close()
+    engine = SqliteEngine(tmp_path, "p")
+    await engine.open()
+    assert await engine.end_offset("in", 1) == count
+    read = await engine.read("in", 1, MIGRATION_BATCH - 2, 5)
+    assert [(m.offset, m.message_id, m.row) for m in read] == [
+        (i, b"m%d" % i, {"n": i, "b": b"\xff"}) for i in range(MIGRATION_BATCH - 2, MIGRATION_BATCH + 3)]
+    checkpoint = await engine.load_checkpoint("c", 0, ["http"])
+    assert [(m.seq, m.message_id, m.event_timestamp, m.row) for m in checkpoint.outbox] == [
+        (seq, b"o%d" % seq, 2.5, {"payload": seq}) for seq in range(3, 13)]
+    assert checkpoint.next_seq == 13
+    inventory = await engine.inventory()
+    assert inventory.log_ends == {("in", 1): count}
+    assert inventory.outbox == {("c", 0, "requests"): 10}
+    await engine.close()
+    assert read_metadata(tmp_path)["schema_version"] == "3"  # type: ignore[index]
+
+
+async def test_a_partly_persisted_outbox_batch_counts_and_resends_only_what_is_beyond(tmp_path: Path) -> None:
+    """A commit's outbox is one stored batch, deleted only once every message of it is persisted:
+    until then the persisted part is neither in the inventory nor handed back on load."""
+    engine = SqliteEngine(tmp_path, "p")
+    await engine.open()
+    epoch = await engine.acquire("c", 0)
+    outbox = [OutboxMessage(seq, "requests", b"id%d" % seq, b"[]", None, {"payload": f"p{seq}"}) for seq in (1, 2, 3)]
+    await engine.commit(EpochCommit("c", 0, epoch, outbox=outbox))
+    await engine.commit(EpochCommit("c", 0, epoch, sink_progress={"http": SinkProgress("", b"id2", 2)},
+                                    outbox_acknowledged_seq=2))
+    assert (await engine.inventory()).outbox == {("c", 0, "requests"): 1}
+    assert (await engine.load_checkpoint("c", 0, ["late"])).outbox == outbox[2:]
+    await engine.commit(EpochCommit("c", 0, epoch, sink_progress={"http": SinkProgress("", b"id3", 3)},
+                                    outbox_acknowledged_seq=3))
+    assert (await engine.inventory()).outbox == {}
+    checkpoint = await engine.load_checkpoint("c", 0, ["http"])
+    assert (checkpoint.outbox, checkpoint.next_seq) == ([], 4)
+    await engine.close()
 
 
 async def test_a_directory_of_an_unknown_layout_is_refused_naming_its_version(tmp_path: Path) -> None:
@@ -125,9 +200,9 @@ async def test_a_directory_of_an_unknown_layout_is_refused_naming_its_version(tm
     await engine.close()
     db = sqlite3.connect(tmp_path / "egress.sqlite3")
     with db:
-        db.execute("UPDATE meta SET value = '3' WHERE key = 'schema_version'")
+        db.execute("UPDATE meta SET value = '4' WHERE key = 'schema_version'")
     db.close()
     engine = SqliteEngine(tmp_path, "p")
-    with pytest.raises(StateDirectoryError, match="state layout version 3 is not one this egress reads"):
+    with pytest.raises(StateDirectoryError, match="state layout version 4 is not one this egress reads"):
         await engine.open()
     await engine.close()

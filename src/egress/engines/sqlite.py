@@ -4,10 +4,14 @@ All database work runs on one thread of its own, so an fsync never stalls the ev
 async methods hand work to it. Each :class:`EpochCommit` is one transaction: positions, log
 appends, outbox, sink progress, state and timers land together or not at all.
 
-Rows of the log and the outbox are stored as MessagePack (``egress.rows``), which keeps ``bytes``
-values exact; rows that directories of layout version 1 stored as JSON still read as JSON (each
-row says which it is by its first byte), so such a directory opens as it is and is marked version 2
-(rows written from then on are MessagePack, which an egress of version 1 could not read).
+The log and the outbox are stored in batches: one row of ``log_batches`` holds the messages one
+commit appended to one ``(stream, partition)`` (dense offsets from the row's ``offset``), one row of
+``outbox_batches`` the output messages one commit added for one stream (their seqs inside), each as
+one MessagePack array (``egress.rows``, which keeps ``bytes`` values exact). SQLite's cost is per
+row (measured here: ~7 µs to insert a ~330-byte message row, ~3 µs a message in a batch), so a batch
+of a thousand messages costs about what one message row did. External state rows stay one row per
+key. Directories of layout versions 1 and 2 (one row per message, rows as JSON in version 1) are
+converted on open, in one transaction, and marked version 3, which an egress of version 2 cannot read.
 """
 
 from __future__ import annotations
@@ -33,12 +37,15 @@ from egress.engines.protocols import (
 )
 from egress.errors import SpecMismatchError, StateDirectoryError
 from egress.keys import partition_of
-from egress.rows import decode_row, encode_row, first_unstorable_row_error
+from egress.rows import decode_row, first_unstorable_row_error, pack_batch, unpack_batch
 
-SCHEMA_VERSION = 2
-"""The state layout this egress writes. 2: log, outbox and external state rows are MessagePack."""
-READABLE_SCHEMA_VERSIONS = ("1", "2")
-"""Layouts this egress opens: 1 differs only in storing rows as JSON, which still reads."""
+SCHEMA_VERSION = 3
+"""The state layout this egress writes. 2: log, outbox and external state rows are MessagePack;
+3: the log and the outbox in batches (one row per commit and stream)."""
+READABLE_SCHEMA_VERSIONS = ("1", "2", "3")
+"""Layouts this egress opens: 1 stored rows as JSON, 1 and 2 one row per message; both are converted."""
+MIGRATION_BATCH = 1024
+"""Messages per batch row when a directory of layout 1 or 2 is converted."""
 DATABASE_NAME = "egress.sqlite3"
 LOCK_NAME = "egress.lock"
 
@@ -47,18 +54,21 @@ CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
 CREATE TABLE IF NOT EXISTS ownership (
     consumer TEXT NOT NULL, partition INTEGER NOT NULL, epoch INTEGER NOT NULL,
     PRIMARY KEY (consumer, partition)) WITHOUT ROWID;
-CREATE TABLE IF NOT EXISTS log (
-    stream TEXT NOT NULL, partition INTEGER NOT NULL, offset INTEGER NOT NULL,
-    message_id BLOB NOT NULL, key BLOB NOT NULL, event_timestamp REAL, row BLOB NOT NULL,
-    PRIMARY KEY (stream, partition, offset)) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS log_batches (
+    stream TEXT NOT NULL, partition INTEGER NOT NULL, offset INTEGER NOT NULL, count INTEGER NOT NULL,
+    messages BLOB NOT NULL,
+    PRIMARY KEY (stream, partition, offset));
 CREATE TABLE IF NOT EXISTS positions (
     consumer TEXT NOT NULL, partition INTEGER NOT NULL, stream TEXT NOT NULL,
     stream_partition INTEGER NOT NULL, offset INTEGER NOT NULL,
     PRIMARY KEY (consumer, partition, stream, stream_partition)) WITHOUT ROWID;
-CREATE TABLE IF NOT EXISTS outbox (
-    consumer TEXT NOT NULL, partition INTEGER NOT NULL, seq INTEGER NOT NULL, stream TEXT NOT NULL,
-    message_id BLOB NOT NULL, key BLOB NOT NULL, event_timestamp REAL, row BLOB NOT NULL,
-    PRIMARY KEY (consumer, partition, seq)) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS outbox_batches (
+    consumer TEXT NOT NULL, partition INTEGER NOT NULL, first_seq INTEGER NOT NULL, last_seq INTEGER NOT NULL,
+    stream TEXT NOT NULL, count INTEGER NOT NULL, messages BLOB NOT NULL,
+    PRIMARY KEY (consumer, partition, first_seq));
+CREATE TABLE IF NOT EXISTS outbox_acknowledged (
+    consumer TEXT NOT NULL, partition INTEGER NOT NULL, seq INTEGER NOT NULL,
+    PRIMARY KEY (consumer, partition)) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS sink_progress (
     consumer TEXT NOT NULL, partition INTEGER NOT NULL, sink TEXT NOT NULL,
     producer_id TEXT NOT NULL, max_persisted_message_id BLOB, max_persisted_seq_no INTEGER NOT NULL,
@@ -132,6 +142,9 @@ class SqliteEngine:
         _upgrade_timers(db)
         _upgrade_sink_progress(db)
         db.executescript(_SCHEMA)
+        if {"log", "outbox"} & _tables(db):
+            with _Transaction(db):
+                _upgrade_to_batches(db)
         self._db = db
         meta = dict(db.execute("SELECT key, value FROM meta").fetchall())
         if not meta:
@@ -191,19 +204,27 @@ class SqliteEngine:
         log_ends: dict[tuple[str, int], int] = {}
         # One indexed MAX per (stream, partition), found by skipping from slot to slot, instead of
         # a GROUP BY over every log row.
-        slot = db.execute("SELECT stream, partition FROM log ORDER BY stream, partition LIMIT 1").fetchone()
+        slot = db.execute("SELECT stream, partition FROM log_batches ORDER BY stream, partition LIMIT 1").fetchone()
         while slot is not None:
             stream, partition = str(slot[0]), int(slot[1])
             log_ends[(stream, partition)] = self._end_offset_sync(stream, partition)
             slot = db.execute(
-                "SELECT stream, partition FROM log WHERE stream > ? OR (stream = ? AND partition > ?) "
+                "SELECT stream, partition FROM log_batches WHERE stream > ? OR (stream = ? AND partition > ?) "
                 "ORDER BY stream, partition LIMIT 1", (stream, stream, partition)).fetchone()
         read_positions: dict[tuple[str, int], list[int]] = {}
         for stream, stream_partition, offset in db.execute(
                 "SELECT stream, stream_partition, offset FROM positions WHERE consumer NOT LIKE 'source:%'"):
             read_positions.setdefault((str(stream), int(stream_partition)), []).append(int(offset))
-        outbox = {(str(c), int(p), str(s)): int(n) for c, p, s, n in db.execute(
-            "SELECT consumer, partition, stream, COUNT(*) FROM outbox GROUP BY consumer, partition, stream")}
+        acknowledged = {(str(c), int(p)): int(seq) for c, p, seq in db.execute(
+            "SELECT consumer, partition, seq FROM outbox_acknowledged")}
+        outbox: dict[tuple[str, int, str], int] = {}
+        for c, p, first, s, n, messages in db.execute(
+                "SELECT consumer, partition, first_seq, stream, count, messages FROM outbox_batches"):
+            low = acknowledged.get((c, p), 0)
+            # A batch the sinks have persisted part of is kept whole: count only what is beyond.
+            waiting = int(n) if first > low else sum(1 for seq, *_ in unpack_batch(messages) if seq > low)
+            if waiting:
+                outbox[(str(c), int(p), str(s))] = outbox.get((str(c), int(p), str(s)), 0) + waiting
         timers = {(str(c), int(p)): int(n) for c, p, n in db.execute(
             "SELECT consumer, partition, COUNT(*) FROM timers GROUP BY consumer, partition")}
         return CommittedInventory(log_ends, read_positions, outbox, timers)
@@ -232,13 +253,21 @@ class SqliteEngine:
         return await self._call(self._read_sync, stream, partition, after, limit)
 
     def _read_sync(self, stream: str, partition: int, after: int, limit: int) -> list[LogMessage]:
-        assert self._db is not None
-        rows = self._db.execute(
-            "SELECT offset, message_id, key, event_timestamp, row FROM log "
-            "WHERE stream = ? AND partition = ? AND offset >= ? ORDER BY offset LIMIT ?",
-            (stream, partition, after, limit),
-        ).fetchall()
-        return [LogMessage(stream, partition, o, m, k, t, decode_row(r)) for o, m, k, t, r in rows]
+        db = self._db
+        assert db is not None
+        first = db.execute(
+            "SELECT offset FROM log_batches WHERE stream = ? AND partition = ? AND offset <= ? "
+            "ORDER BY offset DESC LIMIT 1", (stream, partition, after)).fetchone()
+        end = after + limit
+        messages: list[LogMessage] = []
+        for offset, blob in db.execute(
+                "SELECT offset, messages FROM log_batches WHERE stream = ? AND partition = ? AND offset >= ? "
+                "AND offset < ? ORDER BY offset", (stream, partition, after if first is None else first[0], end)):
+            entries = unpack_batch(blob)
+            start = max(0, after - offset)
+            messages.extend(LogMessage(stream, partition, offset + index, *entries[index])
+                            for index in range(start, min(len(entries), end - offset)))
+        return messages
 
     async def end_offset(self, stream: str, partition: int) -> int:
         return await self._call(self._end_offset_sync, stream, partition)
@@ -248,10 +277,10 @@ class SqliteEngine:
         cached = self._end_offsets.get((stream, partition))
         if cached is not None:
             return cached
-        (last,) = self._db.execute(
-            "SELECT MAX(offset) FROM log WHERE stream = ? AND partition = ?", (stream, partition)
-        ).fetchone()
-        end = 0 if last is None else int(last) + 1
+        last = self._db.execute(
+            "SELECT offset + count FROM log_batches WHERE stream = ? AND partition = ? ORDER BY offset DESC LIMIT 1",
+            (stream, partition)).fetchone()
+        end = 0 if last is None else int(last[0])
         self._end_offsets[(stream, partition)] = end
         return end
 
@@ -277,16 +306,19 @@ class SqliteEngine:
         ):
             progress[sink] = SinkProgress(producer, message_id, int(seq), bytes(sink_state))
         low = min((p.max_persisted_seq_no for p in progress.values()), default=0)
-        outbox = [
-            OutboxMessage(int(seq), stream, mid, key, ts, decode_row(row))
-            for seq, stream, mid, key, ts, row in self._db.execute(
-                "SELECT seq, stream, message_id, key, event_timestamp, row FROM outbox "
-                "WHERE consumer = ? AND partition = ? AND seq > ? ORDER BY seq",
-                (consumer, partition, low),
-            )
-        ]
+        trimmed = self._db.execute("SELECT seq FROM outbox_acknowledged WHERE consumer = ? AND partition = ?",
+                                   (consumer, partition)).fetchone()
+        # Batches are deleted whole: what an earlier commit trimmed may still be stored beside the rest.
+        low = max(low, 0 if trimmed is None else int(trimmed[0]))
+        outbox = sorted(
+            (OutboxMessage(seq, stream, *entry)
+             for stream, blob in self._db.execute(
+                 "SELECT stream, messages FROM outbox_batches WHERE consumer = ? AND partition = ? AND last_seq > ?",
+                 (consumer, partition, low))
+             for seq, *entry in unpack_batch(blob) if seq > low),
+            key=lambda message: message.seq)
         (last_seq,) = self._db.execute(
-            "SELECT MAX(seq) FROM outbox WHERE consumer = ? AND partition = ?", (consumer, partition)
+            "SELECT MAX(last_seq) FROM outbox_batches WHERE consumer = ? AND partition = ?", (consumer, partition)
         ).fetchone()
         high = max([int(last_seq or 0), *(p.max_persisted_seq_no for p in progress.values())])
         return Checkpoint(positions, progress, outbox, high + 1)
@@ -338,32 +370,32 @@ class SqliteEngine:
                 [(c, p, s, sp, off) for (s, sp), off in commit.input_positions.items()],
             )
             if commit.log_appends:
+                batches: dict[tuple[str, int], list[tuple[bytes, bytes, float | None, dict[str, Any]]]] = {}
+                for stream, partition, message_id, key, ts, values in commit.log_appends:
+                    batch = batches.get((stream, partition))
+                    if batch is None:
+                        batch = batches[(stream, partition)] = []
+                    batch.append((message_id, key, ts, values))
                 records = []
                 try:
-                    for stream, partition, message_id, key, ts, values in commit.log_appends:
-                        slot = (stream, partition)
-                        offset = appended.get(slot)
-                        if offset is None:
-                            offset = self._end_offset_sync(stream, partition)
-                        appended[slot] = offset + 1
-                        records.append((stream, partition, offset, message_id, key, ts, encode_row(values)))
+                    for (stream, partition), batch in batches.items():
+                        offset = self._end_offset_sync(stream, partition)
+                        appended[(stream, partition)] = offset + len(batch)
+                        records.append((stream, partition, offset, len(batch), pack_batch(batch)))
                 except TypeError:
                     raise first_unstorable_row_error(commit.origin, commit.log_rows()) from None
                 db.executemany(
-                    "INSERT INTO log (stream, partition, offset, message_id, key, event_timestamp, row) "
-                    "VALUES (?, ?, ?, ?, ?, ?, ?)",
-                    records,
-                )
-            try:
-                outbox = [(c, p, m.seq, m.stream, m.message_id, m.key, m.event_timestamp, encode_row(m.row))
-                          for m in commit.outbox]
-            except TypeError:
-                raise first_unstorable_row_error(commit.origin, commit.outbox_rows()) from None
-            db.executemany(
-                "INSERT INTO outbox (consumer, partition, seq, stream, message_id, key, event_timestamp, row) "
-                "VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
-                outbox,
-            )
+                    "INSERT INTO log_batches (stream, partition, offset, count, messages) VALUES (?, ?, ?, ?, ?)",
+                    records)
+            if commit.outbox:
+                try:
+                    outbox = [(c, p, batch[0][0], batch[-1][0], stream, len(batch), pack_batch(batch))
+                              for stream, batch in _outbox_batches(commit.outbox).items()]
+                except TypeError:
+                    raise first_unstorable_row_error(commit.origin, commit.outbox_rows()) from None
+                db.executemany(
+                    "INSERT INTO outbox_batches (consumer, partition, first_seq, last_seq, stream, count, messages) "
+                    "VALUES (?, ?, ?, ?, ?, ?, ?)", outbox)
             db.executemany(
                 "INSERT INTO sink_progress (consumer, partition, sink, producer_id, max_persisted_message_id, "
                 "max_persisted_seq_no, sink_state) VALUES (?, ?, ?, ?, ?, ?, ?) ON CONFLICT DO UPDATE SET "
@@ -373,10 +405,11 @@ class SqliteEngine:
                  for sink, s in commit.sink_progress.items()],
             )
             if commit.outbox_acknowledged_seq is not None:
-                db.execute(
-                    "DELETE FROM outbox WHERE consumer = ? AND partition = ? AND seq <= ?",
-                    (c, p, commit.outbox_acknowledged_seq),
-                )
+                acknowledged = commit.outbox_acknowledged_seq
+                db.execute("DELETE FROM outbox_batches WHERE consumer = ? AND partition = ? AND first_seq <= ? "
+                           "AND last_seq <= ?", (c, p, acknowledged, acknowledged))
+                db.execute("INSERT INTO outbox_acknowledged (consumer, partition, seq) VALUES (?, ?, ?) "
+                           "ON CONFLICT DO UPDATE SET seq = excluded.seq", (c, p, acknowledged))
             if commit.state_writes:
                 db.executemany("DELETE FROM state WHERE consumer = ? AND name = ? AND key = ?",
                                [(c, name, key) for (name, key), value in commit.state_writes.items() if value is None])
@@ -410,6 +443,47 @@ class SqliteEngine:
                 )
         # Offsets become visible only once the transaction is durable.
         self._end_offsets.update(appended)
+
+
+def _outbox_batches(messages: list[OutboxMessage]) -> dict[str, list[tuple[Any, ...]]]:
+    """A commit's outbox as one batch per stream, in seq order: ``(seq, message id, key, event
+    timestamp, row)`` each."""
+    batches: dict[str, list[tuple[Any, ...]]] = {}
+    for seq, stream, message_id, key, ts, row in messages:
+        batch = batches.get(stream)
+        if batch is None:
+            batch = batches[stream] = []
+        batch.append((seq, message_id, key, ts, row))
+    return batches
+
+
+def _upgrade_to_batches(db: sqlite3.Connection) -> None:
+    """Directories of layout 1 and 2 keep one row per message in ``log`` and ``outbox`` (rows as
+    JSON in layout 1): move them into batches of :data:`MIGRATION_BATCH` and drop the old tables
+    (inside the caller's transaction)."""
+    tables = _tables(db)
+    if "log" in tables:
+        for stream, partition in db.execute("SELECT DISTINCT stream, partition FROM log").fetchall():
+            rows = db.execute("SELECT offset, message_id, key, event_timestamp, row FROM log WHERE stream = ? "
+                              "AND partition = ? ORDER BY offset", (stream, partition)).fetchall()
+            for start in range(0, len(rows), MIGRATION_BATCH):
+                chunk = rows[start:start + MIGRATION_BATCH]
+                db.execute("INSERT INTO log_batches (stream, partition, offset, count, messages) "
+                           "VALUES (?, ?, ?, ?, ?)", (stream, partition, chunk[0][0], len(chunk),
+                            pack_batch([(bytes(m), bytes(k), t, decode_row(r)) for _, m, k, t, r in chunk])))
+        db.execute("DROP TABLE log")
+    if "outbox" in tables:
+        groups = db.execute("SELECT DISTINCT consumer, partition, stream FROM outbox").fetchall()
+        for consumer, partition, stream in groups:
+            rows = db.execute("SELECT seq, message_id, key, event_timestamp, row FROM outbox WHERE consumer = ? AND "
+                              "partition = ? AND stream = ? ORDER BY seq", (consumer, partition, stream)).fetchall()
+            for start in range(0, len(rows), MIGRATION_BATCH):
+                chunk = [(int(q), bytes(m), bytes(k), t, decode_row(r)) for q, m, k, t, r in
+                         rows[start:start + MIGRATION_BATCH]]
+                db.execute("INSERT INTO outbox_batches (consumer, partition, first_seq, last_seq, stream, count, "
+                           "messages) VALUES (?, ?, ?, ?, ?, ?, ?)",
+                           (consumer, partition, chunk[0][0], chunk[-1][0], stream, len(chunk), pack_batch(chunk)))
+        db.execute("DROP TABLE outbox")
 
 
 def _domain(rest: list[str]) -> str:
@@ -456,6 +530,26 @@ def read_state(state_dir: str | Path) -> dict[str, list[tuple[str, str, bytes, b
     finally:
         db.close()
     return {"internal": internal, "external": external}
+
+
+def read_outbox(state_dir: str | Path) -> list[tuple[str, int, OutboxMessage]]:
+    """Every stored outbox message of a state directory as ``(consumer, partition, message)``, sorted
+    by consumer, partition and seq, read without taking it over (read-only, safe while a run holds it
+    or after it was killed). Messages a commit trimmed but whose batch is still stored are left out.
+    Raises :class:`StateDirectoryError` when ``state_dir`` holds no egress state."""
+    db = _connect_read_only(state_dir)
+    if db is None:
+        raise StateDirectoryError(f"{state_dir}: no egress state here (no {DATABASE_NAME})")
+    try:
+        trimmed = {(str(c), int(p)): int(seq) for c, p, seq in db.execute(
+            "SELECT consumer, partition, seq FROM outbox_acknowledged")}
+        batches = db.execute("SELECT consumer, partition, stream, messages FROM outbox_batches")
+        found = [(str(c), int(p), OutboxMessage(seq, str(stream), *entry))
+                 for c, p, stream, blob in batches
+                 for seq, *entry in unpack_batch(blob) if seq > trimmed.get((str(c), int(p)), 0)]
+    finally:
+        db.close()
+    return sorted(found, key=lambda item: (item[0], item[1], item[2].seq))
 
 
 def check_metadata(meta: dict[str, str], state_dir: str | Path, pipeline: str) -> None:
