@@ -206,3 +206,66 @@ async def test_a_directory_of_an_unknown_layout_is_refused_naming_its_version(tm
     with pytest.raises(StateDirectoryError, match="state layout version 4 is not one this egress reads"):
         await engine.open()
     await engine.close()
+
+
+def _appends(stream: str, partition: int, first: int, count: int) -> list[Any]:
+    return [(stream, partition, b"m%d" % i, b"[%d]" % i, None, {"n": i}) for i in range(first, first + count)]
+
+
+async def test_a_batch_just_committed_is_read_from_memory_without_a_query(tmp_path: Path) -> None:
+    """The consuming job in the same process reads what was just committed from the engine's tail:
+    removed from the database behind the engine's back, it still reads (a query would find nothing)."""
+    import sqlite3
+
+    engine = SqliteEngine(tmp_path, "p")
+    await engine.open()
+    epoch = await engine.acquire("source:s", 0)
+    await engine.commit(EpochCommit("source:s", 0, epoch, {("", 0): 5}, log_appends=_appends("in", 0, 0, 5)))
+    db = sqlite3.connect(tmp_path / "egress.sqlite3")
+    with db:
+        db.execute("DELETE FROM log_batches")
+    db.close()
+    assert [(m.offset, m.row) for m in await engine.read("in", 0, 2, 10)] == [(i, {"n": i}) for i in (2, 3, 4)]
+    await engine.close()
+
+
+async def test_rows_read_from_the_tail_belong_to_their_reader(tmp_path: Path) -> None:
+    """Each read decodes its own rows: a process function changing its input row changes no other
+    reader's (nor a re-read's) copy."""
+    engine = SqliteEngine(tmp_path, "p")
+    await engine.open()
+    epoch = await engine.acquire("source:s", 0)
+    await engine.commit(EpochCommit("source:s", 0, epoch, {("", 0): 2}, log_appends=_appends("in", 0, 0, 2)))
+    first = await engine.read("in", 0, 0, 10)
+    first[0].row["n"] = "changed"
+    assert [m.row for m in await engine.read("in", 0, 0, 10)] == [{"n": 0}, {"n": 1}]
+    await engine.close()
+
+
+async def test_the_tail_is_bounded_and_older_messages_are_read_from_the_database(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import egress.engines.sqlite as sqlite_engine
+
+    monkeypatch.setattr(sqlite_engine, "TAIL_BYTES", 200)
+    engine = SqliteEngine(tmp_path, "p")
+    await engine.open()
+    epoch = await engine.acquire("source:s", 0)
+    for first in range(0, 60, 10):
+        await engine.commit(EpochCommit("source:s", 0, epoch, {("", 0): first + 10},
+                                        log_appends=_appends("in", 0, first, 10)))
+    assert engine._tail.bytes <= 200
+    assert [m.row["n"] for m in await engine.read("in", 0, 5, 100)] == list(range(5, 60))
+    await engine.close()
+
+
+def test_the_tail_answers_only_from_a_contiguous_run_that_reaches_the_durable_end() -> None:
+    from egress.engines.sqlite import LogTail
+
+    tail = LogTail(1 << 20)
+    tail.add("in", 0, 0, 2, b"a")
+    assert tail.batches("in", 0, 1, 2) == [(0, b"a")]
+    assert tail.batches("in", 0, 1, 3) is None  # another process appended beyond what this one committed
+    tail.add("in", 0, 5, 1, b"b")  # a gap (offsets 2-4 written elsewhere): what was kept no longer reaches it
+    assert tail.batches("in", 0, 1, 6) is None
+    assert tail.batches("in", 0, 5, 6) == [(5, b"b")]
+    assert tail.bytes == 1
