@@ -269,3 +269,71 @@ def test_the_tail_answers_only_from_a_contiguous_run_that_reaches_the_durable_en
     assert tail.batches("in", 0, 1, 6) is None
     assert tail.batches("in", 0, 5, 6) == [(5, b"b")]
     assert tail.bytes == 1
+
+
+async def _queued_behind_a_busy_database(engine: SqliteEngine, commits: list[EpochCommit]) -> list[Any]:
+    """Commit ``commits`` at once while the engine's database thread is held busy, so that they
+    queue and are applied together; returns each one's outcome (``None`` or its exception), and
+    counts the transactions that made them durable in ``engine.transactions`` (a test attribute)."""
+    import asyncio
+    import threading
+
+    busy = threading.Event()
+    transactions: list[str] = []
+    engine._db.set_trace_callback(  # type: ignore[union-attr]
+        lambda statement: transactions.append(statement) if statement == "COMMIT" else None)
+    held = engine._executor.submit(busy.wait)
+    tasks = [asyncio.ensure_future(engine.commit(commit)) for commit in commits]
+    await asyncio.sleep(0)  # every commit is queued before the thread is free
+    busy.set()
+    outcomes = await asyncio.gather(*tasks, return_exceptions=True)
+    held.result()
+    engine.transactions = len(transactions)  # type: ignore[attr-defined]
+    return outcomes
+
+
+async def test_commits_queued_together_are_applied_in_one_transaction_each_behind_its_own_fence(
+        tmp_path: Path) -> None:
+    """Group commit: one stale commit among several queued ones is refused (FencedError), the
+    others apply, all with one COMMIT (one fsync); appends of two commits to one partition stay dense."""
+    from egress.engines import FencedError
+
+    engine = SqliteEngine(tmp_path, "p")
+    await engine.open()
+    stale = await engine.acquire("c", 1)
+    await engine.acquire("c", 1)  # taken over: commits under ``stale`` are fenced
+    epochs = {partition: await engine.acquire("c", partition) for partition in (0, 2)}
+    commits = [
+        EpochCommit("c", 0, epochs[0], {("in", 0): 3}, log_appends=_appends("next", 0, 0, 2)),
+        EpochCommit("c", 1, stale, {("in", 1): 9}, log_appends=_appends("next", 0, 100, 1)),
+        EpochCommit("c", 2, epochs[2], {("in", 2): 4}, log_appends=_appends("next", 0, 2, 3),
+                    outbox=[OutboxMessage(1, "requests", b"o1", b"[]", None, {"payload": "x"})]),
+    ]
+    outcomes = await _queued_behind_a_busy_database(engine, commits)
+    assert outcomes[0] is None
+    assert outcomes[2] is None
+    assert isinstance(outcomes[1], FencedError)
+    assert engine.transactions == 1  # type: ignore[attr-defined]
+    assert [m.message_id for m in await engine.read("next", 0, 0, 10)] == [b"m%d" % i for i in range(5)]
+    assert (await engine.load_checkpoint("c", 1, [])).input_positions == {}
+    assert (await engine.load_checkpoint("c", 2, ["http"])).input_positions == {("in", 2): 4}
+    assert [m.seq for m in (await engine.load_checkpoint("c", 2, ["http"])).outbox] == [1]
+    await engine.close()
+
+
+async def test_an_unstorable_row_in_a_group_refuses_that_commit_alone(tmp_path: Path) -> None:
+    from egress.errors import RowEncodingError
+
+    engine = SqliteEngine(tmp_path, "p")
+    await engine.open()
+    epochs = {partition: await engine.acquire("c", partition) for partition in (0, 1)}
+    bad = [("next", 0, b"bad", b"[]", None, {"text": "\ud800"})]
+    outcomes = await _queued_behind_a_busy_database(engine, [
+        EpochCommit("c", 0, epochs[0], {("in", 0): 1}, log_appends=bad),
+        EpochCommit("c", 1, epochs[1], {("in", 1): 2}, log_appends=_appends("next", 0, 0, 2)),
+    ])
+    assert isinstance(outcomes[0], RowEncodingError)
+    assert outcomes[1] is None
+    assert [m.message_id for m in await engine.read("next", 0, 0, 10)] == [b"m0", b"m1"]
+    assert (await engine.load_checkpoint("c", 0, [])).input_positions == {}
+    await engine.close()
