@@ -91,6 +91,7 @@ CREATE TABLE IF NOT EXISTS watermarks (
 """
 
 T = TypeVar("T")
+_new_tuple = tuple.__new__
 
 TAIL_BYTES = 16 * 1024 * 1024
 """How many bytes of just-committed log batches an engine keeps for readers in the same process
@@ -555,7 +556,8 @@ def _messages(stream: str, partition: int, after: int, end: int,
         if offset >= end:
             break
         entries = unpack_batch(blob)
-        messages.extend(LogMessage(stream, partition, offset + index, *entries[index])
+        # tuple.__new__: a LogMessage without the NamedTuple's Python-level __new__ (per message read)
+        messages.extend(_new_tuple(LogMessage, (stream, partition, offset + index, *entries[index]))
                         for index in range(max(0, after - offset), min(len(entries), end - offset)))
     return messages
 
