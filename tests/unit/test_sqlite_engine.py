@@ -337,3 +337,23 @@ async def test_an_unstorable_row_in_a_group_refuses_that_commit_alone(tmp_path: 
     assert [m.message_id for m in await engine.read("next", 0, 0, 10)] == [b"m0", b"m1"]
     assert (await engine.load_checkpoint("c", 0, [])).input_positions == {}
     await engine.close()
+
+
+async def test_a_new_state_directory_uses_16_kib_pages_and_an_existing_one_keeps_its_own(tmp_path: Path) -> None:
+    import sqlite3
+
+    from egress.engines.sqlite import PAGE_SIZE
+
+    engine = SqliteEngine(tmp_path / "new", "p")
+    await engine.open()
+    await engine.close()
+    db = sqlite3.connect(tmp_path / "new" / "egress.sqlite3")
+    assert db.execute("PRAGMA page_size").fetchone() == (PAGE_SIZE,) == (16384,)
+    db.close()
+    _per_message_layout(tmp_path, "2").close()  # made with SQLite's default pages
+    engine = SqliteEngine(tmp_path, "p")
+    await engine.open()
+    await engine.close()
+    db = sqlite3.connect(tmp_path / "egress.sqlite3")
+    assert db.execute("PRAGMA page_size").fetchone() == (4096,)
+    db.close()

@@ -46,6 +46,8 @@ SCHEMA_VERSION = 3
 3: the log and the outbox in batches (one row per commit and stream)."""
 READABLE_SCHEMA_VERSIONS = ("1", "2", "3")
 """Layouts this egress opens: 1 stored rows as JSON, 1 and 2 one row per message; both are converted."""
+PAGE_SIZE = 16384
+"""SQLite's page size (bytes) for new state directories; existing ones keep theirs."""
 MIGRATION_BATCH = 1024
 """Messages per batch row when a directory of layout 1 or 2 is converted."""
 DATABASE_NAME = "egress.sqlite3"
@@ -149,6 +151,11 @@ class SqliteEngine:
         self._lock_file.write(str(os.getpid()))
         self._lock_file.flush()
         db = sqlite3.connect(self.state_dir / DATABASE_NAME, isolation_level=None, check_same_thread=False)
+        # Only a new database takes it (before its first table; WAL fixes it): batches of
+        # thousands of ~330-byte messages span fewer pages and overflow chains (measured: ~10 %
+        # less engine CPU per message than 4 KiB pages, and less than 64 KiB, whose small updates
+        # of positions and progress each rewrite a large page).
+        db.execute(f"PRAGMA page_size={PAGE_SIZE}")
         db.execute("PRAGMA journal_mode=WAL")
         db.execute(f"PRAGMA synchronous={self.synchronous}")
         _upgrade_timers(db)
@@ -555,10 +562,11 @@ def _messages(stream: str, partition: int, after: int, end: int,
     for offset, blob in batches:
         if offset >= end:
             break
-        entries = unpack_batch(blob)
+        start = max(0, after - offset)
         # tuple.__new__: a LogMessage without the NamedTuple's Python-level __new__ (per message read)
-        messages.extend(_new_tuple(LogMessage, (stream, partition, offset + index, *entries[index]))
-                        for index in range(max(0, after - offset), min(len(entries), end - offset)))
+        messages.extend(_new_tuple(LogMessage, (stream, partition, index, message_id, key, ts, row))
+                        for index, (message_id, key, ts, row) in
+                        enumerate(unpack_batch(blob)[start:end - offset], offset + start))
     return messages
 
 
