@@ -85,7 +85,8 @@ class Invoker:
     async def message(self, message: Message, encoded_key: bytes) -> list[Output]:
         """Call ``process_message``; returns the checked outputs."""
         collector = OutputCollector()
-        self.store.begin(message.key)
+        if self._stateful():
+            self.store.begin(message.key)
         try:
             await self.function.process_message(message, collector, self.context)
         except Exception as error:
@@ -110,8 +111,14 @@ class Invoker:
             f"process function of computation {self.computation_id!r} raised on {where}; nothing from this "
             "batch was committed:\n" + "".join(traceback.format_exception(error)))
 
+    def _stateful(self) -> bool:
+        """Whether the function has state clients (they are all created in ``init``): without
+        any, a call touches no state and the store's bracketing is skipped (per message)."""
+        return bool(self.store.internal or self.store.external)
+
     def _finish(self, collector: OutputCollector, encoded_key: bytes, where: Callable[[], str]) -> list[Output]:
-        self.store.end(where)
+        if self._stateful():
+            self.store.end(where)
         if collector.timers:
             now = self.context.now()
             watermark = self.context.watermark()
@@ -130,7 +137,7 @@ class Invoker:
             raise ProcessFunctionError(
                 f"computation {self.computation_id!r} emitted to unknown output stream {stream_id!r} while "
                 f"handling {where()}; its output_stream_ids are {self.output_stream_ids}")
-        schema = self._schema(stream_id)
+        schema = self._schemas.get(stream_id) or self._schema(stream_id)
         if schema is None:
             try:
                 return Output(stream_id, row, EMPTY_KEY if key is None else encode_key(key))
