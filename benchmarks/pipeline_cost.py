@@ -37,16 +37,7 @@ from pydantic import BaseModel, ConfigDict
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "benchmarks"))
 
-SOURCE_ID = "payloads"
 SINK_CLASS = "benchmark_instant_ack"
-FUNCTIONS_MODULE = '''
-from egress import Message, OutputCollector, ProcessFunction, RuntimeContext
-
-
-class PassPayload(ProcessFunction):
-    async def process_message(self, message: Message, output: OutputCollector, ctx: RuntimeContext) -> None:
-        output.add_message("requests", {"payload": message.row["payload"]})
-'''
 
 
 class _NoParameters(BaseModel):
@@ -174,7 +165,7 @@ def child(argv: list[str]) -> int:
 def run_once(work: Path, messages: int, partitions: int, profile: str | None,
              source_tree: Path | None = None) -> dict[str, Any]:
     """One ``egress run --until-drained`` of ``messages`` payloads into :class:`InstantSink`."""
-    from delivery import build_bodies, write_source
+    from delivery import FUNCTIONS_MODULE, SOURCE_ID, build_bodies, write_source
 
     phase = work / "run"
     shutil.rmtree(phase, ignore_errors=True)

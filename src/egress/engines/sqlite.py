@@ -238,11 +238,13 @@ class SqliteEngine:
         acknowledged = {(str(c), int(p)): int(seq) for c, p, seq in db.execute(
             "SELECT consumer, partition, seq FROM outbox_acknowledged")}
         outbox: dict[tuple[str, int, str], int] = {}
-        for c, p, first, s, n, messages in db.execute(
-                "SELECT consumer, partition, first_seq, stream, count, messages FROM outbox_batches"):
+        for c, p, first, s, n in db.execute(
+                "SELECT consumer, partition, first_seq, stream, count FROM outbox_batches").fetchall():
             low = acknowledged.get((c, p), 0)
             # A batch the sinks have persisted part of is kept whole: count only what is beyond.
-            waiting = int(n) if first > low else sum(1 for seq, *_ in unpack_batch(messages) if seq > low)
+            waiting = int(n) if first > low else sum(1 for seq, *_ in unpack_batch(db.execute(
+                "SELECT messages FROM outbox_batches WHERE consumer = ? AND partition = ? AND first_seq = ?",
+                (c, p, first)).fetchone()[0]) if seq > low)
             if waiting:
                 outbox[(str(c), int(p), str(s))] = outbox.get((str(c), int(p), str(s)), 0) + waiting
         timers = {(str(c), int(p)): int(n) for c, p, n in db.execute(
