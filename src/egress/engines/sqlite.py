@@ -633,9 +633,8 @@ def _upgrade_to_batches(db: sqlite3.Connection) -> None:
     if "log" in tables:
         for stream, partition in db.execute("SELECT DISTINCT stream, partition FROM log").fetchall():
             rows = db.execute("SELECT offset, message_id, key, event_timestamp, row FROM log WHERE stream = ? "
-                              "AND partition = ? ORDER BY offset", (stream, partition)).fetchall()
-            for start in range(0, len(rows), MIGRATION_BATCH):
-                chunk = rows[start:start + MIGRATION_BATCH]
+                              "AND partition = ? ORDER BY offset", (stream, partition))
+            while chunk := rows.fetchmany(MIGRATION_BATCH):  # a batch at a time: memory stays flat
                 db.execute("INSERT INTO log_batches (stream, partition, offset, count, messages) "
                            "VALUES (?, ?, ?, ?, ?)", (stream, partition, chunk[0][0], len(chunk),
                             pack_batch([(bytes(m), bytes(k), t, decode_row(r)) for _, m, k, t, r in chunk])))
@@ -644,10 +643,9 @@ def _upgrade_to_batches(db: sqlite3.Connection) -> None:
         groups = db.execute("SELECT DISTINCT consumer, partition, stream FROM outbox").fetchall()
         for consumer, partition, stream in groups:
             rows = db.execute("SELECT seq, message_id, key, event_timestamp, row FROM outbox WHERE consumer = ? AND "
-                              "partition = ? AND stream = ? ORDER BY seq", (consumer, partition, stream)).fetchall()
-            for start in range(0, len(rows), MIGRATION_BATCH):
-                chunk = [(int(q), bytes(m), bytes(k), t, decode_row(r)) for q, m, k, t, r in
-                         rows[start:start + MIGRATION_BATCH]]
+                              "partition = ? AND stream = ? ORDER BY seq", (consumer, partition, stream))
+            while stored := rows.fetchmany(MIGRATION_BATCH):
+                chunk = [(int(q), bytes(m), bytes(k), t, decode_row(r)) for q, m, k, t, r in stored]
                 db.execute("INSERT INTO outbox_batches (consumer, partition, first_seq, last_seq, stream, count, "
                            "messages) VALUES (?, ?, ?, ?, ?, ?, ?)",
                            (consumer, partition, chunk[0][0], chunk[-1][0], stream, len(chunk), pack_batch(chunk)))
