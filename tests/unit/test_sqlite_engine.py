@@ -417,3 +417,51 @@ async def test_a_new_state_directory_uses_16_kib_pages_and_an_existing_one_keeps
     assert db.execute("PRAGMA page_size").fetchone() == (4096,)
     db.close()
 
+
+async def test_a_shared_engine_reads_and_appends_past_another_process_s_append_to_its_last_log_partition(
+        tmp_path: Path) -> None:
+    """Shared, what this engine appended last is not the end: another process's append after it is
+    read (no early return at this engine's own end, no answer from its log tail), and this engine's
+    next appends, alone and in a group commit, continue after it with dense offsets."""
+    first, second = SqliteEngine(tmp_path, "p", shared=True), SqliteEngine(tmp_path, "p", shared=True)
+    for engine in (first, second):
+        await engine.open()
+    a0, a1, b0 = await first.acquire("a", 0), await first.acquire("a", 1), await second.acquire("b", 0)
+    await first.commit(EpochCommit("a", 0, a0, log_appends=_appends("out", 0, 0, 3)))
+    assert len(await first.read("out", 0, 0, 10)) == 3
+    await second.commit(EpochCommit("b", 0, b0, log_appends=_appends("out", 0, 3, 2)))
+    assert [m.message_id for m in await first.read("out", 0, 3, 10)] == [b"m3", b"m4"]
+    assert [m.offset for m in await first.read("out", 0, 0, 10)] == [0, 1, 2, 3, 4]
+    assert await first.end_offset("out", 0) == 5
+    await first.commit(EpochCommit("a", 0, a0, log_appends=_appends("out", 0, 5, 1)))
+    await second.commit(EpochCommit("b", 0, b0, log_appends=_appends("out", 0, 6, 1)))
+    outcomes = await _queued_behind_a_busy_database(first, [
+        EpochCommit("a", 0, a0, log_appends=_appends("out", 0, 7, 2)),
+        EpochCommit("a", 1, a1, log_appends=_appends("out", 0, 9, 1)),
+    ])
+    assert outcomes == [None, None]
+    assert first.transactions == 1  # type: ignore[attr-defined]
+    assert [(m.offset, m.message_id) for m in await second.read("out", 0, 0, 100)] == [
+        (i, b"m%d" % i) for i in range(10)]
+    for engine in (first, second):
+        await engine.close()
+
+
+async def test_the_appends_watch_takes_a_group_commit_s_appends_as_own_unless_another_process_appended_first(
+        tmp_path: Path) -> None:
+    first, second = SqliteEngine(tmp_path, "p", shared=True), SqliteEngine(tmp_path, "p", shared=True)
+    for engine in (first, second):
+        await engine.open()
+    a0, a1, b0 = await first.acquire("a", 0), await first.acquire("a", 1), await second.acquire("b", 0)
+    assert await first._read_call(first._grown_sync) == set()  # the watch starts: every end as seen
+    group = [EpochCommit("a", 0, a0, log_appends=_appends("out", 0, 0, 2)),
+             EpochCommit("a", 1, a1, log_appends=_appends("out", 0, 2, 1))]
+    assert await _queued_behind_a_busy_database(first, group) == [None, None]
+    assert await first._read_call(first._grown_sync) == set()  # only this process appended
+    await second.commit(EpochCommit("b", 0, b0, log_appends=_appends("out", 0, 3, 1)))
+    assert await _queued_behind_a_busy_database(first, [
+        EpochCommit("a", 0, a0, log_appends=_appends("out", 0, 4, 1)),
+        EpochCommit("a", 1, a1, log_appends=_appends("out", 0, 5, 1))]) == [None, None]
+    assert await first._read_call(first._grown_sync) == {("out", 0)}
+    for engine in (first, second):
+        await engine.close()
