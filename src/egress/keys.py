@@ -14,17 +14,26 @@ upper-case hex of the id) is the same on every resend.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 from collections.abc import Sequence
 from typing import Any
 
 import orjson
 
+EMPTY_KEY = b"[]"
+"""The stored form of the empty key ``()`` (a stream without ``group_by``)."""
+
 
 def encode_key(values: Sequence[Any]) -> bytes:
     """The stored form of a key: compact JSON of its values in ``group_by`` order, ``bytes`` as
     their UTF-8 text. Raises ``TypeError`` saying why for a value that cannot be a key (bytes that
     are not UTF-8, a type JSON cannot hold)."""
+    if len(values) == 1 and type(values[0]) is int and -(1 << 63) <= values[0] < 1 << 64:
+        # One integer (the common key): its decimal digits are its compact JSON, as orjson writes it.
+        return b"[%d]" % values[0]
+    if not values:
+        return EMPTY_KEY
     try:
         # A right-sized copy: keys are kept in memory, and measured here each result of orjson 3.13
         # keeps a ~4 KiB allocation alive (100,000 small keys: 410 MB).
@@ -44,6 +53,10 @@ def _bytes_as_text(value: Any) -> str:
 
 
 def decode_key(encoded: bytes) -> tuple[Any, ...]:
+    """The values of a key :func:`encode_key` stored, as a tuple."""
+    digits = encoded[1:-1]
+    if digits.isdigit() or (digits[:1] == b"-" and digits[1:].isdigit()):
+        return (int(digits),)  # one integer (what encode_key writes without the JSON encoder)
     return tuple(orjson.loads(encoded))
 
 
@@ -65,12 +78,23 @@ def source_scope(pipeline: str, source_id: str, identity: str = "") -> str:
 def source_message_id(scope: str, source_partition: int, position: int) -> bytes:
     """The 20-byte id of the record at ``position`` of a source's partition, ``scope`` from
     :func:`source_scope`: ``blake2b(scope)[:8] || source partition (u32 BE) || position (u64 BE)``."""
-    prefix = hashlib.blake2b(scope.encode(), digest_size=8).digest()
-    return prefix + source_partition.to_bytes(4, "big") + position.to_bytes(8, "big")
+    return source_message_id_prefix(scope, source_partition) + position.to_bytes(8, "big")
+
+
+@functools.lru_cache(maxsize=256)
+def source_message_id_prefix(scope: str, source_partition: int) -> bytes:
+    """The first 12 bytes of every id of a source's partition (:func:`source_message_id`), which a
+    reader computes once: ``blake2b(scope)[:8] || source partition (u32 BE)``."""
+    return hashlib.blake2b(scope.encode(), digest_size=8).digest() + source_partition.to_bytes(4, "big")
+
+
+_OUTPUT_INDEXES = [index.to_bytes(2, "big") for index in range(256)]
 
 
 def derived_message_id(parent: bytes, index: int) -> bytes:
     """The id of output number ``index`` (0-based, < 65536) emitted while handling ``parent``."""
+    if 0 <= index < 256:
+        return parent + _OUTPUT_INDEXES[index]
     if not 0 <= index < 65536:
         raise ValueError(f"a process function may emit at most 65536 messages per input, got index {index}")
     return parent + index.to_bytes(2, "big")

@@ -35,6 +35,15 @@ encode_row: Callable[[Any], bytes] = ormsgpack.packb
 ``TypeError`` for a value MessagePack cannot hold; :func:`unstorable_row_error` says which."""
 
 
+pack_batch: Callable[[Any], bytes] = ormsgpack.packb
+"""``pack_batch(entries) -> bytes``: a batch of messages (a list of tuples of ids, keys, timestamps and
+rows) as one MessagePack array of arrays, what the engine stores per commit and stream. Raises
+``TypeError`` as :data:`encode_row` does; :func:`first_unstorable_row_error` says which row."""
+
+unpack_batch: Callable[[bytes], list[list[Any]]] = ormsgpack.unpackb
+"""The entries :data:`pack_batch` stored, each as a list in the order it was given."""
+
+
 def decode_row(stored: bytes, _unpack: Callable[[bytes], Any] = ormsgpack.unpackb,
                _loads: Callable[[bytes], Any] = orjson.loads) -> dict[str, Any]:
     """The row ``stored`` holds: MessagePack, or the JSON of directories written before (the

@@ -45,7 +45,7 @@ import orjson
 import pytest
 import yaml
 
-from egress.rows import decode_row
+from egress.engines.sqlite import read_outbox
 from egress.runtime import RunOptions
 from tests.e2e.conftest import (
     COMPUTATION_ID,
@@ -91,17 +91,14 @@ def read_in_flight(state: Path) -> InFlight:
         acknowledged = dict(database.execute(
             "SELECT partition, max_persisted_seq_no FROM sink_progress WHERE consumer = ? AND sink = ?",
             (COMPUTATION_ID, SINK_ID)).fetchall())
-        rows = database.execute(
-            "SELECT partition, seq, message_id, row FROM outbox WHERE consumer = ?", (COMPUTATION_ID,),
-        ).fetchall()
     finally:
         database.close()
     in_flight = InFlight()
-    for partition, seq, message_id, row in rows:
-        if seq > acknowledged.get(partition, 0):
+    for consumer, partition, message in read_outbox(state):
+        if consumer == COMPUTATION_ID and message.seq > acknowledged.get(partition, 0):
             in_flight.per_partition[partition] += 1
-            if decode_row(row)["payload"] is not None:
-                in_flight.keys.add(bytes(message_id).hex().upper())
+            if message.row["payload"] is not None:
+                in_flight.keys.add(message.message_id.hex().upper())
     return in_flight
 
 

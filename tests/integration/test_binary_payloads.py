@@ -12,12 +12,12 @@ import sqlite3
 from pathlib import Path
 
 import orjson
-import ormsgpack
 import pytest
 import yaml
 from aiohttp import web
 
 import egress.connectors.sinks.firehose_http  # noqa: F401  (registers firehose_http)
+from egress.engines.sqlite import read_outbox
 from egress.errors import RowEncodingError
 from egress.firehose import FirehoseReceiver
 from egress.runtime import Pipeline, RunOptions, RunResult, load_plan
@@ -113,12 +113,18 @@ async def test_a_directory_whose_outbox_holds_json_rows_still_delivers_them(
     spec, dynamic = payload_spec(tmp_path, f"{base}/events", payloads, dynamic_parameters={"max_attempt_count": 1})
     state = tmp_path / "state"
     assert not (await run(spec, dynamic, state)).drained
-    database = sqlite3.connect(state / "egress.sqlite3")  # as layout version 1 wrote it: JSON rows
+    stored = read_outbox(state)
+    assert len(stored) == 30
+    database = sqlite3.connect(state / "egress.sqlite3")  # as layout version 1 wrote it: a JSON row per message
     with database:
-        rows = database.execute("SELECT consumer, partition, seq, row FROM outbox").fetchall()
-        assert len(rows) == 30
-        database.executemany("UPDATE outbox SET row = ? WHERE consumer = ? AND partition = ? AND seq = ?",
-                             [(orjson.dumps(ormsgpack.unpackb(row)), c, p, s) for c, p, s, row in rows])
+        database.execute("DELETE FROM outbox_batches")
+        database.execute(
+            "CREATE TABLE outbox (consumer TEXT NOT NULL, partition INTEGER NOT NULL, seq INTEGER NOT NULL, "
+            "stream TEXT NOT NULL, message_id BLOB NOT NULL, key BLOB NOT NULL, event_timestamp REAL, "
+            "row BLOB NOT NULL, PRIMARY KEY (consumer, partition, seq)) WITHOUT ROWID")
+        database.executemany("INSERT INTO outbox VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+                             [(c, p, m.seq, m.stream, m.message_id, m.key, m.event_timestamp, orjson.dumps(m.row))
+                              for c, p, m in stored])
         database.execute("UPDATE meta SET value = '1' WHERE key = 'schema_version'")
     database.close()
     endpoint.failing = False
@@ -128,7 +134,7 @@ async def test_a_directory_whose_outbox_holds_json_rows_still_delivers_them(
     assert result.drained, result.error
     assert endpoint.bodies == {payload_key(tmp_path, i): [p.encode()] for i, p in enumerate(more)}
     database = sqlite3.connect(state / "egress.sqlite3")
-    assert database.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone() == ("2",)
+    assert database.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone() == ("3",)
     database.close()
 
 

@@ -80,3 +80,22 @@ def test_bytes_that_are_not_utf8_cannot_be_a_key_value_and_say_why() -> None:
         encode_key([b"\xff"])
     with pytest.raises(TypeError, match="a key value cannot be of type object"):
         encode_key([object()])
+
+
+def test_an_integer_key_is_stored_exactly_as_the_json_encoder_writes_it() -> None:
+    """One integer is the common key: it is written without the JSON encoder, byte for byte the same."""
+    import orjson
+    import pytest
+
+    from egress.keys import decode_key, encode_key
+
+    for value in (0, 1, -1, 7, 10**18, -(2**63), 2**63 - 1, 2**64 - 1):
+        assert encode_key([value]) == orjson.dumps([value])
+        assert encode_key((value,)) == orjson.dumps([value])
+        assert decode_key(encode_key([value])) == (value,)
+    for values in ([], ["-"], ["12"], [1, 2], [-1.5], [None], [True]):
+        assert decode_key(encode_key(values)) == tuple(values)
+    assert encode_key([True]) == b"[true]"  # a bool is no integer key
+    assert encode_key([]) == encode_key(()) == b"[]"
+    with pytest.raises(TypeError):
+        encode_key([2**64])

@@ -115,6 +115,9 @@ def test_jsonl_checks_types_and_treats_missing_keys_as_null(tmp_path: Path) -> N
     [
         ('{"origin": "EWR", "dep_time": "517"}', "column dep_time: expected int64, got str '517'"),
         ('{"origin": "EWR", "cancelled": 1}', "column cancelled: expected boolean, got int 1"),
+        ('{"origin": "EWR", "dep_time": 9223372036854775808}', "column dep_time: out of the int64 range"),
+        ('{"origin": "EWR", "dep_time": true}', "column dep_time: expected int64, got bool True"),
+        ('{"origin": "EWR", "distance": false}', "column distance: expected double, got bool False"),
         ('{"origin": null}', "column origin: null in a required column"),
         ("[1, 2]", "expected a JSON object, got list"),
         ("{not json", "not valid JSON"),

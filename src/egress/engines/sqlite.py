@@ -4,16 +4,22 @@ All database work runs on one thread of its own, so an fsync never stalls the ev
 async methods hand work to it. Each :class:`EpochCommit` is one transaction: positions, log
 appends, outbox, sink progress, state and timers land together or not at all.
 
+The log and the outbox are stored in batches: one row of ``log_batches`` holds the messages one
+commit appended to one ``(stream, partition)`` (dense offsets from the row's ``offset``), one row of
+``outbox_batches`` the output messages one commit added for one stream (their seqs inside), each as
+one MessagePack array (``egress.rows``, which keeps ``bytes`` values exact). SQLite's cost is per
+row (measured here: ~7 µs to insert a ~330-byte message row, ~3 µs a message in a batch), so a batch
+of a thousand messages costs about what one message row did. External state rows stay one row per
+key. Directories of layout versions 1 and 2 (one row per message, rows as JSON in version 1) are
+converted on open, in one transaction, and marked version 3, which an egress of version 2 cannot read.
+
 Leases (``leases``: owner and expiry beside ``ownership``'s epoch) and cluster members
 (``members``) are tables of the same database; their TTLs are measured on the engine's clock
 (wall-clock seconds, so that processes sharing the database agree). With ``shared=True`` several
 processes work on one state directory: each write transaction (``BEGIN IMMEDIATE``, one writer at a
-time) reads the offsets it extends from the database, so nothing is cached per process.
-
-Rows of the log and the outbox are stored as MessagePack (``egress.rows``), which keeps ``bytes``
-values exact; rows that directories of layout version 1 stored as JSON still read as JSON (each
-row says which it is by its first byte), so such a directory opens as it is and is marked version 2
-(rows written from then on are MessagePack, which an egress of version 1 could not read).
+time) reads the offsets it extends from the database, so nothing is cached per process: the
+end-offset cache and the log tail (:class:`LogTail`) serve only an unshared engine, the directory's
+one writer.
 """
 
 from __future__ import annotations
@@ -26,7 +32,9 @@ import logging
 import math
 import os
 import sqlite3
-from collections.abc import Callable
+import threading
+from collections import deque
+from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, TypeVar
@@ -45,14 +53,19 @@ from egress.engines.protocols import (
     OutboxMessage,
     SinkProgress,
 )
-from egress.errors import SpecMismatchError, StateDirectoryError
+from egress.errors import RowEncodingError, SpecMismatchError, StateDirectoryError
 from egress.keys import partition_of
-from egress.rows import decode_row, encode_row, first_unstorable_row_error
+from egress.rows import decode_row, first_unstorable_row_error, pack_batch, unpack_batch
 
-SCHEMA_VERSION = 2
-"""The state layout this egress writes. 2: log, outbox and external state rows are MessagePack."""
-READABLE_SCHEMA_VERSIONS = ("1", "2")
-"""Layouts this egress opens: 1 differs only in storing rows as JSON, which still reads."""
+SCHEMA_VERSION = 3
+"""The state layout this egress writes. 2: log, outbox and external state rows are MessagePack;
+3: the log and the outbox in batches (one row per commit and stream)."""
+READABLE_SCHEMA_VERSIONS = ("1", "2", "3")
+"""Layouts this egress opens: 1 stored rows as JSON, 1 and 2 one row per message; both are converted."""
+PAGE_SIZE = 16384
+"""SQLite's page size (bytes) for new state directories; existing ones keep theirs."""
+MIGRATION_BATCH = 1024
+"""Messages per batch row when a directory of layout 1 or 2 is converted."""
 DATABASE_NAME = "egress.sqlite3"
 LOCK_NAME = "egress.lock"
 APPENDS_POLL_INTERVAL = 0.05
@@ -69,18 +82,21 @@ CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
 CREATE TABLE IF NOT EXISTS ownership (
     consumer TEXT NOT NULL, partition INTEGER NOT NULL, epoch INTEGER NOT NULL,
     PRIMARY KEY (consumer, partition)) WITHOUT ROWID;
-CREATE TABLE IF NOT EXISTS log (
-    stream TEXT NOT NULL, partition INTEGER NOT NULL, offset INTEGER NOT NULL,
-    message_id BLOB NOT NULL, key BLOB NOT NULL, event_timestamp REAL, row BLOB NOT NULL,
-    PRIMARY KEY (stream, partition, offset)) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS log_batches (
+    stream TEXT NOT NULL, partition INTEGER NOT NULL, offset INTEGER NOT NULL, count INTEGER NOT NULL,
+    messages BLOB NOT NULL,
+    PRIMARY KEY (stream, partition, offset));
 CREATE TABLE IF NOT EXISTS positions (
     consumer TEXT NOT NULL, partition INTEGER NOT NULL, stream TEXT NOT NULL,
     stream_partition INTEGER NOT NULL, offset INTEGER NOT NULL,
     PRIMARY KEY (consumer, partition, stream, stream_partition)) WITHOUT ROWID;
-CREATE TABLE IF NOT EXISTS outbox (
-    consumer TEXT NOT NULL, partition INTEGER NOT NULL, seq INTEGER NOT NULL, stream TEXT NOT NULL,
-    message_id BLOB NOT NULL, key BLOB NOT NULL, event_timestamp REAL, row BLOB NOT NULL,
-    PRIMARY KEY (consumer, partition, seq)) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS outbox_batches (
+    consumer TEXT NOT NULL, partition INTEGER NOT NULL, first_seq INTEGER NOT NULL, last_seq INTEGER NOT NULL,
+    stream TEXT NOT NULL, count INTEGER NOT NULL, messages BLOB NOT NULL,
+    PRIMARY KEY (consumer, partition, first_seq));
+CREATE TABLE IF NOT EXISTS outbox_acknowledged (
+    consumer TEXT NOT NULL, partition INTEGER NOT NULL, seq INTEGER NOT NULL,
+    PRIMARY KEY (consumer, partition)) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS sink_progress (
     consumer TEXT NOT NULL, partition INTEGER NOT NULL, sink TEXT NOT NULL,
     producer_id TEXT NOT NULL, max_persisted_message_id BLOB, max_persisted_seq_no INTEGER NOT NULL,
@@ -107,6 +123,12 @@ CREATE TABLE IF NOT EXISTS watermarks (
 """
 
 T = TypeVar("T")
+_new_tuple = tuple.__new__
+
+TAIL_BYTES = 16 * 1024 * 1024
+"""How many bytes of just-committed log batches an engine keeps for readers in the same process
+(:class:`LogTail`): a downstream job reads them without a SELECT (16 MiB: ~50,000 messages of
+~330 bytes, a few epochs of every partition)."""
 
 
 class SqliteEngine:
@@ -136,11 +158,16 @@ class SqliteEngine:
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="egress-sqlite")
         self._db: sqlite3.Connection | None = None
         self._lock_file: Any = None
-        # Unshared only: this process is the directory's only writer, so the ends it wrote stay true.
+        # Unshared only (the directory's one writer): the ends it wrote, and what it appended last,
+        # stay true. Shared, another process may append next, so the database is asked every time.
         self._end_offsets: dict[tuple[str, int], int] = {}
+        self._tail = LogTail(TAIL_BYTES)
         self._appends_callbacks: list[AppendsCallback] = []
         self._appends_watch: _AppendsWatch | None = None
         self._appends_poller: asyncio.Task[None] | None = None
+        self._queue_lock = threading.Lock()
+        self._queued: list[tuple[EpochCommit, asyncio.Future[None]]] = []
+        self._draining = False
 
     # -- lifecycle ---------------------------------------------------------------------------
 
@@ -165,6 +192,11 @@ class SqliteEngine:
             self._lock_directory()
         db = sqlite3.connect(self.state_dir / DATABASE_NAME, isolation_level=None, check_same_thread=False,
                              timeout=SHARED_BUSY_TIMEOUT if self.shared else 5.0)
+        # Only a new database takes it (before its first table; WAL fixes it): batches of
+        # thousands of ~330-byte messages span fewer pages and overflow chains (measured: ~10 %
+        # less engine CPU per message than 4 KiB pages, and less than 64 KiB, whose small updates
+        # of positions and progress each rewrite a large page).
+        db.execute(f"PRAGMA page_size={PAGE_SIZE}")
         db.execute("PRAGMA journal_mode=WAL")
         db.execute(f"PRAGMA synchronous={self.synchronous}")
         self._db = db
@@ -183,8 +215,10 @@ class SqliteEngine:
             else:
                 check_metadata(meta, self.state_dir, self.pipeline)
                 if meta.get("schema_version") != str(SCHEMA_VERSION):
-                    # from now on it holds MessagePack rows, which older versions cannot read
+                    # from now on it holds batches, which older versions cannot read
                     db.execute("UPDATE meta SET value = ? WHERE key = 'schema_version'", (str(SCHEMA_VERSION),))
+            if {"log", "outbox"} & _tables(db):  # layout 1 or 2 (checked above): converted in this transaction
+                _upgrade_to_batches(db)
 
     def _lock_directory(self) -> None:
         """Take the state directory's exclusive lock, or raise naming the pid that holds it."""
@@ -207,6 +241,7 @@ class SqliteEngine:
 
     def _close_sync(self) -> None:
         assert self._db is not None
+        self._tail = LogTail(TAIL_BYTES)
         self._db.close()
         self._db = None
         if self._lock_file is not None:
@@ -268,8 +303,18 @@ class SqliteEngine:
         for stream, stream_partition, offset in db.execute(
                 "SELECT stream, stream_partition, offset FROM positions WHERE consumer NOT LIKE 'source:%'"):
             read_positions.setdefault((str(stream), int(stream_partition)), []).append(int(offset))
-        outbox = {(str(c), int(p), str(s)): int(n) for c, p, s, n in db.execute(
-            "SELECT consumer, partition, stream, COUNT(*) FROM outbox GROUP BY consumer, partition, stream")}
+        acknowledged = {(str(c), int(p)): int(seq) for c, p, seq in db.execute(
+            "SELECT consumer, partition, seq FROM outbox_acknowledged")}
+        outbox: dict[tuple[str, int, str], int] = {}
+        for c, p, first, s, n in db.execute(
+                "SELECT consumer, partition, first_seq, stream, count FROM outbox_batches").fetchall():
+            low = acknowledged.get((c, p), 0)
+            # A batch the sinks have persisted part of is kept whole: count only what is beyond.
+            waiting = int(n) if first > low else sum(1 for seq, *_ in unpack_batch(db.execute(
+                "SELECT messages FROM outbox_batches WHERE consumer = ? AND partition = ? AND first_seq = ?",
+                (c, p, first)).fetchone()[0]) if seq > low)
+            if waiting:
+                outbox[(str(c), int(p), str(s))] = outbox.get((str(c), int(p), str(s)), 0) + waiting
         timers = {(str(c), int(p)): int(n) for c, p, n in db.execute(
             "SELECT consumer, partition, COUNT(*) FROM timers GROUP BY consumer, partition")}
         return CommittedInventory(log_ends, read_positions, outbox, timers)
@@ -281,12 +326,12 @@ class SqliteEngine:
         log_ends: dict[tuple[str, int], int] = {}
         # One indexed MAX per (stream, partition), found by skipping from slot to slot, instead of
         # a GROUP BY over every log row.
-        slot = db.execute("SELECT stream, partition FROM log ORDER BY stream, partition LIMIT 1").fetchone()
+        slot = db.execute("SELECT stream, partition FROM log_batches ORDER BY stream, partition LIMIT 1").fetchone()
         while slot is not None:
             stream, partition = str(slot[0]), int(slot[1])
             log_ends[(stream, partition)] = self._end_offset_sync(stream, partition)
             slot = db.execute(
-                "SELECT stream, partition FROM log WHERE stream > ? OR (stream = ? AND partition > ?) "
+                "SELECT stream, partition FROM log_batches WHERE stream > ? OR (stream = ? AND partition > ?) "
                 "ORDER BY stream, partition LIMIT 1", (stream, stream, partition)).fetchone()
         return log_ends
 
@@ -481,30 +526,47 @@ class SqliteEngine:
     # -- Log ---------------------------------------------------------------------------------
 
     async def read(self, stream: str, partition: int, after: int, limit: int) -> list[LogMessage]:
+        if self.shared:  # another process may have appended: the database alone knows the end
+            return await self._read_call(self._read_sync, stream, partition, after, limit)
+        end = self._end_offsets.get((stream, partition))
+        if end is not None and after >= end:
+            return []  # at the durable end: nothing to ask the database
         return await self._call(self._read_sync, stream, partition, after, limit)
 
     def _read_sync(self, stream: str, partition: int, after: int, limit: int) -> list[LogMessage]:
-        assert self._db is not None
-        rows = self._db.execute(
-            "SELECT offset, message_id, key, event_timestamp, row FROM log "
-            "WHERE stream = ? AND partition = ? AND offset >= ? ORDER BY offset LIMIT ?",
-            (stream, partition, after, limit),
-        ).fetchall()
-        return [LogMessage(stream, partition, o, m, k, t, decode_row(r)) for o, m, k, t, r in rows]
+        # What this process committed last is decoded from memory, without a SELECT; the tail is
+        # used only when it reaches the durable end offset (else it may miss messages), and only
+        # unshared (a shared engine keeps neither the tail nor the end offsets).
+        kept = None if self.shared else self._tail.batches(
+            stream, partition, after, self._end_offsets.get((stream, partition)))
+        if kept is not None:
+            return _messages(stream, partition, after, after + limit, kept)
+        db = self._db
+        assert db is not None
+        first = db.execute(
+            "SELECT offset FROM log_batches WHERE stream = ? AND partition = ? AND offset <= ? "
+            "ORDER BY offset DESC LIMIT 1", (stream, partition, after)).fetchone()
+        batches = db.execute(
+            "SELECT offset, messages FROM log_batches WHERE stream = ? AND partition = ? AND offset >= ? "
+            "AND offset < ? ORDER BY offset", (stream, partition, after if first is None else first[0], after + limit))
+        return _messages(stream, partition, after, after + limit, batches)
 
     async def end_offset(self, stream: str, partition: int) -> int:
         return await self._call(self._end_offset_sync, stream, partition)
 
     def _end_offset_sync(self, stream: str, partition: int) -> int:
+        """The end offset of ``(stream, partition)``: from the cache unshared, else (shared: always)
+        from the database, which inside a write transaction no other process can move."""
         assert self._db is not None
-        cached = self._end_offsets.get((stream, partition))
-        if cached is not None:
-            return cached
-        (last,) = self._db.execute(
-            "SELECT MAX(offset) FROM log WHERE stream = ? AND partition = ?", (stream, partition)
-        ).fetchone()
-        end = 0 if last is None else int(last) + 1
-        if not self.shared:  # shared: another process may append next; read it again each time
+        if not self.shared:
+            cached = self._end_offsets.get((stream, partition))
+            if cached is not None:
+                return cached
+        last = self._db.execute(
+            "SELECT offset + count FROM log_batches WHERE stream = ? AND partition = ? ORDER BY offset DESC LIMIT 1",
+            (stream, partition)).fetchone()
+        end = 0 if last is None else int(last[0])
+        if not self.shared:
             self._end_offsets[(stream, partition)] = end
         return end
 
@@ -530,16 +592,19 @@ class SqliteEngine:
         ):
             progress[sink] = SinkProgress(producer, message_id, int(seq), bytes(sink_state))
         low = min((p.max_persisted_seq_no for p in progress.values()), default=0)
-        outbox = [
-            OutboxMessage(int(seq), stream, mid, key, ts, decode_row(row))
-            for seq, stream, mid, key, ts, row in self._db.execute(
-                "SELECT seq, stream, message_id, key, event_timestamp, row FROM outbox "
-                "WHERE consumer = ? AND partition = ? AND seq > ? ORDER BY seq",
-                (consumer, partition, low),
-            )
-        ]
+        trimmed = self._db.execute("SELECT seq FROM outbox_acknowledged WHERE consumer = ? AND partition = ?",
+                                   (consumer, partition)).fetchone()
+        # Batches are deleted whole: what an earlier commit trimmed may still be stored beside the rest.
+        low = max(low, 0 if trimmed is None else int(trimmed[0]))
+        outbox = sorted(
+            (OutboxMessage(seq, stream, *entry)
+             for stream, blob in self._db.execute(
+                 "SELECT stream, messages FROM outbox_batches WHERE consumer = ? AND partition = ? AND last_seq > ?",
+                 (consumer, partition, low))
+             for seq, *entry in unpack_batch(blob) if seq > low),
+            key=lambda message: message.seq)
         (last_seq,) = self._db.execute(
-            "SELECT MAX(seq) FROM outbox WHERE consumer = ? AND partition = ?", (consumer, partition)
+            "SELECT MAX(last_seq) FROM outbox_batches WHERE consumer = ? AND partition = ?", (consumer, partition)
         ).fetchone()
         high = max([int(last_seq or 0), *(p.max_persisted_seq_no for p in progress.values())])
         return Checkpoint(positions, progress, outbox, high + 1)
@@ -572,100 +637,293 @@ class SqliteEngine:
         return KeyedState(internal, external, timers, None if row is None else float(row[0]))
 
     async def commit(self, commit: EpochCommit) -> None:
-        await self._call(self._commit_sync, commit)
+        # Group commit: commits that queue while the database thread is busy (several partition
+        # jobs and source readers finishing epochs together) are applied in one transaction, each
+        # inside its own savepoint with its own fence check, and made durable by one fsync.
+        loop = asyncio.get_running_loop()
+        done: asyncio.Future[None] = loop.create_future()
+        with self._queue_lock:
+            self._queued.append((commit, done))
+            start, self._draining = not self._draining, True
+        if start:
+            self._executor.submit(self._drain, loop)
+        await done
+
+    def _drain(self, loop: asyncio.AbstractEventLoop) -> None:
+        """On the database thread: apply queued commits, a group at a time, until none is queued."""
+        while True:
+            with self._queue_lock:
+                group, self._queued = self._queued, []
+                if not group:
+                    self._draining = False
+                    return
+            try:
+                outcomes = self._commit_group_sync([commit for commit, _ in group])
+            except BaseException as error:  # every committer must hear of it, none may hang
+                outcomes = [error] * len(group)
+            loop.call_soon_threadsafe(_settle, [done for _, done in group], outcomes)
+
+    def _commit_group_sync(self, commits: list[EpochCommit]) -> list[BaseException | None]:
+        """Apply ``commits`` in one transaction; each one's outcome (``None``: applied). A commit
+        refused on its own (stale epoch, unstorable row) is rolled back to its savepoint alone."""
+        if len(commits) == 1:
+            return [self._commit_alone(commits[0])]
+        db = self._db
+        assert db is not None
+        outcomes: list[BaseException | None] = []
+        offsets: dict[tuple[str, int], int] = {}
+        applied: list[tuple[str, int, int, int, bytes]] = []
+        try:
+            with self._transaction():
+                for commit in commits:
+                    db.execute("SAVEPOINT epoch_commit")
+                    try:
+                        appended, records = self._apply(commit, offsets)
+                    except (FencedError, RowEncodingError) as refused:
+                        db.execute("ROLLBACK TO epoch_commit")
+                        outcomes.append(refused)
+                    else:
+                        offsets.update(appended)
+                        applied.extend(records)
+                        outcomes.append(None)
+                    db.execute("RELEASE epoch_commit")
+        except Exception:  # not one commit's refusal (e.g. the disk): each alone, with its own outcome
+            return [self._commit_alone(commit) for commit in commits]
+        self._published(offsets, applied)
+        return outcomes
+
+    def _commit_alone(self, commit: EpochCommit) -> BaseException | None:
+        try:
+            self._commit_sync(commit)
+        except Exception as error:  # handed to the committer's future
+            return error
+        return None
 
     def _commit_sync(self, commit: EpochCommit) -> None:
+        with self._transaction():
+            appended, records = self._apply(commit, {})
+        self._published(appended, records)
+
+    def _published(self, appended: dict[tuple[str, int], int], records: list[tuple[str, int, int, int, bytes]]) -> None:
+        """After a transaction is durable (``appended``: each slot's new end; ``records``: the log
+        batches stored, in the order written). Unshared, its end offsets and log batches become
+        visible to readers in this process. Shared, neither is kept (another process may append
+        next); the appends watch counts the slots and start offsets appended as this process's own."""
+        if self.shared:
+            if self._appends_watch is not None:
+                starts: dict[tuple[str, int], int] = {}
+                for stream, partition, offset, _, _ in records:
+                    starts.setdefault((stream, partition), offset)  # a group's commits continue each other
+                self._appends_watch.own(starts, appended)
+            return
+        for record in records:
+            self._tail.add(*record)
+        self._end_offsets.update(appended)
+
+    def _apply(self, commit: EpochCommit, offsets: dict[tuple[str, int], int]
+               ) -> tuple[dict[tuple[str, int], int], list[tuple[str, int, int, int, bytes]]]:
+        """Write ``commit`` inside the open transaction, after its fence check (:class:`FencedError`
+        unless its lease is live at its epoch). Log appends continue ``offsets`` (the ends earlier
+        commits of the same transaction reached) or the durable end offsets; shared, always the
+        ends the database holds inside this transaction. Returns the new end offsets and the log
+        batches stored, ``(stream, partition, offset, count, messages)``."""
         db = self._db
         assert db is not None
         c, p = commit.consumer, commit.partition
         appended: dict[tuple[str, int], int] = {}
-        starts: dict[tuple[str, int], int] = {}
-        with self._transaction():
-            held = self._held_sync(c, p)
-            if held is None or held[0] != commit.epoch:
-                now = "lapsed or released" if held is None else f"now {held[0]}"
-                raise FencedError(f"{c} partition {p}: epoch {commit.epoch} is stale ({now})")
-            db.executemany(
-                "INSERT INTO positions (consumer, partition, stream, stream_partition, offset) "
-                "VALUES (?, ?, ?, ?, ?) ON CONFLICT DO UPDATE SET offset = excluded.offset",
-                [(c, p, s, sp, off) for (s, sp), off in commit.input_positions.items()],
-            )
-            if commit.log_appends:
-                records = []
-                try:
-                    for stream, partition, message_id, key, ts, values in commit.log_appends:
-                        slot = (stream, partition)
-                        offset = appended.get(slot)
-                        if offset is None:
-                            offset = starts[slot] = self._end_offset_sync(stream, partition)
-                        appended[slot] = offset + 1
-                        records.append((stream, partition, offset, message_id, key, ts, encode_row(values)))
-                except TypeError:
-                    raise first_unstorable_row_error(commit.origin, commit.log_rows()) from None
-                db.executemany(
-                    "INSERT INTO log (stream, partition, offset, message_id, key, event_timestamp, row) "
-                    "VALUES (?, ?, ?, ?, ?, ?, ?)",
-                    records,
-                )
+        records: list[tuple[str, int, int, int, bytes]] = []
+        held = self._held_sync(c, p)  # the fence: the lease live and still at this commit's epoch
+        if held is None or held[0] != commit.epoch:
+            now = "lapsed or released" if held is None else f"now {held[0]}"
+            raise FencedError(f"{c} partition {p}: epoch {commit.epoch} is stale ({now})")
+        db.executemany(
+            "INSERT INTO positions (consumer, partition, stream, stream_partition, offset) "
+            "VALUES (?, ?, ?, ?, ?) ON CONFLICT DO UPDATE SET offset = excluded.offset",
+            [(c, p, s, sp, off) for (s, sp), off in commit.input_positions.items()],
+        )
+        if commit.log_appends:
+            batches: dict[tuple[str, int], list[tuple[bytes, bytes, float | None, dict[str, Any]]]] = {}
+            for stream, partition, message_id, key, ts, values in commit.log_appends:
+                batch = batches.get((stream, partition))
+                if batch is None:
+                    batch = batches[(stream, partition)] = []
+                batch.append((message_id, key, ts, values))
             try:
-                outbox = [(c, p, m.seq, m.stream, m.message_id, m.key, m.event_timestamp, encode_row(m.row))
-                          for m in commit.outbox]
+                for (stream, partition), batch in batches.items():
+                    # Shared, from the database inside this write transaction (which holds what
+                    # earlier commits of the group wrote), never from what this process carried.
+                    offset = None if self.shared else offsets.get((stream, partition))
+                    if offset is None:
+                        offset = self._end_offset_sync(stream, partition)
+                    appended[(stream, partition)] = offset + len(batch)
+                    records.append((stream, partition, offset, len(batch), pack_batch(batch)))
+            except TypeError:
+                raise first_unstorable_row_error(commit.origin, commit.log_rows()) from None
+            db.executemany(
+                "INSERT INTO log_batches (stream, partition, offset, count, messages) VALUES (?, ?, ?, ?, ?)",
+                records)
+        if commit.outbox:
+            try:
+                outbox = [(c, p, batch[0][0], batch[-1][0], stream, len(batch), pack_batch(batch))
+                          for stream, batch in _outbox_batches(commit.outbox).items()]
             except TypeError:
                 raise first_unstorable_row_error(commit.origin, commit.outbox_rows()) from None
             db.executemany(
-                "INSERT INTO outbox (consumer, partition, seq, stream, message_id, key, event_timestamp, row) "
-                "VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
-                outbox,
-            )
+                "INSERT INTO outbox_batches (consumer, partition, first_seq, last_seq, stream, count, messages) "
+                "VALUES (?, ?, ?, ?, ?, ?, ?)", outbox)
+        db.executemany(
+            "INSERT INTO sink_progress (consumer, partition, sink, producer_id, max_persisted_message_id, "
+            "max_persisted_seq_no, sink_state) VALUES (?, ?, ?, ?, ?, ?, ?) ON CONFLICT DO UPDATE SET "
+            "producer_id = excluded.producer_id, max_persisted_message_id = excluded.max_persisted_message_id, "
+            "max_persisted_seq_no = excluded.max_persisted_seq_no, sink_state = excluded.sink_state",
+            [(c, p, sink, s.producer_id, s.max_persisted_message_id, s.max_persisted_seq_no, s.sink_state)
+             for sink, s in commit.sink_progress.items()],
+        )
+        if commit.outbox_acknowledged_seq is not None:
+            acknowledged = commit.outbox_acknowledged_seq
+            db.execute("DELETE FROM outbox_batches WHERE consumer = ? AND partition = ? AND first_seq <= ? "
+                       "AND last_seq <= ?", (c, p, acknowledged, acknowledged))
+            db.execute("INSERT INTO outbox_acknowledged (consumer, partition, seq) VALUES (?, ?, ?) "
+                       "ON CONFLICT DO UPDATE SET seq = excluded.seq", (c, p, acknowledged))
+        if commit.state_writes:
+            db.executemany("DELETE FROM state WHERE consumer = ? AND name = ? AND key = ?",
+                           [(c, name, key) for (name, key), value in commit.state_writes.items() if value is None])
             db.executemany(
-                "INSERT INTO sink_progress (consumer, partition, sink, producer_id, max_persisted_message_id, "
-                "max_persisted_seq_no, sink_state) VALUES (?, ?, ?, ?, ?, ?, ?) ON CONFLICT DO UPDATE SET "
-                "producer_id = excluded.producer_id, max_persisted_message_id = excluded.max_persisted_message_id, "
-                "max_persisted_seq_no = excluded.max_persisted_seq_no, sink_state = excluded.sink_state",
-                [(c, p, sink, s.producer_id, s.max_persisted_message_id, s.max_persisted_seq_no, s.sink_state)
-                 for sink, s in commit.sink_progress.items()],
+                "INSERT INTO state (consumer, name, key, value) VALUES (?, ?, ?, ?) "
+                "ON CONFLICT DO UPDATE SET value = excluded.value",
+                [(c, name, key, value) for (name, key), value in commit.state_writes.items() if value is not None],
             )
-            if commit.outbox_acknowledged_seq is not None:
-                db.execute(
-                    "DELETE FROM outbox WHERE consumer = ? AND partition = ? AND seq <= ?",
-                    (c, p, commit.outbox_acknowledged_seq),
-                )
-            if commit.state_writes:
-                db.executemany("DELETE FROM state WHERE consumer = ? AND name = ? AND key = ?",
-                               [(c, name, key) for (name, key), value in commit.state_writes.items() if value is None])
-                db.executemany(
-                    "INSERT INTO state (consumer, name, key, value) VALUES (?, ?, ?, ?) "
-                    "ON CONFLICT DO UPDATE SET value = excluded.value",
-                    [(c, name, key, value) for (name, key), value in commit.state_writes.items() if value is not None],
-                )
-            if commit.external_state_writes:
-                writes = commit.external_state_writes.items()
-                db.executemany("DELETE FROM external_state WHERE name = ? AND key = ?",
-                               [(name, key) for (name, key), value in writes if value is None])
-                db.executemany(
-                    "INSERT INTO external_state (name, key, row) VALUES (?, ?, ?) "
-                    "ON CONFLICT DO UPDATE SET row = excluded.row",
-                    [(name, key, value) for (name, key), value in writes if value is not None],
-                )
+        if commit.external_state_writes:
+            writes = commit.external_state_writes.items()
+            db.executemany("DELETE FROM external_state WHERE name = ? AND key = ?",
+                           [(name, key) for (name, key), value in writes if value is None])
             db.executemany(
-                "DELETE FROM timers WHERE consumer = ? AND partition = ? AND key = ? AND trigger_ts = ? AND domain = ?",
-                [(c, p, key, ts, _domain(rest)) for key, ts, *rest in commit.timers_deleted],
+                "INSERT INTO external_state (name, key, row) VALUES (?, ?, ?) "
+                "ON CONFLICT DO UPDATE SET row = excluded.row",
+                [(name, key, value) for (name, key), value in writes if value is not None],
             )
-            db.executemany(
-                "INSERT OR IGNORE INTO timers (consumer, partition, key, trigger_ts, domain) VALUES (?, ?, ?, ?, ?)",
-                [(c, p, key, ts, _domain(rest)) for key, ts, *rest in commit.timers_set],
+        db.executemany(
+            "DELETE FROM timers WHERE consumer = ? AND partition = ? AND key = ? AND trigger_ts = ? AND domain = ?",
+            [(c, p, key, ts, _domain(rest)) for key, ts, *rest in commit.timers_deleted],
+        )
+        db.executemany(
+            "INSERT OR IGNORE INTO timers (consumer, partition, key, trigger_ts, domain) VALUES (?, ?, ?, ?, ?)",
+            [(c, p, key, ts, _domain(rest)) for key, ts, *rest in commit.timers_set],
+        )
+        if commit.watermark is not None:
+            db.execute(
+                "INSERT INTO watermarks (consumer, partition, watermark) VALUES (?, ?, ?) "
+                "ON CONFLICT DO UPDATE SET watermark = excluded.watermark",
+                (c, p, commit.watermark),
             )
-            if commit.watermark is not None:
-                db.execute(
-                    "INSERT INTO watermarks (consumer, partition, watermark) VALUES (?, ?, ?) "
-                    "ON CONFLICT DO UPDATE SET watermark = excluded.watermark",
-                    (c, p, commit.watermark),
-                )
-        # Offsets become visible only once the transaction is durable.
-        if not self.shared:
-            self._end_offsets.update(appended)
-        elif self._appends_watch is not None:
-            self._appends_watch.own(starts, appended)
+        return appended, records
+
+
+def _settle(futures: list[asyncio.Future[None]], outcomes: list[BaseException | None]) -> None:
+    """On the event loop: tell each committer its commit's outcome (unless it stopped waiting)."""
+    for future, outcome in zip(futures, outcomes, strict=True):
+        if future.done():
+            continue
+        if outcome is None:
+            future.set_result(None)
+        else:
+            future.set_exception(outcome)
+
+
+def _messages(stream: str, partition: int, after: int, end: int,
+              batches: Iterable[tuple[int, bytes]]) -> list[LogMessage]:
+    """The messages with offsets ``after`` .. ``end - 1`` of stored ``(offset, messages)`` batches
+    (in offset order, the first one holding ``after`` or later)."""
+    messages: list[LogMessage] = []
+    for offset, blob in batches:
+        if offset >= end:
+            break
+        start = max(0, after - offset)
+        # tuple.__new__: a LogMessage without the NamedTuple's Python-level __new__ (per message read)
+        messages.extend(_new_tuple(LogMessage, (stream, partition, index, message_id, key, ts, row))
+                        for index, (message_id, key, ts, row) in
+                        enumerate(unpack_batch(blob)[start:end - offset], offset + start))
+    return messages
+
+
+class LogTail:
+    """The log batches this process committed last, as stored (MessagePack bytes, so every read
+    decodes its own rows: one reader's changes to a row never reach another), at most
+    ``limit_bytes`` of them, the oldest dropped first. Per ``(stream, partition)`` the batches are
+    contiguous and end where that slot's last commit in this process ended. Used on the engine's
+    database thread only."""
+
+    def __init__(self, limit_bytes: int) -> None:
+        self._limit = limit_bytes
+        self._slots: dict[tuple[str, int], deque[tuple[int, int, bytes]]] = {}
+        self._order: deque[tuple[tuple[str, int], int]] = deque()  # (slot, offset) of every batch, oldest first
+        self.bytes = 0
+
+    def add(self, stream: str, partition: int, offset: int, count: int, blob: bytes) -> None:
+        """Keep the batch of ``count`` messages from ``offset`` just committed to ``(stream, partition)``."""
+        slot = (stream, partition)
+        batches = self._slots.get(slot)
+        if batches and batches[-1][0] + batches[-1][1] != offset:  # a gap: another writer appended
+            self.bytes -= sum(len(b) for _, _, b in batches)
+            batches = None
+        if batches is None:
+            batches = self._slots[slot] = deque()
+        batches.append((offset, count, blob))
+        self._order.append((slot, offset))
+        self.bytes += len(blob)
+        while self.bytes > self._limit and self._order:
+            oldest, at = self._order.popleft()
+            kept = self._slots.get(oldest)
+            if kept and kept[0][0] == at:
+                self.bytes -= len(kept.popleft()[2])
+
+    def batches(self, stream: str, partition: int, after: int, end: int | None) -> list[tuple[int, bytes]] | None:
+        """``(offset, messages)`` of the kept batches from the one holding ``after`` on, or ``None``
+        when the tail cannot answer: ``after`` is older than what is kept, or the kept batches do not
+        reach ``end`` (the slot's durable end offset; ``None``: unknown)."""
+        kept = self._slots.get((stream, partition))
+        if not kept or end is None or after < kept[0][0] or kept[-1][0] + kept[-1][1] != end:
+            return None
+        return [(offset, blob) for offset, count, blob in kept if offset + count > after]
+
+
+def _outbox_batches(messages: list[OutboxMessage]) -> dict[str, list[tuple[Any, ...]]]:
+    """A commit's outbox as one batch per stream, in seq order: ``(seq, message id, key, event
+    timestamp, row)`` each."""
+    batches: dict[str, list[tuple[Any, ...]]] = {}
+    for seq, stream, message_id, key, ts, row in messages:
+        batch = batches.get(stream)
+        if batch is None:
+            batch = batches[stream] = []
+        batch.append((seq, message_id, key, ts, row))
+    return batches
+
+
+def _upgrade_to_batches(db: sqlite3.Connection) -> None:
+    """Directories of layout 1 and 2 keep one row per message in ``log`` and ``outbox`` (rows as
+    JSON in layout 1): move them into batches of :data:`MIGRATION_BATCH` and drop the old tables
+    (inside the caller's transaction)."""
+    tables = _tables(db)
+    if "log" in tables:
+        for stream, partition in db.execute("SELECT DISTINCT stream, partition FROM log").fetchall():
+            rows = db.execute("SELECT offset, message_id, key, event_timestamp, row FROM log WHERE stream = ? "
+                              "AND partition = ? ORDER BY offset", (stream, partition))
+            while chunk := rows.fetchmany(MIGRATION_BATCH):  # a batch at a time: memory stays flat
+                db.execute("INSERT INTO log_batches (stream, partition, offset, count, messages) "
+                           "VALUES (?, ?, ?, ?, ?)", (stream, partition, chunk[0][0], len(chunk),
+                            pack_batch([(bytes(m), bytes(k), t, decode_row(r)) for _, m, k, t, r in chunk])))
+        db.execute("DROP TABLE log")
+    if "outbox" in tables:
+        groups = db.execute("SELECT DISTINCT consumer, partition, stream FROM outbox").fetchall()
+        for consumer, partition, stream in groups:
+            rows = db.execute("SELECT seq, message_id, key, event_timestamp, row FROM outbox WHERE consumer = ? AND "
+                              "partition = ? AND stream = ? ORDER BY seq", (consumer, partition, stream))
+            while stored := rows.fetchmany(MIGRATION_BATCH):
+                chunk = [(int(q), bytes(m), bytes(k), t, decode_row(r)) for q, m, k, t, r in stored]
+                db.execute("INSERT INTO outbox_batches (consumer, partition, first_seq, last_seq, stream, count, "
+                           "messages) VALUES (?, ?, ?, ?, ?, ?, ?)",
+                           (consumer, partition, chunk[0][0], chunk[-1][0], stream, len(chunk), pack_batch(chunk)))
+        db.execute("DROP TABLE outbox")
 
 
 def _domain(rest: list[str]) -> str:
@@ -712,6 +970,26 @@ def read_state(state_dir: str | Path) -> dict[str, list[tuple[str, str, bytes, b
     finally:
         db.close()
     return {"internal": internal, "external": external}
+
+
+def read_outbox(state_dir: str | Path) -> list[tuple[str, int, OutboxMessage]]:
+    """Every stored outbox message of a state directory as ``(consumer, partition, message)``, sorted
+    by consumer, partition and seq, read without taking it over (read-only, safe while a run holds it
+    or after it was killed). Messages a commit trimmed but whose batch is still stored are left out.
+    Raises :class:`StateDirectoryError` when ``state_dir`` holds no egress state."""
+    db = _connect_read_only(state_dir)
+    if db is None:
+        raise StateDirectoryError(f"{state_dir}: no egress state here (no {DATABASE_NAME})")
+    try:
+        trimmed = {(str(c), int(p)): int(seq) for c, p, seq in db.execute(
+            "SELECT consumer, partition, seq FROM outbox_acknowledged")}
+        batches = db.execute("SELECT consumer, partition, stream, messages FROM outbox_batches")
+        found = [(str(c), int(p), OutboxMessage(seq, str(stream), *entry))
+                 for c, p, stream, blob in batches
+                 for seq, *entry in unpack_batch(blob) if seq > trimmed.get((str(c), int(p)), 0)]
+    finally:
+        db.close()
+    return sorted(found, key=lambda item: (item[0], item[1], item[2].seq))
 
 
 def check_metadata(meta: dict[str, str], state_dir: str | Path, pipeline: str) -> None:

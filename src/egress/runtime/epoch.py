@@ -20,6 +20,8 @@ from egress.runtime.api import Message, Timer
 from egress.runtime.invoke import Invoker, Output
 from egress.runtime.timers import timer_message_id
 
+_new_tuple = tuple.__new__
+
 DueTimer = tuple[bytes, float, str]
 """A timer that is due: ``(encoded key, trigger timestamp in seconds, domain)``, as ``TimerQueue.pop_due`` gives it."""
 
@@ -109,8 +111,9 @@ class EpochStep:
         for index, emitted in enumerate(outputs):
             message_id = derived_message_id(parent_id, index)
             if emitted.stream_id in self.sink_streams:
-                output.outbox.append(OutboxMessage(self.next_seq, emitted.stream_id, message_id, emitted.key,
-                                                   event_timestamp, emitted.row))
+                # tuple.__new__: an OutboxMessage without the NamedTuple's Python-level __new__ (per message)
+                output.outbox.append(_new_tuple(OutboxMessage, (self.next_seq, emitted.stream_id, message_id,
+                                                               emitted.key, event_timestamp, emitted.row)))
                 self.next_seq += 1
             if self.logged_streams is None or emitted.stream_id in self.logged_streams:
                 output.log_appends.append((emitted.stream_id, partition_of(emitted.key, self.partition_count),

@@ -15,7 +15,7 @@ from pathlib import Path
 
 from egress.connectors.base import SOURCE_KEYS, KeyedLiveSource, LiveSource, ResumableSource, Source, SourceRecord
 from egress.engines import Engine, EpochCommit, LogAppend
-from egress.keys import encode_key, partition_of, source_message_id, source_scope
+from egress.keys import encode_key, partition_of, source_message_id, source_message_id_prefix, source_scope
 from egress.observe import Metrics
 from egress.runtime.options import RunOptions
 from egress.runtime.plan import SourcePlan
@@ -213,13 +213,14 @@ class _Chunker:
         appends: list[LogAppend] = []
         touched: set[int] = set()
         end = 0
-        group_by, stream_id, scope = self._group_by, self._stream_id, self._scope
+        group_by, stream_id = self._group_by, self._stream_id
         partition_count = self._partition_count
+        prefix = source_message_id_prefix(self._scope, 0)  # egress.keys.source_message_id, computed once
         for record in itertools.islice(records, count):
             key = encode_key([record.row[c] for c in group_by])
             partition = partition_of(key, partition_count)
             touched.add(partition)
-            appends.append((stream_id, partition, source_message_id(scope, 0, record.position), key,
+            appends.append((stream_id, partition, prefix + record.position.to_bytes(8, "big"), key,
                             record.event_timestamp, record.row))
             end = record.position + 1
         return appends, touched, end

@@ -97,6 +97,9 @@ def record_error(where: str, column: str | None, problem: str) -> SourceDataErro
     return SourceDataError(f"{where}: column {column}: {problem}" if column else f"{where}: {problem}")
 
 
+_EXACT_JSON_TYPES: dict[str, type] = {"string": str, "int64": int, "double": float, "boolean": bool}
+
+
 def json_row(raw: bytes | str, columns: list[Column], where: str) -> dict[str, Any]:
     """The row of the JSON object ``raw`` (keys not in ``columns`` ignored, a missing key is null);
     raises ``SourceDataError`` at ``where`` for bad JSON, a non-object or a value of the wrong type."""
@@ -108,8 +111,14 @@ def json_row(raw: bytes | str, columns: list[Column], where: str) -> dict[str, A
         raise record_error(where, None, f"expected a JSON object, got {type(document).__name__}")
     row: dict[str, Any] = {}
     for column in columns:
+        value: Any = document.get(column.name)
+        # A value of its column's exact JSON type needs no conversion (an int64 only its range checked).
+        exact = type(value) is _EXACT_JSON_TYPES[column.type]
+        if exact and (type(value) is not int or INT64_MIN <= value <= INT64_MAX):
+            row[column.name] = value
+            continue
         try:
-            row[column.name] = check_json_value(column, document.get(column.name))
+            row[column.name] = check_json_value(column, value)
         except ValueError as error:
             raise record_error(where, column.name, str(error)) from None
     return row
