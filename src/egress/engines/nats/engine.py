@@ -214,6 +214,13 @@ class NatsEngine:
     def url(self) -> str:
         return ", ".join(self.servers)
 
+    @property
+    def connected(self) -> bool:
+        """Whether the connection to a server is up now (False before ``open()``, while reconnecting
+        and after ``close()``)."""
+        connection = self._connection
+        return connection is not None and connection.is_connected
+
     # -- lifecycle ---------------------------------------------------------------------------
 
     async def open(self) -> None:
