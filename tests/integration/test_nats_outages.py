@@ -102,10 +102,10 @@ def commit_loop(urls: list[str], replicas: int = 1) -> Iterator[CommitLoop]:
             process.wait()
 
 
-async def check_committed(urls: list[str], reported: int) -> int:
+async def check_committed(urls: list[str], reported: int, replicas: int = 1) -> int:
     """Open the bucket afresh and check it holds exactly commits 1 … n, n the last reported or one
     more (in flight at the kill); returns n."""
-    engine = engine_on(urls, BUCKET, 1)
+    engine = engine_on(urls, BUCKET, replicas)
     await engine.open()
     try:
         found = await observed(engine)
@@ -146,7 +146,7 @@ def test_commits_go_on_when_the_stream_leaders_node_of_a_three_node_cluster_is_k
         cluster.restart(int(leader.removeprefix("n")))
         loop.wait_for(loop.last + 5)
         reported = loop.kill()
-    position = asyncio.run(check_committed(cluster.urls, reported))
+    position = asyncio.run(check_committed(cluster.urls, reported, replicas=3))
     print(f"\nR3 stream leader {leader} SIGKILLed after commit {before}; commits resumed {resumed - killed:.2f} s "
           f"later; {position} commits, each applied once")
 
