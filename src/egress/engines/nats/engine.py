@@ -305,7 +305,7 @@ class NatsEngine:
             raise NatsEngineError(f"{self.url}: the engine is not open; call open() first")
         js, what = self._js(), f"the metadata value {key}"
         async with js.answering(what):
-            await js.retrying(what, lambda: kv.put(self._layout.metadata_key(key), value.encode()))
+            js.observed(await js.retrying(what, lambda: kv.put(self._layout.metadata_key(key), value.encode())))
 
     async def inventory(self) -> CommittedInventory:
         """Where committed work waits (:class:`CommittedInventory`): the last log chunk of each log
@@ -416,6 +416,7 @@ class NatsEngine:
                     revision = await js.retrying(what, functools.partial(kv.update, key, lease, last=last))
                 except KeyWrongLastSequenceError:
                     continue  # another process took it between the read and the update (or an answer was lost)
+            js.observed(revision)
             self._leases[(consumer, partition)] = _Lease(revision, revision)
             self._views.pop((consumer, partition), None)
             self._doubtful.discard((consumer, partition))

@@ -19,6 +19,12 @@ request is idempotent: reads and purges trivially, and a batch because its first
 rejects a replay whole with ``err_code`` 10201 (checked before any expected-sequence header,
 measured on nats-server 2.15.1), which :meth:`JetStream.publish_batch` reports as "stored by an
 earlier attempt".
+
+Reads are monotonic and see this process's own writes, on a cluster too: with ``allow_direct``
+any replica answers a direct get, and one that lags could return an older checkpoint to a job that
+just took a partition over. Every direct get carries ``min_last_seq`` (ADR-53, nats-server 2.12):
+the highest stream sequence this process has seen stored (a PubAck, a lease revision); a replica
+that has not applied that far answers 412 and the request is tried again.
 """
 
 from __future__ import annotations
@@ -54,6 +60,7 @@ DUPLICATE_MESSAGE_ID = 10201
 (within its ``duplicate_window``): nothing of the batch is stored."""
 
 TRANSIENT_CODES = frozenset({
+    412,    # a direct get's "min last sequence": the replica asked is behind what this process has seen
     503,    # a direct get's or an API request's "no responders" / "JetStream not ready" status
     10008,  # JetStream system temporarily unavailable (a stream leader being elected, a restart)
     10009,  # JetStream not in clustered mode ... yet (a cluster node starting)
@@ -127,6 +134,15 @@ class JetStream:
         self.url = url
         self.outage_timeout = outage_timeout
         self._connected = connected
+        self.read_floor = 0
+
+    def observed(self, seq: int) -> None:
+        """Record that the stream stored a message at ``seq`` (a PubAck, a KV revision): later
+        direct gets are answered only by a replica that has applied it."""
+        self.read_floor = max(self.read_floor, seq)
+
+    def _floored(self, request: dict[str, Any]) -> bytes:
+        return json.dumps({**request, "min_last_seq": self.read_floor} if self.read_floor else request).encode()
 
     @contextlib.asynccontextmanager
     async def answering(self, what: str) -> AsyncIterator[None]:
@@ -209,7 +225,9 @@ class JetStream:
                 headers["Nats-Batch-Commit"] = "1"
                 reply = await self._nc.request(message.subject, message.payload, timeout=self.timeout,
                                                headers=headers)
-                return int(_answer(reply.data)["seq"])
+                seq = int(_answer(reply.data)["seq"])
+                self.observed(seq)
+                return seq
             if index == 1:
                 reply = await self._nc.request(message.subject, message.payload, timeout=self.timeout,
                                                headers=headers)
@@ -229,7 +247,7 @@ class JetStream:
 
     async def _direct_get(self, what: str, request: dict[str, Any]) -> Stored | None:
         async def get() -> Stored | None:
-            return _stored(await self._nc.request(f"$JS.API.DIRECT.GET.{self.stream}", json.dumps(request).encode(),
+            return _stored(await self._nc.request(f"$JS.API.DIRECT.GET.{self.stream}", self._floored(request),
                                                   timeout=self.timeout))
 
         async with self.answering(what):
@@ -291,7 +309,7 @@ class JetStream:
         inbox = self._nc.new_inbox()
         subscription = await self._nc.subscribe(inbox, cb=on_message)
         try:
-            await self._nc.publish(f"$JS.API.DIRECT.GET.{self.stream}", json.dumps(request).encode(), reply=inbox)
+            await self._nc.publish(f"$JS.API.DIRECT.GET.{self.stream}", self._floored(request), reply=inbox)
             status = await asyncio.wait_for(ended, self.timeout)
         finally:
             await subscription.unsubscribe()
