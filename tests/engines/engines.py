@@ -3,15 +3,19 @@
 ``ENGINES`` maps an engine's name to how to make one, not yet opened, for a directory and a
 pipeline name (the same shape as ``egress.runtime.EngineFactory`` without the run options). Every
 test in ``tests/engines/`` runs once per entry, the SIGKILL child included (it is given the name),
-so adding an engine is one line here.
+so adding an engine is one line here, and one in ``CLUSTERS``: several workers' engines on one
+directory and how their lease time passes.
 """
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
 from pathlib import Path
 
+from egress.clock import VirtualClock
 from egress.engines import Engine, OutboxMessage, SqliteEngine
 from tests.nats_server import nats_url
 
@@ -30,6 +34,38 @@ def nats_engine(directory: Path, pipeline: str) -> Engine:
 ENGINES: dict[str, Callable[[Path, str], Engine]] = {
     "sqlite": SqliteEngine,
     "nats": nats_engine,
+}
+
+
+@dataclass(frozen=True)
+class Cluster:
+    """Workers sharing one pipeline's storage: ``make()`` gives another worker's engine (not yet
+    opened) on it; ``ttl`` is the lease TTL the tests use and ``tick()`` lets a quarter of it pass
+    as the engine measures TTLs (virtual time for SQLite; real time for NATS, whose server expires
+    leases: ticks are short, tests wait for a positive signal)."""
+
+    make: Callable[[], Engine]
+    ttl: float
+    tick: Callable[[], Awaitable[None]]
+
+
+def sqlite_cluster(directory: Path, pipeline: str) -> Cluster:
+    """Shared ``SqliteEngine`` s on ``directory`` (as ``--processes`` children open them), their
+    TTLs on one virtual clock."""
+    clock = VirtualClock(1_000_000.0)
+    ttl = 10.0
+    return Cluster(lambda: SqliteEngine(directory, pipeline, clock=clock, shared=True), ttl,
+                   lambda: clock.advance(ttl / 4))
+
+
+def nats_cluster(directory: Path, pipeline: str) -> Cluster:
+    """``NatsEngine`` s on the bucket of ``directory``; TTL 1 s, the server's granularity."""
+    return Cluster(lambda: nats_engine(directory, pipeline), 1.0, lambda: asyncio.sleep(0.25))
+
+
+CLUSTERS: dict[str, Callable[[Path, str], Cluster]] = {
+    "sqlite": sqlite_cluster,
+    "nats": nats_cluster,
 }
 
 

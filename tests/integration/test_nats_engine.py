@@ -85,6 +85,34 @@ async def test_the_lease_is_a_kv_entry_whose_revision_is_the_epoch(open_nats: Op
         "source:files", 3, "worker-7", 12.5)
 
 
+async def test_a_lease_of_try_acquire_is_a_kv_entry_with_a_per_message_ttl_naming_its_worker(
+        open_nats: Opener, nats_server: str) -> None:
+    engine = await open_nats(owner="host:7")
+    epoch = await engine.try_acquire("source:files", 3, "worker-7", 2.5)
+    assert epoch is not None
+    assert await engine.renew("source:files", 3, epoch, 2.5)
+    stored = await engine._js().last(f"$KV.{engine.bucket}.lease.=c291cmNlOmZpbGVz.3")
+    assert stored is not None
+    lease = json.loads(stored.data)
+    assert (stored.headers["Nats-TTL"], lease["worker"], lease["owner"], lease["epoch"]) == (
+        "3s", "worker-7", "host:7", epoch)
+    assert stored.seq > epoch  # the renewal's revision: the fence from now on
+
+
+async def test_a_lease_message_sent_again_after_its_answer_was_lost_reads_back_its_revision(
+        open_nats: Opener) -> None:
+    from egress.engines.nats.jetstream import Outgoing, expect_last
+
+    engine = await open_nats()
+    subject = f"$KV.{engine.bucket}.lease.c.0"
+    message = Outgoing(subject, b'{"worker": "w", "expires_at": 1.5}', expect_last(0, subject))
+    first = await engine._publish_lease(message, "a lease")
+    assert first is not None
+    assert await engine._publish_lease(message, "a lease") == first
+    other = message._replace(payload=b'{"worker": "v", "expires_at": 1.5}')
+    assert await engine._publish_lease(other, "a lease") is None
+
+
 async def test_a_lease_taken_by_another_process_fences_the_first_owner(open_nats: Opener) -> None:
     first, second = await open_nats(), await open_nats()
     old = await first.acquire("c", 0)

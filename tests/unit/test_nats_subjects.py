@@ -32,9 +32,16 @@ def test_every_subject_of_a_layout_is_a_kv_key_of_its_bucket() -> None:
     subjects = [layout.lease("source:s", 0), layout.checkpoint("c", 1), layout.log_chunk("events", 2, 4096),
                 layout.outbox_chunk("c", 1, 7), layout.state("c", "counts", b'["k"]'),
                 layout.external("profiles", b'["k"]'), layout.timer("c", 1, b'["k"]', 1.5, "event"),
-                layout.redo("c", 1, 0)]
+                layout.redo("c", 1, 0), layout.member("worker 7")]
     assert all(s.startswith(layout.prefix) and KV_KEY.fullmatch(layout.suffix(s)) for s in subjects)
     assert re.fullmatch(r"[A-Za-z0-9_-]+", layout.bucket)
+
+
+def test_append_notes_go_to_a_subject_of_the_bucket_outside_its_stream() -> None:
+    layout = Layout("b")
+    assert layout.appends == "egress.appends.b"
+    assert not layout.appends.startswith(layout.prefix)
+    assert layout.appends != Layout("c").appends
 
 
 def test_a_name_and_a_partition_read_back_from_the_subjects_naming_them() -> None:

@@ -131,3 +131,62 @@ async def test_a_directory_of_an_unknown_layout_is_refused_naming_its_version(tm
     with pytest.raises(StateDirectoryError, match="state layout version 3 is not one this egress reads"):
         await engine.open()
     await engine.close()
+
+
+async def test_shared_engines_open_a_directory_without_its_lock(tmp_path: Path) -> None:
+    parent = SqliteEngine(tmp_path, "p")  # as `egress run --processes N` holds the directory
+    await parent.open()
+    children = [SqliteEngine(tmp_path, "p", shared=True) for _ in range(2)]
+    for child in children:
+        await child.open()
+    epoch = await children[0].try_acquire("c", 0, "w0", 10.0)
+    assert epoch is not None
+    assert await children[1].try_acquire("c", 0, "w1", 10.0) is None
+    for child in children:
+        await child.close()
+    await parent.close()
+
+
+async def test_shared_engines_give_dense_offsets_to_appends_each_commits_to_one_log_partition(tmp_path: Path) -> None:
+    engines = [SqliteEngine(tmp_path, "p", shared=True) for _ in range(2)]
+    for engine in engines:
+        await engine.open()
+    epochs = [await engine.acquire(f"c{i}", 0) for i, engine in enumerate(engines)]
+    for n in range(3):
+        for i, engine in enumerate(engines):
+            assert await engine.end_offset("out", 0) == 2 * n + i
+            await engine.commit(EpochCommit(f"c{i}", 0, epochs[i], log_appends=[
+                ("out", 0, f"{i}:{n}".encode(), b"[]", None, {})]))
+    assert [(m.offset, m.message_id) for m in await engines[0].read("out", 0, 0, 10)] == [
+        (o, f"{o % 2}:{o // 2}".encode()) for o in range(6)]
+    for engine in engines:
+        await engine.close()
+
+
+async def test_a_lease_of_a_directory_from_before_leases_never_lapses(tmp_path: Path) -> None:
+    import sqlite3
+
+    engine = SqliteEngine(tmp_path, "p")
+    await engine.open()
+    epoch = await engine.acquire("c", 0)
+    await engine.close()
+    db = sqlite3.connect(tmp_path / "egress.sqlite3")
+    db.execute("DROP TABLE leases")  # as an earlier version left it: an epoch, no lease row
+    db.commit()
+    db.close()
+    engine = SqliteEngine(tmp_path, "p")
+    await engine.open()
+    await engine.commit(EpochCommit("c", 0, epoch, {("in", 0): 1}))
+    assert [(lease.consumer, lease.owner, lease.epoch, lease.expires_in) for lease in await engine.leases()] == [
+        ("c", "", epoch, None)]
+    await engine.close()
+
+
+def test_the_appends_watch_counts_own_appends_as_seen_unless_another_process_grew_the_slot_before() -> None:
+    from egress.engines.sqlite import _AppendsWatch
+
+    watch = _AppendsWatch(1, {("a", 0): 5, ("b", 0): 3})
+    watch.own({("a", 0): 5, ("c", 0): 0}, {("a", 0): 7, ("c", 0): 2})  # only this process appended
+    assert (watch.grown, watch.ends) == (set(), {("a", 0): 7, ("b", 0): 3, ("c", 0): 2})
+    watch.own({("b", 0): 4}, {("b", 0): 6})  # the end was 4, not the 3 last seen: another's append came first
+    assert (watch.grown, watch.ends[("b", 0)]) == ({("b", 0)}, 6)

@@ -1,8 +1,10 @@
-"""Storage engines behind the ``Engine`` protocol (``Log``, ``CheckpointStore``, ``Ownership``, lifecycle)."""
+"""Storage engines behind the ``Engine`` protocol (``Log``, ``CheckpointStore``, ``Ownership``,
+``Membership``, lifecycle)."""
 
 from typing import TYPE_CHECKING, Any
 
 from egress.engines.protocols import (
+    AppendsCallback,
     Checkpoint,
     CheckpointStore,
     CommittedInventory,
@@ -10,9 +12,12 @@ from egress.engines.protocols import (
     EpochCommit,
     FencedError,
     KeyedState,
+    LeaseInfo,
     Log,
     LogAppend,
     LogMessage,
+    MemberInfo,
+    Membership,
     OutboxMessage,
     Ownership,
     SinkProgress,
@@ -32,6 +37,7 @@ def __getattr__(name: str) -> Any:
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 __all__ = [
+    "AppendsCallback",
     "Checkpoint",
     "CheckpointStore",
     "CommittedInventory",
@@ -39,9 +45,12 @@ __all__ = [
     "EpochCommit",
     "FencedError",
     "KeyedState",
+    "LeaseInfo",
     "Log",
     "LogAppend",
     "LogMessage",
+    "MemberInfo",
+    "Membership",
     "NatsEngine",
     "OutboxMessage",
     "Ownership",

@@ -1,5 +1,5 @@
 """The boundary between the runtime and storage: ``Engine`` = ``Log`` + ``CheckpointStore`` +
-``Ownership`` + its lifecycle.
+``Ownership`` + ``Membership`` + its lifecycle.
 
 Every engine (embedded SQLite today, NATS JetStream later) implements :class:`Engine`; the runtime
 is typed against it and knows nothing else about storage. The records below are the engine-neutral
@@ -8,6 +8,7 @@ data shapes. ``tests/engines/`` is the conformance suite every engine must pass.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple, Protocol
 
@@ -195,16 +196,101 @@ class CheckpointStore(Protocol):
         ...
 
 
+@dataclass(frozen=True, slots=True)
+class LeaseInfo:
+    """A live lease as :meth:`Ownership.leases` reports it.
+
+    ``consumer`` is the computation id or ``source:<id>``; ``partition`` its partition; ``owner``
+    the worker id that holds it (``""`` for a lease taken by :meth:`Ownership.acquire`, which names
+    no owner); ``epoch`` the fence its holder commits with; ``expires_in`` the seconds until it
+    lapses as the engine sees it (``None``: it has no TTL and never lapses).
+    """
+
+    consumer: str
+    partition: int
+    owner: str
+    epoch: int
+    expires_in: float | None
+
+
+@dataclass(frozen=True, slots=True)
+class MemberInfo:
+    """A worker of a cluster as :class:`Membership` lists it.
+
+    ``worker_id`` names it (unique in the cluster); ``spec_digest`` is the hex digest of the Spec
+    it runs (the runtime computes it; a joiner with another digest is refused); ``details`` is
+    JSON-serialisable information for ``/status``, e.g. ``{"host": ..., "pid": ..., "status_url":
+    ..., "started_at": ...}``.
+    """
+
+    worker_id: str
+    spec_digest: str
+    details: dict[str, Any] = field(default_factory=dict)
+
+
 class Ownership(Protocol):
-    """Which process runs which partition: a lease whose revision is the epoch fence."""
+    """Which process runs which partition: a lease whose revision is the epoch fence.
+
+    :meth:`acquire` takes a lease unconditionally and without TTL (the embedded single-process
+    runner); :meth:`try_acquire`, :meth:`renew` and :meth:`release` are the cluster's leases with a
+    TTL measured by the engine (SQLite: its clock; NATS: the server's per-message TTL, 1 s
+    granularity). Every lease of one ``(consumer, partition)`` has a greater epoch than the ones
+    before, whichever method took it, and a commit is fenced unless it carries the latest.
+    """
 
     async def acquire(self, consumer: str, partition: int) -> int:
         """Take ``(consumer, partition)`` and return its new epoch (greater than every earlier one)."""
         ...
 
+    async def try_acquire(self, consumer: str, partition: int, owner: str, ttl: float) -> int | None:
+        """Take the lease of ``(consumer, partition)`` for worker ``owner`` for ``ttl`` seconds when
+        it is free, lapsed, released, or this owner's own; return the new epoch (greater than every
+        earlier one: a commit under an earlier epoch is then :class:`FencedError`). ``None`` while
+        another owner's lease is live."""
+        ...
 
-class Engine(Log, CheckpointStore, Ownership, Protocol):
-    """A storage engine as the runtime uses it: the three protocols and their lifecycle.
+    async def renew(self, consumer: str, partition: int, epoch: int, ttl: float) -> bool:
+        """Extend the lease held at ``epoch`` by ``ttl`` seconds from now; ``False`` when it is no
+        longer held at that epoch (lapsed and taken, taken over, or released): the job must stop, its
+        commits are fenced. A lapsed lease nobody took yet is renewed. Never makes a concurrent commit
+        of the same epoch fail (the engine serialises the two)."""
+        ...
+
+    async def release(self, consumer: str, partition: int, epoch: int) -> None:
+        """Give the lease up after the job's last commit, so another worker may take it at once; a
+        no-op when it is not held at ``epoch``. Later commits of ``epoch`` are fenced."""
+        ...
+
+    async def leases(self) -> list[LeaseInfo]:
+        """Every live lease of the pipeline (for ``/status``, balancing and failover tests), sorted
+        by ``(consumer, partition)``; lapsed and released ones are not listed."""
+        ...
+
+
+class Membership(Protocol):
+    """The live workers of a cluster, each listed while it heartbeats."""
+
+    async def register(self, member: MemberInfo, ttl: float) -> None:
+        """Join, or heartbeat: ``member`` (replacing what its ``worker_id`` registered before) stays
+        listed for ``ttl`` seconds from now."""
+        ...
+
+    async def deregister(self, worker_id: str) -> None:
+        """Leave at once (an orderly stop); a no-op for a worker not listed."""
+        ...
+
+    async def members(self) -> list[MemberInfo]:
+        """The live members, sorted by ``worker_id``."""
+        ...
+
+
+AppendsCallback = Callable[[set[tuple[str, int]] | None], None]
+"""What :meth:`Engine.on_appends` calls: with the ``(stream, partition)`` slots another process
+appended to, or ``None`` when it is not known which (every reader should look)."""
+
+
+class Engine(Log, CheckpointStore, Ownership, Membership, Protocol):
+    """A storage engine as the runtime uses it: the four protocols and their lifecycle.
 
     The runtime (``Pipeline``, ``PartitionJob``, ``SourceReader``) calls nothing else; an engine
     that passes ``tests/engines/`` can run every pipeline. ``egress.runtime.Pipeline`` makes it
@@ -233,6 +319,14 @@ class Engine(Log, CheckpointStore, Ownership, Protocol):
     async def inventory(self) -> CommittedInventory:
         """Where committed work waits (:class:`CommittedInventory`): the drained check counts what
         no job of the current Spec can reach."""
+        ...
+
+    def on_appends(self, callback: AppendsCallback) -> None:
+        """Register ``callback``, called on the event loop when ANOTHER process committed log
+        appends to these ``(stream, partition)`` slots (``None``: unknown which: wake every
+        reader). Lets a downstream job on another worker wake without polling. At-most-once and
+        best effort (a notification may be lost): the runtime keeps a slow poll as a backstop.
+        An engine whose processes cannot see each other's commits never calls it."""
         ...
 
 

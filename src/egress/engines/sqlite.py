@@ -4,6 +4,12 @@ All database work runs on one thread of its own, so an fsync never stalls the ev
 async methods hand work to it. Each :class:`EpochCommit` is one transaction: positions, log
 appends, outbox, sink progress, state and timers land together or not at all.
 
+Leases (``leases``: owner and expiry beside ``ownership``'s epoch) and cluster members
+(``members``) are tables of the same database; their TTLs are measured on the engine's clock
+(wall-clock seconds, so that processes sharing the database agree). With ``shared=True`` several
+processes work on one state directory: each write transaction (``BEGIN IMMEDIATE``, one writer at a
+time) reads the offsets it extends from the database, so nothing is cached per process.
+
 Rows of the log and the outbox are stored as MessagePack (``egress.rows``), which keeps ``bytes``
 values exact; rows that directories of layout version 1 stored as JSON still read as JSON (each
 row says which it is by its first byte), so such a directory opens as it is and is marked version 2
@@ -13,7 +19,11 @@ row says which it is by its first byte), so such a directory opens as it is and 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import fcntl
+import json
+import logging
+import math
 import os
 import sqlite3
 from collections.abc import Callable
@@ -21,13 +31,17 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, TypeVar
 
+from egress.clock import Clock, RealClock
 from egress.engines.protocols import (
+    AppendsCallback,
     Checkpoint,
     CommittedInventory,
     EpochCommit,
     FencedError,
     KeyedState,
+    LeaseInfo,
     LogMessage,
+    MemberInfo,
     OutboxMessage,
     SinkProgress,
 )
@@ -41,6 +55,14 @@ READABLE_SCHEMA_VERSIONS = ("1", "2")
 """Layouts this egress opens: 1 differs only in storing rows as JSON, which still reads."""
 DATABASE_NAME = "egress.sqlite3"
 LOCK_NAME = "egress.lock"
+APPENDS_POLL_INTERVAL = 0.05
+"""Seconds between two ``PRAGMA data_version`` looks of a shared engine with an appends callback."""
+SHARED_BUSY_TIMEOUT = 60.0
+"""Seconds a shared engine's transaction waits for another process's write transaction to end."""
+_RELEASED = -math.inf
+"""``leases.expires_at`` of a released lease: lapsed whatever the clock says."""
+
+logger = logging.getLogger(__name__)
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
@@ -73,6 +95,12 @@ CREATE TABLE IF NOT EXISTS timers (
     PRIMARY KEY (consumer, partition, domain, trigger_ts, key)) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS external_state (
     name TEXT NOT NULL, key BLOB NOT NULL, row BLOB NOT NULL, PRIMARY KEY (name, key)) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS leases (
+    consumer TEXT NOT NULL, partition INTEGER NOT NULL, owner TEXT NOT NULL, expires_at REAL,
+    PRIMARY KEY (consumer, partition)) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS members (
+    worker_id TEXT NOT NULL PRIMARY KEY, spec_digest TEXT NOT NULL, details TEXT NOT NULL,
+    expires_at REAL NOT NULL) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS watermarks (
     consumer TEXT NOT NULL, partition INTEGER NOT NULL, watermark REAL NOT NULL,
     PRIMARY KEY (consumer, partition)) WITHOUT ROWID;
@@ -82,35 +110,84 @@ T = TypeVar("T")
 
 
 class SqliteEngine:
-    """``Log``, ``CheckpointStore`` and ``Ownership`` on one SQLite file in ``state_dir``.
+    """``Log``, ``CheckpointStore``, ``Ownership`` and ``Membership`` on one SQLite file in ``state_dir``.
 
     ``open()`` creates the directory and schema, takes an exclusive lock on the directory (a
     second process gets :class:`StateDirectoryError` naming the first's pid) and checks that the
     directory belongs to ``pipeline``. ``synchronous`` is SQLite's setting (``FULL`` survives a
-    power loss; ``NORMAL`` only a process crash).
+    power loss; ``NORMAL`` only a process crash). ``clock`` (default :class:`RealClock`) measures
+    lease and member TTLs (its ``now()``, wall-clock seconds).
+
+    ``shared=True`` is for one of several processes on one state directory (``egress run
+    --processes N``: the parent holds the directory's lock, each child opens a shared engine): it
+    takes no lock, reads each log partition's end offset inside the transaction that appends to it
+    (SQLite lets one write transaction run at a time, waiting up to :data:`SHARED_BUSY_TIMEOUT`
+    seconds for another's), and calls :meth:`on_appends` callbacks for the other processes' log
+    appends.
     """
 
-    def __init__(self, state_dir: str | Path, pipeline: str, *, synchronous: str = "FULL") -> None:
+    def __init__(self, state_dir: str | Path, pipeline: str, *, synchronous: str = "FULL",
+                 clock: Clock | None = None, shared: bool = False) -> None:
         self.state_dir = Path(state_dir)
         self.pipeline = pipeline
         self.synchronous = synchronous
+        self.shared = shared
+        self._clock = clock if clock is not None else RealClock()
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="egress-sqlite")
         self._db: sqlite3.Connection | None = None
         self._lock_file: Any = None
+        # Unshared only: this process is the directory's only writer, so the ends it wrote stay true.
         self._end_offsets: dict[tuple[str, int], int] = {}
+        self._appends_callbacks: list[AppendsCallback] = []
+        self._appends_watch: _AppendsWatch | None = None
+        self._appends_poller: asyncio.Task[None] | None = None
 
     # -- lifecycle ---------------------------------------------------------------------------
 
     async def open(self) -> None:
         await self._call(self._open_sync)
+        if self._appends_callbacks:
+            self._start_appends_poller()
 
     async def close(self) -> None:
+        poller, self._appends_poller = self._appends_poller, None
+        if poller is not None:
+            poller.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await poller
         if self._db is not None:
             await self._call(self._close_sync)
         self._executor.shutdown(wait=True)
 
     def _open_sync(self) -> None:
         self.state_dir.mkdir(parents=True, exist_ok=True)
+        if not self.shared:
+            self._lock_directory()
+        db = sqlite3.connect(self.state_dir / DATABASE_NAME, isolation_level=None, check_same_thread=False,
+                             timeout=SHARED_BUSY_TIMEOUT if self.shared else 5.0)
+        db.execute("PRAGMA journal_mode=WAL")
+        db.execute(f"PRAGMA synchronous={self.synchronous}")
+        self._db = db
+        with self._transaction():  # one at a time: processes sharing the directory may open together
+            _upgrade_timers(db)
+            _upgrade_sink_progress(db)
+            for statement in _SCHEMA.split(";"):
+                if statement.strip():
+                    db.execute(statement)
+            meta = dict(db.execute("SELECT key, value FROM meta").fetchall())
+            if not meta:
+                db.executemany(
+                    "INSERT INTO meta (key, value) VALUES (?, ?)",
+                    [("pipeline", self.pipeline), ("schema_version", str(SCHEMA_VERSION))],
+                )
+            else:
+                check_metadata(meta, self.state_dir, self.pipeline)
+                if meta.get("schema_version") != str(SCHEMA_VERSION):
+                    # from now on it holds MessagePack rows, which older versions cannot read
+                    db.execute("UPDATE meta SET value = ? WHERE key = 'schema_version'", (str(SCHEMA_VERSION),))
+
+    def _lock_directory(self) -> None:
+        """Take the state directory's exclusive lock, or raise naming the pid that holds it."""
         self._lock_file = open(self.state_dir / LOCK_NAME, "a+")  # noqa: SIM115 - held until close
         try:
             fcntl.flock(self._lock_file.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -118,6 +195,7 @@ class SqliteEngine:
             self._lock_file.seek(0)
             holder = self._lock_file.read().strip() or "another process"
             self._lock_file.close()
+            self._lock_file = None
             raise StateDirectoryError(
                 f"{self.state_dir}: the state directory is in use by pid {holder}; "
                 "stop that egress run or choose another --state-dir"
@@ -126,25 +204,6 @@ class SqliteEngine:
         self._lock_file.truncate()
         self._lock_file.write(str(os.getpid()))
         self._lock_file.flush()
-        db = sqlite3.connect(self.state_dir / DATABASE_NAME, isolation_level=None, check_same_thread=False)
-        db.execute("PRAGMA journal_mode=WAL")
-        db.execute(f"PRAGMA synchronous={self.synchronous}")
-        _upgrade_timers(db)
-        _upgrade_sink_progress(db)
-        db.executescript(_SCHEMA)
-        self._db = db
-        meta = dict(db.execute("SELECT key, value FROM meta").fetchall())
-        if not meta:
-            with self._transaction():
-                db.executemany(
-                    "INSERT INTO meta (key, value) VALUES (?, ?)",
-                    [("pipeline", self.pipeline), ("schema_version", str(SCHEMA_VERSION))],
-                )
-        else:
-            check_metadata(meta, self.state_dir, self.pipeline)
-            if meta.get("schema_version") != str(SCHEMA_VERSION):
-                with self._transaction():  # from now on it holds MessagePack rows, which older versions cannot read
-                    db.execute("UPDATE meta SET value = ? WHERE key = 'schema_version'", (str(SCHEMA_VERSION),))
 
     def _close_sync(self) -> None:
         assert self._db is not None
@@ -155,6 +214,22 @@ class SqliteEngine:
 
     async def _call(self, function: Callable[..., T], *args: Any) -> T:
         return await asyncio.get_running_loop().run_in_executor(self._executor, function, *args)
+
+    async def _read_call(self, function: Callable[..., T], *args: Any) -> T:
+        """:meth:`_call` for a read of several statements: shared, they read one snapshot (a read
+        transaction, which in WAL mode never blocks a writer), not what other processes committed
+        between them."""
+        if not self.shared:
+            return await self._call(function, *args)
+        return await self._call(self._in_snapshot, function, *args)
+
+    def _in_snapshot(self, function: Callable[..., T], *args: Any) -> T:
+        assert self._db is not None
+        self._db.execute("BEGIN")
+        try:
+            return function(*args)
+        finally:
+            self._db.execute("COMMIT")
 
     def _transaction(self) -> _Transaction:
         assert self._db is not None
@@ -183,9 +258,24 @@ class SqliteEngine:
 
     async def inventory(self) -> CommittedInventory:
         """Where committed work waits (:class:`CommittedInventory`); reads indexes only for the log."""
-        return await self._call(self._inventory_sync)
+        return await self._read_call(self._inventory_sync)
 
     def _inventory_sync(self) -> CommittedInventory:
+        db = self._db
+        assert db is not None
+        log_ends = self._log_ends_sync()
+        read_positions: dict[tuple[str, int], list[int]] = {}
+        for stream, stream_partition, offset in db.execute(
+                "SELECT stream, stream_partition, offset FROM positions WHERE consumer NOT LIKE 'source:%'"):
+            read_positions.setdefault((str(stream), int(stream_partition)), []).append(int(offset))
+        outbox = {(str(c), int(p), str(s)): int(n) for c, p, s, n in db.execute(
+            "SELECT consumer, partition, stream, COUNT(*) FROM outbox GROUP BY consumer, partition, stream")}
+        timers = {(str(c), int(p)): int(n) for c, p, n in db.execute(
+            "SELECT consumer, partition, COUNT(*) FROM timers GROUP BY consumer, partition")}
+        return CommittedInventory(log_ends, read_positions, outbox, timers)
+
+    def _log_ends_sync(self) -> dict[tuple[str, int], int]:
+        """The end offset of every log partition written."""
         db = self._db
         assert db is not None
         log_ends: dict[tuple[str, int], int] = {}
@@ -198,15 +288,7 @@ class SqliteEngine:
             slot = db.execute(
                 "SELECT stream, partition FROM log WHERE stream > ? OR (stream = ? AND partition > ?) "
                 "ORDER BY stream, partition LIMIT 1", (stream, stream, partition)).fetchone()
-        read_positions: dict[tuple[str, int], list[int]] = {}
-        for stream, stream_partition, offset in db.execute(
-                "SELECT stream, stream_partition, offset FROM positions WHERE consumer NOT LIKE 'source:%'"):
-            read_positions.setdefault((str(stream), int(stream_partition)), []).append(int(offset))
-        outbox = {(str(c), int(p), str(s)): int(n) for c, p, s, n in db.execute(
-            "SELECT consumer, partition, stream, COUNT(*) FROM outbox GROUP BY consumer, partition, stream")}
-        timers = {(str(c), int(p)): int(n) for c, p, n in db.execute(
-            "SELECT consumer, partition, COUNT(*) FROM timers GROUP BY consumer, partition")}
-        return CommittedInventory(log_ends, read_positions, outbox, timers)
+        return log_ends
 
     # -- Ownership ---------------------------------------------------------------------------
 
@@ -216,15 +298,185 @@ class SqliteEngine:
     def _acquire_sync(self, consumer: str, partition: int) -> int:
         assert self._db is not None
         with self._transaction():
-            self._db.execute(
-                "INSERT INTO ownership (consumer, partition, epoch) VALUES (?, ?, 1) "
-                "ON CONFLICT (consumer, partition) DO UPDATE SET epoch = epoch + 1",
-                (consumer, partition),
-            )
-            (epoch,) = self._db.execute(
-                "SELECT epoch FROM ownership WHERE consumer = ? AND partition = ?", (consumer, partition)
-            ).fetchone()
+            epoch = self._next_epoch_sync(consumer, partition)
+            self._write_lease_sync(consumer, partition, "", None)
+        return epoch
+
+    def _next_epoch_sync(self, consumer: str, partition: int) -> int:
+        """Raise the epoch of ``(consumer, partition)`` (inside a write transaction) and return it."""
+        assert self._db is not None
+        self._db.execute(
+            "INSERT INTO ownership (consumer, partition, epoch) VALUES (?, ?, 1) "
+            "ON CONFLICT (consumer, partition) DO UPDATE SET epoch = epoch + 1",
+            (consumer, partition),
+        )
+        (epoch,) = self._db.execute(
+            "SELECT epoch FROM ownership WHERE consumer = ? AND partition = ?", (consumer, partition)
+        ).fetchone()
         return int(epoch)
+
+    def _write_lease_sync(self, consumer: str, partition: int, owner: str, expires_at: float | None) -> None:
+        assert self._db is not None
+        self._db.execute(
+            "INSERT INTO leases (consumer, partition, owner, expires_at) VALUES (?, ?, ?, ?) "
+            "ON CONFLICT DO UPDATE SET owner = excluded.owner, expires_at = excluded.expires_at",
+            (consumer, partition, owner, expires_at),
+        )
+
+    def _held_sync(self, consumer: str, partition: int) -> tuple[int, str, float | None] | None:
+        """``(epoch, owner, expires_at)`` of the live lease of ``(consumer, partition)``, ``None``
+        when it is lapsed, released or was never taken. Directories of earlier versions have
+        epochs without a lease row: those never lapse, like :meth:`acquire`'s."""
+        assert self._db is not None
+        row = self._db.execute(
+            "SELECT o.epoch, l.owner, l.expires_at, l.consumer IS NOT NULL FROM ownership o LEFT JOIN leases l "
+            "ON l.consumer = o.consumer AND l.partition = o.partition WHERE o.consumer = ? AND o.partition = ?",
+            (consumer, partition),
+        ).fetchone()
+        if row is None:
+            return None
+        epoch, owner, expires_at, has_lease = row
+        if has_lease and expires_at is not None and float(expires_at) <= self._clock.now():
+            return None
+        return int(epoch), str(owner or ""), None if expires_at is None else float(expires_at)
+
+    async def try_acquire(self, consumer: str, partition: int, owner: str, ttl: float) -> int | None:
+        """Take the lease of ``(consumer, partition)`` for ``owner`` until ``ttl`` seconds from now
+        on the engine's clock, unless another owner's lease is live (then ``None``). A lease taken
+        by :meth:`acquire` names no owner and never lapses: this takes it over (it was a
+        single-process run's, which holds the state directory's lock while it runs)."""
+        return await self._call(self._try_acquire_sync, consumer, partition, owner, ttl)
+
+    def _try_acquire_sync(self, consumer: str, partition: int, owner: str, ttl: float) -> int | None:
+        with self._transaction():
+            held = self._held_sync(consumer, partition)
+            if held is not None and held[1] not in ("", owner):
+                return None
+            epoch = self._next_epoch_sync(consumer, partition)
+            self._write_lease_sync(consumer, partition, owner, self._clock.now() + ttl)
+        return epoch
+
+    async def renew(self, consumer: str, partition: int, epoch: int, ttl: float) -> bool:
+        """Make the lease held at ``epoch`` lapse ``ttl`` seconds from now; ``False`` when it is not
+        held at ``epoch`` (lapsed, released or taken). Runs on the engine's one thread, between
+        commits, so it never fails one."""
+        return await self._call(self._renew_sync, consumer, partition, epoch, ttl)
+
+    def _renew_sync(self, consumer: str, partition: int, epoch: int, ttl: float) -> bool:
+        assert self._db is not None
+        with self._transaction():
+            held = self._held_sync(consumer, partition)
+            if held is None or held[0] != epoch:
+                return False
+            self._write_lease_sync(consumer, partition, held[1], self._clock.now() + ttl)
+        return True
+
+    async def release(self, consumer: str, partition: int, epoch: int) -> None:
+        """Let the lease held at ``epoch`` lapse now (a no-op when it is not held at ``epoch``):
+        another owner may take it at once, and commits of ``epoch`` are fenced."""
+        await self._call(self._release_sync, consumer, partition, epoch)
+
+    def _release_sync(self, consumer: str, partition: int, epoch: int) -> None:
+        with self._transaction():
+            held = self._held_sync(consumer, partition)
+            if held is not None and held[0] == epoch:
+                self._write_lease_sync(consumer, partition, held[1], _RELEASED)
+
+    async def leases(self) -> list[LeaseInfo]:
+        """The live leases (those :meth:`acquire` took included, with ``expires_in=None``), sorted
+        by ``(consumer, partition)``."""
+        return await self._call(self._leases_sync)
+
+    def _leases_sync(self) -> list[LeaseInfo]:
+        assert self._db is not None
+        now = self._clock.now()
+        rows = self._db.execute(
+            "SELECT o.consumer, o.partition, l.owner, o.epoch, l.expires_at FROM ownership o LEFT JOIN leases l "
+            "ON l.consumer = o.consumer AND l.partition = o.partition "
+            "WHERE l.expires_at IS NULL OR l.expires_at > ? ORDER BY o.consumer, o.partition", (now,)).fetchall()
+        return [LeaseInfo(str(c), int(p), str(owner or ""), int(epoch), None if at is None else float(at) - now)
+                for c, p, owner, epoch, at in rows]
+
+    # -- Membership --------------------------------------------------------------------------
+
+    async def register(self, member: MemberInfo, ttl: float) -> None:
+        """List ``member`` until ``ttl`` seconds from now on the engine's clock (replacing what its
+        worker id registered before). ``details`` must be JSON-serialisable."""
+        await self._call(self._register_sync, member, ttl)
+
+    def _register_sync(self, member: MemberInfo, ttl: float) -> None:
+        assert self._db is not None
+        details = json.dumps(member.details, sort_keys=True)
+        now = self._clock.now()
+        with self._transaction():
+            self._db.execute("DELETE FROM members WHERE expires_at <= ?", (now,))
+            self._db.execute(
+                "INSERT INTO members (worker_id, spec_digest, details, expires_at) VALUES (?, ?, ?, ?) "
+                "ON CONFLICT DO UPDATE SET spec_digest = excluded.spec_digest, details = excluded.details, "
+                "expires_at = excluded.expires_at", (member.worker_id, member.spec_digest, details, now + ttl))
+
+    async def deregister(self, worker_id: str) -> None:
+        await self._call(self._deregister_sync, worker_id)
+
+    def _deregister_sync(self, worker_id: str) -> None:
+        assert self._db is not None
+        with self._transaction():
+            self._db.execute("DELETE FROM members WHERE worker_id = ?", (worker_id,))
+
+    async def members(self) -> list[MemberInfo]:
+        return await self._call(self._members_sync)
+
+    def _members_sync(self) -> list[MemberInfo]:
+        assert self._db is not None
+        rows = self._db.execute("SELECT worker_id, spec_digest, details FROM members WHERE expires_at > ? "
+                                "ORDER BY worker_id", (self._clock.now(),)).fetchall()
+        return [MemberInfo(str(w), str(d), json.loads(details)) for w, d, details in rows]
+
+    # -- append notifications ----------------------------------------------------------------
+
+    def on_appends(self, callback: AppendsCallback) -> None:
+        """Call ``callback`` with the ``(stream, partition)`` slots other processes appended to.
+        Only a shared engine has other processes' appends to tell: it then looks every
+        :data:`APPENDS_POLL_INTERVAL` seconds whether the database changed (``PRAGMA data_version``,
+        which changes with another connection's commit), and if so which log partitions grew.
+        Unshared, a no-op."""
+        if not self.shared:
+            return
+        self._appends_callbacks.append(callback)
+        if self._db is not None:
+            self._start_appends_poller()
+
+    def _start_appends_poller(self) -> None:
+        if self._appends_poller is None:
+            self._appends_poller = asyncio.get_running_loop().create_task(self._poll_appends())
+
+    async def _poll_appends(self) -> None:
+        while True:
+            grown = await self._read_call(self._grown_sync)
+            if grown:
+                for callback in list(self._appends_callbacks):
+                    try:
+                        callback(grown)
+                    except Exception:  # one callback's failure must not end the notifications
+                        logger.exception("an on_appends callback failed")
+            await self._clock.sleep(APPENDS_POLL_INTERVAL)
+
+    def _grown_sync(self) -> set[tuple[str, int]]:
+        """The log partitions other processes appended to since the last look."""
+        db = self._db
+        assert db is not None
+        (version,) = db.execute("PRAGMA data_version").fetchone()
+        watch = self._appends_watch
+        if watch is None:
+            self._appends_watch = _AppendsWatch(int(version), self._log_ends_sync())
+            return set()
+        grown, watch.grown = watch.grown, set()
+        if int(version) != watch.data_version:
+            watch.data_version = int(version)
+            ends = self._log_ends_sync()
+            grown |= {slot for slot, end in ends.items() if end > watch.ends.get(slot, 0)}
+            watch.ends = ends
+        return grown
 
     # -- Log ---------------------------------------------------------------------------------
 
@@ -252,13 +504,14 @@ class SqliteEngine:
             "SELECT MAX(offset) FROM log WHERE stream = ? AND partition = ?", (stream, partition)
         ).fetchone()
         end = 0 if last is None else int(last) + 1
-        self._end_offsets[(stream, partition)] = end
+        if not self.shared:  # shared: another process may append next; read it again each time
+            self._end_offsets[(stream, partition)] = end
         return end
 
     # -- CheckpointStore ---------------------------------------------------------------------
 
     async def load_checkpoint(self, consumer: str, partition: int, sinks: list[str]) -> Checkpoint:
-        return await self._call(self._load_checkpoint_sync, consumer, partition, sinks)
+        return await self._read_call(self._load_checkpoint_sync, consumer, partition, sinks)
 
     def _load_checkpoint_sync(self, consumer: str, partition: int, sinks: list[str]) -> Checkpoint:
         assert self._db is not None
@@ -293,7 +546,7 @@ class SqliteEngine:
 
     async def load_keyed_state(self, consumer: str, partition: int, partition_count: int,
                                external_tables: list[str]) -> KeyedState:
-        return await self._call(self._load_keyed_state_sync, consumer, partition, partition_count, external_tables)
+        return await self._read_call(self._load_keyed_state_sync, consumer, partition, partition_count, external_tables)
 
     def _load_keyed_state_sync(self, consumer: str, partition: int, partition_count: int,
                                external_tables: list[str]) -> KeyedState:
@@ -326,12 +579,12 @@ class SqliteEngine:
         assert db is not None
         c, p = commit.consumer, commit.partition
         appended: dict[tuple[str, int], int] = {}
+        starts: dict[tuple[str, int], int] = {}
         with self._transaction():
-            row = db.execute(
-                "SELECT epoch FROM ownership WHERE consumer = ? AND partition = ?", (c, p)
-            ).fetchone()
-            if row is None or int(row[0]) != commit.epoch:
-                raise FencedError(f"{c} partition {p}: epoch {commit.epoch} is stale (now {row and row[0]})")
+            held = self._held_sync(c, p)
+            if held is None or held[0] != commit.epoch:
+                now = "lapsed or released" if held is None else f"now {held[0]}"
+                raise FencedError(f"{c} partition {p}: epoch {commit.epoch} is stale ({now})")
             db.executemany(
                 "INSERT INTO positions (consumer, partition, stream, stream_partition, offset) "
                 "VALUES (?, ?, ?, ?, ?) ON CONFLICT DO UPDATE SET offset = excluded.offset",
@@ -344,7 +597,7 @@ class SqliteEngine:
                         slot = (stream, partition)
                         offset = appended.get(slot)
                         if offset is None:
-                            offset = self._end_offset_sync(stream, partition)
+                            offset = starts[slot] = self._end_offset_sync(stream, partition)
                         appended[slot] = offset + 1
                         records.append((stream, partition, offset, message_id, key, ts, encode_row(values)))
                 except TypeError:
@@ -409,7 +662,10 @@ class SqliteEngine:
                     (c, p, commit.watermark),
                 )
         # Offsets become visible only once the transaction is durable.
-        self._end_offsets.update(appended)
+        if not self.shared:
+            self._end_offsets.update(appended)
+        elif self._appends_watch is not None:
+            self._appends_watch.own(starts, appended)
 
 
 def _domain(rest: list[str]) -> str:
@@ -495,6 +751,24 @@ def _connect_read_only(state_dir: str | Path) -> sqlite3.Connection | None:
 
 def _tables(db: sqlite3.Connection) -> set[str]:
     return {str(row[0]) for row in db.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+
+
+class _AppendsWatch:
+    """What a shared engine's appends poller last saw: the database's ``data_version``, the log
+    ends, and slots other processes grew that this process's own appends since then covered."""
+
+    def __init__(self, data_version: int, ends: dict[tuple[str, int], int]) -> None:
+        self.data_version = data_version
+        self.ends = ends
+        self.grown: set[tuple[str, int]] = set()
+
+    def own(self, starts: dict[tuple[str, int], int], ends: dict[tuple[str, int], int]) -> None:
+        """Count this process's appends (``starts`` → ``ends`` per slot) as seen; a slot that had
+        grown beyond what was last seen before them is another process's too."""
+        for slot, start in starts.items():
+            if start > self.ends.get(slot, 0):
+                self.grown.add(slot)
+            self.ends[slot] = ends[slot]
 
 
 class _Transaction:

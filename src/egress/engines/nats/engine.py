@@ -18,6 +18,7 @@ import contextlib
 import functools
 import json
 import logging
+import math
 import os
 import socket
 import uuid
@@ -27,6 +28,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from nats.aio.client import Client
+from nats.aio.msg import Msg
+from nats.aio.subscription import Subscription
 from nats.errors import Error as NatsClientError
 from nats.js import JetStreamContext
 from nats.js.api import DiscardPolicy, RetentionPolicy, StorageType, StreamConfig
@@ -41,12 +44,15 @@ from egress.engines.nats.jetstream import MAX_BATCH, WRONG_LAST_SEQUENCE, JetStr
 from egress.engines.nats.records import CheckpointRecord, LogEntry
 from egress.engines.nats.subjects import BUCKET_NAME, Layout, default_bucket, name_token
 from egress.engines.protocols import (
+    AppendsCallback,
     Checkpoint,
     CommittedInventory,
     EpochCommit,
     FencedError,
     KeyedState,
+    LeaseInfo,
     LogMessage,
+    MemberInfo,
     OutboxMessage,
     SinkProgress,
 )
@@ -75,8 +81,12 @@ sent again after a lost answer must reach the server within it, so ``outage_time
 
 @dataclass(slots=True)
 class _Lease:
+    """A lease this engine took: the revision that took it (the epoch), its latest revision (what
+    commits expect: renewals move it) and the worker it names (``""`` for :meth:`acquire`'s)."""
+
     epoch: int
     revision: int
+    worker: str = ""
 
 
 @dataclass(slots=True)
@@ -209,6 +219,10 @@ class NatsEngine:
         self._trimmed: dict[tuple[str, int], int] = {}
         self._last_trim = float("-inf")
         self._trimming = False
+        self._instance = uuid.uuid4().hex  # tells this engine's appends notes from other instances'
+        self._appends_callbacks: list[AppendsCallback] = []
+        self._appends_subscription: Subscription | None = None
+        self._subscribing: asyncio.Task[None] | None = None
 
     @property
     def url(self) -> str:
@@ -276,6 +290,8 @@ class NatsEngine:
             await self._ensure_stream(js)
             self._kv = await js.key_value(self.bucket)
             await self._check_meta(self._kv)
+            if self._appends_callbacks:
+                await self._subscribe_appends()
         except NoJetStreamError:
             raise NatsEngineError(f"{self.url}: JetStream is not enabled on this server; start nats-server "
                                   "with -js (or jetstream {} in its configuration)") from None
@@ -283,6 +299,12 @@ class NatsEngine:
             raise NatsEngineError(f"{self.url}: bucket {self.bucket}: {error or type(error).__name__}") from None
 
     async def close(self) -> None:
+        subscribing, self._subscribing = self._subscribing, None
+        if subscribing is not None:
+            subscribing.cancel()
+            with contextlib.suppress(asyncio.CancelledError, NatsEngineError):
+                await subscribing
+        self._appends_subscription = None  # closing the connection ends it
         connection, self._connection = self._connection, None
         self._stream = self._kv = None
         if connection is not None and not connection.is_closed:
@@ -425,9 +447,184 @@ class NatsEngine:
                               f"changed under every one of {_ACQUIRE_ATTEMPTS} attempts to take it")
 
     def _fence(self, consumer: str, partition: int, epoch: int) -> int:
-        """The lease revision a commit of ``epoch`` expects (the epoch itself until renewals exist)."""
+        """The lease revision a commit of ``epoch`` expects: its latest renewal's, or the epoch itself."""
         lease = self._leases.get((consumer, partition))
         return lease.revision if lease is not None and lease.epoch == epoch else epoch
+
+    async def try_acquire(self, consumer: str, partition: int, owner: str, ttl: float) -> int | None:
+        """Take the lease of ``(consumer, partition)`` for worker ``owner``: a message on its subject
+        with ``Nats-TTL`` (``ttl`` rounded up to whole seconds, the server's granularity), expecting
+        the subject's last sequence as read, so of two takers one wins. Returns its revision, the
+        epoch; ``None`` while the subject holds another owner's lease (the server removes a lapsed
+        one within a second of its TTL). A lease of :meth:`acquire` (no owner, no TTL) is taken over."""
+        subject = self._layout.lease(consumer, partition)
+        for _ in range(_ACQUIRE_ATTEMPTS):
+            stored = await self._js().last(subject)
+            holder = None if stored is None or _deleted(stored) else json.loads(stored.data).get("worker", "")
+            if holder not in (None, "", owner):
+                return None
+            record = self._lease_record(consumer, partition, owner, ttl)
+            expected = expect_last(0 if stored is None else stored.seq, subject)
+            revision = await self._publish_lease(Outgoing(subject, record, {**expected, **_ttl_headers(ttl)}),
+                                                 f"the lease of {consumer} partition {partition}")
+            if revision is None:
+                continue  # taken, released or lapsed between the read and the publish: read again
+            self._leases[(consumer, partition)] = _Lease(revision, revision, owner)
+            self._views.pop((consumer, partition), None)
+            return revision
+        raise NatsEngineError(f"{self.url}: bucket {self.bucket}: the lease of {consumer} partition {partition} "
+                              f"changed under every one of {_ACQUIRE_ATTEMPTS} attempts to take it")
+
+    def _lease_record(self, consumer: str, partition: int, worker: str, ttl: float,
+                      epoch: int | None = None) -> bytes:
+        """The JSON of a lease (``records``' module docs); ``epoch`` for a renewal, ``None`` when taking it."""
+        now = self._clock.now()
+        lease: dict[str, Any] = {"consumer": consumer, "partition": partition, "owner": self.owner, "ttl": ttl,
+                                 "worker": worker, "expires_at": now + ttl}
+        if epoch is None:
+            lease["acquired_at"] = now
+        else:
+            lease.update(epoch=epoch, renewed_at=now)
+        return json.dumps(lease).encode()
+
+    async def renew(self, consumer: str, partition: int, epoch: int, ttl: float) -> bool:
+        """Replace the lease held at ``epoch`` by one lapsing ``ttl`` seconds from now, expecting its
+        current revision (which then becomes the fence of this epoch's commits); ``False`` when the
+        subject moved on (lapsed and removed by the server, released, or taken). Waits for a commit
+        of the same lease in flight, which would otherwise meet the new revision."""
+        async with _locked(self._consumer_locks, [(consumer, partition)]):
+            lease = await self._held(consumer, partition, epoch)
+            if lease is None:
+                return False
+            subject = self._layout.lease(consumer, partition)
+            record = self._lease_record(consumer, partition, lease.worker, ttl, epoch)
+            revision = await self._publish_lease(
+                Outgoing(subject, record, {**expect_last(lease.revision, subject), **_ttl_headers(ttl)}),
+                f"the renewal of the lease of {consumer} partition {partition}")
+            if revision is None:
+                return False
+            lease.revision = revision
+            self._leases[(consumer, partition)] = lease
+            return True
+
+    async def _held(self, consumer: str, partition: int, epoch: int) -> _Lease | None:
+        """The lease of ``(consumer, partition)`` as this engine took it at ``epoch``, else as stored
+        when it is held at ``epoch`` (another engine instance took it), else ``None``."""
+        lease = self._leases.get((consumer, partition))
+        if lease is not None and lease.epoch == epoch:
+            return lease
+        stored = await self._js().last(self._layout.lease(consumer, partition))
+        if stored is None or _deleted(stored):
+            return None
+        info = records.lease_info(stored.data, stored.seq, self._clock.now())
+        return _Lease(epoch, stored.seq, info.owner) if info.epoch == epoch else None
+
+    async def _publish_lease(self, message: Outgoing, what: str) -> int | None:
+        """Publish a lease message; its revision, or ``None`` when the subject's last sequence is
+        not the one it expects (the lease changed). When the subject's last message is this very
+        record (a request sent again after its answer was lost: the server checks the expected
+        sequence before duplicate message ids, measured on 2.15.1), that is its revision."""
+        try:
+            return await self._js().publish(message)
+        except JetStreamRequestError as error:
+            if error.code != WRONG_LAST_SEQUENCE:
+                raise NatsEngineError(f"{self.url}: bucket {self.bucket}: {what} was refused: {error}") from None
+        stored = await self._js().last(message.subject)
+        if message.payload and stored is not None and not _deleted(stored) and stored.data == message.payload:
+            return stored.seq
+        return None
+
+    async def release(self, consumer: str, partition: int, epoch: int) -> None:
+        """Delete the lease held at ``epoch`` (a KV delete marker expecting its current revision):
+        another owner may take it at once, and this epoch's commits, expecting the revision the
+        marker replaced, are fenced. A no-op when it is not held at ``epoch``."""
+        async with _locked(self._consumer_locks, [(consumer, partition)]):
+            lease = await self._held(consumer, partition, epoch)
+            if lease is None:
+                return
+            subject = self._layout.lease(consumer, partition)
+            await self._publish_lease(Outgoing(subject, b"", {**TOMBSTONE, **expect_last(lease.revision, subject)}),
+                                      f"the release of the lease of {consumer} partition {partition}")
+            if self._leases.get((consumer, partition)) is lease:
+                self._leases.pop((consumer, partition), None)
+                self._views.pop((consumer, partition), None)
+
+    async def leases(self) -> list[LeaseInfo]:
+        """The leases the bucket holds (those of :meth:`acquire` included, ``expires_in=None``),
+        sorted by ``(consumer, partition)``; ``expires_in`` from the lessee's record and this
+        engine's clock (0 for one lapsed that the server has not removed yet)."""
+        now = self._clock.now()
+        found = [records.lease_info(stored.data, stored.seq, now)
+                 for stored in await self._js().scan(self._layout.leases()) if not _deleted(stored)]
+        return sorted(found, key=lambda lease: (lease.consumer, lease.partition))
+
+    # -- Membership --------------------------------------------------------------------------
+
+    async def register(self, member: MemberInfo, ttl: float) -> None:
+        """Write ``member.<worker id>`` with ``Nats-TTL`` (``ttl`` rounded up to whole seconds); the
+        server removes it within a second of that unless a later register replaced it.
+        ``details`` must be JSON-serialisable."""
+        await self._js().publish(Outgoing(self._layout.member(member.worker_id), records.member_record(member),
+                                          _ttl_headers(ttl)))
+
+    async def deregister(self, worker_id: str) -> None:
+        """Delete ``member.<worker id>`` (a KV delete marker, itself gone a second later)."""
+        await self._js().publish(Outgoing(self._layout.member(worker_id), b"", TOMBSTONE))
+
+    async def members(self) -> list[MemberInfo]:
+        found = [records.member_info(stored.data)
+                 for stored in await self._js().scan(self._layout.members()) if not _deleted(stored)]
+        return sorted(found, key=lambda member: member.worker_id)
+
+    # -- append notifications ----------------------------------------------------------------
+
+    def on_appends(self, callback: AppendsCallback) -> None:
+        """Call ``callback`` with the slots another engine instance's commit appended to: each commit
+        with log appends publishes an appends note on :attr:`Layout.appends` (core NATS: not stored,
+        lost when nobody listens or the connection is down), to which this engine subscribes once a
+        callback is registered (at ``open()`` if not yet open). Notes this instance sent are ignored."""
+        self._appends_callbacks.append(callback)
+        if self._connection is not None and self._appends_subscription is None and self._subscribing is None:
+            self._subscribing = asyncio.get_running_loop().create_task(self._subscribe_appends())
+            self._subscribing.add_done_callback(self._subscribed)
+
+    def _subscribed(self, task: asyncio.Task[None]) -> None:
+        if not task.cancelled() and task.exception() is not None:
+            logger.warning("NATS %s: no append notes: %s", self.url, task.exception())
+            self._subscribing = None  # the next registration tries again
+
+    async def _subscribe_appends(self) -> None:
+        connection = self._connection
+        if connection is None or self._appends_subscription is not None:
+            return
+
+        async def on_note(message: Msg) -> None:
+            try:
+                sender, slots = records.appends_note_slots(message.data)
+            except (ValueError, TypeError) as error:
+                logger.warning("NATS %s: %s: an unreadable appends note: %s", self.url, message.subject, error)
+                return
+            if sender == self._instance:
+                return
+            for callback in list(self._appends_callbacks):
+                try:
+                    callback(slots)
+                except Exception:  # one callback's failure must not end the notifications
+                    logger.exception("an on_appends callback failed")
+
+        async with self._js().answering("the subscription to append notes"):
+            self._appends_subscription = await connection.subscribe(self._layout.appends, cb=on_note)
+            await connection.flush(timeout=max(1, round(self.request_timeout)))
+
+    async def _notify_appends(self, slots: list[tuple[str, int]]) -> None:
+        """Tell other instances which log partitions a commit grew (best effort: the commit stands)."""
+        connection = self._connection
+        if connection is None or not slots:
+            return
+        try:
+            await connection.publish(self._layout.appends, records.appends_note(self._instance, slots))
+        except (NatsClientError, OSError) as error:
+            logger.debug("NATS %s: an appends note was not sent: %s", self.url, error)
 
     async def _lease_revision(self, consumer: str, partition: int) -> int:
         stored = await self._js().last(self._layout.lease(consumer, partition))
@@ -580,8 +777,8 @@ class NatsEngine:
         than a batch holds, their redo afterwards); raises ``FencedError`` if ``commit.epoch`` is
         not the lease's revision, :class:`NatsEngineError` if the server refuses it otherwise."""
         consumer, partition = commit.consumer, commit.partition
-        fence = self._fence(consumer, partition, commit.epoch)
-        async with _locked(self._consumer_locks, [(consumer, partition)]):
+        async with _locked(self._consumer_locks, [(consumer, partition)]):  # renew() and release() too
+            fence = self._fence(consumer, partition, commit.epoch)
             if (consumer, partition) in self._doubtful:
                 raise NatsEngineError(f"{self.url}: bucket {self.bucket}: an earlier commit of {consumer} partition "
                                       f"{partition} failed and may or may not have been stored; load_checkpoint "
@@ -609,6 +806,7 @@ class NatsEngine:
         slots = sorted({(append[0], append[1]) for append in commit.log_appends})
         async with _locked(self._slot_locks, slots):
             await self._publish_commit(commit, fence, view, slots)
+        await self._notify_appends(slots)
         if view.redo is not None:
             await self._apply_redo(consumer, partition, commit.epoch, fence, view)
         await self._retained(self._trim_outbox(consumer, partition, view))
@@ -823,7 +1021,8 @@ class NatsEngine:
             js, layout = self._js(), self._layout
             checkpoints = await js.scan(layout.checkpoints())
             committed = {layout.suffix(s.subject).split(".", 1)[1] for s in checkpoints}
-            leased = {layout.suffix(s.subject).split(".", 1)[1] for s in await js.scan(layout.leases())}
+            leased = {layout.suffix(s.subject).split(".", 1)[1] for s in await js.scan(layout.leases())
+                      if not _deleted(s)}
             if leased - committed:
                 return
             lowest: dict[tuple[str, int], tuple[int, int]] = {}
@@ -837,6 +1036,17 @@ class NatsEngine:
                     self._trimmed[slot] = hint
         finally:
             self._trimming = False
+
+
+def _deleted(stored: Stored) -> bool:
+    """Whether ``stored`` is a KV delete or purge marker (a released lease, a member gone)."""
+    return stored.headers.get("KV-Operation") in ("DEL", "PURGE")
+
+
+def _ttl_headers(ttl: float) -> dict[str, str]:
+    """The per-message TTL of a message that should live ``ttl`` seconds: whole seconds (the
+    server's granularity), rounded up so that it never lapses early, at least 1."""
+    return {"Nats-TTL": f"{max(1, math.ceil(ttl))}s"}
 
 
 def _log_entries(commit: EpochCommit) -> dict[tuple[str, int], list[LogEntry]]:

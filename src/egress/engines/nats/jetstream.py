@@ -237,6 +237,24 @@ class JetStream:
                 await self._nc.publish(message.subject, message.payload, headers=headers)
         raise ValueError("an atomic batch needs at least one message")
 
+    async def publish(self, message: Outgoing) -> int:
+        """Publish one message and return its stream sequence; raises
+        :class:`JetStreamRequestError` when the server refuses it (e.g. :data:`WRONG_LAST_SEQUENCE`).
+        Sent again while the server cannot answer (:meth:`retrying`): a message expecting a last
+        sequence whose first attempt was stored then comes back refused with
+        :data:`WRONG_LAST_SEQUENCE` (the caller reads the subject back); one without expectations
+        is stored again (a KV put of the same value)."""
+        async def send() -> int:
+            reply = await self._nc.request(message.subject, message.payload, timeout=self.timeout,
+                                           headers=message.headers)
+            return int(_answer(reply.data)["seq"])
+
+        what = f"a message on {message.subject}"
+        async with self.answering(what):
+            seq = await self.retrying(what, send)
+        self.observed(seq)
+        return seq
+
     async def last(self, subject: str) -> Stored | None:
         """The last message on ``subject`` (wildcards allowed), or ``None``."""
         return await self._direct_get(f"the last message on {subject}", {"last_by_subj": subject})

@@ -11,6 +11,15 @@ from the SQLite engine (``bytes`` stay ``bytes``; a row of JSON, as written befo
 * keyed record: ``[name, key, value or None]`` (state: state name; external: table) or, for a
   timer, ``[key, trigger, domain]``.
 * redo chunk: ``[[subject without the bucket prefix, keyed record, deleted]]``.
+* appends note (core NATS, not stored): ``[sender, [[stream, partition]]]``, ``sender`` the
+  committing engine's instance id.
+
+Leases and members are JSON, for ``nats kv get``: a lease ``{"consumer", "partition", "owner"
+(host:pid of the process), "ttl", "acquired_at"}`` plus, for a lease of ``try_acquire``,
+``"worker"`` (the owner worker id) and ``"expires_at"`` (the lessee's clock, seconds since the Unix
+epoch); a renewal has ``"epoch"`` (the revision that took it) and ``"renewed_at"`` instead of
+``"acquired_at"``; a member ``{"worker_id",
+"spec_digest", "details"}``.
 
 Whole values are packed and unpacked with ``ormsgpack`` (as rows are). ``msgpack`` stays for what
 ``ormsgpack`` has no API for: its streaming ``Unpacker``, which reads a chunk's header (first
@@ -25,13 +34,15 @@ entries packed once (each is packed alone first, to be sized for ``max_payload``
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field, replace
+from typing import Any
 
 import msgpack
 import ormsgpack
 
-from egress.engines.protocols import EpochCommit, OutboxMessage, SinkProgress
+from egress.engines.protocols import EpochCommit, LeaseInfo, MemberInfo, OutboxMessage, SinkProgress
 from egress.rows import decode_row, encode_row
 
 LogEntry = tuple[bytes, bytes, float | None, bytes]
@@ -39,6 +50,37 @@ LogEntry = tuple[bytes, bytes, float | None, bytes]
 
 pack = ormsgpack.packb
 unpack = ormsgpack.unpackb
+
+
+def appends_note(sender: str, slots: Iterable[tuple[str, int]]) -> bytes:
+    """The note a commit with log appends to ``slots`` publishes (see the module docs)."""
+    return pack([sender, sorted([stream, partition] for stream, partition in slots)])
+
+
+def appends_note_slots(data: bytes) -> tuple[str, set[tuple[str, int]]]:
+    """``(sender, slots)`` of an appends note."""
+    sender, slots = unpack(data)
+    return str(sender), {(str(stream), int(partition)) for stream, partition in slots}
+
+
+def lease_info(record: bytes, revision: int, now: float) -> LeaseInfo:
+    """The :class:`LeaseInfo` of a stored lease ``record`` at stream sequence ``revision``, ``now``
+    seconds since the Unix epoch: a lease of ``acquire`` names no owner and never lapses."""
+    lease: dict[str, Any] = json.loads(record)
+    expires_at = lease.get("expires_at")
+    return LeaseInfo(str(lease["consumer"]), int(lease["partition"]), str(lease.get("worker", "")),
+                     int(lease.get("epoch", revision)),
+                     None if expires_at is None else max(0.0, float(expires_at) - now))
+
+
+def member_record(member: MemberInfo) -> bytes:
+    return json.dumps({"worker_id": member.worker_id, "spec_digest": member.spec_digest,
+                       "details": member.details}, sort_keys=True).encode()
+
+
+def member_info(record: bytes) -> MemberInfo:
+    member: dict[str, Any] = json.loads(record)
+    return MemberInfo(str(member["worker_id"]), str(member["spec_digest"]), dict(member.get("details") or {}))
 
 
 def array(items: Sequence[bytes]) -> bytes:

@@ -10,7 +10,10 @@ subject after ``$KV.<bucket>.``                       holds
 ====================================================  =============================================
 ``meta``                                              the pipeline the bucket belongs to (JSON)
 ``metadata.<name>``                                   a metadata value of the pipeline (UTF-8)
-``lease.<consumer>.<partition>``                      the lease; its revision is the epoch (JSON)
+``lease.<consumer>.<partition>``                      the lease (JSON), with a per-message TTL when
+                                                      taken by ``try_acquire``; the revision taking
+                                                      it is the epoch, a renewal's the fence
+``member.<worker id>``                                a live cluster member (JSON), per-message TTL
 ``checkpoint.<consumer>.<partition>``                 positions, sink progress, outbox seqs, watermark
 ``log.<stream>.<partition>.<first offset>``           a chunk of log messages from that offset on
 ``outbox.<consumer>.<partition>.<first seq>``         a chunk of outbox messages from that seq on
@@ -25,6 +28,9 @@ made of ``A-Z a-z 0-9 _ -`` (at most 64), else as ``=`` + their UTF-8 in unpadde
 are ``k`` + base64url of the encoded key, or ``h`` + a BLAKE2b digest when that would exceed 128
 characters (the record carries the key itself). Every token stays within the KV key alphabet, so
 ``nats kv get <bucket> lease.deliver.0`` works.
+
+Beside the stream, core NATS subject ``egress.appends.<bucket>`` (not stored) carries a note after
+each commit with log appends: which ``(stream, partition)`` slots grew (:meth:`Layout.appends`).
 """
 
 from __future__ import annotations
@@ -118,6 +124,20 @@ class Layout:
 
     def leases(self) -> str:
         return f"{self.prefix}lease.>"
+
+    def member_key(self, worker_id: str) -> str:
+        return f"member.{name_token(worker_id)}"
+
+    def member(self, worker_id: str) -> str:
+        return self.prefix + self.member_key(worker_id)
+
+    def members(self) -> str:
+        return f"{self.prefix}member.>"
+
+    @property
+    def appends(self) -> str:
+        """The core NATS subject (outside the stream) of the bucket's append notifications."""
+        return f"egress.appends.{self.bucket}"
 
     def checkpoint(self, consumer: str, partition: int) -> str:
         return f"{self.prefix}checkpoint.{name_token(consumer)}.{partition}"
