@@ -40,7 +40,15 @@ from nats.js.kv import KeyValue
 from egress.clock import Clock, RealClock
 from egress.engines.nats import records
 from egress.engines.nats.errors import JetStreamRequestError, NatsEngineError
-from egress.engines.nats.jetstream import MAX_BATCH, WRONG_LAST_SEQUENCE, JetStream, Outgoing, Stored, expect_last
+from egress.engines.nats.jetstream import (
+    MAX_BATCH,
+    WRONG_LAST_SEQUENCE,
+    JetStream,
+    Link,
+    Outgoing,
+    Stored,
+    expect_last,
+)
 from egress.engines.nats.records import CheckpointRecord, LogEntry
 from egress.engines.nats.subjects import BUCKET_NAME, Layout, default_bucket, name_token
 from egress.engines.protocols import (
@@ -202,7 +210,7 @@ class NatsEngine:
             raise NatsEngineError(f"outage_timeout {outage_timeout:g} s + request_timeout {request_timeout:g} s must "
                                   f"stay below the {DUPLICATE_WINDOW:g} s a server remembers a commit's message id")
         self.outage_timeout = outage_timeout
-        self._connected = asyncio.Event()
+        self._link = Link()
         self._doubtful: set[tuple[str, int]] = set()
         self._clock = clock if clock is not None else RealClock()
         self._layout = Layout(self.bucket)
@@ -248,18 +256,18 @@ class NatsEngine:
                 logger.warning("NATS %s: %s", self.url, error)
 
         async def on_disconnected() -> None:
-            self._connected.clear()
+            self._link.dropped()
             if connected and not connection.is_closed:
                 logger.warning("NATS %s: disconnected; reconnecting (operations wait up to %g s)", self.url,
                                self.outage_timeout)
 
         async def on_reconnected() -> None:
-            self._connected.set()
+            self._link.restored()
             logger.warning("NATS %s: reconnected to %s", self.url, connection.connected_url.netloc
                            if connection.connected_url else "?")
 
         async def on_closed() -> None:
-            self._connected.set()  # nothing to wait for: the next request fails with the connection closed
+            self._link.closed()  # nothing to wait for: the next request fails with the connection closed
 
         connected = False
 
@@ -277,14 +285,14 @@ class NatsEngine:
                 f"{self.url}: cannot connect to the NATS server within {self.connect_timeout:g} s ({cause}); "
                 "start it (nats-server -js) or fix the URL") from None
         connected = True
-        self._connected.set()
+        self._link.restored()
         version = connection.connected_server_version
         if (version.major, version.minor) < MINIMUM_SERVER:
             raise NatsEngineError(f"{self.url}: nats-server {version} is older than 2.12, which has atomic "
                                   "batch publish; upgrade the server")
         self._budget = connection.max_payload - _HEADER_ROOM
         self._stream = JetStream(connection, self._layout.stream, self.request_timeout, self.url,
-                                 outage_timeout=self.outage_timeout, connected=self._connected)
+                                 outage_timeout=self.outage_timeout, link=self._link)
         js = connection.jetstream(timeout=self.request_timeout)
         try:
             await self._ensure_stream(js)

@@ -118,22 +118,56 @@ def is_transient(error: BaseException) -> bool:
     return False
 
 
+class Link:
+    """The state of one connection as nats-py's callbacks report it (:meth:`dropped`,
+    :meth:`restored`, :meth:`closed`): :attr:`up` is set while it is connected (or closed: nothing
+    to wait for), and :meth:`lost` resolves when it drops. A request whose connection drops is not
+    answered on the next one, and nats-py would let it wait out its whole timeout."""
+
+    def __init__(self) -> None:
+        self.up = asyncio.Event()
+        self.up.set()
+        self._lost: asyncio.Future[None] | None = None
+
+    def lost(self) -> asyncio.Future[None]:
+        """A future that resolves when the connection drops (resolved already while it is down)."""
+        if self._lost is None:
+            self._lost = asyncio.get_running_loop().create_future()
+            if not self.up.is_set():
+                self._lost.set_result(None)
+        return self._lost
+
+    def dropped(self) -> None:
+        self.up.clear()
+        if self._lost is not None and not self._lost.done():
+            self._lost.set_result(None)
+
+    def restored(self) -> None:
+        self.up.set()
+        if self._lost is not None and self._lost.done():
+            self._lost = None
+
+    def closed(self) -> None:
+        self.dropped()
+        self.up.set()
+
+
 class JetStream:
     """Raw JetStream requests against one stream over one connection (to ``url``); ``timeout`` in
-    seconds per request. A request the server cannot answer now (:func:`is_transient`) is tried
-    again, once ``connected`` is set when one is given (the engine sets it while the connection is
-    up), for up to ``outage_timeout`` seconds in all; then :class:`NatsUnavailableError`. A refusal
+    seconds per request. A request the server cannot answer now (:func:`is_transient`), or whose
+    connection dropped while it waited (``link``, when given, tells), is tried again once the
+    connection is back, for up to ``outage_timeout`` seconds in all; then :class:`NatsUnavailableError`. A refusal
     raises :class:`JetStreamRequestError`, any other transport error :class:`NatsEngineError`,
     both naming the URL and what was asked."""
 
     def __init__(self, connection: Client, stream: str, timeout: float, url: str, *,
-                 outage_timeout: float = 60.0, connected: asyncio.Event | None = None) -> None:
+                 outage_timeout: float = 60.0, link: Link | None = None) -> None:
         self._nc = connection
         self.stream = stream
         self.timeout = timeout
         self.url = url
         self.outage_timeout = outage_timeout
-        self._connected = connected
+        self._link = link
         self.read_floor = 0
 
     def observed(self, seq: int) -> None:
@@ -168,7 +202,7 @@ class JetStream:
         attempt = 1
         while True:
             try:
-                return await call()
+                return await self._attempt(call)
             except (NatsClientError, TimeoutError, OSError, JetStreamRequestError) as error:
                 if not is_transient(error):
                     raise
@@ -185,11 +219,32 @@ class JetStream:
             delay = min(delay * 2, _LAST_RETRY_DELAY)
             attempt += 1
 
+    async def _attempt(self, call: Callable[[], Awaitable[T]]) -> T:
+        """``await call()``; raises ``ConnectionReconnectingError`` as soon as the connection drops
+        under it (the call is cancelled: its answer, if any, would never come)."""
+        if self._link is None:
+            return await call()
+        lost = self._link.lost()
+        if lost.done():
+            raise client_errors.ConnectionReconnectingError
+        attempt = asyncio.ensure_future(call())
+        racing: set[asyncio.Future[Any]] = {attempt, lost}
+        try:
+            await asyncio.wait(racing, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            if not attempt.done():
+                attempt.cancel()
+                with contextlib.suppress(BaseException):
+                    await attempt
+        if attempt.cancelled():
+            raise client_errors.ConnectionReconnectingError
+        return attempt.result()
+
     async def _until_connected(self, seconds: float) -> None:
         """Wait up to ``seconds`` for the connection to be up again (at once when it is)."""
-        if self._connected is not None and not self._connected.is_set():
+        if self._link is not None and not self._link.up.is_set():
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._connected.wait(), seconds)
+                await asyncio.wait_for(self._link.up.wait(), seconds)
 
     async def publish_batch(self, messages: Sequence[Outgoing], message_id: str | None = None) -> int | None:
         """Publish ``messages`` (1 … :data:`MAX_BATCH`) as one atomic batch and return the stream
