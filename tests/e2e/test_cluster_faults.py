@@ -1,0 +1,335 @@
+"""The cluster under faults, end to end: real ``egress run --engine nats://…`` worker processes,
+real nats-servers, real SIGKILL.
+
+* The demo's flights pipeline on 3 workers: a random worker SIGKILLed and restarted (same worker
+  id) every second or so, 20 times, and the nats-server itself SIGKILLed and restarted on its
+  store once: every flight arrives; a flight arrives twice only across a kill or restart (sent
+  before it, sent again after it: in flight at it); the duplicates are counted and printed.
+* The retryable async request example under the same treatment: every key's ``total_length`` is
+  exactly the sum of its requests (internal state exactly once), no request left in retry state.
+* The flights on a 3-node NATS cluster with R3 streams: the stream leader's node SIGKILLed
+  mid-run and restarted later: every flight arrives.
+
+The kill schedule is seeded (``EGRESS_CLUSTER_SEED``) and printed (``pytest -s``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import random
+import signal
+import subprocess
+import sys
+import time
+import urllib.request
+from collections import Counter
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import nats
+import orjson
+import pytest
+import yaml
+from examples.cluster.demo import key_partitions, write_data, write_spec
+
+from egress.engines.nats import NatsEngine
+from egress.rows import decode_row
+from tests.e2e.conftest import REPO, Receiver, launch_receiver, stop_receiver
+from tests.nats_server import NatsCluster, NatsServer
+
+pytestmark = pytest.mark.e2e
+
+SEED = int(os.environ.get("EGRESS_CLUSTER_SEED", "20261201"))
+WORKERS = 3
+KILLS = 20
+NATS_RESTART_AT = 10  # the nats-server is killed and restarted with this kill
+KILL_GAP = (0.5, 1.2)  # seconds between two kills
+LEASE_TTL = 2.0
+ROWS = 12_000  # flights: enough that the 20 kills land while they are being delivered
+RECEIVER_DELAY = "0.01"  # seconds per request: keeps the delivery going through the kills
+IN_FLIGHT_SLACK = 0.5  # seconds: a request sent before a kill may be recorded by the receiver just after it
+DRAIN_TIMEOUT = 180.0
+DYNAMIC_SPEC = REPO / "examples" / "http_delivery" / "dynamic_spec.yaml"
+RETRYABLE = REPO / "examples" / "retryable_async_request"
+EVENTS = 6_000
+KEYS = 40
+
+
+@dataclass
+class Workers:
+    """``count`` ``egress run`` workers ``w1`` … on one Spec and NATS URL, each with its own state
+    directory and log (appended over restarts); ``events`` are the wall times of kills and restarts."""
+
+    spec: Path
+    engine: str
+    directory: Path
+    count: int = WORKERS
+    options: list[str] = field(default_factory=list)
+    processes: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict)
+    events: list[tuple[float, str]] = field(default_factory=list)
+
+    def start(self, worker: str) -> None:
+        with (self.directory / f"{worker}.log").open("ab") as log:
+            self.processes[worker] = subprocess.Popen(
+                [sys.executable, "-m", "egress", "run", str(self.spec), "--engine", self.engine, "--worker-id", worker,
+                 "--lease-ttl", f"{LEASE_TTL:g}", "--state-dir", str(self.directory / worker), "--until-drained",
+                 "--quiet", *self.options], cwd=REPO, stdout=log, stderr=subprocess.STDOUT)
+
+    def start_all(self) -> None:
+        for number in range(1, self.count + 1):
+            self.start(f"w{number}")
+
+    def kill_and_restart(self, worker: str) -> None:
+        process = self.processes[worker]
+        process.send_signal(signal.SIGKILL)
+        process.wait()
+        self.events.append((time.time(), f"{worker} killed"))
+        self.start(worker)
+
+    def wait_all(self, timeout: float = DRAIN_TIMEOUT) -> None:
+        """Every worker ends (the pipeline drained) with exit code 0, or the test fails with its log."""
+        deadline = time.monotonic() + timeout
+        for worker, process in self.processes.items():
+            try:
+                code = process.wait(timeout=max(1.0, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                pytest.fail(f"{worker} did not end within {timeout:g} s:\n{self.log(worker)}")
+            assert code == 0, f"{worker} exited {code}:\n{self.log(worker)}"
+
+    def log(self, worker: str) -> str:
+        return (self.directory / f"{worker}.log").read_text(errors="replace")[-3000:]
+
+    def stop_all(self) -> None:
+        for process in self.processes.values():
+            if process.poll() is None:
+                process.kill()
+                process.wait()
+
+
+@pytest.fixture
+def server() -> Iterator[NatsServer]:
+    started = NatsServer().start()
+    try:
+        yield started
+    finally:
+        started.stop()
+
+
+@pytest.fixture
+def workers_to_stop() -> Iterator[list[Workers]]:
+    made: list[Workers] = []
+    yield made
+    for workers in made:
+        workers.stop_all()
+
+
+def torture(workers: Workers, server: NatsServer, rng: random.Random) -> None:
+    """:data:`KILLS` kills of a random worker, each restarted at once; the nats-server killed and
+    restarted on its store with kill :data:`NATS_RESTART_AT`."""
+    for number in range(KILLS):
+        time.sleep(rng.uniform(*KILL_GAP))
+        victim = rng.choice(sorted(workers.processes))
+        workers.kill_and_restart(victim)
+        if number == NATS_RESTART_AT:
+            server.kill()
+            workers.events.append((time.time(), "nats-server killed"))
+            server.start()
+            workers.events.append((time.time(), "nats-server restarted"))
+
+
+# -- the flights -----------------------------------------------------------------------------------
+
+
+@dataclass
+class Delivery:
+    """What the receiver's record shows: the first 2xx time of each key and every later 2xx."""
+
+    first: dict[str, float] = field(default_factory=dict)
+    again: list[tuple[str, float]] = field(default_factory=list)
+
+    @classmethod
+    def read(cls, record: Path) -> Delivery:
+        delivery = cls()
+        with record.open(encoding="utf-8") as lines:
+            for entry in map(json.loads, lines):
+                if 200 <= entry["status"] <= 299:
+                    key = entry["idempotency_key"]
+                    if key in delivery.first:
+                        delivery.again.append((key, entry["time"]))
+                    else:
+                        delivery.first[key] = entry["time"]
+        return delivery
+
+
+def receiver_count(receiver: Receiver) -> int:
+    with urllib.request.urlopen(f"http://127.0.0.1:{receiver.port}/stats", timeout=10) as answer:
+        return int(json.load(answer)["distinct_keys"])
+
+
+def wait_for_deliveries(receiver: Receiver, count: int, workers: Workers, timeout: float = 60.0) -> None:
+    deadline = time.monotonic() + timeout
+    while receiver_count(receiver) < count:
+        if time.monotonic() > deadline:
+            pytest.fail(f"fewer than {count} deliveries within {timeout:g} s:\n{workers.log('w1')}")
+        time.sleep(0.02)
+
+
+def check_flights(record: Path, expected: dict[str, int], events: list[tuple[float, str]]) -> Delivery:
+    """0 missing, nothing unexpected, and each duplicate sent across a kill or restart."""
+    delivery = Delivery.read(record)
+    assert sorted(set(expected) - set(delivery.first)) == [], "flights missing at the receiver"
+    assert sorted(set(delivery.first) - set(expected)) == [], "requests that are no flight"
+    times = sorted(moment for moment, _ in events)
+    outside = [(key, delivery.first[key], moment) for key, moment in delivery.again
+               if not any(delivery.first[key] - IN_FLIGHT_SLACK <= event <= moment for event in times)]
+    assert outside == [], f"duplicates with no kill or restart between the two deliveries: {outside[:5]}"
+    return delivery
+
+
+@pytest.fixture
+def flights(tmp_path: Path) -> Iterator[tuple[Receiver, Path, dict[str, int]]]:
+    """A receiver (slowed a little), the flights Spec pointing at it, and each flight's key → partition."""
+    receiver = launch_receiver(tmp_path / "received.jsonl", "--delay", RECEIVER_DELAY)
+    try:
+        data = write_data(tmp_path, ROWS)
+        spec, loaded = write_spec(tmp_path, data, receiver.port)
+        yield receiver, spec, key_partitions(loaded, data)
+    finally:
+        stop_receiver(receiver)
+
+
+@pytest.mark.timeout(300)
+def test_flights_on_three_workers_lose_nothing_through_20_worker_kills_and_a_nats_restart(
+        tmp_path: Path, server: NatsServer, flights: tuple[Receiver, Path, dict[str, int]],
+        workers_to_stop: list[Workers]) -> None:
+    receiver, spec, expected = flights
+    rng = random.Random(SEED)
+    workers = Workers(spec, server.url, tmp_path, options=["--dynamic-spec", str(DYNAMIC_SPEC)])
+    workers_to_stop.append(workers)
+    workers.start_all()
+    wait_for_deliveries(receiver, 1, workers)
+    torture(workers, server, rng)
+    tortured = time.time()
+    workers.wait_all()
+    delivery = check_flights(receiver.record, expected, workers.events)
+    done = max(delivery.first.values())
+    during = sum(1 for moment, what in workers.events if "killed" in what and moment < done)
+    print(f"\nseed {SEED}: {len(expected):,} flights, {KILLS} worker kills and a nats-server restart in "
+          f"{tortured - workers.events[0][0]:.1f} s, {during} of them before the last flight arrived; "
+          f"0 missing, {len(delivery.again):,} duplicates, each across a kill or restart")
+    assert during >= KILLS // 2, "most kills must land while the flights are being delivered"
+
+
+# -- the retryable example ---------------------------------------------------------------------------
+
+
+def write_retryable(directory: Path, rng: random.Random) -> tuple[Path, Counter[str]]:
+    """The retryable example's Spec on random events (retry delay 200 ms); the expected totals."""
+    expected: Counter[str] = Counter()
+    lines = []
+    for _ in range(EVENTS):
+        key = f"key-{rng.randrange(KEYS)}"
+        data = "x" * rng.randint(1, 40)
+        expected[key] += len(data)
+        lines.append(orjson.dumps({"key": key, "data": data}))
+    events = directory / "events.jsonl"
+    events.write_bytes(b"\n".join(lines) + b"\n")
+    spec = yaml.safe_load((RETRYABLE / "spec.yaml").read_text())
+    spec["sources"]["events"]["parameters"]["path"] = str(events)
+    spec["computations"]["request_processor"]["processing_function_parameters"]["delay"] = "200ms"
+    path = directory / "spec.yaml"
+    path.write_text(yaml.safe_dump(spec, sort_keys=False))
+    return path, expected
+
+
+async def committed_totals(url: str, loaded: dict[str, Any]) -> tuple[dict[str, int], int]:
+    """``total_length`` per key in the external state ``/state``, and how many requests are still
+    in ``request_processor``'s retry state, as the NATS bucket of the Spec ``loaded`` holds them."""
+    partitions = int(loaded["partition_count"])
+    engine = NatsEngine(url, loaded["pipeline"])
+    await engine.open()
+    try:
+        totals: dict[str, int] = {}
+        retrying = 0
+        for partition in range(partitions):
+            keeper = await engine.load_keyed_state("state_keeper", partition, partitions, ["/state"])
+            for key, row in keeper.external["/state"].items():
+                totals[orjson.loads(key)[0]] = decode_row(row)["total_length"]
+            processor = await engine.load_keyed_state("request_processor", partition, partitions, [])
+            retrying += sum(len(values) for values in processor.internal.values())
+    finally:
+        await engine.close()
+    return totals, retrying
+
+
+@pytest.mark.timeout(300)
+def test_retryable_totals_are_exact_through_20_worker_kills_and_a_nats_restart(
+        tmp_path: Path, server: NatsServer, workers_to_stop: list[Workers]) -> None:
+    rng = random.Random(SEED)
+    spec, expected = write_retryable(tmp_path, rng)
+    workers = Workers(spec, server.url, tmp_path)
+    workers_to_stop.append(workers)
+    workers.start_all()
+    torture(workers, server, rng)
+    workers.wait_all()
+    totals, retrying = asyncio.run(committed_totals(server.url, yaml.safe_load(spec.read_text())))
+    print(f"\nseed {SEED}: {EVENTS:,} events over {KEYS} keys, {sum(expected.values()):,} bytes of requests; "
+          f"{KILLS} worker kills and a nats-server restart; every total exact")
+    assert totals == dict(expected)
+    assert retrying == 0, "requests still in retry state"
+
+
+# -- a 3-node cluster, R3 ----------------------------------------------------------------------------
+
+
+@pytest.fixture
+def cluster() -> Iterator[NatsCluster]:
+    started = NatsCluster(3).start()
+    try:
+        yield started
+    finally:
+        started.stop()
+
+
+async def stream_leader(url: str, stream: str) -> str:
+    connection = await nats.connect(url)
+    try:
+        info = await connection.jetstream().stream_info(stream)
+    finally:
+        await connection.close()
+    assert info.config.num_replicas == 3
+    assert info.cluster is not None
+    assert info.cluster.leader is not None
+    return info.cluster.leader
+
+
+@pytest.mark.timeout(300)
+def test_flights_on_a_three_node_cluster_with_r3_streams_lose_nothing_when_the_leaders_node_is_killed(
+        tmp_path: Path, cluster: NatsCluster, flights: tuple[Receiver, Path, dict[str, int]],
+        workers_to_stop: list[Workers]) -> None:
+    receiver, spec, expected = flights
+    engine = "nats://" + ",".join(url.removeprefix("nats://") for url in cluster.urls)
+    workers = Workers(spec, engine, tmp_path, options=["--dynamic-spec", str(DYNAMIC_SPEC), "--replicas", "3"])
+    workers_to_stop.append(workers)
+    workers.start_all()
+    wait_for_deliveries(receiver, len(expected) // 5, workers)
+    pipeline = yaml.safe_load(spec.read_text())["pipeline"]
+    leader = asyncio.run(stream_leader(cluster.urls[0], f"KV_egress_{pipeline}"))
+    node = int(leader.removeprefix("n"))
+    before = receiver_count(receiver)
+    cluster.kill(node)
+    killed = time.time()
+    workers.events.append((killed, f"node {leader} killed"))
+    wait_for_deliveries(receiver, before + len(expected) // 5, workers)
+    resumed = time.time()
+    cluster.restart(node)
+    workers.events.append((time.time(), f"node {leader} restarted"))
+    workers.wait_all()
+    delivery = check_flights(receiver.record, expected, workers.events)
+    print(f"\n{len(expected):,} flights on 3 workers and a 3-node cluster (R3); stream leader {leader} SIGKILLed "
+          f"after {before:,} deliveries, {len(expected) // 5:,} more arrived {resumed - killed:.2f} s later; "
+          f"0 missing, {len(delivery.again):,} duplicates")
