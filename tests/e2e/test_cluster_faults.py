@@ -27,7 +27,7 @@ import threading
 import time
 import urllib.request
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -49,7 +49,7 @@ SEED = int(os.environ.get("EGRESS_CLUSTER_SEED", "20261201"))
 WORKERS = 3
 KILLS = 20
 NATS_RESTART_AT = 10  # the nats-server is killed and restarted with this kill
-KILL_GAP = (0.5, 1.2)  # seconds between two kills
+KILL_GAP = (0.6, 1.4)  # seconds between two kills
 LEASE_TTL = 2.0
 ROWS = 12_000  # flights: enough that the 20 kills land while they are being delivered
 RECEIVER_DELAY = "0.01"  # seconds per request: keeps the delivery going through the kills
@@ -57,7 +57,7 @@ IN_FLIGHT_SLACK = 0.5  # seconds: a request sent before a kill may be recorded b
 DRAIN_TIMEOUT = 180.0
 DYNAMIC_SPEC = REPO / "examples" / "http_delivery" / "dynamic_spec.yaml"
 RETRYABLE = REPO / "examples" / "retryable_async_request"
-EVENTS = 6_000
+EVENTS = 12_000
 KEYS = 40
 
 
@@ -165,9 +165,10 @@ def workers_to_stop() -> Iterator[list[Workers]]:
         workers.stop_all()
 
 
-def torture(workers: Workers, server: NatsServer, rng: random.Random) -> None:
+def torture(workers: Workers, server: NatsServer, rng: random.Random,
+            after_kill: Callable[[int], None] | None = None) -> None:
     """:data:`KILLS` kills of a random worker, each restarted at once; the nats-server killed and
-    restarted on its store with kill :data:`NATS_RESTART_AT`."""
+    restarted on its store with kill :data:`NATS_RESTART_AT`; ``after_kill(n)`` after kill ``n``."""
     for number in range(KILLS):
         time.sleep(rng.uniform(*KILL_GAP))
         victim = rng.choice(sorted(workers.processes))
@@ -177,6 +178,8 @@ def torture(workers: Workers, server: NatsServer, rng: random.Random) -> None:
             workers.events.append((time.time(), "nats-server killed"))
             server.start()
             workers.events.append((time.time(), "nats-server restarted"))
+        if after_kill is not None:
+            after_kill(number)
 
 
 # -- the flights -----------------------------------------------------------------------------------
@@ -315,16 +318,29 @@ def test_retryable_totals_are_exact_through_20_worker_kills_and_a_nats_restart(
         tmp_path: Path, server: NatsServer, workers_to_stop: list[Workers]) -> None:
     rng = random.Random(SEED)
     spec, expected = write_retryable(tmp_path, rng)
+    loaded = yaml.safe_load(spec.read_text())
     workers = Workers(spec, server.url, tmp_path)
     workers_to_stop.append(workers)
     workers.start_all()
-    torture(workers, server, rng)
+    deadline = time.monotonic() + 60
+    while not sum(asyncio.run(committed_totals(server.url, loaded))[0].values()):  # the first response counted
+        assert time.monotonic() < deadline, f"nothing counted within 60 s:\n{workers.log('w1')}"
+        time.sleep(0.1)
+    counted: dict[int, int] = {}
+
+    def sample(number: int) -> None:  # how much was counted at a few kills: they must land mid-work
+        if number % 5 == 4:
+            counted[number + 1] = sum(asyncio.run(committed_totals(server.url, loaded))[0].values())
+
+    torture(workers, server, rng, sample)
     workers.wait_all()
-    totals, retrying = asyncio.run(committed_totals(server.url, yaml.safe_load(spec.read_text())))
+    totals, retrying = asyncio.run(committed_totals(server.url, loaded))
     print(f"\nseed {SEED}: {EVENTS:,} events over {KEYS} keys, {sum(expected.values()):,} bytes of requests; "
-          f"{KILLS} worker kills and a nats-server restart; every total exact")
+          f"{KILLS} worker kills and a nats-server restart; bytes counted after kills "
+          f"{', '.join(f'{n}: {c:,}' for n, c in counted.items())}; every total exact")
     assert totals == dict(expected)
     assert retrying == 0, "requests still in retry state"
+    assert counted[NATS_RESTART_AT] < sum(expected.values()), "half the kills must land while work is left"
 
 
 # -- a 3-node cluster, R3 ----------------------------------------------------------------------------
