@@ -26,7 +26,6 @@ import sys
 import threading
 import time
 import urllib.request
-from collections import Counter
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -41,6 +40,7 @@ from examples.cluster.demo import key_partitions, write_data, write_spec
 from egress.engines.nats import NatsEngine
 from egress.rows import decode_row
 from tests.e2e.conftest import REPO, Receiver, launch_receiver, stop_receiver
+from tests.e2e.test_exactly_once import write_pipeline
 from tests.nats_server import NatsCluster, NatsServer
 
 pytestmark = pytest.mark.e2e
@@ -56,7 +56,6 @@ RECEIVER_DELAY = "0.01"  # seconds per request: keeps the delivery going through
 IN_FLIGHT_SLACK = 0.5  # seconds: a request sent before a kill may be recorded by the receiver just after it
 DRAIN_TIMEOUT = 180.0
 DYNAMIC_SPEC = REPO / "examples" / "http_delivery" / "dynamic_spec.yaml"
-RETRYABLE = REPO / "examples" / "retryable_async_request"
 EVENTS = 12_000
 KEYS = 40
 
@@ -149,15 +148,6 @@ class LeaseWatch:
 
 
 @pytest.fixture
-def server() -> Iterator[NatsServer]:
-    started = NatsServer().start()
-    try:
-        yield started
-    finally:
-        started.stop()
-
-
-@pytest.fixture
 def workers_to_stop() -> Iterator[list[Workers]]:
     made: list[Workers] = []
     yield made
@@ -246,17 +236,17 @@ def flights(tmp_path: Path) -> Iterator[tuple[Receiver, Path, dict[str, int]]]:
 
 @pytest.mark.timeout(300)
 def test_flights_on_three_workers_lose_nothing_through_20_worker_kills_and_a_nats_restart(
-        tmp_path: Path, server: NatsServer, flights: tuple[Receiver, Path, dict[str, int]],
+        tmp_path: Path, own_nats_server: NatsServer, flights: tuple[Receiver, Path, dict[str, int]],
         workers_to_stop: list[Workers]) -> None:
     receiver, spec, expected = flights
     rng = random.Random(SEED)
-    workers = Workers(spec, server.url, tmp_path, options=["--dynamic-spec", str(DYNAMIC_SPEC)])
+    workers = Workers(spec, own_nats_server.url, tmp_path, options=["--dynamic-spec", str(DYNAMIC_SPEC)])
     workers_to_stop.append(workers)
     workers.start_all()
     wait_for_deliveries(receiver, 1, workers)
-    watch = LeaseWatch([server.url], yaml.safe_load(spec.read_text())["pipeline"], "to_json")
+    watch = LeaseWatch([own_nats_server.url], yaml.safe_load(spec.read_text())["pipeline"], "to_json")
     try:
-        torture(workers, server, rng)
+        torture(workers, own_nats_server, rng)
         tortured = time.time()
         workers.wait_all()
     finally:
@@ -272,26 +262,6 @@ def test_flights_on_three_workers_lose_nothing_through_20_worker_kills_and_a_nat
 
 
 # -- the retryable example ---------------------------------------------------------------------------
-
-
-def write_retryable(directory: Path, rng: random.Random) -> tuple[Path, Counter[str]]:
-    """The retryable example's Spec on random events (retry delay 1 s, as in test_exactly_once.py);
-    the expected totals."""
-    expected: Counter[str] = Counter()
-    lines = []
-    for _ in range(EVENTS):
-        key = f"key-{rng.randrange(KEYS)}"
-        data = "x" * rng.randint(1, 40)
-        expected[key] += len(data)
-        lines.append(orjson.dumps({"key": key, "data": data}))
-    events = directory / "events.jsonl"
-    events.write_bytes(b"\n".join(lines) + b"\n")
-    spec = yaml.safe_load((RETRYABLE / "spec.yaml").read_text())
-    spec["sources"]["events"]["parameters"]["path"] = str(events)
-    spec["computations"]["request_processor"]["processing_function_parameters"]["delay"] = "1s"
-    path = directory / "spec.yaml"
-    path.write_text(yaml.safe_dump(spec, sort_keys=False))
-    return path, expected
 
 
 async def committed_totals(url: str, loaded: dict[str, Any]) -> tuple[dict[str, int], int]:
@@ -316,26 +286,26 @@ async def committed_totals(url: str, loaded: dict[str, Any]) -> tuple[dict[str, 
 
 @pytest.mark.timeout(300)
 def test_retryable_totals_are_exact_through_20_worker_kills_and_a_nats_restart(
-        tmp_path: Path, server: NatsServer, workers_to_stop: list[Workers]) -> None:
+        tmp_path: Path, own_nats_server: NatsServer, workers_to_stop: list[Workers]) -> None:
     rng = random.Random(SEED)
-    spec, expected = write_retryable(tmp_path, rng)
+    spec, expected = write_pipeline(tmp_path, rng, EVENTS, KEYS)
     loaded = yaml.safe_load(spec.read_text())
-    workers = Workers(spec, server.url, tmp_path)
+    workers = Workers(spec, own_nats_server.url, tmp_path)
     workers_to_stop.append(workers)
     workers.start_all()
     deadline = time.monotonic() + 60
-    while not sum(asyncio.run(committed_totals(server.url, loaded))[0].values()):  # the first response counted
+    while not sum(asyncio.run(committed_totals(own_nats_server.url, loaded))[0].values()):  # the first response counted
         assert time.monotonic() < deadline, f"nothing counted within 60 s:\n{workers.log('w1')}"
         time.sleep(0.1)
     counted: dict[int, int] = {}
 
     def sample(number: int) -> None:  # how much was counted at a few kills: they must land mid-work
         if number % 5 == 4:
-            counted[number + 1] = sum(asyncio.run(committed_totals(server.url, loaded))[0].values())
+            counted[number + 1] = sum(asyncio.run(committed_totals(own_nats_server.url, loaded))[0].values())
 
-    torture(workers, server, rng, sample)
+    torture(workers, own_nats_server, rng, sample)
     workers.wait_all()
-    totals, retrying = asyncio.run(committed_totals(server.url, loaded))
+    totals, retrying = asyncio.run(committed_totals(own_nats_server.url, loaded))
     print(f"\nseed {SEED}: {EVENTS:,} events over {KEYS} keys, {sum(expected.values()):,} bytes of requests; "
           f"{KILLS} worker kills and a nats-server restart; bytes counted after kills "
           f"{', '.join(f'{n}: {c:,}' for n, c in counted.items())}; in the end {sum(totals.values()):,}")
@@ -347,15 +317,6 @@ def test_retryable_totals_are_exact_through_20_worker_kills_and_a_nats_restart(
 
 
 # -- a 3-node cluster, R3 ----------------------------------------------------------------------------
-
-
-@pytest.fixture
-def cluster() -> Iterator[NatsCluster]:
-    started = NatsCluster(3).start()
-    try:
-        yield started
-    finally:
-        started.stop()
 
 
 async def stream_leader(url: str, stream: str) -> str:
@@ -372,25 +333,25 @@ async def stream_leader(url: str, stream: str) -> str:
 
 @pytest.mark.timeout(300)
 def test_flights_on_a_three_node_cluster_with_r3_streams_lose_nothing_when_the_leaders_node_is_killed(
-        tmp_path: Path, cluster: NatsCluster, flights: tuple[Receiver, Path, dict[str, int]],
+        tmp_path: Path, nats_cluster: NatsCluster, flights: tuple[Receiver, Path, dict[str, int]],
         workers_to_stop: list[Workers]) -> None:
     receiver, spec, expected = flights
-    engine = "nats://" + ",".join(url.removeprefix("nats://") for url in cluster.urls)
+    engine = "nats://" + ",".join(url.removeprefix("nats://") for url in nats_cluster.urls)
     workers = Workers(spec, engine, tmp_path, options=["--dynamic-spec", str(DYNAMIC_SPEC), "--replicas", "3"])
     workers_to_stop.append(workers)
     workers.start_all()
     wait_for_deliveries(receiver, len(expected) // 5, workers)
     pipeline = yaml.safe_load(spec.read_text())["pipeline"]
-    watch = LeaseWatch(cluster.urls, pipeline, "to_json", replicas=3)
-    leader = asyncio.run(stream_leader(cluster.urls[0], f"KV_egress_{pipeline}"))
+    watch = LeaseWatch(nats_cluster.urls, pipeline, "to_json", replicas=3)
+    leader = asyncio.run(stream_leader(nats_cluster.urls[0], f"KV_egress_{pipeline}"))
     node = int(leader.removeprefix("n"))
     before = receiver_count(receiver)
-    cluster.kill(node)
+    nats_cluster.kill(node)
     killed = time.time()
     workers.events.append((killed, f"node {leader} killed"))
     wait_for_deliveries(receiver, before + len(expected) // 5, workers)
     resumed = time.time()
-    cluster.restart(node)
+    nats_cluster.restart(node)
     workers.events.append((time.time(), f"node {leader} restarted"))
     try:
         workers.wait_all()

@@ -33,26 +33,6 @@ BUCKET = "egress_outage"
 PROGRESS_TIMEOUT = 60.0  # seconds a commit loop may take to report its next commit, outage included
 
 
-@pytest.fixture
-def server() -> Iterator[NatsServer]:
-    """A nats-server of this test alone (it gets killed and restarted)."""
-    started = NatsServer().start()
-    try:
-        yield started
-    finally:
-        started.stop()
-
-
-@pytest.fixture
-def cluster() -> Iterator[NatsCluster]:
-    """A 3-node JetStream cluster on loopback, stopped by pid at the end."""
-    started = NatsCluster(3).start()
-    try:
-        yield started
-    finally:
-        started.stop()
-
-
 @dataclass
 class CommitLoop:
     """The ``nats_commit_loop`` child: ``reported[n]`` is when (monotonic) it reported commit ``n``."""
@@ -117,7 +97,8 @@ async def check_committed(urls: list[str], reported: int, replicas: int = 1) -> 
     return position
 
 
-def test_commits_wait_out_a_nats_server_killed_and_restarted_on_its_store(server: NatsServer) -> None:
+def test_commits_wait_out_a_nats_server_killed_and_restarted_on_its_store(own_nats_server: NatsServer) -> None:
+    server = own_nats_server
     with commit_loop([server.url]) as loop:
         loop.wait_for(5)
         before = loop.last
@@ -134,7 +115,8 @@ def test_commits_wait_out_a_nats_server_killed_and_restarted_on_its_store(server
 
 
 def test_commits_go_on_when_the_stream_leaders_node_of_a_three_node_cluster_is_killed(
-        cluster: NatsCluster) -> None:
+        nats_cluster: NatsCluster) -> None:
+    cluster = nats_cluster
     with commit_loop(cluster.urls, replicas=3) as loop:
         loop.wait_for(5)
         leader = asyncio.run(stream_leader(cluster.urls[0]))
@@ -260,7 +242,8 @@ async def test_a_commit_whose_answer_was_lost_is_sent_again_and_applied_once(
 
 
 async def test_an_outage_longer_than_outage_timeout_raises_nats_unavailable_error_and_the_partition_reloads(
-        server: NatsServer) -> None:
+        own_nats_server: NatsServer) -> None:
+    server = own_nats_server
     engine = NatsEngine(server.url, PIPELINE, bucket=BUCKET, request_timeout=0.5, outage_timeout=1)
     await engine.open()
     try:
