@@ -120,8 +120,10 @@ class LeaseWatch:
         self.changes: list[tuple[float, float, int]] = []
         self._urls, self._pipeline, self._consumer, self._replicas = urls, pipeline, consumer, replicas
         self._stop = threading.Event()
+        self._polled = threading.Event()
         self._thread = threading.Thread(target=lambda: asyncio.run(self._watch()), daemon=True)
         self._thread.start()
+        assert self._polled.wait(30), "the lease watch did not open the engine within 30 s"
 
     async def _watch(self) -> None:
         engine = NatsEngine(self._urls, self._pipeline, replicas=self._replicas)  # as the workers: unchanged
@@ -138,6 +140,7 @@ class LeaseWatch:
                             self.changes.append((polled, now, lease.partition))
                         seen[lease.partition] = lease.epoch
                 polled = now
+                self._polled.set()
                 await asyncio.sleep(0.05)
         finally:
             await engine.close()
@@ -242,9 +245,9 @@ def test_flights_on_three_workers_lose_nothing_through_20_worker_kills_and_a_nat
     rng = random.Random(SEED)
     workers = Workers(spec, own_nats_server.url, tmp_path, options=["--dynamic-spec", str(DYNAMIC_SPEC)])
     workers_to_stop.append(workers)
+    watch = LeaseWatch([own_nats_server.url], yaml.safe_load(spec.read_text())["pipeline"], "to_json")
     workers.start_all()
     wait_for_deliveries(receiver, 1, workers)
-    watch = LeaseWatch([own_nats_server.url], yaml.safe_load(spec.read_text())["pipeline"], "to_json")
     try:
         torture(workers, own_nats_server, rng)
         tortured = time.time()
@@ -359,10 +362,10 @@ def test_flights_on_a_three_node_cluster_with_r3_streams_lose_nothing_when_the_l
     engine = "nats://" + ",".join(url.removeprefix("nats://") for url in nats_cluster.urls)
     workers = Workers(spec, engine, tmp_path, options=["--dynamic-spec", str(DYNAMIC_SPEC), "--replicas", "3"])
     workers_to_stop.append(workers)
+    pipeline = yaml.safe_load(spec.read_text())["pipeline"]
+    watch = LeaseWatch(nats_cluster.urls, pipeline, "to_json", replicas=3)  # from the start: the first hand-overs too
     workers.start_all()
     wait_for_deliveries(receiver, len(expected) // 5, workers)
-    pipeline = yaml.safe_load(spec.read_text())["pipeline"]
-    watch = LeaseWatch(nats_cluster.urls, pipeline, "to_json", replicas=3)
     leader = asyncio.run(stream_leader(nats_cluster.urls[0], f"KV_egress_{pipeline}"))
     node = int(leader.removeprefix("n"))
     before = receiver_count(receiver)
