@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import gzip
 import sqlite3
+import subprocess
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -51,6 +52,18 @@ def nats_cluster() -> Iterator[NatsCluster]:
         yield started
     finally:
         started.stop()
+
+
+@pytest.fixture
+def egress_processes() -> Iterator[list[subprocess.Popen[bytes]]]:
+    """The ``egress run`` processes a test starts; any still running at the end is killed (a
+    stopped one too: SIGKILL ends a SIGSTOPped process)."""
+    processes: list[subprocess.Popen[bytes]] = []
+    yield processes
+    for process in processes:
+        if process.poll() is None:
+            process.kill()
+            process.wait()
 
 
 @pytest.fixture

@@ -174,7 +174,7 @@ def run(
             while not run_task.done():
                 await asyncio.wait({run_task}, timeout=5.0)
                 reported.news()
-                if not run_task.done():
+                if not run_task.done() and pipeline.running:
                     console.print(progress_line(snapshot(pipeline), time.monotonic() - started), highlight=False)
         return await run_task
 

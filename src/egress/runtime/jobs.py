@@ -45,6 +45,7 @@ class JobSet:
         self._metrics = metrics
         self.on_change = on_change
         self.running: dict[Unit, Running] = {}
+        self._blocked_before: dict[Unit, str] = {}  # the terminal sink error of a unit stopped here
 
     @property
     def jobs(self) -> list[PartitionJob]:
@@ -57,6 +58,7 @@ class JobSet:
     def start(self, unit: Unit, epoch: int) -> Running:
         """Start ``unit`` under the lease held at ``epoch``."""
         runner = self._make(unit)
+        self._blocked_before.pop(unit, None)
         consumer, partition = unit
         task = asyncio.create_task(runner.run(epoch=epoch), name=f"{consumer}#{partition}")
         running = self.running[unit] = Running(runner, epoch, task)
@@ -88,7 +90,19 @@ class JobSet:
         """Drop ``unit`` from the set (its task has ended or is left to end)."""
         consumer, partition = unit
         self._metrics.partition_owned.labels(consumer, str(partition)).set(0)
-        return self.running.pop(unit, None)
+        running = self.running.pop(unit, None)
+        if running is not None and isinstance(running.runner, PartitionJob) and running.runner.blocked_error:
+            self._blocked_before[unit] = running.runner.blocked_error
+        return running
+
+    def blocked(self) -> list[str]:
+        """The terminal sink errors that block units, of the running jobs and of those stopped here
+        while blocked (one line each)."""
+        now = {unit: job.blocked_error for unit, job in self._jobs_by_unit().items() if job.blocked_error}
+        return [error for _, error in sorted({**self._blocked_before, **now}.items())]
+
+    def _jobs_by_unit(self) -> dict[Unit, PartitionJob]:
+        return {unit: r.runner for unit, r in self.running.items() if isinstance(r.runner, PartitionJob)}
 
     def ended(self) -> dict[Unit, BaseException | None]:
         """The units whose task has ended, with what it raised (``None``: it returned)."""

@@ -37,7 +37,7 @@ from egress.runtime.options import RunOptions
 from egress.runtime.partition_job import PartitionJob
 from egress.runtime.plan import Plan, build_plan
 from egress.runtime.source_reader import SourceReader, finished_key
-from egress.runtime.worker import ClusterSpecError, Worker, WorkerSettings
+from egress.runtime.worker import ClusterSpecError, Worker, WorkerSettings, refuse_another_spec
 from egress.spec import DynamicSpec, Spec, load_document, validate_model
 from egress.throttler import THROTTLER_STATE_NAME, Throttling
 
@@ -184,6 +184,16 @@ class Pipeline:
             self.worker.request_stop()
 
     @property
+    def engine(self) -> Engine | None:
+        """The engine while the run has it open (``None`` before and after)."""
+        return self._engine
+
+    @property
+    def running(self) -> bool:
+        """Whether the run has opened its engine and not yet closed it."""
+        return self._engine is not None
+
+    @property
     def stopping(self) -> bool:
         return self._stop.is_set()
 
@@ -201,7 +211,9 @@ class Pipeline:
                 await engine.open()
             except SpecMismatchError as mismatch:  # another pipeline's directory: name the Spec, as layouts do
                 raise mismatch.in_file(self.plan.spec_file) from None
-            await check_state_directory(engine, self.plan, self.state_dir)
+            if self.worker_id is not None:  # before the layout check, which may record this Spec's additions
+                await refuse_another_spec(engine, spec_digest(spec), self.worker_id, self.plan.spec_file)
+            await self._check_state_directory(engine)
             if dynamic.throttlers or self.options.throttler_url is not None:
                 self.throttling = Throttling(dynamic, self.clock, registry=self.metrics.registry,
                                              throttler_url=self.options.throttler_url,
@@ -225,7 +237,7 @@ class Pipeline:
                 for watcher in watchers:
                     watcher.cancel()
                 await asyncio.gather(*watchers, return_exceptions=True)
-            result.blocked = [e for e in (job.blocked_error for job in self.jobs) if e]
+            result.blocked = self.units.blocked()
         finally:
             if self.server is not None:
                 await self.server.stop()
@@ -235,6 +247,10 @@ class Pipeline:
             await engine.close()
         result.elapsed = self.clock.monotonic() - started
         return result
+
+    async def _check_state_directory(self, engine: Engine) -> None:
+        """:func:`check_state_directory` of this run's plan and state directory."""
+        await check_state_directory(engine, self.plan, self.state_dir)
 
     def _make_runner(self, unit: Unit) -> Runner:
         """A fresh source reader or partition job for ``unit``, from the plan in force."""
@@ -434,31 +450,46 @@ class Pipeline:
     async def _partitions_status(self, owners: dict[Unit, str]) -> list[dict[str, Any]]:
         """Every computation partition: its owner and input lag; where it runs here, its sinks' state."""
         local = {(job.plan.computation_id, job.partition): job for job in self.jobs}
+        remote = await self._committed_positions() if self.worker_id is not None else {}
         partitions = []
         for unit in self.all_units():
             if is_source(unit):
                 continue
             job = local.get(unit)
+            positions = job.positions() if job is not None else remote.get(unit)
             entry: dict[str, Any] = {"computation": unit[0], "partition": unit[1], "owner": owners.get(unit),
-                                     "input_lag": await self._input_lag(unit, job)}
+                                     "input_lag": await self._input_lag(unit, positions)}
             if job is not None:
                 entry.update(unacknowledged={sink_id: sink.unacknowledged for sink_id, sink in job.sinks.items()},
                              blocked=job.blocked_error)
             partitions.append(entry)
         return partitions
 
-    async def _input_lag(self, unit: Unit, job: PartitionJob | None) -> int | None:
-        """Messages of ``unit``'s inputs not yet processed: from the job where it runs here, else
-        from its committed checkpoint (``None`` before the run opened its engine)."""
+    async def _committed_positions(self) -> dict[Unit, dict[str, int]]:
+        """The committed input positions of partitions another worker runs, from the inventory: known
+        for a stream only one computation reads (the inventory does not say whose a position is)."""
+        engine = self._require_engine()
+        readers: dict[str, list[str]] = {}
+        for computation in self.plan.computations.values():
+            for stream in computation.input_stream_ids:
+                readers.setdefault(stream, []).append(computation.computation_id)
+        committed = (await engine.inventory()).read_positions
+        positions: dict[Unit, dict[str, int]] = {}
+        for computation in self.plan.computations.values():
+            streams = computation.input_stream_ids
+            if any(len(readers[stream]) > 1 for stream in streams):
+                continue
+            for partition in range(self.plan.spec.partition_count):
+                positions[(computation.computation_id, partition)] = {
+                    stream: max(committed.get((stream, partition), [0])) for stream in streams}
+        return positions
+
+    async def _input_lag(self, unit: Unit, positions: dict[str, int] | None) -> int | None:
+        """Messages of ``unit``'s inputs after ``positions`` (``None``: unknown here, or no engine open)."""
         engine = self._engine
-        if engine is None:
+        if engine is None or positions is None:
             return None
         computation, partition = unit
-        if job is not None:
-            positions = job.positions()
-        else:
-            checkpoint = await engine.load_checkpoint(computation, partition, [])
-            positions = {s: o for (s, p), o in checkpoint.input_positions.items() if p == partition}
         lag = 0
         for stream in self.plan.computations[computation].input_stream_ids:
             lag += await engine.end_offset(stream, partition) - positions.get(stream, 0)
@@ -467,7 +498,7 @@ class Pipeline:
     async def _refresh_gauges(self) -> None:
         """Before a scrape of ``/metrics``: the input lag of each partition this process runs."""
         for job in self.jobs:
-            lag = await self._input_lag((job.plan.computation_id, job.partition), job)
+            lag = await self._input_lag((job.plan.computation_id, job.partition), job.positions())
             if lag is not None:
                 self.metrics.partition_input_lag.labels(job.plan.computation_id, str(job.partition)).set(lag)
 

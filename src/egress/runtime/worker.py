@@ -1,11 +1,11 @@
 """A cluster worker: one of several processes that share a pipeline through one engine.
 
 Every ``heartbeat_period`` seconds the worker registers itself (a member for ``lease_ttl``
-seconds), renews the lease of every unit it runs, lists the live members, and computes by
-rendezvous hashing (``egress.runtime.assignment``) the units it should run. It takes the ones it
-should run and does not (``try_acquire``; a unit whose lease another worker still holds is tried
-again every ``acquire_retry_period`` seconds until that worker hands it over), and hands over the
-ones it runs and should not: the job finishes its epoch and commits, then the lease is released so
+seconds) and renews the lease of every unit it runs. Every ``acquire_retry_period`` seconds it
+lists the live members and computes by rendezvous hashing (``egress.runtime.assignment``) the
+units it should run: it takes the ones it should run and does not (``try_acquire``; a unit whose
+lease another worker still holds is tried again the next time, until that worker hands it over),
+and hands over the ones it runs and should not: the job finishes its epoch and commits, then the lease is released so
 the new owner can take it at once. A renewal that returns ``False`` or a commit that raises
 ``FencedError`` means the unit's lease was lost: that job stops, and the worker goes on.
 
@@ -25,7 +25,7 @@ import os
 import socket
 from dataclasses import dataclass, field
 
-from egress.clock import Clock
+from egress.clock import Clock, event_or_timeout
 from egress.engines import Engine, FencedError, MemberInfo
 from egress.errors import SpecError
 from egress.runtime.assignment import Unit, assign, changes, units_of
@@ -44,7 +44,8 @@ class WorkerSettings:
     """``worker_id`` names this worker in the cluster; ``spec_digest`` the Spec it runs (the
     others must run the same); ``lease_ttl`` (seconds) how long a lease and a membership last
     without renewal; ``heartbeat_period`` (seconds) how often both are renewed;
-    ``acquire_retry_period`` (seconds) how often a wanted unit still held elsewhere is tried;
+    ``acquire_retry_period`` (seconds) how often the members are listed and a wanted unit still held
+elsewhere is tried;
     ``spec_file`` names the Spec in errors; ``details`` what ``/status`` shows of this worker."""
 
     worker_id: str
@@ -58,6 +59,19 @@ class WorkerSettings:
 
 class ClusterSpecError(SpecError):
     """A worker was started with another Spec than the live members of its cluster run."""
+
+
+async def refuse_another_spec(engine: Engine, digest: str, worker_id: str, spec_file: str | None) -> None:
+    """Raise :class:`ClusterSpecError` (naming ``spec_file``) when a live member of ``engine``'s
+    pipeline other than ``worker_id`` runs a Spec whose digest is not ``digest``."""
+    for member in await engine.members():
+        if member.spec_digest != digest and member.worker_id != worker_id:
+            raise ClusterSpecError(
+                f"worker {member.worker_id} of this pipeline's cluster runs another Spec (digest "
+                f"{member.spec_digest[:12]}, this one {digest[:12]}): every worker of a pipeline must run the "
+                "same Spec. Start this worker with the Spec file the others use, or stop every worker first and "
+                "start them all with the new Spec (its layout is then checked against the committed data)",
+                file=spec_file)
 
 
 class Worker:
@@ -79,6 +93,7 @@ class Worker:
         self._changed = asyncio.Event()
         self._handovers: dict[Unit, asyncio.Task[None]] = {}
         self._losing: set[Unit] = set()
+        self._failure: BaseException | None = None  # what a job raised while being handed over
         self.members: list[MemberInfo] = []
         self.lost: list[tuple[Unit, float]] = []  # units whose lease was lost, and when (clock.now())
         self.taken: list[tuple[Unit, float]] = []  # units taken, and when (clock.now())
@@ -103,15 +118,10 @@ class Worker:
             await self._leave()
 
     async def _join(self) -> None:
-        """Refuse to join members that run another Spec, then register."""
-        for member in await self._engine.members():
-            if member.spec_digest != self.settings.spec_digest and member.worker_id != self.settings.worker_id:
-                raise ClusterSpecError(
-                    f"worker {member.worker_id} of this pipeline's cluster runs another Spec (digest "
-                    f"{member.spec_digest[:12]}, this one {self.settings.spec_digest[:12]}): every worker of a "
-                    "pipeline must run the same Spec. Start this worker with the Spec file the others use, or "
-                    "stop every worker first and start them all with the new Spec (its layout is then checked "
-                    "against the committed data)", file=self.settings.spec_file)
+        """Refuse to join members that run another Spec (checked before anything, by the runner,
+        and again here), then register."""
+        await refuse_another_spec(self._engine, self.settings.spec_digest, self.settings.worker_id,
+                                  self.settings.spec_file)
         await self._engine.register(self.me, self.settings.lease_ttl)
 
     async def _loop(self) -> None:
@@ -119,24 +129,24 @@ class Worker:
         next_heartbeat = clock.monotonic()
         while not self._stop.is_set():
             self._collect_ended()
-            if clock.monotonic() >= next_heartbeat:
-                await self._heartbeat()
-                next_heartbeat = clock.monotonic() + self.settings.heartbeat_period
-            waiting = await self._reconcile()
-            period = self.settings.acquire_retry_period if waiting else next_heartbeat - clock.monotonic()
-            await self._wait(max(0.0, period))
+            try:
+                if clock.monotonic() >= next_heartbeat:
+                    await self._heartbeat()
+                    next_heartbeat = clock.monotonic() + self.settings.heartbeat_period
+                else:  # a joiner is seen within a retry period, not a heartbeat: its share moves sooner
+                    self.members = await self._engine.members()
+                await self._reconcile()
+            except Exception as error:  # the engine unreachable for a moment: its leases may still hold
+                logger.warning("worker %s: the engine failed (%s: %s); trying again", self.settings.worker_id,
+                               type(error).__name__, error)
+                next_heartbeat = min(next_heartbeat, clock.monotonic() + self.settings.acquire_retry_period)
+            until_heartbeat = next_heartbeat - clock.monotonic()
+            await self._wait(max(0.0, min(until_heartbeat, self.settings.acquire_retry_period)))
 
     async def _wait(self, seconds: float) -> None:
         """Until a job ends, a stop is asked for, or ``seconds`` on the clock."""
         self._changed.clear()
-        waker = asyncio.ensure_future(self._changed.wait())
-        sleeper = asyncio.ensure_future(self._clock.sleep(seconds))
-        try:
-            await asyncio.wait({waker, sleeper}, return_when=asyncio.FIRST_COMPLETED)
-        finally:
-            for task in (waker, sleeper):
-                task.cancel()
-            await asyncio.gather(waker, sleeper, return_exceptions=True)
+        await event_or_timeout(self._changed, self._clock, seconds)
 
     async def _heartbeat(self) -> None:
         """Stay listed, keep the leases of the running units, and learn the members."""
@@ -153,36 +163,38 @@ class Worker:
         names = {m.worker_id for m in self.members} | {self.settings.worker_id}
         return units_of(assign(self._units, names), self.settings.worker_id)
 
-    async def _reconcile(self) -> bool:
-        """Take and hand over units; True while a wanted unit is still held by another worker."""
+    async def _reconcile(self) -> None:
+        """Take and hand over units (a wanted unit another worker still holds is tried next time)."""
         step = changes(self.desired(), set(self._jobs.running), set(self._handovers) | self._losing)
         for unit in step.hand_over:
             self._handovers[unit] = asyncio.create_task(self._hand_over(unit))
-        waiting = False
         for unit in sorted(step.take):
             epoch = await self._engine.try_acquire(unit[0], unit[1], self.settings.worker_id, self.settings.lease_ttl)
-            if epoch is None:
-                waiting = True
-                continue
-            self._jobs.start(unit, epoch)
-            self.taken.append((unit, self._clock.now()))
-        return waiting
+            if epoch is not None:
+                self._jobs.start(unit, epoch)
+                self.taken.append((unit, self._clock.now()))
 
     async def _hand_over(self, unit: Unit) -> None:
-        """Finish the unit's epoch and commit, then release its lease (a lost lease: nothing to release)."""
+        """Finish the unit's epoch and commit, then release its lease (a lost lease: nothing to
+        release; a release that fails: the lease lapses after its TTL instead)."""
         epoch = self._jobs.running[unit].epoch
         error = await self._jobs.stop(unit)
         try:
             if error is None:
                 await self._engine.release(unit[0], unit[1], epoch)
-            elif not isinstance(error, FencedError):
-                raise error
+            elif not isinstance(error, FencedError) and self._failure is None:
+                self._failure = error
+        except Exception as failed:
+            logger.warning("%s partition %d: release failed (%s); the lease lapses in %s s", unit[0], unit[1],
+                           failed, self.settings.lease_ttl)
         finally:
             self._handovers.pop(unit, None)
             self.notice()
 
     def _collect_ended(self) -> None:
         """Forget units whose job ended after losing its lease; raise a failure of the pipeline."""
+        if self._failure is not None:
+            raise self._failure
         for unit, error in self._jobs.ended().items():
             if unit in self._handovers:
                 continue
@@ -207,9 +219,9 @@ class Worker:
         for unit in list(self._jobs.running):
             if unit not in self._handovers and unit not in self._losing:
                 self._handovers[unit] = asyncio.create_task(self._hand_over(unit))
-        results = await asyncio.gather(*self._handovers.values(), return_exceptions=True)
+        await asyncio.gather(*self._handovers.values(), *(r.task for r in self._jobs.running.values()),
+                             return_exceptions=True)
         with contextlib.suppress(Exception):
             await self._engine.deregister(self.settings.worker_id)
-        for result in results:
-            if isinstance(result, BaseException) and not isinstance(result, asyncio.CancelledError):
-                raise result
+        if self._failure is not None:
+            raise self._failure

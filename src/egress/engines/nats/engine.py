@@ -512,7 +512,9 @@ class NatsEngine:
             if revision is None:
                 return False
             lease.revision = revision
-            self._leases[(consumer, partition)] = lease
+            known = self._leases.get((consumer, partition))
+            if known is None or known.epoch <= epoch:  # not over a lease taken meanwhile
+                self._leases[(consumer, partition)] = lease
             return True
 
     async def _held(self, consumer: str, partition: int, epoch: int) -> _Lease | None:
