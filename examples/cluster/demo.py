@@ -10,8 +10,8 @@ Starts, all on 127.0.0.1 and stopped by their pids at the end:
    --until-drained`` processes: they register, share the pipeline's units (the source reader and
    the 4 partitions of ``to_json``) by rendezvous hashing and lease them in the engine;
 
-then, once a third of the flights has arrived, SIGKILLs the worker that runs the most ``to_json``
-partitions, measures the failover (until the others hold its leases, and until the first new
+then, once a third of the flights has arrived, SIGKILLs the worker whose ``to_json`` partitions have
+the most flights left to send, measures the failover (until the others hold its leases, and until the first new
 flight of one of its partitions reaches the receiver), waits for the other workers to end (the
 pipeline drained) and prints the delivery report: 0 missing; the duplicates are the messages a
 partition's worker had sent but not yet committed as acknowledged when the partition changed hands
@@ -36,6 +36,7 @@ import sys
 import tempfile
 import time
 import urllib.request
+from collections import Counter
 from pathlib import Path
 
 import yaml
@@ -227,17 +228,22 @@ def main() -> int:
         for number in range(1, args.workers + 1):
             processes[f"w{number}"] = start_worker(work, spec_path, url, f"w{number}", args.lease_ttl)
         wait_for(lambda: receiver_stats(port)["distinct_keys"] >= len(keys) // 3, "a third of the flights")
+        seen = delivered_keys(record)
+        remaining = Counter(partition for key, partition in keys.items() if key not in seen)
         per_worker: dict[str, set[int]] = {}
         for partition, owner in leases.owners(COMPUTATION_ID).items():
-            per_worker.setdefault(owner, set()).add(partition)
-        victim = max(sorted(per_worker), key=lambda worker: len(per_worker[worker]))
+            if remaining[partition]:  # a partition with flights still to send: its failover shows
+                per_worker.setdefault(owner, set()).add(partition)
+        if not per_worker:
+            raise SystemExit("every partition had sent its flights before the kill; try without --rows")
+        victim = max(sorted(per_worker), key=lambda worker: sum(remaining[p] for p in per_worker[worker]))
         partitions = per_worker[victim]
-        seen = delivered_keys(record)
         os.kill(processes[victim].pid, signal.SIGKILL)
         processes[victim].wait()
         killed, killed_wall = time.monotonic(), time.time()
         print(f"killed {victim} (pid {processes[victim].pid}), which ran {COMPUTATION_ID} partitions "
-              f"{sorted(partitions)}, after {killed - started:.1f} s", flush=True)
+              f"{sorted(partitions)} ({sum(remaining[p] for p in partitions):,} flights left), after "
+              f"{killed - started:.1f} s", flush=True)
 
         def taken_over() -> bool:
             held = leases.owners(COMPUTATION_ID)
