@@ -270,9 +270,9 @@ async def test_an_outage_longer_than_outage_timeout_raises_nats_unavailable_erro
 # -- a known defect: deleted keys come back after a server SIGKILL -----------------------------------
 
 
-@pytest.mark.xfail(strict=True, reason="nats-server 2.15.1: after a SIGKILL and restart, a value replaced by a delete "
-                                       "marker with Nats-TTL comes back once the marker expires (docs/cluster.md, "
-                                       "'Not yet')")
+@pytest.mark.xfail(strict=False, reason="nats-server 2.15.1: after a SIGKILL and restart, a value replaced by a delete "
+                                        "marker with Nats-TTL comes back once the marker expires (docs/cluster.md, "
+                                        "'Not yet'); it depends on when the kill lands, so the test may pass")
 async def test_a_key_deleted_before_a_server_kill_stays_deleted_after_the_restart(
         own_nats_server: NatsServer) -> None:
     server = own_nats_server
