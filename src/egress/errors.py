@@ -6,7 +6,8 @@ one type. The shape follows httpx: a small tree, named by what went wrong, not b
     EgressError
     ├── SpecError                 a Spec or DynamicSpec is invalid (file, path, fix)
     │   ├── SpecErrors            several found in one pass
-    │   └── SpecMismatchError     the Spec's layout is not the state directory's (also a StateDirectoryError)
+    │   ├── SpecMismatchError     the Spec's layout is not the state directory's (also a StateDirectoryError)
+    │   └── ClusterSpecError      a worker's Spec is not the one its cluster's live members run (egress.runtime.worker)
     ├── StateDirectoryError       the state directory cannot be used (busy, another pipeline, unknown version)
     ├── SourceDataError           a source record does not fit the stream schema (file, line, column)
     ├── ProcessFunctionError      a process function raised (stream, key, message id)

@@ -18,11 +18,13 @@ from rich.text import Text
 from egress.cli.redrive import redrive_command
 from egress.cli.state import app as state_app
 from egress.cli.throttler import throttler_app
-from egress.errors import EgressError, SpecError, SpecMismatchError
+from egress.errors import EgressError, SpecError
 from egress.receiver import ReceiverConfig, serve
-from egress.runtime import Pipeline, RunOptions, RunResult, load_plan
+from egress.runtime import EngineFactory, Pipeline, RunOptions, RunResult, load_plan
 from egress.runtime.layout import WAY_OUT, check_recorded_layout
-from egress.runtime.pipeline import DYNAMIC_SPEC_STATUS
+from egress.runtime.options import EngineChoice, parse_engine
+from egress.runtime.pipeline import DYNAMIC_SPEC_STATUS, nats_engine_factory, shared_sqlite_engine, sqlite_engine
+from egress.runtime.worker import default_worker_id
 
 app = typer.Typer(add_completion=False, no_args_is_help=True,
                   help="egress: deliver event streams to the outside world, reliably.")
@@ -80,18 +82,60 @@ def run(
     http_host: Annotated[str, typer.Option(help="Address for --http-port.")] = "127.0.0.1",
     throttler_url: Annotated[Optional[str], typer.Option(  # noqa: UP045
         help="Share the throttlers of `egress throttler serve` at this URL (default: in this process).")] = None,
+    engine: Annotated[str, typer.Option(
+        help="Where committed state lives: sqlite (the state directory) or nats://HOST:PORT[,HOST:PORT...] "
+             "(NATS JetStream: every process started with the same Spec and URL joins one cluster).")] = "sqlite",
+    worker_id: Annotated[Optional[str], typer.Option(  # noqa: UP045
+        help="This worker's name in a NATS cluster (default: hostname-pid).")] = None,
+    processes: Annotated[int, typer.Option(
+        min=1, help="Run N worker processes on this machine, sharing the units of the pipeline.")] = 1,
+    lease_ttl: Annotated[float, typer.Option(
+        min=1.0, help="Cluster: seconds a worker's leases last without renewal (its units' failover time).")] = 10.0,
+    heartbeat_period: Annotated[Optional[float], typer.Option(  # noqa: UP045
+        min=0.1, help="Cluster: seconds between renewals of a worker's leases (default: a quarter of --lease-ttl).")
+    ] = None,
+    shared_state: Annotated[bool, typer.Option(hidden=True, help="A worker process of --processes.")] = False,
 ) -> None:
     """Run a pipeline. Ctrl-C stops after the current epoch commits; run again to resume."""
     from egress.cli.report import final_report, progress_line, snapshot, summary_table
 
     try:
         plan = load_plan(spec, dynamic_spec)
+        choice = parse_engine(engine)
     except SpecError as error:
         _fail_on_spec_error(error)
         return
+    except ValueError as error:
+        raise typer.BadParameter(str(error), param_hint="--engine") from None
     directory = state_dir or Path(".egress") / plan.spec.pipeline
-    options = RunOptions(until_drained=until_drained, throttler_url=throttler_url)
-    pipeline = Pipeline(plan, directory, options=options, http_port=http_port, http_host=http_host)
+    options = RunOptions(until_drained=until_drained, throttler_url=throttler_url, lease_ttl=lease_ttl,
+                         heartbeat_period=heartbeat_period if heartbeat_period is not None else lease_ttl / 4)
+    if processes > 1:
+        from egress.cli.processes import ProcessesRun
+
+        shared = [str(spec.absolute()), "--engine", engine, "--lease-ttl", str(options.lease_ttl),
+                  "--heartbeat-period", str(options.heartbeat_period)]
+        shared += ["--dynamic-spec", str(dynamic_spec.absolute())] if dynamic_spec is not None else []
+        shared += ["--until-drained"] if until_drained else []
+        shared += ["--throttler-url", throttler_url] if throttler_url is not None else []
+        shared += ["--http-host", http_host]
+        parent = ProcessesRun(plan, directory, choice, processes, shared, quiet=quiet, report=report,
+                              base_id=worker_id, http_port=http_port)
+        try:
+            code = parent.run()
+        except SpecError as error:
+            _fail_on_spec_error(error)
+        except EgressError as error:
+            console.print(Text(str(error), style="red"))
+            raise typer.Exit(1) from None
+        raise typer.Exit(code)
+    if worker_id is not None and not choice.is_nats and not shared_state:
+        raise typer.BadParameter("names a worker of a cluster: use it with --engine nats://HOST:PORT, or run "
+                                 "several processes on this state directory with --processes N",
+                                 param_hint="--worker-id")
+    factory, member = _engine_for(choice, shared_state, worker_id)
+    pipeline = Pipeline(plan, directory, options=options, http_port=http_port, http_host=http_host,
+                        engine_factory=factory, worker_id=member)
 
     async def main() -> RunResult:
         loop = asyncio.get_running_loop()
@@ -126,13 +170,13 @@ def run(
             while not run_task.done():
                 await asyncio.wait({run_task}, timeout=5.0)
                 reported.news()
-                if not run_task.done():
+                if not run_task.done() and pipeline.running:
                     console.print(progress_line(snapshot(pipeline), time.monotonic() - started), highlight=False)
         return await run_task
 
     try:
         result = asyncio.run(main())
-    except SpecMismatchError as error:  # refused before anything ran: the Spec does not fit the directory
+    except SpecError as error:  # refused before anything ran: the Spec does not fit the directory or the cluster
         _fail_on_spec_error(error)
         return
     except EgressError as error:
@@ -168,6 +212,16 @@ def run(
         console.print(f"not drained: this Spec cannot reach committed work in {directory}; {WAY_OUT}", highlight=False)
         raise typer.Exit(2)
     raise typer.Exit(0 if result.ok else 1)
+
+
+def _engine_for(choice: EngineChoice, shared_state: bool, worker_id: str | None) -> tuple[EngineFactory, str | None]:
+    """The engine factory of a run and its worker id (``None``: an embedded run)."""
+    if choice.is_nats:
+        member = worker_id or default_worker_id()
+        return nats_engine_factory(list(choice.servers), member), member
+    if shared_state:
+        return shared_sqlite_engine, worker_id or default_worker_id()
+    return sqlite_engine, None
 
 
 class _Reporter:

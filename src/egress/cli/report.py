@@ -67,8 +67,8 @@ def final_report(pipeline: Pipeline, result: RunResult) -> dict[str, Any]:
     return values
 
 
-def summary_table(report: dict[str, Any]) -> Table:
-    table = Table(title="egress run", show_header=False, title_justify="left")
+def summary_table(report: dict[str, Any], title: str = "egress run") -> Table:
+    table = Table(title=title, show_header=False, title_justify="left")
     table.add_column("what", style="bold")
     table.add_column("value", justify="right")
     labels = {"attempt_failures": "transport errors"}  # failures before a complete response, not statuses

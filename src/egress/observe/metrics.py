@@ -108,6 +108,14 @@ class Metrics:
             ["sink_id"], registry=self.registry,
         )
         self.firehose = _FirehoseSinkMetrics(self.registry)
+        self.partition_owned = Gauge(
+            "egress_partition_owned", "1 while this process runs the unit (a computation partition, or "
+            "source:<id> partition 0), 0 once it stopped.", ["computation", "partition"], registry=self.registry,
+        )
+        self.partition_input_lag = Gauge(
+            "egress_partition_input_lag", "Input messages of a partition this process runs not yet processed "
+            "(refreshed at each scrape).", ["computation", "partition"], registry=self.registry,
+        )
         self.broken = Gauge(
             "egress_status_broken", "1 while the status path is in error (upstream /status_profiler/broken).",
             ["path"], registry=self.registry,

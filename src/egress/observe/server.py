@@ -16,12 +16,16 @@ from prometheus_client import CONTENT_TYPE_LATEST
 from egress.observe.metrics import Metrics
 
 StatusProvider = Callable[[], Awaitable[dict[str, Any]]]
+Refresh = Callable[[], Awaitable[None]]
 
 
-def status_application(metrics: Metrics, status: StatusProvider) -> web.Application:
-    """An aiohttp application serving ``metrics`` and the JSON from ``status()``."""
+def status_application(metrics: Metrics, status: StatusProvider, refresh: Refresh | None = None) -> web.Application:
+    """An aiohttp application serving ``metrics`` (after ``refresh()`` updated the gauges computed on
+    demand) and the JSON from ``status()``."""
 
     async def get_metrics(request: web.Request) -> web.Response:
+        if refresh is not None:
+            await refresh()
         response = web.Response(body=metrics.exposition())
         response.headers["Content-Type"] = CONTENT_TYPE_LATEST
         return response
@@ -42,8 +46,9 @@ def status_application(metrics: Metrics, status: StatusProvider) -> web.Applicat
 class StatusServer:
     """Starts and stops :func:`status_application` on ``host:port`` (port 0 picks a free one)."""
 
-    def __init__(self, metrics: Metrics, status: StatusProvider, host: str = "127.0.0.1", port: int = 0) -> None:
-        self._app = status_application(metrics, status)
+    def __init__(self, metrics: Metrics, status: StatusProvider, host: str = "127.0.0.1", port: int = 0,
+                 refresh: Refresh | None = None) -> None:
+        self._app = status_application(metrics, status, refresh)
         self._host = host
         self._port = port
         self._runner: web.AppRunner | None = None

@@ -15,7 +15,14 @@ class RunOptions:
     source is exhausted and every message acknowledged (or blocked by a terminal failure);
     ``synchronous``: SQLite's ``synchronous`` setting; ``dynamic_spec_period`` (seconds): how
     often the DynamicSpec file is checked for changes; ``throttler_url``: ``http://host:port`` of a
-    shared ``egress throttler serve`` (``None``: throttlers run in this process)."""
+    shared ``egress throttler serve`` (``None``: throttlers run in this process).
+
+    A cluster worker also uses: ``lease_ttl`` (seconds a lease and a membership last without
+    renewal), ``heartbeat_period`` (seconds between renewals; a quarter of the TTL), together the
+    failover time of a dead worker's units (``lease_ttl + heartbeat_period`` plus one epoch);
+    ``remote_poll_period`` (seconds): how often every job looks for input another worker appended,
+    the backstop of the engine's append notifications; ``drained_check_period`` (seconds): how often
+    the engine is asked whether the whole pipeline is drained."""
 
     epoch_max_messages: int = 2048
     epoch_period: float = 0.05
@@ -25,3 +32,40 @@ class RunOptions:
     synchronous: str = "FULL"
     dynamic_spec_period: float = 1.0
     throttler_url: str | None = None
+    lease_ttl: float = 10.0
+    heartbeat_period: float = 2.5
+    remote_poll_period: float = 1.0
+    drained_check_period: float = 0.5
+
+
+@dataclass(frozen=True)
+class EngineChoice:
+    """What ``egress run --engine`` names: ``sqlite`` (``servers`` empty: the state directory) or
+    NATS JetStream at ``servers`` (``nats://host:port`` each)."""
+
+    servers: tuple[str, ...] = ()
+
+    @property
+    def is_nats(self) -> bool:
+        return bool(self.servers)
+
+    @property
+    def url(self) -> str:
+        return ",".join(self.servers) if self.servers else "sqlite"
+
+
+def parse_engine(text: str) -> EngineChoice:
+    """``sqlite`` or ``nats://HOST:PORT[,HOST:PORT...]`` (each further server may repeat ``nats://``).
+    Raises ``ValueError`` saying what is accepted."""
+    if text == "sqlite":
+        return EngineChoice()
+    if not text.startswith("nats://"):
+        raise ValueError(f"{text!r}: use sqlite (the state directory, the default) or nats://HOST:PORT[,HOST:PORT...]")
+    servers = []
+    for part in text.removeprefix("nats://").split(","):
+        address = part.strip().removeprefix("nats://")
+        host, _, port = address.rpartition(":")
+        if not host or not port.isdigit() or not 0 < int(port) < 65536:
+            raise ValueError(f"{text!r}: {part!r} is not HOST:PORT (e.g. nats://127.0.0.1:4222,127.0.0.1:4223)")
+        servers.append(f"nats://{address}")
+    return EngineChoice(tuple(servers))

@@ -68,6 +68,7 @@ class PartitionJob:
         self._options = options
         self._notify_downstream = notify_downstream
         self._wakeup = asyncio.Event()
+        self._stop_requested = False
         self._sink_streams = {sink.stream_id for sink in plan.sinks.values()}
         self.sinks: dict[str, Sink] = {}
         self.idle = False
@@ -82,6 +83,12 @@ class PartitionJob:
     def wake(self) -> None:
         self.idle = False
         self._wakeup.set()
+
+    def stop(self) -> None:
+        """Stop this job after its current epoch: the epoch that sees it reads nothing, commits what
+        is acknowledged, and :meth:`run` returns (safe to call from a signal handler)."""
+        self._stop_requested = True
+        self.wake()
 
     @property
     def blocked_error(self) -> str | None:
@@ -125,21 +132,25 @@ class PartitionJob:
         """The event-time watermark: the largest event timestamp processed so far (seconds)."""
         return None if self._step is None else self._step.watermark
 
-    async def run(self, stop: asyncio.Event) -> None:
-        """Acquire the partition and load its checkpoint, then run epochs until ``stop`` is set (the
-        epoch that sees it reads nothing, commits what is acknowledged and returns)."""
-        running = await self._start()
+    async def run(self, stop: asyncio.Event | None = None, *, epoch: int | None = None) -> None:
+        """Take the partition at ``epoch`` (a lease the caller holds; ``None``: ``acquire`` it now)
+        and load its checkpoint, then run epochs until :meth:`stop` is called or ``stop`` is set (the
+        epoch that sees it reads nothing, commits what is acknowledged and returns). A commit under a
+        lost lease raises :class:`~egress.engines.FencedError`."""
+        running = await self._start(epoch)
         try:
-            while await self._epoch(running, stopping=stop.is_set()):
+            while await self._epoch(running, stopping=self._stop_requested or (stop is not None and stop.is_set())):
                 pass
         finally:
             await self._finish(running)
 
-    async def _start(self) -> _Running:
-        """Acquire the partition (the lease ``epoch``), load the checkpoint and keyed state, create
-        the sinks and the function, and hand the committed but unacknowledged outbox to the sinks."""
+    async def _start(self, epoch: int | None) -> _Running:
+        """Acquire the partition unless the caller holds it at ``epoch`` (the lease's fence), load the
+        checkpoint and keyed state, create the sinks and the function, and hand the committed but
+        unacknowledged outbox to the sinks."""
         plan, engine, cid = self.plan, self._engine, self.plan.computation_id
-        epoch = await engine.acquire(cid, self.partition)
+        if epoch is None:
+            epoch = await engine.acquire(cid, self.partition)
         checkpoint = await engine.load_checkpoint(cid, self.partition, list(plan.sinks))
         factory, input_throttle = self._throttlers()
         self._create_sinks(checkpoint.sink_progress)

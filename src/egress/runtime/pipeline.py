@@ -1,4 +1,6 @@
-"""The embedded runner: one process, one SQLite state directory, all partitions on one event loop.
+"""The runner: embedded (one process, one SQLite state directory, every unit on one event loop) or
+one worker of a cluster (``worker_id`` given: the units are shared with the other live workers of
+the same engine, ``egress.runtime.worker``).
 
 ``Pipeline.run()`` first checks that the Spec's layout is the one the state directory's committed
 data depends on (``egress.runtime.layout``; a mismatch raises ``SpecMismatchError`` and changes
@@ -11,6 +13,9 @@ Stopping lets every job commit its current epoch first, so nothing committed is 
 from __future__ import annotations
 
 import asyncio
+import hashlib
+import os
+import socket
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -24,12 +29,16 @@ from egress.engines import Engine, SqliteEngine
 from egress.errors import SpecError, SpecMismatchError
 from egress.observe import Metrics, StatusTree
 from egress.observe.server import StatusServer
+from egress.runtime.assignment import Unit
+from egress.runtime.drained import outstanding_work, source_is_finished
+from egress.runtime.jobs import JobSet, Runner, is_source
 from egress.runtime.layout import LAYOUT_KEY, layout_mismatch, spec_layout, unreachable_work, unrecorded_mismatch
 from egress.runtime.options import RunOptions
 from egress.runtime.partition_job import PartitionJob
 from egress.runtime.plan import Plan, build_plan
-from egress.runtime.source_reader import SourceReader
-from egress.spec import DynamicSpec, load_document, validate_model
+from egress.runtime.source_reader import SourceReader, finished_key
+from egress.runtime.worker import ClusterSpecError, Worker, WorkerSettings
+from egress.spec import DynamicSpec, Spec, load_document, validate_model
 from egress.throttler import THROTTLER_STATE_NAME, Throttling
 
 DYNAMIC_SPEC_STATUS = "/dynamic_spec"
@@ -42,6 +51,52 @@ def sqlite_engine(state_dir: Path, pipeline: str, options: RunOptions) -> Engine
     """The default engine: SQLite in ``state_dir`` with ``options.synchronous``. Typed ``Engine``,
     so mypy checks that ``SqliteEngine`` satisfies the protocol; the one place the runtime names it."""
     return SqliteEngine(state_dir, pipeline, synchronous=options.synchronous)
+
+
+def shared_sqlite_engine(state_dir: Path, pipeline: str, options: RunOptions) -> Engine:
+    """SQLite in ``state_dir`` shared with other processes (``egress run --processes N``: the
+    parent holds the directory's lock, each worker process opens this)."""
+    return SqliteEngine(state_dir, pipeline, synchronous=options.synchronous, shared=True)
+
+
+def nats_engine_factory(servers: list[str], worker_id: str | None = None) -> EngineFactory:
+    """An engine factory for NATS JetStream at ``servers`` (``nats://host:port`` each); the lease
+    owner is ``worker_id``. Imports nats-py only when called."""
+    def make(state_dir: Path, pipeline: str, options: RunOptions) -> Engine:
+        from egress.engines.nats import NatsEngine
+
+        return NatsEngine(servers, pipeline, owner=worker_id, lease_ttl=options.lease_ttl)
+
+    return make
+
+
+def spec_digest(spec: Spec) -> str:
+    """The hex BLAKE2b digest of the Spec as loaded (the same in YSON, YAML or JSON, whatever the
+    key order): the workers of one cluster compare it."""
+    text = orjson.dumps(spec.model_dump(mode="json"), option=orjson.OPT_SORT_KEYS)
+    return hashlib.blake2b(text, digest_size=16).hexdigest()
+
+
+async def check_state_directory(engine: Engine, plan: Plan, state_dir: Path) -> None:
+    """Refuse a Spec whose layout differs from the one the engine's committed data depends on
+    (``egress.runtime.layout``), before anything runs or is written; record the layout when the
+    engine has none yet (new, or written by an earlier egress: then first make sure no committed
+    work is out of this Spec's reach) or when this Spec added to it. Raises
+    :class:`SpecMismatchError` naming ``state_dir``."""
+    current = spec_layout(plan)
+    text = await engine.read_meta(LAYOUT_KEY)
+    if text is None:
+        unreachable = unreachable_work(await engine.inventory(), plan)
+        if unreachable:
+            raise unrecorded_mismatch(unreachable, plan, state_dir)
+    else:
+        recorded = orjson.loads(text)
+        mismatch = layout_mismatch(recorded, plan, state_dir)
+        if mismatch is not None:
+            raise mismatch
+        if recorded == current:
+            return
+    await engine.write_meta(LAYOUT_KEY, orjson.dumps(current).decode())
 
 
 @dataclass
@@ -65,7 +120,11 @@ class Pipeline:
     """A runnable pipeline from a checked :class:`Plan` and a state directory.
 
     ``engine_factory`` makes the storage engine each ``run()`` opens (default
-    :func:`sqlite_engine`); the runtime uses it only through the ``Engine`` protocol.
+    :func:`sqlite_engine`); the runtime uses it only through the ``Engine`` protocol. Without
+    ``worker_id`` the run is embedded: it takes every unit with ``Ownership.acquire``. With it, the
+    run is a cluster worker of that name (``egress.runtime.worker.Worker``, lease TTL and heartbeat
+    from ``options``), sharing the units with the engine's other live members; ``run()`` then
+    raises :class:`~egress.runtime.worker.ClusterSpecError` when they run another Spec.
     """
 
     def __init__(
@@ -79,6 +138,7 @@ class Pipeline:
         http_port: int | None = None,
         http_host: str = "127.0.0.1",
         engine_factory: EngineFactory = sqlite_engine,
+        worker_id: str | None = None,
     ) -> None:
         self.plan = plan
         self.state_dir = Path(state_dir)
@@ -86,23 +146,52 @@ class Pipeline:
         self.options = options or RunOptions()
         self.metrics = metrics or Metrics()
         self.status = StatusTree(self._on_status_change)
-        self.readers: list[SourceReader] = []
-        self.jobs: list[PartitionJob] = []
+        self.worker_id = worker_id
+        self.worker: Worker | None = None  # while a cluster run runs
+        self.units = JobSet(self._make_runner, self.metrics)
+        self._input_finished = False
         self._stop = asyncio.Event()
         self._engine: Engine | None = None
         self._engine_factory = engine_factory
-        self.server = StatusServer(self.metrics, self.status_document, http_host, http_port) if http_port is not None \
-            else None
+        self.server = StatusServer(self.metrics, self.status_document, http_host, http_port,
+                                   refresh=self._refresh_gauges) if http_port is not None else None
         self.throttling: Throttling | None = None
         self.dead_letters = DeadLetterFiles()  # shared by the sinks: one writer per dead-letter file
         self.dynamic_spec_error: str | None = None
         self.dynamic_spec_version = 0
 
+    @property
+    def jobs(self) -> list[PartitionJob]:
+        """The partition jobs running in this process now."""
+        return self.units.jobs
+
+    @property
+    def readers(self) -> list[SourceReader]:
+        """The source readers running in this process now."""
+        return self.units.readers
+
+    def all_units(self) -> list[Unit]:
+        """Every unit of the Spec: each source reader, then each computation's partitions."""
+        units: list[Unit] = [(f"source:{source_id}", 0) for source_id in self.plan.sources]
+        units += [(cid, p) for cid in self.plan.computations for p in range(self.plan.spec.partition_count)]
+        return units
+
     def request_stop(self) -> None:
         """Stop after every job commits its current epoch (safe to call from a signal handler)."""
         self._stop.set()
-        for job in self.jobs:
-            job.wake()
+        self.units.stop_all()
+        if self.worker is not None:
+            self.worker.request_stop()
+
+    @property
+    def engine(self) -> Engine | None:
+        """The engine while the run has it open (``None`` before and after)."""
+        return self._engine
+
+    @property
+    def running(self) -> bool:
+        """Whether the run has opened its engine and not yet closed it."""
+        return self._engine is not None
 
     @property
     def stopping(self) -> bool:
@@ -122,7 +211,7 @@ class Pipeline:
                 await engine.open()
             except SpecMismatchError as mismatch:  # another pipeline's directory: name the Spec, as layouts do
                 raise mismatch.in_file(self.plan.spec_file) from None
-            await self._check_state_directory(engine)
+            await check_state_directory(engine, self.plan, self.state_dir)
             if dynamic.throttlers or self.options.throttler_url is not None:
                 self.throttling = Throttling(dynamic, self.clock, registry=self.metrics.registry,
                                              throttler_url=self.options.throttler_url,
@@ -135,36 +224,18 @@ class Pipeline:
         if self.server is not None:
             await self.server.start()
         try:
-            by_input: dict[tuple[str, int], list[PartitionJob]] = {}
-            wake_consumers = self._notifier(by_input)
-            for computation in self.plan.computations.values():
-                for partition in range(spec.partition_count):
-                    job = PartitionJob(
-                        computation, partition, streams=spec.streams, partition_count=spec.partition_count,
-                        engine=engine, clock=self.clock, metrics=self.metrics, status=self.status,
-                        options=self.options, notify_downstream=wake_consumers,
-                        throttling=self.throttling, dead_letters=self.dead_letters,
-                    )
-                    self.jobs.append(job)
-                    for stream in computation.input_stream_ids:
-                        by_input.setdefault((stream, partition), []).append(job)
-            for source in self.plan.sources.values():
-                def notify(partition: int, stream: str = source.stream_id) -> None:
-                    wake_consumers({(stream, partition)})
-
-                self.readers.append(SourceReader(source, engine, self.plan.base_dir, spec.partition_count,
-                                                 self.metrics, self.options, notify, spec.pipeline))
-            tasks = [asyncio.create_task(r.run(self._stop), name=f"source {r.plan.source_id}") for r in self.readers]
-            tasks += [asyncio.create_task(j.run(self._stop), name=f"{j.plan.computation_id}#{j.partition}")
-                      for j in self.jobs]
-            watchers = [asyncio.create_task(self._watch(result)), asyncio.create_task(self._watch_dynamic_spec())]
+            watchers = [asyncio.create_task(self._watch_dynamic_spec())]
             try:
-                await self._supervise(tasks, result)
+                if self.worker_id is None:
+                    await self._run_embedded(engine, result, watchers)
+                else:
+                    watchers.append(asyncio.create_task(self._watch_cluster(engine, result)))
+                    await self._run_worker(engine, self.worker_id, result)
             finally:
                 for watcher in watchers:
                     watcher.cancel()
                 await asyncio.gather(*watchers, return_exceptions=True)
-            result.blocked = [e for e in (job.blocked_error for job in self.jobs) if e]
+            result.blocked = self.units.blocked()
         finally:
             if self.server is not None:
                 await self.server.stop()
@@ -175,34 +246,71 @@ class Pipeline:
         result.elapsed = self.clock.monotonic() - started
         return result
 
-    async def _check_state_directory(self, engine: Engine) -> None:
-        """Refuse a Spec whose layout differs from the one the directory's committed data depends
-        on (``egress.runtime.layout``), before anything runs or is written; record the layout when
-        the directory has none yet (new, or written by an earlier egress: then first make sure no
-        committed work is out of this Spec's reach) or when this Spec added to it. Raises
-        :class:`SpecMismatchError`."""
-        current = spec_layout(self.plan)
-        text = await engine.read_meta(LAYOUT_KEY)
-        if text is None:
-            unreachable = unreachable_work(await engine.inventory(), self.plan)
-            if unreachable:
-                raise unrecorded_mismatch(unreachable, self.plan, self.state_dir)
-        else:
-            recorded = orjson.loads(text)
-            mismatch = layout_mismatch(recorded, self.plan, self.state_dir)
-            if mismatch is not None:
-                raise mismatch
-            if recorded == current:
-                return
-        await engine.write_meta(LAYOUT_KEY, orjson.dumps(current).decode())
+    def _make_runner(self, unit: Unit) -> Runner:
+        """A fresh source reader or partition job for ``unit``, from the plan in force."""
+        consumer, partition = unit
+        spec = self.plan.spec
+        if is_source(unit):
+            source = self.plan.sources[consumer.removeprefix("source:")]
 
-    def _notifier(self, by_input: dict[tuple[str, int], list[PartitionJob]]) -> Callable[[set[tuple[str, int]]], None]:
-        def notify(slots: set[tuple[str, int]]) -> None:
-            for slot in slots:
-                for job in by_input.get(slot, []):
-                    job.wake()
+            def notify(partition: int, stream: str = source.stream_id) -> None:
+                self.units.wake({(stream, partition)})
 
-        return notify
+            return SourceReader(source, self._require_engine(), self.plan.base_dir, spec.partition_count, self.metrics,
+                                self.options, notify, spec.pipeline, record_finished=self.worker_id is not None)
+        job = PartitionJob(
+            self.plan.computations[consumer], partition, streams=spec.streams, partition_count=spec.partition_count,
+            engine=self._require_engine(), clock=self.clock, metrics=self.metrics, status=self.status,
+            options=self.options, notify_downstream=self.units.wake, throttling=self.throttling,
+            dead_letters=self.dead_letters,
+        )
+        job.input_finished = self._input_finished
+        return job
+
+    def _require_engine(self) -> Engine:
+        assert self._engine is not None, "units start only while the pipeline runs"
+        return self._engine
+
+    async def _run_embedded(self, engine: Engine, result: RunResult, watchers: list[asyncio.Task[None]]) -> None:
+        """Take every unit (``acquire``: this process owns them all), then watch them (``_watch``,
+        added to ``watchers``) and run until all end."""
+        for unit in self.all_units():
+            if self._stop.is_set():
+                break
+            self.units.start(unit, await engine.acquire(*unit))
+        watchers.append(asyncio.create_task(self._watch(result)))
+        await self._supervise([running.task for running in self.units.running.values()], result)
+
+    async def _run_worker(self, engine: Engine, worker_id: str, result: RunResult) -> None:
+        """Run this worker's share of the units until stopped; jobs of another worker's upstream
+        wake on the engine's append notifications, and every ``remote_poll_period`` regardless."""
+        details: dict[str, object] = {"host": socket.gethostname(), "pid": os.getpid(), "started_at": self.clock.now()}
+        if self.server is not None:
+            details["status_url"] = f"http://{self.server.address}/status"
+        settings = WorkerSettings(worker_id, spec_digest(self.plan.spec), lease_ttl=self.options.lease_ttl,
+                                  heartbeat_period=self.options.heartbeat_period, spec_file=self.plan.spec_file,
+                                  details=details)
+        self.worker = worker = Worker(engine, self.units, self.all_units(), settings, self.clock)
+        self.units.on_change = worker.notice
+        engine.on_appends(self.units.wake)
+        poller = asyncio.create_task(self._poll_remote_inputs())
+        if self._stop.is_set():
+            worker.request_stop()
+        try:
+            await worker.run()
+        except ClusterSpecError:
+            raise
+        except Exception as error:  # a failure of the pipeline (a job's, or the engine's)
+            result.error = error
+        finally:
+            poller.cancel()
+            await asyncio.gather(poller, return_exceptions=True)
+
+    async def _poll_remote_inputs(self) -> None:
+        """The backstop of the append notifications (at-most-once): wake every job now and then."""
+        while True:
+            await self.clock.sleep(self.options.remote_poll_period)
+            self.units.wake(None)
 
     async def _supervise(self, tasks: list[asyncio.Task[None]], result: RunResult) -> None:
         """Wait for all tasks; the first failure stops the others (after their current epoch)."""
@@ -225,15 +333,49 @@ class Pipeline:
             finished = all(r.finished for r in self.readers)
             if finished and not told:
                 told = True
-                for job in self.jobs:
-                    job.input_finished = True
-                    job.wake()
+                self._tell_input_finished()
             if self.options.until_drained and finished and all(j.idle for j in self.jobs):
                 assert self._engine is not None
                 # Idle jobs only prove that the work they own is done: also count what no job owns.
                 result.unreachable = unreachable_work(await self._engine.inventory(), self.plan)
                 result.drained = not result.unreachable and all(j.blocked_error is None for j in self.jobs)
                 self.request_stop()
+
+    def _tell_input_finished(self) -> None:
+        """Every source is exhausted: jobs send partial batches as soon as they catch up."""
+        self._input_finished = True
+        for job in self.jobs:
+            job.input_finished = True
+            job.wake()
+
+    async def _watch_cluster(self, engine: Engine, result: RunResult) -> None:
+        """The cluster's :meth:`_watch`, from the engine: every source finished (``source_finished``
+        metadata of its live lease), then, with ``until_drained``, stop once this worker's jobs are
+        idle or blocked and the inventory shows no work outstanding anywhere (``egress.runtime.drained``)."""
+        while not self._stop.is_set():
+            await self.clock.sleep(self.options.drained_check_period)
+            if not await self._sources_finished(engine):
+                continue
+            if not self._input_finished:
+                self._tell_input_finished()
+            idle = all(j.idle for j in self.jobs)
+            if self.options.until_drained and idle and await self._cluster_drained(engine, result):
+                result.drained = all(j.blocked_error is None for j in self.jobs)
+                self.request_stop()
+
+    async def _sources_finished(self, engine: Engine) -> bool:
+        leases = await engine.leases()
+        for source_id in self.plan.sources:
+            flag = await engine.read_meta(finished_key(source_id))
+            if not source_is_finished(flag, (f"source:{source_id}", 0), leases):
+                return False
+        return True
+
+    async def _cluster_drained(self, engine: Engine, result: RunResult) -> bool:
+        inventory = await engine.inventory()
+        blocked = {(j.plan.computation_id, j.partition) for j in self.jobs if j.blocked_error is not None}
+        result.unreachable = unreachable_work(inventory, self.plan)
+        return not outstanding_work(inventory, self.plan, blocked) and not result.unreachable
 
     # -- DynamicSpec, applied live --------------------------------------------------------------
 
@@ -277,31 +419,82 @@ class Pipeline:
         return True
 
     async def status_document(self) -> dict[str, Any]:
-        """The JSON of ``/status``: errors by path, partitions with lag, the dead letters written (how
-        many, and the latest without its payload), the DynamicSpec's state."""
-        partitions = []
-        for job in self.jobs:
-            lag = 0
-            if self._engine is not None:
-                for stream, offset in job.positions().items():
-                    lag += await self._engine.end_offset(stream, job.partition) - offset
-            partitions.append({
-                "computation": job.plan.computation_id,
-                "partition": job.partition,
-                "input_lag": lag,
-                "unacknowledged": {sink_id: sink.unacknowledged for sink_id, sink in job.sinks.items()},
-                "blocked": job.blocked_error,
-            })
+        """The JSON of ``/status``: errors by path, partitions with their owner (``leases()``) and input
+        lag, the dead letters written (how many, and the latest without its payload), the
+        DynamicSpec's state, and in a cluster this ``worker`` and the live ``members``."""
+        engine = self._engine
+        leases = await engine.leases() if engine is not None else []
+        owners = {(lease.consumer, lease.partition): lease.owner for lease in leases}
         return {
             "pipeline": self.plan.spec.pipeline,
             "stopping": self.stopping,
+            "worker": self.worker_id,
+            "members": [] if engine is None or self.worker_id is None else
+            [{"worker_id": m.worker_id, **m.details} for m in await engine.members()],
             "status": {entry.path: entry.error for entry in self.status.entries()},
-            "partitions": partitions,
-            "sources": {r.plan.source_id: {"finished": r.finished} for r in self.readers},
+            "partitions": await self._partitions_status(owners),
+            "sources": {source_id: {"finished": any(r.finished for r in self.readers if r.plan.source_id == source_id),
+                                    "owner": owners.get((f"source:{source_id}", 0))}
+                        for source_id in self.plan.sources},
             "dead_letters": self.dead_letters.status(),
             "dynamic_spec": {"file": self.plan.dynamic_spec_file, "version": self.dynamic_spec_version,
                              "error": self.dynamic_spec_error},
         }
+
+    async def _partitions_status(self, owners: dict[Unit, str]) -> list[dict[str, Any]]:
+        """Every computation partition: its owner and input lag; where it runs here, its sinks' state."""
+        local = {(job.plan.computation_id, job.partition): job for job in self.jobs}
+        remote = await self._committed_positions() if self.worker_id is not None else {}
+        partitions = []
+        for unit in self.all_units():
+            if is_source(unit):
+                continue
+            job = local.get(unit)
+            positions = job.positions() if job is not None else remote.get(unit)
+            entry: dict[str, Any] = {"computation": unit[0], "partition": unit[1], "owner": owners.get(unit),
+                                     "input_lag": await self._input_lag(unit, positions)}
+            if job is not None:
+                entry.update(unacknowledged={sink_id: sink.unacknowledged for sink_id, sink in job.sinks.items()},
+                             blocked=job.blocked_error)
+            partitions.append(entry)
+        return partitions
+
+    async def _committed_positions(self) -> dict[Unit, dict[str, int]]:
+        """The committed input positions of partitions another worker runs, from the inventory: known
+        for a stream only one computation reads (the inventory does not say whose a position is)."""
+        engine = self._require_engine()
+        readers: dict[str, list[str]] = {}
+        for computation in self.plan.computations.values():
+            for stream in computation.input_stream_ids:
+                readers.setdefault(stream, []).append(computation.computation_id)
+        committed = (await engine.inventory()).read_positions
+        positions: dict[Unit, dict[str, int]] = {}
+        for computation in self.plan.computations.values():
+            streams = computation.input_stream_ids
+            if any(len(readers[stream]) > 1 for stream in streams):
+                continue
+            for partition in range(self.plan.spec.partition_count):
+                positions[(computation.computation_id, partition)] = {
+                    stream: max(committed.get((stream, partition), [0])) for stream in streams}
+        return positions
+
+    async def _input_lag(self, unit: Unit, positions: dict[str, int] | None) -> int | None:
+        """Messages of ``unit``'s inputs after ``positions`` (``None``: unknown here, or no engine open)."""
+        engine = self._engine
+        if engine is None or positions is None:
+            return None
+        computation, partition = unit
+        lag = 0
+        for stream in self.plan.computations[computation].input_stream_ids:
+            lag += await engine.end_offset(stream, partition) - positions.get(stream, 0)
+        return lag
+
+    async def _refresh_gauges(self) -> None:
+        """Before a scrape of ``/metrics``: the input lag of each partition this process runs."""
+        for job in self.jobs:
+            lag = await self._input_lag((job.plan.computation_id, job.partition), job.positions())
+            if lag is not None:
+                self.metrics.partition_input_lag.labels(job.plan.computation_id, str(job.partition)).set(lag)
 
 
 def _modified(path: str) -> tuple[float, int] | None:

@@ -21,6 +21,12 @@ from egress.runtime.plan import SourcePlan
 POSITION = ("", 0)
 
 
+def finished_key(source_id: str) -> str:
+    """The engine metadata key a cluster's source reader sets, to the epoch of its lease, once it
+    has read its source to the end (``source_finished.<id>``): every worker's drained check reads it."""
+    return f"source_finished.{source_id}"
+
+
 class SourceReader:
     """Reads ``plan``'s source from its committed position; ``notify(partition)`` is called for
     each partition that received messages, after the commit. Message ids are scoped to
@@ -36,6 +42,8 @@ class SourceReader:
         options: RunOptions,
         notify: Callable[[int], None],
         pipeline: str = "",
+        *,
+        record_finished: bool = False,
     ) -> None:
         self.plan = plan
         self._scope = source_scope(pipeline, plan.source_id, plan.reads)
@@ -47,17 +55,30 @@ class SourceReader:
         self._options = options
         self._notify = notify
         self.finished = False
+        self._record_finished = record_finished
+        self._stop_requested = False
 
-    async def run(self, stop: asyncio.Event) -> None:
+    def stop(self) -> None:
+        """Stop after the chunk being read is committed."""
+        self._stop_requested = True
+
+    def wake(self) -> None:
+        """Nothing to wake: a reader never waits for input."""
+
+    async def run(self, stop: asyncio.Event | None = None, *, epoch: int | None = None) -> None:
+        """Read from the committed position under the lease held at ``epoch`` (``None``: ``acquire``
+        it now) until the source ends, :meth:`stop` is called or ``stop`` is set. At the end, with
+        ``record_finished``, sets :func:`finished_key` to the epoch in the engine's metadata."""
         engine = self._engine
-        epoch = await engine.acquire(self.consumer, 0)
+        if epoch is None:
+            epoch = await engine.acquire(self.consumer, 0)
         checkpoint = await engine.load_checkpoint(self.consumer, 0, [])
         position = checkpoint.input_positions.get(POSITION, 0)
         source = self.plan.source_class.create(self.plan.source_id, self.plan.parameters, self.plan.stream,
                                                self._base_dir)
         records: Iterator[SourceRecord] = source.records(position)
         chunker = _Chunker(self.plan.stream.group_by, self.plan.stream_id, self._partition_count, self._scope)
-        while not stop.is_set():
+        while not (self._stop_requested or (stop is not None and stop.is_set())):
             # Parsing and keying run on a worker thread: the event loop thread is the pipeline's
             # critical path (it runs every partition job and sink), so work leaves it where it can.
             appends, touched, end = await asyncio.to_thread(chunker.take, records, self._options.source_chunk)
@@ -69,6 +90,8 @@ class SourceReader:
                 self._notify(partition)
         else:
             return
+        if self._record_finished:
+            await engine.write_meta(finished_key(self.plan.source_id), str(epoch))
         self.finished = True
 
 

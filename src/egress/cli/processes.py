@@ -1,0 +1,188 @@
+"""``egress run --processes N``: N worker processes on one machine share one pipeline.
+
+The parent holds the state directory (it opens the SQLite engine, which takes the directory's
+lock and checks the Spec's layout, and keeps it open) and starts N children, each ``egress run``
+with the same arguments as a cluster worker (``--worker-id <base>-<i>``; with SQLite
+``--shared-state``: ``SqliteEngine(shared=True)``, no lock of its own). It restarts a child that
+dies unexpectedly (a signal, or an exit code egress does not use) under the same worker id, so it
+takes its own leases back at once; forwards Ctrl-C and SIGTERM to every child; ends when all have
+ended, and prints one summary of their reports. Children run in their own session, so a Ctrl-C
+at the terminal reaches them only through the parent (once, not twice).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+
+from egress.runtime import Plan
+from egress.runtime.options import EngineChoice
+from egress.runtime.pipeline import check_state_directory
+from egress.runtime.worker import default_worker_id
+
+console = Console(stderr=True, soft_wrap=True)
+
+EXIT_CODES = {0, 1, 2, 130}
+"""The exit codes of ``egress run``; any other end of a child is unexpected: it is started again."""
+MAX_RESTARTS = 10
+"""Restarts of one child before the run gives up on it (a child that cannot live is not a crash loop)."""
+
+
+class ProcessesRun:
+    """One ``egress run --processes N``: ``arguments`` are what every child's ``egress run`` gets
+    (the Spec and the options they share); child ``i`` serves ``/status`` on ``http_port + i`` (0:
+    each picks a port; ``None``: none)."""
+
+    def __init__(self, plan: Plan, state_dir: Path, engine: EngineChoice, count: int, arguments: list[str], *,
+                 quiet: bool, report: Path | None, base_id: str | None, http_port: int | None = None) -> None:
+        self.plan = plan
+        self.state_dir = state_dir.absolute()
+        self.engine = engine
+        self.count = count
+        self.base_id = base_id or default_worker_id()
+        self.quiet = quiet
+        self.report = report
+        self._arguments = arguments
+        self._http_port = http_port
+        self._reports = Path(tempfile.mkdtemp(prefix="egress-processes-"))
+        self._children: dict[int, subprocess.Popen[bytes]] = {}
+        self._restarts: dict[int, int] = {}
+        self._stopping = False
+
+    def run(self) -> int:
+        """Run the children to their end; the exit code of the whole run."""
+        from egress.engines import SqliteEngine
+
+        holder = None if self.engine.is_nats else SqliteEngine(self.state_dir, self.plan.spec.pipeline)
+        try:
+            if holder is not None:
+                asyncio.run(self._hold(holder))
+            started = time.monotonic()
+            codes = self._supervise()
+            return self._finish(codes, time.monotonic() - started)
+        finally:
+            if holder is not None:
+                asyncio.run(holder.close())
+
+    async def _hold(self, holder: Any) -> None:
+        """Open the state directory (its lock, for the whole run) and check the Spec's layout there."""
+        from egress.errors import SpecMismatchError
+
+        try:
+            await holder.open()
+        except SpecMismatchError as mismatch:  # another pipeline's directory: name the Spec, as layouts do
+            raise mismatch.in_file(self.plan.spec_file) from None
+        await check_state_directory(holder, self.plan, self.state_dir)
+
+    def child_command(self, index: int) -> list[str]:
+        command = [sys.executable, "-m", "egress", "run", *self._arguments, "--state-dir", str(self.state_dir),
+                   "--worker-id", f"{self.base_id}-{index}", "--quiet",
+                   "--report", str(self._reports / f"worker-{index}.json")]
+        if self._http_port is not None:
+            command += ["--http-port", str(self._http_port + index if self._http_port else 0)]
+        return [*command, "--shared-state"] if not self.engine.is_nats else command
+
+    def _start(self, index: int) -> None:
+        self._children[index] = subprocess.Popen(self.child_command(index), start_new_session=True)
+
+    def _forward(self, signum: int, frame: object) -> None:
+        self._stopping = True
+        for child in self._children.values():
+            if child.poll() is None:
+                child.send_signal(signal.SIGINT if signum == signal.SIGINT else signal.SIGTERM)
+
+    def _supervise(self) -> dict[int, int]:
+        """Start every child, restart the ones that die unexpectedly; their exit codes once all ended."""
+        previous = {s: signal.signal(s, self._forward) for s in (signal.SIGINT, signal.SIGTERM)}
+        try:
+            for index in range(self.count):
+                self._start(index)
+            codes: dict[int, int] = {}
+            while len(codes) < self.count:
+                time.sleep(0.1)
+                for index, child in self._children.items():
+                    code = child.poll()
+                    if index in codes or code is None:
+                        continue
+                    if self._should_restart(index, code):
+                        console.print(f"worker {self.base_id}-{index} ended unexpectedly ({_describe(code)}): "
+                                      "starting it again", highlight=False)
+                        self._start(index)
+                    else:
+                        codes[index] = code
+                        if code == 2:  # a Spec the others cannot run either: stop them
+                            self._forward(signal.SIGTERM, None)
+            return codes
+        finally:
+            for signum, handler in previous.items():
+                signal.signal(signum, handler)
+
+    def _should_restart(self, index: int, code: int) -> bool:
+        if self._stopping or code in EXIT_CODES or self._restarts.get(index, 0) >= MAX_RESTARTS:
+            return False
+        self._restarts[index] = self._restarts.get(index, 0) + 1
+        return True
+
+    def _finish(self, codes: dict[int, int], elapsed: float) -> int:
+        from egress.cli.report import summary_table
+
+        values = merge_reports([self._reports / f"worker-{i}.json" for i in range(self.count)], elapsed)
+        values["workers"] = self.count
+        values["restarts"] = sum(self._restarts.values())
+        if self.report is not None:
+            self.report.write_text(json.dumps(values, indent=2) + "\n")
+        if not self.quiet:
+            console.print(summary_table(values, title=f"egress run --processes {self.count}"))
+        return exit_code(list(codes.values()))
+
+
+def merge_reports(paths: list[Path], elapsed: float) -> dict[str, Any]:
+    """One report from the children's ``--report`` files (those that exist): counters added up."""
+    merged: dict[str, Any] = {"responses": {}, "blocked": [], "status": {}, "drained": True, "errors": []}
+    counters = ("rows_read", "messages_processed", "posts", "retries", "attempt_failures", "delivered",
+                "dead_letters", "responses_2xx", "unacknowledged", "epochs")
+    for name in counters:
+        merged[name] = 0
+    for path in paths:
+        if not path.exists():
+            merged["drained"] = False
+            continue
+        values = json.loads(path.read_text())
+        for name in counters:
+            merged[name] += values.get(name, 0)
+        for code, count in values.get("responses", {}).items():
+            merged["responses"][code] = merged["responses"].get(code, 0) + count
+        merged["blocked"] += values.get("blocked", [])
+        merged["status"].update(values.get("status", {}))
+        merged["drained"] = merged["drained"] and bool(values.get("drained"))
+        if values.get("error"):
+            merged["errors"].append(values["error"])
+    merged["responses"] = dict(sorted(merged["responses"].items()))
+    merged["elapsed_seconds"] = round(elapsed, 3)
+    merged["messages_per_second"] = round(merged["delivered"] / elapsed, 1) if elapsed > 0 else 0.0
+    return merged
+
+
+def exit_code(codes: list[int]) -> int:
+    """The run's exit code from its children's: a Spec problem (2) first, then a failure (1), then
+    an interruption (130), else 0."""
+    for code in (2, 1, 130):
+        if code in codes:
+            return code
+    return 0 if all(code == 0 for code in codes) else 1
+
+
+def _describe(code: int) -> str:
+    if code < 0:
+        return f"killed by {signal.Signals(-code).name}"
+    return f"exit code {code}"
+

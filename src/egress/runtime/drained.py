@@ -1,0 +1,53 @@
+"""Whether a cluster's whole pipeline is drained, as any worker can tell from the engine alone.
+
+One process's jobs know only their own work; a cluster's ``--until-drained`` ends every worker once
+the pipeline has nothing left anywhere: every source read to the end (its reader sets
+``source_finished.<id>`` in the engine's metadata to the epoch of its lease; a flag of an older
+lease does not count, so a reader that starts again must finish again), and the committed
+inventory shows no log message unread by a computation, no outbox message unacknowledged and no
+pending timer.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Set
+
+from egress.engines import CommittedInventory, LeaseInfo
+from egress.runtime.assignment import Unit
+from egress.runtime.plan import Plan
+
+
+def source_is_finished(flag: str | None, source_unit: Unit, leases: list[LeaseInfo]) -> bool:
+    """Whether the source of ``source_unit`` was read to the end under its live lease: ``flag`` is
+    its ``source_finished.<id>`` metadata (the epoch that set it)."""
+    epochs = {(lease.consumer, lease.partition): lease.epoch for lease in leases}
+    epoch = epochs.get(source_unit)
+    return flag is not None and epoch is not None and flag == str(epoch)
+
+
+def outstanding_work(inventory: CommittedInventory, plan: Plan,
+                     blocked: Set[tuple[str, int]] = frozenset()) -> list[str]:
+    """Committed work of ``plan`` not yet done, one line per place (empty: drained): log messages a
+    computation has not read, outbox messages not acknowledged by every sink (except those of
+    ``blocked`` ``(computation, partition)`` jobs, whose sink failed for good), pending timers."""
+    readers: dict[str, int] = {}
+    for computation in plan.computations.values():
+        for stream in computation.input_stream_ids:
+            readers[stream] = readers.get(stream, 0) + 1
+    lines: list[str] = []
+    for (stream, partition), end in sorted(inventory.log_ends.items()):
+        count = readers.get(stream, 0)
+        if not count or partition >= plan.spec.partition_count:
+            continue  # out of the Spec's reach: the unreachable check's business
+        positions = inventory.read_positions.get((stream, partition), [])
+        behind = sum(end - p for p in positions) + end * max(0, count - len(positions))
+        if behind > 0:
+            lines.append(f"stream {stream} partition {partition}: {behind:,} messages not yet read")
+    for (computation_id, partition, stream), count in sorted(inventory.outbox.items()):
+        if count and (computation_id, partition) not in blocked:
+            lines.append(f"computation {computation_id} partition {partition}: {count:,} messages of {stream} "
+                         "not yet acknowledged")
+    for (computation_id, partition), count in sorted(inventory.timers.items()):
+        if count:
+            lines.append(f"computation {computation_id} partition {partition}: {count:,} pending timers")
+    return lines

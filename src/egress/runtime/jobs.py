@@ -1,0 +1,124 @@
+"""The jobs one process runs, by unit: start one under its lease, stop one, wake them by input.
+
+A unit (``egress.runtime.assignment.Unit``) is a computation's partition, run by a
+:class:`PartitionJob`, or a source, run by a :class:`SourceReader` (``("source:<id>", 0)``). The
+embedded runner starts every unit once; a cluster worker starts and stops units as their leases
+come and go. Both use this set.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from egress.observe import Metrics
+from egress.runtime.assignment import Unit
+from egress.runtime.partition_job import PartitionJob
+from egress.runtime.source_reader import SourceReader
+
+Runner = PartitionJob | SourceReader
+Slot = tuple[str, int]
+"""``(stream, partition)``: a log partition, what a job reads."""
+
+
+def is_source(unit: Unit) -> bool:
+    return unit[0].startswith("source:")
+
+
+@dataclass(slots=True)
+class Running:
+    """A started unit: its ``runner``, the lease ``epoch`` it runs under and its ``task``."""
+
+    runner: Runner
+    epoch: int
+    task: asyncio.Task[None]
+
+
+class JobSet:
+    """The units this process runs. ``make(unit)`` builds a fresh runner for a unit (a job keeps
+    its sinks and state for one run of it only); ``on_change`` is called when a unit's task ends."""
+
+    def __init__(self, make: Callable[[Unit], Runner], metrics: Metrics,
+                 on_change: Callable[[], None] | None = None) -> None:
+        self._make = make
+        self._metrics = metrics
+        self.on_change = on_change
+        self.running: dict[Unit, Running] = {}
+        self._blocked_before: dict[Unit, str] = {}  # the terminal sink error of a unit stopped here
+
+    @property
+    def jobs(self) -> list[PartitionJob]:
+        return [r.runner for r in self.running.values() if isinstance(r.runner, PartitionJob)]
+
+    @property
+    def readers(self) -> list[SourceReader]:
+        return [r.runner for r in self.running.values() if isinstance(r.runner, SourceReader)]
+
+    def start(self, unit: Unit, epoch: int) -> Running:
+        """Start ``unit`` under the lease held at ``epoch``."""
+        runner = self._make(unit)
+        self._blocked_before.pop(unit, None)
+        consumer, partition = unit
+        task = asyncio.create_task(runner.run(epoch=epoch), name=f"{consumer}#{partition}")
+        running = self.running[unit] = Running(runner, epoch, task)
+        self._metrics.partition_owned.labels(consumer, str(partition)).set(1)
+        task.add_done_callback(self._ended)
+        return running
+
+    def _ended(self, task: asyncio.Task[None]) -> None:
+        if self.on_change is not None:
+            self.on_change()
+
+    def ask_to_stop(self, unit: Unit) -> None:
+        """Ask ``unit`` to stop after its current epoch (its task ends once committed)."""
+        self.running[unit].runner.stop()
+
+    def stop_all(self) -> None:
+        for running in self.running.values():
+            running.runner.stop()
+
+    async def stop(self, unit: Unit) -> BaseException | None:
+        """Stop ``unit`` after its current epoch commits and forget it; returns what its task raised."""
+        running = self.running[unit]
+        running.runner.stop()
+        error = await _outcome(running.task)
+        self.forget(unit)
+        return error
+
+    def forget(self, unit: Unit) -> Running | None:
+        """Drop ``unit`` from the set (its task has ended or is left to end)."""
+        consumer, partition = unit
+        self._metrics.partition_owned.labels(consumer, str(partition)).set(0)
+        running = self.running.pop(unit, None)
+        if running is not None and isinstance(running.runner, PartitionJob) and running.runner.blocked_error:
+            self._blocked_before[unit] = running.runner.blocked_error
+        return running
+
+    def blocked(self) -> list[str]:
+        """The terminal sink errors that block units, of the running jobs and of those stopped here
+        while blocked (one line each)."""
+        now = {unit: job.blocked_error for unit, job in self._jobs_by_unit().items() if job.blocked_error}
+        return [error for _, error in sorted({**self._blocked_before, **now}.items())]
+
+    def _jobs_by_unit(self) -> dict[Unit, PartitionJob]:
+        return {unit: r.runner for unit, r in self.running.items() if isinstance(r.runner, PartitionJob)}
+
+    def ended(self) -> dict[Unit, BaseException | None]:
+        """The units whose task has ended, with what it raised (``None``: it returned)."""
+        return {unit: _done_error(r.task) for unit, r in self.running.items() if r.task.done()}
+
+    def wake(self, slots: set[Slot] | None) -> None:
+        """Wake the jobs reading any of ``slots`` (``None``: every job)."""
+        for job in self.jobs:
+            if slots is None or any((stream, job.partition) in slots for stream in job.plan.input_stream_ids):
+                job.wake()
+
+
+def _done_error(task: asyncio.Task[None]) -> BaseException | None:
+    return asyncio.CancelledError() if task.cancelled() else task.exception()
+
+
+async def _outcome(task: asyncio.Task[None]) -> BaseException | None:
+    await asyncio.wait({task})
+    return _done_error(task)

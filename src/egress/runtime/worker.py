@@ -1,0 +1,226 @@
+"""A cluster worker: one of several processes that share a pipeline through one engine.
+
+Every ``heartbeat_period`` seconds the worker registers itself (a member for ``lease_ttl``
+seconds) and renews the lease of every unit it runs. Every ``acquire_retry_period`` seconds it
+lists the live members and computes by rendezvous hashing (``egress.runtime.assignment``) the
+units it should run: it takes the ones it should run and does not (``try_acquire``; a unit whose
+lease another worker still holds is tried again the next time, until that worker hands it over),
+and hands over the ones it runs and should not: the job finishes its epoch and commits, then the lease is released so
+the new owner can take it at once. A renewal that returns ``False`` or a commit that raises
+``FencedError`` means the unit's lease was lost: that job stops, and the worker goes on.
+
+Failover: a worker that stops renewing (killed, paused, cut off) keeps its leases at most
+``lease_ttl`` seconds and stays listed as long; the others see it gone at their next heartbeat,
+and take its units at the heartbeat after the lease lapsed; its jobs' last uncommitted epoch is
+replayed. So a dead worker's units run again within ``lease_ttl + heartbeat_period`` plus one
+epoch (defaults: 10 s + 2.5 s).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import socket
+from dataclasses import dataclass, field
+
+from egress.clock import Clock
+from egress.engines import Engine, FencedError, MemberInfo
+from egress.errors import SpecError
+from egress.runtime.assignment import Unit, assign, changes, units_of
+from egress.runtime.jobs import JobSet
+
+logger = logging.getLogger(__name__)
+
+
+def default_worker_id() -> str:
+    """``<hostname>-<pid>``: unique on a machine, readable in ``/status``."""
+    return f"{socket.gethostname()}-{os.getpid()}"
+
+
+@dataclass(frozen=True)
+class WorkerSettings:
+    """``worker_id`` names this worker in the cluster; ``spec_digest`` the Spec it runs (the
+    others must run the same); ``lease_ttl`` (seconds) how long a lease and a membership last
+    without renewal; ``heartbeat_period`` (seconds) how often both are renewed;
+    ``acquire_retry_period`` (seconds) how often the members are listed and a wanted unit still held
+elsewhere is tried;
+    ``spec_file`` names the Spec in errors; ``details`` what ``/status`` shows of this worker."""
+
+    worker_id: str
+    spec_digest: str
+    lease_ttl: float = 10.0
+    heartbeat_period: float = 2.5
+    acquire_retry_period: float = 0.5
+    spec_file: str | None = None
+    details: dict[str, object] = field(default_factory=dict)
+
+
+class ClusterSpecError(SpecError):
+    """A worker was started with another Spec than the live members of its cluster run."""
+
+
+class Worker:
+    """Runs this process's share of ``units`` (every unit of the Spec) in ``jobs`` on ``engine``.
+
+    :meth:`run` returns once :meth:`request_stop` was called and every job committed its last
+    epoch and released its lease; it raises :class:`ClusterSpecError` when the live members run
+    another Spec, and what a job raised other than ``FencedError`` (a failure of the pipeline).
+    """
+
+    def __init__(self, engine: Engine, jobs: JobSet, units: list[Unit], settings: WorkerSettings,
+                 clock: Clock) -> None:
+        self._engine = engine
+        self._clock = clock
+        self._jobs = jobs
+        self._units = units
+        self.settings = settings
+        self._stop = asyncio.Event()
+        self._changed = asyncio.Event()
+        self._handovers: dict[Unit, asyncio.Task[None]] = {}
+        self._losing: set[Unit] = set()
+        self._failure: BaseException | None = None  # what a job raised while being handed over
+        self.members: list[MemberInfo] = []
+        self.lost: list[tuple[Unit, float]] = []  # units whose lease was lost, and when (clock.now())
+        self.taken: list[tuple[Unit, float]] = []  # units taken, and when (clock.now())
+
+    def request_stop(self) -> None:
+        self._stop.set()
+        self._changed.set()
+
+    def notice(self) -> None:
+        """Look again now (a job ended)."""
+        self._changed.set()
+
+    @property
+    def me(self) -> MemberInfo:
+        return MemberInfo(self.settings.worker_id, self.settings.spec_digest, dict(self.settings.details))
+
+    async def run(self) -> None:
+        await self._join()
+        try:
+            await self._loop()
+        finally:
+            await self._leave()
+
+    async def _join(self) -> None:
+        """Refuse to join members that run another Spec, then register."""
+        for member in await self._engine.members():
+            if member.spec_digest != self.settings.spec_digest and member.worker_id != self.settings.worker_id:
+                raise ClusterSpecError(
+                    f"worker {member.worker_id} of this pipeline's cluster runs another Spec (digest "
+                    f"{member.spec_digest[:12]}, this one {self.settings.spec_digest[:12]}): every worker of a "
+                    "pipeline must run the same Spec. Start this worker with the Spec file the others use, or "
+                    "stop every worker first and start them all with the new Spec (its layout is then checked "
+                    "against the committed data)", file=self.settings.spec_file)
+        await self._engine.register(self.me, self.settings.lease_ttl)
+
+    async def _loop(self) -> None:
+        clock = self._clock
+        next_heartbeat = clock.monotonic()
+        while not self._stop.is_set():
+            self._collect_ended()
+            try:
+                if clock.monotonic() >= next_heartbeat:
+                    await self._heartbeat()
+                    next_heartbeat = clock.monotonic() + self.settings.heartbeat_period
+                else:  # a joiner is seen within a retry period, not a heartbeat: its share moves sooner
+                    self.members = await self._engine.members()
+                await self._reconcile()
+            except Exception as error:  # the engine unreachable for a moment: its leases may still hold
+                logger.warning("worker %s: the engine failed (%s: %s); trying again", self.settings.worker_id,
+                               type(error).__name__, error)
+                next_heartbeat = min(next_heartbeat, clock.monotonic() + self.settings.acquire_retry_period)
+            until_heartbeat = next_heartbeat - clock.monotonic()
+            await self._wait(max(0.0, min(until_heartbeat, self.settings.acquire_retry_period)))
+
+    async def _wait(self, seconds: float) -> None:
+        """Until a job ends, a stop is asked for, or ``seconds`` on the clock."""
+        self._changed.clear()
+        waker = asyncio.ensure_future(self._changed.wait())
+        sleeper = asyncio.ensure_future(self._clock.sleep(seconds))
+        try:
+            await asyncio.wait({waker, sleeper}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            for task in (waker, sleeper):
+                task.cancel()
+            await asyncio.gather(waker, sleeper, return_exceptions=True)
+
+    async def _heartbeat(self) -> None:
+        """Stay listed, keep the leases of the running units, and learn the members."""
+        await self._engine.register(self.me, self.settings.lease_ttl)
+        for unit, running in list(self._jobs.running.items()):
+            if unit in self._handovers or unit in self._losing:
+                continue
+            if not await self._engine.renew(unit[0], unit[1], running.epoch, self.settings.lease_ttl):
+                self._lose(unit, "its lease was not renewed in time and another worker may hold it")
+        self.members = await self._engine.members()
+
+    def desired(self) -> set[Unit]:
+        """The units this worker should run among the live members (itself included)."""
+        names = {m.worker_id for m in self.members} | {self.settings.worker_id}
+        return units_of(assign(self._units, names), self.settings.worker_id)
+
+    async def _reconcile(self) -> None:
+        """Take and hand over units (a wanted unit another worker still holds is tried next time)."""
+        step = changes(self.desired(), set(self._jobs.running), set(self._handovers) | self._losing)
+        for unit in step.hand_over:
+            self._handovers[unit] = asyncio.create_task(self._hand_over(unit))
+        for unit in sorted(step.take):
+            epoch = await self._engine.try_acquire(unit[0], unit[1], self.settings.worker_id, self.settings.lease_ttl)
+            if epoch is not None:
+                self._jobs.start(unit, epoch)
+                self.taken.append((unit, self._clock.now()))
+
+    async def _hand_over(self, unit: Unit) -> None:
+        """Finish the unit's epoch and commit, then release its lease (a lost lease: nothing to
+        release; a release that fails: the lease lapses after its TTL instead)."""
+        epoch = self._jobs.running[unit].epoch
+        error = await self._jobs.stop(unit)
+        try:
+            if error is None:
+                await self._engine.release(unit[0], unit[1], epoch)
+            elif not isinstance(error, FencedError) and self._failure is None:
+                self._failure = error
+        except Exception as failed:
+            logger.warning("%s partition %d: release failed (%s); the lease lapses in %s s", unit[0], unit[1],
+                           failed, self.settings.lease_ttl)
+        finally:
+            self._handovers.pop(unit, None)
+            self.notice()
+
+    def _collect_ended(self) -> None:
+        """Forget units whose job ended after losing its lease; raise a failure of the pipeline."""
+        if self._failure is not None:
+            raise self._failure
+        for unit, error in self._jobs.ended().items():
+            if unit in self._handovers:
+                continue
+            if isinstance(error, FencedError) and unit not in self._losing:
+                self._lose(unit, str(error))
+            if unit in self._losing:
+                self._losing.discard(unit)
+                self._jobs.forget(unit)
+            elif error is not None:
+                raise error
+            # A source reader that read its source to the end returned: it keeps its lease, the unit is done.
+
+    def _lose(self, unit: Unit, why: str) -> None:
+        """Stop the job of a unit whose lease is lost (its commits are fenced); it is forgotten once it ends."""
+        logger.warning("%s partition %d: lease lost (%s); its job stops, the worker goes on", unit[0], unit[1], why)
+        self._jobs.ask_to_stop(unit)
+        self._losing.add(unit)
+        self.lost.append((unit, self._clock.now()))
+
+    async def _leave(self) -> None:
+        """Stop every job (each commits its last epoch), release their leases, deregister."""
+        for unit in list(self._jobs.running):
+            if unit not in self._handovers and unit not in self._losing:
+                self._handovers[unit] = asyncio.create_task(self._hand_over(unit))
+        await asyncio.gather(*self._handovers.values(), *(r.task for r in self._jobs.running.values()),
+                             return_exceptions=True)
+        with contextlib.suppress(Exception):
+            await self._engine.deregister(self.settings.worker_id)
+        if self._failure is not None:
+            raise self._failure

@@ -1,0 +1,111 @@
+"""``egress run`` as a cluster, as a user starts it: two workers on NATS drain the demo, a worker
+with another Spec is refused, an unreachable NATS server is one line, ``--processes 2`` drains the
+demo on one SQLite state directory."""
+
+from __future__ import annotations
+
+import json
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from tests.e2e.conftest import DYNAMIC_SPEC, REPO, Receiver, terminate, wait_for_first_request, write_spec
+
+pytestmark = pytest.mark.e2e
+EXPECTED = 26_483  # non-cancelled January flights: what the demo delivers
+CLUSTER = ["--lease-ttl", "2", "--heartbeat-period", "0.5"]
+
+
+def cluster_spec(directory: Path, receiver: Receiver, run: int) -> Path:
+    """The demo's Spec under a pipeline name of this test's own (its NATS bucket is new)."""
+    path = write_spec(directory, receiver.port, run)
+    spec = yaml.safe_load(path.read_text())
+    spec["pipeline"] = f"cluster_{directory.name.replace('-', '_')}"[:60]
+    path.write_text(yaml.safe_dump(spec, sort_keys=False))
+    return path
+
+
+def egress_run(spec: Path, *options: str, log: Path) -> subprocess.Popen[bytes]:
+    with log.open("wb") as output:
+        return subprocess.Popen([sys.executable, "-m", "egress", "run", str(spec), "--dynamic-spec", str(DYNAMIC_SPEC),
+                                 *options], cwd=REPO, stdout=output, stderr=subprocess.STDOUT)
+
+
+def distinct_keys(record: Path) -> tuple[int, int]:
+    """``(requests, distinct idempotency keys)`` the receiver recorded."""
+    keys = [json.loads(line)["idempotency_key"] for line in record.read_text().splitlines()]
+    return len(keys), len(set(keys))
+
+
+@pytest.mark.timeout(240)
+def test_two_workers_on_nats_drain_the_demo_and_both_end(
+        tmp_path: Path, receiver: Receiver, nats_server: str, egress_processes: list[subprocess.Popen[bytes]]) -> None:
+    spec = cluster_spec(tmp_path, receiver, 1)
+    for worker in ("worker-1", "worker-2"):
+        egress_processes.append(egress_run(spec, "--engine", nats_server, "--worker-id", worker, "--until-drained",
+                                           "--quiet", "--state-dir", str(tmp_path / worker), *CLUSTER,
+                                           log=tmp_path / f"{worker}.log"))
+    for process, worker in zip(egress_processes, ("worker-1", "worker-2"), strict=True):
+        assert process.wait(timeout=200) == 0, (tmp_path / f"{worker}.log").read_text()
+    requests, distinct = distinct_keys(receiver.record)
+    print(f"\ntwo NATS workers: {distinct:,} of {EXPECTED:,} delivered, {requests - distinct} sent twice (in flight "
+          "at a hand-over)")
+    assert distinct == EXPECTED
+
+
+@pytest.mark.timeout(120)
+def test_a_worker_with_another_spec_is_refused_naming_the_spec_file(
+        tmp_path: Path, receiver: Receiver, nats_server: str, egress_processes: list[subprocess.Popen[bytes]]) -> None:
+    spec = cluster_spec(tmp_path, receiver, 1)
+    first = egress_run(spec, "--engine", nats_server, "--quiet", "--state-dir", str(tmp_path / "first"), *CLUSTER,
+                       log=tmp_path / "first.log")
+    egress_processes.append(first)
+    wait_for_first_request(receiver.record, 1, first, tmp_path / "first.log")
+    other = cluster_spec(tmp_path, receiver, 2)  # another header value: another Spec
+    refused = subprocess.run([sys.executable, "-m", "egress", "run", str(other), "--engine", nats_server, "--quiet",
+                              "--state-dir", str(tmp_path / "second")], cwd=REPO, capture_output=True, text=True,
+                             timeout=60, check=False)
+    assert refused.returncode == 2, refused.stderr
+    assert f"{other}: worker " in refused.stderr
+    assert "runs another Spec" in refused.stderr
+    assert "Traceback" not in refused.stderr
+    terminate(first)
+    assert first.returncode == 0
+
+
+@pytest.mark.timeout(60)
+def test_an_unreachable_nats_server_is_one_line_naming_the_url(tmp_path: Path) -> None:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        url = f"nats://127.0.0.1:{probe.getsockname()[1]}"  # nobody listens once the probe is closed
+    spec = REPO / "examples" / "http_delivery" / "spec.yaml"
+    run = subprocess.run([sys.executable, "-m", "egress", "run", str(spec), "--engine", url, "--until-drained",
+                          "--state-dir", str(tmp_path / "state")], cwd=REPO, capture_output=True, text=True,
+                         timeout=50, check=False)
+    assert run.returncode == 1
+    lines = run.stderr.strip().splitlines()
+    assert len(lines) == 1, run.stderr
+    assert lines[0].startswith(f"{url}: cannot connect")
+
+
+@pytest.mark.timeout(240)
+def test_two_processes_on_one_state_directory_drain_the_demo(tmp_path: Path, receiver: Receiver) -> None:
+    spec = write_spec(tmp_path, receiver.port, 1)
+    run = subprocess.run([sys.executable, "-m", "egress", "run", str(spec), "--dynamic-spec", str(DYNAMIC_SPEC),
+                          "--processes", "2", "--until-drained", "--state-dir", str(tmp_path / "state"),
+                          "--report", str(tmp_path / "report.json")], cwd=REPO, capture_output=True, text=True,
+                         timeout=200, check=False)
+    assert run.returncode == 0, run.stderr
+    assert "egress run --processes 2" in run.stderr
+    requests, distinct = distinct_keys(receiver.record)
+    report = json.loads((tmp_path / "report.json").read_text())
+    print(f"\n--processes 2: {distinct:,} of {EXPECTED:,} delivered, {requests - distinct} sent twice, "
+          f"{report['messages_per_second']:,.0f} msg/s")
+    assert distinct == EXPECTED
+    assert report["workers"] == 2
+    assert report["drained"] is True
+    assert report["rows_read"] == 27_004

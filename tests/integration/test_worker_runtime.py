@@ -1,0 +1,211 @@
+"""Cluster workers sharing one pipeline, on NATS JetStream and on a shared SQLite state directory:
+two workers deliver everything to a real receiver, a joining worker takes its share by orderly
+hand-over, and a worker that stops renewing (SIGSTOP) loses its units to the other within the
+lease TTL plus a heartbeat and an epoch, then goes on with its share once it runs again."""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Awaitable, Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import aiohttp
+import pytest
+import yaml
+
+from egress.engines import Engine
+from egress.keys import derived_message_id, idempotency_key, source_message_id, source_scope
+from egress.receiver import Receiver, ReceiverConfig
+from egress.runtime import EngineFactory, Pipeline, RunOptions, RunResult, load_plan
+from egress.runtime.pipeline import nats_engine_factory, shared_sqlite_engine
+from tests.conftest import ServerFactory, payload_spec
+
+pytestmark = pytest.mark.integration
+
+REPO = Path(__file__).resolve().parents[2]
+TTL = 2.0
+HEARTBEAT = 0.5
+OPTIONS = RunOptions(until_drained=True, lease_ttl=TTL, heartbeat_period=HEARTBEAT, remote_poll_period=0.5,
+                     drained_check_period=0.2)
+SLOW_SINK = {"max_idle_connections": 2}  # 8 requests in flight per partition: a hand-over sends few twice
+IN_FLIGHT = 2 * 4  # connections x the sink's send window per connection
+PARTITIONS = 4
+UNITS = PARTITIONS + 1  # and the source reader
+
+
+@dataclass
+class Cluster:
+    """Workers of one pipeline: ``pipeline`` names it (a NATS bucket of its own per test)."""
+
+    spec: Path
+    dynamic: Path
+    state: Path
+    engine: str
+    factory: EngineFactory
+    pipeline: str
+
+    def worker(self, worker_id: str, **keywords: object) -> Pipeline:
+        return Pipeline(load_plan(self.spec, self.dynamic), self.state, options=OPTIONS, engine_factory=self.factory,
+                        worker_id=worker_id, **keywords)  # type: ignore[arg-type]
+
+    def command(self, worker_id: str) -> list[str]:
+        """``egress run`` of a worker of this cluster in another process."""
+        engine = ["--shared-state"] if self.engine == "sqlite" else ["--engine", os.environ["EGRESS_TEST_NATS_URL"]]
+        return [sys.executable, "-m", "egress", "run", str(self.spec), "--dynamic-spec", str(self.dynamic),
+                "--state-dir", str(self.state), "--worker-id", worker_id, "--lease-ttl", str(TTL),
+                "--heartbeat-period", str(HEARTBEAT), "--until-drained", "--quiet", *engine]
+
+
+@pytest.fixture(params=["sqlite", "nats"])
+def engine_name(request: pytest.FixtureRequest) -> str:
+    if request.param == "nats":
+        request.getfixturevalue("nats_server")
+    return str(request.param)
+
+
+def make_cluster(tmp_path: Path, engine: str, url: str, count: int) -> Cluster:
+    """A cluster of :func:`payload_spec`'s pipeline under a pipeline name of its own (so that its
+    NATS bucket, ``egress_<pipeline>``, is this test's) delivering ``count`` payloads to ``url``."""
+    spec, dynamic = payload_spec(tmp_path, url, [f"p{i}" for i in range(count)], partition_count=PARTITIONS,
+                                 sink_parameters=SLOW_SINK)
+    pipeline = f"cluster_{hashlib.blake2b(str(tmp_path).encode(), digest_size=6).hexdigest()}"
+    document = yaml.safe_load(spec.read_text())
+    document["pipeline"] = pipeline
+    spec.write_text(yaml.safe_dump(document))
+    factory = shared_sqlite_engine if engine == "sqlite" else nats_engine_factory([os.environ["EGRESS_TEST_NATS_URL"]])
+    return Cluster(spec, dynamic, tmp_path / "state", engine, factory, pipeline)
+
+
+def expected_keys(cluster: Cluster, count: int) -> set[str]:
+    scope = source_scope(cluster.pipeline, "events_jsonl", str(cluster.spec.parent / "payloads.jsonl"))
+    return {idempotency_key(derived_message_id(source_message_id(scope, 0, i), 0)) for i in range(count)}
+
+
+def duplicates(receiver: Receiver) -> int:
+    return sum(count - 1 for count in receiver.stats.delivered_keys.values())
+
+
+async def until(condition: Callable[[], bool | Awaitable[bool]], within: float, what: str) -> float:
+    """Poll ``condition`` every 20 ms; the seconds it took; fails naming ``what`` after ``within`` seconds."""
+    started = time.monotonic()
+    while time.monotonic() - started < within:
+        value = condition()
+        if value if isinstance(value, bool) else await value:
+            return time.monotonic() - started
+        await asyncio.sleep(0.02)
+    pytest.fail(f"not within {within} s: {what}")
+
+
+def ok(result: RunResult) -> bool:
+    return result.ok and result.drained
+
+
+async def test_two_workers_share_the_pipeline_and_deliver_every_message(
+        tmp_path: Path, serve_app: ServerFactory, engine_name: str) -> None:
+    receiver = Receiver(ReceiverConfig(delay=0.01))
+    count = 3000
+    cluster = make_cluster(tmp_path, engine_name, f"{await serve_app(receiver.app)}/events", count)
+    a, b = cluster.worker("worker-a", http_port=0), cluster.worker("worker-b")
+    runs = [asyncio.create_task(a.run()), asyncio.create_task(b.run())]
+    await until(lambda: a.worker is not None and len(a.worker.members) == 2 and bool(a.jobs) and bool(b.jobs), 30,
+                "both workers run jobs")
+    assert a.server is not None
+    assert a.server.port is not None
+    status, metrics = await observed(f"http://127.0.0.1:{a.server.port}")
+    results = await asyncio.wait_for(asyncio.gather(*runs), 120)
+    assert all(ok(r) for r in results), results
+    assert set(receiver.stats.delivered_keys) == expected_keys(cluster, count)
+    assert duplicates(receiver) <= IN_FLIGHT * UNITS
+    assert a.metrics.total("egress_epochs_committed_total") > 0
+    assert b.metrics.total("egress_epochs_committed_total") > 0
+    assert [m["worker_id"] for m in status["members"]] == ["worker-a", "worker-b"]
+    owners = {p["owner"] for p in status["partitions"]}
+    assert owners <= {"worker-a", "worker-b", None}
+    assert len(status["partitions"]) == PARTITIONS
+    assert all(isinstance(p["input_lag"], int) for p in status["partitions"])
+    assert 'egress_partition_owned{computation="deliver",partition=' in metrics
+    assert "egress_partition_input_lag{" in metrics
+
+
+async def observed(base: str) -> tuple[dict[str, object], str]:
+    async with aiohttp.ClientSession() as session:
+        async with session.get(f"{base}/status") as response:
+            status = await response.json()
+        async with session.get(f"{base}/metrics") as response:
+            metrics = await response.text()
+    return status, metrics
+
+
+async def test_a_joining_worker_takes_about_half_the_units_by_orderly_hand_over(
+        tmp_path: Path, serve_app: ServerFactory, engine_name: str) -> None:
+    receiver = Receiver(ReceiverConfig(delay=0.01))
+    count = 4000
+    cluster = make_cluster(tmp_path, engine_name, f"{await serve_app(receiver.app)}/events", count)
+    a = cluster.worker("worker-a")
+    first = asyncio.create_task(a.run())
+    await until(lambda: len(a.units.running) == UNITS and receiver.stats.requests >= 300, 30, "worker-a runs alone")
+    b = cluster.worker("worker-b")
+    second = asyncio.create_task(b.run())
+    took = await until(lambda: len(b.units.running) in (UNITS // 2, UNITS - UNITS // 2)
+                       and len(a.units.running) + len(b.units.running) == UNITS, 30, "worker-b takes its share")
+    print(f"\n{engine_name}: worker-b ran {len(b.units.running)} of {UNITS} units {took:.2f} s after it started")
+    results = await asyncio.wait_for(asyncio.gather(first, second), 120)
+    assert all(ok(r) for r in results), results
+    assert set(receiver.stats.delivered_keys) == expected_keys(cluster, count)
+    assert a.worker is not None
+    assert b.worker is not None
+    moved = len(b.worker.taken)
+    assert duplicates(receiver) <= IN_FLIGHT * moved, (duplicates(receiver), moved)
+
+
+@pytest.fixture
+def processes() -> Iterator[list[subprocess.Popen[bytes]]]:
+    started: list[subprocess.Popen[bytes]] = []
+    yield started
+    for process in started:
+        if process.poll() is None:
+            process.send_signal(signal.SIGCONT)
+            process.kill()
+            process.wait()
+
+
+async def test_a_worker_that_stops_renewing_loses_its_units_within_the_ttl_and_then_goes_on(
+        tmp_path: Path, serve_app: ServerFactory, engine_name: str,
+        processes: list[subprocess.Popen[bytes]]) -> None:
+    receiver = Receiver(ReceiverConfig(delay=0.01))
+    count = 4000
+    cluster = make_cluster(tmp_path, engine_name, f"{await serve_app(receiver.app)}/events", count)
+    b = cluster.worker("worker-b")
+    second = asyncio.create_task(b.run())
+    log = tmp_path / "worker-a.log"
+    with log.open("wb") as output:
+        a = subprocess.Popen(cluster.command("worker-a"), cwd=REPO, stdout=output,  # noqa: ASYNC220
+                             stderr=subprocess.STDOUT)
+    processes.append(a)
+    await until(lambda: owners_of(b.engine, "worker-a", at_least=UNITS // 2), 60, "worker-a takes its share")
+    a.send_signal(signal.SIGSTOP)
+    stopped = time.monotonic()
+    failover = await until(lambda: len(b.units.running) == UNITS, 30, "worker-b runs every unit")
+    print(f"\n{engine_name}: units of a stopped worker running again on the other {failover:.2f} s after SIGSTOP "
+          f"(lease TTL {TTL} s, heartbeat {HEARTBEAT} s)")
+    assert failover <= TTL + HEARTBEAT + 2.0  # plus one epoch and the NATS TTL's 1 s granularity
+    assert time.monotonic() - stopped >= TTL - 1.0  # not before its leases could lapse
+    a.send_signal(signal.SIGCONT)
+    results = await asyncio.wait_for(second, 120)
+    assert ok(results), results
+    assert await asyncio.to_thread(a.wait, 60) == 0, log.read_text()
+    assert "lease lost" in log.read_text()
+    assert set(receiver.stats.delivered_keys) == expected_keys(cluster, count)
+
+
+async def owners_of(engine: Engine | None, owner: str, *, at_least: int) -> bool:
+    if engine is None:
+        return False
+    return sum(1 for lease in await engine.leases() if lease.owner == owner) >= at_least
