@@ -1,0 +1,193 @@
+"""``RequestQuota`` over NATS request/reply: the cluster's transport (nats-py, core NATS).
+
+The controller (:class:`NatsQuotaServer`) subscribes to one subject per pipeline, in queue group
+``throttler``; a client (:class:`NatsTransport`) sends the request of :mod:`~egress.throttler.wire`
+to it and waits for the reply on its inbox. No responder (no controller elected yet, or it died),
+a lost connection, or no reply within ``rpc_timeout`` raise :class:`ControllerUnavailableError`:
+the client retries under ``retrying_channel`` as over HTTP. The request carries ``rpc_timeout``:
+the server cancels (and refunds) a request still waiting then, as the HTTP service does when the
+client disconnects. Grants get :data:`REPLY_ALLOWANCE` seconds more for the reply's travel, and the
+client's deadline is computed as over HTTP (:func:`~egress.throttler.wire.grant_of`), so it is
+never later than the lease the controller counted.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Sequence
+
+import orjson
+from nats.aio.client import Client
+from nats.aio.msg import Msg
+from nats.aio.subscription import Subscription
+from nats.errors import Error as NatsClientError
+
+from egress.clock import Clock, RealClock
+from egress.throttler.controller import Grant, ThrottlerController
+from egress.throttler.errors import ControllerUnavailableError
+from egress.throttler.transport import with_timeout
+from egress.throttler.wire import (
+    BadRequestError,
+    answer_call,
+    decode_answer,
+    decode_call,
+    encode_call,
+    grant_of,
+    raise_refusal,
+)
+
+log = logging.getLogger("egress.throttler.nats")
+
+REPLY_ALLOWANCE = 0.05
+"""Seconds added to every lease the NATS controller grants, for the reply's travel to its client."""
+
+QUEUE_GROUP = "throttler"
+
+
+def request_subject(bucket: str) -> str:
+    """The subject the controller of the pipeline stored in NATS KV bucket ``bucket`` serves
+    (``egress.<bucket>.throttler.request_quota``; a bucket name is plain: A-Z a-z 0-9 _ -)."""
+    return f"egress.{bucket}.throttler.request_quota"
+
+
+class NatsConnection:
+    """One nats-py connection to ``servers`` (``nats://host:port`` each), opened on first use and
+    reconnecting for ever; :meth:`get` raises :class:`ControllerUnavailableError` while the servers
+    cannot be reached."""
+
+    def __init__(self, servers: Sequence[str], *, name: str = "egress throttler", connect_timeout: float = 5.0) -> None:
+        self.servers = list(servers)
+        self.name = name
+        self.connect_timeout = connect_timeout
+        self._client: Client | None = None
+        self._lock = asyncio.Lock()
+
+    async def get(self) -> Client:
+        async with self._lock:
+            if self._client is not None and not self._client.is_closed:
+                return self._client
+            client = Client()
+
+            async def on_error(error: Exception) -> None:
+                log.debug("NATS %s: %s", ", ".join(self.servers), error)
+
+            try:
+                await asyncio.wait_for(client.connect(
+                    servers=self.servers, name=self.name, connect_timeout=max(1, round(self.connect_timeout)),
+                    reconnect_time_wait=1, max_reconnect_attempts=-1, error_cb=on_error), self.connect_timeout)
+            except (TimeoutError, OSError, NatsClientError) as error:
+                raise ControllerUnavailableError(
+                    f"throttler over NATS {', '.join(self.servers)}: cannot connect ({error or type(error).__name__})"
+                ) from None
+            self._client = client
+            return client
+
+    async def aclose(self) -> None:
+        client, self._client = self._client, None
+        if client is not None and not client.is_closed:
+            with contextlib.suppress(NatsClientError, TimeoutError, OSError):
+                await client.close()
+
+
+class NatsTransport:
+    """A :class:`~egress.throttler.transport.QuotaTransport` to the controller serving ``subject``
+    on ``connection``; ``clock`` measures ``rpc_timeout`` and the grant's deadline."""
+
+    def __init__(self, connection: NatsConnection, subject: str, clock: Clock | None = None) -> None:
+        self.connection = connection
+        self.subject = subject
+        self.clock = clock or RealClock()
+
+    async def request_quota(self, throttler_id: str, amount: float, *, timestamp: float, quota_class_id: str | None,
+                            client_id: str, rpc_timeout: float, hold: float = 0.0) -> Grant:
+        body = encode_call(throttler_id, amount, timestamp=timestamp, quota_class_id=quota_class_id,
+                           client_id=client_id, hold=hold, rpc_timeout=rpc_timeout)
+        sent = self.clock.monotonic()
+        answer = await with_timeout(self.clock, self._request(body, rpc_timeout), rpc_timeout,
+                                    f'RequestQuota to throttler "{throttler_id}" over NATS')
+        return grant_of(answer, amount, sent, self.clock)
+
+    async def _request(self, body: bytes, rpc_timeout: float) -> dict[str, object]:
+        client = await self.connection.get()
+        try:
+            # nats-py's own timeout is a backstop: ``with_timeout`` on the clock gives up first.
+            reply = await client.request(self.subject, body, timeout=rpc_timeout + 1.0)
+        except NatsClientError as error:  # no responders, timeout, connection closed or reconnecting
+            raise ControllerUnavailableError(
+                f"throttler controller on NATS subject {self.subject}: {error or type(error).__name__}") from None
+        answer = decode_answer(reply.data)
+        if "error" in answer:
+            raise_refusal(answer, f"throttler controller on NATS subject {self.subject}")
+        return answer
+
+    async def aclose(self) -> None:
+        """Nothing: the connection is its owner's to close."""
+        return None
+
+
+class NatsQuotaServer:
+    """Serves ``controller`` on ``subject`` over ``connection`` until :meth:`stop`.
+
+    Each request waits in its own task, cancelled (so refunded) after the request's
+    ``rpc_timeout``; :meth:`stop` closes the controller.
+    """
+
+    def __init__(self, controller: ThrottlerController, connection: NatsConnection, subject: str) -> None:
+        self.controller = controller
+        self.connection = connection
+        self.subject = subject
+        self._subscription: Subscription | None = None
+        self._calls: set[asyncio.Task[None]] = set()
+
+    async def start(self) -> None:
+        """Subscribe (raises :class:`ControllerUnavailableError` when NATS cannot be reached)."""
+        client = await self.connection.get()
+        try:
+            self._subscription = await client.subscribe(self.subject, queue=QUEUE_GROUP, cb=self._on_request)
+            await client.flush(timeout=5)
+        except (NatsClientError, TimeoutError, OSError) as error:
+            raise ControllerUnavailableError(f"cannot serve the throttler on NATS subject {self.subject}: "
+                                             f"{error or type(error).__name__}") from None
+
+    async def _on_request(self, message: Msg) -> None:
+        task = asyncio.get_running_loop().create_task(self._answer(message))
+        self._calls.add(task)
+        task.add_done_callback(self._calls.discard)
+
+    async def _answer(self, message: Msg) -> None:
+        controller = self.controller
+        arrived = controller.clock.monotonic()
+        try:
+            call = decode_call(message.data)
+        except BadRequestError as error:
+            await self._reply(message, {"error": str(error), "code": "bad_request"})
+            return
+        asking = answer_call(controller, call, arrived)
+        if call.rpc_timeout is None:
+            _, answer = await asking
+        else:
+            try:
+                _, answer = await with_timeout(controller.clock, asking, call.rpc_timeout, "RequestQuota")
+            except ControllerUnavailableError:
+                return  # the client gave up already; the request is refunded
+        await self._reply(message, answer)
+
+    async def _reply(self, message: Msg, answer: dict[str, object]) -> None:
+        if not message.reply:
+            return
+        try:
+            await message.respond(orjson.dumps(answer))
+        except (NatsClientError, OSError) as error:  # the client sees a timeout and retries
+            log.debug("NATS %s: a RequestQuota reply was not sent: %s", self.subject, error)
+
+    async def stop(self) -> None:
+        """Stop taking requests and close the controller: the requests waiting are answered
+        ``unavailable``, so their clients retry at once (with the next controller)."""
+        subscription, self._subscription = self._subscription, None
+        if subscription is not None:
+            with contextlib.suppress(NatsClientError, TimeoutError, OSError):
+                await subscription.unsubscribe()
+        await self.controller.aclose()
+        await asyncio.gather(*self._calls, return_exceptions=True)
