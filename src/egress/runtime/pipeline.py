@@ -19,7 +19,7 @@ import socket
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import orjson
 
@@ -40,6 +40,10 @@ from egress.runtime.source_reader import SourceReader, finished_key
 from egress.runtime.worker import ClusterSpecError, Worker, WorkerSettings
 from egress.spec import DynamicSpec, Spec, load_document, validate_model
 from egress.throttler import THROTTLER_STATE_NAME, Throttling
+
+if TYPE_CHECKING:
+    from egress.engines.nats import NatsEngine
+    from egress.runtime.throttler_role import ControllerElection
 
 DYNAMIC_SPEC_STATUS = "/dynamic_spec"
 
@@ -156,6 +160,7 @@ class Pipeline:
         self.server = StatusServer(self.metrics, self.status_document, http_host, http_port,
                                    refresh=self._refresh_gauges) if http_port is not None else None
         self.throttling: Throttling | None = None
+        self.throttler_election: ControllerElection | None = None  # a cluster worker on NATS with throttlers
         self.dead_letters = DeadLetterFiles()  # shared by the sinks: one writer per dead-letter file
         self.dynamic_spec_error: str | None = None
         self.dynamic_spec_version = 0
@@ -212,7 +217,14 @@ class Pipeline:
             except SpecMismatchError as mismatch:  # another pipeline's directory: name the Spec, as layouts do
                 raise mismatch.in_file(self.plan.spec_file) from None
             await check_state_directory(engine, self.plan, self.state_dir)
-            if dynamic.throttlers or self.options.throttler_url is not None:
+            nats = self._electing_on(engine, dynamic)
+            if nats is not None:
+                from egress.runtime.throttler_role import cluster_throttling
+
+                self.throttling, self.throttler_election = cluster_throttling(
+                    nats, dynamic, self.clock, file=self.plan.dynamic_spec_file, worker_id=self.worker_id or "",
+                    options=self.options, registry=self.metrics.registry)
+            elif dynamic.throttlers or self.options.throttler_url is not None:
                 self.throttling = Throttling(dynamic, self.clock, registry=self.metrics.registry,
                                              throttler_url=self.options.throttler_url,
                                              file=self.plan.dynamic_spec_file,
@@ -230,6 +242,8 @@ class Pipeline:
                     await self._run_embedded(engine, result, watchers)
                 else:
                     watchers.append(asyncio.create_task(self._watch_cluster(engine, result)))
+                    if self.throttler_election is not None:
+                        watchers.append(asyncio.create_task(self.throttler_election.run()))
                     await self._run_worker(engine, self.worker_id, result)
             finally:
                 for watcher in watchers:
@@ -239,12 +253,23 @@ class Pipeline:
         finally:
             if self.server is not None:
                 await self.server.stop()
+            if self.throttler_election is not None:
+                await self.throttler_election.stop()
             if self.throttling is not None:
                 await self.throttling.aclose()
             self._engine = None
             await engine.close()
         result.elapsed = self.clock.monotonic() - started
         return result
+
+    def _electing_on(self, engine: Engine, dynamic: DynamicSpec) -> NatsEngine | None:
+        """The NATS engine of a cluster worker whose DynamicSpec declares throttlers and that is
+        given no ``--throttler-url``: its workers elect the controller (``egress.runtime.throttler_role``)."""
+        if self.worker_id is None or not dynamic.throttlers or self.options.throttler_url is not None:
+            return None
+        from egress.engines import NatsEngine
+
+        return engine if isinstance(engine, NatsEngine) else None
 
     def _make_runner(self, unit: Unit) -> Runner:
         """A fresh source reader or partition job for ``unit``, from the plan in force."""
@@ -431,6 +456,7 @@ class Pipeline:
             "worker": self.worker_id,
             "members": [] if engine is None or self.worker_id is None else
             [{"worker_id": m.worker_id, **m.details} for m in await engine.members()],
+            "throttler": None if self.throttler_election is None else self.throttler_election.status(leases),
             "status": {entry.path: entry.error for entry in self.status.entries()},
             "partitions": await self._partitions_status(owners),
             "sources": {source_id: {"finished": any(r.finished for r in self.readers if r.plan.source_id == source_id),

@@ -16,7 +16,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import orjson
 from nats.aio.client import Client
@@ -131,13 +131,18 @@ class NatsQuotaServer:
     """Serves ``controller`` on ``subject`` over ``connection`` until :meth:`stop`.
 
     Each request waits in its own task, cancelled (so refunded) after the request's
-    ``rpc_timeout``; :meth:`stop` closes the controller.
+    ``rpc_timeout``; :meth:`stop` closes the controller. ``entitled`` (default: always) says whether
+    this server may still hand out quota: a grant decided when it no longer is (an elected
+    controller whose lease may have lapsed) is answered ``unavailable`` instead, so two controllers
+    never grant at the same time.
     """
 
-    def __init__(self, controller: ThrottlerController, connection: NatsConnection, subject: str) -> None:
+    def __init__(self, controller: ThrottlerController, connection: NatsConnection, subject: str, *,
+                 entitled: Callable[[], bool] | None = None) -> None:
         self.controller = controller
         self.connection = connection
         self.subject = subject
+        self._entitled = entitled
         self._subscription: Subscription | None = None
         self._calls: set[asyncio.Task[None]] = set()
 
@@ -172,6 +177,8 @@ class NatsQuotaServer:
                 _, answer = await with_timeout(controller.clock, asking, call.rpc_timeout, "RequestQuota")
             except ControllerUnavailableError:
                 return  # the client gave up already; the request is refunded
+        if self._entitled is not None and not self._entitled() and "error" not in answer:
+            answer = {"error": "the throttler controller lost its lease", "code": "unavailable"}
         await self._reply(message, answer)
 
     async def _reply(self, message: Msg, answer: dict[str, object]) -> None:

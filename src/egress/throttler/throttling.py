@@ -64,21 +64,25 @@ class Throttling:
     """The throttlers of one process. Raises :class:`SpecErrors` at construction for an invalid
     DynamicSpec (call it before the pipeline starts: class ids are checked there).
 
-    ``throttler_url`` = ``http://host:port`` of ``egress throttler serve``; ``None`` runs the
-    controller in-process, keeping its restart horizon in ``state_file`` (the run's state directory:
-    a restarted run keeps the envelope). ``registry`` receives the sensors (the run's
-    ``Metrics.registry``).
+    ``throttler_url`` = ``http://host:port`` of ``egress throttler serve``; ``transport`` = another
+    way to a controller elsewhere (a cluster worker's NATS transport: the worker that holds the
+    controller lease sets :attr:`controller` while it serves, so that :meth:`reconfigure` reaches
+    it); with neither the controller runs in-process, keeping its restart horizon in ``state_file``
+    (the run's state directory: a restarted run keeps the envelope). ``registry`` receives the
+    sensors (the run's ``Metrics.registry``; the controller's while this process has one).
     """
 
     def __init__(self, dynamic: DynamicSpec, clock: Clock, *, registry: CollectorRegistry | None = None,
                  throttler_url: str | None = None, file: str | None = None,
-                 state_file: str | Path | None = None) -> None:
+                 state_file: str | Path | None = None, transport: QuotaTransport | None = None) -> None:
         self.clock = clock
         self.dynamic = dynamic
         self.throttlers: dict[str, ThrottlerSpec] = validate_dynamic_throttlers(dynamic, file=file)
         self.controller: ThrottlerController | None = None
         self.transport: QuotaTransport
-        if throttler_url is None:
+        if transport is not None:
+            self.transport = transport
+        elif throttler_url is None:
             self.controller = ThrottlerController(self.throttlers, clock, state_file=state_file)
             self.transport = InProcessTransport(self.controller)
         else:
@@ -86,8 +90,8 @@ class Throttling:
 
             self.transport = HttpTransport(throttler_url, clock)
         self.sensors = ClientSensors(registry) if registry is not None else None
-        if registry is not None and self.controller is not None:
-            registry.register(ControllerCollector(self.controller))
+        if registry is not None and (self.controller is not None or transport is not None):
+            registry.register(ControllerCollector(lambda: self.controller))
         self._factories: list[tuple[ThrottlerFactory, str, Mapping[str, str | None] | None]] = []
 
     def class_ids(self, computation_id: str) -> dict[str, str | None]:
