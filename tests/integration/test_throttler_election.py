@@ -70,11 +70,11 @@ async def join(nats_server: str, request: pytest.FixtureRequest) -> AsyncIterato
     await connection.close()
 
 
-async def until(condition: Callable[[], bool], timeout: float = 15.0) -> float:
+async def until(condition: Callable[[], bool], within: float = 15.0) -> float:
     """Wait for ``condition`` (a positive signal); returns the seconds it took."""
     started = time.monotonic()
     while not condition():
-        assert time.monotonic() - started < timeout, "the condition did not come true in time"
+        assert time.monotonic() - started < within, "the condition did not come true in time"
         await asyncio.sleep(0.02)
     return time.monotonic() - started
 

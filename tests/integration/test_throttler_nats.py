@@ -146,3 +146,28 @@ async def test_an_unreachable_nats_is_unavailable(subject: str) -> None:
     with pytest.raises(ControllerUnavailableError, match="cannot connect"):
         await transport.request_quota("q", 1, timestamp=0, quota_class_id=None, client_id="c", rpc_timeout=5)
     await unreachable.aclose()
+
+
+async def test_a_request_held_by_a_dead_controller_is_retried_once_another_begins_serving(
+        nats_server: str, connection: NatsConnection, subject: str) -> None:
+    dying_connection = NatsConnection([nats_server])
+    dying = NatsQuotaServer(ThrottlerController(specs(), RealClock()), dying_connection, subject)
+    await dying.start()
+    transport = NatsTransport(connection, subject)
+    await transport.request_quota("slow", 1, timestamp=0, quota_class_id=None, client_id="a", rpc_timeout=5)
+    held = asyncio.create_task(transport.request_quota("slow", 1000, timestamp=0, quota_class_id=None,
+                                                       client_id="a", rpc_timeout=30))
+    for _ in range(100):
+        if dying.controller.queue("slow").queue_size == 1:
+            break
+        await asyncio.sleep(0.01)
+    await dying_connection.aclose()  # gone without a reply, as a SIGKILLed worker
+    started = time.monotonic()
+    successor = NatsQuotaServer(ThrottlerController(specs(), RealClock()), connection, subject)
+    await successor.start()
+    with pytest.raises(ControllerUnavailableError, match="a new throttler controller serves"):
+        await held
+    assert time.monotonic() - started < 5  # not the 30 s rpc_timeout
+    await successor.stop()
+    await dying.controller.aclose()
+    await transport.aclose()

@@ -17,6 +17,7 @@ import asyncio
 import contextlib
 import logging
 from collections.abc import Callable, Sequence
+from typing import Any
 
 import orjson
 from nats.aio.client import Client
@@ -50,6 +51,11 @@ def request_subject(bucket: str) -> str:
     """The subject the controller of the pipeline stored in NATS KV bucket ``bucket`` serves
     (``egress.<bucket>.throttler.request_quota``; a bucket name is plain: A-Z a-z 0-9 _ -)."""
     return f"egress.{bucket}.throttler.request_quota"
+
+
+def announce_subject(subject: str) -> str:
+    """Where a server says it began serving ``subject``: ``<subject>.serving``."""
+    return subject + ".serving"
 
 
 class NatsConnection:
@@ -93,12 +99,19 @@ class NatsConnection:
 
 class NatsTransport:
     """A :class:`~egress.throttler.transport.QuotaTransport` to the controller serving ``subject``
-    on ``connection``; ``clock`` measures ``rpc_timeout`` and the grant's deadline."""
+    on ``connection``; ``clock`` measures ``rpc_timeout`` and the grant's deadline.
+
+    A request sent to a controller that then dies gets no reply; rather than wait out its
+    ``rpc_timeout``, it is given up (``ControllerUnavailableError``, so retried at once) when a
+    server announces on :func:`announce_subject` that it began serving: the next controller.
+    """
 
     def __init__(self, connection: NatsConnection, subject: str, clock: Clock | None = None) -> None:
         self.connection = connection
         self.subject = subject
         self.clock = clock or RealClock()
+        self._announced: asyncio.Future[None] | None = None  # resolved at the next announcement
+        self._listening: Subscription | None = None
 
     async def request_quota(self, throttler_id: str, amount: float, *, timestamp: float, quota_class_id: str | None,
                             client_id: str, rpc_timeout: float, hold: float = 0.0) -> Grant:
@@ -111,9 +124,20 @@ class NatsTransport:
 
     async def _request(self, body: bytes, rpc_timeout: float) -> dict[str, object]:
         client = await self.connection.get()
+        announced = await self._next_announcement(client)
+        # nats-py's own timeout is a backstop: ``with_timeout`` on the clock gives up first.
+        request = asyncio.ensure_future(client.request(self.subject, body, timeout=rpc_timeout + 1.0))
+        racing: set[asyncio.Future[Any]] = {request, announced}
         try:
-            # nats-py's own timeout is a backstop: ``with_timeout`` on the clock gives up first.
-            reply = await client.request(self.subject, body, timeout=rpc_timeout + 1.0)
+            await asyncio.wait(racing, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            if not request.done():
+                request.cancel()
+        if not request.done() or request.cancelled():
+            raise ControllerUnavailableError(f"a new throttler controller serves NATS subject {self.subject}; "
+                                             "asking it")
+        try:
+            reply = request.result()
         except NatsClientError as error:  # no responders, timeout, connection closed or reconnecting
             raise ControllerUnavailableError(
                 f"throttler controller on NATS subject {self.subject}: {error or type(error).__name__}") from None
@@ -122,9 +146,27 @@ class NatsTransport:
             raise_refusal(answer, f"throttler controller on NATS subject {self.subject}")
         return answer
 
+    async def _next_announcement(self, client: Client) -> asyncio.Future[None]:
+        """A future resolved when a server next announces it began serving (subscribing once)."""
+        if self._announced is None or self._announced.done():
+            self._announced = asyncio.get_running_loop().create_future()
+        if self._listening is None:
+            async def on_announcement(_: Msg) -> None:
+                if self._announced is not None and not self._announced.done():
+                    self._announced.set_result(None)
+
+            try:
+                self._listening = await client.subscribe(announce_subject(self.subject), cb=on_announcement)
+            except NatsClientError as error:
+                raise ControllerUnavailableError(f"NATS subject {self.subject}: {error}") from None
+        return self._announced
+
     async def aclose(self) -> None:
-        """Nothing: the connection is its owner's to close."""
-        return None
+        """Stop listening for announcements (the connection is its owner's to close)."""
+        listening, self._listening = self._listening, None
+        if listening is not None:
+            with contextlib.suppress(NatsClientError, TimeoutError, OSError):
+                await listening.unsubscribe()
 
 
 class NatsQuotaServer:
@@ -147,11 +189,13 @@ class NatsQuotaServer:
         self._calls: set[asyncio.Task[None]] = set()
 
     async def start(self) -> None:
-        """Subscribe (raises :class:`ControllerUnavailableError` when NATS cannot be reached)."""
+        """Subscribe, then announce it on :func:`announce_subject` (raises
+        :class:`ControllerUnavailableError` when NATS cannot be reached)."""
         client = await self.connection.get()
         try:
             self._subscription = await client.subscribe(self.subject, queue=QUEUE_GROUP, cb=self._on_request)
             await client.flush(timeout=5)
+            await client.publish(announce_subject(self.subject), b"")  # requests waiting elsewhere come here
         except (NatsClientError, TimeoutError, OSError) as error:
             raise ControllerUnavailableError(f"cannot serve the throttler on NATS subject {self.subject}: "
                                              f"{error or type(error).__name__}") from None
