@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import gzip
 import sqlite3
+import subprocess
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -31,6 +32,18 @@ def _nats_server_stops_at_the_end() -> Iterator[None]:
 def nats_server() -> str:
     """The URL of a real nats-server with JetStream on loopback, shared by the session."""
     return nats_url()
+
+
+@pytest.fixture
+def egress_processes() -> Iterator[list[subprocess.Popen[bytes]]]:
+    """The ``egress run`` processes a test starts; any still running at the end is killed (a
+    stopped one too: SIGKILL ends a SIGSTOPped process)."""
+    processes: list[subprocess.Popen[bytes]] = []
+    yield processes
+    for process in processes:
+        if process.poll() is None:
+            process.kill()
+            process.wait()
 
 
 @pytest.fixture

@@ -158,3 +158,17 @@ async def _settle(rounds: int = 50) -> None:
         ready = getattr(loop, "_ready", None)
         if ready is not None and len(ready) == 0:
             return
+
+
+async def event_or_timeout(event: asyncio.Event, clock: Clock, seconds: float) -> bool:
+    """Wait until ``event`` is set or ``seconds`` pass on ``clock``, whichever comes first; True
+    when the clock came first."""
+    waker = asyncio.ensure_future(event.wait())
+    sleeper = asyncio.ensure_future(clock.sleep(seconds))
+    try:
+        done, _ = await asyncio.wait({waker, sleeper}, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        for task in (waker, sleeper):
+            task.cancel()
+        await asyncio.gather(waker, sleeper, return_exceptions=True)
+    return waker not in done

@@ -129,17 +129,6 @@ def assert_firehose_requests_tile(expected: list[list[bytes]], requests: list[di
     assert remaining == set()  # and no request carried anything else
 
 
-@pytest.fixture
-def egress_processes() -> Iterator[list[subprocess.Popen[bytes]]]:
-    """The ``egress run`` processes a test starts; any still running at the end is killed."""
-    processes: list[subprocess.Popen[bytes]] = []
-    yield processes
-    for process in processes:
-        if process.poll() is None:
-            process.kill()
-            process.wait()
-
-
 def write_spec(directory: Path, port: int, run: int) -> Path:
     """The example Spec with an absolute data path, the receiver's URL and the run-number header."""
     spec = yaml.safe_load(SPEC.read_text())

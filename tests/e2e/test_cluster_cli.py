@@ -5,6 +5,8 @@ demo on one SQLite state directory."""
 from __future__ import annotations
 
 import json
+import os
+import signal
 import socket
 import subprocess
 import sys
@@ -109,3 +111,44 @@ def test_two_processes_on_one_state_directory_drain_the_demo(tmp_path: Path, rec
     assert report["workers"] == 2
     assert report["drained"] is True
     assert report["rows_read"] == 27_004
+
+
+def children_of(pid: int) -> list[int]:
+    return [int(child) for child in Path(f"/proc/{pid}/task/{pid}/children").read_text().split()]
+
+
+@pytest.mark.timeout(240)
+def test_processes_restarts_a_killed_worker_and_still_delivers_everything(
+        tmp_path: Path, receiver: Receiver, egress_processes: list[subprocess.Popen[bytes]]) -> None:
+    spec = write_spec(tmp_path, receiver.port, 1)
+    log = tmp_path / "run.log"
+    parent = egress_run(spec, "--processes", "2", "--until-drained", "--state-dir", str(tmp_path / "state"), *CLUSTER,
+                        log=log)
+    egress_processes.append(parent)
+    wait_for_first_request(receiver.record, 1, parent, log)
+    victim = children_of(parent.pid)[0]
+    os.kill(victim, signal.SIGKILL)
+    assert parent.wait(timeout=200) == 0, log.read_text()
+    assert "ended unexpectedly (killed by SIGKILL): starting it again" in log.read_text()
+    requests, distinct = distinct_keys(receiver.record)
+    print(f"\n--processes 2, one worker SIGKILLed: {distinct:,} of {EXPECTED:,}, {requests - distinct} sent twice")
+    assert distinct == EXPECTED
+
+
+@pytest.mark.timeout(240)
+def test_ctrl_c_stops_every_worker_of_processes_and_a_second_run_finishes(
+        tmp_path: Path, receiver: Receiver, egress_processes: list[subprocess.Popen[bytes]]) -> None:
+    spec = write_spec(tmp_path, receiver.port, 1)
+    log = tmp_path / "run.log"
+    state = str(tmp_path / "state")
+    parent = egress_run(spec, "--processes", "2", "--state-dir", state, *CLUSTER, log=log)
+    egress_processes.append(parent)
+    wait_for_first_request(receiver.record, 1, parent, log)
+    children = children_of(parent.pid)
+    parent.send_signal(signal.SIGINT)
+    assert parent.wait(timeout=60) == 0, log.read_text()
+    assert not any(Path(f"/proc/{child}").exists() for child in children)
+    again = subprocess.run([sys.executable, "-m", "egress", "run", str(spec), "--dynamic-spec", str(DYNAMIC_SPEC),
+                            "--until-drained", "--quiet", "--state-dir", state], cwd=REPO, timeout=200, check=False)
+    assert again.returncode == 0
+    assert distinct_keys(receiver.record)[1] == EXPECTED

@@ -12,7 +12,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -24,7 +24,9 @@ from egress.engines import Engine
 from egress.keys import derived_message_id, idempotency_key, source_message_id, source_scope
 from egress.receiver import Receiver, ReceiverConfig
 from egress.runtime import EngineFactory, Pipeline, RunOptions, RunResult, load_plan
+from egress.runtime.layout import LAYOUT_KEY
 from egress.runtime.pipeline import nats_engine_factory, shared_sqlite_engine
+from egress.runtime.worker import ClusterSpecError
 from tests.conftest import ServerFactory, payload_spec
 
 pytestmark = pytest.mark.integration
@@ -165,20 +167,9 @@ async def test_a_joining_worker_takes_about_half_the_units_by_orderly_hand_over(
     assert duplicates(receiver) <= IN_FLIGHT * moved, (duplicates(receiver), moved)
 
 
-@pytest.fixture
-def processes() -> Iterator[list[subprocess.Popen[bytes]]]:
-    started: list[subprocess.Popen[bytes]] = []
-    yield started
-    for process in started:
-        if process.poll() is None:
-            process.send_signal(signal.SIGCONT)
-            process.kill()
-            process.wait()
-
-
 async def test_a_worker_that_stops_renewing_loses_its_units_within_the_ttl_and_then_goes_on(
         tmp_path: Path, serve_app: ServerFactory, engine_name: str,
-        processes: list[subprocess.Popen[bytes]]) -> None:
+        egress_processes: list[subprocess.Popen[bytes]]) -> None:
     receiver = Receiver(ReceiverConfig(delay=0.01))
     count = 4000
     cluster = make_cluster(tmp_path, engine_name, f"{await serve_app(receiver.app)}/events", count)
@@ -188,7 +179,7 @@ async def test_a_worker_that_stops_renewing_loses_its_units_within_the_ttl_and_t
     with log.open("wb") as output:
         a = subprocess.Popen(cluster.command("worker-a"), cwd=REPO, stdout=output,  # noqa: ASYNC220
                              stderr=subprocess.STDOUT)
-    processes.append(a)
+    egress_processes.append(a)
     await until(lambda: owners_of(b.engine, "worker-a", at_least=UNITS // 2), 60, "worker-a takes its share")
     a.send_signal(signal.SIGSTOP)
     stopped = time.monotonic()
@@ -209,3 +200,27 @@ async def owners_of(engine: Engine | None, owner: str, *, at_least: int) -> bool
     if engine is None:
         return False
     return sum(1 for lease in await engine.leases() if lease.owner == owner) >= at_least
+
+
+async def test_a_worker_with_another_spec_is_refused_before_it_records_anything(
+        tmp_path: Path, serve_app: ServerFactory, engine_name: str) -> None:
+    """A Spec that adds a computation would pass the layout check (additions are recorded): the
+    cluster's refusal comes first, so the running workers' layout stays as it was."""
+    receiver = Receiver(ReceiverConfig(delay=0.05))
+    cluster = make_cluster(tmp_path, engine_name, f"{await serve_app(receiver.app)}/events", 2000)
+    a = cluster.worker("worker-a")
+    first = asyncio.create_task(a.run())
+    await until(lambda: bool(a.jobs) and receiver.stats.requests > 0, 30, "worker-a runs")
+    assert a.engine is not None
+    layout = await a.engine.read_meta(LAYOUT_KEY)
+    document = yaml.safe_load(cluster.spec.read_text())
+    document["computations"]["audit"] = document["computations"]["deliver"]
+    other = tmp_path / "other.yaml"
+    other.write_text(yaml.safe_dump(document))
+    b = Pipeline(load_plan(other, cluster.dynamic), cluster.state, options=OPTIONS, engine_factory=cluster.factory,
+                 worker_id="worker-b")
+    with pytest.raises(ClusterSpecError, match=r"other\.yaml: worker worker-a of this pipeline's cluster runs another"):
+        await b.run()
+    assert await a.engine.read_meta(LAYOUT_KEY) == layout
+    a.request_stop()
+    assert (await asyncio.wait_for(first, 60)).ok

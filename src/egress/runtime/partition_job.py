@@ -17,7 +17,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from egress.clock import Clock
+from egress.clock import Clock, event_or_timeout
 from egress.connectors.base import Sink, SinkContext
 from egress.connectors.dead_letters import DeadLetterFiles
 from egress.engines import Engine, EpochCommit, LogMessage, OutboxMessage, SinkProgress
@@ -307,15 +307,7 @@ class PartitionJob:
 
     async def _timer_came_first(self, seconds: float) -> bool:
         """Wait for a wake or ``seconds`` on the clock, whichever comes first; True for the clock."""
-        waker = asyncio.ensure_future(self._wakeup.wait())
-        sleeper = asyncio.ensure_future(self._clock.sleep(seconds))
-        try:
-            done, _ = await asyncio.wait({waker, sleeper}, return_when=asyncio.FIRST_COMPLETED)
-        finally:
-            for task in (waker, sleeper):
-                task.cancel()
-            await asyncio.gather(waker, sleeper, return_exceptions=True)
-        return waker not in done
+        return await event_or_timeout(self._wakeup, self._clock, seconds)
 
     def _distribute(self, messages: list[OutboxMessage]) -> None:
         if not messages:

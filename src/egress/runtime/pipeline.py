@@ -37,7 +37,7 @@ from egress.runtime.options import RunOptions
 from egress.runtime.partition_job import PartitionJob
 from egress.runtime.plan import Plan, build_plan
 from egress.runtime.source_reader import SourceReader, finished_key
-from egress.runtime.worker import ClusterSpecError, Worker, WorkerSettings
+from egress.runtime.worker import ClusterSpecError, Worker, WorkerSettings, refuse_another_spec
 from egress.spec import DynamicSpec, Spec, load_document, validate_model
 from egress.throttler import THROTTLER_STATE_NAME, Throttling
 
@@ -216,6 +216,8 @@ class Pipeline:
                 await engine.open()
             except SpecMismatchError as mismatch:  # another pipeline's directory: name the Spec, as layouts do
                 raise mismatch.in_file(self.plan.spec_file) from None
+            if self.worker_id is not None:  # before the layout check, which may record this Spec's additions
+                await refuse_another_spec(engine, spec_digest(spec), self.worker_id, self.plan.spec_file)
             await check_state_directory(engine, self.plan, self.state_dir)
             nats = self._electing_on(engine, dynamic)
             if nats is not None:

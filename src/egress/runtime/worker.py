@@ -25,7 +25,7 @@ import os
 import socket
 from dataclasses import dataclass, field
 
-from egress.clock import Clock
+from egress.clock import Clock, event_or_timeout
 from egress.engines import Engine, FencedError, MemberInfo
 from egress.errors import SpecError
 from egress.runtime.assignment import Unit, assign, changes, units_of
@@ -59,6 +59,19 @@ elsewhere is tried;
 
 class ClusterSpecError(SpecError):
     """A worker was started with another Spec than the live members of its cluster run."""
+
+
+async def refuse_another_spec(engine: Engine, digest: str, worker_id: str, spec_file: str | None) -> None:
+    """Raise :class:`ClusterSpecError` (naming ``spec_file``) when a live member of ``engine``'s
+    pipeline other than ``worker_id`` runs a Spec whose digest is not ``digest``."""
+    for member in await engine.members():
+        if member.spec_digest != digest and member.worker_id != worker_id:
+            raise ClusterSpecError(
+                f"worker {member.worker_id} of this pipeline's cluster runs another Spec (digest "
+                f"{member.spec_digest[:12]}, this one {digest[:12]}): every worker of a pipeline must run the "
+                "same Spec. Start this worker with the Spec file the others use, or stop every worker first and "
+                "start them all with the new Spec (its layout is then checked against the committed data)",
+                file=spec_file)
 
 
 class Worker:
@@ -105,15 +118,10 @@ class Worker:
             await self._leave()
 
     async def _join(self) -> None:
-        """Refuse to join members that run another Spec, then register."""
-        for member in await self._engine.members():
-            if member.spec_digest != self.settings.spec_digest and member.worker_id != self.settings.worker_id:
-                raise ClusterSpecError(
-                    f"worker {member.worker_id} of this pipeline's cluster runs another Spec (digest "
-                    f"{member.spec_digest[:12]}, this one {self.settings.spec_digest[:12]}): every worker of a "
-                    "pipeline must run the same Spec. Start this worker with the Spec file the others use, or "
-                    "stop every worker first and start them all with the new Spec (its layout is then checked "
-                    "against the committed data)", file=self.settings.spec_file)
+        """Refuse to join members that run another Spec (checked before anything, by the runner,
+        and again here), then register."""
+        await refuse_another_spec(self._engine, self.settings.spec_digest, self.settings.worker_id,
+                                  self.settings.spec_file)
         await self._engine.register(self.me, self.settings.lease_ttl)
 
     async def _loop(self) -> None:
@@ -138,14 +146,7 @@ class Worker:
     async def _wait(self, seconds: float) -> None:
         """Until a job ends, a stop is asked for, or ``seconds`` on the clock."""
         self._changed.clear()
-        waker = asyncio.ensure_future(self._changed.wait())
-        sleeper = asyncio.ensure_future(self._clock.sleep(seconds))
-        try:
-            await asyncio.wait({waker, sleeper}, return_when=asyncio.FIRST_COMPLETED)
-        finally:
-            for task in (waker, sleeper):
-                task.cancel()
-            await asyncio.gather(waker, sleeper, return_exceptions=True)
+        await event_or_timeout(self._changed, self._clock, seconds)
 
     async def _heartbeat(self) -> None:
         """Stay listed, keep the leases of the running units, and learn the members."""
