@@ -5,7 +5,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-stamp
 FAIL_RATE ?= 0
 
-.PHONY: venv demo test test-fast lint bench clean
+.PHONY: venv demo demo-cluster test test-fast lint bench clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -17,6 +17,9 @@ venv: $(STAMP)
 
 demo: venv
 	$(PY) examples/http_delivery/demo.py --fail-rate $(FAIL_RATE)
+
+demo-cluster: venv
+	$(PY) examples/cluster/demo.py
 
 lint: venv
 	$(VENV)/bin/ruff check src tests examples benchmarks

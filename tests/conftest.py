@@ -13,7 +13,7 @@ import pytest
 import yaml
 from aiohttp import web
 
-from tests.nats_server import nats_url, stop_nats_server
+from tests.nats_server import NatsCluster, NatsServer, nats_url, stop_nats_server
 
 REPO = Path(__file__).resolve().parents[1]
 JANUARY = REPO / "examples" / "http_delivery" / "data" / "flights-2013-01.csv.gz"
@@ -44,6 +44,26 @@ def egress_processes() -> Iterator[list[subprocess.Popen[bytes]]]:
         if process.poll() is None:
             process.kill()
             process.wait()
+
+
+@pytest.fixture
+def own_nats_server() -> Iterator[NatsServer]:
+    """A nats-server of this test alone (it may be SIGKILLed and restarted on its store), stopped by pid."""
+    started = NatsServer().start()
+    try:
+        yield started
+    finally:
+        started.stop()
+
+
+@pytest.fixture
+def nats_cluster() -> Iterator[NatsCluster]:
+    """A 3-node JetStream cluster on loopback of this test alone, stopped by pid at the end."""
+    started = NatsCluster(3).start()
+    try:
+        yield started
+    finally:
+        started.stop()
 
 
 @pytest.fixture

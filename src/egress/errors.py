@@ -16,6 +16,7 @@ one type. The shape follows httpx: a small tree, named by what went wrong, not b
     ├── RedirectError             a Location cannot be followed (egress.httpclient.redirects)
     ├── FencedError               a commit carried a stale epoch (egress.engines.protocols)
     ├── NatsEngineError           the NATS engine cannot reach or use its server (egress.engines.nats)
+    │   ├── NatsUnavailableError  no usable answer within outage_timeout (retryable)
     │   └── JetStreamRequestError
     ├── DeadLetterFileError       a dead-letter file cannot be read or written (egress.connectors.dead_letters)
     ├── RedriveError              egress redrive cannot start (egress.runtime.redrive)

@@ -31,12 +31,14 @@ SEED = int(os.environ.get("EGRESS_TEST_SEED", "20260412"))
 pytestmark = pytest.mark.e2e
 
 
-def write_pipeline(directory: Path, rng: random.Random) -> tuple[Path, Counter[str]]:
-    """Events with random keys and data; returns the spec (retry delay 1 s) and the expected totals."""
+def write_pipeline(directory: Path, rng: random.Random, events_count: int = EVENTS,
+                   keys: int = KEYS) -> tuple[Path, Counter[str]]:
+    """``events_count`` events with random keys (of ``keys``) and data; returns the spec (retry
+    delay 1 s) and the expected totals."""
     expected: Counter[str] = Counter()
     lines = []
-    for _ in range(EVENTS):
-        key = f"key-{rng.randrange(KEYS)}"
+    for _ in range(events_count):
+        key = f"key-{rng.randrange(keys)}"
         data = "x" * rng.randint(1, 40)
         expected[key] += len(data)
         lines.append(orjson.dumps({"key": key, "data": data}))

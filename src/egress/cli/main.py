@@ -94,6 +94,9 @@ def run(
     heartbeat_period: Annotated[Optional[float], typer.Option(  # noqa: UP045
         min=0.1, help="Cluster: seconds between renewals of a worker's leases (default: a quarter of --lease-ttl).")
     ] = None,
+    replicas: Annotated[int, typer.Option(
+        min=1, max=5, help="NATS: copies of the pipeline's stream (1; 3 on a 3-node cluster survives the loss of "
+                           "a node). Every worker must give the same.")] = 1,
     shared_state: Annotated[bool, typer.Option(hidden=True, help="A worker process of --processes.")] = False,
 ) -> None:
     """Run a pipeline. Ctrl-C stops after the current epoch commits; run again to resume."""
@@ -109,12 +112,13 @@ def run(
         raise typer.BadParameter(str(error), param_hint="--engine") from None
     directory = state_dir or Path(".egress") / plan.spec.pipeline
     options = RunOptions(until_drained=until_drained, throttler_url=throttler_url, lease_ttl=lease_ttl,
-                         heartbeat_period=heartbeat_period if heartbeat_period is not None else lease_ttl / 4)
+                         heartbeat_period=heartbeat_period if heartbeat_period is not None else lease_ttl / 4,
+                         replicas=replicas)
     if processes > 1:
         from egress.cli.processes import ProcessesRun
 
         shared = [str(spec.absolute()), "--engine", engine, "--lease-ttl", str(options.lease_ttl),
-                  "--heartbeat-period", str(options.heartbeat_period)]
+                  "--heartbeat-period", str(options.heartbeat_period), "--replicas", str(replicas)]
         shared += ["--dynamic-spec", str(dynamic_spec.absolute())] if dynamic_spec is not None else []
         shared += ["--until-drained"] if until_drained else []
         shared += ["--throttler-url", throttler_url] if throttler_url is not None else []

@@ -22,7 +22,8 @@ class RunOptions:
     failover time of a dead worker's units (``lease_ttl + heartbeat_period`` plus one epoch);
     ``remote_poll_period`` (seconds): how often every job looks for input another worker appended,
     the backstop of the engine's append notifications; ``drained_check_period`` (seconds): how often
-    the engine is asked whether the whole pipeline is drained."""
+    the engine is asked whether the whole pipeline is drained. On NATS, ``replicas`` is the
+    pipeline stream's replica count (1; 3 on a cluster)."""
 
     epoch_max_messages: int = 2048
     epoch_period: float = 0.05
@@ -36,6 +37,7 @@ class RunOptions:
     heartbeat_period: float = 2.5
     remote_poll_period: float = 1.0
     drained_check_period: float = 0.5
+    replicas: int = 1
 
 
 @dataclass(frozen=True)

@@ -69,7 +69,7 @@ def nats_engine_factory(servers: list[str], worker_id: str | None = None) -> Eng
     def make(state_dir: Path, pipeline: str, options: RunOptions) -> Engine:
         from egress.engines.nats import NatsEngine
 
-        return NatsEngine(servers, pipeline, owner=worker_id, lease_ttl=options.lease_ttl)
+        return NatsEngine(servers, pipeline, owner=worker_id, lease_ttl=options.lease_ttl, replicas=options.replicas)
 
     return make
 

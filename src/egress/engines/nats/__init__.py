@@ -2,6 +2,6 @@
 nats-py; ``egress.engines`` exports ``NatsEngine`` lazily, so embedded runs never load it."""
 
 from egress.engines.nats.engine import NatsEngine
-from egress.engines.nats.errors import NatsEngineError
+from egress.engines.nats.errors import NatsEngineError, NatsUnavailableError
 
-__all__ = ["NatsEngine", "NatsEngineError"]
+__all__ = ["NatsEngine", "NatsEngineError", "NatsUnavailableError"]

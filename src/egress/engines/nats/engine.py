@@ -15,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import bisect
 import contextlib
+import functools
 import json
 import logging
 import math
@@ -39,7 +40,15 @@ from nats.js.kv import KeyValue
 from egress.clock import Clock, RealClock
 from egress.engines.nats import records
 from egress.engines.nats.errors import JetStreamRequestError, NatsEngineError
-from egress.engines.nats.jetstream import MAX_BATCH, WRONG_LAST_SEQUENCE, JetStream, Outgoing, Stored, expect_last
+from egress.engines.nats.jetstream import (
+    MAX_BATCH,
+    WRONG_LAST_SEQUENCE,
+    JetStream,
+    Link,
+    Outgoing,
+    Stored,
+    expect_last,
+)
 from egress.engines.nats.records import CheckpointRecord, LogEntry
 from egress.engines.nats.subjects import BUCKET_NAME, Layout, default_bucket, name_of_token, name_token
 from egress.engines.protocols import (
@@ -56,6 +65,7 @@ from egress.engines.protocols import (
     OutboxMessage,
     SinkProgress,
 )
+from egress.errors import RowEncodingError
 from egress.keys import partition_of
 from egress.rows import decode_row, encode_row, first_unstorable_row_error
 
@@ -72,6 +82,10 @@ _ACQUIRE_ATTEMPTS = 20
 _CACHED_CHUNKS = 4  # decoded log chunks kept per (stream, partition)
 _INDEXED_CHUNKS = 4096  # log chunk positions remembered per (stream, partition)
 _HEADER_ROOM = 8 * 1024  # of the server's max_payload, left for headers
+DUPLICATE_WINDOW = 120.0
+"""Seconds the stream remembers a ``Nats-Msg-Id`` (the server's default, set explicitly): a commit
+sent again after a lost answer must reach the server within it, so ``outage_timeout`` plus
+``request_timeout`` must stay below it."""
 
 
 @dataclass(slots=True)
@@ -167,12 +181,21 @@ class NatsEngine:
     recorded in each lease. Every ``retention_period`` seconds (on the clock) a commit also purges
     the log chunks every consumer has passed (:meth:`trim`). ``request_timeout`` bounds each
     request (seconds).
+
+    After ``open()``, a lost connection or a server that cannot answer yet (restarted, JetStream
+    recovering, a cluster electing a stream leader) makes every operation wait for the connection
+    to come back and try again, for up to ``outage_timeout`` seconds, then raise
+    :class:`NatsUnavailableError` (retryable: nothing committed is lost). A commit sent again is
+    applied once: its batch carries the same ``Nats-Msg-Id`` each time, and the server refuses a
+    replay of a stored one (docs/cluster.md, "Failures"). After a commit raised anything but
+    ``FencedError``, its outcome is unknown to the caller: the consumer partition's next commit is
+    refused until ``load_checkpoint`` reloads it.
     """
 
     def __init__(self, servers: str | Sequence[str], pipeline: str, *, bucket: str | None = None,
                  replicas: int = 1, owner: str | None = None, lease_ttl: float = 30.0,
                  connect_timeout: float = 5.0, request_timeout: float = 10.0, retention_period: float = 10.0,
-                 clock: Clock | None = None) -> None:
+                 outage_timeout: float = 60.0, clock: Clock | None = None) -> None:
         self.servers = [servers] if isinstance(servers, str) else list(servers)
         self.pipeline = pipeline
         self.bucket = bucket if bucket is not None else default_bucket(pipeline)
@@ -184,6 +207,12 @@ class NatsEngine:
         self.connect_timeout = connect_timeout
         self.request_timeout = request_timeout
         self.retention_period = retention_period
+        if outage_timeout + request_timeout >= DUPLICATE_WINDOW:
+            raise NatsEngineError(f"outage_timeout {outage_timeout:g} s + request_timeout {request_timeout:g} s must "
+                                  f"stay below the {DUPLICATE_WINDOW:g} s a server remembers a commit's message id")
+        self.outage_timeout = outage_timeout
+        self._link = Link()
+        self._doubtful: set[tuple[str, int]] = set()
         self._clock = clock if clock is not None else RealClock()
         self._layout = Layout(self.bucket)
         self._connection: Client | None = None
@@ -208,6 +237,13 @@ class NatsEngine:
     def url(self) -> str:
         return ", ".join(self.servers)
 
+    @property
+    def connected(self) -> bool:
+        """Whether the connection to a server is up now (False before ``open()``, while reconnecting
+        and after ``close()``)."""
+        connection = self._connection
+        return connection is not None and connection.is_connected
+
     # -- lifecycle ---------------------------------------------------------------------------
 
     async def open(self) -> None:
@@ -220,24 +256,44 @@ class NatsEngine:
             if connected:  # before, the failure to connect is the error open() raises
                 logger.warning("NATS %s: %s", self.url, error)
 
+        async def on_disconnected() -> None:
+            self._link.dropped()
+            if connected and not connection.is_closed:
+                logger.warning("NATS %s: disconnected; reconnecting (operations wait up to %g s)", self.url,
+                               self.outage_timeout)
+
+        async def on_reconnected() -> None:
+            self._link.restored()
+            logger.warning("NATS %s: reconnected to %s", self.url, connection.connected_url.netloc
+                           if connection.connected_url else "?")
+
+        async def on_closed() -> None:
+            self._link.closed()  # nothing to wait for: the next request fails with the connection closed
+
         connected = False
 
         try:
+            # pending_size 0: while disconnected a publish fails at once (and is tried again once the
+            # connection is back) instead of waiting in a buffer to be sent after an attempt gave up.
             await asyncio.wait_for(connection.connect(
                 servers=self.servers, connect_timeout=max(1, round(self.connect_timeout)), reconnect_time_wait=1,
-                max_reconnect_attempts=-1, error_cb=on_error, name=f"egress {self.pipeline}"), self.connect_timeout)
+                max_reconnect_attempts=-1, pending_size=0, error_cb=on_error, disconnected_cb=on_disconnected,
+                reconnected_cb=on_reconnected, closed_cb=on_closed, name=f"egress {self.pipeline}"),
+                self.connect_timeout)
         except (TimeoutError, OSError, NatsClientError) as error:
             cause = errors[-1] if errors else error
             raise NatsEngineError(
                 f"{self.url}: cannot connect to the NATS server within {self.connect_timeout:g} s ({cause}); "
                 "start it (nats-server -js) or fix the URL") from None
         connected = True
+        self._link.restored()
         version = connection.connected_server_version
         if (version.major, version.minor) < MINIMUM_SERVER:
             raise NatsEngineError(f"{self.url}: nats-server {version} is older than 2.12, which has atomic "
                                   "batch publish; upgrade the server")
         self._budget = connection.max_payload - _HEADER_ROOM
-        self._stream = JetStream(connection, self._layout.stream, self.request_timeout, self.url)
+        self._stream = JetStream(connection, self._layout.stream, self.request_timeout, self.url,
+                                 outage_timeout=self.outage_timeout, link=self._link)
         js = connection.jetstream(timeout=self.request_timeout)
         try:
             await self._ensure_stream(js)
@@ -278,8 +334,9 @@ class NatsEngine:
         kv = self._kv
         if kv is None:
             raise NatsEngineError(f"{self.url}: the engine is not open; call open() first")
-        async with self._js().answering(f"the metadata value {key}"):
-            await kv.put(self._layout.metadata_key(key), value.encode())
+        js, what = self._js(), f"the metadata value {key}"
+        async with js.answering(what):
+            js.observed(await js.retrying(what, lambda: kv.put(self._layout.metadata_key(key), value.encode())))
 
     async def inventory(self) -> CommittedInventory:
         """Where committed work waits (:class:`CommittedInventory`): the last log chunk of each log
@@ -332,7 +389,7 @@ class NatsEngine:
             subjects=[f"{self._layout.prefix}>"], storage=StorageType.FILE, num_replicas=self.replicas,
             retention=RetentionPolicy.LIMITS, discard=DiscardPolicy.OLD, max_msgs=-1, max_bytes=-1,
             max_msgs_per_subject=1, allow_atomic=True, allow_direct=True, allow_rollup_hdrs=True,
-            allow_msg_ttl=True, deny_delete=True, deny_purge=False)
+            allow_msg_ttl=True, deny_delete=True, deny_purge=False, duplicate_window=DUPLICATE_WINDOW)
 
     async def _ensure_stream(self, js: JetStreamContext) -> None:
         """Create the bucket's stream, or update it when a setting this engine relies on differs."""
@@ -344,7 +401,7 @@ class NatsEngine:
             return
         have = info.config
         checked = ("subjects", "storage", "num_replicas", "max_msgs_per_subject", "allow_atomic", "allow_direct",
-                   "allow_msg_ttl", "allow_rollup_hdrs")
+                   "allow_msg_ttl", "allow_rollup_hdrs", "duplicate_window")
         if any(getattr(have, name) != getattr(wanted, name) for name in checked):
             await js.update_stream(wanted)
 
@@ -379,18 +436,21 @@ class NatsEngine:
         key = self._layout.lease_key(consumer, partition)
         lease = json.dumps({"consumer": consumer, "partition": partition, "owner": self.owner,
                             "ttl": self.lease_ttl, "acquired_at": self._clock.now()}).encode()
+        js, what = self._js(), f"the lease of {consumer} partition {partition}"
         for _ in range(_ACQUIRE_ATTEMPTS):
-            async with self._js().answering(f"the lease of {consumer} partition {partition}"):
+            async with js.answering(what):
                 try:
-                    last = (await kv.get(key)).revision
+                    last = (await js.retrying(what, lambda: kv.get(key))).revision
                 except KeyNotFoundError as missing:
                     last = missing.entry.revision if missing.entry is not None else 0
                 try:
-                    revision = await kv.update(key, lease, last=last)
+                    revision = await js.retrying(what, functools.partial(kv.update, key, lease, last=last))
                 except KeyWrongLastSequenceError:
-                    continue  # another process took it between the read and the update: read again
+                    continue  # another process took it between the read and the update (or an answer was lost)
+            js.observed(revision)
             self._leases[(consumer, partition)] = _Lease(revision, revision)
             self._views.pop((consumer, partition), None)
+            self._doubtful.discard((consumer, partition))
             return revision
         raise NatsEngineError(f"{self.url}: bucket {self.bucket}: the lease of {consumer} partition {partition} "
                               f"changed under every one of {_ACQUIRE_ATTEMPTS} attempts to take it")
@@ -683,6 +743,7 @@ class NatsEngine:
     async def load_checkpoint(self, consumer: str, partition: int, sinks: list[str]) -> Checkpoint:
         view, outbox = await self._load_view(consumer, partition, with_outbox=True)
         self._views[(consumer, partition)] = view
+        self._doubtful.discard((consumer, partition))
         record = view.checkpoint
         progress = {sink: SinkProgress() for sink in sinks}
         progress.update(record.sinks)
@@ -729,21 +790,37 @@ class NatsEngine:
         consumer, partition = commit.consumer, commit.partition
         async with _locked(self._consumer_locks, [(consumer, partition)]):  # renew() and release() too
             fence = self._fence(consumer, partition, commit.epoch)
-            view = self._views.get((consumer, partition))
-            if view is None:
-                view, _ = await self._load_view(consumer, partition, with_outbox=False)
-                self._views[(consumer, partition)] = view
-            if view.redo is not None:
-                await self._apply_redo(consumer, partition, commit.epoch, fence, view)
-            slots = sorted({(append[0], append[1]) for append in commit.log_appends})
-            async with _locked(self._slot_locks, slots):
-                await self._publish_commit(commit, fence, view, slots)
-            await self._notify_appends(slots)
-            if view.redo is not None:
-                await self._apply_redo(consumer, partition, commit.epoch, fence, view)
-            await self._retained(self._trim_outbox(consumer, partition, view))
+            if (consumer, partition) in self._doubtful:
+                raise NatsEngineError(f"{self.url}: bucket {self.bucket}: an earlier commit of {consumer} partition "
+                                      f"{partition} failed and may or may not have been stored; load_checkpoint "
+                                      "(restart the job from its committed checkpoint) before committing again")
+            try:
+                await self._commit_locked(commit, fence)
+            except (FencedError, RowEncodingError):  # refused before or by the server: nothing stored
+                raise
+            except BaseException:  # a lost connection, an outage, a cancellation: stored or not, unknown here
+                self._doubtful.add((consumer, partition))
+                self._views.pop((consumer, partition), None)
+                raise
         if self._clock.monotonic() - self._last_trim >= self.retention_period and not self._trimming:
             await self._retained(self.trim())
+
+    async def _commit_locked(self, commit: EpochCommit, fence: int) -> None:
+        """:meth:`commit` with the consumer partition's lock held."""
+        consumer, partition = commit.consumer, commit.partition
+        view = self._views.get((consumer, partition))
+        if view is None:
+            view, _ = await self._load_view(consumer, partition, with_outbox=False)
+            self._views[(consumer, partition)] = view
+        if view.redo is not None:
+            await self._apply_redo(consumer, partition, commit.epoch, fence, view)
+        slots = sorted({(append[0], append[1]) for append in commit.log_appends})
+        async with _locked(self._slot_locks, slots):
+            await self._publish_commit(commit, fence, view, slots)
+        await self._notify_appends(slots)
+        if view.redo is not None:
+            await self._apply_redo(consumer, partition, commit.epoch, fence, view)
+        await self._retained(self._trim_outbox(consumer, partition, view))
 
     async def _retained(self, purge: Awaitable[None]) -> None:
         """Run a purge after a commit: the commit stands whatever happens, and what a failed purge
@@ -763,6 +840,7 @@ class NatsEngine:
         checkpoint = view.checkpoint.updated(commit, hints)
         head = Outgoing(layout.checkpoint(consumer, partition), checkpoint.encode(),
                         expect_last(fence, layout.lease(consumer, partition)))
+        message_id = uuid.uuid4().hex  # the same for every batch of this commit: the server stores at most one
         for _ in range(_LOG_ATTEMPTS):
             ends = {slot: await self._log_end(slot) for slot in slots}
             log_messages, log_chunks = self._log_messages(entries, ends)
@@ -776,7 +854,7 @@ class NatsEngine:
                                       f"messages of up to {self._budget} bytes, over the {MAX_BATCH} of one atomic "
                                       "batch; lower epoch_max_messages or raise the server's max_payload")
             try:
-                last = await self._js().publish_batch(batch)
+                last = await self._js().publish_batch(batch, message_id)
             except JetStreamRequestError as error:
                 refusal = await self._refusal(consumer, partition, commit.epoch, fence, error)
                 if isinstance(refusal, FencedError) or error.code != WRONG_LAST_SEQUENCE:
@@ -784,6 +862,9 @@ class NatsEngine:
                 for slot in slots:  # another writer appended to one of these log partitions: offsets again
                     self._log_ends.pop(slot, None)
                 continue
+            if last is None:  # stored by an attempt whose answer was lost: its sequences come from the server
+                await self._stored_earlier(consumer, partition, view, checkpoint, slots)
+                return
             first_seq = last - len(batch) + 1
             for number, chunk in enumerate(log_chunks, first_seq + 1):
                 chunk[1].seq = number
@@ -798,6 +879,16 @@ class NatsEngine:
             return
         raise NatsEngineError(f"{self.url}: bucket {self.bucket}: the log appends of {consumer} partition {partition} "
                               f"met another writer's appends {_LOG_ATTEMPTS} times in a row")
+
+    async def _stored_earlier(self, consumer: str, partition: int, view: _View, checkpoint: CheckpointRecord,
+                              slots: list[tuple[str, int]]) -> None:
+        """Bring ``view`` and the log ends of ``slots`` up to a commit stored by an earlier attempt of
+        the batch: the checkpoint is the one it carried; the outbox and redo chunks (and the log
+        ends) are read back, their sequences being unknown here."""
+        for slot in slots:
+            self._log_ends.pop(slot, None)
+        stored, _ = await self._load_view(consumer, partition, with_outbox=False)
+        view.checkpoint, view.outbox, view.redo = checkpoint, stored.outbox, stored.redo
 
     def _hint(self, slot: tuple[str, int], offset: int) -> int:
         known = self._indexes.get(slot)
@@ -891,7 +982,7 @@ class NatsEngine:
                      for subject, record, deleted in redo.writes[start:start + MAX_BATCH]]
             batch[0] = batch[0]._replace(headers={**(batch[0].headers or {}), **expect_last(fence, lease)})
             try:
-                await self._js().publish_batch(batch)
+                await self._js().publish_batch(batch)  # None (stored by an earlier attempt) is as good
             except JetStreamRequestError as error:
                 raise await self._refusal(consumer, partition, epoch, fence, error) from None
         await self._js().purge(self._layout.redos(consumer, partition), redo.last_seq + 1)

@@ -10,8 +10,16 @@ class NatsEngineError(EgressError):
     server URL (and the bucket or consumer partition concerned) and the fix."""
 
 
+class NatsUnavailableError(NatsEngineError):
+    """The server gave no usable answer for longer than the engine's ``outage_timeout`` (connection
+    lost and not back, JetStream not ready, no stream leader). Retryable: what was committed stays
+    committed and an operation that raised this either took effect whole or not at all; a job
+    that gets it restarts from its committed checkpoint (``load_checkpoint``) once the server is back."""
+
+
 class JetStreamRequestError(NatsEngineError):
-    """The server refused a request; ``code`` is JetStream's ``err_code`` (0 when it gave none)."""
+    """The server refused a request; ``code`` is JetStream's ``err_code`` (for a direct get, the
+    status it answered, e.g. 503; 0 when it gave none)."""
 
     def __init__(self, code: int, description: str) -> None:
         super().__init__(f"{description} (err_code {code})")

@@ -10,28 +10,71 @@ have the ``count`` sequences up to it). A batch is stored whole or not at all; a
 :data:`MAX_BATCH` messages. Direct gets (``$JS.API.DIRECT.GET.<stream>``, ADR-31) need the
 stream's ``allow_direct``; a batch get ends with a ``204 EOB`` status message carrying
 ``Nats-Num-Pending``.
+
+Outages: every request here waits out a lost connection or a server that cannot answer yet
+(restarting, JetStream recovering, a stream leader being elected) and tries again, for up to
+``outage_timeout`` seconds, then raises :class:`NatsUnavailableError`. That is safe because each
+request is idempotent: reads and purges trivially, and a batch because its first message carries a
+``Nats-Msg-Id`` that stays the same across the attempts: the server stores at most one of them and
+rejects a replay whole with ``err_code`` 10201 (checked before any expected-sequence header,
+measured on nats-server 2.15.1), which :meth:`JetStream.publish_batch` reports as "stored by an
+earlier attempt".
+
+Reads are monotonic and see this process's own writes, on a cluster too: with ``allow_direct``
+any replica answers a direct get, and one that lags could return an older checkpoint to a job that
+just took a partition over. Every direct get carries ``min_last_seq`` (ADR-53, nats-server 2.12):
+the highest stream sequence this process has seen stored (a PubAck, a lease revision); a replica
+that has not applied that far answers 412 and the request is tried again.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import json
+import logging
 import uuid
-from collections.abc import AsyncIterator, Sequence
-from typing import Any, NamedTuple
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from typing import Any, NamedTuple, TypeVar
 
+from nats import errors as client_errors
 from nats.aio.client import Client
 from nats.aio.msg import Msg
 from nats.errors import Error as NatsClientError
+from nats.js.errors import APIError
 
-from egress.engines.nats.errors import JetStreamRequestError, NatsEngineError
+from egress.engines.nats.errors import JetStreamRequestError, NatsEngineError, NatsUnavailableError
+
+logger = logging.getLogger(__name__)
+T = TypeVar("T")
 
 MAX_BATCH = 1000
 """Messages one atomic batch may hold (the server's default limit)."""
 
 WRONG_LAST_SEQUENCE = 10071
 """The error code of a failed ``Nats-Expected-Last-Subject-Sequence`` check."""
+
+DUPLICATE_MESSAGE_ID = 10201
+"""The error code of an atomic batch holding a ``Nats-Msg-Id`` the stream has stored already
+(within its ``duplicate_window``): nothing of the batch is stored."""
+
+TRANSIENT_CODES = frozenset({
+    412,    # a direct get's "min last sequence": the replica asked is behind what this process has seen
+    503,    # a direct get's or an API request's "no responders" / "JetStream not ready" status
+    10008,  # JetStream system temporarily unavailable (a stream leader being elected, a restart)
+    10009,  # JetStream not in clustered mode ... yet (a cluster node starting)
+    10074,  # stream is not current (a replica catching up)
+    10202,  # too many atomic batches in flight (abandoned attempts time out after 10 s)
+})
+"""JetStream ``err_code`` (or status) values that say "not now": the request is tried again."""
+
+_TRANSIENT_CLIENT_ERRORS = (
+    client_errors.TimeoutError, client_errors.NoRespondersError, client_errors.OutboundBufferLimitError,
+    client_errors.StaleConnectionError, client_errors.ConnectionReconnectingError, TimeoutError, ConnectionError,
+)
+_FIRST_RETRY_DELAY = 0.05  # seconds; doubled after each failed attempt up to _LAST_RETRY_DELAY
+_LAST_RETRY_DELAY = 1.0
 
 EXPECTED_LAST_SUBJECT_SEQUENCE = "Nats-Expected-Last-Subject-Sequence"
 EXPECTED_LAST_SUBJECT_SEQUENCE_SUBJECT = "Nats-Expected-Last-Subject-Sequence-Subject"
@@ -63,16 +106,77 @@ def expect_last(sequence: int, subject: str) -> dict[str, str]:
     return {EXPECTED_LAST_SUBJECT_SEQUENCE: str(sequence), EXPECTED_LAST_SUBJECT_SEQUENCE_SUBJECT: subject}
 
 
+def is_transient(error: BaseException) -> bool:
+    """Whether ``error`` says the server cannot answer now (connection lost or reconnecting, no
+    answer in time, JetStream or the stream leader not ready), so the same request may succeed later."""
+    if isinstance(error, _TRANSIENT_CLIENT_ERRORS):
+        return True
+    if isinstance(error, JetStreamRequestError):
+        return error.code in TRANSIENT_CODES
+    if isinstance(error, APIError):
+        return getattr(error, "err_code", None) in TRANSIENT_CODES or getattr(error, "code", None) == 503
+    return False
+
+
+class Link:
+    """The state of one connection as nats-py's callbacks report it (:meth:`dropped`,
+    :meth:`restored`, :meth:`closed`): :attr:`up` is set while it is connected (or closed: nothing
+    to wait for), and :meth:`lost` resolves when it drops. A request whose connection drops is not
+    answered on the next one, and nats-py would let it wait out its whole timeout."""
+
+    def __init__(self) -> None:
+        self.up = asyncio.Event()
+        self.up.set()
+        self._lost: asyncio.Future[None] | None = None
+
+    def lost(self) -> asyncio.Future[None]:
+        """A future that resolves when the connection drops (resolved already while it is down)."""
+        if self._lost is None:
+            self._lost = asyncio.get_running_loop().create_future()
+            if not self.up.is_set():
+                self._lost.set_result(None)
+        return self._lost
+
+    def dropped(self) -> None:
+        self.up.clear()
+        if self._lost is not None and not self._lost.done():
+            self._lost.set_result(None)
+
+    def restored(self) -> None:
+        self.up.set()
+        if self._lost is not None and self._lost.done():
+            self._lost = None
+
+    def closed(self) -> None:
+        self.dropped()
+        self.up.set()
+
+
 class JetStream:
     """Raw JetStream requests against one stream over one connection (to ``url``); ``timeout`` in
-    seconds. A refusal raises :class:`JetStreamRequestError`, no answer or a lost connection
-    :class:`NatsEngineError` naming the URL and what was asked."""
+    seconds per request. A request the server cannot answer now (:func:`is_transient`), or whose
+    connection dropped while it waited (``link``, when given, tells), is tried again once the
+    connection is back, for up to ``outage_timeout`` seconds in all; then :class:`NatsUnavailableError`. A refusal
+    raises :class:`JetStreamRequestError`, any other transport error :class:`NatsEngineError`,
+    both naming the URL and what was asked."""
 
-    def __init__(self, connection: Client, stream: str, timeout: float, url: str) -> None:
+    def __init__(self, connection: Client, stream: str, timeout: float, url: str, *,
+                 outage_timeout: float = 60.0, link: Link | None = None) -> None:
         self._nc = connection
         self.stream = stream
         self.timeout = timeout
         self.url = url
+        self.outage_timeout = outage_timeout
+        self._link = link
+        self.read_floor = 0
+
+    def observed(self, seq: int) -> None:
+        """Record that the stream stored a message at ``seq`` (a PubAck, a KV revision): later
+        direct gets are answered only by a replica that has applied it."""
+        self.read_floor = max(self.read_floor, seq)
+
+    def _floored(self, request: dict[str, Any]) -> bytes:
+        return json.dumps({**request, "min_last_seq": self.read_floor} if self.read_floor else request).encode()
 
     @contextlib.asynccontextmanager
     async def answering(self, what: str) -> AsyncIterator[None]:
@@ -85,14 +189,88 @@ class JetStream:
                                   f"{self.timeout:g} s, or the connection is lost); check that the server is up"
                                   ) from None
 
-    async def publish_batch(self, messages: Sequence[Outgoing]) -> int:
+    async def retrying(self, what: str, call: Callable[[], Awaitable[T]]) -> T:
+        """``await call()``, tried again while it fails with a transient error (:func:`is_transient`):
+        after the connection is back and a short pause (50 ms doubling up to 1 s), until
+        ``outage_timeout`` seconds have passed since the first attempt; then raises
+        :class:`NatsUnavailableError` about ``what``. Other errors pass through unchanged. Only for
+        a ``call`` that may run twice: every request of this class, a KV get, a KV update
+        expecting a revision."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self.outage_timeout
+        delay = _FIRST_RETRY_DELAY
+        attempt = 1
+        while True:
+            try:
+                return await self._attempt(call)
+            except (NatsClientError, TimeoutError, OSError, JetStreamRequestError) as error:
+                if not is_transient(error):
+                    raise
+                remaining = deadline - loop.time()
+                if remaining <= 0:
+                    detail = str(error) or type(error).__name__
+                    raise NatsUnavailableError(
+                        f"{self.url}: stream {self.stream}: {what}: no usable answer for {self.outage_timeout:g} s "
+                        f"({attempt} attempts; last: {detail}); check that the server is up, then run again: "
+                        "what was committed is kept") from None
+                logger.info("NATS %s: %s: %s; trying again", self.url, what, str(error) or type(error).__name__)
+            await self._until_connected(remaining)
+            await asyncio.sleep(min(delay, max(0.0, deadline - loop.time())))
+            delay = min(delay * 2, _LAST_RETRY_DELAY)
+            attempt += 1
+
+    async def _attempt(self, call: Callable[[], Awaitable[T]]) -> T:
+        """``await call()``; raises ``ConnectionReconnectingError`` as soon as the connection drops
+        under it (the call is cancelled: its answer, if any, would never come)."""
+        if self._link is None:
+            return await call()
+        lost = self._link.lost()
+        if lost.done():
+            raise client_errors.ConnectionReconnectingError
+        attempt = asyncio.ensure_future(call())
+        racing: set[asyncio.Future[Any]] = {attempt, lost}
+        try:
+            await asyncio.wait(racing, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            if not attempt.done():
+                attempt.cancel()
+                with contextlib.suppress(BaseException):
+                    await attempt
+        if attempt.cancelled():
+            raise client_errors.ConnectionReconnectingError
+        return attempt.result()
+
+    async def _until_connected(self, seconds: float) -> None:
+        """Wait up to ``seconds`` for the connection to be up again (at once when it is)."""
+        if self._link is not None and not self._link.up.is_set():
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._link.up.wait(), seconds)
+
+    async def publish_batch(self, messages: Sequence[Outgoing], message_id: str | None = None) -> int | None:
         """Publish ``messages`` (1 … :data:`MAX_BATCH`) as one atomic batch and return the stream
-        sequence of the last; raises :class:`JetStreamRequestError` when the server refuses it."""
-        async with self.answering(f"an atomic batch of {len(messages)} messages"):
-            return await self._publish_batch(messages)
+        sequence of the last; raises :class:`JetStreamRequestError` when the server refuses it.
+
+        The first message carries ``Nats-Msg-Id: message_id`` (a fresh one when ``None``; the
+        caller gives the same id to every batch that stands for the same change). The batch is
+        sent again while the server cannot answer (:meth:`retrying`): then the answer to an
+        earlier attempt may have been lost after the server stored it, and the replay is refused
+        as a duplicate; ``None`` is returned then: an attempt of this batch is stored, at
+        sequences this call does not know."""
+        message_id = message_id or uuid.uuid4().hex
+        first = messages[0]
+        headers = {**(first.headers or {}), "Nats-Msg-Id": message_id}
+        messages = [first._replace(headers=headers), *messages[1:]]
+        what = f"an atomic batch of {len(messages)} messages"
+        try:
+            async with self.answering(what):
+                return await self.retrying(what, lambda: self._publish_batch(messages))
+        except JetStreamRequestError as error:
+            if error.code == DUPLICATE_MESSAGE_ID:
+                return None
+            raise
 
     async def _publish_batch(self, messages: Sequence[Outgoing]) -> int:
-        batch_id = uuid.uuid4().hex
+        batch_id = uuid.uuid4().hex  # per attempt: a batch abandoned half-sent must not merge with its retry
         last = len(messages)
         for index, message in enumerate(messages, 1):
             headers = dict(message.headers or {})
@@ -102,7 +280,9 @@ class JetStream:
                 headers["Nats-Batch-Commit"] = "1"
                 reply = await self._nc.request(message.subject, message.payload, timeout=self.timeout,
                                                headers=headers)
-                return int(_answer(reply.data)["seq"])
+                seq = int(_answer(reply.data)["seq"])
+                self.observed(seq)
+                return seq
             if index == 1:
                 reply = await self._nc.request(message.subject, message.payload, timeout=self.timeout,
                                                headers=headers)
@@ -114,25 +294,37 @@ class JetStream:
 
     async def publish(self, message: Outgoing) -> int:
         """Publish one message and return its stream sequence; raises
-        :class:`JetStreamRequestError` when the server refuses it (e.g. :data:`WRONG_LAST_SEQUENCE`)."""
-        async with self.answering(f"a message on {message.subject}"):
+        :class:`JetStreamRequestError` when the server refuses it (e.g. :data:`WRONG_LAST_SEQUENCE`).
+        Sent again while the server cannot answer (:meth:`retrying`): a message expecting a last
+        sequence whose first attempt was stored then comes back refused with
+        :data:`WRONG_LAST_SEQUENCE` (the caller reads the subject back); one without expectations
+        is stored again (a KV put of the same value)."""
+        async def send() -> int:
             reply = await self._nc.request(message.subject, message.payload, timeout=self.timeout,
                                            headers=message.headers)
-        return int(_answer(reply.data)["seq"])
+            return int(_answer(reply.data)["seq"])
+
+        what = f"a message on {message.subject}"
+        async with self.answering(what):
+            seq = await self.retrying(what, send)
+        self.observed(seq)
+        return seq
 
     async def last(self, subject: str) -> Stored | None:
         """The last message on ``subject`` (wildcards allowed), or ``None``."""
-        async with self.answering(f"the last message on {subject}"):
-            reply = await self._nc.request(f"$JS.API.DIRECT.GET.{self.stream}",
-                                           json.dumps({"last_by_subj": subject}).encode(), timeout=self.timeout)
-        return _stored(reply)
+        return await self._direct_get(f"the last message on {subject}", {"last_by_subj": subject})
 
     async def get(self, seq: int) -> Stored | None:
         """The message at stream sequence ``seq``, or ``None``."""
-        async with self.answering(f"message {seq}"):
-            reply = await self._nc.request(f"$JS.API.DIRECT.GET.{self.stream}", json.dumps({"seq": seq}).encode(),
-                                           timeout=self.timeout)
-        return _stored(reply)
+        return await self._direct_get(f"message {seq}", {"seq": seq})
+
+    async def _direct_get(self, what: str, request: dict[str, Any]) -> Stored | None:
+        async def get() -> Stored | None:
+            return _stored(await self._nc.request(f"$JS.API.DIRECT.GET.{self.stream}", self._floored(request),
+                                                  timeout=self.timeout))
+
+        async with self.answering(what):
+            return await self.retrying(what, get)
 
     async def scan(self, subject_filter: str, start: int = 1, limit: int | None = None) -> list[Stored]:
         """The messages on ``subject_filter`` from stream sequence ``start`` on, in sequence order:
@@ -140,9 +332,10 @@ class JetStream:
         found: list[Stored] = []
         while limit is None or len(found) < limit:
             batch = _SCAN_BATCH if limit is None else min(_SCAN_BATCH, limit - len(found))
-            async with self.answering(f"the messages on {subject_filter}"):
-                page, pending = await self._direct_batch({"seq": start, "next_by_subj": subject_filter,
-                                                          "batch": batch, "max_bytes": _SCAN_BYTES})
+            request = {"seq": start, "next_by_subj": subject_filter, "batch": batch, "max_bytes": _SCAN_BYTES}
+            what = f"the messages on {subject_filter}"
+            async with self.answering(what):
+                page, pending = await self.retrying(what, functools.partial(self._direct_batch, request))
             found.extend(page)
             if not page or not pending:
                 break
@@ -165,10 +358,13 @@ class JetStream:
         return int(answer.get("purged", 0))
 
     async def _api(self, operation: str, request: dict[str, Any]) -> dict[str, Any]:
-        async with self.answering(operation):
+        async def ask() -> dict[str, Any]:
             reply = await self._nc.request(f"$JS.API.{operation}.{self.stream}", json.dumps(request).encode(),
                                            timeout=self.timeout)
-        return _answer(reply.data)
+            return _answer(reply.data)
+
+        async with self.answering(operation):
+            return await self.retrying(operation, ask)
 
     async def _direct_batch(self, request: dict[str, Any]) -> tuple[list[Stored], int]:
         """One batch direct get: the messages and how many more match after them."""
@@ -186,7 +382,7 @@ class JetStream:
         inbox = self._nc.new_inbox()
         subscription = await self._nc.subscribe(inbox, cb=on_message)
         try:
-            await self._nc.publish(f"$JS.API.DIRECT.GET.{self.stream}", json.dumps(request).encode(), reply=inbox)
+            await self._nc.publish(f"$JS.API.DIRECT.GET.{self.stream}", self._floored(request), reply=inbox)
             status = await asyncio.wait_for(ended, self.timeout)
         finally:
             await subscription.unsubscribe()
@@ -194,7 +390,8 @@ class JetStream:
         if code == "404":
             return [], 0
         if code != "204":
-            raise JetStreamRequestError(0, f"direct get: status {code} {status.get('Description', '')}".strip())
+            raise JetStreamRequestError(_status_code(code),
+                                        f"direct get: status {code} {status.get('Description', '')}".strip())
         return page, int(status.get("Nats-Num-Pending", "0"))
 
 
@@ -213,8 +410,14 @@ def _stored(reply: Msg) -> Stored | None:
     if status == "404":
         return None
     if status is not None:
-        raise JetStreamRequestError(0, f"direct get: status {status} {headers.get('Description', '')}".strip())
+        raise JetStreamRequestError(_status_code(status),
+                                    f"direct get: status {status} {headers.get('Description', '')}".strip())
     return _as_stored(reply)
+
+
+def _status_code(status: str | None) -> int:
+    """A direct get's status header as a code for :class:`JetStreamRequestError` (0 when not a number)."""
+    return int(status) if status is not None and status.isdigit() else 0
 
 
 def _as_stored(message: Msg) -> Stored:

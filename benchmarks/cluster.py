@@ -1,0 +1,271 @@
+"""Cluster throughput (issue 11): the 100,000-message delivery of ``benchmarks/delivery.py``, in one
+run, embedded (SQLite), on NATS JetStream with 1 worker, and on NATS with 2 workers.
+
+Everything but the engine is ``benchmarks/delivery.py``'s egress phase, through its own helpers: the
+same flight payloads (``build_bodies``), the same JSONL source, identity process function and Spec
+(``run_egress`` writes them for the embedded phase; the NATS phases reuse that Spec with the
+receiver's new URL), the async HTTP sink with its default parameters, ``partition_count`` 4, and
+the same endpoint, ``egress receiver`` (``ReceiverTarget``, restarted before each phase so its
+``/stats`` count that phase alone).
+
+* ``embedded``: ``egress run SPEC --until-drained`` (``run_egress``), one process.
+* ``nats-N``: a fresh ``nats-server -js`` (from the venv, loopback, a temporary store) and N
+  processes ``egress run SPEC --engine nats://… --worker-id wI --until-drained``, started together;
+  timed from the first spawn to the last exit (every worker ends once the pipeline is drained).
+
+For each phase: messages delivered (distinct idempotency keys at the receiver; every phase must
+deliver all, or the script exits 1), msg/s, and CPU µs per message counting every egress process
+(``os.wait4``'s rusage: all threads) plus the nats-server (``/proc/<pid>/stat`` before and after),
+with the breakdown per process. Targets: NATS 1 worker >= 0.5 × embedded; 2 workers >= 1.3 × 1
+worker. The machine may have fewer cores than processes (2 workers + nats-server + the receiver):
+for each NATS phase the script also prints the rate the CPU cost alone would allow with one core
+per process (messages ÷ the busiest process's CPU seconds), which is what more cores would give.
+
+    python benchmarks/cluster.py                          # embedded, nats-1, nats-2
+    python benchmarks/cluster.py --messages 20000 --phases embedded,nats-1
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import yaml
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parent
+sys.path.insert(0, str(HERE))
+sys.path.insert(0, str(ROOT))
+
+from tests.nats_server import NatsServer  # noqa: E402
+
+from delivery import ReceiverTarget, build_bodies, run_egress, stop_process  # noqa: E402
+
+TARGETS = (("nats-1", "embedded", 0.5), ("nats-2", "nats-1", 1.3))
+"""(phase, the phase it is compared with, lowest ratio of their msg/s): issue 11's targets."""
+CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
+POLL = 0.05  # seconds between two checks for exited workers
+
+
+@dataclass
+class ClusterResult:
+    """One phase: what arrived, how long it took and the CPU seconds of each process."""
+
+    name: str
+    messages: int
+    seconds: float
+    delivered: int = 0
+    requests: int = 0
+    cpu: dict[str, float] = field(default_factory=dict)  # process name → CPU seconds (user + system)
+    notes: list[str] = field(default_factory=list)
+    load: float = 0.0
+
+    @property
+    def rate(self) -> float:
+        return self.delivered / self.seconds if self.seconds > 0 else 0.0
+
+    @property
+    def cpu_per_message(self) -> float:
+        """CPU µs per message, every process of the phase together."""
+        return 1e6 * sum(self.cpu.values()) / self.messages if self.messages else 0.0
+
+    @property
+    def complete(self) -> bool:
+        return self.delivered == self.messages
+
+    def breakdown(self) -> str:
+        return ", ".join(f"{name} {1e6 * seconds / self.messages:,.0f}" for name, seconds in self.cpu.items())
+
+    def core_bound_rate(self) -> float:
+        """Messages ÷ the busiest process's CPU seconds: the rate with one core per process."""
+        busiest = max(self.cpu.values(), default=0.0)
+        return self.messages / busiest if busiest > 0 else 0.0
+
+
+def process_cpu(pid: int) -> float:
+    """CPU seconds (user + system, all threads) ``pid`` has used so far, from ``/proc/<pid>/stat``."""
+    with open(f"/proc/{pid}/stat", encoding="ascii") as stat:
+        fields = stat.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / CLOCK_TICKS  # utime, stime: fields 14 and 15 of stat(5)
+
+
+def run_embedded(target: ReceiverTarget, bodies: Sequence[bytes], count: int, partitions: int, work: Path,
+                 timeout: float) -> ClusterResult:
+    """``benchmarks/delivery.py``'s egress phase as it is (one embedded process)."""
+    load = os.getloadavg()[0]
+    phase = run_egress(target, bodies, count, partitions, None, work, timeout, name="embedded")
+    result = ClusterResult("embedded", count, phase.seconds, phase.delivered, phase.stats.get("requests", 0),
+                           {"egress": phase.cpu_seconds}, phase.notes, load)
+    return result
+
+
+def nats_spec(work: Path, phase: Path, url: str) -> Path:
+    """The embedded phase's Spec (written by ``run_egress``) with the receiver's current ``url``."""
+    spec = yaml.safe_load((work / "embedded" / "spec.yaml").read_text())
+    spec["computations"]["deliver"]["sinks"]["http"]["parameters"]["url"] = url
+    path = phase / "spec.yaml"
+    path.write_text(yaml.safe_dump(spec, sort_keys=False))
+    shutil.copy(work / "embedded" / "functions.py", phase / "functions.py")
+    return path
+
+
+def run_workers(target: ReceiverTarget, count: int, workers: int, work: Path, timeout: float) -> ClusterResult:
+    """A fresh nats-server and ``workers`` egress processes on one pipeline until it is drained."""
+    name = f"nats-{workers}"
+    phase = work / name
+    shutil.rmtree(phase, ignore_errors=True)
+    phase.mkdir(parents=True)
+    spec = nats_spec(work, phase, target.url)
+    server = NatsServer(phase / "nats").start()
+    assert server.pid is not None
+    load = os.getloadavg()[0]
+    processes: dict[str, subprocess.Popen[bytes]] = {}
+    logs = []
+    try:
+        server_cpu = process_cpu(server.pid)
+        started = time.perf_counter()
+        for index in range(1, workers + 1):
+            worker = f"w{index}"
+            log = open(phase / f"{worker}.log", "wb")  # noqa: SIM115 - closed below, after the process ends
+            logs.append(log)
+            processes[worker] = subprocess.Popen(
+                [sys.executable, "-m", "egress", "run", str(spec), "--engine", server.url, "--worker-id", worker,
+                 "--state-dir", str(phase / f"state-{worker}"), "--until-drained", "--quiet",
+                 "--report", str(phase / f"report-{worker}.json")],
+                cwd=phase, stdout=log, stderr=subprocess.STDOUT)
+        cpu = wait_all(processes, timeout)
+        seconds = time.perf_counter() - started
+        cpu["nats-server"] = process_cpu(server.pid) - server_cpu
+    finally:
+        for process in processes.values():
+            if process.poll() is None:
+                stop_process(process)
+        for log in logs:
+            log.close()
+        server.stop()
+    stats = target.finish()
+    result = ClusterResult(name, count, seconds, stats["distinct_keys"], stats["requests"], cpu, [], load)
+    for worker, process in processes.items():
+        if process.returncode != 0:
+            tail = (phase / f"{worker}.log").read_text(errors="replace").strip()[-1500:]
+            result.notes.append(f"{worker} exited {process.returncode}: {tail}")
+        report_path = phase / f"report-{worker}.json"
+        report = json.loads(report_path.read_text()) if report_path.exists() else {}
+        result.notes.append(f"{worker}: {report.get('posts', 0):,} POSTs, {report.get('epochs', 0):,} epochs, "
+                            f"{report.get('rows_read', 0):,} rows read")
+    return result
+
+
+def wait_all(processes: dict[str, subprocess.Popen[bytes]], timeout: float) -> dict[str, float]:
+    """Reap every process (``os.wait4``: its CPU seconds, all threads); raise after ``timeout`` s."""
+    deadline = time.monotonic() + timeout
+    cpu: dict[str, float] = {}
+    while len(cpu) < len(processes):
+        for name, process in processes.items():
+            if name in cpu:
+                continue
+            pid, status, usage = os.wait4(process.pid, os.WNOHANG)
+            if pid == process.pid:
+                process.returncode = os.waitstatus_to_exitcode(status)
+                cpu[name] = usage.ru_utime + usage.ru_stime
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"the workers did not finish within {timeout:.0f} s")
+        if len(cpu) < len(processes):
+            time.sleep(POLL)
+    return cpu
+
+
+def describe(result: ClusterResult) -> list[str]:
+    check = "OK" if result.complete else f"LOST {result.messages - result.delivered:,}"
+    lines = [f"{result.name:<9} {result.rate:>8,.0f} msg/s  {result.seconds:7.2f} s  "
+             f"CPU {result.cpu_per_message:6,.0f} µs/msg ({result.breakdown()})  "
+             f"delivered {result.delivered:,}/{result.messages:,} ({check}), {result.requests:,} requests, "
+             f"load average {result.load:.2f} at its start"]
+    if len(result.cpu) > 1:
+        lines.append(f"          one core per process: {result.core_bound_rate():,.0f} msg/s (messages ÷ the busiest "
+                     "process's CPU seconds)")
+    return lines
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--messages", type=int, default=100_000, help="messages per phase (default 100,000)")
+    parser.add_argument("--partitions", type=int, default=4, help="partition_count of the Spec (default 4)")
+    parser.add_argument("--phases", default="embedded,nats-1,nats-2",
+                        help="comma-separated subset of embedded,nats-1,nats-2 (embedded always runs first: its "
+                             "Spec is the others'); default all")
+    parser.add_argument("--timeout", type=float, default=900.0, help="seconds allowed per phase (default 900)")
+    parser.add_argument("--keep", type=Path, help="keep the Specs, states, logs and reports here")
+    args = parser.parse_args(argv)
+    phases = [p.strip() for p in args.phases.split(",") if p.strip()]
+    unknown = set(phases) - {"embedded", "nats-1", "nats-2"}
+    if unknown:
+        parser.error(f"--phases: unknown {', '.join(sorted(unknown))}")
+    began = time.time()
+    bodies = build_bodies(args.messages)
+    print(f"{args.messages:,} flight payloads ({sum(map(len, bodies)) / len(bodies):.0f} bytes on average), "
+          f"partition_count {args.partitions}, default sink parameters, to egress receiver; load average "
+          f"{os.getloadavg()[0]:.2f}", flush=True)
+    results: dict[str, ClusterResult] = {}
+    target = ReceiverTarget()
+    failed: str | None = None
+    with tempfile.TemporaryDirectory(prefix="egress-cluster-bench-") as temporary:
+        work = args.keep or Path(temporary)
+        work.mkdir(parents=True, exist_ok=True)
+        try:
+            for phase in ["embedded", *(p for p in phases if p != "embedded")]:
+                target.start()
+                print(f"{phase}: POSTing to {target.url} ...", flush=True)
+                if phase == "embedded":
+                    result = run_embedded(target, bodies, args.messages, args.partitions, work, args.timeout)
+                else:
+                    result = run_workers(target, args.messages, int(phase.split("-")[1]), work, args.timeout)
+                results[phase] = result
+                for line in describe(result):
+                    print("  " + line, flush=True)
+                for note in result.notes:
+                    print(f"    {note}", flush=True)
+        except RuntimeError as error:
+            failed = str(error)
+        finally:
+            target.stop()
+    print()
+    print(f"cluster benchmark, {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime(began))}, "
+          f"{time.time() - began:,.0f} s, {os.cpu_count()} cores, load average now "
+          f"{' / '.join(f'{x:.2f}' for x in os.getloadavg())}")
+    for result in results.values():
+        for line in describe(result):
+            print("  " + line)
+    summary = [f"{name} {result.rate:,.0f} msg/s {result.cpu_per_message:,.0f} µs/msg"
+               for name, result in results.items()]
+    for phase, other, bound in TARGETS:
+        if phase in results and other in results and results[other].rate > 0:
+            ratio = results[phase].rate / results[other].rate
+            mark = "PASS" if ratio >= bound else "MISS"
+            print(f"  {phase} / {other}: {ratio:.2f}   target >= {bound:g}   {mark}")
+            if mark == "MISS":
+                projected = results[phase].core_bound_rate() / max(results[other].core_bound_rate(), 1e-9)
+                print(f"    where the time goes: {phase} {results[phase].breakdown()} µs/msg; {other} "
+                      f"{results[other].breakdown()} µs/msg; with one core per process the ratio would be "
+                      f"{projected:.2f}")
+            summary.append(f"{phase}/{other} {ratio:.2f} (>= {bound:g} {mark})")
+    lost = [name for name, result in results.items() if not result.complete]
+    if failed is not None:
+        print(f"FAILED: {failed}")
+    if lost:
+        print(f"FAILED: messages lost in {', '.join(lost)}")
+    print(f"cluster ({args.messages:,} msgs): " + " | ".join(summary))
+    return 1 if lost or failed is not None else 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

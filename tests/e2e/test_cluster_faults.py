@@ -1,0 +1,363 @@
+"""The cluster under faults, end to end: real ``egress run --engine nats://…`` worker processes,
+real nats-servers, real SIGKILL.
+
+* The demo's flights pipeline on 3 workers: a random worker SIGKILLed and restarted (same worker
+  id) every second or so, 20 times, and the nats-server itself SIGKILLed and restarted on its
+  store once: every flight arrives; a flight arrives twice only when its partition changed hands
+  between the two deliveries (a lease taken over after a kill, or handed over when the restarted
+  worker joined again: the request was in flight then); the duplicates are counted and printed.
+* The retryable async request example under the same treatment: every key's ``total_length`` is
+  exactly the sum of its requests (internal state exactly once), no request left in retry state.
+* The flights on a 3-node NATS cluster with R3 streams: the stream leader's node SIGKILLed
+  mid-run and restarted later: every flight arrives.
+
+The kill schedule is seeded (``EGRESS_CLUSTER_SEED``) and printed (``pytest -s``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import random
+import signal
+import subprocess
+import sys
+import threading
+import time
+import urllib.request
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import nats
+import orjson
+import pytest
+import yaml
+from examples.cluster.demo import key_partitions, write_data, write_spec
+
+from egress.engines.nats import NatsEngine
+from egress.rows import decode_row
+from tests.e2e.conftest import REPO, Receiver, launch_receiver, stop_receiver
+from tests.e2e.test_exactly_once import write_pipeline
+from tests.nats_server import NatsCluster, NatsServer
+
+pytestmark = pytest.mark.e2e
+
+SEED = int(os.environ.get("EGRESS_CLUSTER_SEED", "20261201"))
+WORKERS = 3
+KILLS = 20
+NATS_RESTART_AT = 10  # the nats-server is killed and restarted with this kill
+KILL_GAP = (0.6, 1.4)  # seconds between two kills
+LEASE_TTL = 2.0
+ROWS = 12_000  # flights: enough that the 20 kills land while they are being delivered
+RECEIVER_DELAY = "0.01"  # seconds per request: keeps the delivery going through the kills
+IN_FLIGHT_SLACK = 0.5  # seconds: a request sent before a kill may be recorded by the receiver just after it
+DRAIN_TIMEOUT = 180.0
+DYNAMIC_SPEC = REPO / "examples" / "http_delivery" / "dynamic_spec.yaml"
+EVENTS = 12_000
+KEYS = 40
+
+
+@dataclass
+class Workers:
+    """``count`` ``egress run`` workers ``w1`` … on one Spec and NATS URL, each with its own state
+    directory and log (appended over restarts); ``events`` are the wall times of kills and restarts."""
+
+    spec: Path
+    engine: str
+    directory: Path
+    count: int = WORKERS
+    options: list[str] = field(default_factory=list)
+    processes: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict)
+    events: list[tuple[float, str]] = field(default_factory=list)
+
+    def start(self, worker: str) -> None:
+        with (self.directory / f"{worker}.log").open("ab") as log:
+            self.processes[worker] = subprocess.Popen(
+                [sys.executable, "-m", "egress", "run", str(self.spec), "--engine", self.engine, "--worker-id", worker,
+                 "--lease-ttl", f"{LEASE_TTL:g}", "--state-dir", str(self.directory / worker), "--until-drained",
+                 "--quiet", *self.options], cwd=REPO, stdout=log, stderr=subprocess.STDOUT)
+
+    def start_all(self) -> None:
+        for number in range(1, self.count + 1):
+            self.start(f"w{number}")
+
+    def kill_and_restart(self, worker: str) -> None:
+        process = self.processes[worker]
+        process.send_signal(signal.SIGKILL)
+        process.wait()
+        self.events.append((time.time(), f"{worker} killed"))
+        self.start(worker)
+
+    def wait_all(self, timeout: float = DRAIN_TIMEOUT) -> None:
+        """Every worker ends (the pipeline drained) with exit code 0, or the test fails with its log."""
+        deadline = time.monotonic() + timeout
+        for worker, process in self.processes.items():
+            try:
+                code = process.wait(timeout=max(1.0, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                pytest.fail(f"{worker} did not end within {timeout:g} s:\n{self.log(worker)}")
+            assert code == 0, f"{worker} exited {code}:\n{self.log(worker)}"
+
+    def log(self, worker: str) -> str:
+        return (self.directory / f"{worker}.log").read_text(errors="replace")[-3000:]
+
+    def stop_all(self) -> None:
+        for process in self.processes.values():
+            if process.poll() is None:
+                process.kill()
+                process.wait()
+
+
+class LeaseWatch:
+    """Polls the pipeline's leases (``NatsEngine.leases()``, every 50 ms, in a thread of its own)
+    and records each change of a ``consumer`` partition's epoch as ``(after, before, partition)``:
+    it changed hands between those two wall times."""
+
+    def __init__(self, urls: list[str], pipeline: str, consumer: str, replicas: int = 1) -> None:
+        self.changes: list[tuple[float, float, int]] = []
+        self._urls, self._pipeline, self._consumer, self._replicas = urls, pipeline, consumer, replicas
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=lambda: asyncio.run(self._watch()), daemon=True)
+        self._thread.start()
+
+    async def _watch(self) -> None:
+        engine = NatsEngine(self._urls, self._pipeline, replicas=self._replicas)  # as the workers: unchanged
+        await engine.open()
+        try:
+            seen: dict[int, int] = {}
+            polled = time.time()
+            while not self._stop.is_set():
+                leases = await engine.leases()
+                now = time.time()
+                for lease in leases:
+                    if lease.consumer == self._consumer:
+                        if seen.get(lease.partition, lease.epoch) != lease.epoch:
+                            self.changes.append((polled, now, lease.partition))
+                        seen[lease.partition] = lease.epoch
+                polled = now
+                await asyncio.sleep(0.05)
+        finally:
+            await engine.close()
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join(timeout=30)
+
+
+@pytest.fixture
+def workers_to_stop() -> Iterator[list[Workers]]:
+    made: list[Workers] = []
+    yield made
+    for workers in made:
+        workers.stop_all()
+
+
+def torture(workers: Workers, server: NatsServer, rng: random.Random,
+            after_kill: Callable[[int], None] | None = None) -> None:
+    """:data:`KILLS` kills of a random worker, each restarted at once; the nats-server killed and
+    restarted on its store with kill :data:`NATS_RESTART_AT`; ``after_kill(n)`` after kill ``n``."""
+    for number in range(KILLS):
+        time.sleep(rng.uniform(*KILL_GAP))
+        victim = rng.choice(sorted(workers.processes))
+        workers.kill_and_restart(victim)
+        if number == NATS_RESTART_AT:
+            server.kill()
+            workers.events.append((time.time(), "nats-server killed"))
+            server.start()
+            workers.events.append((time.time(), "nats-server restarted"))
+        if after_kill is not None:
+            after_kill(number)
+
+
+# -- the flights -----------------------------------------------------------------------------------
+
+
+@dataclass
+class Delivery:
+    """What the receiver's record shows: the first 2xx time of each key and every later 2xx."""
+
+    first: dict[str, float] = field(default_factory=dict)
+    again: list[tuple[str, float]] = field(default_factory=list)
+
+    @classmethod
+    def read(cls, record: Path) -> Delivery:
+        delivery = cls()
+        with record.open(encoding="utf-8") as lines:
+            for entry in map(json.loads, lines):
+                if 200 <= entry["status"] <= 299:
+                    key = entry["idempotency_key"]
+                    if key in delivery.first:
+                        delivery.again.append((key, entry["time"]))
+                    else:
+                        delivery.first[key] = entry["time"]
+        return delivery
+
+
+def receiver_count(receiver: Receiver) -> int:
+    with urllib.request.urlopen(f"http://127.0.0.1:{receiver.port}/stats", timeout=10) as answer:
+        return int(json.load(answer)["distinct_keys"])
+
+
+def wait_for_deliveries(receiver: Receiver, count: int, workers: Workers, timeout: float = 60.0) -> None:
+    deadline = time.monotonic() + timeout
+    while receiver_count(receiver) < count:
+        if time.monotonic() > deadline:
+            pytest.fail(f"fewer than {count} deliveries within {timeout:g} s:\n{workers.log('w1')}")
+        time.sleep(0.02)
+
+
+def check_flights(record: Path, expected: dict[str, int], changes: list[tuple[float, float, int]]) -> Delivery:
+    """0 missing, nothing unexpected, and each duplicate sent across a change of hands of its
+    partition (``changes``, from :class:`LeaseWatch`)."""
+    delivery = Delivery.read(record)
+    assert sorted(set(expected) - set(delivery.first)) == [], "flights missing at the receiver"
+    assert sorted(set(delivery.first) - set(expected)) == [], "requests that are no flight"
+    outside = [(key, delivery.first[key], moment) for key, moment in delivery.again
+               if not any(partition == expected[key] and delivery.first[key] - IN_FLIGHT_SLACK <= before
+                          and after <= moment for after, before, partition in changes)]
+    assert outside == [], f"duplicates whose partition did not change hands in between: {outside[:5]}"
+    return delivery
+
+
+@pytest.fixture
+def flights(tmp_path: Path) -> Iterator[tuple[Receiver, Path, dict[str, int]]]:
+    """A receiver (slowed a little), the flights Spec pointing at it, and each flight's key → partition."""
+    receiver = launch_receiver(tmp_path / "received.jsonl", "--delay", RECEIVER_DELAY)
+    try:
+        data = write_data(tmp_path, ROWS)
+        spec, loaded = write_spec(tmp_path, data, receiver.port)
+        yield receiver, spec, key_partitions(loaded, data)
+    finally:
+        stop_receiver(receiver)
+
+
+@pytest.mark.timeout(300)
+def test_flights_on_three_workers_lose_nothing_through_20_worker_kills_and_a_nats_restart(
+        tmp_path: Path, own_nats_server: NatsServer, flights: tuple[Receiver, Path, dict[str, int]],
+        workers_to_stop: list[Workers]) -> None:
+    receiver, spec, expected = flights
+    rng = random.Random(SEED)
+    workers = Workers(spec, own_nats_server.url, tmp_path, options=["--dynamic-spec", str(DYNAMIC_SPEC)])
+    workers_to_stop.append(workers)
+    workers.start_all()
+    wait_for_deliveries(receiver, 1, workers)
+    watch = LeaseWatch([own_nats_server.url], yaml.safe_load(spec.read_text())["pipeline"], "to_json")
+    try:
+        torture(workers, own_nats_server, rng)
+        tortured = time.time()
+        workers.wait_all()
+    finally:
+        watch.stop()
+    delivery = check_flights(receiver.record, expected, watch.changes)
+    done = max(delivery.first.values())
+    during = sum(1 for moment, what in workers.events if what.startswith("w") and moment < done)
+    print(f"\nseed {SEED}: {len(expected):,} flights, {KILLS} worker kills and a nats-server restart in "
+          f"{tortured - workers.events[0][0]:.1f} s, {during} of them before the last flight arrived; "
+          f"{len(watch.changes)} changes of hands of a to_json partition; 0 missing, {len(delivery.again):,} "
+          "duplicates, each in flight when its partition changed hands")
+    assert during >= KILLS // 2, "most kills must land while the flights are being delivered"
+
+
+# -- the retryable example ---------------------------------------------------------------------------
+
+
+async def committed_totals(url: str, loaded: dict[str, Any]) -> tuple[dict[str, int], int]:
+    """``total_length`` per key in the external state ``/state``, and how many requests are still
+    in ``request_processor``'s retry state, as the NATS bucket of the Spec ``loaded`` holds them."""
+    partitions = int(loaded["partition_count"])
+    engine = NatsEngine(url, loaded["pipeline"])
+    await engine.open()
+    try:
+        totals: dict[str, int] = {}
+        retrying = 0
+        for partition in range(partitions):
+            keeper = await engine.load_keyed_state("state_keeper", partition, partitions, ["/state"])
+            for key, row in keeper.external["/state"].items():
+                totals[orjson.loads(key)[0]] = decode_row(row)["total_length"]
+            processor = await engine.load_keyed_state("request_processor", partition, partitions, [])
+            retrying += sum(len(values) for values in processor.internal.values())
+    finally:
+        await engine.close()
+    return totals, retrying
+
+
+@pytest.mark.timeout(300)
+def test_retryable_totals_are_exact_through_20_worker_kills_and_a_nats_restart(
+        tmp_path: Path, own_nats_server: NatsServer, workers_to_stop: list[Workers]) -> None:
+    rng = random.Random(SEED)
+    spec, expected = write_pipeline(tmp_path, rng, EVENTS, KEYS)
+    loaded = yaml.safe_load(spec.read_text())
+    workers = Workers(spec, own_nats_server.url, tmp_path)
+    workers_to_stop.append(workers)
+    workers.start_all()
+    deadline = time.monotonic() + 60
+    while not sum(asyncio.run(committed_totals(own_nats_server.url, loaded))[0].values()):  # the first response counted
+        assert time.monotonic() < deadline, f"nothing counted within 60 s:\n{workers.log('w1')}"
+        time.sleep(0.1)
+    counted: dict[int, int] = {}
+
+    def sample(number: int) -> None:  # how much was counted at a few kills: they must land mid-work
+        if number % 5 == 4:
+            counted[number + 1] = sum(asyncio.run(committed_totals(own_nats_server.url, loaded))[0].values())
+
+    torture(workers, own_nats_server, rng, sample)
+    workers.wait_all()
+    totals, retrying = asyncio.run(committed_totals(own_nats_server.url, loaded))
+    print(f"\nseed {SEED}: {EVENTS:,} events over {KEYS} keys, {sum(expected.values()):,} bytes of requests; "
+          f"{KILLS} worker kills and a nats-server restart; bytes counted after kills "
+          f"{', '.join(f'{n}: {c:,}' for n, c in counted.items())}; in the end {sum(totals.values()):,}")
+    over = {key: (total, expected[key]) for key, total in totals.items() if total > expected[key]}
+    assert over == {}, f"keys counted beyond their requests (total, expected): {over}"
+    assert totals == dict(expected)
+    assert retrying == 0, "requests still in retry state"
+    assert counted[NATS_RESTART_AT] < sum(expected.values()), "half the kills must land while work is left"
+
+
+# -- a 3-node cluster, R3 ----------------------------------------------------------------------------
+
+
+async def stream_leader(url: str, stream: str) -> str:
+    connection = await nats.connect(url)
+    try:
+        info = await connection.jetstream().stream_info(stream)
+    finally:
+        await connection.close()
+    assert info.config.num_replicas == 3
+    assert info.cluster is not None
+    assert info.cluster.leader is not None
+    return info.cluster.leader
+
+
+@pytest.mark.timeout(300)
+def test_flights_on_a_three_node_cluster_with_r3_streams_lose_nothing_when_the_leaders_node_is_killed(
+        tmp_path: Path, nats_cluster: NatsCluster, flights: tuple[Receiver, Path, dict[str, int]],
+        workers_to_stop: list[Workers]) -> None:
+    receiver, spec, expected = flights
+    engine = "nats://" + ",".join(url.removeprefix("nats://") for url in nats_cluster.urls)
+    workers = Workers(spec, engine, tmp_path, options=["--dynamic-spec", str(DYNAMIC_SPEC), "--replicas", "3"])
+    workers_to_stop.append(workers)
+    workers.start_all()
+    wait_for_deliveries(receiver, len(expected) // 5, workers)
+    pipeline = yaml.safe_load(spec.read_text())["pipeline"]
+    watch = LeaseWatch(nats_cluster.urls, pipeline, "to_json", replicas=3)
+    leader = asyncio.run(stream_leader(nats_cluster.urls[0], f"KV_egress_{pipeline}"))
+    node = int(leader.removeprefix("n"))
+    before = receiver_count(receiver)
+    nats_cluster.kill(node)
+    killed = time.time()
+    workers.events.append((killed, f"node {leader} killed"))
+    wait_for_deliveries(receiver, before + len(expected) // 5, workers)
+    resumed = time.time()
+    nats_cluster.restart(node)
+    workers.events.append((time.time(), f"node {leader} restarted"))
+    try:
+        workers.wait_all()
+    finally:
+        watch.stop()
+    delivery = check_flights(receiver.record, expected, watch.changes)
+    print(f"\n{len(expected):,} flights on 3 workers and a 3-node cluster (R3); stream leader {leader} SIGKILLed "
+          f"after {before:,} deliveries, {len(expected) // 5:,} more arrived {resumed - killed:.2f} s later; "
+          f"0 missing, {len(delivery.again):,} duplicates")
