@@ -22,6 +22,7 @@ import yaml
 from egress.throttler.envelope import worst_excess
 from tests.conftest import payload_spec
 from tests.e2e.conftest import REPO, Receiver
+from tests.nats_server import NatsServer
 
 pytestmark = pytest.mark.e2e
 T = TypeVar("T")
@@ -80,11 +81,13 @@ def serving(ports: dict[str, int], alive: set[str]) -> str | None:
     return None
 
 
-@pytest.mark.timeout(180)
-def test_the_controllers_worker_killed_mid_run_another_serves_within_one_ttl_and_the_envelope_holds(
-        tmp_path: Path, receiver: Receiver, nats_server: str, egress_processes: list[subprocess.Popen[bytes]]) -> None:
+def start_workers(tmp_path: Path, receiver: Receiver, nats_url: str, messages: int,
+                  processes: list[subprocess.Popen[bytes]], **throttler: Any) -> dict[str, int]:
+    """``WORKERS`` workers of a pipeline of this test's own, delivering ``messages`` requests
+    through the throttler ``endpoint`` (limit ``LIMIT``, period ``PERIOD``, chunks of 2, and
+    ``throttler``'s fields); returns each worker's ``--http-port``."""
     spec, dynamic = payload_spec(tmp_path, f"http://127.0.0.1:{receiver.port}/events",
-                                 [f"message {i}" for i in range(MESSAGES)], partition_count=3,
+                                 [f"message {i}" for i in range(messages)], partition_count=3,
                                  sink_parameters={"throttler_id": "endpoint"})
     document = yaml.safe_load(spec.read_text())
     document["pipeline"] = f"throttled_{tmp_path.name.replace('-', '_')}"[:60]
@@ -92,16 +95,32 @@ def test_the_controllers_worker_killed_mid_run_another_serves_within_one_ttl_and
     dynamic_document = yaml.safe_load(dynamic.read_text())
     dynamic_document["throttlers"] = {"endpoint": {
         "limit": LIMIT, "period": f"{PERIOD:g}s", "request_period": "250ms", "max_grant_amount": 2,
-        "retrying_channel": {"retry_backoff_time": "100ms", "enable_exponential_retry_backoffs": False}}}
+        "retrying_channel": {"retry_backoff_time": "100ms", "enable_exponential_retry_backoffs": False,
+                             "retry_attempts": 10_000}, **throttler}}
     dynamic.write_text(yaml.safe_dump(dynamic_document))
     ports = {f"w{i}": free_port() for i in range(WORKERS)}
     for worker, port in ports.items():
         with (tmp_path / f"{worker}.log").open("wb") as log:
-            egress_processes.append(subprocess.Popen(
+            processes.append(subprocess.Popen(
                 [sys.executable, "-m", "egress", "run", str(spec), "--dynamic-spec", str(dynamic),
-                 "--engine", nats_server, "--worker-id", worker, "--state-dir", str(tmp_path / worker),
+                 "--engine", nats_url, "--worker-id", worker, "--state-dir", str(tmp_path / worker),
                  "--lease-ttl", f"{TTL:g}", "--heartbeat-period", f"{HEARTBEAT:g}", "--http-port", str(port),
                  "--until-drained", "--quiet"], cwd=REPO, stdout=log, stderr=subprocess.STDOUT))
+    return ports
+
+
+def received(receiver: Receiver) -> list[dict[str, Any]]:
+    return [json.loads(line) for line in receiver.record.read_text().splitlines()]
+
+
+def wait_for_requests(receiver: Receiver, count: int, what: str, timeout: float = 60.0) -> None:
+    wait_for(what, lambda: True if len(receiver.record.read_text().splitlines()) >= count else None, timeout)
+
+
+@pytest.mark.timeout(180)
+def test_the_controllers_worker_killed_mid_run_another_serves_within_one_ttl_and_the_envelope_holds(
+        tmp_path: Path, receiver: Receiver, nats_server: str, egress_processes: list[subprocess.Popen[bytes]]) -> None:
+    ports = start_workers(tmp_path, receiver, nats_server, MESSAGES, egress_processes)
     processes = dict(zip(ports, egress_processes, strict=True))
     alive = set(ports)
 
@@ -111,8 +130,7 @@ def test_the_controllers_worker_killed_mid_run_another_serves_within_one_ttl_and
     others = alive - {first}
     for worker in others:  # every worker's /status names the same controller, once it is up
         assert wait_for(f"{worker}'s /status", lambda w=worker: controller_named(ports[w])) == first
-    wait_for("a third of the messages delivered",
-             lambda: True if len(receiver.record.read_text().splitlines()) >= MESSAGES // 3 else None)
+    wait_for_requests(receiver, MESSAGES // 3, "a third of the messages delivered")
 
     processes[first].send_signal(signal.SIGKILL)
     processes[first].wait()
@@ -125,14 +143,12 @@ def test_the_controllers_worker_killed_mid_run_another_serves_within_one_ttl_and
     assert took <= TTL + 1.0 + 0.5 + 0.5, f"{successor} took the controller {took:.2f} s after the kill"
     metrics = (get(f"http://127.0.0.1:{ports[successor]}/metrics") or b"").decode()
     assert f'egress_throttler_controller{{worker_id="{successor}"}} 1.0' in metrics
-    before = len(receiver.record.read_text().splitlines())
-    wait_for("deliveries resumed under the new controller", lambda: True if len(
-        receiver.record.read_text().splitlines()) > before else None, timeout=10)
+    wait_for_requests(receiver, len(received(receiver)) + 1, "deliveries resumed under the new controller", 10)
     resumed = time.monotonic() - killed
 
     for worker in alive:
         assert processes[worker].wait(timeout=120) == 0, (tmp_path / f"{worker}.log").read_text()
-    records = [json.loads(line) for line in receiver.record.read_text().splitlines()]
+    records = received(receiver)
     delivered = {r["body_sha256"] for r in records if r["status"] == 200}
     assert len(delivered) == MESSAGES
     excess = worst_excess([(r["time"], 1.0) for r in records], LIMIT, LIMIT * PERIOD)
@@ -140,3 +156,51 @@ def test_the_controllers_worker_killed_mid_run_another_serves_within_one_ttl_and
           f"{resumed:.2f} s; {len(records)} requests for {MESSAGES} messages; worst window {excess:+.2f} requests "
           "beyond limit·T + limit·period")
     assert excess <= LIMIT * TRANSIT, f"{excess:.2f} requests beyond limit·T + limit·period in the worst window"
+
+
+FALLBACK, OUTAGE = 3.0, 10.0
+LEASE = 0.25 + 0.05
+"""Seconds quota granted before the outage stays usable: ``prefetch_lease`` (the request period
+here) and the reply allowance."""
+
+
+@pytest.mark.timeout(240)
+def test_with_fallback_rate_the_endpoint_keeps_receiving_at_about_it_while_nats_is_down_and_the_controller_returns(
+        tmp_path: Path, receiver: Receiver, own_nats_server: NatsServer,
+        egress_processes: list[subprocess.Popen[bytes]]) -> None:
+    ports = start_workers(tmp_path, receiver, own_nats_server.url, 200, egress_processes,
+                          fallback_rate=FALLBACK)
+    alive = set(ports)
+    wait_for("a controller elected", lambda: serving(ports, alive))
+    wait_for_requests(receiver, 30, "30 requests delivered under the controller")
+    own_nats_server.kill()
+    down = time.time()
+    time.sleep(OUTAGE)
+    own_nats_server.start()
+    back = time.time()
+    returned = wait_for("a controller after NATS returned", lambda: serving(ports, alive), timeout=30)
+    resumed = time.time() - back
+    for worker in alive:
+        assert egress_processes[list(ports).index(worker)].wait(timeout=150) == 0, \
+            (tmp_path / f"{worker}.log").read_text()
+    records = received(receiver)
+    assert len({r["body_sha256"] for r in records if r["status"] == 200}) == 200
+    times = sorted(r["time"] for r in records)
+    # While NATS is down: what was prefetched lasts one lease, then only each worker's share of
+    # fallback_rate (FALLBACK / WORKERS, starting empty; a call may take its unit once a budget
+    # holds one request period's worth, so each worker adds at most one call to a window).
+    outage = [t for t in times if down + LEASE + TRANSIT < t < back]
+    rate = len(outage) / (back - down - LEASE - TRANSIT)
+    burst = WORKERS * max(1.0, FALLBACK / WORKERS * 0.25)
+    excess = worst_excess([(t, 1.0) for t in outage], FALLBACK, burst)
+    gaps = max(b - a for a, b in zip([down + LEASE + TRANSIT, *outage], [*outage, back], strict=True))
+    whole = worst_excess([(t, 1.0) for t in times], LIMIT, LIMIT * PERIOD)
+    print(f"\nNATS down {OUTAGE:g} s: {len(outage)} requests at {rate:.2f}/s (fallback_rate {FALLBACK:g}), longest "
+          f"gap {gaps:.2f} s, worst window {excess:+.2f} beyond fallback_rate·T + {burst:g}; controller {returned} "
+          f"{resumed:.2f} s after NATS returned; whole run {whole:+.2f} beyond limit·T + limit·period")
+    assert rate <= FALLBACK
+    assert excess <= FALLBACK * TRANSIT
+    assert gaps <= WORKERS / FALLBACK + 0.5  # it kept receiving: one worker's unit a second at least
+    assert whole <= LIMIT * TRANSIT
+    after = [t for t in times if t > back + resumed + 2 * LEASE]
+    assert len(after) / (after[-1] - after[0]) > FALLBACK  # the controller's rate again, not the fallback

@@ -29,6 +29,7 @@ keep the workers' DynamicSpec files the same (as their Spec).
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import logging
 from collections.abc import Iterator
@@ -38,7 +39,7 @@ from prometheus_client import CollectorRegistry
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
 from egress.clock import Clock
-from egress.engines import ROLE_PREFIX, LeaseInfo, Ownership
+from egress.engines import ROLE_PREFIX, Engine, LeaseInfo
 from egress.runtime.options import RunOptions
 from egress.spec import DynamicSpec
 from egress.throttler import ThrottlerController, Throttling
@@ -73,7 +74,7 @@ class ControllerElection:
     ``egress_throttler_controller_terms_total``.
     """
 
-    def __init__(self, engine: Ownership, throttling: Throttling, connection: NatsConnection, subject: str,
+    def __init__(self, engine: Engine, throttling: Throttling, connection: NatsConnection, subject: str,
                  worker_id: str, clock: Clock, *, lease_ttl: float, renew_period: float, retry_period: float,
                  registry: CollectorRegistry | None = None) -> None:
         self.engine = engine
@@ -87,6 +88,7 @@ class ControllerElection:
         self.retry_period = retry_period
         self.elected: list[tuple[int, float]] = []
         self._server: NatsQuotaServer | None = None
+        self._watchdog: asyncio.Task[None] | None = None
         self._epoch: int | None = None
         self._entitled_until = float("-inf")  # monotonic: the lease surely holds until then
         if registry is not None:
@@ -94,8 +96,9 @@ class ControllerElection:
 
     @property
     def serving(self) -> bool:
-        """Whether this worker is the controller now."""
-        return self._server is not None
+        """Whether this worker is the controller now (it serves and its lease surely holds: a
+        worker whose engine calls hang through an outage stops counting once its lease may lapse)."""
+        return self._server is not None and self.entitled()
 
     def entitled(self) -> bool:
         """Whether the lease surely still holds (``lease_ttl`` since the last renewal was sent)."""
@@ -109,27 +112,30 @@ class ControllerElection:
             except Exception as error:  # the engine unreachable for a moment: try again
                 logger.warning("worker %s: the throttler controller lease: %s: %s", self.worker_id,
                                type(error).__name__, error)
-            if self.serving and not self.entitled():
-                await self._step_down(f"its lease was not renewed within {self.lease_ttl:g} s")
             await self.clock.sleep(self._pause())
 
     def _pause(self) -> float:
-        if not self.serving:
+        if self._server is None:
             return self.retry_period
         return max(0.0, min(self.renew_period, self._entitled_until - self.clock.monotonic()))
 
     async def _step(self) -> None:
+        """Renew the lease held (or lose it), else try to take it; serve while it surely holds."""
+        self.throttling.live_workers = max(1, len(await self.engine.members()))  # fallback_rate's divisor
         sent = self.clock.monotonic()
+        if self._epoch is not None:
+            if await self.engine.renew(CONTROLLER_ROLE, 0, self._epoch, self.lease_ttl):
+                self._entitled_until = sent + self.lease_ttl
+            else:
+                self._epoch = None
+                await self._step_down("another worker holds its lease")
         if self._epoch is None:
+            sent = self.clock.monotonic()
             epoch = await self.engine.try_acquire(CONTROLLER_ROLE, 0, self.worker_id, self.lease_ttl)
             if epoch is not None:
                 self._epoch, self._entitled_until = epoch, sent + self.lease_ttl
-                await self._serve(epoch)
-        elif await self.engine.renew(CONTROLLER_ROLE, 0, self._epoch, self.lease_ttl):
-            self._entitled_until = sent + self.lease_ttl
-        else:
-            self._epoch = None
-            await self._step_down("another worker holds its lease")
+        if self._epoch is not None and self._server is None and self.entitled():
+            await self._serve(self._epoch)
 
     async def _serve(self, epoch: int) -> None:
         """Begin a term: a controller closed for one lease, then empty (never full)."""
@@ -147,10 +153,25 @@ class ControllerElection:
         self._server = server
         self.throttling.controller = controller
         self.elected.append((epoch, self.clock.now()))
+        self._watchdog = asyncio.get_running_loop().create_task(self._step_down_when_unentitled(server))
         logger.info("worker %s is the throttler controller (epoch %d) on %s", self.worker_id, epoch, self.subject)
+
+    async def _step_down_when_unentitled(self, server: NatsQuotaServer) -> None:
+        """End the term once the lease may have lapsed, even while the engine calls of :meth:`run`
+        hang through an outage: a controller that comes back must start afresh (closed, then
+        empty), its clients having spent ``fallback_rate`` meanwhile."""
+        while self._server is server:
+            remaining = self._entitled_until - self.clock.monotonic()
+            if remaining <= 0:
+                await self._step_down(f"its lease was not renewed within {self.lease_ttl:g} s")
+                return
+            await self.clock.sleep(remaining)
 
     async def _step_down(self, why: str) -> None:
         server, self._server = self._server, None
+        watchdog, self._watchdog = self._watchdog, None
+        if watchdog is not None and watchdog is not asyncio.current_task():
+            watchdog.cancel()
         if server is None:
             return
         if self.throttling.controller is server.controller:

@@ -69,6 +69,17 @@ class NatsConnection:
         self.connect_timeout = connect_timeout
         self._client: Client | None = None
         self._lock = asyncio.Lock()
+        self._lost: asyncio.Future[None] | None = None  # resolved when the connection drops
+
+    def lost(self) -> asyncio.Future[None]:
+        """A future resolved the next time the connection drops (requests in flight get no reply)."""
+        if self._lost is None or self._lost.done():
+            self._lost = asyncio.get_running_loop().create_future()
+        return self._lost
+
+    async def _on_disconnected(self) -> None:
+        if self._lost is not None and not self._lost.done():
+            self._lost.set_result(None)
 
     async def get(self) -> Client:
         async with self._lock:
@@ -82,7 +93,8 @@ class NatsConnection:
             try:
                 await asyncio.wait_for(client.connect(
                     servers=self.servers, name=self.name, connect_timeout=max(1, round(self.connect_timeout)),
-                    reconnect_time_wait=1, max_reconnect_attempts=-1, error_cb=on_error), self.connect_timeout)
+                    reconnect_time_wait=1, max_reconnect_attempts=-1, error_cb=on_error,
+                    disconnected_cb=self._on_disconnected), self.connect_timeout)
             except (TimeoutError, OSError, NatsClientError) as error:
                 raise ControllerUnavailableError(
                     f"throttler over NATS {', '.join(self.servers)}: cannot connect ({error or type(error).__name__})"
@@ -103,7 +115,8 @@ class NatsTransport:
 
     A request sent to a controller that then dies gets no reply; rather than wait out its
     ``rpc_timeout``, it is given up (``ControllerUnavailableError``, so retried at once) when a
-    server announces on :func:`announce_subject` that it began serving: the next controller.
+    server announces on :func:`announce_subject` that it began serving (the next controller), or
+    when the connection drops; while the connection is down requests fail at once.
     """
 
     def __init__(self, connection: NatsConnection, subject: str, clock: Clock | None = None) -> None:
@@ -124,18 +137,21 @@ class NatsTransport:
 
     async def _request(self, body: bytes, rpc_timeout: float) -> dict[str, object]:
         client = await self.connection.get()
+        if not client.is_connected:  # reconnecting: no controller can be reached now
+            raise ControllerUnavailableError(f"throttler controller on NATS subject {self.subject}: the NATS "
+                                             "connection is down (reconnecting)")
         announced = await self._next_announcement(client)
         # nats-py's own timeout is a backstop: ``with_timeout`` on the clock gives up first.
         request = asyncio.ensure_future(client.request(self.subject, body, timeout=rpc_timeout + 1.0))
-        racing: set[asyncio.Future[Any]] = {request, announced}
+        racing: set[asyncio.Future[Any]] = {request, announced, self.connection.lost()}
         try:
             await asyncio.wait(racing, return_when=asyncio.FIRST_COMPLETED)
         finally:
             if not request.done():
                 request.cancel()
         if not request.done() or request.cancelled():
-            raise ControllerUnavailableError(f"a new throttler controller serves NATS subject {self.subject}; "
-                                             "asking it")
+            raise ControllerUnavailableError(f"a new throttler controller serves NATS subject {self.subject}, or "
+                                             "the NATS connection dropped; asking again")
         try:
             reply = request.result()
         except NatsClientError as error:  # no responders, timeout, connection closed or reconnecting
