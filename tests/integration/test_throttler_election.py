@@ -8,6 +8,7 @@ import asyncio
 import contextlib
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from typing import Any
 
@@ -20,6 +21,7 @@ from egress.runtime.options import RunOptions
 from egress.runtime.throttler_role import CONTROLLER_ROLE, ControllerElection, cluster_throttling
 from egress.spec import DynamicSpec
 from egress.throttler import Throttling
+from tests.nats_server import NatsServer
 
 pytestmark = pytest.mark.integration
 
@@ -40,14 +42,14 @@ class Member:
 Join = Callable[..., Awaitable[Member]]
 
 
-@pytest.fixture
-async def join(nats_server: str, request: pytest.FixtureRequest) -> AsyncIterator[Join]:
-    """Starts a worker's throttler part: its engine, its Throttling (clients over NATS) and its election."""
-    bucket = "egress_el_" + request.node.name[-40:]
+@asynccontextmanager
+async def joining(url: str, bucket: str) -> AsyncIterator[Join]:
+    """Starts workers' throttler parts on ``url``: each its engine, its Throttling (clients over
+    NATS) and its election; all stopped at the end, and the bucket deleted."""
     members: list[Member] = []
 
     async def start(worker_id: str, throttlers: dict[str, Any] | None = None) -> Member:
-        engine = NatsEngine(nats_server, "p", bucket=bucket, owner=worker_id, lease_ttl=TTL)
+        engine = NatsEngine(url, "p", bucket=bucket, owner=worker_id, lease_ttl=TTL)
         await engine.open()
         throttling, election = cluster_throttling(
             engine, DynamicSpec(throttlers=throttlers or {"q": QUICK}), RealClock(), file=None, worker_id=worker_id,
@@ -64,10 +66,16 @@ async def join(nats_server: str, request: pytest.FixtureRequest) -> AsyncIterato
             await member.election.stop()
         await member.throttling.aclose()
         await member.engine.close()
-    connection = await nats.connect(nats_server)
+    connection = await nats.connect(url)
     with contextlib.suppress(nats.js.errors.NotFoundError):
         await connection.jetstream().delete_stream(f"KV_{bucket}")
     await connection.close()
+
+
+@pytest.fixture
+async def join(nats_server: str, request: pytest.FixtureRequest) -> AsyncIterator[Join]:
+    async with joining(nats_server, "egress_el_" + request.node.name[-40:]) as start:
+        yield start
 
 
 async def until(condition: Callable[[], bool], within: float = 15.0) -> float:
@@ -168,3 +176,20 @@ async def test_dynamic_spec_throttlers_reach_the_controller_and_a_new_one_starts
     assert successor is not None
     assert successor.throttler_ids == ["fresh", "q"]
     assert successor.spec("q").limit == 7
+
+
+async def test_a_controller_whose_engine_hangs_through_an_outage_ends_its_term_and_starts_afresh_after(
+        own_nats_server: NatsServer) -> None:
+    async with joining(own_nats_server.url, "egress_el_outage") as start:
+        member = await start("w1")
+        await until(lambda: member.election.serving)
+        before = member.throttling.controller
+        own_nats_server.kill()  # the engine waits out the outage: renewals hang, they do not fail
+        assert await until(lambda: member.throttling.controller is None) <= TTL + 0.6
+        assert not member.election.serving
+        own_nats_server.start()
+        await until(lambda: member.election.serving, within=30)
+        after = member.throttling.controller
+        assert after is not None
+        assert after is not before  # a new term: closed for one lease, then empty, not the old bucket
+        assert after.empty_since is not None
