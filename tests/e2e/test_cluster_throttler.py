@@ -81,18 +81,40 @@ def serving(ports: dict[str, int], alive: set[str]) -> str | None:
     return None
 
 
+def one_per_class(spec: dict[str, Any], classes: list[str]) -> None:
+    """Replace the Spec's computation ``deliver`` by one per quota class, each delivering every
+    message to ``/<class>`` in its class of the throttler."""
+    deliver = spec["computations"].pop("deliver")
+    for class_id in classes:
+        stream = f"requests_{class_id}"
+        spec["streams"][stream] = spec["streams"]["requests"]
+        sink = {**deliver["sinks"]["http"], "input_stream_ids": [stream]}
+        sink["parameters"] = {**sink["parameters"], "throttler_class_id": class_id,
+                              "url": sink["parameters"]["url"].replace("/events", f"/{class_id}")}
+        spec["computations"][class_id] = {**deliver, "output_stream_ids": [stream], "sinks": {"http": sink},
+                                          "processing_function": f"tests.pipelines:PassthroughTo{class_id.title()}"}
+    del spec["streams"]["requests"]
+
+
 def start_workers(tmp_path: Path, receiver: Receiver, nats_url: str, messages: int,
-                  processes: list[subprocess.Popen[bytes]], **throttler: Any) -> dict[str, int]:
+                  processes: list[subprocess.Popen[bytes]], one_computation_per_class: list[str] | None = None,
+                  **throttler: Any) -> dict[str, int]:
     """``WORKERS`` workers of a pipeline of this test's own, delivering ``messages`` requests
     through the throttler ``endpoint`` (limit ``LIMIT``, period ``PERIOD``, chunks of 2, and
-    ``throttler``'s fields); returns each worker's ``--http-port``."""
+    ``throttler``'s fields; with ``one_computation_per_class`` every message once per class, see
+    :func:`one_per_class`); returns each worker's ``--http-port``."""
     spec, dynamic = payload_spec(tmp_path, f"http://127.0.0.1:{receiver.port}/events",
                                  [f"message {i}" for i in range(messages)], partition_count=3,
                                  sink_parameters={"throttler_id": "endpoint"})
     document = yaml.safe_load(spec.read_text())
     document["pipeline"] = f"throttled_{tmp_path.name.replace('-', '_')}"[:60]
+    if one_computation_per_class:
+        one_per_class(document, one_computation_per_class)
     spec.write_text(yaml.safe_dump(document))
     dynamic_document = yaml.safe_load(dynamic.read_text())
+    if one_computation_per_class:
+        deliver = dynamic_document["computations"].pop("deliver")
+        dynamic_document["computations"] = {class_id: deliver for class_id in one_computation_per_class}
     dynamic_document["throttlers"] = {"endpoint": {
         "limit": LIMIT, "period": f"{PERIOD:g}s", "request_period": "250ms", "max_grant_amount": 2,
         "retrying_channel": {"retry_backoff_time": "100ms", "enable_exponential_retry_backoffs": False,
@@ -204,3 +226,58 @@ def test_with_fallback_rate_the_endpoint_keeps_receiving_at_about_it_while_nats_
     assert whole <= LIMIT * TRANSIT
     after = [t for t in times if t > back + resumed + 2 * LEASE]
     assert len(after) / (after[-1] - after[0]) > FALLBACK  # the controller's rate again, not the fallback
+
+
+WEIGHTS = {"vip": 5.0, "regular": 3.0, "bulk": 1.0}
+CHUNK = 1.0  # max_grant_amount
+
+
+def class_metrics(port: int) -> dict[str, tuple[float, float]]:
+    """The controller's ``(granted, pending requests)`` per quota class, from its /metrics."""
+    text = (get(f"http://127.0.0.1:{port}/metrics") or b"").decode()
+    found: dict[str, list[float]] = {class_id: [0.0, 0.0] for class_id in WEIGHTS}
+    for line in text.splitlines():
+        names = ("egress_throttler_class_granted_total", "egress_throttler_class_pending_requests")
+        for index, name in enumerate(names):
+            if line.startswith(name + "{"):
+                labels, value = line[len(name) + 1:].rsplit("} ", 1)
+                class_id = dict(part.split("=") for part in labels.split(",")).get("quota_class", "").strip('"')
+                if class_id in found:
+                    found[class_id][index] = float(value)
+    return {class_id: (granted, pending) for class_id, (granted, pending) in found.items()}
+
+
+@pytest.mark.timeout(180)
+def test_weighted_classes_5_3_1_from_three_workers_share_the_limit_within_the_sfq_bound(
+        tmp_path: Path, receiver: Receiver, nats_server: str,
+        egress_processes: list[subprocess.Popen[bytes]]) -> None:
+    limit = 18.0
+    ports = start_workers(tmp_path, receiver, nats_server, 90, egress_processes,
+                          one_computation_per_class=list(WEIGHTS), limit=limit, max_grant_amount=CHUNK,
+                          classes={class_id: {"weight": weight} for class_id, weight in WEIGHTS.items()})
+    controller = wait_for("a controller elected", lambda: serving(ports, set(ports)))
+
+    def all_backlogged() -> dict[str, tuple[float, float]] | None:
+        found = class_metrics(ports[controller])
+        return found if all(granted > 0 and pending > 0 for granted, pending in found.values()) else None
+
+    first = wait_for("every class granted and waiting at the controller", all_backlogged)
+    time.sleep(4.0)
+    second = all_backlogged()
+    assert second is not None, "a class ran out of work within the measured interval: measure a shorter one"
+    for worker, process in zip(ports, egress_processes, strict=True):
+        assert process.wait(timeout=120) == 0, (tmp_path / f"{worker}.log").read_text()
+    total = sum(WEIGHTS.values())
+    share = {class_id: weight / total for class_id, weight in WEIGHTS.items()}
+    granted = {class_id: second[class_id][0] - first[class_id][0] for class_id in WEIGHTS}
+    print(f"\ngranted in 4 s at the controller ({controller}): " + ", ".join(
+        f"{class_id} {units:g} ({units / sum(granted.values()):.3f}, ideal {share[class_id]:.3f})"
+        for class_id, units in granted.items()))
+    # SFQ over chunks of at most CHUNK units (Goyal, Vin, Cheng 1996): while classes i and j are both
+    # backlogged, |granted_i / share_i − granted_j / share_j| <= CHUNK / share_i + CHUNK / share_j.
+    for i in WEIGHTS:
+        for j in WEIGHTS:
+            gap = abs(granted[i] / share[i] - granted[j] / share[j])
+            assert gap <= CHUNK / share[i] + CHUNK / share[j] + 1e-6, (i, j, granted)
+    records = received(receiver)
+    assert len({(r["path"], r["body_sha256"]) for r in records if r["status"] == 200}) == 3 * 90

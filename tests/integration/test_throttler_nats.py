@@ -50,6 +50,18 @@ async def server(connection: NatsConnection, subject: str) -> AsyncIterator[Nats
     await serving.stop()
 
 
+async def waiting_at(controller: ThrottlerController, transport: NatsTransport,
+                     rpc_timeout: float) -> asyncio.Task[Grant]:
+    """A request of 1000 units of "slow" (1/s), once it waits at ``controller``."""
+    task = asyncio.create_task(transport.request_quota("slow", 1000, timestamp=0, quota_class_id=None,
+                                                       client_id="a", rpc_timeout=rpc_timeout))
+    for _ in range(500):
+        if controller.queue("slow").queue_size == 1:
+            break
+        await asyncio.sleep(0.01)
+    return task
+
+
 async def test_the_controllers_errors_cross_nats_with_upstream_texts(server: NatsQuotaServer,
                                                                      connection: NatsConnection) -> None:
     transport = NatsTransport(connection, server.subject)
@@ -70,12 +82,7 @@ async def test_a_request_past_its_rpc_timeout_is_refunded_and_stops_blocking_oth
         server: NatsQuotaServer, connection: NatsConnection) -> None:
     transport = NatsTransport(connection, server.subject)
     await transport.request_quota("slow", 1, timestamp=0, quota_class_id=None, client_id="a", rpc_timeout=5)
-    huge = asyncio.create_task(transport.request_quota("slow", 1000, timestamp=0, quota_class_id=None,
-                                                       client_id="a", rpc_timeout=0.3))
-    for _ in range(100):  # the huge one is first in line at the controller
-        if server.controller.queue("slow").queue_size == 1:
-            break
-        await asyncio.sleep(0.01)
+    huge = await waiting_at(server.controller, transport, rpc_timeout=0.3)  # first in line
     started = time.monotonic()
     await transport.request_quota("slow", 1, timestamp=1, quota_class_id=None, client_id="b", rpc_timeout=10)
     assert time.monotonic() - started < 3.0  # not 1000 s: the server cancelled the huge one at its rpc_timeout
@@ -127,12 +134,7 @@ async def test_without_a_controller_calls_wait_and_resume_when_one_serves(
 async def test_a_stopping_server_answers_its_waiting_requests_unavailable_at_once(
         server: NatsQuotaServer, connection: NatsConnection) -> None:
     transport = NatsTransport(connection, server.subject)
-    waiting = asyncio.create_task(transport.request_quota("slow", 1000, timestamp=0, quota_class_id=None,
-                                                          client_id="a", rpc_timeout=30))
-    for _ in range(100):
-        if server.controller.queue("slow").queue_size == 1:
-            break
-        await asyncio.sleep(0.01)
+    waiting = await waiting_at(server.controller, transport, rpc_timeout=30)
     started = time.monotonic()
     await server.stop()
     with pytest.raises(ControllerUnavailableError, match="closed"):
@@ -155,12 +157,7 @@ async def test_a_request_held_by_a_dead_controller_is_retried_once_another_begin
     await dying.start()
     transport = NatsTransport(connection, subject)
     await transport.request_quota("slow", 1, timestamp=0, quota_class_id=None, client_id="a", rpc_timeout=5)
-    held = asyncio.create_task(transport.request_quota("slow", 1000, timestamp=0, quota_class_id=None,
-                                                       client_id="a", rpc_timeout=30))
-    for _ in range(100):
-        if dying.controller.queue("slow").queue_size == 1:
-            break
-        await asyncio.sleep(0.01)
+    held = await waiting_at(dying.controller, transport, rpc_timeout=30)
     await dying_connection.aclose()  # gone without a reply, as a SIGKILLed worker
     started = time.monotonic()
     successor = NatsQuotaServer(ThrottlerController(specs(), RealClock()), connection, subject)

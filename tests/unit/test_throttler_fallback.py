@@ -12,6 +12,7 @@ from egress.clock import VirtualClock
 from egress.errors import SpecErrors
 from egress.spec.models import DynamicSpec
 from egress.throttler import ThrottlerController, Throttling
+from egress.throttler.errors import ControllerUnavailableError
 from egress.throttler.fallback import AwayBudget
 from egress.throttler.models import validate_throttlers
 from egress.throttler.transport import InProcessTransport
@@ -29,8 +30,6 @@ class Away:
 
     async def request_quota(self, *args: Any, **kwargs: Any) -> Any:
         if self.down:
-            from egress.throttler.errors import ControllerUnavailableError
-
             raise ControllerUnavailableError("no controller")
         return await self.inner.request_quota(*args, **kwargs)
 
@@ -38,12 +37,17 @@ class Away:
         await self.controller.aclose()
 
 
+def away(throttlers: dict[str, Any]) -> tuple[VirtualClock, Away, Throttling]:
+    """A virtual clock, a transport whose controller is away, and a Throttling using it."""
+    clock = VirtualClock()
+    transport = Away(clock, throttlers)
+    return clock, transport, Throttling(DynamicSpec(throttlers=throttlers), clock, transport=transport)
+
+
 async def test_the_clients_of_a_process_share_fallback_rate_divided_by_the_live_workers() -> None:
     throttlers = {"q": {"limit": 30, "period": "1s", "request_period": "500ms", "fallback_rate": 6,
                         "retrying_channel": RETRY}}
-    clock = VirtualClock()
-    transport = Away(clock, throttlers)
-    throttling = Throttling(DynamicSpec(throttlers=throttlers), clock, transport=transport)
+    clock, _, throttling = away(throttlers)
     throttling.live_workers = 3  # this process may use 6 / 3 = 2 units/s, whatever its number of clients
     served: list[float] = []
 
@@ -65,9 +69,7 @@ async def test_the_clients_of_a_process_share_fallback_rate_divided_by_the_live_
 async def test_the_shared_budget_is_used_only_while_the_controller_is_away() -> None:
     throttlers = {"q": {"limit": 100, "period": "1s", "request_period": "1s", "fallback_rate": 2,
                         "retrying_channel": RETRY}}
-    clock = VirtualClock()
-    transport = Away(clock, throttlers)
-    throttling = Throttling(DynamicSpec(throttlers=throttlers), clock, transport=transport)
+    clock, transport, throttling = away(throttlers)
     handle = throttling.factory("c").get_throttler_or_throw("q")
     async with clock.autojumping():
         await handle.throttle(1)
@@ -106,9 +108,7 @@ def test_fallback_rate_is_validated(fields: dict[str, Any], message: str) -> Non
 async def test_the_budget_pauses_while_a_retry_waits_at_a_controller_that_is_back() -> None:
     throttlers = {"q": {"limit": 2, "period": "1s", "request_period": "1s", "fallback_rate": 2,
                         "retrying_channel": RETRY}}
-    clock = VirtualClock()
-    transport = Away(clock, throttlers)
-    throttling = Throttling(DynamicSpec(throttlers=throttlers), clock, transport=transport)
+    clock, transport, throttling = away(throttlers)
     handle = throttling.factory("c").get_throttler_or_throw("q")
     async with clock.autojumping():
         await handle.throttle(1)  # from the budget: the controller is away
