@@ -439,13 +439,25 @@ class Pipeline:
             [{"worker_id": m.worker_id, **m.details} for m in await engine.members()],
             "status": {entry.path: entry.error for entry in self.status.entries()},
             "partitions": await self._partitions_status(owners),
-            "sources": {source_id: {"finished": any(r.finished for r in self.readers if r.plan.source_id == source_id),
-                                    "owner": owners.get((f"source:{source_id}", 0))}
-                        for source_id in self.plan.sources},
+            "sources": await self._sources_status(owners),
             "dead_letters": self.dead_letters.status(),
             "dynamic_spec": {"file": self.plan.dynamic_spec_file, "version": self.dynamic_spec_version,
                              "error": self.dynamic_spec_error},
         }
+
+    async def _sources_status(self, owners: dict[Unit, str]) -> dict[str, dict[str, Any]]:
+        """Each source: read to the end (in a cluster, by whichever worker: its ``source_finished``
+        flag of the live lease) and its reader's owner."""
+        engine = self._engine
+        leases = await engine.leases() if engine is not None and self.worker_id is not None else []
+        sources: dict[str, dict[str, Any]] = {}
+        for source_id in self.plan.sources:
+            finished = any(r.finished for r in self.readers if r.plan.source_id == source_id)
+            if engine is not None and self.worker_id is not None and not finished:
+                flag = await engine.read_meta(finished_key(source_id))
+                finished = source_is_finished(flag, (f"source:{source_id}", 0), leases)
+            sources[source_id] = {"finished": finished, "owner": owners.get((f"source:{source_id}", 0))}
+        return sources
 
     async def _partitions_status(self, owners: dict[Unit, str]) -> list[dict[str, Any]]:
         """Every computation partition: its owner and input lag; where it runs here, its sinks' state."""
