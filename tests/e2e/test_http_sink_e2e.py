@@ -11,7 +11,6 @@ import sys
 import time
 import urllib.request
 from collections import Counter
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -23,16 +22,6 @@ from tests.e2e.conftest import REPO, Receiver, launch_receiver, stop_receiver
 
 pytestmark = pytest.mark.e2e
 MESSAGES = 300
-
-
-@pytest.fixture
-def processes() -> Iterator[list[subprocess.Popen[bytes]]]:
-    started: list[subprocess.Popen[bytes]] = []
-    yield started
-    for process in started:
-        if process.poll() is None:
-            process.kill()
-            process.wait()
 
 
 def egress_run(processes: list[subprocess.Popen[bytes]], spec: Path, dynamic: Path, state: Path,
@@ -67,13 +56,13 @@ def wait_for(condition: Any, limit: float, what: str) -> Any:
 
 
 @pytest.mark.timeout(120)
-def test_two_503s_then_200_means_exactly_three_posts_per_message(tmp_path: Path,
-                                                                 processes: list[subprocess.Popen[bytes]]) -> None:
+def test_two_503s_then_200_means_exactly_three_posts_per_message(
+        tmp_path: Path, egress_processes: list[subprocess.Popen[bytes]]) -> None:
     receiver = launch_receiver(tmp_path / "received.jsonl", "--fail-first", "2")
     try:
         spec, dynamic = payload_spec(tmp_path, f"http://127.0.0.1:{receiver.port}/events",
                                      [f"message {i}" for i in range(MESSAGES)], partition_count=2)
-        process = egress_run(processes, spec, dynamic, tmp_path / "state", "--until-drained")
+        process = egress_run(egress_processes, spec, dynamic, tmp_path / "state", "--until-drained")
         assert process.wait(timeout=100) == 0, process.stdout.read() if process.stdout else ""
     finally:
         stop_receiver(receiver)
@@ -86,7 +75,7 @@ def test_two_503s_then_200_means_exactly_three_posts_per_message(tmp_path: Path,
 
 @pytest.mark.timeout(150)
 def test_exhausted_retries_stop_the_sink_until_a_restart_after_the_fix(
-        tmp_path: Path, processes: list[subprocess.Popen[bytes]], unused_tcp_port: int) -> None:
+        tmp_path: Path, egress_processes: list[subprocess.Popen[bytes]], unused_tcp_port: int) -> None:
     record = tmp_path / "received.jsonl"
     broken = launch_receiver(record, "--fail-rate", "1", "--fail-status", "500")
     spec, dynamic = payload_spec(tmp_path, f"http://127.0.0.1:{broken.port}/events",
@@ -94,7 +83,7 @@ def test_exhausted_retries_stop_the_sink_until_a_restart_after_the_fix(
                                  dynamic_parameters={"max_attempt_count": 3})
     state = tmp_path / "state"
     try:
-        process = egress_run(processes, spec, dynamic, state, "--http-port", str(unused_tcp_port))
+        process = egress_run(egress_processes, spec, dynamic, state, "--http-port", str(unused_tcp_port))
         status_url = f"http://127.0.0.1:{unused_tcp_port}/status"
         document = wait_for(lambda: "exhausted" in str((d := get_json(status_url))["status"]) and d, 60,
                             "a terminal error in /status")
@@ -122,7 +111,7 @@ def test_exhausted_retries_stop_the_sink_until_a_restart_after_the_fix(
         document["computations"]["deliver"]["sinks"]["http"]["parameters"]["url"] = \
             f"http://127.0.0.1:{fixed.port}/events"
         spec.write_text(yaml.safe_dump(document))
-        process = egress_run(processes, spec, dynamic, state, "--until-drained")
+        process = egress_run(egress_processes, spec, dynamic, state, "--until-drained")
         assert process.wait(timeout=60) == 0
     finally:
         stop_receiver(fixed)
@@ -132,7 +121,7 @@ def test_exhausted_retries_stop_the_sink_until_a_restart_after_the_fix(
 
 @pytest.mark.timeout(120)
 def test_a_live_dynamic_spec_change_reaches_a_delivery_already_retrying(
-        tmp_path: Path, processes: list[subprocess.Popen[bytes]], unused_tcp_port: int) -> None:
+        tmp_path: Path, egress_processes: list[subprocess.Popen[bytes]], unused_tcp_port: int) -> None:
     """max_attempt_count 2 → 3 while the only delivery pauses after its first failure, so that its second
     failure is not its last; a bad file in between is ignored."""
     receiver = launch_receiver(tmp_path / "received.jsonl", "--fail-first", "2")
@@ -140,7 +129,7 @@ def test_a_live_dynamic_spec_change_reaches_a_delivery_already_retrying(
         spec, dynamic = payload_spec(tmp_path, f"http://127.0.0.1:{receiver.port}/events", ["only"],
                                      dynamic_parameters={"max_attempt_count": 2, "retry_initial_delay": "5s",
                                                          "retry_maximum_delay": "5s", "retry_jitter_ratio": 0.0})
-        process = egress_run(processes, spec, dynamic, tmp_path / "state", "--until-drained",
+        process = egress_run(egress_processes, spec, dynamic, tmp_path / "state", "--until-drained",
                              "--http-port", str(unused_tcp_port))
         wait_for(lambda: receiver.record.exists() and records(receiver), 30, "the first attempt")
         status_url = f"http://127.0.0.1:{unused_tcp_port}/status"

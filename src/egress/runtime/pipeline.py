@@ -218,7 +218,7 @@ class Pipeline:
                 raise mismatch.in_file(self.plan.spec_file) from None
             if self.worker_id is not None:  # before the layout check, which may record this Spec's additions
                 await refuse_another_spec(engine, spec_digest(spec), self.worker_id, self.plan.spec_file)
-            await check_state_directory(engine, self.plan, self.state_dir)
+            await self._check_state_directory(engine)
             nats = self._electing_on(engine, dynamic)
             if nats is not None:
                 from egress.runtime.throttler_role import cluster_throttling
@@ -272,6 +272,10 @@ class Pipeline:
         from egress.engines import NatsEngine
 
         return engine if isinstance(engine, NatsEngine) else None
+
+    async def _check_state_directory(self, engine: Engine) -> None:
+        """:func:`check_state_directory` of this run's plan and state directory."""
+        await check_state_directory(engine, self.plan, self.state_dir)
 
     def _make_runner(self, unit: Unit) -> Runner:
         """A fresh source reader or partition job for ``unit``, from the plan in force."""
@@ -461,13 +465,25 @@ class Pipeline:
             "throttler": None if self.throttler_election is None else self.throttler_election.status(leases),
             "status": {entry.path: entry.error for entry in self.status.entries()},
             "partitions": await self._partitions_status(owners),
-            "sources": {source_id: {"finished": any(r.finished for r in self.readers if r.plan.source_id == source_id),
-                                    "owner": owners.get((f"source:{source_id}", 0))}
-                        for source_id in self.plan.sources},
+            "sources": await self._sources_status(owners),
             "dead_letters": self.dead_letters.status(),
             "dynamic_spec": {"file": self.plan.dynamic_spec_file, "version": self.dynamic_spec_version,
                              "error": self.dynamic_spec_error},
         }
+
+    async def _sources_status(self, owners: dict[Unit, str]) -> dict[str, dict[str, Any]]:
+        """Each source: read to the end (in a cluster, by whichever worker: its ``source_finished``
+        flag of the live lease) and its reader's owner."""
+        engine = self._engine
+        leases = await engine.leases() if engine is not None and self.worker_id is not None else []
+        sources: dict[str, dict[str, Any]] = {}
+        for source_id in self.plan.sources:
+            finished = any(r.finished for r in self.readers if r.plan.source_id == source_id)
+            if engine is not None and self.worker_id is not None and not finished:
+                flag = await engine.read_meta(finished_key(source_id))
+                finished = source_is_finished(flag, (f"source:{source_id}", 0), leases)
+            sources[source_id] = {"finished": finished, "owner": owners.get((f"source:{source_id}", 0))}
+        return sources
 
     async def _partitions_status(self, owners: dict[Unit, str]) -> list[dict[str, Any]]:
         """Every computation partition: its owner and input lag; where it runs here, its sinks' state."""
