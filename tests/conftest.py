@@ -35,18 +35,6 @@ def nats_server() -> str:
 
 
 @pytest.fixture
-def egress_processes() -> Iterator[list[subprocess.Popen[bytes]]]:
-    """The ``egress run`` processes a test starts; any still running at the end is killed (a
-    stopped one too: SIGKILL ends a SIGSTOPped process)."""
-    processes: list[subprocess.Popen[bytes]] = []
-    yield processes
-    for process in processes:
-        if process.poll() is None:
-            process.kill()
-            process.wait()
-
-
-@pytest.fixture
 def own_nats_server() -> Iterator[NatsServer]:
     """A nats-server of this test alone (it may be SIGKILLed and restarted on its store), stopped by pid."""
     started = NatsServer().start()
@@ -64,6 +52,18 @@ def nats_cluster() -> Iterator[NatsCluster]:
         yield started
     finally:
         started.stop()
+
+
+@pytest.fixture
+def egress_processes() -> Iterator[list[subprocess.Popen[bytes]]]:
+    """The ``egress run`` processes a test starts; any still running at the end is killed (a
+    stopped one too: SIGKILL ends a SIGSTOPped process)."""
+    processes: list[subprocess.Popen[bytes]] = []
+    yield processes
+    for process in processes:
+        if process.poll() is None:
+            process.kill()
+            process.wait()
 
 
 @pytest.fixture

@@ -13,9 +13,10 @@ Starts, all on 127.0.0.1 and stopped by their pids at the end:
 then, once a third of the flights has arrived, SIGKILLs the worker that runs the most ``to_json``
 partitions, measures the failover (until the others hold its leases, and until the first new
 flight of one of its partitions reaches the receiver), waits for the other workers to end (the
-pipeline drained) and prints the delivery report: 0 missing; the duplicates are the messages the
-killed worker had sent but not yet committed as acknowledged, which its successor sends again
-under the same idempotency key. Exits 1 if a message is missing or a worker failed.
+pipeline drained) and prints the delivery report: 0 missing; the duplicates are the messages a
+partition's worker had sent but not yet committed as acknowledged when the partition changed hands
+(the kill, and the hand-overs as the workers joined), which the next owner sends again under the
+same idempotency key. Exits 1 if a message is missing or a worker failed.
 
     python examples/cluster/demo.py [--workers 3] [--lease-ttl 3] [--rows N] [--keep DIR]
 """
@@ -265,7 +266,7 @@ def main() -> int:
         ("requests received", stats["requests"]),
         ("distinct idempotency keys received", stats["distinct_keys"]),
         ("expected (non-cancelled flights)", len(keys)),
-        ("duplicates (sent again after the kill)", stats["duplicates"]),
+        ("duplicates (in flight at a change of hands)", stats["duplicates"]),
         ("missing", missing),
         ("failover: leases taken over after", f"{takeover - killed:.2f} s"),
         ("failover: its partitions delivering after", f"{resumed - killed:.2f} s"),

@@ -42,7 +42,7 @@ from nats import errors as client_errors
 from nats.aio.client import Client
 from nats.aio.msg import Msg
 from nats.errors import Error as NatsClientError
-from nats.js.errors import APIError
+from nats.js.errors import APIError, NoStreamResponseError
 
 from egress.engines.nats.errors import JetStreamRequestError, NatsEngineError, NatsUnavailableError
 
@@ -72,6 +72,7 @@ TRANSIENT_CODES = frozenset({
 _TRANSIENT_CLIENT_ERRORS = (
     client_errors.TimeoutError, client_errors.NoRespondersError, client_errors.OutboundBufferLimitError,
     client_errors.StaleConnectionError, client_errors.ConnectionReconnectingError, TimeoutError, ConnectionError,
+    NoStreamResponseError,  # a KV put or update answered by no stream: its leader is being elected
 )
 _FIRST_RETRY_DELAY = 0.05  # seconds; doubled after each failed attempt up to _LAST_RETRY_DELAY
 _LAST_RETRY_DELAY = 1.0
