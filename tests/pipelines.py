@@ -92,3 +92,20 @@ class RemembersBinary(EmitsBinary):
     async def process_message(self, message: Message, output: OutputCollector, ctx: RuntimeContext) -> None:
         self.table.get(message.key).set_column("payload", binary_payload(message.row["id"]))
         await super().process_message(message, output, ctx)
+
+
+class PassthroughToVip(ProcessFunction):
+    """Emits the input's ``payload`` to ``requests_vip`` (one computation per quota class)."""
+
+    stream = "requests_vip"
+
+    async def process_message(self, message: Message, output: OutputCollector, ctx: RuntimeContext) -> None:
+        output.add_message(self.stream, {"payload": message.row["payload"]})
+
+
+class PassthroughToRegular(PassthroughToVip):
+    stream = "requests_regular"
+
+
+class PassthroughToBulk(PassthroughToVip):
+    stream = "requests_bulk"

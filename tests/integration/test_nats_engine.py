@@ -15,7 +15,7 @@ from typing import Any
 import nats
 import pytest
 
-from egress.engines import EpochCommit, FencedError, LogAppend, SinkProgress
+from egress.engines import ROLE_PREFIX, EpochCommit, FencedError, LogAppend, SinkProgress
 from egress.engines.nats import NatsEngine, NatsEngineError
 from egress.errors import EgressError
 from egress.keys import encode_key
@@ -280,6 +280,17 @@ async def test_the_log_is_kept_for_the_slowest_consumer_and_for_one_that_has_not
     await engine.trim()
     assert len(await engine.read("events", 0, 0, 100)) == 100  # "slow" holds a lease, has committed nothing
     await engine.commit(EpochCommit("slow", 0, slow, {("events", 0): 35}))
+    await engine.trim()
+    assert [m.offset for m in await (await open_nats()).read("events", 0, 0, 3)] == [30, 31, 32]
+
+
+async def test_a_role_lease_does_not_keep_the_log(open_nats: Opener) -> None:
+    engine = await open_nats(retention_period=0)
+    source, job = await engine.acquire("source:s", 0), await engine.acquire("c", 0)
+    assert await engine.try_acquire(f"{ROLE_PREFIX}throttler-controller", 0, "w1", 5) is not None
+    for n in range(10):
+        await engine.commit(EpochCommit("source:s", 0, source, log_appends=appends("events", 0, n * 10, 10)))
+    await engine.commit(EpochCommit("c", 0, job, {("events", 0): 35}))
     await engine.trim()
     assert [m.offset for m in await (await open_nats()).read("events", 0, 0, 3)] == [30, 31, 32]
 

@@ -4,6 +4,7 @@
 from typing import TYPE_CHECKING, Any
 
 from egress.engines.protocols import (
+    ROLE_PREFIX,
     AppendsCallback,
     Checkpoint,
     CheckpointStore,
@@ -37,6 +38,7 @@ def __getattr__(name: str) -> Any:
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 __all__ = [
+    "ROLE_PREFIX",
     "AppendsCallback",
     "Checkpoint",
     "CheckpointStore",

@@ -196,6 +196,12 @@ class CheckpointStore(Protocol):
         ...
 
 
+ROLE_PREFIX = "role:"
+"""Consumers named ``role:<name>`` are leases of a role, not of a job (the cluster's throttler
+controller, ``role:throttler-controller``): their holder reads no log and commits nothing, so an
+engine's log retention does not wait for them."""
+
+
 @dataclass(frozen=True, slots=True)
 class LeaseInfo:
     """A live lease as :meth:`Ownership.leases` reports it.

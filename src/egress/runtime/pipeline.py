@@ -19,7 +19,7 @@ import socket
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import orjson
 
@@ -40,6 +40,10 @@ from egress.runtime.source_reader import SourceReader, finished_key
 from egress.runtime.worker import ClusterSpecError, Worker, WorkerSettings, refuse_another_spec
 from egress.spec import DynamicSpec, Spec, load_document, validate_model
 from egress.throttler import THROTTLER_STATE_NAME, Throttling
+
+if TYPE_CHECKING:
+    from egress.engines.nats import NatsEngine
+    from egress.runtime.throttler_role import ControllerElection
 
 DYNAMIC_SPEC_STATUS = "/dynamic_spec"
 
@@ -156,6 +160,7 @@ class Pipeline:
         self.server = StatusServer(self.metrics, self.status_document, http_host, http_port,
                                    refresh=self._refresh_gauges) if http_port is not None else None
         self.throttling: Throttling | None = None
+        self.throttler_election: ControllerElection | None = None  # a cluster worker on NATS with throttlers
         self.dead_letters = DeadLetterFiles()  # shared by the sinks: one writer per dead-letter file
         self.dynamic_spec_error: str | None = None
         self.dynamic_spec_version = 0
@@ -214,7 +219,14 @@ class Pipeline:
             if self.worker_id is not None:  # before the layout check, which may record this Spec's additions
                 await refuse_another_spec(engine, spec_digest(spec), self.worker_id, self.plan.spec_file)
             await self._check_state_directory(engine)
-            if dynamic.throttlers or self.options.throttler_url is not None:
+            nats = self._electing_on(engine, dynamic)
+            if nats is not None:
+                from egress.runtime.throttler_role import cluster_throttling
+
+                self.throttling, self.throttler_election = cluster_throttling(
+                    nats, dynamic, self.clock, file=self.plan.dynamic_spec_file, worker_id=self.worker_id or "",
+                    options=self.options, registry=self.metrics.registry)
+            elif dynamic.throttlers or self.options.throttler_url is not None:
                 self.throttling = Throttling(dynamic, self.clock, registry=self.metrics.registry,
                                              throttler_url=self.options.throttler_url,
                                              file=self.plan.dynamic_spec_file,
@@ -232,6 +244,8 @@ class Pipeline:
                     await self._run_embedded(engine, result, watchers)
                 else:
                     watchers.append(asyncio.create_task(self._watch_cluster(engine, result)))
+                    if self.throttler_election is not None:
+                        watchers.append(asyncio.create_task(self.throttler_election.run()))
                     await self._run_worker(engine, self.worker_id, result)
             finally:
                 for watcher in watchers:
@@ -241,12 +255,23 @@ class Pipeline:
         finally:
             if self.server is not None:
                 await self.server.stop()
+            if self.throttler_election is not None:
+                await self.throttler_election.stop()
             if self.throttling is not None:
                 await self.throttling.aclose()
             self._engine = None
             await engine.close()
         result.elapsed = self.clock.monotonic() - started
         return result
+
+    def _electing_on(self, engine: Engine, dynamic: DynamicSpec) -> NatsEngine | None:
+        """The NATS engine of a cluster worker whose DynamicSpec declares throttlers and that is
+        given no ``--throttler-url``: its workers elect the controller (``egress.runtime.throttler_role``)."""
+        if self.worker_id is None or not dynamic.throttlers or self.options.throttler_url is not None:
+            return None
+        from egress.engines import NatsEngine
+
+        return engine if isinstance(engine, NatsEngine) else None
 
     async def _check_state_directory(self, engine: Engine) -> None:
         """:func:`check_state_directory` of this run's plan and state directory."""
@@ -437,15 +462,28 @@ class Pipeline:
             "worker": self.worker_id,
             "members": [] if engine is None or self.worker_id is None else
             [{"worker_id": m.worker_id, **m.details} for m in await engine.members()],
+            "throttler": None if self.throttler_election is None else self.throttler_election.status(leases),
             "status": {entry.path: entry.error for entry in self.status.entries()},
             "partitions": await self._partitions_status(owners),
-            "sources": {source_id: {"finished": any(r.finished for r in self.readers if r.plan.source_id == source_id),
-                                    "owner": owners.get((f"source:{source_id}", 0))}
-                        for source_id in self.plan.sources},
+            "sources": await self._sources_status(owners),
             "dead_letters": self.dead_letters.status(),
             "dynamic_spec": {"file": self.plan.dynamic_spec_file, "version": self.dynamic_spec_version,
                              "error": self.dynamic_spec_error},
         }
+
+    async def _sources_status(self, owners: dict[Unit, str]) -> dict[str, dict[str, Any]]:
+        """Each source: read to the end (in a cluster, by whichever worker: its ``source_finished``
+        flag of the live lease) and its reader's owner."""
+        engine = self._engine
+        leases = await engine.leases() if engine is not None and self.worker_id is not None else []
+        sources: dict[str, dict[str, Any]] = {}
+        for source_id in self.plan.sources:
+            finished = any(r.finished for r in self.readers if r.plan.source_id == source_id)
+            if engine is not None and self.worker_id is not None and not finished:
+                flag = await engine.read_meta(finished_key(source_id))
+                finished = source_is_finished(flag, (f"source:{source_id}", 0), leases)
+            sources[source_id] = {"finished": finished, "owner": owners.get((f"source:{source_id}", 0))}
+        return sources
 
     async def _partitions_status(self, owners: dict[Unit, str]) -> list[dict[str, Any]]:
         """Every computation partition: its owner and input lag; where it runs here, its sinks' state."""

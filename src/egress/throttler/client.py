@@ -19,7 +19,9 @@ rate over ``prefetch_lease`` (= ``request_period`` unless that is more than half
 While the controller is unreachable the client retries with backoff (``retrying_channel``) and
 calls wait; past the retry budget they raise :class:`QuotaRequestFailedError`. Beyond upstream,
 ``safe_rate`` (Doorman's safe capacity) serves waiting calls locally at that rate (``-1``: at once)
-only while the controller is away; the operator keeps ``safe_rate × clients <= limit``.
+only while the controller is away; the operator keeps ``safe_rate × clients <= limit``. With
+``fallback`` (``fallback_rate``: one :class:`~egress.throttler.fallback.AwayBudget` shared by the
+process's clients of the throttler) that budget serves them instead.
 """
 
 from __future__ import annotations
@@ -40,6 +42,7 @@ from egress.throttler.errors import (
     QuotaRequestFailedError,
     ThrottlerError,
 )
+from egress.throttler.fallback import AwayBudget
 from egress.throttler.models import ThrottlerSpec
 from egress.throttler.sensors import ClientSensors
 from egress.throttler.transport import QuotaTransport
@@ -106,7 +109,8 @@ class PrefetchingClient:
 
     def __init__(self, throttler_id: str, spec: ThrottlerSpec, transport: QuotaTransport, clock: Clock, *,
                  client_id: str = "", class_id: str | None = None, timestamp_provider: TimestampProvider | None = None,
-                 sensors: ClientSensors | None = None, computation_id: str = "") -> None:
+                 sensors: ClientSensors | None = None, computation_id: str = "",
+                 fallback: AwayBudget | None = None) -> None:
         self.throttler_id = throttler_id
         self.spec = spec
         self.class_id = class_id
@@ -124,8 +128,9 @@ class PrefetchingClient:
         self._incoming_sum = 0.0
         self._fetcher: asyncio.Task[None] | None = None
         self._safe_task: asyncio.Task[None] | None = None
-        self._safe_tokens = 0.0
-        self._safe_updated = 0.0
+        self.fallback = fallback  # shared while the controller is away (fallback_rate)
+        self._away_budget: AwayBudget | None = None
+        self._attempting = False  # a RequestQuota in flight
         self._work = asyncio.Event()
         self.controller_away = False
         self.closed: ThrottlerError | None = None
@@ -303,9 +308,14 @@ class PrefetchingClient:
                 if self._sensors is not None:
                     self._sensors.request_count.labels(self._computation_id, self.throttler_id).inc()
                 try:
-                    return await self._transport.request_quota(
-                        self.throttler_id, amount, timestamp=timestamp, quota_class_id=self.class_id,
-                        client_id=self._client_id, rpc_timeout=self.spec.rpc_timeout, hold=hold)
+                    self._attempting = True
+                    try:
+                        return await self._transport.request_quota(
+                            self.throttler_id, amount, timestamp=timestamp, quota_class_id=self.class_id,
+                            client_id=self._client_id, rpc_timeout=self.spec.rpc_timeout, hold=hold)
+                    finally:
+                        self._attempting = False
+                        self._work.set()
                 except ControllerUnavailableError as error:
                     elapsed = self._clock.monotonic() - started
                     if attempt >= channel.retry_attempts or elapsed + backoff > channel.retry_timeout:
@@ -325,40 +335,47 @@ class PrefetchingClient:
         if self.controller_away:
             return
         self.controller_away = True
+        budget = self.fallback
         safe = self.spec.safe_rate
-        if safe is not None and safe != 0:
-            self._safe_tokens, self._safe_updated = 0.0, self._clock.monotonic()
-            self._safe_task = asyncio.get_running_loop().create_task(self._serve_safely())
+        if budget is None and safe is not None and safe != 0:
+            budget = AwayBudget(lambda: self.spec.safe_rate or 0.0, lambda: self.spec.request_period)
+        self._away_budget = budget
+        if budget is not None:
+            budget.leave(self._clock.monotonic())
+            self._safe_task = asyncio.get_running_loop().create_task(self._serve_safely(budget))
 
     def _controller_back(self) -> None:
         self.controller_away = False
+        if self._away_budget is not None:
+            self._away_budget.come_back()
+            self._away_budget = None
         if self._safe_task is not None:
             self._safe_task.cancel()
             self._safe_task = None
 
-    async def _serve_safely(self) -> None:
+    async def _serve_safely(self, budget: AwayBudget) -> None:
+        """Serve queued calls from ``budget`` while the controller is away, pausing while a retry
+        is in flight: one that does not fail at once may be waiting at a controller back again,
+        whose grants must not come on top of the budget's."""
         while self.controller_away:
-            rate = self.spec.safe_rate or 0.0
-            now = self._clock.monotonic()
-            if rate > 0:
-                cap = rate * self.spec.request_period
-                self._safe_tokens = min(cap, self._safe_tokens + rate * (now - self._safe_updated))
-            self._safe_updated = now
-            if not self._queue:
+            if not self._queue or self._attempting:
                 self._work.clear()
                 await self._work.wait()
                 continue
             head = self._queue[0]
-            need = head.amount if rate < 0 else min(head.amount, rate * self.spec.request_period)
-            if rate < 0 or self._safe_tokens >= need - 1e-9:
+            now = self._clock.monotonic()
+            wait = budget.take(head.amount, now)
+            if wait == 0:
                 self._queue.popleft()
-                if rate > 0:
-                    self._safe_tokens -= head.amount  # may go below zero: later calls wait longer
                 if not head.future.done():
                     head.future.set_result(None)
                     self._consumed(head.amount, now - head.since)
                 continue
-            await self._clock.sleep((need - self._safe_tokens) / rate)
+            if math.isinf(wait):
+                self._work.clear()
+                await self._work.wait()  # rate 0 now: wait for a change (a call, or the controller back)
+                continue
+            await self._clock.sleep(wait)
 
     async def aclose(self, error: ThrottlerError) -> None:
         """Stop: fail queued calls (and every later call) with ``error``."""

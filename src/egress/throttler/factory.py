@@ -7,11 +7,12 @@ makes the handle raise ``Throttler "X" is not configured for this client``; re-a
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 
 from egress.clock import Clock
 from egress.throttler.client import PrefetchingClient, TimestampProvider
 from egress.throttler.errors import ThrottlerNotConfiguredError
+from egress.throttler.fallback import AwayBudget
 from egress.throttler.models import ThrottlerSpec
 from egress.throttler.sensors import ClientSensors
 from egress.throttler.transport import QuotaTransport
@@ -68,8 +69,9 @@ class ThrottlerFactory:
     def __init__(self, transport: QuotaTransport, clock: Clock, throttlers: Mapping[str, ThrottlerSpec], *,
                  class_ids: Mapping[str, str | None] | None = None, client_id: str = "",
                  timestamp_provider: TimestampProvider | None = None, sensors: ClientSensors | None = None,
-                 computation_id: str = "") -> None:
+                 computation_id: str = "", fallback: Callable[[str], AwayBudget | None] | None = None) -> None:
         self._transport = transport
+        self._fallback = fallback
         self._clock = clock
         self._client_id = client_id
         self._timestamp_provider = timestamp_provider
@@ -99,9 +101,11 @@ class ThrottlerFactory:
                 self._clients[throttler_id] = PrefetchingClient(
                     throttler_id, spec, self._transport, self._clock, client_id=self._client_id, class_id=class_id,
                     timestamp_provider=self._timestamp_provider, sensors=self._sensors,
-                    computation_id=self._computation_id)
+                    computation_id=self._computation_id,
+                    fallback=None if self._fallback is None else self._fallback(throttler_id))
             else:
                 client.reconfigure(spec, class_id)
+                client.fallback = None if self._fallback is None else self._fallback(throttler_id)
 
     def get_throttler_or_throw(self, throttler_id: str) -> ThrottlerHandle:
         """The handle of a declared throttler (the same object every time); raises

@@ -16,18 +16,13 @@ from __future__ import annotations
 from typing import Any
 
 import aiohttp
-import orjson
 
 from egress.clock import Clock, RealClock
 from egress.throttler.controller import Grant
-from egress.throttler.errors import (
-    ControllerUnavailableError,
-    QuotaAmountError,
-    QuotaRequestFailedError,
-    UnknownThrottlerError,
-)
+from egress.throttler.errors import ControllerUnavailableError
 from egress.throttler.service import REQUEST_QUOTA_PATH
 from egress.throttler.transport import with_timeout
+from egress.throttler.wire import decode_answer, encode_call, grant_of, raise_refusal
 
 
 class HttpTransport:
@@ -47,15 +42,12 @@ class HttpTransport:
 
     async def request_quota(self, throttler_id: str, amount: float, *, timestamp: float, quota_class_id: str | None,
                             client_id: str, rpc_timeout: float, hold: float = 0.0) -> Grant:
-        body = orjson.dumps({"throttler_id": throttler_id, "client_id": client_id, "amount": amount,
-                             "timestamp": timestamp, "quota_class_id": quota_class_id, "hold": hold})
+        body = encode_call(throttler_id, amount, timestamp=timestamp, quota_class_id=quota_class_id,
+                           client_id=client_id, hold=hold)
         sent = self.clock.monotonic()
         answer = await with_timeout(self.clock, self._post(body), rpc_timeout,
                                     f'RequestQuota to throttler "{throttler_id}"')
-        arrived = self.clock.monotonic()
-        granted = float(answer.get("amount", amount))
-        lease, waited = float(answer.get("lease") or 0.0), float(answer.get("waited") or 0.0)
-        return Grant(granted, arrived + lease - max(0.0, (arrived - sent) - waited))
+        return grant_of(answer, amount, sent, self.clock)
 
     async def _post(self, body: bytes) -> dict[str, Any]:
         session = self._get_session()
@@ -65,22 +57,10 @@ class HttpTransport:
                 status = response.status
         except (aiohttp.ClientError, OSError) as error:
             raise ControllerUnavailableError(f"throttler service {self.url}: {error or type(error).__name__}") from None
-        try:
-            answer = orjson.loads(payload)
-            if not isinstance(answer, dict):
-                raise TypeError("not an object")
-        except (orjson.JSONDecodeError, TypeError):
-            answer = {"error": payload[:200].decode(errors="replace")}
-        if status == 200:
-            return answer
-        message, code = str(answer.get("error", "")), answer.get("code")
-        if status >= 500:
-            raise ControllerUnavailableError(f"throttler service answered {status}: {message}")
-        if code == "unknown_throttler":
-            raise UnknownThrottlerError(message)
-        if code == "invalid_amount":
-            raise QuotaAmountError(message)
-        raise QuotaRequestFailedError(f"throttler service answered {status}: {message}")
+        answer = decode_answer(payload)
+        if status != 200:
+            raise_refusal(answer, f"throttler service answered {status}", unavailable=status >= 500)
+        return answer
 
     async def aclose(self) -> None:
         if self._session is not None:

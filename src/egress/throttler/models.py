@@ -61,6 +61,9 @@ class ThrottlerSpec(_Strict):
     server chunk; ``use_class_weights_as_limit`` makes the rate the sum of declared weights.
     ``safe_rate`` is beyond upstream (Doorman's safe capacity): units/s a client may use on its own
     while the controller is unreachable; ``None`` (default) or ``0`` waits, ``-1`` is unthrottled.
+    ``fallback_rate`` (beyond upstream, opt-in) is units/s the whole pipeline may use while no
+    controller can be reached: each process's clients of the throttler share ``fallback_rate /
+    live workers`` (at most the rate; not with ``safe_rate``).
     """
 
     limit: float | None = Field(default=None, ge=0, allow_inf_nan=False)
@@ -72,6 +75,7 @@ class ThrottlerSpec(_Strict):
     max_grant_amount: int | None = Field(default=None, ge=1)
     use_class_weights_as_limit: bool = False
     safe_rate: float | None = Field(default=None, ge=-1, allow_inf_nan=False)
+    fallback_rate: float | None = Field(default=None, gt=0, allow_inf_nan=False)
 
     @field_validator("period", "request_period", "rpc_timeout")
     @classmethod
@@ -99,6 +103,14 @@ class ThrottlerSpec(_Strict):
                 raise ValueError("use_class_weights_as_limit cannot be combined with \"limit\"")
         if self.safe_rate is not None and -1 < self.safe_rate < 0:
             raise ValueError("safe_rate must be -1 (open), 0 (closed) or a positive rate")
+        if self.fallback_rate is not None:
+            if self.safe_rate is not None:
+                raise ValueError("fallback_rate and safe_rate cannot both be set: fallback_rate is the pipeline's "
+                                 "rate while no controller answers, shared by the workers; keep one")
+            rate = self.rate
+            if rate is not None and self.fallback_rate > rate:
+                raise ValueError(f"fallback_rate {self.fallback_rate:g} exceeds the throttler's rate {rate:g}: the "
+                                 "workers on their own would let more through than the controller; lower it")
         return self
 
     @property

@@ -11,7 +11,7 @@ upstream's ``value.rate``), ``egress_throttler_queue_size``, ``egress_throttler_
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge
@@ -52,16 +52,22 @@ class ClientSensors:
 
 
 class ControllerCollector:
-    """Reads the controller's queues at scrape time; register with ``registry.register(collector)``."""
+    """Reads the controller's queues at scrape time; register with ``registry.register(collector)``.
 
-    def __init__(self, controller: ThrottlerController) -> None:
+    ``controller`` is the controller, or a function returning the one this process serves now
+    (``None``: none here, nothing is reported; a cluster worker serves one only while elected).
+    """
+
+    def __init__(self, controller: ThrottlerController | Callable[[], ThrottlerController | None]) -> None:
         self._controller = controller
 
     def describe(self) -> list[Any]:
         return []
 
     def collect(self) -> Iterator[Any]:
-        controller = self._controller
+        controller = self._controller() if callable(self._controller) else self._controller
+        if controller is None:
+            return
         now = controller.clock.monotonic()
         one = ["throttler_id"]
         two = ["throttler_id", "quota_class"]

@@ -30,9 +30,9 @@ from egress.clock import Clock
 from egress.errors import SpecError
 from egress.spec.models import load_dynamic_spec
 from egress.throttler.controller import ThrottlerController
-from egress.throttler.errors import QuotaAmountError, ThrottlerError, UnknownThrottlerError
 from egress.throttler.models import ThrottlerSpec, validate_dynamic_throttlers
 from egress.throttler.sensors import ControllerCollector
+from egress.throttler.wire import BadRequestError, answer_call, decode_call
 
 log = logging.getLogger("egress.throttler.service")
 
@@ -59,27 +59,11 @@ def make_app(controller: ThrottlerController, registry: CollectorRegistry | None
     async def request_quota(request: web.Request) -> web.Response:
         arrived = controller.clock.monotonic()
         try:
-            body = orjson.loads(await request.read())
-            throttler_id = str(body["throttler_id"])
-            amount = float(body["amount"])
-            timestamp = float(body.get("timestamp") or 0.0)
-            class_id = body.get("quota_class_id")
-            client_id = str(body.get("client_id") or "")
-            hold = float(body.get("hold") or 0.0)
-        except (orjson.JSONDecodeError, KeyError, TypeError, ValueError) as error:
-            return _json(400, {"error": f"malformed RequestQuota: {error}", "code": "bad_request"})
-        try:
-            grant = await controller.request_quota(throttler_id, amount, timestamp=timestamp,
-                                                       quota_class_id=None if class_id is None else str(class_id),
-                                                       client_id=client_id, hold=hold)
-        except UnknownThrottlerError as error:
-            return _json(400, {"error": str(error), "code": "unknown_throttler"})
-        except QuotaAmountError as error:
-            return _json(400, {"error": str(error), "code": "invalid_amount"})
-        except ThrottlerError as error:
-            return _json(503, {"error": str(error), "code": "unavailable"})
-        now = controller.clock.monotonic()
-        return _json(200, {"amount": grant.amount, "lease": grant.until - now, "waited": now - arrived})
+            call = decode_call(await request.read())
+        except BadRequestError as error:
+            return _json(400, {"error": str(error), "code": "bad_request"})
+        granted, answer = await answer_call(controller, call, arrived)
+        return _json(200 if granted else 503 if answer["code"] == "unavailable" else 400, answer)
 
     async def metrics(_: web.Request) -> web.Response:
         return web.Response(body=generate_latest(registry), content_type="text/plain")

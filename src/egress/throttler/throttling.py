@@ -19,6 +19,7 @@ from egress.spec.models import DynamicSpec
 from egress.throttler.client import TimestampProvider
 from egress.throttler.controller import ThrottlerController
 from egress.throttler.factory import ThrottlerFactory
+from egress.throttler.fallback import AwayBudget
 from egress.throttler.models import ThrottlerSpec, validate_dynamic_throttlers
 from egress.throttler.sensors import ClientSensors, ControllerCollector
 from egress.throttler.transport import InProcessTransport, QuotaTransport
@@ -64,21 +65,25 @@ class Throttling:
     """The throttlers of one process. Raises :class:`SpecErrors` at construction for an invalid
     DynamicSpec (call it before the pipeline starts: class ids are checked there).
 
-    ``throttler_url`` = ``http://host:port`` of ``egress throttler serve``; ``None`` runs the
-    controller in-process, keeping its restart horizon in ``state_file`` (the run's state directory:
-    a restarted run keeps the envelope). ``registry`` receives the sensors (the run's
-    ``Metrics.registry``).
+    ``throttler_url`` = ``http://host:port`` of ``egress throttler serve``; ``transport`` = another
+    way to a controller elsewhere (a cluster worker's NATS transport: the worker that holds the
+    controller lease sets :attr:`controller` while it serves, so that :meth:`reconfigure` reaches
+    it); with neither the controller runs in-process, keeping its restart horizon in ``state_file``
+    (the run's state directory: a restarted run keeps the envelope). ``registry`` receives the
+    sensors (the run's ``Metrics.registry``; the controller's while this process has one).
     """
 
     def __init__(self, dynamic: DynamicSpec, clock: Clock, *, registry: CollectorRegistry | None = None,
                  throttler_url: str | None = None, file: str | None = None,
-                 state_file: str | Path | None = None) -> None:
+                 state_file: str | Path | None = None, transport: QuotaTransport | None = None) -> None:
         self.clock = clock
         self.dynamic = dynamic
         self.throttlers: dict[str, ThrottlerSpec] = validate_dynamic_throttlers(dynamic, file=file)
         self.controller: ThrottlerController | None = None
         self.transport: QuotaTransport
-        if throttler_url is None:
+        if transport is not None:
+            self.transport = transport
+        elif throttler_url is None:
             self.controller = ThrottlerController(self.throttlers, clock, state_file=state_file)
             self.transport = InProcessTransport(self.controller)
         else:
@@ -86,9 +91,33 @@ class Throttling:
 
             self.transport = HttpTransport(throttler_url, clock)
         self.sensors = ClientSensors(registry) if registry is not None else None
-        if registry is not None and self.controller is not None:
-            registry.register(ControllerCollector(self.controller))
+        if registry is not None and (self.controller is not None or transport is not None):
+            registry.register(ControllerCollector(lambda: self.controller))
         self._factories: list[tuple[ThrottlerFactory, str, Mapping[str, str | None] | None]] = []
+        self.live_workers = 1  # the cluster's, kept up to date by its election; fallback_rate is shared by them
+        self._fallbacks: dict[str, AwayBudget] = {}
+
+    def fallback(self, throttler_id: str) -> AwayBudget | None:
+        """The budget every client of ``throttler_id`` in this process shares while no controller
+        answers: ``fallback_rate / live_workers`` units/s (as configured now); ``None`` without
+        ``fallback_rate`` when the client is made."""
+        spec = self.throttlers.get(throttler_id)
+        if spec is None or spec.fallback_rate is None:
+            return None
+        budget = self._fallbacks.get(throttler_id)
+        if budget is None:
+            budget = self._fallbacks[throttler_id] = AwayBudget(
+                lambda: self._fallback_rate(throttler_id), lambda: self._request_period(throttler_id))
+        return budget
+
+    def _fallback_rate(self, throttler_id: str) -> float:
+        spec = self.throttlers.get(throttler_id)
+        rate = spec.fallback_rate if spec is not None else None
+        return (rate or 0.0) / max(1, self.live_workers)
+
+    def _request_period(self, throttler_id: str) -> float:
+        spec = self.throttlers.get(throttler_id)
+        return spec.request_period if spec is not None else 0.0
 
     def class_ids(self, computation_id: str) -> dict[str, str | None]:
         """The computation's quota class per throttler, from its ``input_*_throttler_class_id``."""
@@ -113,7 +142,7 @@ class Throttling:
         factory = ThrottlerFactory(self.transport, self.clock, self.throttlers,
                                    class_ids=class_ids if class_ids is not None else self.class_ids(computation_id),
                                    client_id=client_id or computation_id, timestamp_provider=timestamp_provider,
-                                   sensors=self.sensors, computation_id=computation_id)
+                                   sensors=self.sensors, computation_id=computation_id, fallback=self.fallback)
         self._factories.append((factory, computation_id, class_ids))
         return factory
 

@@ -50,8 +50,9 @@ from egress.engines.nats.jetstream import (
     expect_last,
 )
 from egress.engines.nats.records import CheckpointRecord, LogEntry
-from egress.engines.nats.subjects import BUCKET_NAME, Layout, default_bucket, name_token
+from egress.engines.nats.subjects import BUCKET_NAME, Layout, default_bucket, name_of_token, name_token
 from egress.engines.protocols import (
+    ROLE_PREFIX,
     AppendsCallback,
     Checkpoint,
     CommittedInventory,
@@ -1024,15 +1025,16 @@ class NatsEngine:
     async def trim(self) -> None:
         """Purge, per log partition, the chunks before the one holding the lowest committed
         position of any consumer (the last chunk always stays: it holds the end offset). Nothing is
-        purged while a consumer holds a lease without having committed, its inputs being unknown."""
+        purged while a consumer holds a lease without having committed, its inputs being unknown (a
+        role's lease, ``ROLE_PREFIX``, does not count: its holder reads no log)."""
         self._trimming = True
         try:
             self._last_trim = self._clock.monotonic()
             js, layout = self._js(), self._layout
             checkpoints = await js.scan(layout.checkpoints())
             committed = {layout.suffix(s.subject).split(".", 1)[1] for s in checkpoints}
-            leased = {layout.suffix(s.subject).split(".", 1)[1] for s in await js.scan(layout.leases())
-                      if not _deleted(s)}
+            leased = {key for s in await js.scan(layout.leases())
+                      if not _deleted(s) and not _is_role(key := layout.suffix(s.subject).split(".", 1)[1])}
             if leased - committed:
                 return
             lowest: dict[tuple[str, int], tuple[int, int]] = {}
@@ -1046,6 +1048,12 @@ class NatsEngine:
                     self._trimmed[slot] = hint
         finally:
             self._trimming = False
+
+
+def _is_role(lease_key: str) -> bool:
+    """Whether a lease key ``<consumer token>.<partition>`` is a role's (``ROLE_PREFIX``): its holder
+    commits nothing, so retention does not wait for it."""
+    return name_of_token(lease_key.split(".", 1)[0]).startswith(ROLE_PREFIX)
 
 
 def _deleted(stored: Stored) -> bool:

@@ -1,0 +1,235 @@
+"""The cluster's throttler: one controller per pipeline, elected among the workers, reached over NATS.
+
+Every worker of a cluster run on NATS (``egress run --engine nats://...``) has a :class:`Throttling`
+whose transport is :class:`~egress.throttler.nats_transport.NatsTransport` to the pipeline's
+subject, and a :class:`ControllerElection`. The election is the engine lease of consumer
+:data:`CONTROLLER_ROLE` partition 0: every ``retry_period`` seconds a worker that does not hold it
+tries to take it (``try_acquire``, owner = worker id, ``lease_ttl``); the holder serves a fresh
+:class:`~egress.throttler.controller.ThrottlerController` on the subject and renews the lease every
+``renew_period`` seconds. It stops serving (and so granting) when a renewal returns ``False``, and
+on its own clock once ``lease_ttl`` has passed since it sent its last successful renewal (a worker
+cut off from NATS, or paused): the lease may have lapsed and another worker may be serving, so
+two controllers never grant at the same time. An orderly stop releases the lease: another worker
+takes it within ``retry_period``. A worker that dies keeps it until it lapses: ``lease_ttl``
+(rounded up to whole seconds by NATS) after its last renewal, within a second of which NATS
+removes it, then another worker takes it at its next try.
+
+The envelope across a change of controller: the new controller starts as after a restart at an
+unknown time (``assume_restart``): every bucket closed for one lease (``prefetch_lease`` + the
+reply allowance), then empty. Whatever its predecessor granted before it stopped is used up by
+then, so at the point of use every window still sees at most ``limit·T + limit·period`` (the
+argument of a restarted ``egress throttler serve``). Clients retry under ``retrying_channel`` and
+``rpc_timeout`` meanwhile; calls wait, they do not fail until that budget is spent.
+
+DynamicSpec ``throttlers`` reach the controller through the worker it runs on: its
+:meth:`Throttling.reconfigure` applies a changed file to :attr:`Throttling.controller`, and a new
+controller starts from the throttlers in force on its worker. Every worker watches its own file, so
+keep the workers' DynamicSpec files the same (as their Spec).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Iterator
+from typing import TYPE_CHECKING, Any
+
+from prometheus_client import CollectorRegistry
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+
+from egress.clock import Clock
+from egress.engines import ROLE_PREFIX, Engine, LeaseInfo
+from egress.runtime.options import RunOptions
+from egress.spec import DynamicSpec
+from egress.throttler import ThrottlerController, Throttling
+from egress.throttler.nats_transport import (
+    REPLY_ALLOWANCE,
+    NatsConnection,
+    NatsQuotaServer,
+    NatsTransport,
+    request_subject,
+)
+
+if TYPE_CHECKING:
+    from egress.engines.nats import NatsEngine
+
+logger = logging.getLogger(__name__)
+
+CONTROLLER_ROLE = ROLE_PREFIX + "throttler-controller"
+"""The consumer name of the controller lease (partition 0)."""
+
+RETRY_PERIOD = 0.5
+"""Seconds between a worker's tries for the controller lease while another holds it."""
+
+
+class ControllerElection:
+    """Takes, holds and gives up the controller lease of one worker (``worker_id``) on ``engine``,
+    serving ``throttling``'s throttlers on ``subject`` over ``connection`` while it holds it.
+
+    ``lease_ttl``, ``renew_period`` and ``retry_period`` are seconds on ``clock``. :meth:`run`
+    runs until cancelled; :meth:`stop` then steps down and releases the lease. ``elected`` lists
+    ``(epoch, clock.now())`` of every term this worker began. ``registry`` gets the gauge
+    ``egress_throttler_controller{worker_id}`` (1 while this worker serves) and the counter
+    ``egress_throttler_controller_terms_total``.
+    """
+
+    def __init__(self, engine: Engine, throttling: Throttling, connection: NatsConnection, subject: str,
+                 worker_id: str, clock: Clock, *, lease_ttl: float, renew_period: float, retry_period: float,
+                 registry: CollectorRegistry | None = None) -> None:
+        self.engine = engine
+        self.throttling = throttling
+        self.connection = connection
+        self.subject = subject
+        self.worker_id = worker_id
+        self.clock = clock
+        self.lease_ttl = lease_ttl
+        self.renew_period = renew_period
+        self.retry_period = retry_period
+        self.elected: list[tuple[int, float]] = []
+        self._server: NatsQuotaServer | None = None
+        self._watchdog: asyncio.Task[None] | None = None
+        self._epoch: int | None = None
+        self._entitled_until = float("-inf")  # monotonic: the lease surely holds until then
+        if registry is not None:
+            registry.register(_ElectionCollector(self))
+
+    @property
+    def serving(self) -> bool:
+        """Whether this worker is the controller now (it serves and its lease surely holds: a
+        worker whose engine calls hang through an outage stops counting once its lease may lapse)."""
+        return self._server is not None and self.entitled()
+
+    def entitled(self) -> bool:
+        """Whether the lease surely still holds (``lease_ttl`` since the last renewal was sent)."""
+        return self.clock.monotonic() < self._entitled_until
+
+    async def run(self) -> None:
+        """Try for the lease, or renew it, until cancelled (engine failures are logged and retried)."""
+        while True:
+            try:
+                await self._step()
+            except Exception as error:  # the engine unreachable for a moment: try again
+                logger.warning("worker %s: the throttler controller lease: %s: %s", self.worker_id,
+                               type(error).__name__, error)
+            await self.clock.sleep(self._pause())
+
+    def _pause(self) -> float:
+        if self._server is None:
+            return self.retry_period
+        return max(0.0, min(self.renew_period, self._entitled_until - self.clock.monotonic()))
+
+    async def _step(self) -> None:
+        """Renew the lease held (or lose it), else try to take it; serve while it surely holds."""
+        self.throttling.live_workers = max(1, len(await self.engine.members()))  # fallback_rate's divisor
+        sent = self.clock.monotonic()
+        if self._epoch is not None:
+            if await self.engine.renew(CONTROLLER_ROLE, 0, self._epoch, self.lease_ttl):
+                self._entitled_until = sent + self.lease_ttl
+            else:
+                self._epoch = None
+                await self._step_down("another worker holds its lease")
+        if self._epoch is None:
+            sent = self.clock.monotonic()
+            epoch = await self.engine.try_acquire(CONTROLLER_ROLE, 0, self.worker_id, self.lease_ttl)
+            if epoch is not None:
+                self._epoch, self._entitled_until = epoch, sent + self.lease_ttl
+        if self._epoch is not None and self._server is None and self.entitled():
+            await self._serve(self._epoch)
+
+    async def _serve(self, epoch: int) -> None:
+        """Begin a term: a controller closed for one lease, then empty (never full)."""
+        controller = ThrottlerController(self.throttling.throttlers, self.clock, assume_restart=True,
+                                         allowance=REPLY_ALLOWANCE)
+        server = NatsQuotaServer(controller, self.connection, self.subject, entitled=self.entitled)
+        try:
+            await server.start()
+        except Exception:
+            await controller.aclose()
+            with contextlib.suppress(Exception):
+                await self.engine.release(CONTROLLER_ROLE, 0, epoch)
+            self._epoch = None
+            raise
+        self._server = server
+        self.throttling.controller = controller
+        self.elected.append((epoch, self.clock.now()))
+        self._watchdog = asyncio.get_running_loop().create_task(self._step_down_when_unentitled(server))
+        logger.info("worker %s is the throttler controller (epoch %d) on %s", self.worker_id, epoch, self.subject)
+
+    async def _step_down_when_unentitled(self, server: NatsQuotaServer) -> None:
+        """End the term once the lease may have lapsed, even while the engine calls of :meth:`run`
+        hang through an outage: a controller that comes back must start afresh (closed, then
+        empty), its clients having spent ``fallback_rate`` meanwhile."""
+        while self._server is server:
+            remaining = self._entitled_until - self.clock.monotonic()
+            if remaining <= 0:
+                await self._step_down(f"its lease was not renewed within {self.lease_ttl:g} s")
+                return
+            await self.clock.sleep(remaining)
+
+    async def _step_down(self, why: str) -> None:
+        server, self._server = self._server, None
+        watchdog, self._watchdog = self._watchdog, None
+        if watchdog is not None and watchdog is not asyncio.current_task():
+            watchdog.cancel()
+        if server is None:
+            return
+        if self.throttling.controller is server.controller:
+            self.throttling.controller = None
+        logger.warning("worker %s is no longer the throttler controller: %s", self.worker_id, why)
+        await server.stop()
+
+    async def stop(self) -> None:
+        """Step down and release the lease (another worker takes it within its ``retry_period``)."""
+        epoch, self._epoch = self._epoch, None
+        await self._step_down("the worker stops")
+        if epoch is not None:
+            try:
+                await self.engine.release(CONTROLLER_ROLE, 0, epoch)
+            except Exception as error:
+                logger.warning("the throttler controller lease was not released (%s); it lapses in %g s",
+                               error, self.lease_ttl)
+        await self.connection.aclose()
+
+    def status(self, leases: list[LeaseInfo]) -> dict[str, Any]:
+        """``/status``'s ``throttler``: the controller's worker (from the lease) and this worker's part."""
+        holder = next((lease for lease in leases if (lease.consumer, lease.partition) == (CONTROLLER_ROLE, 0)), None)
+        return {"controller": None if holder is None else holder.owner,
+                "controller_epoch": None if holder is None else holder.epoch,
+                "serving_here": self.serving, "subject": self.subject, "terms_here": len(self.elected)}
+
+
+class _ElectionCollector:
+    def __init__(self, election: ControllerElection) -> None:
+        self._election = election
+
+    def describe(self) -> list[Any]:
+        return []
+
+    def collect(self) -> Iterator[Any]:
+        election = self._election
+        serving = GaugeMetricFamily("egress_throttler_controller",
+                                    "1 while this worker is the pipeline's throttler controller.", labels=["worker_id"])
+        serving.add_metric([election.worker_id], 1.0 if election.serving else 0.0)
+        terms = CounterMetricFamily("egress_throttler_controller_terms",
+                                    "Times this worker became the throttler controller.", labels=["worker_id"])
+        terms.add_metric([election.worker_id], len(election.elected))
+        yield from (serving, terms)
+
+
+def cluster_throttling(engine: NatsEngine, dynamic: DynamicSpec, clock: Clock, *, file: str | None, worker_id: str,
+                       options: RunOptions,
+                       registry: CollectorRegistry | None) -> tuple[Throttling, ControllerElection]:
+    """The :class:`Throttling` (clients over NATS to ``engine``'s pipeline subject) and the
+    :class:`ControllerElection` of cluster worker ``worker_id``: the lease lasts
+    ``options.lease_ttl``, is renewed every ``options.heartbeat_period`` and tried for every
+    :data:`RETRY_PERIOD` seconds (at most a heartbeat). Raises :class:`SpecErrors` for invalid
+    ``throttlers`` in ``dynamic`` (read from ``file``)."""
+    connection = NatsConnection(engine.servers, name=f"egress throttler {worker_id}")
+    subject = request_subject(engine.bucket)
+    throttling = Throttling(dynamic, clock, registry=registry, file=file,
+                            transport=NatsTransport(connection, subject, clock))
+    election = ControllerElection(engine, throttling, connection, subject, worker_id, clock,
+                                  lease_ttl=options.lease_ttl, renew_period=options.heartbeat_period,
+                                  retry_period=min(RETRY_PERIOD, options.heartbeat_period), registry=registry)
+    return throttling, election

@@ -1,0 +1,260 @@
+"""``RequestQuota`` over NATS request/reply: the cluster's transport (nats-py, core NATS).
+
+The controller (:class:`NatsQuotaServer`) subscribes to one subject per pipeline, in queue group
+``throttler``; a client (:class:`NatsTransport`) sends the request of :mod:`~egress.throttler.wire`
+to it and waits for the reply on its inbox. No responder (no controller elected yet, or it died),
+a lost connection, or no reply within ``rpc_timeout`` raise :class:`ControllerUnavailableError`:
+the client retries under ``retrying_channel`` as over HTTP. The request carries ``rpc_timeout``:
+the server cancels (and refunds) a request still waiting then, as the HTTP service does when the
+client disconnects. Grants get :data:`REPLY_ALLOWANCE` seconds more for the reply's travel, and the
+client's deadline is computed as over HTTP (:func:`~egress.throttler.wire.grant_of`), so it is
+never later than the lease the controller counted.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import orjson
+from nats.aio.client import Client
+from nats.aio.msg import Msg
+from nats.aio.subscription import Subscription
+from nats.errors import Error as NatsClientError
+
+from egress.clock import Clock, RealClock
+from egress.throttler.controller import Grant, ThrottlerController
+from egress.throttler.errors import ControllerUnavailableError
+from egress.throttler.transport import with_timeout
+from egress.throttler.wire import (
+    BadRequestError,
+    answer_call,
+    decode_answer,
+    decode_call,
+    encode_call,
+    grant_of,
+    raise_refusal,
+)
+
+log = logging.getLogger("egress.throttler.nats")
+
+REPLY_ALLOWANCE = 0.05
+"""Seconds added to every lease the NATS controller grants, for the reply's travel to its client."""
+
+QUEUE_GROUP = "throttler"
+
+
+def request_subject(bucket: str) -> str:
+    """The subject the controller of the pipeline stored in NATS KV bucket ``bucket`` serves
+    (``egress.<bucket>.throttler.request_quota``; a bucket name is plain: A-Z a-z 0-9 _ -)."""
+    return f"egress.{bucket}.throttler.request_quota"
+
+
+def announce_subject(subject: str) -> str:
+    """Where a server says it began serving ``subject``: ``<subject>.serving``."""
+    return subject + ".serving"
+
+
+class NatsConnection:
+    """One nats-py connection to ``servers`` (``nats://host:port`` each), opened on first use and
+    reconnecting for ever; :meth:`get` raises :class:`ControllerUnavailableError` while the servers
+    cannot be reached."""
+
+    def __init__(self, servers: Sequence[str], *, name: str = "egress throttler", connect_timeout: float = 5.0) -> None:
+        self.servers = list(servers)
+        self.name = name
+        self.connect_timeout = connect_timeout
+        self._client: Client | None = None
+        self._lock = asyncio.Lock()
+        self._lost: asyncio.Future[None] | None = None  # resolved when the connection drops
+
+    def lost(self) -> asyncio.Future[None]:
+        """A future resolved the next time the connection drops (requests in flight get no reply)."""
+        if self._lost is None or self._lost.done():
+            self._lost = asyncio.get_running_loop().create_future()
+        return self._lost
+
+    async def _on_disconnected(self) -> None:
+        if self._lost is not None and not self._lost.done():
+            self._lost.set_result(None)
+
+    async def get(self) -> Client:
+        async with self._lock:
+            if self._client is not None and not self._client.is_closed:
+                return self._client
+            client = Client()
+
+            async def on_error(error: Exception) -> None:
+                log.debug("NATS %s: %s", ", ".join(self.servers), error)
+
+            try:
+                await asyncio.wait_for(client.connect(
+                    servers=self.servers, name=self.name, connect_timeout=max(1, round(self.connect_timeout)),
+                    reconnect_time_wait=1, max_reconnect_attempts=-1, error_cb=on_error,
+                    disconnected_cb=self._on_disconnected), self.connect_timeout)
+            except (TimeoutError, OSError, NatsClientError) as error:
+                raise ControllerUnavailableError(
+                    f"throttler over NATS {', '.join(self.servers)}: cannot connect ({error or type(error).__name__})"
+                ) from None
+            self._client = client
+            return client
+
+    async def aclose(self) -> None:
+        client, self._client = self._client, None
+        if client is not None and not client.is_closed:
+            with contextlib.suppress(NatsClientError, TimeoutError, OSError):
+                await client.close()
+
+
+class NatsTransport:
+    """A :class:`~egress.throttler.transport.QuotaTransport` to the controller serving ``subject``
+    on ``connection``; ``clock`` measures ``rpc_timeout`` and the grant's deadline.
+
+    A request sent to a controller that then dies gets no reply; rather than wait out its
+    ``rpc_timeout``, it is given up (``ControllerUnavailableError``, so retried at once) when a
+    server announces on :func:`announce_subject` that it began serving (the next controller), or
+    when the connection drops; while the connection is down requests fail at once.
+    """
+
+    def __init__(self, connection: NatsConnection, subject: str, clock: Clock | None = None) -> None:
+        self.connection = connection
+        self.subject = subject
+        self.clock = clock or RealClock()
+        self._announced: asyncio.Future[None] | None = None  # resolved at the next announcement
+        self._listening: Subscription | None = None
+
+    async def request_quota(self, throttler_id: str, amount: float, *, timestamp: float, quota_class_id: str | None,
+                            client_id: str, rpc_timeout: float, hold: float = 0.0) -> Grant:
+        body = encode_call(throttler_id, amount, timestamp=timestamp, quota_class_id=quota_class_id,
+                           client_id=client_id, hold=hold, rpc_timeout=rpc_timeout)
+        sent = self.clock.monotonic()
+        answer = await with_timeout(self.clock, self._request(body, rpc_timeout), rpc_timeout,
+                                    f'RequestQuota to throttler "{throttler_id}" over NATS')
+        return grant_of(answer, amount, sent, self.clock)
+
+    async def _request(self, body: bytes, rpc_timeout: float) -> dict[str, object]:
+        client = await self.connection.get()
+        if not client.is_connected:  # reconnecting: no controller can be reached now
+            raise ControllerUnavailableError(f"throttler controller on NATS subject {self.subject}: the NATS "
+                                             "connection is down (reconnecting)")
+        announced = await self._next_announcement(client)
+        # nats-py's own timeout is a backstop: ``with_timeout`` on the clock gives up first.
+        request = asyncio.ensure_future(client.request(self.subject, body, timeout=rpc_timeout + 1.0))
+        racing: set[asyncio.Future[Any]] = {request, announced, self.connection.lost()}
+        try:
+            await asyncio.wait(racing, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            if not request.done():
+                request.cancel()
+        if not request.done() or request.cancelled():
+            raise ControllerUnavailableError(f"a new throttler controller serves NATS subject {self.subject}, or "
+                                             "the NATS connection dropped; asking again")
+        try:
+            reply = request.result()
+        except NatsClientError as error:  # no responders, timeout, connection closed or reconnecting
+            raise ControllerUnavailableError(
+                f"throttler controller on NATS subject {self.subject}: {error or type(error).__name__}") from None
+        answer = decode_answer(reply.data)
+        if "error" in answer:
+            raise_refusal(answer, f"throttler controller on NATS subject {self.subject}")
+        return answer
+
+    async def _next_announcement(self, client: Client) -> asyncio.Future[None]:
+        """A future resolved when a server next announces it began serving (subscribing once)."""
+        if self._announced is None or self._announced.done():
+            self._announced = asyncio.get_running_loop().create_future()
+        if self._listening is None:
+            async def on_announcement(_: Msg) -> None:
+                if self._announced is not None and not self._announced.done():
+                    self._announced.set_result(None)
+
+            try:
+                self._listening = await client.subscribe(announce_subject(self.subject), cb=on_announcement)
+            except NatsClientError as error:
+                raise ControllerUnavailableError(f"NATS subject {self.subject}: {error}") from None
+        return self._announced
+
+    async def aclose(self) -> None:
+        """Stop listening for announcements (the connection is its owner's to close)."""
+        listening, self._listening = self._listening, None
+        if listening is not None:
+            with contextlib.suppress(NatsClientError, TimeoutError, OSError):
+                await listening.unsubscribe()
+
+
+class NatsQuotaServer:
+    """Serves ``controller`` on ``subject`` over ``connection`` until :meth:`stop`.
+
+    Each request waits in its own task, cancelled (so refunded) after the request's
+    ``rpc_timeout``; :meth:`stop` closes the controller. ``entitled`` (default: always) says whether
+    this server may still hand out quota: a grant decided when it no longer is (an elected
+    controller whose lease may have lapsed) is answered ``unavailable`` instead, so two controllers
+    never grant at the same time.
+    """
+
+    def __init__(self, controller: ThrottlerController, connection: NatsConnection, subject: str, *,
+                 entitled: Callable[[], bool] | None = None) -> None:
+        self.controller = controller
+        self.connection = connection
+        self.subject = subject
+        self._entitled = entitled
+        self._subscription: Subscription | None = None
+        self._calls: set[asyncio.Task[None]] = set()
+
+    async def start(self) -> None:
+        """Subscribe, then announce it on :func:`announce_subject` (raises
+        :class:`ControllerUnavailableError` when NATS cannot be reached)."""
+        client = await self.connection.get()
+        try:
+            self._subscription = await client.subscribe(self.subject, queue=QUEUE_GROUP, cb=self._on_request)
+            await client.flush(timeout=5)
+            await client.publish(announce_subject(self.subject), b"")  # requests waiting elsewhere come here
+        except (NatsClientError, TimeoutError, OSError) as error:
+            raise ControllerUnavailableError(f"cannot serve the throttler on NATS subject {self.subject}: "
+                                             f"{error or type(error).__name__}") from None
+
+    async def _on_request(self, message: Msg) -> None:
+        task = asyncio.get_running_loop().create_task(self._answer(message))
+        self._calls.add(task)
+        task.add_done_callback(self._calls.discard)
+
+    async def _answer(self, message: Msg) -> None:
+        controller = self.controller
+        arrived = controller.clock.monotonic()
+        try:
+            call = decode_call(message.data)
+        except BadRequestError as error:
+            await self._reply(message, {"error": str(error), "code": "bad_request"})
+            return
+        asking = answer_call(controller, call, arrived)
+        if call.rpc_timeout is None:
+            _, answer = await asking
+        else:
+            try:
+                _, answer = await with_timeout(controller.clock, asking, call.rpc_timeout, "RequestQuota")
+            except ControllerUnavailableError:
+                return  # the client gave up already; the request is refunded
+        if self._entitled is not None and not self._entitled() and "error" not in answer:
+            answer = {"error": "the throttler controller lost its lease", "code": "unavailable"}
+        await self._reply(message, answer)
+
+    async def _reply(self, message: Msg, answer: dict[str, object]) -> None:
+        if not message.reply:
+            return
+        try:
+            await message.respond(orjson.dumps(answer))
+        except (NatsClientError, OSError) as error:  # the client sees a timeout and retries
+            log.debug("NATS %s: a RequestQuota reply was not sent: %s", self.subject, error)
+
+    async def stop(self) -> None:
+        """Stop taking requests and close the controller: the requests waiting are answered
+        ``unavailable``, so their clients retry at once (with the next controller)."""
+        subscription, self._subscription = self._subscription, None
+        if subscription is not None:
+            with contextlib.suppress(NatsClientError, TimeoutError, OSError):
+                await subscription.unsubscribe()
+        await self.controller.aclose()
+        await asyncio.gather(*self._calls, return_exceptions=True)
