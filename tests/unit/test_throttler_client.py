@@ -176,6 +176,27 @@ async def test_waits_while_controller_is_away_and_resumes_by_itself() -> None:
     await controller.aclose()
 
 
+async def test_a_retried_rpc_asks_for_what_fits_the_burst_as_it_is_now() -> None:
+    # An RPC folded under a burst of 10 (4 + 4 units) and retried after the burst shrank to 5 would
+    # reach the controller beyond its burst, count as one call beyond it and be released whole.
+    throttlers = specs(q={"limit": 10, "period": "1s", "retrying_channel": {"retry_backoff_time": "1s"}})
+    clock, controller, transport, factory = setup(throttlers)
+    handle = factory.get_throttler_or_throw("q")
+    transport.down = True
+    async with clock.autojumping():
+        calls = [asyncio.create_task(handle.throttle(4)) for _ in range(3)]
+        await clock.sleep(0.5)
+        assert [amount for _, amount, _ in transport.calls] == [8.0]
+        throttlers = specs(q={"limit": 5, "period": "1s", "retrying_channel": {"retry_backoff_time": "1s"}})
+        controller.reconfigure(throttlers)
+        factory.reconfigure(throttlers)
+        transport.down = False
+        await asyncio.gather(*calls)
+    assert [amount for _, amount, _ in transport.calls[1:]] == [4.0, 4.0, 4.0]
+    await factory.aclose()
+    await controller.aclose()
+
+
 async def test_raises_past_the_retry_budget() -> None:
     throttlers = specs(q={"limit": 10, "retrying_channel": {"retry_attempts": 4, "retry_backoff_time": "1s"}})
     clock, controller, transport, factory = setup(throttlers)

@@ -10,7 +10,7 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from egress.clock import VirtualClock
@@ -62,12 +62,15 @@ def scenarios(draw: st.DrawFn) -> Scenario:
     call = st.tuples(st.integers(0, 2000).map(lambda ms: ms / 1000), st.integers(1, largest))
     caller = st.lists(call, min_size=1, max_size=5)
     client = st.tuples(st.sampled_from([None, "a", "b", "zz"]), st.lists(caller, min_size=1, max_size=6))
+    restart_at = draw(st.none() | st.integers(0, 8000).map(lambda ms: ms / 1000))
+    outage = draw(st.integers(0, 2000)) / 1000
+    change_at = draw(st.integers(0, 8000)) / 1000
+    if restart_at is not None and draw(st.booleans()):  # the limit changes while clients retry their RPCs
+        change_at = restart_at + draw(st.integers(0, round(outage * 1000))) / 1000
     return Scenario(burst=burst, period=period, request_period=draw(st.integers(50, 3000)) / 1000,
                     max_grant_amount=draw(st.none() | st.integers(1, 10)), classes=classes,
                     clients=draw(st.lists(client, min_size=1, max_size=5)), new_burst=new_burst,
-                    change_at=draw(st.integers(0, 8000)) / 1000,
-                    restart_at=draw(st.none() | st.integers(0, 8000).map(lambda ms: ms / 1000)),
-                    outage=draw(st.integers(0, 2000)) / 1000, state_file=draw(st.booleans()))
+                    change_at=change_at, restart_at=restart_at, outage=outage, state_file=draw(st.booleans()))
 
 
 async def released_to_callers(scenario: Scenario) -> list[tuple[float, float]]:
@@ -125,6 +128,14 @@ async def _run(scenario: Scenario, clock: VirtualClock, specs: dict[str, Throttl
 
 @SETTINGS
 @given(scenario=scenarios())
+# The burst shrinks while a client retries an RPC folded under the larger one (the controller restarts
+# without a state file): the retry must ask for what fits the new burst, not 14 units beyond 13.
+@example(Scenario(burst=26, period=1.003, request_period=0.05, max_grant_amount=None, classes={},
+                  clients=[(None, [[(0.0, 1)], [(0.0, 1)], [(0.0, 11), (0.0, 6)], [(0.0, 13), (0.0, 8)]])],
+                  new_burst=13, change_at=0.001, restart_at=0.001, outage=0.0, state_file=False))
+@example(Scenario(burst=5, period=1.006, request_period=0.05, max_grant_amount=None, classes={},
+                  clients=[(None, [[(0.0, 1)], [(0.0, 1)] * 5, [(0.001, 1)], [(0.001, 1)]])],
+                  new_burst=1, change_at=0.202, restart_at=0.202, outage=0.0, state_file=False))
 def test_units_released_to_callers_keep_the_envelope_over_every_window(scenario: Scenario) -> None:
     releases = asyncio.run(released_to_callers(scenario))
     assert sum(units for _, units in releases) == sum(a for _, cs in scenario.clients for c in cs for _, a in c)

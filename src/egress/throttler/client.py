@@ -268,15 +268,12 @@ class PrefetchingClient:
             self._serve_queue()
             if not self._queue:
                 return
-            deficit = self._deficit()
-            amount = max(deficit, min(self.prefetch(), self.spec.burst))
-            hold = self.spec.prefetch_lease if amount > deficit + AMOUNT_SLACK else 0.0
             if timestamp is None and self._timestamp_provider is not None:
                 stamp = self._timestamp_provider()
             else:
                 stamp = timestamp if timestamp is not None else self._clock.now()
             try:
-                grant = await self._request_with_retries(amount, stamp, hold)
+                grant = await self._request_with_retries(stamp)
             except Exception as error:  # ThrottlerError, or a fault that must not leave calls waiting forever
                 self.fail_all(error)
                 return
@@ -296,7 +293,17 @@ class PrefetchingClient:
             deficit += waiting.amount
         return deficit
 
-    async def _request_with_retries(self, amount: float, timestamp: float, hold: float) -> Grant:
+    def _ask(self) -> tuple[float, float]:
+        """``(amount, hold)`` of the next RPC under the spec as it is now: the deficit, or the
+        prefetch if that is more (never beyond the burst), held for ``prefetch_lease`` when it
+        prefetches. Composed again for every attempt: an amount folded under a larger burst that
+        reached a controller with a smaller one would count there as one call beyond the burst and
+        be released whole, past the envelope."""
+        deficit = self._deficit()
+        amount = max(deficit, min(self.prefetch(), self.spec.burst))
+        return amount, self.spec.prefetch_lease if amount > deficit + AMOUNT_SLACK else 0.0
+
+    async def _request_with_retries(self, timestamp: float) -> Grant:
         channel = self.spec.retrying_channel
         started = self._clock.monotonic()
         backoff = channel.retry_backoff_time
@@ -304,6 +311,7 @@ class PrefetchingClient:
         try:
             while True:
                 attempt += 1
+                amount, hold = self._ask()
                 self.rpc_count += 1
                 if self._sensors is not None:
                     self._sensors.request_count.labels(self._computation_id, self.throttler_id).inc()
