@@ -53,14 +53,42 @@ def with_function(spec: Path, reference: str) -> None:
 
 
 TRANSIT = 0.05
-"""Seconds a request may take from its unit's release to the endpoint (same event loop, busy machine)."""
+"""Seconds a request may take from its unit's release to the endpoint on a quiet loop."""
 
 
-def assert_envelope(times: list[float]) -> None:
+class LoopLag:
+    """The longest stall of this process's event loop while it runs (the pipeline and the endpoint
+    share the loop): requests released before a stall reach the endpoint after it, together with
+    those released after it, so the receiver sees up to ``LIMIT · stall`` more in a window than the
+    throttler released in it. The exact envelope at release is proven on the virtual clock
+    (``tests/unit/test_throttler_envelope.py``); here the measured stall widens the allowance."""
+
+    TICK = 0.01
+
+    def __init__(self) -> None:
+        self.worst = 0.0
+        self._task: asyncio.Task[None] | None = None
+
+    async def _watch(self) -> None:
+        loop = asyncio.get_running_loop()
+        while True:
+            before = loop.time()
+            await asyncio.sleep(self.TICK)
+            self.worst = max(self.worst, loop.time() - before - self.TICK)
+
+    def __enter__(self) -> LoopLag:
+        self._task = asyncio.get_running_loop().create_task(self._watch())
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        assert self._task is not None
+        self._task.cancel()
+
+
+def assert_envelope(times: list[float], stall: float = 0.0) -> None:
     """At most LIMIT·T + LIMIT·period requests in every window of T seconds, give or take what was
-    released up to TRANSIT before the window (the requests' own travel: 20 ms hiccups of a shared
-    machine were seen to put 2 more requests in a window, with or without the release stage)."""
-    assert worst_excess([(t, 1.0) for t in times], LIMIT, LIMIT * 1.0) <= LIMIT * TRANSIT
+    released up to TRANSIT (plus the loop's worst ``stall``) before the window: the requests' own travel."""
+    assert worst_excess([(t, 1.0) for t in times], LIMIT, LIMIT * 1.0) <= LIMIT * (TRANSIT + stall)
 
 
 async def run(spec: Path, dynamic: Path, state: Path) -> tuple[Any, Pipeline]:
@@ -114,10 +142,11 @@ async def test_the_sink_shares_one_global_rate_with_retries_included(tmp_path: P
     spec, dynamic = payload_spec(tmp_path, f"{base}/events", [f"p{i}" for i in range(400)], partition_count=3,
                                  sink_parameters={"throttler_id": "api"})
     with_dynamic(dynamic)
-    result, _ = await run(spec, dynamic, tmp_path / "state")
+    with LoopLag() as lag:
+        result, _ = await run(spec, dynamic, tmp_path / "state")
     assert result.drained
     assert len(endpoint.times) == 400
-    assert_envelope(endpoint.times)
+    assert_envelope(endpoint.times, lag.worst)
     assert max(endpoint.times) - min(endpoint.times) >= (400 - 2 * LIMIT) / LIMIT
 
 
