@@ -152,3 +152,30 @@ def test_ctrl_c_stops_every_worker_of_processes_and_a_second_run_finishes(
                             "--until-drained", "--quiet", "--state-dir", state], cwd=REPO, timeout=200, check=False)
     assert again.returncode == 0
     assert distinct_keys(receiver.record)[1] == EXPECTED
+
+
+@pytest.mark.timeout(120)
+def test_processes_share_one_throttler_so_its_limit_holds_for_the_whole_run(tmp_path: Path, receiver: Receiver) -> None:
+    """With ``--processes 2`` on SQLite the parent serves the DynamicSpec's throttlers once: 600
+    requests at 100/s (burst 100) take at least 5 s at the receiver; two controllers, one per
+    process, would let them through in about half that."""
+    from tests.conftest import payload_spec
+
+    count, limit = 600, 100
+    spec, dynamic = payload_spec(tmp_path, f"http://127.0.0.1:{receiver.port}/events",
+                                 [f"p{i}" for i in range(count)], partition_count=4,
+                                 sink_parameters={"throttler_id": "api"})
+    document = yaml.safe_load(dynamic.read_text())
+    document["throttlers"] = {"api": {"limit": limit, "period": "1s"}}
+    dynamic.write_text(yaml.safe_dump(document))
+    run = subprocess.run([sys.executable, "-m", "egress", "run", str(spec), "--dynamic-spec", str(dynamic),
+                          "--processes", "2", "--until-drained", "--state-dir", str(tmp_path / "state"),
+                          "--report", str(tmp_path / "report.json")], cwd=REPO, capture_output=True, text=True,
+                         timeout=100, check=False)
+    assert run.returncode == 0, run.stderr
+    times = sorted(json.loads(line)["time"] for line in receiver.record.read_text().splitlines())
+    _, distinct = distinct_keys(receiver.record)
+    print(f"\n--processes 2 with a throttler of {limit}/s: {distinct} delivered in {times[-1] - times[0]:.2f} s")
+    assert distinct == count
+    assert json.loads((tmp_path / "report.json").read_text())["workers"] == 2
+    assert times[-1] - times[0] >= (count - 2 * limit) / limit * 0.95

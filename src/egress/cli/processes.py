@@ -8,16 +8,25 @@ dies unexpectedly (a signal, or an exit code egress does not use) under the same
 takes its own leases back at once; forwards Ctrl-C and SIGTERM to every child; ends when all have
 ended, and prints one summary of their reports. Children run in their own session, so a Ctrl-C
 at the terminal reaches them only through the parent (once, not twice).
+
+Throttlers are global to the pipeline: on SQLite, when the DynamicSpec declares throttlers and no
+``--throttler-url`` is given, the parent starts ``egress throttler serve`` on a free loopback port
+(its restart horizon in the state directory) and gives every child ``--throttler-url``, so the N
+processes share one controller instead of each running its own (which would multiply every limit
+by N). On NATS the workers elect a controller themselves.
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
+import re
+import select
 import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -34,6 +43,8 @@ console = Console(stderr=True, soft_wrap=True)
 EXIT_CODES = {0, 1, 2, 130}
 """The exit codes of ``egress run``; any other end of a child is unexpected: it is started again."""
 MAX_RESTARTS = 10
+THROTTLER_START_TIMEOUT = 30.0
+"""Seconds the parent waits for the throttler service it starts to say where it listens."""
 """Restarts of one child before the run gives up on it (a child that cannot live is not a crash loop)."""
 
 
@@ -63,15 +74,43 @@ class ProcessesRun:
         from egress.engines import SqliteEngine
 
         holder = None if self.engine.is_nats else SqliteEngine(self.state_dir, self.plan.spec.pipeline)
+        service: subprocess.Popen[str] | None = None
         try:
             if holder is not None:
                 asyncio.run(self._hold(holder))
+                service = self._serve_throttlers()
             started = time.monotonic()
             codes = self._supervise()
             return self._finish(codes, time.monotonic() - started)
         finally:
+            if service is not None:
+                _stop(service)
             if holder is not None:
                 asyncio.run(holder.close())
+
+    def _serve_throttlers(self) -> subprocess.Popen[str] | None:
+        """Start one ``egress throttler serve`` for every child (see the module docstring) and add its
+        URL to the children's arguments; ``None`` when the run needs none. Raises
+        :class:`~egress.errors.EgressError` when the service does not start."""
+        from egress.errors import EgressError
+        from egress.throttler import THROTTLER_STATE_NAME
+
+        file = self.plan.dynamic_spec_file
+        if not self.plan.dynamic_spec.throttlers or file is None or "--throttler-url" in self._arguments:
+            return None
+        command = [sys.executable, "-m", "egress", "throttler", "serve", "--dynamic-spec", str(Path(file).absolute()),
+                   "--port", "0", "--host", "127.0.0.1", "--state-file", str(self.state_dir / THROTTLER_STATE_NAME)]
+        service = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                                   start_new_session=True)
+        url, seen = _listening_url(service)
+        if url is None:
+            _stop(service)
+            raise EgressError(f"the throttler service for the {self.count} processes did not start: "
+                              f"{' '.join(seen).strip() or 'no output'}")
+        self._arguments = [*self._arguments, "--throttler-url", url]
+        # Keep reading its output, so that a full pipe never blocks it.
+        threading.Thread(target=_drain, args=(service,), daemon=True).start()
+        return service
 
     async def _hold(self, holder: Any) -> None:
         """Open the state directory (its lock, for the whole run) and check the Spec's layout there."""
@@ -143,6 +182,42 @@ class ProcessesRun:
         if not self.quiet:
             console.print(summary_table(values, title=f"egress run --processes {self.count}"))
         return exit_code(list(codes.values()))
+
+
+def _listening_url(service: subprocess.Popen[str]) -> tuple[str | None, list[str]]:
+    """The URL in ``egress throttler serve``'s first line (``None`` if it ends or stays silent for
+    :data:`THROTTLER_START_TIMEOUT`), and the lines it printed."""
+    assert service.stdout is not None
+    deadline = time.monotonic() + THROTTLER_START_TIMEOUT
+    seen: list[str] = []
+    while time.monotonic() < deadline:
+        ready, _, _ = select.select([service.stdout], [], [], max(0.0, deadline - time.monotonic()))
+        if not ready:
+            break
+        line = service.stdout.readline()
+        if not line:
+            break
+        seen.append(line)
+        match = re.search(r"listening on (http://\S+)", line)
+        if match:
+            return match.group(1), seen
+    return None, seen
+
+
+def _drain(service: subprocess.Popen[str]) -> None:
+    assert service.stdout is not None
+    for _ in service.stdout:
+        pass
+
+
+def _stop(service: subprocess.Popen[str]) -> None:
+    """SIGTERM the throttler service and wait for it (SIGKILL after 10 s)."""
+    service.terminate()
+    try:
+        service.wait(timeout=10)
+    except subprocess.TimeoutExpired:
+        service.kill()
+        service.wait()
 
 
 def merge_reports(paths: list[Path], elapsed: float) -> dict[str, Any]:
