@@ -1,9 +1,41 @@
 """The runtime: plans, partition jobs, epochs and the embedded pipeline runner."""
 
-from egress.runtime.api import InitContext, Message, OutputCollector, ProcessFunction, RuntimeContext, Timer
-from egress.runtime.options import RunOptions
-from egress.runtime.pipeline import EngineFactory, Pipeline, RunResult
-from egress.runtime.plan import Plan, build_plan, load_plan
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from egress.runtime.api import InitContext, Message, OutputCollector, ProcessFunction, RuntimeContext, Timer
+    from egress.runtime.options import RunOptions
+    from egress.runtime.pipeline import EngineFactory, Pipeline, RunResult
+    from egress.runtime.plan import Plan, build_plan, load_plan
+
+# Exported lazily (PEP 562): importing the package loads a submodule only when one of its names is used,
+# so `import egress` does not pull in what a process function never touches.
+_EXPORTS = {
+    "InitContext": "egress.runtime.api",
+    "Message": "egress.runtime.api",
+    "OutputCollector": "egress.runtime.api",
+    "ProcessFunction": "egress.runtime.api",
+    "RuntimeContext": "egress.runtime.api",
+    "Timer": "egress.runtime.api",
+    "RunOptions": "egress.runtime.options",
+    "EngineFactory": "egress.runtime.pipeline",
+    "Pipeline": "egress.runtime.pipeline",
+    "RunResult": "egress.runtime.pipeline",
+    "Plan": "egress.runtime.plan",
+    "build_plan": "egress.runtime.plan",
+    "load_plan": "egress.runtime.plan",
+}
+
+
+def __getattr__(name: str) -> Any:
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value
+
 
 __all__ = [
     "EngineFactory",

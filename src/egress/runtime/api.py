@@ -9,14 +9,17 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, ClassVar, TypeVar
+from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
 
 from pydantic import BaseModel
 
 from egress.clock import Clock
 from egress.runtime.state import ExternalStateClient, StateClient, StateStore
 from egress.runtime.timers import DOMAINS, TimerDomain
-from egress.throttler import ThrottlerFactory, ThrottlerHandle, ThrottlerNotConfiguredError
+from egress.throttler.errors import ThrottlerNotConfiguredError
+
+if TYPE_CHECKING:
+    from egress.throttler.factory import ThrottlerFactory, ThrottlerHandle
 
 M = TypeVar("M")
 

@@ -10,19 +10,54 @@ throttler's waiting requests, pure), :mod:`~egress.throttler.controller` (one ti
 (what the runtime wires). See ``docs/throttler.md``.
 """
 
-from egress.throttler.controller import ThrottlerController
-from egress.throttler.errors import (
-    ControllerClosedError,
-    ControllerUnavailableError,
-    QuotaAmountError,
-    QuotaRequestFailedError,
-    ThrottlerError,
-    ThrottlerNotConfiguredError,
-    UnknownThrottlerError,
-)
-from egress.throttler.factory import ThrottlerFactory, ThrottlerHandle
-from egress.throttler.models import ThrottlerSpec, validate_dynamic_throttlers, validate_throttlers
-from egress.throttler.throttling import THROTTLER_STATE_NAME, InputThrottle, Throttling
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from egress.throttler.controller import ThrottlerController
+    from egress.throttler.errors import (
+        ControllerClosedError,
+        ControllerUnavailableError,
+        QuotaAmountError,
+        QuotaRequestFailedError,
+        ThrottlerError,
+        ThrottlerNotConfiguredError,
+        UnknownThrottlerError,
+    )
+    from egress.throttler.factory import ThrottlerFactory, ThrottlerHandle
+    from egress.throttler.models import ThrottlerSpec, validate_dynamic_throttlers, validate_throttlers
+    from egress.throttler.throttling import THROTTLER_STATE_NAME, InputThrottle, Throttling
+
+# Exported lazily (PEP 562): importing the package loads a submodule only when one of its names is used,
+# so `import egress` does not pull in what a process function never touches.
+_EXPORTS = {
+    "ThrottlerController": "egress.throttler.controller",
+    "ControllerClosedError": "egress.throttler.errors",
+    "ControllerUnavailableError": "egress.throttler.errors",
+    "QuotaAmountError": "egress.throttler.errors",
+    "QuotaRequestFailedError": "egress.throttler.errors",
+    "ThrottlerError": "egress.throttler.errors",
+    "ThrottlerNotConfiguredError": "egress.throttler.errors",
+    "UnknownThrottlerError": "egress.throttler.errors",
+    "ThrottlerFactory": "egress.throttler.factory",
+    "ThrottlerHandle": "egress.throttler.factory",
+    "ThrottlerSpec": "egress.throttler.models",
+    "validate_dynamic_throttlers": "egress.throttler.models",
+    "validate_throttlers": "egress.throttler.models",
+    "THROTTLER_STATE_NAME": "egress.throttler.throttling",
+    "InputThrottle": "egress.throttler.throttling",
+    "Throttling": "egress.throttler.throttling",
+}
+
+
+def __getattr__(name: str) -> Any:
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value
+
 
 __all__ = [
     "THROTTLER_STATE_NAME",
