@@ -63,8 +63,8 @@ def test_two_workers_on_nats_drain_the_demo_and_both_end(
 def test_a_worker_with_another_spec_is_refused_naming_the_spec_file(
         tmp_path: Path, receiver: Receiver, nats_server: str, egress_processes: list[subprocess.Popen[bytes]]) -> None:
     spec = cluster_spec(tmp_path, receiver, 1)
-    first = egress_run(spec, "--engine", nats_server, "--quiet", "--state-dir", str(tmp_path / "first"), *CLUSTER,
-                       log=tmp_path / "first.log")
+    first = egress_run(spec, "--engine", nats_server, "--quiet", "--state-dir", str(tmp_path / "first"),
+                       log=tmp_path / "first.log")  # the default TTL: its membership outlives a busy moment
     egress_processes.append(first)
     wait_for_first_request(receiver.record, 1, first, tmp_path / "first.log")
     other = cluster_spec(tmp_path, receiver, 2)  # another header value: another Spec

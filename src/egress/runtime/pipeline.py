@@ -154,6 +154,7 @@ class Pipeline:
         self.worker: Worker | None = None  # while a cluster run runs
         self.units = JobSet(self._make_runner, self.metrics)
         self._input_finished = False
+        self._started_at = 0.0
         self._stop = asyncio.Event()
         self._engine: Engine | None = None
         self._engine_factory = engine_factory
@@ -207,6 +208,7 @@ class Pipeline:
 
     async def run(self) -> RunResult:
         started = self.clock.monotonic()
+        self._started_at = self.clock.now()  # a worker's start: of two with different Specs the later leaves
         result = RunResult()
         spec = self.plan.spec
         engine = self._engine_factory(self.state_dir, spec.pipeline, self.options)
@@ -217,7 +219,8 @@ class Pipeline:
             except SpecMismatchError as mismatch:  # another pipeline's directory: name the Spec, as layouts do
                 raise mismatch.in_file(self.plan.spec_file) from None
             if self.worker_id is not None:  # before the layout check, which may record this Spec's additions
-                await refuse_another_spec(engine, spec_digest(spec), self.worker_id, self.plan.spec_file)
+                await refuse_another_spec(engine, spec_digest(spec), self.worker_id, self.plan.spec_file,
+                                          self._started_at)
             await self._check_state_directory(engine)
             nats = self._electing_on(engine, dynamic)
             if nats is not None:
@@ -315,7 +318,7 @@ class Pipeline:
     async def _run_worker(self, engine: Engine, worker_id: str, result: RunResult) -> None:
         """Run this worker's share of the units until stopped; jobs of another worker's upstream
         wake on the engine's append notifications, and every ``remote_poll_period`` regardless."""
-        details: dict[str, object] = {"host": socket.gethostname(), "pid": os.getpid(), "started_at": self.clock.now()}
+        details: dict[str, object] = {"host": socket.gethostname(), "pid": os.getpid(), "started_at": self._started_at}
         if self.server is not None:
             details["status_url"] = f"http://{self.server.address}/status"
         settings = WorkerSettings(worker_id, spec_digest(self.plan.spec), lease_ttl=self.options.lease_ttl,

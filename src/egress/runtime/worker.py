@@ -61,17 +61,30 @@ class ClusterSpecError(SpecError):
     """A worker was started with another Spec than the live members of its cluster run."""
 
 
-async def refuse_another_spec(engine: Engine, digest: str, worker_id: str, spec_file: str | None) -> None:
+async def refuse_another_spec(engine: Engine, digest: str, worker_id: str, spec_file: str | None,
+                              started_at: float) -> None:
     """Raise :class:`ClusterSpecError` (naming ``spec_file``) when a live member of ``engine``'s
-    pipeline other than ``worker_id`` runs a Spec whose digest is not ``digest``."""
-    for member in await engine.members():
-        if member.spec_digest != digest and member.worker_id != worker_id:
-            raise ClusterSpecError(
-                f"worker {member.worker_id} of this pipeline's cluster runs another Spec (digest "
-                f"{member.spec_digest[:12]}, this one {digest[:12]}): every worker of a pipeline must run the "
-                "same Spec. Start this worker with the Spec file the others use, or stop every worker first and "
-                "start them all with the new Spec (its layout is then checked against the committed data)",
-                file=spec_file)
+    pipeline that started before this worker (``started_at``, then the worker id, decide) runs a
+    Spec whose digest is not ``digest``; of two workers with different Specs exactly one leaves."""
+    refuse_joined_later(await engine.members(), digest, worker_id, spec_file, started_at)
+
+
+def refuse_joined_later(members: list[MemberInfo], digest: str, worker_id: str, spec_file: str | None,
+                        started_at: float) -> None:
+    """:func:`refuse_another_spec` on a list of ``members``."""
+    for member in members:
+        if member.spec_digest == digest or member.worker_id == worker_id:
+            continue
+        if (float(member.details.get("started_at", 0.0)), member.worker_id) < (started_at, worker_id):
+            raise _another_spec(member, digest, spec_file)
+
+
+def _another_spec(member: MemberInfo, digest: str, spec_file: str | None) -> ClusterSpecError:
+    return ClusterSpecError(
+        f"worker {member.worker_id} of this pipeline's cluster runs another Spec (digest {member.spec_digest[:12]}, "
+        f"this one {digest[:12]}): every worker of a pipeline must run the same Spec. Start this worker with the "
+        "Spec file the others use, or stop every worker first and start them all with the new Spec (its layout is "
+        "then checked against the committed data)", file=spec_file)
 
 
 class Worker:
@@ -107,6 +120,10 @@ class Worker:
         self._changed.set()
 
     @property
+    def _started_at(self) -> float:
+        return float(self.settings.details.get("started_at", 0.0))  # type: ignore[arg-type]
+
+    @property
     def me(self) -> MemberInfo:
         return MemberInfo(self.settings.worker_id, self.settings.spec_digest, dict(self.settings.details))
 
@@ -121,7 +138,7 @@ class Worker:
         """Refuse to join members that run another Spec (checked before anything, by the runner,
         and again here), then register."""
         await refuse_another_spec(self._engine, self.settings.spec_digest, self.settings.worker_id,
-                                  self.settings.spec_file)
+                                  self.settings.spec_file, self._started_at)
         await self._engine.register(self.me, self.settings.lease_ttl)
 
     async def _loop(self) -> None:
@@ -129,6 +146,7 @@ class Worker:
         next_heartbeat = clock.monotonic()
         while not self._stop.is_set():
             self._collect_ended()
+            self._refuse_if_joined_later()
             try:
                 if clock.monotonic() >= next_heartbeat:
                     await self._heartbeat()
@@ -142,6 +160,12 @@ class Worker:
                 next_heartbeat = min(next_heartbeat, clock.monotonic() + self.settings.acquire_retry_period)
             until_heartbeat = next_heartbeat - clock.monotonic()
             await self._wait(max(0.0, min(until_heartbeat, self.settings.acquire_retry_period)))
+
+    def _refuse_if_joined_later(self) -> None:
+        """Leave with :class:`ClusterSpecError` when a member that runs another Spec started before
+        this one (it joined while this worker's membership had lapsed, or both joined at once)."""
+        refuse_joined_later(self.members, self.settings.spec_digest, self.settings.worker_id, self.settings.spec_file,
+                            self._started_at)
 
     async def _wait(self, seconds: float) -> None:
         """Until a job ends, a stop is asked for, or ``seconds`` on the clock."""
