@@ -4,12 +4,14 @@ demo on one SQLite state directory."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import signal
 import socket
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -135,6 +137,26 @@ def test_processes_restarts_a_killed_worker_and_still_delivers_everything(
     assert distinct == EXPECTED
 
 
+def wait_for_members(state: Path, pipeline: str, count: int, parent: subprocess.Popen[bytes], log: Path) -> None:
+    """Wait until ``count`` workers of ``--processes`` have joined (a child still starting has no
+    signal handler yet: a Ctrl-C then would end it as an interrupted start-up, not a clean stop)."""
+    from egress.engines import SqliteEngine
+
+    async def members() -> int:
+        engine = SqliteEngine(state, pipeline, shared=True)
+        await engine.open()
+        try:
+            return len(await engine.members())
+        finally:
+            await engine.close()
+
+    deadline = time.monotonic() + 120
+    while asyncio.run(members()) < count:
+        assert parent.poll() is None, log.read_text()
+        assert time.monotonic() < deadline, f"{count} workers did not join within 120 s:\n{log.read_text()}"
+        time.sleep(0.2)
+
+
 @pytest.mark.timeout(240)
 def test_ctrl_c_stops_every_worker_of_processes_and_a_second_run_finishes(
         tmp_path: Path, receiver: Receiver, egress_processes: list[subprocess.Popen[bytes]]) -> None:
@@ -144,6 +166,7 @@ def test_ctrl_c_stops_every_worker_of_processes_and_a_second_run_finishes(
     parent = egress_run(spec, "--processes", "2", "--state-dir", state, *CLUSTER, log=log)
     egress_processes.append(parent)
     wait_for_first_request(receiver.record, 1, parent, log)
+    wait_for_members(Path(state), yaml.safe_load(spec.read_text())["pipeline"], 2, parent, log)
     children = children_of(parent.pid)
     parent.send_signal(signal.SIGINT)
     assert parent.wait(timeout=60) == 0, log.read_text()
