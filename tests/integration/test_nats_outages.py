@@ -279,7 +279,7 @@ async def test_a_key_deleted_before_a_server_kill_stays_deleted_after_the_restar
                                        "later message on its subject replaced (max_msgs_per_subject 1): once the "
                                        "delete marker is purged, a SIGKILL and restart bring the value back, even "
                                        "after an orderly shutdown wrote the stream state (docs/cluster.md, "
-                                       "'Failures'); NatsEngine keeps markers unless tombstone_retention is set")
+                                       "'Not yet'); NatsEngine keeps markers unless tombstone_retention is set")
 async def test_a_delete_marker_purged_after_the_server_wrote_its_state_lets_no_value_back_after_a_kill(
         own_nats_server: NatsServer) -> None:
     await _deleted_keys_stay_deleted_through_a_kill(own_nats_server, purged=True)

@@ -74,9 +74,9 @@ LAYOUT_VERSION = 1
 MINIMUM_SERVER = (2, 12)  # atomic batch publish
 TOMBSTONE = {"KV-Operation": "DEL"}
 """Headers of a deleted key: KV's delete marker, without a TTL. It replaces the value (the stream
-keeps one message per subject) and stays until retention purges it (:meth:`NatsEngine.trim`): a
+keeps one message per subject) and stays unless ``tombstone_retention`` lets :meth:`NatsEngine.trim` purge it: a
 marker lapsing by ``Nats-TTL`` lets nats-server 2.15.1 bring the replaced value back after a
-SIGKILL and restart (docs/cluster.md, "Failures")."""
+SIGKILL and restart (docs/cluster.md, "Not yet")."""
 
 _LOG_ATTEMPTS = 20  # commits retried after another writer appended to the same log partition
 _ACQUIRE_ATTEMPTS = 20
@@ -188,8 +188,8 @@ class NatsEngine:
     message per deleted subject (fired timers included). With seconds, :meth:`trim` purges the
     markers that old, bounding storage, but nats-server 2.15.1 does not record on disk the
     removal of the value a marker replaced (a removal by the one-message-per-subject limit): a
-    SIGKILL and restart after the purge brings the value back (measured; docs/cluster.md,
-    "Failures"). Use it only where the server is never killed.
+    SIGKILL and restart after the purge brings the value back (measured; docs/cluster.md, "Not
+    yet"). Use it only where the server is never killed.
 
     After ``open()``, a lost connection or a server that cannot answer yet (restarted, JetStream
     recovering, a cluster electing a stream leader) makes every operation wait for the connection
