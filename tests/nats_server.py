@@ -129,6 +129,13 @@ class NatsServer:
 
     def stop(self) -> None:
         """Stop the server by its pid (SIGTERM, SIGKILL after 10 s) and remove a temporary store."""
+        self.shut_down()
+        if self._owns_directory:
+            shutil.rmtree(self.directory, ignore_errors=True)
+
+    def shut_down(self) -> None:
+        """Stop the server by its pid (SIGTERM, SIGKILL after 10 s), its store kept: an orderly
+        shutdown writes the stream state (:meth:`start` recovers it)."""
         process, self.process = self.process, None
         if process is not None and process.poll() is None:
             os.kill(process.pid, signal.SIGTERM)
@@ -139,8 +146,6 @@ class NatsServer:
                 process.wait()
         elif process is not None:
             process.wait()
-        if self._owns_directory:
-            shutil.rmtree(self.directory, ignore_errors=True)
 
 
 class NatsCluster:

@@ -247,8 +247,9 @@ async def wait_for_messages_at_most(url: str, engine: NatsEngine, bound: int) ->
     return int(count)
 
 
-async def test_storage_does_not_grow_with_commits(open_nats: Opener, nats_server: str) -> None:
-    engine = await open_nats(retention_period=0)
+async def test_storage_does_not_grow_with_commits_when_delete_markers_are_purged(open_nats: Opener,
+                                                                                  nats_server: str) -> None:
+    engine = await open_nats(retention_period=0, tombstone_retention=0)
     source, job = await engine.acquire("source:s", 0), await engine.acquire("c", 0)
     position = 0
     for n in range(1, 101):

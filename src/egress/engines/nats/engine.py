@@ -73,9 +73,11 @@ logger = logging.getLogger(__name__)
 
 LAYOUT_VERSION = 1
 MINIMUM_SERVER = (2, 12)  # atomic batch publish
-TOMBSTONE = {"KV-Operation": "DEL", "Nats-TTL": "1s"}
-"""Headers of a deleted key: KV's delete marker, gone itself a second later (the value it replaced
-is dropped at once, the stream keeping one message per subject)."""
+TOMBSTONE = {"KV-Operation": "DEL"}
+"""Headers of a deleted key: KV's delete marker, without a TTL. It replaces the value (the stream
+keeps one message per subject) and stays unless ``tombstone_retention`` lets :meth:`NatsEngine.trim` purge it: a
+marker lapsing by ``Nats-TTL`` lets nats-server 2.15.1 bring the replaced value back after a
+SIGKILL and restart (docs/cluster.md, "Not yet")."""
 
 _LOG_ATTEMPTS = 20  # commits retried after another writer appended to the same log partition
 _ACQUIRE_ATTEMPTS = 20
@@ -182,6 +184,14 @@ class NatsEngine:
     the log chunks every consumer has passed (:meth:`trim`). ``request_timeout`` bounds each
     request (seconds).
 
+    A deleted key, timer, lease or member is a delete marker without a TTL (:data:`TOMBSTONE`).
+    With ``tombstone_retention`` ``None`` (the default) markers stay: storage grows by one small
+    message per deleted subject (fired timers included). With seconds, :meth:`trim` purges the
+    markers that old, bounding storage, but nats-server 2.15.1 does not record on disk the
+    removal of the value a marker replaced (a removal by the one-message-per-subject limit): a
+    SIGKILL and restart after the purge brings the value back (measured; docs/cluster.md, "Not
+    yet"). Use it only where the server is never killed.
+
     After ``open()``, a lost connection or a server that cannot answer yet (restarted, JetStream
     recovering, a cluster electing a stream leader) makes every operation wait for the connection
     to come back and try again, for up to ``outage_timeout`` seconds, then raise
@@ -195,7 +205,8 @@ class NatsEngine:
     def __init__(self, servers: str | Sequence[str], pipeline: str, *, bucket: str | None = None,
                  replicas: int = 1, owner: str | None = None, lease_ttl: float = 30.0,
                  connect_timeout: float = 5.0, request_timeout: float = 10.0, retention_period: float = 10.0,
-                 outage_timeout: float = 60.0, clock: Clock | None = None) -> None:
+                 outage_timeout: float = 60.0, tombstone_retention: float | None = None,
+                 clock: Clock | None = None) -> None:
         self.servers = [servers] if isinstance(servers, str) else list(servers)
         self.pipeline = pipeline
         self.bucket = bucket if bucket is not None else default_bucket(pipeline)
@@ -207,6 +218,7 @@ class NatsEngine:
         self.connect_timeout = connect_timeout
         self.request_timeout = request_timeout
         self.retention_period = retention_period
+        self.tombstone_retention = tombstone_retention
         if outage_timeout + request_timeout >= DUPLICATE_WINDOW:
             raise NatsEngineError(f"outage_timeout {outage_timeout:g} s + request_timeout {request_timeout:g} s must "
                                   f"stay below the {DUPLICATE_WINDOW:g} s a server remembers a commit's message id")
@@ -228,6 +240,8 @@ class NatsEngine:
         self._trimmed: dict[tuple[str, int], int] = {}
         self._last_trim = float("-inf")
         self._trimming = False
+        self._tombstones: list[tuple[float, str, int]] = []  # (written at, subject, a sequence at or after it)
+        self._tombstones_found = False  # those of earlier engines, found by the first trim
         self._instance = uuid.uuid4().hex  # tells this engine's appends notes from other instances'
         self._appends_callbacks: list[AppendsCallback] = []
         self._appends_subscription: Subscription | None = None
@@ -375,8 +389,7 @@ class NatsEngine:
         """The latest ``(sequence, record, deleted)`` of each keyed subject (without the bucket
         prefix) of ``stored`` and of the redo chunks' writes to subjects starting with ``prefixes``:
         keyed writes of a commit not yet applied (a crash came between) are newer than what they replace."""
-        latest = {self._layout.suffix(s.subject): (s.seq, s.data, s.headers.get("KV-Operation") == "DEL")
-                  for s in stored}
+        latest = {self._layout.suffix(s.subject): (s.seq, s.data, _deleted(s)) for s in stored}
         for redo in await self._js().scan(self._layout.all_redos()):
             for suffix, record, deleted in records.redo_entries(redo.data):
                 if suffix.startswith(prefixes) and latest.get(suffix, (0, b"", False))[0] < redo.seq:
@@ -554,8 +567,10 @@ class NatsEngine:
             if lease is None:
                 return
             subject = self._layout.lease(consumer, partition)
-            await self._publish_lease(Outgoing(subject, b"", {**TOMBSTONE, **expect_last(lease.revision, subject)}),
-                                      f"the release of the lease of {consumer} partition {partition}")
+            revision = await self._publish_lease(
+                Outgoing(subject, b"", {**TOMBSTONE, **expect_last(lease.revision, subject)}),
+                f"the release of the lease of {consumer} partition {partition}")
+            self._tombstoned([subject], revision)
             if self._leases.get((consumer, partition)) is lease:
                 self._leases.pop((consumer, partition), None)
                 self._views.pop((consumer, partition), None)
@@ -579,8 +594,9 @@ class NatsEngine:
                                           _ttl_headers(ttl)))
 
     async def deregister(self, worker_id: str) -> None:
-        """Delete ``member.<worker id>`` (a KV delete marker, itself gone a second later)."""
-        await self._js().publish(Outgoing(self._layout.member(worker_id), b"", TOMBSTONE))
+        """Delete ``member.<worker id>`` (a KV delete marker, purged by retention, :meth:`trim`)."""
+        subject = self._layout.member(worker_id)
+        self._tombstoned([subject], await self._js().publish(Outgoing(subject, b"", TOMBSTONE)))
 
     async def members(self) -> list[MemberInfo]:
         found = [records.member_info(stored.data)
@@ -876,6 +892,8 @@ class NatsEngine:
             view.outbox.extend(outbox_chunks)
             if redo:
                 view.redo = _Redo(keyed, last)
+            else:
+                self._tombstoned([subject for subject, _, deleted in keyed if deleted], last)
             return
         raise NatsEngineError(f"{self.url}: bucket {self.bucket}: the log appends of {consumer} partition {partition} "
                               f"met another writer's appends {_LOG_ATTEMPTS} times in a row")
@@ -978,13 +996,14 @@ class NatsEngine:
         assert redo is not None
         lease = self._layout.lease(consumer, partition)
         for start in range(0, len(redo.writes), MAX_BATCH):
-            batch = [Outgoing(subject, record, TOMBSTONE if deleted else None)
-                     for subject, record, deleted in redo.writes[start:start + MAX_BATCH]]
+            writes = redo.writes[start:start + MAX_BATCH]
+            batch = [Outgoing(subject, record, TOMBSTONE if deleted else None) for subject, record, deleted in writes]
             batch[0] = batch[0]._replace(headers={**(batch[0].headers or {}), **expect_last(fence, lease)})
             try:
-                await self._js().publish_batch(batch)  # None (stored by an earlier attempt) is as good
+                last = await self._js().publish_batch(batch)  # None (stored by an earlier attempt) is as good
             except JetStreamRequestError as error:
                 raise await self._refusal(consumer, partition, epoch, fence, error) from None
+            self._tombstoned([subject for subject, _, deleted in writes if deleted], last)
         await self._js().purge(self._layout.redos(consumer, partition), redo.last_seq + 1)
         view.redo = None
 
@@ -1022,15 +1041,48 @@ class NatsEngine:
 
     # -- retention ---------------------------------------------------------------------------
 
+    def _tombstoned(self, subjects: list[str], seq: int | None) -> None:
+        """Note the delete markers just stored on ``subjects`` at or before stream sequence ``seq``
+        for :meth:`_purge_tombstones`; ``None`` (a batch stored by an earlier attempt, its
+        sequence unknown) notes nothing: the first trim of a later engine finds them."""
+        if seq is not None and self.tombstone_retention is not None:
+            now = self._clock.monotonic()
+            self._tombstones.extend((now, subject, seq) for subject in subjects)
+
+    async def _purge_tombstones(self) -> None:
+        """Purge the delete markers stored at least ``tombstone_retention`` seconds ago (those of
+        earlier engines, found by the first call, count from then; none when it is ``None``), each
+        with a subject-filtered purge below the sequence after it: a value written since stays."""
+        if self.tombstone_retention is None:
+            return
+        js, layout = self._js(), self._layout
+        now = self._clock.monotonic()
+        if not self._tombstones_found:
+            for subject_filter in layout.deletable():
+                self._tombstones.extend((now, stored.subject, stored.seq)
+                                        for stored in await js.scan(subject_filter) if _deleted(stored))
+            self._tombstones_found = True
+        kept = self.tombstone_retention
+        due = [tombstone for tombstone in self._tombstones if now - tombstone[0] >= kept]
+        self._tombstones = [tombstone for tombstone in self._tombstones if now - tombstone[0] < kept]
+        for index, (_, subject, seq) in enumerate(due):
+            try:
+                await js.purge(subject, seq + 1)
+            except BaseException:  # what is left is purged by a later trim
+                self._tombstones.extend(due[index:])
+                raise
+
     async def trim(self) -> None:
-        """Purge, per log partition, the chunks before the one holding the lowest committed
-        position of any consumer (the last chunk always stays: it holds the end offset). Nothing is
-        purged while a consumer holds a lease without having committed, its inputs being unknown (a
-        role's lease, ``ROLE_PREFIX``, does not count: its holder reads no log)."""
+        """Purge the delete markers stored at least ``tombstone_retention`` seconds ago (if set), and, per
+        log partition, the chunks before the one holding the lowest committed position of any
+        consumer (the last chunk always stays: it holds the end offset). No log chunk is purged
+        while a consumer holds a lease without having committed, its inputs being unknown (a role's
+        lease, ``ROLE_PREFIX``, does not count: its holder reads no log)."""
         self._trimming = True
         try:
             self._last_trim = self._clock.monotonic()
             js, layout = self._js(), self._layout
+            await self._purge_tombstones()
             checkpoints = await js.scan(layout.checkpoints())
             committed = {layout.suffix(s.subject).split(".", 1)[1] for s in checkpoints}
             leased = {key for s in await js.scan(layout.leases())

@@ -182,5 +182,9 @@ class Layout:
     def redos(self, consumer: str, partition: int) -> str:
         return f"{self.prefix}redo.{name_token(consumer)}.{partition}.*"
 
+    def deletable(self) -> list[str]:
+        """The filters of every subject a delete marker may replace (keyed state, timers, leases, members)."""
+        return [f"{self.prefix}{kind}.>" for kind in ("state", "external", "timer", "lease", "member")]
+
     def all_redos(self) -> str:
         return f"{self.prefix}redo.>"
