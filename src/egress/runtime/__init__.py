@@ -1,7 +1,8 @@
 """The runtime: plans, partition jobs, epochs and the embedded pipeline runner."""
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from egress.lazy import lazy_getattr
 
 if TYPE_CHECKING:
     from egress.runtime.api import InitContext, Message, OutputCollector, ProcessFunction, RuntimeContext, Timer
@@ -27,14 +28,7 @@ _EXPORTS = {
     "load_plan": "egress.runtime.plan",
 }
 
-
-def __getattr__(name: str) -> Any:
-    module = _EXPORTS.get(name)
-    if module is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(importlib.import_module(module), name)
-    globals()[name] = value
-    return value
+__getattr__ = lazy_getattr(__name__, _EXPORTS)
 
 
 __all__ = [

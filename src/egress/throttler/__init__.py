@@ -10,8 +10,9 @@ throttler's waiting requests, pure), :mod:`~egress.throttler.controller` (one ti
 (what the runtime wires). See ``docs/throttler.md``.
 """
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from egress.lazy import lazy_getattr
 
 if TYPE_CHECKING:
     from egress.throttler.controller import ThrottlerController
@@ -49,14 +50,7 @@ _EXPORTS = {
     "Throttling": "egress.throttler.throttling",
 }
 
-
-def __getattr__(name: str) -> Any:
-    module = _EXPORTS.get(name)
-    if module is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(importlib.import_module(module), name)
-    globals()[name] = value
-    return value
+__getattr__ = lazy_getattr(__name__, _EXPORTS)
 
 
 __all__ = [
