@@ -50,6 +50,7 @@ def test_killed_and_restarted_it_finishes_every_url_exactly_once(tmp_path: Path)
         spec, dynamic = write_pipeline(tmp_path, port, check_host_period="1100ms")
         state = tmp_path / "state"
         expected = expected_files(port)
+        midway = 0
         for kill in range(KILLS):
             log = tmp_path / f"run{kill}.log"
             process = run(spec, dynamic, state, log, until_drained=False)
@@ -66,7 +67,10 @@ def test_killed_and_restarted_it_finishes_every_url_exactly_once(tmp_path: Path)
             pending = list(state_lines(state, name="host_state"))
             print(f"kill {kill}: {len(done)} of {len(expected)} URLs emitted, "
                   f"{sum(len(p['value']['urls']) for p in pending)} waiting in host state")
-            assert len(done) < len(expected), "the kill came after everything was done"
+            # A restart fires every due host timer in one epoch, which may commit all that is left:
+            # the last kill may come after everything, the others must land mid-way.
+            midway += len(done) < len(expected)
+        assert midway >= KILLS - 1, f"only {midway} of {KILLS} kills came before everything was done"
         log = tmp_path / "final.log"
         final = run(spec, dynamic, state, log, until_drained=True)
         processes.append(final)
