@@ -1,4 +1,5 @@
-"""The operator's HTTP endpoint of a running pipeline: ``/metrics``, ``/status``, ``/healthz``.
+"""The operator's HTTP endpoint of a running pipeline: ``/metrics``, ``/status``, ``/healthz``, and
+the live page at ``/`` with its ``/dashboard.json``.
 
 ``/metrics`` is the Prometheus text format of the run's registry; ``/status`` is JSON produced by
 the runtime (status tree, partitions with their lag, the DynamicSpec's state); ``/healthz`` answers
@@ -13,15 +14,18 @@ from typing import Any
 from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST
 
+from egress.observe.dashboard import Dashboard
 from egress.observe.metrics import Metrics
 
 StatusProvider = Callable[[], Awaitable[dict[str, Any]]]
 Refresh = Callable[[], Awaitable[None]]
 
 
-def status_application(metrics: Metrics, status: StatusProvider, refresh: Refresh | None = None) -> web.Application:
+def status_application(metrics: Metrics, status: StatusProvider, refresh: Refresh | None = None,
+                       dashboard: Dashboard | None = None) -> web.Application:
     """An aiohttp application serving ``metrics`` (after ``refresh()`` updated the gauges computed on
-    demand) and the JSON from ``status()``."""
+    demand) and the JSON from ``status()``; with ``dashboard``, its page at ``/`` and its
+    ``/dashboard.json`` (:mod:`egress.observe.dashboard`)."""
 
     async def get_metrics(request: web.Request) -> web.Response:
         if refresh is not None:
@@ -40,6 +44,8 @@ def status_application(metrics: Metrics, status: StatusProvider, refresh: Refres
     app.router.add_get("/metrics", get_metrics)
     app.router.add_get("/status", get_status)
     app.router.add_get("/healthz", get_health)
+    if dashboard is not None:
+        dashboard.add_routes(app)
     return app
 
 
@@ -47,8 +53,8 @@ class StatusServer:
     """Starts and stops :func:`status_application` on ``host:port`` (port 0 picks a free one)."""
 
     def __init__(self, metrics: Metrics, status: StatusProvider, host: str = "127.0.0.1", port: int = 0,
-                 refresh: Refresh | None = None) -> None:
-        self._app = status_application(metrics, status, refresh)
+                 refresh: Refresh | None = None, dashboard: Dashboard | None = None) -> None:
+        self._app = status_application(metrics, status, refresh, dashboard)
         self._host = host
         self._port = port
         self._runner: web.AppRunner | None = None

@@ -30,6 +30,7 @@ from egress.errors import SpecError, SpecMismatchError
 from egress.observe import Metrics, StatusTree
 from egress.observe.server import StatusServer
 from egress.runtime.assignment import Unit
+from egress.runtime.dashboard_feed import pipeline_dashboard
 from egress.runtime.drained import outstanding_work, source_is_finished
 from egress.runtime.jobs import JobSet, Runner, is_source
 from egress.runtime.layout import LAYOUT_KEY, layout_mismatch, spec_layout, unreachable_work, unrecorded_mismatch
@@ -159,7 +160,8 @@ class Pipeline:
         self._engine: Engine | None = None
         self._engine_factory = engine_factory
         self.server = StatusServer(self.metrics, self.status_document, http_host, http_port,
-                                   refresh=self._refresh_gauges) if http_port is not None else None
+                                   refresh=self._refresh_gauges,
+                                   dashboard=pipeline_dashboard(self)) if http_port is not None else None
         self.throttling: Throttling | None = None
         self.throttler_election: ControllerElection | None = None  # a cluster worker on NATS with throttlers
         self.dead_letters = DeadLetterFiles()  # shared by the sinks: one writer per dead-letter file

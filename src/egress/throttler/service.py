@@ -5,7 +5,8 @@ Endpoints (aiohttp): ``POST /v1/request_quota`` with ``{"throttler_id", "client_
 amount is granted (units granted, seconds left of their lease, seconds the request was held here),
 ``400 {"error", "code"}`` with ``code`` ``unknown_throttler`` or ``invalid_amount`` (upstream texts),
 ``503`` while closing; a client that disconnects cancels its request, which refunds it. ``GET
-/metrics`` (the throttler sensors), ``GET /healthz``. The DynamicSpec file is re-read every
+/metrics`` (the throttler sensors), ``GET /healthz``, the page at ``GET /`` with its ``GET
+/dashboard.json`` (:mod:`egress.throttler.dashboard`). The DynamicSpec file is re-read every
 ``reload_period`` seconds and applied live; an invalid file is reported and the last good
 configuration kept.
 
@@ -30,6 +31,7 @@ from egress.clock import Clock
 from egress.errors import SpecError
 from egress.spec.models import load_dynamic_spec
 from egress.throttler.controller import ThrottlerController
+from egress.throttler.dashboard import add_dashboard
 from egress.throttler.models import ThrottlerSpec, validate_dynamic_throttlers
 from egress.throttler.sensors import ControllerCollector
 from egress.throttler.wire import BadRequestError, answer_call, decode_call
@@ -75,6 +77,7 @@ def make_app(controller: ThrottlerController, registry: CollectorRegistry | None
     app.router.add_post(REQUEST_QUOTA_PATH, request_quota)
     app.router.add_get("/metrics", metrics)
     app.router.add_get("/healthz", healthz)
+    add_dashboard(app, controller, registry)
     return app
 
 
