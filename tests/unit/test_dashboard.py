@@ -24,11 +24,11 @@ def dashboard(metrics: Metrics, clock: VirtualClock, partitions: list[dict[str, 
     async def status_document() -> dict[str, Any]:
         return {"partitions": partitions, "status": status or {}, "worker": None}
 
-    async def input_ends() -> dict[tuple[str, int], int]:
+    async def stream_ends() -> dict[tuple[str, int], int]:
         return ends
 
     return Dashboard(metrics.registry, clock, title="pipeline p", status=status_document, graph=lambda: GRAPH,
-                     ends=input_ends)
+                     ends=stream_ends)
 
 
 async def test_rates_are_counter_differences_over_the_last_five_seconds() -> None:
@@ -76,25 +76,27 @@ async def test_responses_are_counted_by_status_class_per_ten_second_bucket() -> 
 async def test_lag_age_is_the_time_since_a_sample_first_saw_the_oldest_unprocessed_message() -> None:
     clock, metrics = VirtualClock(), Metrics()
     partition = {"computation": "deliver", "partition": 0, "owner": "w1", "input_lag": 0, "unacknowledged": {"http": 2}}
-    ends = {("deliver", 0): 10}
+    ends = {("events", 0): 10}
     board = dashboard(metrics, clock, [partition], ends)
     first = (await board.document())["partitions"][0]
     assert (first["input_lag_seconds"], first["unacknowledged"], first["owner"]) == (0.0, 2, "w1")
     await clock.advance(1.0)
-    ends[("deliver", 0)], partition["input_lag"] = 15, 5  # five more appended, none processed
+    ends[("events", 0)], partition["input_lag"] = 15, 5  # five more appended, none processed
     await board.document()
     await clock.advance(3.0)
-    ends[("deliver", 0)], partition["input_lag"] = 25, 12  # ten more appended, three processed
+    ends[("events", 0)], partition["input_lag"] = 25, 12  # ten more appended, three processed
     row = (await board.document())["partitions"][0]
     assert row["input_lag_seconds"] == pytest.approx(3.0)  # message 10 was first seen 3 s ago
     assert row["input_lag_seconds_at_least"] is False
     assert row["rate_in"] == pytest.approx(15 / 4)
     assert row["rate_out"] == pytest.approx(3 / 4)
+    edge = next(e for e in (await board.document())["graph"]["edges"] if e["stream"] == "events")
+    assert edge["rate"] == pytest.approx(15 / 4)  # the stream's appends
 
 
 async def test_a_lag_older_than_every_sample_is_a_lower_bound() -> None:
     clock, metrics = VirtualClock(), Metrics()
-    board = dashboard(metrics, clock, [{"computation": "deliver", "partition": 0, "input_lag": 4}], {("deliver", 0): 4})
+    board = dashboard(metrics, clock, [{"computation": "deliver", "partition": 0, "input_lag": 4}], {("events", 0): 4})
     await board.document()
     await clock.advance(2.0)
     row = (await board.document())["partitions"][0]
@@ -138,9 +140,9 @@ def test_the_graph_links_sources_computations_and_sinks_through_their_streams() 
                                                  "sink:deliver/http"]
     edges = {(e["from"], e["to"], e["stream"]): e["counter"] for e in graph["edges"]}
     assert edges == {
-        ("source:rows", "computation:parse", "events"): ["computation", "parse"],
-        ("computation:parse", "computation:deliver", "parsed"): ["computation", "deliver"],
-        ("computation:deliver", "computation:deliver", "retries"): ["computation", "deliver"],  # a feedback loop
+        ("source:rows", "computation:parse", "events"): ["stream", "events"],
+        ("computation:parse", "computation:deliver", "parsed"): ["stream", "parsed"],
+        ("computation:deliver", "computation:deliver", "retries"): ["stream", "retries"],  # a feedback loop
         ("computation:deliver", "sink:deliver/http", None): ["sink", "deliver", "http"],
     }
 

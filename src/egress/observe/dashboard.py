@@ -55,6 +55,7 @@ STATIC_FILES = {"/": ("index.html", "text/html"), "/dashboard.js": ("dashboard.j
 
 StatusProvider = Callable[[], Awaitable[dict[str, Any]]]
 EndsProvider = Callable[[], Awaitable[dict[tuple[str, int], int]]]
+"""End offsets by ``(stream, partition)`` of the streams computations read."""
 LimitsProvider = Callable[[], Mapping[str, float | None]]
 GraphProvider = Callable[[], dict[str, Any]]
 
@@ -185,7 +186,8 @@ class Dashboard:
 
     ``status()`` is the runtime's ``/status`` document (``None``: no pipeline here, e.g. the
     throttler service); ``graph()`` the Spec's graph as :func:`graph_document` returns it;
-    ``ends()`` each computation partition's input end offset (summed over its input streams);
+    ``ends()`` the end offset of each ``(stream, partition)`` computations read (a partition's
+    input end is the sum over its computation's input streams);
     ``limits()`` each throttler's limit in units per second (``None``: unlimited).
     """
 
@@ -202,19 +204,25 @@ class Dashboard:
         """The JSON of ``/dashboard.json`` (shape in the module docstring)."""
         status = await self._status() if self._status is not None else {}
         ends = await self._ends() if self._ends is not None else {}
-        lags = {(e["computation"], e["partition"]): e.get("input_lag") for e in status.get("partitions", [])}
+        graph = self._graph() if self._graph is not None else {"nodes": [], "edges": []}
+        inputs = {node["label"]: node["inputs"] for node in graph["nodes"] if node["kind"] == "computation"}
 
         def values() -> dict[Key, float]:
             found = read_counters(self.registry)
-            for (computation, partition), end in ends.items():
-                found["end", computation, str(partition)] = float(end)
-                lag = lags.get((computation, partition))
+            for (stream, _), offset in ends.items():
+                found["stream", stream] = found.get(("stream", stream), 0.0) + offset
+            for entry in status.get("partitions", []):
+                computation, partition, lag = entry["computation"], entry["partition"], entry.get("input_lag")
+                streams = inputs.get(computation, [])
+                if not streams or any((stream, partition) not in ends for stream in streams):
+                    continue
+                input_end = float(sum(ends[stream, partition] for stream in streams))
+                found["end", computation, str(partition)] = input_end
                 if lag is not None:
-                    found["processed", computation, str(partition)] = float(end - lag)
+                    found["processed", computation, str(partition)] = input_end - lag
             return found
 
         sample = self.history.take(values)
-        graph = self._graph() if self._graph is not None else {"nodes": [], "edges": []}
         return {
             "title": self.title,
             "kind": "pipeline" if self._status is not None else "throttlers",
@@ -356,27 +364,25 @@ def graph_document(sources: Mapping[str, str], computations: Mapping[str, tuple[
                    source_streams: Mapping[str, str], sinks: Mapping[str, Mapping[str, str]]) -> dict[str, Any]:
     """The pipeline graph: ``sources`` (id → class), ``computations`` (id → (input streams, output
     streams)), ``source_streams`` (source id → its output stream), ``sinks`` (computation id → sink
-    id → class). Each edge names the counter whose rate it shows: into a computation reading one
-    stream, its input messages; into one reading several, the source's rows (the computation's input
-    messages when the producer is a computation); into a sink, its deliveries.
+    id → class). Each edge names the counter whose rate it shows: into a computation, the messages
+    appended to the stream (all its partitions' end offsets); into a sink, its deliveries.
     """
     nodes: list[dict[str, Any]] = [{"id": f"source:{s}", "kind": "source", "label": s, "class": c}
                                    for s, c in sources.items()]
-    nodes += [{"id": f"computation:{c}", "kind": "computation", "label": c, "class": "computation"}
-              for c in computations]
+    nodes += [{"id": f"computation:{c}", "kind": "computation", "label": c, "class": "computation",
+               "inputs": list(inputs)} for c, (inputs, _) in computations.items()]
     edges: list[dict[str, Any]] = []
-    producers: dict[str, list[tuple[str, Key]]] = {}
+    producers: dict[str, list[str]] = {}
     for source_id, stream in source_streams.items():
-        producers.setdefault(stream, []).append((f"source:{source_id}", ("source", source_id)))
+        producers.setdefault(stream, []).append(f"source:{source_id}")
     for computation_id, (_, outputs) in computations.items():
         for stream in outputs:
-            producers.setdefault(stream, []).append((f"computation:{computation_id}", ("computation", computation_id)))
+            producers.setdefault(stream, []).append(f"computation:{computation_id}")
     for computation_id, (inputs, _) in computations.items():
         for stream in inputs:
-            for producer, counter in producers.get(stream, []):
-                shown = ("computation", computation_id) if len(inputs) == 1 or counter[0] == "computation" else counter
+            for producer in producers.get(stream, []):
                 edges.append({"from": producer, "to": f"computation:{computation_id}", "stream": stream,
-                              "counter": list(shown)})
+                              "counter": ["stream", stream]})
     for computation_id, computation_sinks in sinks.items():
         for sink_id, sink_class in computation_sinks.items():
             node = f"sink:{computation_id}/{sink_id}"

@@ -1,5 +1,5 @@
 """What a running pipeline gives its dashboard (:mod:`egress.observe.dashboard`): the Spec's graph,
-each computation partition's input end offset, and the throttlers' limits."""
+the end offsets of the streams computations read, and the throttlers' limits."""
 
 from __future__ import annotations
 
@@ -25,18 +25,15 @@ def spec_graph(spec: Spec) -> dict[str, Any]:
     )
 
 
-async def input_ends(pipeline: Pipeline) -> dict[tuple[str, int], int]:
-    """Each computation partition's input end offset, summed over its input streams (``{}`` while
-    no engine is open)."""
+async def stream_ends(pipeline: Pipeline) -> dict[tuple[str, int], int]:
+    """The end offset of each ``(stream, partition)`` a computation reads (``{}`` while no engine is open)."""
     engine = pipeline.engine
     if engine is None:
         return {}
-    ends: dict[tuple[str, int], int] = {}
-    for computation_id, computation in pipeline.plan.computations.items():
-        for partition in range(pipeline.plan.spec.partition_count):
-            ends[computation_id, partition] = sum([await engine.end_offset(stream, partition)
-                                                   for stream in computation.input_stream_ids])
-    return ends
+    streams = sorted({stream for computation in pipeline.plan.computations.values()
+                      for stream in computation.input_stream_ids})
+    return {(stream, partition): await engine.end_offset(stream, partition)
+            for stream in streams for partition in range(pipeline.plan.spec.partition_count)}
 
 
 def throttler_limits(pipeline: Pipeline) -> dict[str, float | None]:
@@ -50,10 +47,10 @@ def throttler_limits(pipeline: Pipeline) -> dict[str, float | None]:
 
 
 def pipeline_dashboard(pipeline: Pipeline) -> Dashboard:
-    """The dashboard of ``pipeline``: its ``/status`` document, metrics, graph, input ends and limits."""
+    """The dashboard of ``pipeline``: its ``/status`` document, metrics, graph, stream ends and limits."""
 
     async def ends() -> dict[tuple[str, int], int]:
-        return await input_ends(pipeline)
+        return await stream_ends(pipeline)
 
     return Dashboard(pipeline.metrics.registry, pipeline.clock, title=f"pipeline {pipeline.plan.spec.pipeline}",
                      status=pipeline.status_document, graph=lambda: spec_graph(pipeline.plan.spec),

@@ -58,24 +58,39 @@ function replace(id, ...children) {
 
 // -- graph ----------------------------------------------------------------------------------------
 
-function depths(graph) {
+// Columns by longest path from the sources; edges that close a loop (a feedback stream) are found
+// by a depth-first walk and left out of the layout, then drawn as arcs below.
+function layers(graph) {
+  const out = {};
+  for (const node of graph.nodes) out[node.id] = [];
+  graph.edges.forEach((edge, index) => out[edge.from] && out[edge.from].push([edge.to, index]));
+  const back = new Set(), state = {};
+  const walk = (id) => {
+    state[id] = "open";
+    for (const [to, index] of out[id] || []) {
+      if (state[to] === "open") back.add(index);
+      else if (!state[to]) walk(to);
+    }
+    state[id] = "done";
+  };
+  graph.nodes.filter((n) => n.kind === "source").forEach((n) => state[n.id] || walk(n.id));
+  graph.nodes.forEach((n) => state[n.id] || walk(n.id));
   const depth = {};
   for (const node of graph.nodes) depth[node.id] = node.kind === "source" ? 0 : 1;
-  for (let round = 0; round < graph.nodes.length; round++) {  // longest path; feedback loops stop at the bound
+  for (let round = 0; round < graph.nodes.length; round++) {
     let changed = false;
-    for (const edge of graph.edges) {
-      const wanted = depth[edge.from] + 1;
-      if (wanted > depth[edge.to] && wanted <= graph.nodes.length) { depth[edge.to] = wanted; changed = true; }
-    }
+    graph.edges.forEach((edge, index) => {
+      if (!back.has(index) && depth[edge.from] + 1 > depth[edge.to]) { depth[edge.to] = depth[edge.from] + 1; changed = true; }
+    });
     if (!changed) break;
   }
-  return depth;
+  return {depth, back};
 }
 
 function drawGraph(graph, sinks) {
   const width = document.getElementById("graph").clientWidth || 800;
   const vertical = width < 640;
-  const depth = depths(graph);
+  const {depth, back} = layers(graph);
   const levels = [];
   for (const node of graph.nodes) (levels[depth[node.id]] = levels[depth[node.id]] || []).push(node);
   const packed = levels.filter(Boolean);
@@ -91,23 +106,36 @@ function drawGraph(graph, sinks) {
   }));
   const totalWidth = vertical ? widest * (nodeWidth + across) - across : packed.length * (nodeWidth + across) - across;
   const totalHeight = vertical ? packed.length * (nodeHeight + along) - along : widest * (nodeHeight + along) - along;
-  const root = svg("svg", {viewBox: `-4 -4 ${totalWidth + 8} ${totalHeight + 8}`, role: "img",
-    "aria-label": "pipeline graph", width: Math.min(totalWidth + 8, width), class: "graph"});
-  for (const edge of graph.edges) {
+  const loops = back.size ? 44 : 0;  // room below (beside, when vertical) for the arcs of feedback streams
+  const root = svg("svg", {viewBox: `-4 -4 ${totalWidth + 8 + (vertical ? loops : 0)} ${totalHeight + 8 + (vertical ? 0 : loops)}`,
+    role: "img", "aria-label": "pipeline graph", width: Math.min(totalWidth + 8 + (vertical ? loops : 0), width), class: "graph"});
+  graph.edges.forEach((edge, index) => {
     const a = place[edge.from], b = place[edge.to];
-    if (!a || !b) continue;
+    if (!a || !b) return;
+    const group = svg("g", {class: "edge", "data-edge": `${edge.from}->${edge.to}`});
+    if (back.has(index)) {
+      const [x1, y1, x2, y2] = vertical
+        ? [a.x + nodeWidth, a.y + nodeHeight * 0.65, b.x + nodeWidth, b.y + nodeHeight * 0.35]
+        : [a.x + nodeWidth * 0.65, a.y + nodeHeight, b.x + nodeWidth * 0.35, b.y + nodeHeight];
+      const reach = (vertical ? totalWidth : totalHeight) + 36;  // below (beside) every node
+      group.append(svg("path", {d: vertical ? `M${x1},${y1} C${reach},${y1} ${reach},${y2} ${x2},${y2}`
+        : `M${x1},${y1} C${x1},${reach} ${x2},${reach} ${x2},${y2}`, class: "feedback"}));
+      group.append(svg("text", {x: vertical ? reach - 8 : (x1 + x2) / 2, y: vertical ? (y1 + y2) / 2 + 4 : reach - 4,
+        "text-anchor": "middle", class: "edge-rate"}, rate(edge.rate)));
+      root.append(group);
+      return;
+    }
     const [x1, y1, x2, y2] = vertical
       ? [a.x + nodeWidth / 2, a.y + nodeHeight, b.x + nodeWidth / 2, b.y]
       : [a.x + nodeWidth, a.y + nodeHeight / 2, b.x, b.y + nodeHeight / 2];
     const path = vertical
       ? `M${x1},${y1} C${x1},${(y1 + y2) / 2} ${x2},${(y1 + y2) / 2} ${x2},${y2}`
       : `M${x1},${y1} C${(x1 + x2) / 2},${y1} ${(x1 + x2) / 2},${y2} ${x2},${y2}`;
-    const group = svg("g", {class: "edge", "data-edge": `${edge.from}->${edge.to}`});
     group.append(svg("path", {d: path}));
     group.append(svg("text", {x: (x1 + x2) / 2, y: (y1 + y2) / 2 + 4, "text-anchor": "middle", class: "edge-rate"},
       rate(edge.rate)));
     root.append(group);
-  }
+  });
   for (const node of graph.nodes) {
     const at = place[node.id];
     const state = broken.has(node.id) ? "broken" : "ok";
