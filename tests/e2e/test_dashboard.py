@@ -125,6 +125,17 @@ class LoopbackOnly:
         assert not elsewhere, f"requests left for another host: {elsewhere}"
 
 
+RECORD_LAGS = """
+window.lagsShown = [];
+new MutationObserver(() => {
+  const cell = document.querySelector('[data-partition="audit/0"] .lag-messages');
+  const last = window.lagsShown[window.lagsShown.length - 1];
+  if (cell && cell.textContent !== last) window.lagsShown.push(cell.textContent);
+}).observe(document, {childList: true, subtree: true, characterData: true});
+"""
+"""Every change of the audit partition's lag figure, in order, into ``window.lagsShown``."""
+
+
 def shoot(page: Any, folder: Path, name: str) -> None:
     """Screenshots of ``page`` at both widths (full page), back at the wide one afterwards."""
     for label, (width, height) in WIDTHS.items():
@@ -214,6 +225,7 @@ def test_pipeline_page_shows_a_failing_sink_and_the_lag_until_both_recover(
     try:
         wait_until_serving(f"http://127.0.0.1:{unused_tcp_port}/status", process)
         page = guard.context.new_page()
+        page.add_init_script(RECORD_LAGS)
         page.goto(f"http://127.0.0.1:{unused_tcp_port}/")
         expect = sync_api.expect
         sink = page.locator('[data-sink="deliver/http"]')
@@ -238,6 +250,11 @@ def test_pipeline_page_shows_a_failing_sink_and_the_lag_until_both_recover(
                 str(MESSAGES), timeout=UI_TIMEOUT)
         expect(page.locator('[data-throttler="audit_rate"] .throttler-limit')).to_have_text("1000/s")
         expect(page.locator("#problems")).to_be_hidden()
+        shown = page.evaluate("window.lagsShown")
+        assert str(MESSAGES) in shown, shown
+        after_peak = [int(lag) for lag in shown[shown.index(str(MESSAGES)):]]
+        assert after_peak == sorted(after_peak, reverse=True), shown  # risen to 40, then only down
+        assert after_peak[-1] == 0, shown
         shoot(page, screenshots, "pipeline-recovered")
         guard.assert_only_loopback()
     finally:
