@@ -31,6 +31,7 @@ appended: the time of the first sample whose end offset was past the partition's
 
 from __future__ import annotations
 
+import functools
 import itertools
 import math
 import re
@@ -72,6 +73,11 @@ class Sample:
 
     time: float
     values: dict[Key, float] = field(default_factory=dict)
+
+    @functools.cached_property
+    def sink_scopes(self) -> frozenset[tuple[str, str]]:
+        """The ``(computation or "", sink_id)`` pairs the sink counters of this sample carry."""
+        return frozenset((key[1], key[2]) for key in self.values if key[0] == "sink")
 
 
 def _computation_label(labels: Mapping[str, str]) -> str:
@@ -340,9 +346,8 @@ def _static_handler(name: str, content_type: str) -> Callable[[web.Request], Awa
 def _sink_key(sample: Sample, computation: str, sink_id: str, *name: str) -> Key:
     """The key of a sink counter: scoped by ``computation`` when the sensors carry it, else by
     ``sink_id`` alone (one series for every computation's sink of that name)."""
-    scoped: Key = ("sink", computation, sink_id)
-    if any(key[:3] == scoped for key in sample.values):
-        return (*scoped, *name)
+    if (computation, sink_id) in sample.sink_scopes:
+        return ("sink", computation, sink_id, *name)
     return ("sink", "", sink_id, *name)
 
 
