@@ -166,3 +166,40 @@ async def test_readyz_says_200_once_a_run_delivers(tmp_path: Path, serve_app: Se
     finally:
         pipeline.request_stop()
         assert (await run).ok
+
+
+async def test_egress_status_of_any_worker_shows_every_partition_as_its_owner_reports_it(
+        tmp_path: Path, serve_app: ServerFactory) -> None:
+    from egress.cli.status import fetch, whole_pipeline
+    from egress.runtime.pipeline import shared_sqlite_engine
+
+    receiver = Receiver(ReceiverConfig(fail_rate=1.0, fail_status=500))
+    base = await serve_app(receiver.app)
+    spec, dynamic = payload_spec(tmp_path, f"{base}/events", [f"p{i}" for i in range(40)], partition_count=4,
+                                 dynamic_parameters={"max_attempt_count": 2})
+    options = RunOptions(lease_ttl=2.0, heartbeat_period=0.5, remote_poll_period=0.5, drained_check_period=0.2)
+    workers = [Pipeline(load_plan(spec, dynamic), tmp_path / "state", options=options, http_port=0,
+                        engine_factory=shared_sqlite_engine, worker_id=name) for name in ("worker-a", "worker-b")]
+    runs = [asyncio.create_task(worker.run()) for worker in workers]
+    try:
+        def both_block_partitions() -> bool:
+            return all(w.worker is not None and len(w.worker.members) == 2 and w.jobs
+                       and all(job.blocked_error for job in w.jobs) for w in workers) and \
+                sum(len(w.jobs) for w in workers) == 4
+
+        await until(both_block_partitions, limit=60)
+        a = workers[0]
+        assert a.server is not None
+        url = f"http://{a.server.address}/status"
+        alone = await asyncio.to_thread(fetch, url)
+        merged = await asyncio.to_thread(whole_pipeline, alone, url)
+        assert sum(1 for p in alone["partitions"] if p.get("blocked")) < 4  # a worker knows its own sinks only
+        assert [p.get("blocked") is not None for p in merged["partitions"]] == [True] * 4
+        assert {p["owner"] for p in merged["partitions"]} == {"worker-a", "worker-b"}
+        assert {key.split(":")[0] for key in merged["status"]} == {"worker-a", "worker-b"}
+        assert merged["ready"]["ready"] is False
+        assert merged["unreachable"] == []
+    finally:
+        for worker in workers:
+            worker.request_stop()
+        await asyncio.gather(*runs)
