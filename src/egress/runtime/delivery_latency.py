@@ -11,10 +11,13 @@ Messages handed to a sink again on a restart (committed by an earlier run) are n
 from __future__ import annotations
 
 import collections
+import operator
 from collections.abc import Mapping
 
 from egress.engines import OutboxMessage, SinkProgress
 from egress.observe.metrics import HistogramChild
+
+_stream_of = operator.attrgetter("stream")
 
 
 class DeliveryLatency:
@@ -36,14 +39,12 @@ class DeliveryLatency:
         if self._only is not None:
             self._pending[self._only].append((outbox[-1].seq, len(outbox), now))
             return
-        counts: dict[str, int] = {}
-        last: dict[str, int] = {}
-        for message in outbox:
-            counts[message.stream] = counts.get(message.stream, 0) + 1
-            last[message.stream] = message.seq
+        counts = collections.Counter(map(_stream_of, outbox))  # counted in C, not a Python loop per message
         for sink_id, stream in self._streams.items():
-            if stream in counts:
-                self._pending[sink_id].append((last[stream], counts[stream], now))
+            count = counts.get(stream)
+            if count:
+                last = next(m.seq for m in reversed(outbox) if m.stream == stream)  # near the end, as a rule
+                self._pending[sink_id].append((last, count, now))
 
     def acknowledged(self, progress: Mapping[str, SinkProgress], now: float) -> None:
         """Each sink's acknowledged prefix as of ``now``: observe the epochs it now covers."""
