@@ -1,5 +1,5 @@
 """The ``egress`` command line: ``run``, ``validate``, ``status``, ``receiver``, ``redrive``, ``state``,
-``throttler``; ``egress --version``. The exit codes every command uses: :data:`EXIT_CODES`."""
+``throttler``; ``egress --version``. The exit codes every command uses: ``egress.cli.exit_codes.EXIT_CODES``."""
 
 from __future__ import annotations
 
@@ -18,6 +18,7 @@ from rich.console import Console
 from rich.live import Live
 from rich.text import Text
 
+from egress.cli.exit_codes import EXIT_CODES
 from egress.cli.output import LogFormatChoice, LogFormatOption, LogLevelChoice, LogLevelOption, Output, start_output
 from egress.cli.redrive import redrive_command
 from egress.cli.state import app as state_app
@@ -32,15 +33,6 @@ from egress.runtime.layout import WAY_OUT, check_recorded_layout
 from egress.runtime.options import EngineChoice, parse_engine
 from egress.runtime.pipeline import DYNAMIC_SPEC_STATUS, nats_engine_factory, shared_sqlite_engine, sqlite_engine
 from egress.runtime.worker import default_worker_id
-
-EXIT_CODES = {
-    0: "done: drained, or stopped by Ctrl-C after the final commit",
-    1: "a failure: a sink blocked by a terminal error, a run error, an address or directory that cannot be used, "
-       "an instance that does not answer (status)",
-    2: "a usage or Spec problem: bad option, invalid Spec, or a Spec that does not fit the committed state",
-    130: "interrupted before every message was delivered (--until-drained), or a second Ctrl-C",
-}
-"""Every exit code of the ``egress`` commands, as ``egress --help`` lists them."""
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, rich_markup_mode=None,
                   help="egress: deliver event streams to the outside world, reliably.\n\n\b\nExit codes:\n"
