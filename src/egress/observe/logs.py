@@ -213,10 +213,25 @@ def _rfc3339(created: float) -> str:
     return f"{seconds}.{int(created % 1 * 1000):03d}Z"
 
 
+_installed: logging.Handler | None = None  # the handler of the last configure_logging
+
+
+class _CurrentStderr(logging.StreamHandler):  # type: ignore[type-arg]
+    """Writes to whatever ``sys.stderr`` is when a record comes (as logging's last resort does)."""
+
+    @property
+    def stream(self) -> TextIO:
+        return sys.stderr
+
+    @stream.setter
+    def stream(self, value: TextIO) -> None:
+        pass
+
+
 def configure_logging(log_format: LogFormat = "text", level: str = "info", *, stream: TextIO | None = None,
                       secrets: Iterable[str | None] = ()) -> logging.Handler:
     """Send every record of ``level`` and above (a name of :data:`LOG_LEVELS`) to ``stream``
-    (stderr) in ``log_format``, replacing the root logger's handlers; Python warnings are logged
+    (stderr) in ``log_format``, replacing the handler an earlier call installed; Python warnings are logged
     too. ``secrets`` are registered first (:func:`add_secret`). Returns the handler. Raises
     ``ValueError`` for an unknown format or level."""
     if log_format not in LOG_FORMATS:
@@ -225,13 +240,15 @@ def configure_logging(log_format: LogFormat = "text", level: str = "info", *, st
         raise ValueError(f"log level {level!r}: use one of {', '.join(LOG_LEVELS)}")
     for secret in secrets:
         add_secret(secret)
-    handler = logging.StreamHandler(stream if stream is not None else sys.stderr)
+    global _installed
+    handler: logging.Handler = logging.StreamHandler(stream) if stream is not None else _CurrentStderr()
     handler.setFormatter(JsonFormatter() if log_format == "json" else TextFormatter())
     handler.addFilter(_ContextFilter())
     root = logging.getLogger()
-    for old in list(root.handlers):
-        root.removeHandler(old)
+    if _installed is not None:
+        root.removeHandler(_installed)
     root.addHandler(handler)
+    _installed = handler
     root.setLevel(level.upper())
     logging.captureWarnings(True)
     return handler
