@@ -60,6 +60,16 @@ def two_computations_spec(tmp_path: Path, url: str, count: int) -> Path:
     return path
 
 
+async def blocking_spec(tmp_path: Path, serve_app: ServerFactory, count: int,
+                        partition_count: int = 1) -> tuple[Path, Path]:
+    """:func:`payload_spec` of ``count`` payloads to a receiver that answers 500 to everything, with
+    2 attempts per delivery: every partition's sink blocks at once."""
+    receiver = Receiver(ReceiverConfig(fail_rate=1.0, fail_status=500))
+    base = await serve_app(receiver.app)
+    return payload_spec(tmp_path, f"{base}/events", [f"p{i}" for i in range(count)],
+                        partition_count=partition_count, dynamic_parameters={"max_attempt_count": 2})
+
+
 async def until(condition: Callable[[], bool | Awaitable[bool]], limit: float = 20.0) -> None:
     """Wait for ``condition()`` (a bool, or awaited) to hold, polled; fail after ``limit`` seconds."""
     deadline = asyncio.get_running_loop().time() + limit
@@ -122,10 +132,7 @@ async def test_the_sinks_of_two_computations_are_separate_series_with_latency_an
 
 async def test_readyz_says_503_with_the_reason_while_a_sink_is_blocked_and_healthz_stays_live(
         tmp_path: Path, serve_app: ServerFactory) -> None:
-    receiver = Receiver(ReceiverConfig(fail_rate=1.0, fail_status=500))
-    base = await serve_app(receiver.app)
-    spec, dynamic = payload_spec(tmp_path, f"{base}/events", [f"p{i}" for i in range(5)],
-                                 dynamic_parameters={"max_attempt_count": 2})
+    spec, dynamic = await blocking_spec(tmp_path, serve_app, 5)
     pipeline = Pipeline(load_plan(spec, dynamic), tmp_path / "state", http_port=0)
     run = asyncio.create_task(pipeline.run())
     try:
@@ -155,8 +162,7 @@ async def test_readyz_says_200_once_a_run_delivers(tmp_path: Path, serve_app: Se
     receiver = Receiver()
     base = await serve_app(receiver.app)
     spec, dynamic = payload_spec(tmp_path, f"{base}/events", [f"p{i}" for i in range(5)])
-    pipeline = Pipeline(load_plan(spec, dynamic), tmp_path / "state", http_port=0,
-                        options=RunOptions())
+    pipeline = Pipeline(load_plan(spec, dynamic), tmp_path / "state", http_port=0)
     run = asyncio.create_task(pipeline.run())
     try:
         await until(lambda: receiver.stats.requests == 5 and pipeline.server is not None)
@@ -173,10 +179,7 @@ async def test_egress_status_of_any_worker_shows_every_partition_as_its_owner_re
     from egress.cli.status import fetch, whole_pipeline
     from egress.runtime.pipeline import shared_sqlite_engine
 
-    receiver = Receiver(ReceiverConfig(fail_rate=1.0, fail_status=500))
-    base = await serve_app(receiver.app)
-    spec, dynamic = payload_spec(tmp_path, f"{base}/events", [f"p{i}" for i in range(40)], partition_count=4,
-                                 dynamic_parameters={"max_attempt_count": 2})
+    spec, dynamic = await blocking_spec(tmp_path, serve_app, 40, partition_count=4)
     options = RunOptions(lease_ttl=2.0, heartbeat_period=0.5, remote_poll_period=0.5, drained_check_period=0.2)
     workers = [Pipeline(load_plan(spec, dynamic), tmp_path / "state", options=options, http_port=0,
                         engine_factory=shared_sqlite_engine, worker_id=name) for name in ("worker-a", "worker-b")]

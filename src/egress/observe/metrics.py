@@ -13,7 +13,7 @@ import bisect
 import copy
 import weakref
 from collections.abc import Callable, Iterator, Sequence
-from typing import Any, Protocol
+from typing import Any, Generic, Protocol, TypeVar
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, ProcessCollector, generate_latest
 from prometheus_client.core import GaugeMetricFamily, HistogramMetricFamily
@@ -55,22 +55,29 @@ class _Freshness:
         yield family
 
 
-class SinkFamily:
-    """A sink sensor family (a ``Counter`` labelled ``computation_id``, ``sink_id``, then its own
-    labels) as one computation's sinks see it: ``labels(sink_id, *more)`` is the family's child of
+Child = TypeVar("Child", covariant=True)
+
+
+class _Labelled(Protocol[Child]):
+    def labels(self, *values: str) -> Child: ...
+
+
+class SinkSensor(Generic[Child]):
+    """A sink sensor family (labelled ``computation_id``, ``sink_id``, then its own labels) as one
+    computation's sinks see it: ``labels(sink_id, *more)`` is the family's child of
     ``(computation_id, sink_id, *more)``."""
 
     __slots__ = ("computation_id", "family")
 
-    def __init__(self, family: Counter, computation_id: str = "") -> None:
+    def __init__(self, family: _Labelled[Child], computation_id: str = "") -> None:
         self.family = family
         self.computation_id = computation_id
 
-    def labels(self, *values: str) -> Counter:
+    def labels(self, *values: str) -> Child:
         return self.family.labels(self.computation_id, *values)
 
-    def bound(self, computation_id: str) -> SinkFamily:
-        return SinkFamily(self.family, computation_id)
+    def bound(self, computation_id: str) -> SinkSensor[Child]:
+        return SinkSensor(self.family, computation_id)
 
 
 class HistogramChild:
@@ -129,29 +136,11 @@ class Histogram:
         yield family
 
 
-class SinkHistogram:
-    """A :class:`Histogram` labelled ``computation_id``, ``sink_id`` as one computation's sinks see
-    it (see :class:`SinkFamily`)."""
-
-    __slots__ = ("computation_id", "family")
-
-    def __init__(self, family: Histogram, computation_id: str = "") -> None:
-        self.family = family
-        self.computation_id = computation_id
-
-    def labels(self, *values: str) -> HistogramChild:
-        return self.family.labels(self.computation_id, *values)
-
-    def bound(self, computation_id: str) -> SinkHistogram:
-        return SinkHistogram(self.family, computation_id)
-
-
 def _bind_sinks(sensors: Any, computation_id: str) -> Any:
-    """A shallow copy of ``sensors`` whose :class:`SinkFamily` and :class:`SinkHistogram`
-    attributes are bound to ``computation_id``."""
+    """A shallow copy of ``sensors`` whose :class:`SinkSensor` attributes are bound to ``computation_id``."""
     view = copy.copy(sensors)
     for name, value in vars(sensors).items():
-        if isinstance(value, SinkFamily | SinkHistogram):
+        if isinstance(value, SinkSensor):
             setattr(view, name, value.bound(computation_id))
     return view
 
@@ -211,12 +200,12 @@ class Metrics:
             "skipped_null_payloads", "Messages with a null payload, acknowledged without a request.")
         self.firehose = _FirehoseSinkMetrics(self.registry)
         self.batching_http = _BatchingHttpSinkMetrics(self.registry)
-        self.delivery_latency = SinkHistogram(Histogram(
+        self.delivery_latency: SinkSensor[HistogramChild] = SinkSensor(Histogram(
             "egress_sink_delivery_latency_seconds",
             "Seconds from the commit of a message to its acknowledgement by its sink (a 2xx, or its dead-letter "
             "line), counted when the last message of its epoch is acknowledged (at most one epoch period late).",
             ["computation_id", "sink_id"], self.registry))
-        self.attempt_duration = SinkHistogram(Histogram(
+        self.attempt_duration: SinkSensor[HistogramChild] = SinkSensor(Histogram(
             "egress_sink_attempt_duration_seconds",
             "Seconds from the start of an HTTP attempt (a POST, or a batch's) to its response or failure.",
             ["computation_id", "sink_id"], self.registry))
@@ -270,12 +259,12 @@ class Metrics:
         return bytes(generate_latest(self.registry))
 
 
-def _sink_counters(registry: CollectorRegistry, prefix: str) -> Callable[..., SinkFamily]:
+def _sink_counters(registry: CollectorRegistry, prefix: str) -> Callable[..., SinkSensor[Counter]]:
     """A maker of one sink class's counters: ``counter(name, text, *labels)`` is ``prefix + name``,
     labelled by ``computation_id``, ``sink_id`` and ``labels``."""
 
-    def counter(name: str, text: str, *labels: str) -> SinkFamily:
-        return SinkFamily(Counter(f"{prefix}{name}", text, ["computation_id", "sink_id", *labels], registry=registry))
+    def counter(name: str, text: str, *labels: str) -> SinkSensor[Counter]:
+        return SinkSensor(Counter(f"{prefix}{name}", text, ["computation_id", "sink_id", *labels], registry=registry))
 
     return counter
 
