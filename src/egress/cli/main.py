@@ -25,7 +25,7 @@ from egress.cli.state import app as state_app
 from egress.cli.status import status_command
 from egress.cli.throttler import throttler_app
 from egress.errors import EgressError, SpecError
-from egress.observe.logs import add_secret, log_context, secrets_of_spec
+from egress.observe.logs import add_secret, bind_log_context, secrets_of_spec
 from egress.observe.status import egress_version
 from egress.receiver import ReceiverConfig, serve
 from egress.runtime import EngineFactory, Pipeline, RunOptions, RunResult, load_plan
@@ -144,6 +144,8 @@ def run(
     Exit codes: 0 drained or stopped; 1 a sink blocked or a failure; 2 a Spec problem; 130 interrupted
     before everything was delivered (--until-drained) or a second Ctrl-C.
     """
+    from egress.cli.report import final_report, progress_line, snapshot, summary_table
+
     global output
     output = start_output(console, log_format, log_level, "egress.run", urls=(engine, throttler_url or ""))
     try:
@@ -155,19 +157,8 @@ def run(
     except ValueError as error:
         raise typer.BadParameter(str(error), param_hint="--engine") from None
     _never_log_the_secrets_of(plan)
-    with log_context(pipeline=plan.spec.pipeline, **({"worker": worker_id} if worker_id else {})):
-        _run(plan, spec, dynamic_spec, state_dir, until_drained, report, quiet or output.json, http_port, http_host,
-             throttler_url, engine, choice, worker_id, processes, lease_ttl, heartbeat_period, replicas,
-             shared_state, log_format, log_level)
-
-
-def _run(plan: Any, spec: Path, dynamic_spec: Path | None, state_dir: Path | None, until_drained: bool,
-         report: Path | None, quiet: bool, http_port: int | None, http_host: str, throttler_url: str | None,
-         engine: str, choice: EngineChoice, worker_id: str | None, processes: int, lease_ttl: float,
-         heartbeat_period: float | None, replicas: int, shared_state: bool, log_format: LogFormatChoice,
-         log_level: LogLevelChoice) -> None:
-    """``egress run`` once its Spec is loaded (``quiet`` also in JSON: no progress line, no table)."""
-    from egress.cli.report import final_report, progress_line, snapshot, summary_table
+    bind_log_context(pipeline=plan.spec.pipeline, **({"worker": worker_id} if worker_id else {}))
+    quiet = quiet or output.json  # JSON: records only (progress and summary as records), no live line or table
     directory = state_dir or Path(".egress") / plan.spec.pipeline
     options = RunOptions(until_drained=until_drained, throttler_url=throttler_url, lease_ttl=lease_ttl,
                          heartbeat_period=heartbeat_period if heartbeat_period is not None else lease_ttl / 4,

@@ -133,6 +133,12 @@ def log_context(**fields: Any) -> Iterator[None]:
         _context.reset(token)
 
 
+def bind_log_context(**fields: Any) -> None:
+    """Add ``fields`` to every record logged from now on in this context (a command's whole run:
+    ``pipeline``, ``worker``), and in the asyncio tasks created after."""
+    _context.set({**_context.get(), **fields})
+
+
 def unit_context(consumer: str, partition: int) -> contextvars.Context:
     """A copy of the current context with ``consumer`` (a computation, or ``source:<id>``) and
     ``partition`` set: the context a unit's task runs in (``asyncio.create_task(..., context=)``)."""
