@@ -4,12 +4,15 @@
 from __future__ import annotations
 
 import asyncio
+import contextvars
+import functools
 import json
 import logging
 import os
 import signal
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Annotated, Any, Optional
 
@@ -34,9 +37,9 @@ from egress.runtime.options import EngineChoice, parse_engine
 from egress.runtime.pipeline import DYNAMIC_SPEC_STATUS, nats_engine_factory, shared_sqlite_engine, sqlite_engine
 from egress.runtime.worker import default_worker_id
 
-app = typer.Typer(add_completion=False, no_args_is_help=True, rich_markup_mode=None,
-                  help="egress: deliver event streams to the outside world, reliably.\n\n\b\nExit codes:\n"
-                       + "\n".join(f"  {code:<4} {meaning}" for code, meaning in EXIT_CODES.items()))
+app = typer.Typer(add_completion=False, no_args_is_help=True,
+                  help="egress: deliver event streams to the outside world, reliably.\n\nExit codes:\n\n"
+                       + "\n\n".join(f"{code}: {meaning}" for code, meaning in EXIT_CODES.items()))
 console = Console(stderr=True, soft_wrap=True)
 output = Output(console)  # replaced by a command's --log-format
 app.add_typer(throttler_app, name="throttler")
@@ -88,6 +91,8 @@ def validate(
         help="Also check that the Spec fits the committed state here (read only).")] = None,
 ) -> None:
     """Check a Spec (and DynamicSpec) without running anything; one line per problem."""
+    global output
+    output = Output(console)
     try:
         plan = load_plan(spec, dynamic_spec)
         note = None if state_dir is None else check_recorded_layout(plan, state_dir)
@@ -103,7 +108,19 @@ def validate(
         typer.echo(note)
 
 
+def _in_a_context_of_its_own(command: Callable[..., None]) -> Callable[..., None]:
+    """``command`` run in a copy of the current ``contextvars`` context: the log context it binds
+    (``bind_log_context``) ends with it, also when it is invoked in-process (tests)."""
+
+    @functools.wraps(command)
+    def wrapper(*arguments: Any, **keywords: Any) -> None:
+        contextvars.copy_context().run(command, *arguments, **keywords)
+
+    return wrapper
+
+
 @app.command()
+@_in_a_context_of_its_own
 def run(
     spec: SpecArgument,
     dynamic_spec: DynamicSpecOption = None,
