@@ -1,24 +1,35 @@
-"""The ``egress`` command line: ``run``, ``validate``, ``receiver``, ``redrive``, ``state``, ``throttler``."""
+"""The ``egress`` command line: ``run``, ``validate``, ``status``, ``receiver``, ``redrive``, ``state``,
+``throttler``; ``egress --version``. The exit codes every command uses: ``egress.cli.exit_codes.EXIT_CODES``."""
 
 from __future__ import annotations
 
 import asyncio
+import contextvars
+import functools
 import json
+import logging
+import os
 import signal
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Annotated, Optional
+from typing import Annotated, Any, Optional
 
 import typer
 from rich.console import Console
 from rich.live import Live
 from rich.text import Text
 
+from egress.cli.exit_codes import EXIT_CODES
+from egress.cli.output import LogFormatChoice, LogFormatOption, LogLevelChoice, LogLevelOption, Output, start_output
 from egress.cli.redrive import redrive_command
 from egress.cli.state import app as state_app
+from egress.cli.status import status_command
 from egress.cli.throttler import throttler_app
 from egress.errors import EgressError, SpecError
+from egress.observe.logs import add_secret, bind_log_context, secrets_of_spec
+from egress.observe.status import egress_version
 from egress.receiver import ReceiverConfig, serve
 from egress.runtime import EngineFactory, Pipeline, RunOptions, RunResult, load_plan
 from egress.runtime.layout import WAY_OUT, check_recorded_layout
@@ -27,19 +38,49 @@ from egress.runtime.pipeline import DYNAMIC_SPEC_STATUS, nats_engine_factory, sh
 from egress.runtime.worker import default_worker_id
 
 app = typer.Typer(add_completion=False, no_args_is_help=True,
-                  help="egress: deliver event streams to the outside world, reliably.")
+                  help="egress: deliver event streams to the outside world, reliably.\n\nExit codes:\n\n"
+                       + "\n\n".join(f"{code}: {meaning}" for code, meaning in EXIT_CODES.items()))
 console = Console(stderr=True, soft_wrap=True)
+output = Output(console)  # replaced by a command's --log-format
 app.add_typer(throttler_app, name="throttler")
 app.add_typer(state_app, name="state")
 app.command(name="redrive")(redrive_command)
+app.command(name="status")(status_command)
+
+
+def _show_version(value: bool) -> None:
+    if value:
+        typer.echo(f"egress {egress_version()}")
+        raise typer.Exit(0)
+
+
+@app.callback()
+def egress(
+    version: Annotated[bool, typer.Option("--version", callback=_show_version, is_eager=True,
+                                          help="Print the version and exit.")] = False,
+) -> None:
+    """egress: deliver event streams to the outside world, reliably."""
 
 SpecArgument = Annotated[Path, typer.Argument(help="The Spec file (.yson, .yaml or .json).")]
 DynamicSpecOption = Annotated[Optional[Path], typer.Option("--dynamic-spec", help="The DynamicSpec file.")]  # noqa: UP045
 
 
 def _fail_on_spec_error(error: SpecError) -> None:
-    console.print(Text(error.format(), style="red"), highlight=False)
+    output.say(error.format(), style="red", level=logging.ERROR)
     raise typer.Exit(2)
+
+
+def _fail(text: str, code: int = 1) -> None:
+    output.say(text, style="red", level=logging.ERROR)
+    raise typer.Exit(code)
+
+
+def _never_log_the_secrets_of(plan: Any) -> None:
+    """Register every secret the Spec and DynamicSpec refer to (``egress.observe.logs.secrets_of_spec``)."""
+    base = Path(plan.spec_file).parent if plan.spec_file else None
+    for document in (plan.spec.model_dump(mode="json"), plan.dynamic_spec.model_dump(mode="json")):
+        for secret in secrets_of_spec(document, base):
+            add_secret(secret)
 
 
 @app.command()
@@ -50,6 +91,8 @@ def validate(
         help="Also check that the Spec fits the committed state here (read only).")] = None,
 ) -> None:
     """Check a Spec (and DynamicSpec) without running anything; one line per problem."""
+    global output
+    output = Output(console)
     try:
         plan = load_plan(spec, dynamic_spec)
         note = None if state_dir is None else check_recorded_layout(plan, state_dir)
@@ -65,7 +108,19 @@ def validate(
         typer.echo(note)
 
 
+def _in_a_context_of_its_own(command: Callable[..., None]) -> Callable[..., None]:
+    """``command`` run in a copy of the current ``contextvars`` context: the log context it binds
+    (``bind_log_context``) ends with it, also when it is invoked in-process (tests)."""
+
+    @functools.wraps(command)
+    def wrapper(*arguments: Any, **keywords: Any) -> None:
+        contextvars.copy_context().run(command, *arguments, **keywords)
+
+    return wrapper
+
+
 @app.command()
+@_in_a_context_of_its_own
 def run(
     spec: SpecArgument,
     dynamic_spec: DynamicSpecOption = None,
@@ -98,10 +153,18 @@ def run(
         min=1, max=5, help="NATS: copies of the pipeline's stream (1; 3 on a 3-node cluster survives the loss of "
                            "a node). Every worker must give the same.")] = 1,
     shared_state: Annotated[bool, typer.Option(hidden=True, help="A worker process of --processes.")] = False,
+    log_format: LogFormatOption = LogFormatChoice.text,
+    log_level: LogLevelOption = LogLevelChoice.info,
 ) -> None:
-    """Run a pipeline. Ctrl-C stops after the current epoch commits; run again to resume."""
+    """Run a pipeline. Ctrl-C stops after the current epoch commits; run again to resume.
+
+    Exit codes: 0 drained or stopped; 1 a sink blocked or a failure; 2 a Spec problem; 130 interrupted
+    before everything was delivered (--until-drained) or a second Ctrl-C.
+    """
     from egress.cli.report import final_report, progress_line, snapshot, summary_table
 
+    global output
+    output = start_output(console, log_format, log_level, "egress.run", urls=(engine, throttler_url or ""))
     try:
         plan = load_plan(spec, dynamic_spec)
         choice = parse_engine(engine)
@@ -110,6 +173,9 @@ def run(
         return
     except ValueError as error:
         raise typer.BadParameter(str(error), param_hint="--engine") from None
+    _never_log_the_secrets_of(plan)
+    bind_log_context(pipeline=plan.spec.pipeline, **({"worker": worker_id} if worker_id else {}))
+    quiet = quiet or output.json  # JSON: records only (progress and summary as records), no live line or table
     directory = state_dir or Path(".egress") / plan.spec.pipeline
     options = RunOptions(until_drained=until_drained, throttler_url=throttler_url, lease_ttl=lease_ttl,
                          heartbeat_period=heartbeat_period if heartbeat_period is not None else lease_ttl / 4,
@@ -122,7 +188,7 @@ def run(
         shared += ["--dynamic-spec", str(dynamic_spec.absolute())] if dynamic_spec is not None else []
         shared += ["--until-drained"] if until_drained else []
         shared += ["--throttler-url", throttler_url] if throttler_url is not None else []
-        shared += ["--http-host", http_host]
+        shared += ["--http-host", http_host, "--log-format", log_format.value, "--log-level", log_level.value]
         parent = ProcessesRun(plan, directory, choice, processes, shared, quiet=quiet, report=report,
                               base_id=worker_id, http_port=http_port)
         try:
@@ -130,8 +196,7 @@ def run(
         except SpecError as error:
             _fail_on_spec_error(error)
         except EgressError as error:
-            console.print(Text(str(error), style="red"))
-            raise typer.Exit(1) from None
+            _fail(str(error))
         raise typer.Exit(code)
     if worker_id is not None and not choice.is_nats and not shared_state:
         raise typer.BadParameter("names a worker of a cluster: use it with --engine nats://HOST:PORT, or run "
@@ -149,9 +214,9 @@ def run(
             nonlocal interrupts
             interrupts += 1
             if interrupts > 1:
-                console.print("second interrupt: exiting without the final commit")
+                output.say("second interrupt: exiting without the final commit", level=logging.WARNING)
                 sys.exit(130)
-            console.print("stopping after the current epoch commits (Ctrl-C again to exit at once)")
+            output.say("stopping after the current epoch commits (Ctrl-C again to exit at once)")
             pipeline.request_stop()
 
         for signum in (signal.SIGINT, signal.SIGTERM):
@@ -163,6 +228,9 @@ def run(
             while not run_task.done():
                 await asyncio.wait({run_task}, timeout=0.5)
                 reported.news()
+                if output.json and pipeline.running and time.monotonic() - started >= reported.next_progress:
+                    reported.next_progress += 5.0
+                    output.say("progress", **snapshot(pipeline))
             return await run_task
         if console.is_terminal:
             with Live(console=console, refresh_per_second=4, transient=True) as live:
@@ -184,36 +252,39 @@ def run(
         _fail_on_spec_error(error)
         return
     except EgressError as error:
-        console.print(Text(str(error), style="red"))
-        raise typer.Exit(1) from None
+        _fail(str(error))
+        return
     except OSError as error:  # the state directory or the --http-port address cannot be used
         where = error.filename or (f"{http_host}:{http_port}" if http_port is not None else directory)
-        console.print(Text(f"cannot start: {where}: {error.strerror or error}", style="red"))
-        raise typer.Exit(1) from None
+        _fail(f"cannot start: {where}: {error.strerror or error}")
+        return
     values = final_report(pipeline, result)
     if report is not None:
         report.write_text(json.dumps(values, indent=2) + "\n")
-    if not quiet:
+    if output.json:
+        output.show(summary_table(values), "run finished", **values)
+    elif not quiet:
         console.print(summary_table(values))
-        if result.ok and not values["rows_read"] and not values["posts"] and not values["messages_processed"]:
-            console.print(f"nothing new: {directory} already holds everything the sources had; a run with "
-                          "another --state-dir starts over", highlight=False)
+    if not quiet and result.ok and not values["rows_read"] and not values["posts"] and not values["messages_processed"]:
+        output.say(f"nothing new: {directory} already holds everything the sources had; a run with "
+                   "another --state-dir starts over")
     redrive_hint = f" --dynamic-spec {dynamic_spec}" if dynamic_spec is not None else ""
     for (path, sink), count in sorted(pipeline.dead_letters.by_file.items()):
-        console.print(Text(f"{count:,} dead letter(s) of {sink} written to {path}: once the endpoint is fixed, "
-                           f"egress redrive {path} {spec} --sink {sink}{redrive_hint}", style="yellow"),
-                      highlight=False)
+        output.say(f"{count:,} dead letter(s) of {sink} written to {path}: once the endpoint is fixed, "
+                   f"egress redrive {path} {spec} --sink {sink}{redrive_hint}", style="yellow", level=logging.WARNING,
+                   sink=sink)
     for line in result.blocked:
-        console.print(Text(f"blocked: {line}", style="red"))
+        output.say(f"blocked: {line}", style="red", level=logging.ERROR)
     for line in result.unreachable:
-        console.print(Text(f"unreachable in {directory}: {line}", style="red"))
+        output.say(f"unreachable in {directory}: {line}", style="red", level=logging.ERROR)
     if result.error is not None:
-        console.print(Text(f"error: {result.error}", style="red"))
+        output.say(f"error: {result.error}", style="red", level=logging.ERROR)
     if result.ok and until_drained and not result.drained:
-        console.print("interrupted before every message was delivered: run again to finish")
+        output.say("interrupted before every message was delivered: run again to finish", level=logging.WARNING)
         raise typer.Exit(130)
     if result.unreachable:
-        console.print(f"not drained: this Spec cannot reach committed work in {directory}; {WAY_OUT}", highlight=False)
+        output.say(f"not drained: this Spec cannot reach committed work in {directory}; {WAY_OUT}",
+                   level=logging.ERROR)
         raise typer.Exit(2)
     raise typer.Exit(0 if result.ok else 1)
 
@@ -239,24 +310,26 @@ class _Reporter:
         self._error: str | None = None
         self._status: dict[str, str] = {}  # the last status error printed per path
         self._dead_letters: set[tuple[Path, str]] = set()  # (file, computation/sink) with a dead letter shown
+        self.next_progress = 5.0  # seconds into the run of the next JSON progress record
 
     def news(self) -> None:
         pipeline = self._pipeline
         if pipeline.server is not None and pipeline.server.port is not None and self._port is None:
             self._port = pipeline.server.port
-            console.print(f"metrics and status at http://{pipeline.server.address}/ (/metrics, /status, /healthz)",
-                          highlight=False)
+            output.say(f"metrics and status at http://{pipeline.server.address}/ "
+                       "(/metrics, /status, /healthz, /readyz)", url=f"http://{pipeline.server.address}/")
         if pipeline.dynamic_spec_version != self._version:
             self._version = pipeline.dynamic_spec_version
-            console.print(f"DynamicSpec {pipeline.plan.dynamic_spec_file} applied", highlight=False)
+            output.say(f"DynamicSpec {pipeline.plan.dynamic_spec_file} applied")
         if pipeline.dynamic_spec_error != self._error:
             self._error = pipeline.dynamic_spec_error
             if self._error:
-                console.print(Text(f"DynamicSpec {self._error}", style="yellow"))
+                output.say(f"DynamicSpec {self._error}", style="yellow", level=logging.WARNING)
         for entry in pipeline.status.entries():
             if entry.path != DYNAMIC_SPEC_STATUS and self._status.get(entry.path) != entry.error:
                 self._status[entry.path] = entry.error  # each distinct error once, not every retry
-                console.print(Text(f"{entry.path}: {entry.error}", style="yellow"))
+                output.say(f"{entry.path}: {entry.error}", style="yellow", level=logging.WARNING, path=entry.path,
+                           **_sink_of(entry.path))
         self._first_dead_letters()
 
     def _first_dead_letters(self) -> None:
@@ -265,8 +338,16 @@ class _Reporter:
             if (path, sink) in self._dead_letters:
                 continue
             self._dead_letters.add((path, sink))
-            console.print(Text(f"dead letter of {sink} partition {letter.partition} seq {letter.seq} written to {path} "
-                               f"(the partition goes on): {letter.error}", style="yellow"), highlight=False)
+            output.say(f"dead letter of {sink} partition {letter.partition} seq {letter.seq} written to {path} "
+                       f"(the partition goes on): {letter.error}", style="yellow", level=logging.WARNING,
+                       computation=letter.computation, partition=letter.partition, sink=letter.sink,
+                       message_id=letter.message_id)
+
+
+def _sink_of(path: str) -> dict[str, str]:
+    """The ``sink`` field of a status path ``/sinks/<sink>/...`` (none for another path)."""
+    parts = path.split("/")
+    return {"sink": parts[2]} if len(parts) > 2 and parts[1] == "sinks" else {}
 
 
 @app.command()
@@ -286,8 +367,14 @@ def receiver(
         help="generic (record any request) or firehose (a strict Amazon Data Firehose HTTP endpoint).")] = "generic",
     access_key_env: Annotated[Optional[list[str]], typer.Option(  # noqa: UP045
         help="firehose: an environment variable holding an accepted access key (repeat it during a rotation).")] = None,
+    log_format: LogFormatOption = LogFormatChoice.text,
+    log_level: LogLevelOption = LogLevelChoice.info,
 ) -> None:
     """Serve a local HTTP endpoint that records requests, counts duplicates and injects faults."""
+    global output
+    output = start_output(console, log_format, log_level, "egress.receiver")
+    for name in access_key_env or []:
+        add_secret(os.environ.get(name))
     if protocol not in ("generic", "firehose"):
         raise typer.BadParameter("must be generic or firehose", param_hint="--protocol")
     if access_key_env and protocol != "firehose":
@@ -318,14 +405,17 @@ def receiver(
         await asyncio.wait({server, asyncio.create_task(ready.wait())}, return_when=asyncio.FIRST_COMPLETED)
         if server.done():
             await server
-        print(f"egress receiver listening on http://{host}:{port}/ (GET /stats for counts)", flush=True)
+        listening = f"egress receiver listening on http://{host}:{port}/ (GET /stats for counts)"
+        if output.json:
+            output.say(listening, url=f"http://{host}:{port}/")
+        else:
+            print(listening, flush=True)
         await server
 
     try:
         asyncio.run(main())
     except OSError as error:
-        console.print(Text(f"cannot listen on {host}:{port}: {error.strerror}", style="red"))
-        raise typer.Exit(1) from None
+        _fail(f"cannot listen on {host}:{port}: {error.strerror}")
 
 
 def main() -> None:

@@ -33,15 +33,15 @@ from typing import Any
 
 from rich.console import Console
 
+from egress.cli.exit_codes import EXIT_CODES
 from egress.runtime import Plan
 from egress.runtime.options import EngineChoice
 from egress.runtime.pipeline import check_state_directory
 from egress.runtime.worker import default_worker_id
 
 console = Console(stderr=True, soft_wrap=True)
-
-EXIT_CODES = {0, 1, 2, 130}
-"""The exit codes of ``egress run``; any other end of a child is unexpected: it is started again."""
+# A child that ends with one of EXIT_CODES (egress run's) ended as meant; any other end is unexpected:
+# it is started again.
 MAX_RESTARTS = 10
 THROTTLER_START_TIMEOUT = 30.0
 """Seconds the parent waits for the throttler service it starts to say where it listens."""

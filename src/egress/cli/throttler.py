@@ -4,14 +4,15 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import signal
 from pathlib import Path
 from typing import Annotated, Optional
 
 import typer
 from rich.console import Console
-from rich.text import Text
 
+from egress.cli.output import LogFormatChoice, LogFormatOption, LogLevelChoice, LogLevelOption, start_output
 from egress.clock import RealClock
 from egress.errors import SpecError
 
@@ -35,21 +36,24 @@ def serve(
     state_file: Annotated[Optional[Path], typer.Option(  # noqa: UP045 - typer needs Optional
         help="File for the restart horizon: the first start is full and a restart resumes as soon as the "
              "envelope allows. Without it every start waits one lease and begins empty.")] = None,
+    log_format: LogFormatOption = LogFormatChoice.text,
+    log_level: LogLevelOption = LogLevelChoice.info,
 ) -> None:
     """Serve RequestQuota over HTTP/JSON (POST /v1/request_quota, GET /metrics, GET /healthz) until Ctrl-C."""
     from egress.throttler.service import ThrottlerService
 
+    output = start_output(console, log_format, log_level, "egress.throttler.serve")
     try:
         service = ThrottlerService(dynamic_spec, RealClock(), host=host, port=port, reload_period=reload_period,
                                    state_file=state_file)
     except SpecError as error:
-        console.print(Text(error.format(), style="red"), highlight=False)
+        output.say(error.format(), style="red", level=logging.ERROR)
         raise typer.Exit(2) from None
 
     async def main() -> None:
         url = await service.start()
-        console.print(f"throttler service listening on {url} with throttlers "
-                      f"{', '.join(service.controller.throttler_ids) or '(none)'}", highlight=False)
+        output.say(f"throttler service listening on {url} with throttlers "
+                   f"{', '.join(service.controller.throttler_ids) or '(none)'}", url=url)
         stop = asyncio.Event()
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGINT, signal.SIGTERM):

@@ -139,6 +139,8 @@ class SinkContext:
     ``throttling`` is the process's :class:`egress.throttler.Throttling` (``None`` when the run has
     no throttlers), for sinks that share a global rate; ``dead_letters`` the run's dead-letter files,
     for sinks with a ``dead_letter_path`` (``egress redrive`` gives its own, to learn what failed).
+    ``metrics`` are the run's, bound to ``computation_id`` on creation (``Metrics.for_computation``):
+    every sink sensor carries the computation as well as the sink id.
     """
 
     computation_id: str
@@ -150,6 +152,9 @@ class SinkContext:
     on_progress: Callable[[], None]
     throttling: Throttling | None = None
     dead_letters: DeadLetterFiles = field(default_factory=DeadLetterFiles)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "metrics", self.metrics.for_computation(self.computation_id))
 
 
 class Sink(Protocol):

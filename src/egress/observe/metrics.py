@@ -1,18 +1,33 @@
 """Metrics: one prometheus-client registry per running pipeline (not the global one), so that
-several pipelines or tests in one process never share counters."""
+several pipelines or tests in one process never share counters.
+
+Every sink sensor is labelled by ``computation_id`` and ``sink_id`` (two computations may each have
+a sink named ``http``). A sink sees the run's :class:`Metrics` bound to its computation
+(:meth:`Metrics.for_computation`, done by ``SinkContext``), so it labels its sensors by ``sink_id``
+(and the sensor's own labels) only. The table of every name and label: ``docs/observability.md``.
+"""
 
 from __future__ import annotations
 
+import bisect
+import copy
 import weakref
-from collections.abc import Callable, Iterator
-from typing import Protocol
+from collections.abc import Callable, Iterator, Sequence
+from typing import Any, Generic, Protocol, TypeVar
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, generate_latest
-from prometheus_client.core import GaugeMetricFamily
+from prometheus_client import CollectorRegistry, Counter, Gauge, ProcessCollector, generate_latest
+from prometheus_client.core import GaugeMetricFamily, HistogramMetricFamily
+
+# Seconds: from a few milliseconds (a loopback 2xx) to the longest request_timeout worth telling apart.
+LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0,
+                   120.0, 300.0, 600.0)
 
 
 class ReportsFreshness(Protocol):
     """A sink instance that knows the age of its oldest undelivered record."""
+
+    @property
+    def computation_id(self) -> str: ...
 
     @property
     def sink_id(self) -> str: ...
@@ -34,20 +49,112 @@ class _Freshness:
     def collect(self) -> Iterator[GaugeMetricFamily]:
         family = GaugeMetricFamily("egress_sink_firehose_http_oldest_undelivered_record_age_seconds",
                                    "Seconds since the oldest unacknowledged record reached the sink (0: none).",
-                                   labels=["sink_id", "partition"])
+                                   labels=["computation_id", "sink_id", "partition"])
         for sink in list(self.sinks):
-            family.add_metric([sink.sink_id, str(sink.partition)], sink.oldest_undelivered_age())
+            family.add_metric([sink.computation_id, sink.sink_id, str(sink.partition)], sink.oldest_undelivered_age())
         yield family
+
+
+Child = TypeVar("Child", covariant=True)
+
+
+class _Labelled(Protocol[Child]):
+    def labels(self, *values: str) -> Child: ...
+
+
+class SinkSensor(Generic[Child]):
+    """A sink sensor family (labelled ``computation_id``, ``sink_id``, then its own labels) as one
+    computation's sinks see it: ``labels(sink_id, *more)`` is the family's child of
+    ``(computation_id, sink_id, *more)``."""
+
+    __slots__ = ("computation_id", "family")
+
+    def __init__(self, family: _Labelled[Child], computation_id: str = "") -> None:
+        self.family = family
+        self.computation_id = computation_id
+
+    def labels(self, *values: str) -> Child:
+        return self.family.labels(self.computation_id, *values)
+
+    def bound(self, computation_id: str) -> SinkSensor[Child]:
+        return SinkSensor(self.family, computation_id)
+
+
+class HistogramChild:
+    """One label set's buckets: :meth:`observe` costs one bisect (no lock: the run observes on its
+    event loop thread, the scrape reads a consistent enough copy)."""
+
+    __slots__ = ("bounds", "counts", "sum")
+
+    def __init__(self, bounds: Sequence[float]) -> None:
+        self.bounds = bounds
+        self.counts = [0] * (len(bounds) + 1)  # the last one is +Inf
+        self.sum = 0.0
+
+    def observe(self, value: float, count: int = 1) -> None:
+        """Count ``count`` observations of ``value`` (seconds)."""
+        self.counts[bisect.bisect_left(self.bounds, value)] += count
+        self.sum += value * count
+
+
+class Histogram:
+    """A histogram family computed at scrape time from :class:`HistogramChild` buckets.
+
+    Not prometheus-client's ``Histogram``: its ``observe`` takes a lock per bucket and counts one
+    observation per call (about 5 times the cost of this one, measured), where the runtime observes
+    a whole acknowledged batch at once (``observe(seconds, count)``).
+    """
+
+    def __init__(self, name: str, documentation: str, labelnames: Sequence[str], registry: CollectorRegistry,
+                 buckets: Sequence[float] = LATENCY_BUCKETS) -> None:
+        self.name = name
+        self.documentation = documentation
+        self.labelnames = list(labelnames)
+        self.buckets = tuple(sorted(buckets))
+        self._children: dict[tuple[str, ...], HistogramChild] = {}
+        registry.register(self)
+
+    def labels(self, *values: str) -> HistogramChild:
+        child = self._children.get(values)
+        if child is None:
+            if len(values) != len(self.labelnames):
+                raise ValueError(f"{self.name} takes labels {self.labelnames}, got {values!r}")
+            child = self._children[values] = HistogramChild(self.buckets)
+        return child
+
+    def describe(self) -> Iterator[HistogramMetricFamily]:
+        yield HistogramMetricFamily(self.name, self.documentation, labels=self.labelnames)
+
+    def collect(self) -> Iterator[HistogramMetricFamily]:
+        family = HistogramMetricFamily(self.name, self.documentation, labels=self.labelnames)
+        for values, child in list(self._children.items()):
+            cumulative, buckets = 0, []
+            for bound, count in zip([*map(str, self.buckets), "+Inf"], list(child.counts), strict=True):
+                cumulative += count
+                buckets.append((bound, cumulative))
+            family.add_metric(list(values), buckets, child.sum)
+        yield family
+
+
+def _bind_sinks(sensors: Any, computation_id: str) -> Any:
+    """A shallow copy of ``sensors`` whose :class:`SinkSensor` attributes are bound to ``computation_id``."""
+    view = copy.copy(sensors)
+    for name, value in vars(sensors).items():
+        if isinstance(value, SinkSensor):
+            setattr(view, name, value.bound(computation_id))
+    return view
 
 
 class Metrics:
     """The sensors of one pipeline run, named after Flow's paths where Flow has them.
 
-    Counters only grow; read them in tests with :meth:`value`.
+    Counters only grow; read them in tests with :meth:`value`. ``process_*`` (CPU seconds, memory,
+    open files, start time) come from prometheus-client's ``ProcessCollector`` on this registry.
     """
 
     def __init__(self) -> None:
         self.registry = CollectorRegistry(auto_describe=True)
+        ProcessCollector(registry=self.registry)
         self.source_rows = Counter(
             "egress_source_rows", "Rows read by a source and appended to its stream.",
             ["source_id"], registry=self.registry,
@@ -70,55 +177,38 @@ class Metrics:
             "egress_epochs_committed", "Epochs committed by partition jobs.",
             ["computation_id"], registry=self.registry,
         )
+        sink_counter = _sink_counters(self.registry, "egress_sink_async_http_sink_")
         # Upstream: /sink/async_http_sink/responses{status_code}, /sink/async_http_sink/attempt_failures.
-        self.http_sink_requests = Counter(
-            "egress_sink_async_http_sink_requests", "POST attempts started (retries included).",
-            ["sink_id"], registry=self.registry,
-        )
-        self.http_sink_responses = Counter(
-            "egress_sink_async_http_sink_responses", "HTTP responses received, once each.",
-            ["sink_id", "status_code"], registry=self.registry,
-        )
-        self.http_sink_attempt_failures = Counter(
-            "egress_sink_async_http_sink_attempt_failures",
-            "Transport errors and timeouts before a response, and body read errors.",
-            ["sink_id"], registry=self.registry,
-        )
-        self.http_sink_transport_errors = Counter(
-            "egress_sink_async_http_sink_transport_errors",
+        self.http_sink_requests = sink_counter("requests", "POST attempts started (retries included).")
+        self.http_sink_responses = sink_counter("responses", "HTTP responses received, once each.", "status_code")
+        self.http_sink_attempt_failures = sink_counter(
+            "attempt_failures", "Transport errors and timeouts before a response, and body read errors.")
+        self.http_sink_transport_errors = sink_counter(
+            "transport_errors",
             "Attempt failures without a complete response, by class (egress.httpclient.outcomes.FailureKind).",
-            ["sink_id", "error_class"], registry=self.registry,
-        )
-        self.http_sink_retries = Counter(
-            "egress_sink_async_http_sink_retries", "Attempts after the first one of a delivery.",
-            ["sink_id"], registry=self.registry,
-        )
-        self.http_sink_retry_after = Counter(
-            "egress_sink_async_http_sink_retry_after",
-            "429 and 503 responses whose Retry-After paused their endpoint (RFC 9110 §10.2.3).",
-            ["sink_id"], registry=self.registry,
-        )
-        self.http_sink_retry_after_invalid = Counter(
-            "egress_sink_async_http_sink_retry_after_invalid",
-            "Retry-After values that are neither delay-seconds nor an HTTP-date, ignored.",
-            ["sink_id"], registry=self.registry,
-        )
-        self.http_sink_delivered = Counter(
-            "egress_sink_async_http_sink_delivered", "Messages acknowledged after a 2xx.",
-            ["sink_id"], registry=self.registry,
-        )
-        self.http_sink_dead_letters = Counter(
-            "egress_sink_async_http_sink_dead_letters",
-            "Messages written to the dead-letter file (then acknowledged) after their delivery failed for good.",
-            ["sink_id"], registry=self.registry,
-        )
-        self.http_sink_null_payloads = Counter(
-            "egress_sink_async_http_sink_skipped_null_payloads",
-            "Messages with a null payload, acknowledged without a request.",
-            ["sink_id"], registry=self.registry,
-        )
+            "error_class")
+        self.http_sink_retries = sink_counter("retries", "Attempts after the first one of a delivery.")
+        self.http_sink_retry_after = sink_counter(
+            "retry_after", "429 and 503 responses whose Retry-After paused their endpoint (RFC 9110 §10.2.3).")
+        self.http_sink_retry_after_invalid = sink_counter(
+            "retry_after_invalid", "Retry-After values that are neither delay-seconds nor an HTTP-date, ignored.")
+        self.http_sink_delivered = sink_counter("delivered", "Messages acknowledged after a 2xx.")
+        self.http_sink_dead_letters = sink_counter(
+            "dead_letters",
+            "Messages written to the dead-letter file (then acknowledged) after their delivery failed for good.")
+        self.http_sink_null_payloads = sink_counter(
+            "skipped_null_payloads", "Messages with a null payload, acknowledged without a request.")
         self.firehose = _FirehoseSinkMetrics(self.registry)
         self.batching_http = _BatchingHttpSinkMetrics(self.registry)
+        self.delivery_latency: SinkSensor[HistogramChild] = SinkSensor(Histogram(
+            "egress_sink_delivery_latency_seconds",
+            "Seconds from the commit of a message to its acknowledgement by its sink (a 2xx, or its dead-letter "
+            "line), counted when the last message of its epoch is acknowledged (at most one epoch period late).",
+            ["computation_id", "sink_id"], self.registry))
+        self.attempt_duration: SinkSensor[HistogramChild] = SinkSensor(Histogram(
+            "egress_sink_attempt_duration_seconds",
+            "Seconds from the start of an HTTP attempt (a POST, or a batch's) to its response or failure.",
+            ["computation_id", "sink_id"], self.registry))
         self.partition_owned = Gauge(
             "egress_partition_owned", "1 while this process runs the unit (a computation partition, or "
             "source:<id> partition 0), 0 once it stopped.", ["computation", "partition"], registry=self.registry,
@@ -127,43 +217,61 @@ class Metrics:
             "egress_partition_input_lag", "Input messages of a partition this process runs not yet processed "
             "(refreshed at each scrape).", ["computation", "partition"], registry=self.registry,
         )
+        self.partition_input_lag_seconds = Gauge(
+            "egress_partition_input_lag_seconds", "Seconds the oldest input message of a partition this process "
+            "runs has waited: now minus its event time, or since the partition last had no lag when it has none "
+            "(0: no lag; refreshed at each scrape).", ["computation", "partition"], registry=self.registry,
+        )
+        self.partition_unacknowledged = Gauge(
+            "egress_partition_unacknowledged", "Committed messages a sink instance of a partition this process "
+            "runs holds and has not yet acknowledged (refreshed at each scrape).",
+            ["computation", "partition", "sink_id"], registry=self.registry,
+        )
         self.broken = Gauge(
             "egress_status_broken", "1 while the status path is in error (upstream /status_profiler/broken).",
             ["path"], registry=self.registry,
         )
 
-    def value(self, name: str, **labels: str) -> float:
-        """The current sample value of metric ``name`` (with ``_total`` for counters), 0 when absent."""
-        found = self.registry.get_sample_value(name, labels)
-        return float(found) if found is not None else 0.0
+    def for_computation(self, computation_id: str) -> Metrics:
+        """These sensors as the sinks of ``computation_id`` see them: the same registry and series,
+        every sink sensor's ``labels(sink_id, ...)`` labelled by ``computation_id`` first."""
+        view = _bind_sinks(self, computation_id)
+        view.firehose = _bind_sinks(self.firehose, computation_id)
+        view.batching_http = _bind_sinks(self.batching_http, computation_id)
+        return view  # type: ignore[no-any-return]
 
-    def total(self, name: str) -> float:
-        """The sum of all samples named ``name`` across label values."""
+    def value(self, name: str, **labels: str) -> float:
+        """The sum of the samples named ``name`` (with ``_total`` for counters) whose labels include
+        ``labels`` (so ``sink_id="http"`` adds up every computation's ``http`` sink); 0 when absent."""
         total = 0.0
         for family in self.registry.collect():
             for sample in family.samples:
-                if sample.name == name:
+                if sample.name == name and all(sample.labels.get(k) == v for k, v in labels.items()):
                     total += sample.value
         return total
+
+    def total(self, name: str) -> float:
+        """The sum of all samples named ``name`` across label values."""
+        return self.value(name)
 
     def exposition(self) -> bytes:
         """The Prometheus text exposition format of every sensor."""
         return bytes(generate_latest(self.registry))
 
 
-def _sink_counters(registry: CollectorRegistry, prefix: str) -> Callable[..., Counter]:
+def _sink_counters(registry: CollectorRegistry, prefix: str) -> Callable[..., SinkSensor[Counter]]:
     """A maker of one sink class's counters: ``counter(name, text, *labels)`` is ``prefix + name``,
-    labelled by ``sink_id`` and ``labels``."""
+    labelled by ``computation_id``, ``sink_id`` and ``labels``."""
 
-    def counter(name: str, text: str, *labels: str) -> Counter:
-        return Counter(f"{prefix}{name}", text, ["sink_id", *labels], registry=registry)
+    def counter(name: str, text: str, *labels: str) -> SinkSensor[Counter]:
+        return SinkSensor(Counter(f"{prefix}{name}", text, ["computation_id", "sink_id", *labels], registry=registry))
 
     return counter
 
 
 class _FirehoseSinkMetrics:
-    """The ``firehose_http`` sink's sensors (``egress_sink_firehose_http_*{sink_id}``), and the data
-    freshness gauge, whose sinks add themselves to ``freshness.sinks`` while they run."""
+    """The ``firehose_http`` sink's sensors (``egress_sink_firehose_http_*{computation_id, sink_id}``),
+    and the data freshness gauge, whose sinks add themselves to ``freshness.sinks`` while they run."""
 
     def __init__(self, registry: CollectorRegistry) -> None:
         counter = _sink_counters(registry, "egress_sink_firehose_http_")
@@ -181,7 +289,7 @@ class _FirehoseSinkMetrics:
 
 
 class _BatchingHttpSinkMetrics:
-    """The ``batching_http`` sink's sensors (``egress_sink_batching_http_*{sink_id}``)."""
+    """The ``batching_http`` sink's sensors (``egress_sink_batching_http_*{computation_id, sink_id}``)."""
 
     def __init__(self, registry: CollectorRegistry) -> None:
         counter = _sink_counters(registry, "egress_sink_batching_http_")

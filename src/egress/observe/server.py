@@ -1,9 +1,12 @@
-"""The operator's HTTP endpoint of a running pipeline: ``/metrics``, ``/status``, ``/healthz``, and
-the live page at ``/`` with its ``/dashboard.json``.
+"""The operator's HTTP endpoint of a running pipeline: ``/metrics``, ``/status``, ``/healthz``,
+``/readyz``, and the live page at ``/`` with its ``/dashboard.json``.
 
 ``/metrics`` is the Prometheus text format of the run's registry; ``/status`` is JSON produced by
-the runtime (status tree, partitions with their lag, the DynamicSpec's state); ``/healthz`` answers
-``ok`` while the process serves. Served by aiohttp on loopback unless told otherwise.
+the runtime (status tree, partitions with their lag, the DynamicSpec's state); ``/healthz``
+(liveness) answers ``ok`` while the process serves; ``/readyz`` (readiness) answers 200 with
+``{"ready": true, "reasons": []}`` while the run is ready (``egress.observe.status.readiness``:
+engine open, no sink blocked by a terminal failure, the DynamicSpec file valid), else 503 with the
+reasons. Served by aiohttp on loopback unless told otherwise.
 """
 
 from __future__ import annotations
@@ -16,6 +19,7 @@ from prometheus_client import CONTENT_TYPE_LATEST
 
 from egress.observe.dashboard import Dashboard
 from egress.observe.metrics import Metrics
+from egress.observe.status import readiness
 
 StatusProvider = Callable[[], Awaitable[dict[str, Any]]]
 Refresh = Callable[[], Awaitable[None]]
@@ -40,10 +44,16 @@ def status_application(metrics: Metrics, status: StatusProvider, refresh: Refres
     async def get_health(request: web.Request) -> web.Response:
         return web.Response(text="ok\n")
 
+    async def get_ready(request: web.Request) -> web.Response:
+        document = await status()
+        ready = document.get("ready") or readiness(document)
+        return web.json_response(ready, status=200 if ready["ready"] else 503)
+
     app = web.Application()
     app.router.add_get("/metrics", get_metrics)
     app.router.add_get("/status", get_status)
     app.router.add_get("/healthz", get_health)
+    app.router.add_get("/readyz", get_ready)
     if dashboard is not None:
         dashboard.add_routes(app)
     return app

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 
 @dataclass(frozen=True)
@@ -50,3 +51,28 @@ class StatusTree:
     def entries(self) -> list[StatusEntry]:
         """Every path in error with its shown error, sorted by path."""
         return [StatusEntry(path, self.error(path) or "") for path in sorted(self._errors)]
+
+
+def egress_version() -> str:
+    """The version of the installed egress package (``egress --version``, ``/status``)."""
+    import egress
+
+    return str(egress.__version__)
+
+
+def readiness(document: dict[str, Any]) -> dict[str, Any]:
+    """Whether the instance whose ``/status`` JSON is ``document`` is ready (``/readyz``):
+    ``{"ready": bool, "reasons": [str, ...]}``, one reason per problem: the engine is not open
+    (``running`` false: starting or stopped), a sink of a partition running here is blocked by a
+    terminal failure (``partitions[*].blocked``), or the DynamicSpec file in force failed to load
+    (``dynamic_spec.error``; the previous one stays in force, but the file on disk is not it)."""
+    reasons: list[str] = []
+    if not document.get("running"):
+        reasons.append("the engine is not open (the run is starting or has stopped)")
+    for partition in document.get("partitions", []):
+        if partition.get("blocked"):
+            reasons.append(f"blocked: {partition['blocked']}")
+    error = (document.get("dynamic_spec") or {}).get("error")
+    if error:
+        reasons.append(f"DynamicSpec {error}")
+    return {"ready": not reasons, "reasons": reasons}

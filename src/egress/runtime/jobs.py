@@ -13,6 +13,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from egress.observe import Metrics
+from egress.observe.logs import unit_context
 from egress.runtime.assignment import Unit
 from egress.runtime.partition_job import PartitionJob
 from egress.runtime.source_reader import SourceReader
@@ -60,7 +61,9 @@ class JobSet:
         runner = self._make(unit)
         self._blocked_before.pop(unit, None)
         consumer, partition = unit
-        task = asyncio.create_task(runner.run(epoch=epoch), name=f"{consumer}#{partition}")
+        # The unit's log context (egress.observe.logs): every record its task logs names it.
+        task = asyncio.create_task(runner.run(epoch=epoch), name=f"{consumer}#{partition}",
+                                   context=unit_context(consumer, partition))
         running = self.running[unit] = Running(runner, epoch, task)
         self._metrics.partition_owned.labels(consumer, str(partition)).set(1)
         task.add_done_callback(self._ended)

@@ -25,6 +25,7 @@ from egress.errors import ProcessFunctionError
 from egress.observe import Metrics, StatusTree
 from egress.rows import encode_row
 from egress.runtime.api import InitContext, RuntimeContext
+from egress.runtime.delivery_latency import DeliveryLatency
 from egress.runtime.epoch import DueTimer, EpochOutput, EpochStep
 from egress.runtime.invoke import Invoker
 from egress.runtime.options import RunOptions
@@ -72,12 +73,18 @@ class PartitionJob:
         self._sink_streams = {sink.stream_id for sink in plan.sinks.values()}
         self.sinks: dict[str, Sink] = {}
         self.idle = False
+        # clock.monotonic() when an epoch last read all the input there was (the job's start before):
+        # the input lag in seconds is the time since, while there is lag.
+        self.caught_up_at = clock.monotonic()
         self._processed = metrics.computation_messages.labels(plan.computation_id)
         self._epochs = metrics.epochs.labels(plan.computation_id)
         self._timers_fired = _TimersFired(plan.computation_id)
         self._throttle_wait = metrics.input_throttle_seconds.labels(plan.computation_id)
         self._dynamic_parameters: Any = plan.dynamic_parameters
         self._step: EpochStep | None = None  # once started
+        latency = metrics.delivery_latency.bound(plan.computation_id)
+        self._latency = DeliveryLatency({sink_id: sink.stream_id for sink_id, sink in plan.sinks.items()},
+                                        {sink_id: latency.labels(sink_id) for sink_id in plan.sinks})
         self.timers = TimerQueue()
 
     def wake(self) -> None:
@@ -205,6 +212,8 @@ class PartitionJob:
         if not stopping and not held_back:
             due = self.timers.pop_due(self._clock.now(), self.watermark, self._options.epoch_max_messages)
             batch = await self._read(running.step.positions)
+            if len(batch) < self._options.epoch_max_messages:
+                self.caught_up_at = self._clock.monotonic()
         await self._throttle_input(running, batch)
         output = await running.step.invoke(batch, due)
         commit = running.step.record(running.epoch, output, self._take_acknowledged())
@@ -236,6 +245,7 @@ class PartitionJob:
         for sink_id, sink in self.sinks.items():
             sink.committed(commit.sink_progress[sink_id])
         self._distribute(commit.outbox)
+        self._latency.committed(commit.outbox, self._clock.monotonic())
         if commit.log_appends:
             self._notify_downstream({(s, p) for s, p, *_ in commit.log_appends})
 
@@ -255,7 +265,9 @@ class PartitionJob:
 
     def _take_acknowledged(self) -> dict[str, SinkProgress]:
         """Every sink's acknowledged prefix, advanced (``Sink.take_acknowledged``), by sink id."""
-        return {sink_id: sink.take_acknowledged() for sink_id, sink in self.sinks.items()}
+        progress = {sink_id: sink.take_acknowledged() for sink_id, sink in self.sinks.items()}
+        self._latency.acknowledged(progress, self._clock.monotonic())
+        return progress
 
     def _may_read(self) -> bool:
         """Whether input may be read: no sink blocked, none holding ``max_unacknowledged`` messages

@@ -29,6 +29,7 @@ from egress.engines import Engine, SqliteEngine
 from egress.errors import SpecError, SpecMismatchError
 from egress.observe import Metrics, StatusTree
 from egress.observe.server import StatusServer
+from egress.observe.status import egress_version, readiness
 from egress.runtime.assignment import Unit
 from egress.runtime.dashboard_feed import pipeline_dashboard
 from egress.runtime.drained import outstanding_work, source_is_finished
@@ -461,8 +462,10 @@ class Pipeline:
         engine = self._engine
         leases = await engine.leases() if engine is not None else []
         owners = {(lease.consumer, lease.partition): lease.owner for lease in leases}
-        return {
+        document = {
             "pipeline": self.plan.spec.pipeline,
+            "version": egress_version(),
+            "running": engine is not None,
             "stopping": self.stopping,
             "worker": self.worker_id,
             "members": [] if engine is None or self.worker_id is None else
@@ -475,6 +478,8 @@ class Pipeline:
             "dynamic_spec": {"file": self.plan.dynamic_spec_file, "version": self.dynamic_spec_version,
                              "error": self.dynamic_spec_error},
         }
+        document["ready"] = readiness(document)
+        return document
 
     async def _sources_status(self, owners: dict[Unit, str]) -> dict[str, dict[str, Any]]:
         """Each source: read to the end (in a cluster, by whichever worker: its ``source_finished``
@@ -500,11 +505,12 @@ class Pipeline:
                 continue
             job = local.get(unit)
             positions = job.positions() if job is not None else remote.get(unit)
+            lag = await self._input_lag(unit, positions)
             entry: dict[str, Any] = {"computation": unit[0], "partition": unit[1], "owner": owners.get(unit),
-                                     "input_lag": await self._input_lag(unit, positions)}
+                                     "input_lag": lag, "input_lag_seconds": None}
             if job is not None:
                 entry.update(unacknowledged={sink_id: sink.unacknowledged for sink_id, sink in job.sinks.items()},
-                             blocked=job.blocked_error)
+                             blocked=job.blocked_error, input_lag_seconds=self._input_lag_seconds(job, lag))
             partitions.append(entry)
         return partitions
 
@@ -538,12 +544,24 @@ class Pipeline:
             lag += await engine.end_offset(stream, partition) - positions.get(stream, 0)
         return lag
 
+    def _input_lag_seconds(self, job: PartitionJob, lag: int | None) -> float | None:
+        """Seconds since ``job`` last read all its input, while it has ``lag`` messages unread (0 without)."""
+        if lag is None:
+            return None
+        return max(0.0, self.clock.monotonic() - job.caught_up_at) if lag else 0.0
+
     async def _refresh_gauges(self) -> None:
-        """Before a scrape of ``/metrics``: the input lag of each partition this process runs."""
+        """Before a scrape of ``/metrics``: the input lag (messages, seconds) and the unacknowledged
+        messages of each partition this process runs."""
+        metrics = self.metrics
         for job in self.jobs:
+            labels = (job.plan.computation_id, str(job.partition))
             lag = await self._input_lag((job.plan.computation_id, job.partition), job.positions())
             if lag is not None:
-                self.metrics.partition_input_lag.labels(job.plan.computation_id, str(job.partition)).set(lag)
+                metrics.partition_input_lag.labels(*labels).set(lag)
+                metrics.partition_input_lag_seconds.labels(*labels).set(self._input_lag_seconds(job, lag) or 0.0)
+            for sink_id, sink in job.sinks.items():
+                metrics.partition_unacknowledged.labels(*labels, sink_id).set(sink.unacknowledged)
 
 
 def _modified(path: str) -> tuple[float, int] | None:

@@ -180,6 +180,7 @@ class AsyncHttpSink:
         self._requests = metrics.http_sink_requests.labels(sink_id)
         self._retries = metrics.http_sink_retries.labels(sink_id)
         self._delivered = metrics.http_sink_delivered.labels(sink_id)
+        self._attempt_seconds = metrics.attempt_duration.labels(sink_id)
         # Endpoints that asked to wait (Retry-After), until when.
         self._pauses = EndpointPauses(context.clock, metrics.http_sink_retry_after.labels(sink_id),
                                       metrics.http_sink_retry_after_invalid.labels(sink_id))
@@ -347,9 +348,12 @@ class AsyncHttpSink:
         # A seq may still show an error from an earlier instance of this sink (a restart): clear it.
         clear = status.error(self._status_path) is not None
         statuses: dict[int, int] = {}  # responses by status, counted once per batch
+        now = self._context.clock.monotonic()
+        observe = self._attempt_seconds.observe
         for delivery, response in batch:
             if delivery.cancelled:
                 continue  # _block ended it already
+            observe(now - delivery.started)  # a first attempt starts with its delivery
             delivery.first_attempt = False
             delivery.task = None
             code = response.status
@@ -522,9 +526,11 @@ class AsyncHttpSink:
             if remaining <= 0:
                 return sender_failure(FailureKind.TIMEOUT, ATTEMPT_TIMED_OUT), 0.0
             self._requests.inc()
+            sent = clock.monotonic()
             response = await self._transport(url).submit(
                 Request(url, delivery.body, headers, timeout=remaining, capture_location=follow,
                         capture_retry_after=self._dynamic.respect_retry_after, prepared=True))
+            self._attempt_seconds.observe(clock.monotonic() - sent)
             error = self._judge(response)
             if error is not FOLLOW:
                 return error, self._retry_after_of(url, response)

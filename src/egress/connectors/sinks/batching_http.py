@@ -156,6 +156,7 @@ class BatchingHttpSink(BatchedSink):
         self._m_records = metrics.records.labels(sink_id)
         self._m_bytes = metrics.bytes.labels(sink_id)
         self._m_dead_letters = metrics.dead_letters.labels(sink_id)
+        self._m_attempt_seconds = context.metrics.attempt_duration.labels(sink_id)
         self._responses = ResponseCounters(metrics.responses, sink_id, metrics.attempt_failures.labels(sink_id))
         self._pauses = EndpointPauses(context.clock, metrics.retry_after.labels(sink_id),
                                       metrics.retry_after_invalid.labels(sink_id))
@@ -303,9 +304,11 @@ class BatchingHttpSink(BatchedSink):
             if remaining <= 0:
                 return sender_failure(FailureKind.TIMEOUT, ATTEMPT_TIMED_OUT), 0.0
             self._m_requests.inc()
+            sent = clock.monotonic()
             response = await self._transports.get(url).submit(
                 Request(url, body, headers, timeout=remaining, capture_location=maximum > 0,
                         capture_retry_after=self._dynamic.respect_retry_after))
+            self._m_attempt_seconds.observe(clock.monotonic() - sent)
             error = self._judge(response)
             if error is not FOLLOW:
                 return error, self._pauses.asked(endpoint_of(url), response, self._dynamic)

@@ -178,6 +178,11 @@ class FirehoseHttpSink(BatchedSink):
         self._m_bytes = self._metrics.bytes.labels(sink_id)
         self._m_error_records = self._metrics.error_records.labels(sink_id)
         self._m_dead_letters = self._metrics.dead_letters.labels(sink_id)
+        self._m_attempt_seconds = context.metrics.attempt_duration.labels(sink_id)
+
+    @property
+    def computation_id(self) -> str:
+        return self._context.computation_id
 
     @property
     def sink_id(self) -> str:
@@ -237,7 +242,9 @@ class FirehoseHttpSink(BatchedSink):
             reference = dynamic.access_key or parameters.access_key
             started = clock.monotonic()
             failure = await self._attempt(url, reference, request_id, body, gzip_body)
-            budget.attempt_finished(started, clock.monotonic(), failed=failure is not None)
+            finished = clock.monotonic()
+            self._m_attempt_seconds.observe(finished - started)
+            budget.attempt_finished(started, finished, failed=failure is not None)
             if failure is None:
                 self._succeed(batch)
                 return

@@ -1,0 +1,32 @@
+"""``egress --version`` and the exit codes in ``egress --help``."""
+
+from __future__ import annotations
+
+import re
+
+from typer.testing import CliRunner
+
+import egress
+from egress.cli.main import EXIT_CODES, app
+from egress.cli.status import status_url
+
+
+def test_version_prints_the_package_version() -> None:
+    result = CliRunner().invoke(app, ["--version"])
+    assert result.exit_code == 0
+    assert result.output.strip() == f"egress {egress.__version__}"
+
+
+def test_help_lists_every_exit_code() -> None:
+    result = CliRunner().invoke(app, ["--help"], env={"COLUMNS": "250"})
+    assert result.exit_code == 0
+    assert "Exit codes:" in result.output
+    for code, meaning in EXIT_CODES.items():
+        assert re.search(rf"^\s*{code}: {re.escape(meaning)}\s*$", result.output, re.MULTILINE), code
+    assert set(EXIT_CODES) == {0, 1, 2, 130}
+
+
+def test_status_url_accepts_a_base_url_host_and_port_or_the_status_url() -> None:
+    assert status_url("http://127.0.0.1:9000/") == "http://127.0.0.1:9000/status"
+    assert status_url("127.0.0.1:9000") == "http://127.0.0.1:9000/status"
+    assert status_url("http://127.0.0.1:9000/status") == "http://127.0.0.1:9000/status"

@@ -1,0 +1,56 @@
+"""The metrics registry: sink sensors labelled by computation, the cheap histogram, process_* metrics."""
+
+from __future__ import annotations
+
+from egress.clock import VirtualClock
+from egress.connectors.base import SinkContext
+from egress.observe import Metrics, StatusTree
+from egress.observe.metrics import Histogram
+
+
+def test_two_computations_with_a_sink_of_the_same_name_count_in_separate_series() -> None:
+    metrics = Metrics()
+    first = SinkContext("first", "http", 0, VirtualClock(), metrics, StatusTree(), lambda: None)
+    second = SinkContext("second", "http", 0, VirtualClock(), metrics, StatusTree(), lambda: None)
+    first.metrics.http_sink_delivered.labels("http").inc(3)
+    second.metrics.http_sink_delivered.labels("http").inc(5)
+    second.metrics.batching_http.records.labels("http").inc(7)
+    name = "egress_sink_async_http_sink_delivered_total"
+    assert metrics.value(name, computation_id="first", sink_id="http") == 3
+    assert metrics.value(name, computation_id="second", sink_id="http") == 5
+    assert metrics.value(name, sink_id="http") == 8  # a subset of the labels adds the series up
+    assert metrics.value("egress_sink_batching_http_records_delivered_total", computation_id="second") == 7
+    assert 'computation_id="first",sink_id="http"' in metrics.exposition().decode()
+
+
+def test_a_histogram_counts_a_batch_of_observations_in_one_call_into_cumulative_buckets() -> None:
+    metrics = Metrics()
+    histogram = Histogram("egress_test_seconds", "test", ["sink_id"], metrics.registry, buckets=(0.1, 1.0))
+    histogram.labels("http").observe(0.05, 3)
+    histogram.labels("http").observe(0.5)
+    histogram.labels("http").observe(0.1)  # on a bound: counted in it (le)
+    histogram.labels("http").observe(7.0, 2)
+    assert metrics.value("egress_test_seconds_bucket", sink_id="http", le="0.1") == 4
+    assert metrics.value("egress_test_seconds_bucket", sink_id="http", le="1.0") == 5
+    assert metrics.value("egress_test_seconds_bucket", sink_id="http", le="+Inf") == 7
+    assert metrics.value("egress_test_seconds_count", sink_id="http") == 7
+    assert abs(metrics.value("egress_test_seconds_sum", sink_id="http") - (0.15 + 0.5 + 0.1 + 14.0)) < 1e-9
+    text = metrics.exposition().decode()
+    assert "# TYPE egress_test_seconds histogram" in text
+    assert 'egress_test_seconds_bucket{le="+Inf",sink_id="http"} 7.0' in text
+
+
+def test_the_delivery_and_attempt_histograms_carry_the_computation() -> None:
+    metrics = Metrics()
+    context = SinkContext("deliver", "http", 0, VirtualClock(), metrics, StatusTree(), lambda: None)
+    context.metrics.attempt_duration.labels("http").observe(0.2)
+    metrics.delivery_latency.bound("deliver").labels("http").observe(1.5, 4)
+    assert metrics.value("egress_sink_attempt_duration_seconds_count", computation_id="deliver", sink_id="http") == 1
+    assert metrics.value("egress_sink_delivery_latency_seconds_count", computation_id="deliver", sink_id="http") == 4
+
+
+def test_the_registry_has_the_process_metrics() -> None:
+    text = Metrics().exposition().decode()
+    for name in ("process_cpu_seconds_total", "process_resident_memory_bytes", "process_open_fds",
+                 "process_start_time_seconds"):
+        assert f"\n{name} " in text
