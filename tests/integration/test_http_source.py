@@ -1,6 +1,6 @@
 """The ``http`` source: POSTed events are answered 200 only once committed, bad bodies 400 with the
-line, 401 without the token, 413 over the limit, 429 while events pile up, and a repeated
-``Idempotency-Key`` is one event, across restarts too."""
+line, 401 without the token, 413 over the limit, 429 while events pile up or the sinks downstream
+hold back (a stalled receiver), and a repeated ``Idempotency-Key`` is one event, across restarts too."""
 
 from __future__ import annotations
 
@@ -11,7 +11,9 @@ from pathlib import Path
 from typing import Any
 
 import aiohttp
+import orjson
 import pytest
+from aiohttp import web
 
 from egress.connectors.sources.http import HttpSource, HttpSourceParameters
 from egress.receiver import Receiver
@@ -23,6 +25,31 @@ pytestmark = pytest.mark.integration
 
 STREAM = StreamSpec.model_validate({"schema": [{"name": "id", "type": "int64"}, {"name": "payload", "type": "string"}],
                                     "group_by": ["id"]})
+
+
+class StallingReceiver:
+    """An endpoint that holds every request until ``recover()``, then answers 200, recording each
+    payload it answered (a delivery retried after a timeout may come twice)."""
+
+    def __init__(self) -> None:
+        self.recovered = asyncio.Event()
+        self.waiting = 0
+        self.delivered: set[str] = set()
+        self.app = web.Application()
+        self.app.router.add_post("/events", self._receive)
+
+    def recover(self) -> None:
+        self.recovered.set()
+
+    async def _receive(self, request: web.Request) -> web.Response:
+        body = (await request.read()).decode()
+        self.waiting += 1
+        try:
+            await self.recovered.wait()
+        finally:
+            self.waiting -= 1
+        self.delivered.add(body)
+        return web.Response()
 
 
 def free_port() -> int:
@@ -51,7 +78,7 @@ async def run_http(tmp_path: Path, serve_app: ServerFactory) -> AsyncIterator[An
     tasks: list[tuple[Pipeline, asyncio.Task[Any]]] = []
     session = aiohttp.ClientSession()
 
-    async def start(receiver: Receiver, **parameters: Any) -> Running:
+    async def start(receiver: Receiver | StallingReceiver, **parameters: Any) -> Running:
         port = free_port()
         spec = pass_through_spec(tmp_path / "spec.yaml", "http_test",
                                  {"source_class_name": "http", "parameters": {"port": port, **parameters}},
@@ -157,3 +184,37 @@ async def test_events_piling_up_uncommitted_get_429_with_retry_after() -> None:
                 assert response.status == 200
     finally:
         await source.close()
+
+
+async def test_a_stalled_receiver_makes_the_source_answer_429_until_it_recovers_and_nothing_accepted_is_lost(
+        run_http: Any) -> None:
+    receiver = StallingReceiver()
+    running = await run_http(receiver, max_backlog=4, retry_after=2)
+    accepted: list[str] = []
+    async with asyncio.timeout(10):
+        while True:  # one event at a time, each answered once committed, until the source refuses
+            payload = f"event {len(accepted)}"
+            async with running.session.post(running.url, data=orjson.dumps({"id": len(accepted),
+                                                                           "payload": payload})) as response:
+                if response.status == 429:
+                    assert response.headers["Retry-After"] == "2"
+                    assert "max_backlog 4" in (await response.json())["error"]
+                    break
+                assert response.status == 200
+                accepted.append(payload)
+    # Refused only once more than max_backlog were committed and not delivered (the receiver holds them).
+    assert len(accepted) >= 4
+    assert receiver.delivered == set()
+    receiver.recover()
+    async with asyncio.timeout(10):
+        while True:  # the client's retry: answered 200 once the backlog is delivered
+            payload = f"event {len(accepted)}"
+            status, _ = await running.post(orjson.dumps({"id": len(accepted), "payload": payload}))
+            if status == 200:
+                accepted.append(payload)
+                break
+            assert status == 429
+            await asyncio.sleep(0.05)  # the client's Retry-After, shortened
+        while not receiver.delivered >= set(accepted):  # noqa: ASYNC110 - the receiver has no event to wait on
+            await asyncio.sleep(0.01)
+    assert running.pipeline.metrics.total("egress_source_rows_total") == len(accepted)

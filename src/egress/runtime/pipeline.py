@@ -13,6 +13,7 @@ Stopping lets every job commit its current epoch first, so nothing committed is 
 from __future__ import annotations
 
 import asyncio
+import functools
 import hashlib
 import os
 import socket
@@ -36,7 +37,7 @@ from egress.runtime.layout import LAYOUT_KEY, layout_mismatch, spec_layout, unre
 from egress.runtime.options import RunOptions
 from egress.runtime.partition_job import PartitionJob
 from egress.runtime.plan import Plan, build_plan
-from egress.runtime.source_reader import SourceReader, finished_key
+from egress.runtime.source_reader import DownstreamProgress, SourceReader, finished_key
 from egress.runtime.worker import ClusterSpecError, Worker, WorkerSettings, refuse_another_spec
 from egress.spec import DynamicSpec, Spec, load_document, validate_model
 from egress.throttler import THROTTLER_STATE_NAME, Throttling
@@ -291,7 +292,8 @@ class Pipeline:
                 self.units.wake({(stream, partition)})
 
             return SourceReader(source, self._require_engine(), self.plan.base_dir, spec.partition_count, self.metrics,
-                                self.options, notify, spec.pipeline, record_finished=self.worker_id is not None)
+                                self.options, notify, spec.pipeline, record_finished=self.worker_id is not None,
+                                downstream=functools.partial(self._downstream_progress, source.stream_id))
         job = PartitionJob(
             self.plan.computations[consumer], partition, streams=spec.streams, partition_count=spec.partition_count,
             engine=self._require_engine(), clock=self.clock, metrics=self.metrics, status=self.status,
@@ -300,6 +302,13 @@ class Pipeline:
         )
         job.input_finished = self._input_finished
         return job
+
+    def _downstream_progress(self, stream_id: str) -> list[DownstreamProgress]:
+        """The partition jobs here that read ``stream_id``, for its source's backlog (the http
+        source's ``429``; ``egress.runtime.source_reader.downstream_backlog``)."""
+        return [DownstreamProgress(job.plan.computation_id, job.partition, job.positions().get(stream_id, 0),
+                                   sum(sink.unacknowledged for sink in job.sinks.values()))
+                for job in self.jobs if stream_id in job.plan.input_stream_ids]
 
     def _require_engine(self) -> Engine:
         assert self._engine is not None, "units start only while the pipeline runs"

@@ -12,8 +12,10 @@ import asyncio
 import itertools
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import NamedTuple
 
 from egress.connectors.base import SOURCE_KEYS, KeyedLiveSource, LiveSource, ResumableSource, Source, SourceRecord
+from egress.connectors.sources.live import HoldsBack
 from egress.engines import Engine, EpochCommit, LogAppend
 from egress.keys import encode_key, partition_of, source_message_id, source_message_id_prefix, source_scope
 from egress.observe import Metrics
@@ -40,6 +42,31 @@ def source_state_writes(source: Source, committed: bytes) -> dict[tuple[str, byt
     return {}
 
 
+class DownstreamProgress(NamedTuple):
+    """Where one partition job reading a source's stream is, as the runner sees it: its computation,
+    partition, read offset in the stream (the next message's) and its sinks' unacknowledged messages."""
+
+    computation_id: str
+    partition: int
+    read_offset: int
+    unacknowledged: int
+
+
+Downstream = Callable[[], list[DownstreamProgress]]
+"""The partition jobs of this process that read a source's stream, now (the runner's hook)."""
+
+
+def downstream_backlog(log_ends: dict[int, int], progress: list[DownstreamProgress]) -> int:
+    """The source's records not yet delivered downstream: per computation reading its stream, the
+    log messages (``log_ends``: end offset by partition) its jobs have not read plus their sinks'
+    unacknowledged messages, summed over its partitions; the largest of the computations (0: none)."""
+    by_computation: dict[str, int] = {}
+    for job in progress:
+        waiting = max(0, log_ends.get(job.partition, 0) - job.read_offset) + job.unacknowledged
+        by_computation[job.computation_id] = by_computation.get(job.computation_id, 0) + waiting
+    return max(by_computation.values(), default=0)
+
+
 def finished_key(source_id: str) -> str:
     """The engine metadata key a cluster's source reader sets, to the epoch of its lease, once it
     has read its source to the end (``source_finished.<id>``): every worker's drained check reads it."""
@@ -63,6 +90,7 @@ class SourceReader:
         pipeline: str = "",
         *,
         record_finished: bool = False,
+        downstream: Downstream | None = None,
     ) -> None:
         self.plan = plan
         self._scope = source_scope(pipeline, plan.source_id, plan.reads)
@@ -79,6 +107,8 @@ class SourceReader:
         self.finished = False
         self._record_finished = record_finished
         self._stop_requested = False
+        self._downstream = downstream
+        self._log_ends: dict[int, int] = {}  # the source stream's end offsets, kept by the one writer
 
     def stop(self) -> None:
         """Stop after the chunk being read is committed."""
@@ -158,9 +188,14 @@ class SourceReader:
         source_state = keyed.internal.get(name, {}).get(key, b"")
         if isinstance(source, KeyedLiveSource):
             source.restore_keys(keyed.internal.get(SOURCE_KEYS, {}))
+        holding = source if isinstance(source, HoldsBack) and self._downstream is not None else None
+        if holding is not None:
+            await self._load_log_ends()
         await source.start(position, source_state, self._options.until_drained)
         try:
             while not self._stopping(stop):
+                if holding is not None:
+                    self._tell_backlog(holding)
                 records = await source.take(self._options.source_chunk, self._options.epoch_period)
                 if records is None:
                     return True
@@ -173,6 +208,8 @@ class SourceReader:
                     writes.update(((SOURCE_KEYS, k), v) for k, v in source.take_key_writes().items())
                 await engine.commit(EpochCommit(self.consumer, 0, epoch, {POSITION: position}, log_appends=appends,
                                                 state_writes=writes))
+                if holding is not None:
+                    self._count_appends(appends)
                 source.committed()
                 source_state = state
                 self._rows.inc(len(appends))
@@ -182,6 +219,21 @@ class SourceReader:
             return False
         finally:
             await source.close()
+
+    async def _load_log_ends(self) -> None:
+        """The end offsets of the source's stream, once: from then on this reader, the stream's only
+        writer (its lease fences any other), counts its own appends (:meth:`_count_appends`)."""
+        stream = self.plan.stream_id
+        self._log_ends = {p: await self._engine.end_offset(stream, p) for p in range(self._partition_count)}
+
+    def _count_appends(self, appends: list[LogAppend]) -> None:
+        for _stream, partition, *_ in appends:
+            self._log_ends[partition] += 1
+
+    def _tell_backlog(self, source: HoldsBack) -> None:
+        """Give ``source`` the stream's backlog downstream (:func:`downstream_backlog`)."""
+        assert self._downstream is not None
+        source.hold_back(downstream_backlog(self._log_ends, self._downstream()))
 
 
 class _Chunker:
