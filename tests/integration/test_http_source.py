@@ -15,6 +15,7 @@ import orjson
 import pytest
 from aiohttp import web
 
+from egress.clock import VirtualClock
 from egress.connectors.sources.http import HttpSource, HttpSourceParameters
 from egress.receiver import Receiver
 from egress.runtime import Pipeline, load_plan
@@ -218,3 +219,19 @@ async def test_a_stalled_receiver_makes_the_source_answer_429_until_it_recovers_
         while not receiver.delivered >= set(accepted):  # noqa: ASYNC110 - the receiver has no event to wait on
             await asyncio.sleep(0.01)
     assert running.pipeline.metrics.total("egress_source_rows_total") == len(accepted)
+
+
+async def test_an_idle_take_waits_on_the_runs_clock() -> None:
+    source = HttpSource("hooks", HttpSourceParameters(port=free_port()), STREAM, Path("."))
+    clock = VirtualClock(1_000.0)
+    source.use_clock(clock)
+    await source.start(0, b"", until_caught_up=False)
+    try:
+        taking = asyncio.create_task(source.take(10, 30.0))
+        async with asyncio.timeout(2):  # not 30 s of the machine's time
+            while clock.next_deadline() is None:  # noqa: ASYNC110 - until the take waits on the clock
+                await asyncio.sleep(0.01)
+            await clock.advance(30.0)
+            assert await taking == []
+    finally:
+        await source.close()

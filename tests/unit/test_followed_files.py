@@ -3,12 +3,14 @@ and resuming each file at its committed byte after a restart."""
 
 from __future__ import annotations
 
+import asyncio
 import os
 from pathlib import Path
 
 import orjson
 import pytest
 
+from egress.clock import VirtualClock
 from egress.connectors.base import LiveSource, SourceRecord
 from egress.connectors.sources import CsvSource, JsonlSource
 from egress.connectors.sources.files import CsvSourceParameters, FileSourceParameters
@@ -168,3 +170,19 @@ async def test_a_bad_line_of_a_followed_file_is_dead_lettered_and_takes_its_reco
     assert (letter["position"], letter["record"]) == (1, "{oops\n")
     assert source.bad_records.dead_lettered == 1
     await source.close()
+
+
+async def test_an_idle_pass_waits_on_the_runs_clock(tmp_path: Path) -> None:
+    source = followed(tmp_path)
+    clock = VirtualClock(1_000.0)
+    source.use_clock(clock)
+    await source.start(0, b"", until_caught_up=False)
+    try:
+        taking = asyncio.create_task(source.take(10, 30.0))
+        async with asyncio.timeout(2):  # not 30 s of the machine's time
+            while clock.next_deadline() is None:  # noqa: ASYNC110 - until the take waits on the clock
+                await asyncio.sleep(0.01)
+            await clock.advance(30.0)
+            assert await taking == []
+    finally:
+        await source.close()

@@ -293,7 +293,8 @@ class Pipeline:
 
             return SourceReader(source, self._require_engine(), self.plan.base_dir, spec.partition_count, self.metrics,
                                 self.options, notify, spec.pipeline, record_finished=self.worker_id is not None,
-                                downstream=functools.partial(self._downstream_progress, source.stream_id))
+                                downstream=functools.partial(self._downstream_progress, source.stream_id),
+                                clock=self.clock)
         job = PartitionJob(
             self.plan.computations[consumer], partition, streams=spec.streams, partition_count=spec.partition_count,
             engine=self._require_engine(), clock=self.clock, metrics=self.metrics, status=self.status,

@@ -14,8 +14,9 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import NamedTuple
 
+from egress.clock import Clock, RealClock
 from egress.connectors.base import SOURCE_KEYS, KeyedLiveSource, LiveSource, ResumableSource, Source, SourceRecord
-from egress.connectors.sources.live import HoldsBack
+from egress.connectors.sources.live import HoldsBack, UsesClock
 from egress.engines import Engine, EpochCommit, LogAppend
 from egress.keys import encode_key, partition_of, source_message_id, source_message_id_prefix, source_scope
 from egress.observe import Metrics
@@ -91,6 +92,7 @@ class SourceReader:
         *,
         record_finished: bool = False,
         downstream: Downstream | None = None,
+        clock: Clock | None = None,
     ) -> None:
         self.plan = plan
         self._scope = source_scope(pipeline, plan.source_id, plan.reads)
@@ -108,6 +110,7 @@ class SourceReader:
         self._record_finished = record_finished
         self._stop_requested = False
         self._downstream = downstream
+        self._clock = clock or RealClock()
         self._log_ends: dict[int, int] = {}  # the source stream's end offsets, kept by the one writer
 
     def stop(self) -> None:
@@ -128,6 +131,8 @@ class SourceReader:
         position = checkpoint.input_positions.get(POSITION, 0)
         source = self.plan.source_class.create(self.plan.source_id, self.plan.parameters, self.plan.stream,
                                                self._base_dir)
+        if isinstance(source, UsesClock):
+            source.use_clock(self._clock)
         chunker = _Chunker(self.plan.stream.group_by, self.plan.stream_id, self._partition_count, self._scope)
         if isinstance(source, LiveSource):
             if not await self._read_live(source, chunker, epoch, position, stop):

@@ -33,7 +33,7 @@ from typing import Any
 import orjson
 
 from egress.connectors.base import SourceRecord
-from egress.connectors.sources.bad_records import BadRecords
+from egress.connectors.sources.bad_records import BadRecords, WithBadRecords
 from egress.connectors.sources.identity import FileIdentity
 from egress.connectors.sources.schema import CsvPlan, csv_plan, csv_row, data_error, json_row, timestamp_of
 from egress.errors import SourceChangedError, SourceDataError
@@ -71,7 +71,7 @@ def _has_magic(pattern: str) -> bool:
     return glob.has_magic(pattern)
 
 
-class FollowedFiles:
+class FollowedFiles(WithBadRecords):
     """A :class:`~egress.connectors.base.LiveSource` over the files ``path`` names (a path or a glob),
     ``kind`` ``csv`` or ``jsonl``, converting each line as the one-shot source of that kind does."""
 
@@ -122,7 +122,7 @@ class FollowedFiles:
             return records
         if self._until_caught_up:
             return None
-        await asyncio.sleep(wait)
+        await self._clock.sleep(wait)
         return []
 
     def committed(self) -> None:

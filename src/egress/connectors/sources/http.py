@@ -25,7 +25,6 @@ from __future__ import annotations
 import asyncio
 import hmac
 import os
-import time
 from collections import deque
 from dataclasses import dataclass
 from pathlib import Path
@@ -34,6 +33,7 @@ from typing import Any, ClassVar, Literal
 from aiohttp import web
 from pydantic import BaseModel, ConfigDict, Field
 
+from egress.clock import Clock, RealClock, event_or_timeout
 from egress.connectors.base import SOURCES, SourceRecord
 from egress.connectors.sources.bad_records import BadRecordParameters, check_bad_record_parameters
 from egress.connectors.sources.live import CountedPosition, referenced_file_errors
@@ -112,6 +112,7 @@ class HttpSource(CountedPosition):
         self._runner: web.AppRunner | None = None
         self._until_caught_up = False
         self._backlog = 0  # committed events not yet delivered downstream, as the reader last said
+        self._clock: Clock = RealClock()
 
     @classmethod
     def check(cls, parameters: HttpSourceParameters, stream: StreamSpec, base_dir: Path) -> list[SpecError]:
@@ -142,6 +143,10 @@ class HttpSource(CountedPosition):
     def restore_keys(self, entries: dict[bytes, bytes]) -> None:
         """The committed idempotency keys (``source_keys`` state: key → accepted-at seconds)."""
         self._keys = {str(decode_key(key)[0]): float(value) for key, value in entries.items()}
+
+    def use_clock(self, clock: Clock) -> None:
+        """The run's clock: the idle wait of :meth:`take` and the idempotency keys' times."""
+        self._clock = clock
 
     def hold_back(self, backlog: int) -> None:
         """``backlog``: events committed and not yet delivered downstream (``HoldsBack``, from the
@@ -180,13 +185,10 @@ class HttpSource(CountedPosition):
             if self._until_caught_up:
                 return None
             self._arrived.clear()
-            try:
-                async with asyncio.timeout(wait):
-                    await self._arrived.wait()
-            except TimeoutError:
+            if await event_or_timeout(self._arrived, self._clock, wait):
                 return []
         records: list[SourceRecord] = []
-        now = time.time()
+        now = self._clock.now()
         self._expire_keys(now)
         while self._queue and (not records or len(records) + len(self._queue[0].rows) <= limit):
             request = self._queue.popleft()
@@ -201,7 +203,7 @@ class HttpSource(CountedPosition):
 
     def committed(self) -> None:
         """The batch taken last is durable: answer its requests ``200``."""
-        now = time.time()
+        now = self._clock.now()
         for request in self._taken:
             if request.key is not None:
                 self._pending_keys.pop(request.key, None)

@@ -5,7 +5,18 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Protocol, runtime_checkable
 
+from egress.clock import Clock
 from egress.errors import SpecError
+
+
+@runtime_checkable
+class UsesClock(Protocol):
+    """A source whose waits and timestamps come from the run's clock (``egress.clock``; a
+    ``VirtualClock`` in tests): its reader calls :meth:`use_clock` before anything else."""
+
+    def use_clock(self, clock: Clock) -> None:
+        """Wait and stamp with ``clock`` from now on (until then: the real clock)."""
+        ...
 
 
 @runtime_checkable
