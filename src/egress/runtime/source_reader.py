@@ -24,6 +24,8 @@ from egress.runtime.options import RunOptions
 from egress.runtime.plan import SourcePlan
 
 POSITION = ("", 0)
+INLINE_KEYING = 256
+"""Live records a reader keys on the event loop at most; a larger batch is keyed on a worker thread."""
 SOURCE_STATE = ("source", b"[]")
 """Where a source reader commits its source's own state: ``(state name, encoded key)`` (the empty
 key, ``encode_key([])``, so every reader of keyed state can decode it)."""
@@ -206,7 +208,7 @@ class SourceReader:
                     return True
                 if not records and source.position == position and source.source_state == source_state:
                     continue
-                appends, touched = await asyncio.to_thread(chunker.take_live, records)
+                appends, touched = await self._keyed(chunker, records)
                 position, state = source.position, source.source_state
                 writes: dict[tuple[str, bytes], bytes | None] = {SOURCE_STATE: state} if state != source_state else {}
                 if isinstance(source, KeyedLiveSource):
@@ -224,6 +226,16 @@ class SourceReader:
             return False
         finally:
             await source.close()
+
+    @staticmethod
+    async def _keyed(chunker: _Chunker, records: list[SourceRecord]) -> tuple[list[LogAppend], set[int]]:
+        """``chunker.take_live(records)``: a small batch (a few POSTs, the usual live batch) on the
+        event loop, where keying it costs microseconds; a larger one on a worker thread. The hop to
+        a thread and back is a wake-up of each side, which on a loaded machine costs milliseconds
+        of every commit's round trip (and every waiting producer waits for it)."""
+        if len(records) <= INLINE_KEYING:
+            return chunker.take_live(records)
+        return await asyncio.to_thread(chunker.take_live, records)
 
     async def _load_log_ends(self) -> None:
         """The end offsets of the source's stream, once: from then on this reader, the stream's only
