@@ -100,7 +100,7 @@ def test_events_answered_200_arrive_when_the_worker_listening_is_killed_and_the_
             return sorted(i for digest, i in want.items() if digest not in delivered)
 
         deadline = time.monotonic() + 60
-        while missing() and time.monotonic() < deadline:  # noqa: ASYNC110 - the survivor delivers the rest
+        while missing() and time.monotonic() < deadline:  # the survivor delivers the rest
             time.sleep(0.1)
         lost = missing()
         assert not lost, (f"{len(lost)} of {len(acknowledged)} events answered 200 never arrived, e.g. {lost[:5]}\n"
