@@ -305,11 +305,23 @@ class Pipeline:
         return job
 
     def _downstream_progress(self, stream_id: str) -> list[DownstreamProgress]:
-        """The partition jobs here that read ``stream_id``, for its source's backlog (the http
-        source's ``429``; ``egress.runtime.source_reader.downstream_backlog``)."""
-        return [DownstreamProgress(job.plan.computation_id, job.partition, job.positions().get(stream_id, 0),
-                                   sum(sink.unacknowledged for sink in job.sinks.values()))
-                for job in self.jobs if stream_id in job.plan.input_stream_ids]
+        """The partitions of the computations reading ``stream_id``, for its source's backlog (the
+        http source's ``429``; ``egress.runtime.source_reader.downstream_backlog``): those running
+        here with their progress; in a cluster, the others with ``read_offset`` ``None``."""
+        local = {(job.plan.computation_id, job.partition): job for job in self.jobs}
+        progress = []
+        for computation in self.plan.computations.values():
+            if stream_id not in computation.input_stream_ids:
+                continue
+            for partition in range(self.plan.spec.partition_count):
+                job = local.get((computation.computation_id, partition))
+                if job is not None:
+                    progress.append(DownstreamProgress(computation.computation_id, partition,
+                                                       job.positions().get(stream_id, 0),
+                                                       sum(sink.unacknowledged for sink in job.sinks.values())))
+                elif self.worker_id is not None:
+                    progress.append(DownstreamProgress(computation.computation_id, partition, None, 0))
+        return progress
 
     def _require_engine(self) -> Engine:
         assert self._engine is not None, "units start only while the pipeline runs"

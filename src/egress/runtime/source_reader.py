@@ -47,11 +47,13 @@ def source_state_writes(source: Source, committed: bytes) -> dict[tuple[str, byt
 
 class DownstreamProgress(NamedTuple):
     """Where one partition job reading a source's stream is, as the runner sees it: its computation,
-    partition, read offset in the stream (the next message's) and its sinks' unacknowledged messages."""
+    partition, read offset in the stream (the next message's; ``None``: the job runs in another
+    worker, and the reader uses its committed offset) and its sinks' unacknowledged messages (0 when
+    it runs elsewhere: unknown here)."""
 
     computation_id: str
     partition: int
-    read_offset: int
+    read_offset: int | None
     unacknowledged: int
 
 
@@ -62,9 +64,11 @@ Downstream = Callable[[], list[DownstreamProgress]]
 def downstream_backlog(log_ends: dict[int, int], progress: list[DownstreamProgress]) -> int:
     """The source's records not yet delivered downstream: per computation reading its stream, the
     log messages (``log_ends``: end offset by partition) its jobs have not read plus their sinks'
-    unacknowledged messages, summed over its partitions; the largest of the computations (0: none)."""
+    unacknowledged messages, summed over its partitions; the largest of the computations (0: none).
+    Every ``read_offset`` must be known (a remote job's committed one filled in)."""
     by_computation: dict[str, int] = {}
     for job in progress:
+        assert job.read_offset is not None
         waiting = max(0, log_ends.get(job.partition, 0) - job.read_offset) + job.unacknowledged
         by_computation[job.computation_id] = by_computation.get(job.computation_id, 0) + waiting
     return max(by_computation.values(), default=0)
@@ -114,6 +118,8 @@ class SourceReader:
         self._downstream = downstream
         self._clock = clock or RealClock()
         self._log_ends: dict[int, int] = {}  # the source stream's end offsets, kept by the one writer
+        self._remote_offsets: dict[tuple[str, int], int] = {}  # committed read offsets of jobs elsewhere
+        self._remote_read_at: float | None = None
 
     def stop(self) -> None:
         """Stop after the chunk being read is committed."""
@@ -202,7 +208,7 @@ class SourceReader:
         try:
             while not self._stopping(stop):
                 if holding is not None:
-                    self._tell_backlog(holding)
+                    await self._tell_backlog(holding)
                 records = await source.take(self._options.source_chunk, self._options.epoch_period)
                 if records is None:
                     return True
@@ -247,10 +253,24 @@ class SourceReader:
         for _stream, partition, *_ in appends:
             self._log_ends[partition] += 1
 
-    def _tell_backlog(self, source: HoldsBack) -> None:
-        """Give ``source`` the stream's backlog downstream (:func:`downstream_backlog`)."""
+    async def _tell_backlog(self, source: HoldsBack) -> None:
+        """Give ``source`` the stream's backlog downstream (:func:`downstream_backlog`); a job that
+        runs in another worker counts from its committed read offset, read from the engine at most
+        every ``remote_poll_period``."""
         assert self._downstream is not None
-        source.hold_back(downstream_backlog(self._log_ends, self._downstream()))
+        progress = self._downstream()
+        remote = [(job.computation_id, job.partition) for job in progress if job.read_offset is None]
+        now = self._clock.monotonic()
+        if remote and (self._remote_read_at is None or now - self._remote_read_at >= self._options.remote_poll_period):
+            self._remote_read_at = now
+            stream = self.plan.stream_id
+            for computation, partition in remote:
+                checkpoint = await self._engine.load_checkpoint(computation, partition, [])
+                self._remote_offsets[(computation, partition)] = checkpoint.input_positions.get((stream, partition), 0)
+        known = [job if job.read_offset is not None else
+                 job._replace(read_offset=self._remote_offsets.get((job.computation_id, job.partition), 0))
+                 for job in progress]
+        source.hold_back(downstream_backlog(self._log_ends, known))
 
 
 class _Chunker:
