@@ -16,7 +16,6 @@ import orjson
 import pytest
 from aiohttp import web
 
-from egress.clock import VirtualClock
 from egress.connectors.sources.http import HttpSource, HttpSourceParameters
 from egress.receiver import Receiver
 from egress.runtime import Pipeline, RunOptions, load_plan
@@ -24,6 +23,7 @@ from egress.runtime.assignment import assign
 from egress.runtime.pipeline import nats_engine_factory
 from egress.spec import StreamSpec
 from tests.conftest import ServerFactory, pass_through_spec
+from tests.live_source_support import assert_an_idle_take_waits_on_the_clock
 
 pytestmark = pytest.mark.integration
 
@@ -225,19 +225,8 @@ async def test_a_stalled_receiver_makes_the_source_answer_429_until_it_recovers_
 
 
 async def test_an_idle_take_waits_on_the_runs_clock() -> None:
-    source = HttpSource("hooks", HttpSourceParameters(port=free_port()), STREAM, Path("."))
-    clock = VirtualClock(1_000.0)
-    source.use_clock(clock)
-    await source.start(0, b"", until_caught_up=False)
-    try:
-        taking = asyncio.create_task(source.take(10, 30.0))
-        async with asyncio.timeout(2):  # not 30 s of the machine's time
-            while clock.next_deadline() is None:  # noqa: ASYNC110 - until the take waits on the clock
-                await asyncio.sleep(0.01)
-            await clock.advance(30.0)
-            assert await taking == []
-    finally:
-        await source.close()
+    await assert_an_idle_take_waits_on_the_clock(HttpSource("hooks", HttpSourceParameters(port=free_port()), STREAM,
+                                                            Path(".")))
 
 
 async def post_until(session: aiohttp.ClientSession, url: str, event_id: int, wanted: int) -> tuple[bool, str]:

@@ -3,20 +3,19 @@ and resuming each file at its committed byte after a restart."""
 
 from __future__ import annotations
 
-import asyncio
 import os
 from pathlib import Path
 
 import orjson
 import pytest
 
-from egress.clock import VirtualClock
 from egress.connectors.base import LiveSource, SourceRecord
 from egress.connectors.sources import CsvSource, JsonlSource
 from egress.connectors.sources.files import CsvSourceParameters, FileSourceParameters
 from egress.connectors.sources.follow import FollowedFiles
 from egress.errors import SourceChangedError
 from egress.spec import StreamSpec
+from tests.live_source_support import assert_an_idle_take_waits_on_the_clock
 
 STREAM = StreamSpec.model_validate({"schema": [{"name": "id", "type": "int64"}, {"name": "payload", "type": "string"}],
                                     "group_by": ["id"]})
@@ -173,19 +172,7 @@ async def test_a_bad_line_of_a_followed_file_is_dead_lettered_and_takes_its_reco
 
 
 async def test_an_idle_pass_waits_on_the_runs_clock(tmp_path: Path) -> None:
-    source = followed(tmp_path)
-    clock = VirtualClock(1_000.0)
-    source.use_clock(clock)
-    await source.start(0, b"", until_caught_up=False)
-    try:
-        taking = asyncio.create_task(source.take(10, 30.0))
-        async with asyncio.timeout(2):  # not 30 s of the machine's time
-            while clock.next_deadline() is None:  # noqa: ASYNC110 - until the take waits on the clock
-                await asyncio.sleep(0.01)
-            await clock.advance(30.0)
-            assert await taking == []
-    finally:
-        await source.close()
+    await assert_an_idle_take_waits_on_the_clock(followed(tmp_path))
 
 
 async def test_a_file_created_and_rotated_away_while_down_is_found_by_a_single_path_and_old_ones_are_not(
