@@ -13,6 +13,7 @@ import yaml
 from rich.console import Console
 
 from egress.cli.report import final_report, summary_table
+from egress.clock import VirtualClock
 from egress.connectors.sources.bad_records import BadRecordParameters, BadRecords
 from egress.errors import SourceDataError, SpecErrors
 from egress.receiver import Receiver
@@ -31,12 +32,17 @@ def with_source_parameters(spec: Path, **parameters: Any) -> None:
     spec.write_text(yaml.safe_dump(document))
 
 
-async def run_with_bad_lines(tmp_path: Path, url: str, **parameters: Any) -> tuple[Pipeline, Any]:
+async def run_with_bad_lines(tmp_path: Path, url: str, clock: VirtualClock | None = None,
+                             **parameters: Any) -> tuple[Pipeline, Any]:
     spec, dynamic = payload_spec(tmp_path, url, [])
     (tmp_path / "payloads.jsonl").write_bytes(b"\n".join(LINES) + b"\n")
     with_source_parameters(spec, **parameters)
-    pipeline = Pipeline(load_plan(spec, dynamic), tmp_path / "state", options=RunOptions(until_drained=True))
-    return pipeline, await pipeline.run()
+    pipeline = Pipeline(load_plan(spec, dynamic), tmp_path / "state", clock=clock,
+                        options=RunOptions(until_drained=True))
+    if clock is None:
+        return pipeline, await pipeline.run()
+    async with clock.autojumping():
+        return pipeline, await pipeline.run()
 
 
 async def test_a_bad_record_stops_the_run_by_default_naming_file_line_and_reason(
@@ -76,6 +82,17 @@ async def test_dead_lettered_records_are_written_with_their_place_and_reason(
         ("events_jsonl", file, 2, LINES[2].decode() + "\n", "utf-8")]
     assert letters[1]["error"] == f"{file}:3: column id: expected int64, got str 'two'"
     assert final_report(pipeline, result)["bad_records_dead_lettered"] == 2
+
+
+async def test_a_dead_letter_is_stamped_by_the_runs_clock(tmp_path: Path, serve_app: ServerFactory) -> None:
+    clock = VirtualClock(1_000_000.0)
+    _, result = await run_with_bad_lines(tmp_path, f"{await serve_app(Receiver().app)}/events", clock,
+                                         on_bad_record="dead_letter", dead_letter_path="bad.jsonl")
+    assert result.ok
+    letters = [orjson.loads(line) for line in (tmp_path / "bad.jsonl").read_bytes().splitlines()]
+    # The virtual time (which jumps while the run waits), not the machine's.
+    assert len(letters) == 2
+    assert all(1_000_000.0 <= e["dead_lettered_at"] < 1_000_000.0 + 3600 for e in letters)
 
 
 def test_a_record_read_again_after_a_crash_is_not_dead_lettered_twice(tmp_path: Path) -> None:

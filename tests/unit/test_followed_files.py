@@ -15,6 +15,7 @@ from egress.connectors.sources.files import CsvSourceParameters, FileSourceParam
 from egress.connectors.sources.follow import FollowedFiles
 from egress.errors import SourceChangedError
 from egress.spec import StreamSpec
+from tests.live_source_support import assert_an_idle_take_waits_on_the_clock
 
 STREAM = StreamSpec.model_validate({"schema": [{"name": "id", "type": "int64"}, {"name": "payload", "type": "string"}],
                                     "group_by": ["id"]})
@@ -168,3 +169,37 @@ async def test_a_bad_line_of_a_followed_file_is_dead_lettered_and_takes_its_reco
     assert (letter["position"], letter["record"]) == (1, "{oops\n")
     assert source.bad_records.dead_lettered == 1
     await source.close()
+
+
+async def test_an_idle_pass_waits_on_the_runs_clock(tmp_path: Path) -> None:
+    await assert_an_idle_take_waits_on_the_clock(followed(tmp_path))
+
+
+async def test_a_file_created_and_rotated_away_while_down_is_found_by_a_single_path_and_old_ones_are_not(
+        tmp_path: Path) -> None:
+    path, history = tmp_path / "app.jsonl", tmp_path / "app.jsonl.3"
+    history.write_bytes(jsonl(100, 1))  # rotated before egress first ran: not followed, never read
+    os.utime(history, ns=(1_000_000_000, 1_000_000_000))
+    path.write_bytes(jsonl(0, 2))
+    first = followed(tmp_path)
+    await first.start(0, b"", until_caught_up=True)
+    assert ids(await take_all(first)) == [0, 1]
+    rotate_while_writing(path, tmp_path / "app.jsonl.1", old_tail=b"", new=jsonl(10, 1))  # read, rotated, dropped
+    assert ids(await take_all(first)) == [10]
+    state, position = first.source_state, first.position
+    await first.close()
+    # While egress is down: the file it followed is appended to and rotated, a new one is begun,
+    # written and rotated in turn, and a third begun; the file read and dropped before is touched.
+    append(path, jsonl(11, 1))
+    os.rename(tmp_path / "app.jsonl.1", tmp_path / "app.jsonl.2")
+    os.utime(tmp_path / "app.jsonl.2")  # modified later, but known: not read again
+    os.rename(path, tmp_path / "app.jsonl.1")
+    path.write_bytes(jsonl(20, 2))
+    os.rename(path, tmp_path / "app.jsonl.0")
+    path.write_bytes(jsonl(30, 1))
+    second = followed(tmp_path)
+    await second.start(position, state, until_caught_up=True)
+    records = await take_all(second)
+    assert ids(records) == [11, 20, 21, 30]
+    assert len({r.source_partition for r in records}) == 3
+    await second.close()

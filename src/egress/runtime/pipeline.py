@@ -13,6 +13,7 @@ Stopping lets every job commit its current epoch first, so nothing committed is 
 from __future__ import annotations
 
 import asyncio
+import functools
 import hashlib
 import os
 import socket
@@ -38,7 +39,7 @@ from egress.runtime.layout import LAYOUT_KEY, layout_mismatch, spec_layout, unre
 from egress.runtime.options import RunOptions
 from egress.runtime.partition_job import PartitionJob
 from egress.runtime.plan import Plan, build_plan
-from egress.runtime.source_reader import SourceReader, finished_key
+from egress.runtime.source_reader import DownstreamProgress, SourceReader, finished_key
 from egress.runtime.worker import ClusterSpecError, Worker, WorkerSettings, refuse_another_spec
 from egress.spec import DynamicSpec, Spec, load_document, validate_model
 from egress.throttler import THROTTLER_STATE_NAME, Throttling
@@ -294,7 +295,9 @@ class Pipeline:
                 self.units.wake({(stream, partition)})
 
             return SourceReader(source, self._require_engine(), self.plan.base_dir, spec.partition_count, self.metrics,
-                                self.options, notify, spec.pipeline, record_finished=self.worker_id is not None)
+                                self.options, notify, spec.pipeline, record_finished=self.worker_id is not None,
+                                downstream=functools.partial(self._downstream_progress, source.stream_id),
+                                clock=self.clock)
         job = PartitionJob(
             self.plan.computations[consumer], partition, streams=spec.streams, partition_count=spec.partition_count,
             engine=self._require_engine(), clock=self.clock, metrics=self.metrics, status=self.status,
@@ -303,6 +306,25 @@ class Pipeline:
         )
         job.input_finished = self._input_finished
         return job
+
+    def _downstream_progress(self, stream_id: str) -> list[DownstreamProgress]:
+        """The partitions of the computations reading ``stream_id``, for its source's backlog (the
+        http source's ``429``; ``egress.runtime.source_reader.downstream_backlog``): those running
+        here with their progress; in a cluster, the others with ``read_offset`` ``None``."""
+        local = {(job.plan.computation_id, job.partition): job for job in self.jobs}
+        progress = []
+        for computation in self.plan.computations.values():
+            if stream_id not in computation.input_stream_ids:
+                continue
+            for partition in range(self.plan.spec.partition_count):
+                job = local.get((computation.computation_id, partition))
+                if job is not None:
+                    progress.append(DownstreamProgress(computation.computation_id, partition,
+                                                       job.positions().get(stream_id, 0),
+                                                       sum(sink.unacknowledged for sink in job.sinks.values())))
+                elif self.worker_id is not None:
+                    progress.append(DownstreamProgress(computation.computation_id, partition, None, 0))
+        return progress
 
     def _require_engine(self) -> Engine:
         assert self._engine is not None, "units start only while the pipeline runs"

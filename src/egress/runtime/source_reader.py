@@ -12,8 +12,11 @@ import asyncio
 import itertools
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import NamedTuple
 
+from egress.clock import Clock, RealClock
 from egress.connectors.base import SOURCE_KEYS, KeyedLiveSource, LiveSource, ResumableSource, Source, SourceRecord
+from egress.connectors.sources.live import HoldsBack, UsesClock
 from egress.engines import Engine, EpochCommit, LogAppend
 from egress.keys import encode_key, partition_of, source_message_id, source_message_id_prefix, source_scope
 from egress.observe import Metrics
@@ -21,6 +24,8 @@ from egress.runtime.options import RunOptions
 from egress.runtime.plan import SourcePlan
 
 POSITION = ("", 0)
+INLINE_KEYING = 256
+"""Live records a reader keys on the event loop at most; a larger batch is keyed on a worker thread."""
 SOURCE_STATE = ("source", b"[]")
 """Where a source reader commits its source's own state: ``(state name, encoded key)`` (the empty
 key, ``encode_key([])``, so every reader of keyed state can decode it)."""
@@ -38,6 +43,35 @@ def source_state_writes(source: Source, committed: bytes) -> dict[tuple[str, byt
     if isinstance(source, ResumableSource) and source.source_state != committed:
         return {SOURCE_STATE: source.source_state}
     return {}
+
+
+class DownstreamProgress(NamedTuple):
+    """Where one partition job reading a source's stream is, as the runner sees it: its computation,
+    partition, read offset in the stream (the next message's; ``None``: the job runs in another
+    worker, and the reader uses its committed offset) and its sinks' unacknowledged messages (0 when
+    it runs elsewhere: unknown here)."""
+
+    computation_id: str
+    partition: int
+    read_offset: int | None
+    unacknowledged: int
+
+
+Downstream = Callable[[], list[DownstreamProgress]]
+"""The partition jobs of this process that read a source's stream, now (the runner's hook)."""
+
+
+def downstream_backlog(log_ends: dict[int, int], progress: list[DownstreamProgress]) -> int:
+    """The source's records not yet delivered downstream: per computation reading its stream, the
+    log messages (``log_ends``: end offset by partition) its jobs have not read plus their sinks'
+    unacknowledged messages, summed over its partitions; the largest of the computations (0: none).
+    Every ``read_offset`` must be known (a remote job's committed one filled in)."""
+    by_computation: dict[str, int] = {}
+    for job in progress:
+        assert job.read_offset is not None
+        waiting = max(0, log_ends.get(job.partition, 0) - job.read_offset) + job.unacknowledged
+        by_computation[job.computation_id] = by_computation.get(job.computation_id, 0) + waiting
+    return max(by_computation.values(), default=0)
 
 
 def finished_key(source_id: str) -> str:
@@ -63,6 +97,8 @@ class SourceReader:
         pipeline: str = "",
         *,
         record_finished: bool = False,
+        downstream: Downstream | None = None,
+        clock: Clock | None = None,
     ) -> None:
         self.plan = plan
         self._scope = source_scope(pipeline, plan.source_id, plan.reads)
@@ -79,6 +115,11 @@ class SourceReader:
         self.finished = False
         self._record_finished = record_finished
         self._stop_requested = False
+        self._downstream = downstream
+        self._clock = clock or RealClock()
+        self._log_ends: dict[int, int] = {}  # the source stream's end offsets, kept by the one writer
+        self._remote_offsets: dict[tuple[str, int], int] = {}  # committed read offsets of jobs elsewhere
+        self._remote_read_at: float | None = None
 
     def stop(self) -> None:
         """Stop after the chunk being read is committed."""
@@ -98,6 +139,8 @@ class SourceReader:
         position = checkpoint.input_positions.get(POSITION, 0)
         source = self.plan.source_class.create(self.plan.source_id, self.plan.parameters, self.plan.stream,
                                                self._base_dir)
+        if isinstance(source, UsesClock):
+            source.use_clock(self._clock)
         chunker = _Chunker(self.plan.stream.group_by, self.plan.stream_id, self._partition_count, self._scope)
         if isinstance(source, LiveSource):
             if not await self._read_live(source, chunker, epoch, position, stop):
@@ -158,21 +201,28 @@ class SourceReader:
         source_state = keyed.internal.get(name, {}).get(key, b"")
         if isinstance(source, KeyedLiveSource):
             source.restore_keys(keyed.internal.get(SOURCE_KEYS, {}))
+        holding = source if isinstance(source, HoldsBack) and self._downstream is not None else None
+        if holding is not None:
+            await self._load_log_ends()
         await source.start(position, source_state, self._options.until_drained)
         try:
             while not self._stopping(stop):
+                if holding is not None:
+                    await self._tell_backlog(holding)
                 records = await source.take(self._options.source_chunk, self._options.epoch_period)
                 if records is None:
                     return True
                 if not records and source.position == position and source.source_state == source_state:
                     continue
-                appends, touched = await asyncio.to_thread(chunker.take_live, records)
+                appends, touched = await self._keyed(chunker, records)
                 position, state = source.position, source.source_state
                 writes: dict[tuple[str, bytes], bytes | None] = {SOURCE_STATE: state} if state != source_state else {}
                 if isinstance(source, KeyedLiveSource):
                     writes.update(((SOURCE_KEYS, k), v) for k, v in source.take_key_writes().items())
                 await engine.commit(EpochCommit(self.consumer, 0, epoch, {POSITION: position}, log_appends=appends,
                                                 state_writes=writes))
+                if holding is not None:
+                    self._count_appends(appends)
                 source.committed()
                 source_state = state
                 self._rows.inc(len(appends))
@@ -182,6 +232,45 @@ class SourceReader:
             return False
         finally:
             await source.close()
+
+    @staticmethod
+    async def _keyed(chunker: _Chunker, records: list[SourceRecord]) -> tuple[list[LogAppend], set[int]]:
+        """``chunker.take_live(records)``: a small batch (a few POSTs, the usual live batch) on the
+        event loop, where keying it costs microseconds; a larger one on a worker thread. The hop to
+        a thread and back is a wake-up of each side, which on a loaded machine costs milliseconds
+        of every commit's round trip (and every waiting producer waits for it)."""
+        if len(records) <= INLINE_KEYING:
+            return chunker.take_live(records)
+        return await asyncio.to_thread(chunker.take_live, records)
+
+    async def _load_log_ends(self) -> None:
+        """The end offsets of the source's stream, once: from then on this reader, the stream's only
+        writer (its lease fences any other), counts its own appends (:meth:`_count_appends`)."""
+        stream = self.plan.stream_id
+        self._log_ends = {p: await self._engine.end_offset(stream, p) for p in range(self._partition_count)}
+
+    def _count_appends(self, appends: list[LogAppend]) -> None:
+        for _stream, partition, *_ in appends:
+            self._log_ends[partition] += 1
+
+    async def _tell_backlog(self, source: HoldsBack) -> None:
+        """Give ``source`` the stream's backlog downstream (:func:`downstream_backlog`); a job that
+        runs in another worker counts from its committed read offset, read from the engine at most
+        every ``remote_poll_period``."""
+        assert self._downstream is not None
+        progress = self._downstream()
+        remote = [(job.computation_id, job.partition) for job in progress if job.read_offset is None]
+        now = self._clock.monotonic()
+        if remote and (self._remote_read_at is None or now - self._remote_read_at >= self._options.remote_poll_period):
+            self._remote_read_at = now
+            stream = self.plan.stream_id
+            for computation, partition in remote:
+                checkpoint = await self._engine.load_checkpoint(computation, partition, [])
+                self._remote_offsets[(computation, partition)] = checkpoint.input_positions.get((stream, partition), 0)
+        known = [job if job.read_offset is not None else
+                 job._replace(read_offset=self._remote_offsets.get((job.computation_id, job.partition), 0))
+                 for job in progress]
+        source.hold_back(downstream_backlog(self._log_ends, known))
 
 
 class _Chunker:

@@ -21,13 +21,13 @@ source, input and position) is only counted.
 from __future__ import annotations
 
 import base64
-import time
 from pathlib import Path
 from typing import Literal
 
 import orjson
 from pydantic import BaseModel
 
+from egress.clock import Clock, RealClock
 from egress.errors import SourceDataError, SpecError
 from egress.line_files import LineFile, read_lines
 
@@ -70,6 +70,7 @@ class BadRecords:
         self.action = parameters.on_bad_record
         self.skipped = 0
         self.dead_lettered = 0
+        self.clock: Clock = RealClock()  # stamps ``dead_lettered_at``; the reader's via use_clock
         self._file: LineFile | None = None
         self._written: set[tuple[str, int]] | None = None
         if self.action == "dead_letter" and parameters.dead_letter_path is not None:
@@ -105,6 +106,19 @@ class BadRecords:
             text, encoding = data.decode(), "utf-8"
         except UnicodeDecodeError:
             text, encoding = base64.b64encode(data).decode(), "base64"
-        return orjson.dumps({"dead_lettered_at": time.time(), "source": self.source_id, "input": input_name,
+        return orjson.dumps({"dead_lettered_at": self.clock.now(), "source": self.source_id, "input": input_name,
                              "position": position, "error": str(error), "record": text,
                              "record_encoding": encoding}) + b"\n"
+
+
+class WithBadRecords:
+    """The :class:`~egress.connectors.sources.live.UsesClock` member of a source with an
+    ``on_bad_record`` policy (``bad_records``): its waits (``_clock``) and dead letters' timestamps
+    follow the run's clock."""
+
+    bad_records: BadRecords
+    _clock: Clock = RealClock()
+
+    def use_clock(self, clock: Clock) -> None:
+        self._clock = clock
+        self.bad_records.clock = clock

@@ -24,7 +24,12 @@ from typing import IO, Any, ClassVar
 from pydantic import ConfigDict, Field
 
 from egress.connectors.base import SOURCES, SourceRecord
-from egress.connectors.sources.bad_records import BadRecordParameters, BadRecords, check_bad_record_parameters
+from egress.connectors.sources.bad_records import (
+    BadRecordParameters,
+    BadRecords,
+    WithBadRecords,
+    check_bad_record_parameters,
+)
 from egress.connectors.sources.follow import FollowedFiles
 from egress.connectors.sources.identity import FileIdentity, changed_error, check_record_count
 from egress.connectors.sources.schema import csv_plan, csv_row, json_row, timestamp_of
@@ -93,7 +98,7 @@ def wrap_text(binary: IO[bytes], path: Path) -> IO[str]:
     return io.TextIOWrapper(binary, encoding="utf-8", newline="")
 
 
-class _FileSource:
+class _FileSource(WithBadRecords):
     parameters_model: ClassVar[type[FileSourceParameters]] = FileSourceParameters
 
     def __init__(self, path: Path, parameters: Any, stream: StreamSpec, source_id: str = "",

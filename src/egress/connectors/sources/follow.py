@@ -15,7 +15,12 @@ its end through the descriptor still open, then dropped; a partial last line it 
 never completed, and is reported as a warning and not read. The state committed with each batch is
 every file's number, identity, byte offset, record and line counts and (CSV) header, so a restart
 resumes each file at its committed byte; a file rotated away while egress was down is found again
-in its folder by its inode (``app.log`` → ``app.log.1``) and read to its end first.
+in its folder by its inode (``app.log`` → ``app.log.1``) and read to its end first. A single path
+also finds the files created *and* rotated away while egress was down: its rotated siblings
+(``app.log.*``, not ``.gz``) that are none of the committed files, not one read to its end and
+dropped lately (the state keeps the last :data:`DROPPED_KEPT` identities), and that were modified
+after the newest modification the state has seen (``seen_mtime_ns``, so a rotated file of before
+is not read again), oldest first.
 """
 
 from __future__ import annotations
@@ -33,7 +38,7 @@ from typing import Any
 import orjson
 
 from egress.connectors.base import SourceRecord
-from egress.connectors.sources.bad_records import BadRecords
+from egress.connectors.sources.bad_records import BadRecords, WithBadRecords
 from egress.connectors.sources.identity import FileIdentity
 from egress.connectors.sources.schema import CsvPlan, csv_plan, csv_row, data_error, json_row, timestamp_of
 from egress.errors import SourceChangedError, SourceDataError
@@ -41,6 +46,9 @@ from egress.spec import StreamSpec
 
 READ_BYTES = 1 << 20
 """Bytes read from one file at once."""
+DROPPED_KEPT = 16
+"""Identities of files read to their end and dropped that the state keeps: a rotated sibling with
+one of them is not read again after a restart."""
 
 log = logging.getLogger(__name__)
 
@@ -71,7 +79,7 @@ def _has_magic(pattern: str) -> bool:
     return glob.has_magic(pattern)
 
 
-class FollowedFiles:
+class FollowedFiles(WithBadRecords):
     """A :class:`~egress.connectors.base.LiveSource` over the files ``path`` names (a path or a glob),
     ``kind`` ``csv`` or ``jsonl``, converting each line as the one-shot source of that kind does."""
 
@@ -91,6 +99,8 @@ class FollowedFiles:
         self._nulls = frozenset(getattr(parameters, "null_values", ()))
         self._plans: dict[int, CsvPlan] = {}
         self._matched_paths: set[str] = set()
+        self._seen_mtime_ns = 0  # the newest modification time of a file when lines were read from it
+        self._dropped: list[FileIdentity] = []  # of the files dropped last
 
     # -- LiveSource --------------------------------------------------------------------------
 
@@ -102,7 +112,9 @@ class FollowedFiles:
     @property
     def source_state(self) -> bytes:
         return orjson.dumps({"next_number": self._next_number,
-                             "files": [asdict(f) for f in sorted(self._files.values(), key=lambda f: f.number)]})
+                             "files": [asdict(f) for f in sorted(self._files.values(), key=lambda f: f.number)],
+                             "seen_mtime_ns": self._seen_mtime_ns,
+                             "dropped": [[i.inode, i.length, i.fingerprint] for i in self._dropped]})
 
     async def start(self, position: int, source_state: bytes, until_caught_up: bool) -> None:
         """Resume every committed file at its byte offset; with ``until_caught_up``, :meth:`take`
@@ -122,7 +134,7 @@ class FollowedFiles:
             return records
         if self._until_caught_up:
             return None
-        await asyncio.sleep(wait)
+        await self._clock.sleep(wait)
         return []
 
     def committed(self) -> None:
@@ -140,6 +152,8 @@ class FollowedFiles:
         if "files" not in document:
             raise self._read_without_follow()
         self._next_number = int(document["next_number"])
+        self._dropped = [FileIdentity(int(inode), int(length), str(fingerprint))
+                         for inode, length, fingerprint in document.get("dropped", [])]
         for entry in document["files"]:
             followed = FollowedFile(**{**entry, "header": entry.get("header")})
             descriptor = self._reopen(followed)
@@ -149,6 +163,34 @@ class FollowedFiles:
                 continue
             self._files[followed.number] = followed
             self._descriptors[followed.number] = descriptor
+        if "seen_mtime_ns" in document and not _has_magic(self.pattern):
+            self._seen_mtime_ns = int(document["seen_mtime_ns"])
+            self._add_rotated_while_down()
+
+    def _add_rotated_while_down(self) -> None:
+        """Add the single path's rotated siblings (``PATH.*``) that are new since the committed
+        state: not followed, not dropped lately, modified after :attr:`_seen_mtime_ns`; oldest first,
+        so they are read before the file now at the path."""
+        folder, name = os.path.split(self.pattern)
+        known = {f.inode for f in self._files.values()}
+        found: list[tuple[int, str]] = []
+        with contextlib.suppress(OSError):
+            for entry in os.scandir(folder or "."):
+                if not entry.name.startswith(name + ".") or entry.name.endswith(".gz") or entry.inode() in known:
+                    continue
+                stat = entry.stat()
+                if entry.is_file() and stat.st_mtime_ns > self._seen_mtime_ns:
+                    found.append((stat.st_mtime_ns, entry.path))
+        for _, path in sorted(found):
+            try:
+                descriptor = os.open(path, os.O_RDONLY)
+            except OSError:
+                continue
+            if any(dropped.change(descriptor) is None for dropped in self._dropped):
+                os.close(descriptor)
+                continue
+            log.info("%s: read as rotated away while egress was down", path)
+            self._add(path, descriptor)
 
     def _read_without_follow(self) -> SourceChangedError:
         return SourceChangedError(
@@ -201,7 +243,8 @@ class FollowedFiles:
         self._descriptors[followed.number] = descriptor
 
     def _drop(self, number: int) -> None:
-        self._files.pop(number)
+        dropped = self._files.pop(number)
+        self._dropped = [*self._dropped, dropped.identity][-DROPPED_KEPT:]
         self._plans.pop(number, None)
         os.close(self._descriptors.pop(number))
 
@@ -239,6 +282,7 @@ class FollowedFiles:
             end = data.rfind(b"\n")
             if end < 0:
                 return
+            self._seen_mtime_ns = max(self._seen_mtime_ns, os.fstat(descriptor).st_mtime_ns)
             for line in data[:end + 1].splitlines(keepends=True):
                 followed.offset += len(line)
                 followed.lines += 1

@@ -7,8 +7,10 @@ before it loses nothing a client was told was accepted, and the client, having n
 again. Other answers: ``400`` with the line and reason for bad JSON (nothing of the body is
 accepted), ``401`` without the right bearer token when one is configured (``bearer_token_env`` or
 ``bearer_token_file``; compared in constant time), ``413`` over ``max_body_bytes``, ``429`` with
-``Retry-After`` while more than ``max_pending_events`` wait for their commit, ``503`` when the run
-stops before the events were committed.
+``Retry-After`` while the pipeline holds back (more than ``max_backlog`` events committed and not yet
+delivered downstream, ``egress.runtime.source_reader.downstream_backlog``) or more than
+``max_pending_events`` wait for their commit, ``503`` when the run stops before the events were
+committed.
 
 Position: the number of events accepted so far; an event's id is
 ``source_message_id(scope(pipeline, source id, path), 0, position)``. A client may send
@@ -23,7 +25,6 @@ from __future__ import annotations
 import asyncio
 import hmac
 import os
-import time
 from collections import deque
 from dataclasses import dataclass
 from pathlib import Path
@@ -32,6 +33,7 @@ from typing import Any, ClassVar, Literal
 from aiohttp import web
 from pydantic import BaseModel, ConfigDict, Field
 
+from egress.clock import Clock, RealClock, event_or_timeout
 from egress.connectors.base import SOURCES, SourceRecord
 from egress.connectors.sources.bad_records import BadRecordParameters, check_bad_record_parameters
 from egress.connectors.sources.live import CountedPosition, referenced_file_errors
@@ -49,7 +51,9 @@ class HttpSourceError(EgressError):
 class HttpSourceParameters(BadRecordParameters):
     """``host`` (default loopback), ``port``, ``path``; ``format`` (``json``: one object per POST,
     ``jsonl``: one per line, ``raw``: the body into ``payload_column``); ``max_body_bytes``;
-    ``max_pending_events`` (more waiting for their commit: ``429``); ``retry_after`` (seconds, the
+    ``max_backlog`` (events committed and not yet delivered by the computations reading the stream,
+    beyond which a POST is answered ``429``; ``None``: never); ``max_pending_events`` (more
+    waiting for their commit: ``429``); ``retry_after`` (seconds, the
     ``429``'s ``Retry-After``); ``bearer_token_env`` or ``bearer_token_file`` (a token by reference);
     ``idempotency_window`` (seconds a committed ``Idempotency-Key`` is remembered; 0: not at all);
     ``timestamp_column``. ``on_bad_record`` is not used: a bad body is answered ``400``."""
@@ -64,6 +68,7 @@ class HttpSourceParameters(BadRecordParameters):
     timestamp_column: str | None = None
     max_body_bytes: int = Field(default=1 << 20, gt=0)
     max_pending_events: int = Field(default=10_000, gt=0)
+    max_backlog: int | None = Field(default=10_000, gt=0)
     retry_after: int = Field(default=1, ge=0)
     bearer_token_env: str | None = None
     bearer_token_file: str | None = None
@@ -106,6 +111,8 @@ class HttpSource(CountedPosition):
         self._position = 0
         self._runner: web.AppRunner | None = None
         self._until_caught_up = False
+        self._backlog = 0  # committed events not yet delivered downstream, as the reader last said
+        self._clock: Clock = RealClock()
 
     @classmethod
     def check(cls, parameters: HttpSourceParameters, stream: StreamSpec, base_dir: Path) -> list[SpecError]:
@@ -136,6 +143,15 @@ class HttpSource(CountedPosition):
     def restore_keys(self, entries: dict[bytes, bytes]) -> None:
         """The committed idempotency keys (``source_keys`` state: key → accepted-at seconds)."""
         self._keys = {str(decode_key(key)[0]): float(value) for key, value in entries.items()}
+
+    def use_clock(self, clock: Clock) -> None:
+        """The run's clock: the idle wait of :meth:`take` and the idempotency keys' times."""
+        self._clock = clock
+
+    def hold_back(self, backlog: int) -> None:
+        """``backlog``: events committed and not yet delivered downstream (``HoldsBack``, from the
+        reader before each batch): over ``max_backlog``, POSTs are answered ``429``."""
+        self._backlog = backlog
 
     def take_key_writes(self) -> dict[bytes, bytes | None]:
         """The key state to commit with the batch just taken (new keys; expired ones deleted)."""
@@ -169,13 +185,10 @@ class HttpSource(CountedPosition):
             if self._until_caught_up:
                 return None
             self._arrived.clear()
-            try:
-                async with asyncio.timeout(wait):
-                    await self._arrived.wait()
-            except TimeoutError:
+            if await event_or_timeout(self._arrived, self._clock, wait):
                 return []
         records: list[SourceRecord] = []
-        now = time.time()
+        now = self._clock.now()
         self._expire_keys(now)
         while self._queue and (not records or len(records) + len(self._queue[0].rows) <= limit):
             request = self._queue.popleft()
@@ -190,7 +203,7 @@ class HttpSource(CountedPosition):
 
     def committed(self) -> None:
         """The batch taken last is durable: answer its requests ``200``."""
-        now = time.time()
+        now = self._clock.now()
         for request in self._taken:
             if request.key is not None:
                 self._pending_keys.pop(request.key, None)
@@ -235,8 +248,9 @@ class HttpSource(CountedPosition):
             return web.json_response({"error": str(error)}, status=400)
         if not rows:
             return web.json_response({"accepted": 0})
-        if self._queued_events + len(rows) > parameters.max_pending_events and self._queued_events:
-            return web.json_response({"error": "egress is holding back: retry later"}, status=429,
+        refusal = self._holding_back(len(rows))
+        if refusal is not None:
+            return web.json_response({"error": f"egress is holding back ({refusal}): retry later"}, status=429,
                                      headers={"Retry-After": str(parameters.retry_after)})
         answered: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         if key is not None:
@@ -253,6 +267,19 @@ class HttpSource(CountedPosition):
             return web.json_response({"error": "egress stopped before the events were committed: send again"},
                                      status=503, headers={"Retry-After": str(self.parameters.retry_after)})
         return web.json_response({"accepted": count, **({"duplicate": True} if duplicate else {})})
+
+    def _holding_back(self, count: int) -> str | None:
+        """Why ``count`` more events are refused now (``None``: they are not). One body is taken
+        whatever its size when nothing waits, so a body over a limit is not refused for ever."""
+        parameters = self.parameters
+        queued = self._queued_events
+        if queued and queued + count > parameters.max_pending_events:
+            return f"{queued:,} events wait for their commit (max_pending_events {parameters.max_pending_events:,})"
+        limit = parameters.max_backlog
+        if limit is not None and self._backlog and self._backlog + queued + count > limit:
+            return (f"{self._backlog:,} events are not yet delivered downstream "
+                    f"(max_backlog {limit:,})")
+        return None
 
     def _too_large(self) -> web.Response:
         return web.json_response({"error": f"the body is over {self.parameters.max_body_bytes:,} bytes "

@@ -3,8 +3,31 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Protocol, runtime_checkable
 
+from egress.clock import Clock
 from egress.errors import SpecError
+
+
+@runtime_checkable
+class UsesClock(Protocol):
+    """A source whose waits and timestamps come from the run's clock (``egress.clock``; a
+    ``VirtualClock`` in tests): its reader calls :meth:`use_clock` before anything else."""
+
+    def use_clock(self, clock: Clock) -> None:
+        """Wait and stamp with ``clock`` from now on (until then: the real clock)."""
+        ...
+
+
+@runtime_checkable
+class HoldsBack(Protocol):
+    """A live source that refuses its producers while the pipeline downstream holds back (the
+    ``http`` source's ``429``): its reader tells it the backlog before every batch it takes."""
+
+    def hold_back(self, backlog: int) -> None:
+        """``backlog``: the source's records committed into the log and not yet delivered by the
+        computations reading its stream (``egress.runtime.source_reader.downstream_backlog``)."""
+        ...
 
 
 class CountedPosition:

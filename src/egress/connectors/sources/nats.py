@@ -27,7 +27,12 @@ from urllib.parse import urlsplit
 from pydantic import BaseModel, ConfigDict, Field
 
 from egress.connectors.base import SOURCES, SourceRecord
-from egress.connectors.sources.bad_records import BadRecordParameters, BadRecords, check_bad_record_parameters
+from egress.connectors.sources.bad_records import (
+    BadRecordParameters,
+    BadRecords,
+    WithBadRecords,
+    check_bad_record_parameters,
+)
 from egress.connectors.sources.live import CountedPosition, referenced_file_errors
 from egress.connectors.sources.schema import json_row, parse_timestamp, record_error
 from egress.errors import EgressError, SourceDataError, SpecError
@@ -89,7 +94,7 @@ class NatsSourceParameters(BadRecordParameters):
 
 
 @SOURCES.register("nats", "NYT::NFlow::TNatsSource")
-class NatsSource(CountedPosition):
+class NatsSource(CountedPosition, WithBadRecords):
     """Reads a JetStream stream live (an :class:`~egress.connectors.base.LiveSource`)."""
 
     parameters_model: ClassVar[type[BaseModel]] = NatsSourceParameters
