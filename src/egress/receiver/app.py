@@ -96,7 +96,10 @@ class Receiver:
         return web.json_response(self.stats.as_json())
 
     async def _receive(self, request: web.Request) -> web.Response:
-        body = await request.read()
+        try:
+            body = await request.read()
+        except web.RequestPayloadError as error:  # e.g. Content-Encoding: gzip over a body that is not
+            return web.Response(status=400, text=f"cannot read the request body: {error.__cause__ or error}\n")
         now = time.time()
         config = self.config
         stats = self.stats

@@ -62,6 +62,8 @@ def make_app(controller: ThrottlerController, registry: CollectorRegistry | None
             call = decode_call(await request.read())
         except BadRequestError as error:
             return _json(400, {"error": str(error), "code": "bad_request"})
+        except web.RequestPayloadError as error:  # a body that does not decode (Content-Encoding: gzip over text)
+            return _json(400, {"error": f"cannot read the body: {error.__cause__ or error}", "code": "bad_request"})
         granted, answer = await answer_call(controller, call, arrived)
         return _json(200 if granted else 503 if answer["code"] == "unavailable" else 400, answer)
 
