@@ -98,6 +98,9 @@ def run(
         min=1, max=5, help="NATS: copies of the pipeline's stream (1; 3 on a 3-node cluster survives the loss of "
                            "a node). Every worker must give the same.")] = 1,
     shared_state: Annotated[bool, typer.Option(hidden=True, help="A worker process of --processes.")] = False,
+    log_retention: Annotated[int, typer.Option(
+        min=0, help="Messages of each log partition kept after every computation read them, for replay "
+                    "(embedded SQLite; the rest is trimmed).")] = 0,
 ) -> None:
     """Run a pipeline. Ctrl-C stops after the current epoch commits; run again to resume."""
     from egress.cli.report import final_report, progress_line, snapshot, summary_table
@@ -113,7 +116,7 @@ def run(
     directory = state_dir or Path(".egress") / plan.spec.pipeline
     options = RunOptions(until_drained=until_drained, throttler_url=throttler_url, lease_ttl=lease_ttl,
                          heartbeat_period=heartbeat_period if heartbeat_period is not None else lease_ttl / 4,
-                         replicas=replicas)
+                         replicas=replicas, log_retention=log_retention)
     if processes > 1:
         from egress.cli.processes import ProcessesRun
 
