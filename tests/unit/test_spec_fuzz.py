@@ -93,7 +93,7 @@ def validate(spec: Path, dynamic: Path | None = None) -> Result:
     return invoke(command, env=ENV)
 
 
-@fuzz(80)
+@fuzz(60)
 @given(document=documents, suffix=st.sampled_from(FORMATS), as_dynamic=st.booleans())
 @example(document={"pipeline": "p", "partition_count": True, "streams": {}}, suffix=".yaml", as_dynamic=False)
 @example(document=[1, 2], suffix=".json", as_dynamic=True)
@@ -171,7 +171,7 @@ def mutations(draw: st.DrawFn) -> tuple[int, bool, Any]:
     return index, mutate_dynamic, document
 
 
-@fuzz(120)
+@fuzz(80)
 @given(mutation=mutations(), suffix=st.sampled_from(FORMATS))
 @example(mutation=(0, False, {**_loaded(EXAMPLES[0][0]), "partition_count": "4"}), suffix=".yson")
 @example(mutation=(0, True, {"computations": {"to_json": {"sinks": {"http": {"parameters": {
@@ -195,7 +195,7 @@ def test_a_mutated_example_spec_is_valid_or_refused_in_one_line_per_problem(
             check(validate(written, other), written, *([other] if other else []), allow_valid=True)
 
 
-@fuzz(80)
+@fuzz(50)
 @given(index=st.integers(0, len(EXAMPLES) - 1), cut=st.integers(0, 10_000), flips=st.lists(
     st.tuples(st.integers(0, 10_000), st.integers(0, 255)), max_size=4))
 def test_an_example_spec_cut_or_with_bytes_flipped_is_valid_or_refused_in_one_line(

@@ -9,13 +9,14 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from typer.testing import CliRunner
 
-from egress.cli.main import app
 from egress.errors import SpecErrors
 from egress.runtime import load_plan
 from egress.spec.urls import endpoint_url_problem
 from tests.unit.test_plan_validation import BASE, SINK, mutated, write
+from tests.unit.test_plan_validation import (
+    test_cli_prints_one_line_and_writes_no_state as cli_prints_one_line_and_writes_no_state,
+)
 
 URL = (*SINK, "parameters", "url")
 URL_PATH = "computations/to_json/sinks/http/parameters/url: Async HTTP sink URL "
@@ -101,14 +102,6 @@ def test_a_usable_endpoint_url_has_no_problem(url: str) -> None:
 
 
 @pytest.mark.parametrize(("path", "value", "expected"), [SPEC_CASES[0], SPEC_CASES[3], SPEC_CASES[7]])
-def test_egress_validate_and_run_print_one_line_and_exit_2(tmp_path: Path, path: tuple[Any, ...], value: Any,
+def test_egress_validate_and_run_print_one_line_and_exit_2(tmp_path: Path, path: tuple[str, ...], value: Any,
                                                            expected: str) -> None:
-    spec_path, _ = write(tmp_path, mutated(path, value))  # type: ignore[arg-type]
-    state = tmp_path / "state"
-    for command in (["validate", str(spec_path)], ["run", str(spec_path), "--state-dir", str(state)]):
-        result = CliRunner().invoke(app, command)
-        assert result.exit_code == 2, result.output
-        lines = [line for line in result.output.splitlines() if line.strip()]
-        assert len(lines) == 1, lines
-        assert expected.split(": ")[-1] in lines[0]
-    assert not state.exists()
+    cli_prints_one_line_and_writes_no_state(tmp_path, path, value, expected.split(": ")[-1])
