@@ -173,6 +173,10 @@ def check_answer(server: str, answer: bytes) -> None:
          body=b'{"throttler_id": "q", "amount": 1, "hold": "inf"}', length="exact")
 @example(server="receiver", method="POST", path="/events", headers=[("Content-Encoding", "gzip")], body=b"not gzip",
          length="exact")  # was a 500: aiohttp's decoding error escaped the handler
+@example(server="receiver", method="GET", path="/", headers=[("Expect", "\x80")], body=b"", length="exact")  # was 500
+@example(server="throttler", method="GET", path=REQUEST_QUOTA_PATH, headers=[("Expect", "\xe9")], body=b"",
+         length="exact")  # no route for GET: answered by the catch-all
+@example(server="firehose", method="POST", path="/", headers=[("Expect", "\xff")], body=b"x", length="exact")
 @example(server="throttler", method="POST", path=REQUEST_QUOTA_PATH, headers=[("Content-Encoding", "deflate")],
          body=b'{"throttler_id": "q", "amount": 1}', length="exact")
 @example(server="receiver", method="POST", path="/events", headers=[("Transfer-Encoding", "chunked")],
