@@ -77,6 +77,10 @@ def servers() -> Iterator[Servers]:
         for runner in runners:
             await runner.cleanup()
         await controller.aclose()
+        left = asyncio.all_tasks() - {asyncio.current_task()}  # handlers of connections the tests left half-sent
+        for task in left:
+            task.cancel()
+        await asyncio.gather(*left, return_exceptions=True)
 
     thread = threading.Thread(target=loop.run_until_complete, args=(main(),), daemon=True)
     thread.start()
@@ -87,6 +91,7 @@ def servers() -> Iterator[Servers]:
     finally:
         loop.call_soon_threadsafe(stop.set)
         thread.join(30)
+        loop.close()
 
 
 def exchange(port: int, data: bytes, timeout: float = ANSWER_TIMEOUT, *, complete: bool = True) -> bytes:
