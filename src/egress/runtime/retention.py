@@ -6,7 +6,8 @@ deletes it, but for the last ``RunOptions.log_retention`` messages of each log p
 replay). Acknowledged outbox messages are already deleted by the commit that acknowledges them.
 The SQLite pages freed are reused by later commits, so a long run's state directory stays at the
 size its unconsumed backlog needs. A computation added to the Spec later starts from the oldest
-message still kept. (On NATS, the engine purges what its consumers are past itself.)
+message still kept. Only an embedded run trims: the workers of ``egress run --processes N`` on one
+SQLite directory do not yet (on NATS, the engine purges what its consumers are past itself).
 """
 
 from __future__ import annotations
