@@ -34,6 +34,18 @@ one type. The shape follows httpx: a small tree, named by what went wrong, not b
 
 from __future__ import annotations
 
+import re
+
+_UNPRINTABLE = re.compile("[\x00-\x1f\x7f-\x9f\u2028\u2029]")
+"""Control characters (C0, DEL, C1) and the Unicode line and paragraph separators: a terminal acts on
+them or breaks a line there."""
+
+
+def printable(text: str) -> str:
+    """``text`` with every control character and line separator written as its Python escape
+    (``\\n``, ``\\x1b``): a message that quotes user input stays one line and cannot drive a terminal."""
+    return _UNPRINTABLE.sub(lambda found: repr(found.group())[1:-1], text)
+
 
 class EgressError(Exception):
     """Base class of every error egress raises deliberately."""
@@ -55,8 +67,9 @@ class SpecError(EgressError):
         super().__init__(self.format())
 
     def format(self) -> str:
+        """``FILE: PATH: MESSAGE`` on one line (control characters escaped: see :func:`printable`)."""
         parts = [p for p in (self.file, self.path) if p]
-        return ": ".join([*parts, self.message])
+        return printable(": ".join([*parts, self.message]))
 
     def at(self, *, file: str | None = None, prefix: str = "") -> SpecError:
         """Return a copy located in ``file`` with ``prefix`` put before the path."""

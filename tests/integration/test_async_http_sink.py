@@ -61,6 +61,12 @@ def make_sink(url: str, *, static: dict[str, Any] | None = None, dynamic: dict[s
     return sink, metrics, status, changed
 
 
+def sink_counter(metrics: Metrics, name: str) -> float:
+    """The value of sensor sample ``name`` for sink ``http``, whatever other labels it carries."""
+    return sum(sample.value for family in metrics.registry.collect() for sample in family.samples
+               if sample.name == name and sample.labels.get("sink_id") == "http")
+
+
 def messages(payloads: list[Any], first_seq: int = 1) -> list[OutboxMessage]:
     return [OutboxMessage(first_seq + i, "requests", f"message-{first_seq + i}".encode(), b"[]", None,
                           {"payload": p}) for i, p in enumerate(payloads)]
@@ -129,10 +135,10 @@ async def test_acknowledgements_advance_only_as_a_contiguous_prefix(serve_app: S
 
     recorder = Recorder(respond)
     base = await serve_app(recorder.app())
-    sink, _, _, _ = make_sink(f"{base}/events")
+    sink, metrics, _, _ = make_sink(f"{base}/events")
     sink.distribute(messages(["fast-1", "slow", "fast-3", "fast-4"]))
     await until(lambda: len(recorder.requests) == 4)
-    await asyncio.sleep(0.2)  # fast-3 and fast-4 have had time to complete
+    await until(lambda: sink_counter(metrics, "egress_sink_async_http_sink_delivered_total") == 3)  # 1, 3 and 4
     assert sink.take_acknowledged().max_persisted_seq_no == 1  # seq 2 is still in flight: nothing past it
     assert sink.unacknowledged == 3
     release.set()
@@ -166,14 +172,17 @@ async def test_exhausted_retries_are_terminal_and_block_later_messages(serve_app
 
     recorder = Recorder(respond)
     base = await serve_app(recorder.app())
-    sink, _, status, _ = make_sink(f"{base}/events", dynamic={"max_attempt_count": 3})
+    sink, metrics, status, _ = make_sink(f"{base}/events", dynamic={"max_attempt_count": 3})
     sink.distribute(messages(["ok-1", "poison"]))
     await until(lambda: sink.terminal_error is not None)
     assert sink.terminal_error is not None
     assert sink.terminal_error.startswith("Async HTTP POST retry policy exhausted after 3 attempt(s)")
     assert "HTTP status 500" in sink.terminal_error
+    sent = sink_counter(metrics, "egress_sink_async_http_sink_requests_total")
     sink.distribute(messages(["later-3", "later-4"], first_seq=3))
-    await asyncio.sleep(0.2)
+    for _ in range(10):  # turns of the loop, not time: a request is counted when it is submitted
+        await asyncio.sleep(0)
+    assert sink_counter(metrics, "egress_sink_async_http_sink_requests_total") == sent
     assert recorder.attempts[b"message-2".hex().upper()] == 3
     assert not any(body.startswith(b"later") for body, _ in recorder.requests)
     assert sink.take_acknowledged().max_persisted_seq_no == 1

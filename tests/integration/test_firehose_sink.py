@@ -665,7 +665,10 @@ async def test_a_closed_batch_waits_for_its_boundary_to_be_committed(serve_app: 
     progress = sink.take_acknowledged()
     assert (progress.max_persisted_seq_no, progress.sink_state) == (0, b"[3]")
     sink.committed(SinkProgress())  # an older commit, without this boundary: still nothing may go out
-    await asyncio.sleep(0.3)
+    # A batch is started synchronously (a task at once), so this holds now or never, without waiting.
+    assert sink._running == 0, "a batch went out before its boundary was committed"
+    for _ in range(10):  # turns of the loop, not time
+        await asyncio.sleep(0)
     assert endpoint.seen == [], "a batch went out before its boundary was committed"
     sink.committed(progress)
     await until(lambda: sink.take_acknowledged().max_persisted_seq_no == 3)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any
 
@@ -20,6 +20,14 @@ from egress.throttler.http_transport import HttpTransport
 from egress.throttler.service import REPLY_ALLOWANCE, ThrottlerService, load_throttlers
 
 pytestmark = pytest.mark.integration
+
+
+async def until(condition: Callable[[], bool], limit: float = 10.0) -> None:
+    """Wait for ``condition`` (polled every 10 ms), failing after ``limit`` seconds."""
+    deadline = time.monotonic() + limit
+    while not condition():
+        assert time.monotonic() < deadline, "the condition did not hold in time"
+        await asyncio.sleep(0.01)
 
 
 def write_dynamic(path: Path, throttlers: dict[str, Any]) -> Path:
@@ -72,7 +80,7 @@ async def test_canceled_request_stops_blocking_other_requests(service: Throttler
     # connection) after 0.3 s: the service cancels and refunds it and the small one goes through.
     huge = asyncio.create_task(transport.request_quota("slow", 1000, timestamp=0, quota_class_id=None,
                                                        client_id="a", rpc_timeout=0.3))
-    await asyncio.sleep(0.05)
+    await until(lambda: service.controller.queue("slow").queue_size == 1)  # the huge one is first in line
     started = time.monotonic()
     other = HttpTransport(service.url)
     await other.request_quota("slow", 1, timestamp=1, quota_class_id=None, client_id="b", rpc_timeout=10)
@@ -97,7 +105,7 @@ async def test_dynamic_spec_file_is_applied_live(service: ThrottlerService) -> N
         await asyncio.sleep(0.01)
     assert service.controller.throttler_ids == ["fresh", "q"]
     service.path.write_text("throttlers: {bad: {limit: -1}}")
-    await asyncio.sleep(0.2)
+    assert not service.reload()  # read and refused (what the watcher does every reload_period)
     assert service.controller.throttler_ids == ["fresh", "q"]  # the last good configuration stays
 
 
@@ -116,8 +124,9 @@ async def test_service_down_is_unavailable_then_client_resumes(tmp_path: Path) -
     client = factory.client("q")
     assert client is not None
     assert client.on_hand == 0  # nothing prefetched: the next call needs a controller
+    asked = client.rpc_count
     waiting = asyncio.create_task(handle.throttle(1))
-    await asyncio.sleep(0.5)
+    await until(lambda: client.controller_away and client.rpc_count >= asked + 2)  # tried, failed, tried again
     assert not waiting.done()  # waits, does not fail
     second = ThrottlerService(dynamic, RealClock(), port=port)
     await second.start()

@@ -155,6 +155,9 @@ def run(
     shared_state: Annotated[bool, typer.Option(hidden=True, help="A worker process of --processes.")] = False,
     log_format: LogFormatOption = LogFormatChoice.text,
     log_level: LogLevelOption = LogLevelChoice.info,
+    log_retention: Annotated[int, typer.Option(
+        min=0, help="Messages of each log partition kept after every computation read them, for replay "
+                    "(embedded SQLite; the rest is trimmed).")] = 0,
 ) -> None:
     """Run a pipeline. Ctrl-C stops after the current epoch commits; run again to resume.
 
@@ -179,7 +182,7 @@ def run(
     directory = state_dir or Path(".egress") / plan.spec.pipeline
     options = RunOptions(until_drained=until_drained, throttler_url=throttler_url, lease_ttl=lease_ttl,
                          heartbeat_period=heartbeat_period if heartbeat_period is not None else lease_ttl / 4,
-                         replicas=replicas)
+                         replicas=replicas, log_retention=log_retention)
     if processes > 1:
         from egress.cli.processes import ProcessesRun
 

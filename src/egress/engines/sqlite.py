@@ -34,7 +34,7 @@ import os
 import sqlite3
 import threading
 from collections import deque
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Collection, Iterable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, TypeVar
@@ -817,6 +817,38 @@ class SqliteEngine:
                 (c, p, commit.watermark),
             )
         return appended, records
+
+    # -- Log retention (called by egress.runtime.retention) ---------------------------------
+
+    async def trim_log(self, readers: Mapping[str, Collection[str]], keep: int = 0) -> int:
+        """Delete the log batches of each stream in ``readers`` (stream id → the consumers that read
+        it) that every one of its consumers has committed a position past, by more than ``keep``
+        messages (kept for replay). A partition one of them has no position in is not trimmed, and
+        its last batch never is (its end is the log's end offset). Returns the batches deleted; the
+        pages they held are reused by later commits, so the file stops growing."""
+        return await self._call(self._trim_log_sync, readers, keep)
+
+    def _trim_log_sync(self, readers: Mapping[str, Collection[str]], keep: int) -> int:
+        db = self._db
+        assert db is not None
+        deleted = 0
+        with self._transaction():
+            for stream, consumers in readers.items():
+                if not consumers:
+                    continue
+                marks = ", ".join("?" * len(consumers))
+                lows = db.execute(
+                    f"SELECT stream_partition, MIN(offset), COUNT(*) FROM positions WHERE stream = ? AND consumer IN "
+                    f"({marks}) GROUP BY stream_partition", (stream, *consumers)).fetchall()
+                for partition, low, known in lows:
+                    if known < len(consumers):
+                        continue  # a consumer without a position there has read nothing yet
+                    end = self._end_offset_sync(stream, int(partition))
+                    deleted += db.execute(
+                        "DELETE FROM log_batches WHERE stream = ? AND partition = ? AND offset < ? "
+                        "AND offset + count <= ? AND offset + count < ?",
+                        (stream, partition, int(low) - keep, int(low) - keep, end)).rowcount
+        return deleted
 
 
 def _settle(futures: list[asyncio.Future[None]], outcomes: list[BaseException | None]) -> None:

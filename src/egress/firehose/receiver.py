@@ -38,6 +38,7 @@ from multidict import MultiMapping
 from egress.clock import Clock, RealClock
 from egress.firehose import protocol as p
 from egress.firehose.errors import PermanentError, RequestRejected, TransientError
+from egress.http_expect import expect_handler
 
 Handler = Callable[[str, list[bytes], dict[str, str]], Awaitable[None]]
 """``handle(request_id, records, common_attributes)``: ``request_id`` is the
@@ -137,7 +138,7 @@ class FirehoseReceiver:
         self._clock = clock or RealClock()
         self._keys = _KeyChecker(self.options.access_keys)
         self.app = web.Application()
-        self.app.router.add_route("*", "/{tail:.*}", self.handle)
+        self.app.router.add_route("*", "/{tail:.*}", self.handle, expect_handler=expect_handler)
 
     async def handle(self, request: web.Request) -> web.Response:
         """The aiohttp handler: answer one request following the decision table; never raises."""

@@ -20,6 +20,8 @@ from typing import IO, Any
 
 from aiohttp import web
 
+from egress.http_expect import expect_handler
+
 STATS_PATH = "/stats"
 
 
@@ -76,8 +78,8 @@ class Receiver:
         self._random = random.Random(self.config.seed)
         self._record: IO[str] | None = None
         self.app = web.Application(client_max_size=64 * 1024 * 1024)
-        self.app.router.add_get(STATS_PATH, self._stats)
-        self.app.router.add_route("*", "/{tail:.*}", self._receive)
+        self.app.router.add_get(STATS_PATH, self._stats, expect_handler=expect_handler)
+        self.app.router.add_route("*", "/{tail:.*}", self._receive, expect_handler=expect_handler)
         self.app.on_startup.append(self._open)
         self.app.on_cleanup.append(self._close)
 
@@ -96,7 +98,10 @@ class Receiver:
         return web.json_response(self.stats.as_json())
 
     async def _receive(self, request: web.Request) -> web.Response:
-        body = await request.read()
+        try:
+            body = await request.read()
+        except web.RequestPayloadError as error:  # e.g. Content-Encoding: gzip over a body that is not
+            return web.Response(status=400, text=f"cannot read the request body: {error.__cause__ or error}\n")
         now = time.time()
         config = self.config
         stats = self.stats

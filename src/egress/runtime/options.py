@@ -23,7 +23,11 @@ class RunOptions:
     ``remote_poll_period`` (seconds): how often every job looks for input another worker appended,
     the backstop of the engine's append notifications; ``drained_check_period`` (seconds): how often
     the engine is asked whether the whole pipeline is drained. On NATS, ``replicas`` is the
-    pipeline stream's replica count (1; 3 on a cluster)."""
+    pipeline stream's replica count (1; 3 on a cluster).
+
+    Embedded on SQLite, the log is trimmed every ``log_trim_period`` seconds (and when the run
+    stops) of the messages every computation reading them has committed past, but for the last
+    ``log_retention`` messages of each log partition, kept for replay (``egress.runtime.retention``)."""
 
     epoch_max_messages: int = 2048
     epoch_period: float = 0.05
@@ -38,6 +42,8 @@ class RunOptions:
     remote_poll_period: float = 1.0
     drained_check_period: float = 0.5
     replicas: int = 1
+    log_retention: int = 0
+    log_trim_period: float = 1.0
 
 
 @dataclass(frozen=True)

@@ -31,6 +31,7 @@ from egress.runtime.invoke import Invoker
 from egress.runtime.options import RunOptions
 from egress.runtime.plan import ComputationPlan, validate_function_parameters
 from egress.runtime.state import StateStore
+from egress.runtime.stopping import acknowledged_commit, commit_acknowledged
 from egress.runtime.timers import TimerQueue
 from egress.spec import StreamSpec
 from egress.throttler import InputThrottle, ThrottlerFactory, Throttling
@@ -145,11 +146,15 @@ class PartitionJob:
         epoch that sees it reads nothing, commits what is acknowledged and returns). A commit under a
         lost lease raises :class:`~egress.engines.FencedError`."""
         running = await self._start(epoch)
+        failure: Exception | None = None
         try:
             while await self._epoch(running, stopping=self._stop_requested or (stop is not None and stop.is_set())):
                 pass
+        except Exception as error:
+            failure = error
+            raise
         finally:
-            await self._finish(running)
+            await self._finish(running, failure)
 
     async def _start(self, epoch: int | None) -> _Running:
         """Acquire the partition unless the caller holds it at ``epoch`` (the lease's fence), load the
@@ -194,11 +199,16 @@ class PartitionJob:
             self.sinks[sink_id] = sink_plan.sink_class.create(
                 sink_context, sink_plan.parameters, sink_plan.dynamic_parameters, committed[sink_id])
 
-    async def _finish(self, running: _Running) -> None:
-        """Close the function, the sinks and the throttler factory (the job stopped or failed)."""
+    async def _finish(self, running: _Running, failure: Exception | None = None) -> None:
+        """Close the function, the sinks and the throttler factory (the job stopped or failed). After
+        a ``failure``, once the sinks send no more, commit what they acknowledged (``egress.runtime.stopping``)."""
         await running.step.invoker.function.close()
         for sink in self.sinks.values():
             await sink.close()
+        if failure is not None:
+            await commit_acknowledged(self._engine, acknowledged_commit(
+                self.plan.computation_id, self.partition, running.epoch, self.sinks,
+                running.step.committed_progress), failure)
         if self._throttling is not None and running.factory is not None:
             await self._throttling.close_factory(running.factory)
 

@@ -39,6 +39,7 @@ from egress.runtime.layout import LAYOUT_KEY, layout_mismatch, spec_layout, unre
 from egress.runtime.options import RunOptions
 from egress.runtime.partition_job import PartitionJob
 from egress.runtime.plan import Plan, build_plan
+from egress.runtime.retention import trim_consumed, trim_periodically
 from egress.runtime.source_reader import DownstreamProgress, SourceReader, finished_key
 from egress.runtime.worker import ClusterSpecError, Worker, WorkerSettings, refuse_another_spec
 from egress.spec import DynamicSpec, Spec, load_document, validate_model
@@ -338,7 +339,11 @@ class Pipeline:
                 break
             self.units.start(unit, await engine.acquire(*unit))
         watchers.append(asyncio.create_task(self._watch(result)))
+        if isinstance(engine, SqliteEngine):  # the log does not grow without bound (egress.runtime.retention)
+            watchers.append(asyncio.create_task(trim_periodically(engine, self.plan, self.options, self.clock)))
         await self._supervise([running.task for running in self.units.running.values()], result)
+        if isinstance(engine, SqliteEngine) and result.error is None:
+            await trim_consumed(engine, self.plan, self.options)  # what the last epochs consumed
 
     async def _run_worker(self, engine: Engine, worker_id: str, result: RunResult) -> None:
         """Run this worker's share of the units until stopped; jobs of another worker's upstream

@@ -132,7 +132,8 @@ Model = TypeVar("Model", bound=BaseModel)
 def validate_model(model: type[Model], data: Any, *, file: str | None = None, prefix: str = "") -> Model:
     """Validate ``data`` as ``model``; raises :class:`SpecErrors` with one path-named entry per problem."""
     try:
-        return model.model_validate(data)
+        # Strict: a run must not find out later that ``"4"`` or ``true`` stood where a number belongs.
+        return model.model_validate(data, strict=True)
     except ValidationError as error:
         raise SpecErrors([_to_spec_error(e, file, prefix, model) for e in error.errors()]) from None
 
@@ -173,9 +174,57 @@ def _to_spec_error(error: Any, file: str | None, prefix: str, model: type[BaseMo
         close = difflib.get_close_matches(str(error["loc"][-1]), known, n=1, cutoff=0.6)
         message = (f"unknown field; did you mean {close[0]!r}?" if close
                    else "unknown field (check the spelling against the documentation)")
+    elif kind in _EXPECTED:
+        message = _wrong_type(kind, error["input"])
     else:
         message = str(error["msg"]).removeprefix("Value error, ")
     return SpecError(message, path=location, file=file)
+
+
+_EXPECTED = {"int_type": "an integer", "float_type": "a number", "bool_type": "true or false",
+             "string_type": "a string"}
+"""The strict scalar types' pydantic error kinds, and what each expects in the Spec's words."""
+
+_WRITE = {"int_type": "write a whole number", "float_type": "write a number", "bool_type": "write true or false",
+          "string_type": "put it in quotes"}
+
+
+def _wrong_type(kind: str, value: Any) -> str:
+    """The message for a value of the wrong scalar type: what was expected, what was given, and the fix."""
+    fix = _WRITE[kind]
+    if isinstance(value, bool):
+        given = f"the boolean {str(value).lower()}"
+        if kind == "string_type":
+            fix += " (YAML reads yes, no, on, off, true and false unquoted as booleans)"
+    elif isinstance(value, str):
+        given = f"the string {_shown(value)}"
+        if _unquoted_fits(kind, value):
+            fix = "write it without quotes"
+    elif isinstance(value, (int, float)):
+        given = f"the number {value!r}"
+    elif value is None:
+        given, fix = "null", "write a value or leave the field out"
+    else:
+        given = "a map" if isinstance(value, dict) else "a list" if isinstance(value, list) else type(value).__name__
+    return f"expected {_EXPECTED[kind]}, got {given}: {fix}"
+
+
+def _shown(value: str, limit: int = 40) -> str:
+    return repr(value if len(value) <= limit else value[:limit] + "...")
+
+
+def _unquoted_fits(kind: str, value: str) -> bool:
+    """Whether ``value`` written without quotes would be of ``kind`` (``"4"`` for an integer)."""
+    text = value.strip()
+    if kind == "int_type":
+        return text.lstrip("+-").isdigit()
+    if kind == "float_type":
+        try:
+            float(text)
+        except ValueError:
+            return False
+        return True
+    return kind == "bool_type" and text.lower() in ("true", "false")
 
 
 def load_spec(path: str | Path) -> Spec:

@@ -29,6 +29,7 @@ from prometheus_client import CollectorRegistry, generate_latest
 
 from egress.clock import Clock
 from egress.errors import SpecError
+from egress.http_expect import expect_handler
 from egress.spec.models import load_dynamic_spec
 from egress.throttler.controller import ThrottlerController
 from egress.throttler.dashboard import add_dashboard
@@ -64,6 +65,8 @@ def make_app(controller: ThrottlerController, registry: CollectorRegistry | None
             call = decode_call(await request.read())
         except BadRequestError as error:
             return _json(400, {"error": str(error), "code": "bad_request"})
+        except web.RequestPayloadError as error:  # a body that does not decode (Content-Encoding: gzip over text)
+            return _json(400, {"error": f"cannot read the body: {error.__cause__ or error}", "code": "bad_request"})
         granted, answer = await answer_call(controller, call, arrived)
         return _json(200 if granted else 503 if answer["code"] == "unavailable" else 400, answer)
 
@@ -73,11 +76,22 @@ def make_app(controller: ThrottlerController, registry: CollectorRegistry | None
     async def healthz(_: web.Request) -> web.Response:
         return _json(200, {"throttlers": controller.throttler_ids})
 
+    allowed = {REQUEST_QUOTA_PATH: "POST", "/metrics": "GET, HEAD", "/healthz": "GET, HEAD"}
+
+    async def elsewhere(request: web.Request) -> web.Response:
+        """Any other method or path (a route, so that :func:`expect_handler` answers its ``Expect``)."""
+        methods = allowed.get(request.path)
+        if methods is not None:
+            return web.Response(status=405, headers={"Allow": methods})
+        return _json(404, {"error": f"no {request.method} {request.path!r}: POST {REQUEST_QUOTA_PATH}",
+                           "code": "not_found"})
+
     app = web.Application()
-    app.router.add_post(REQUEST_QUOTA_PATH, request_quota)
-    app.router.add_get("/metrics", metrics)
-    app.router.add_get("/healthz", healthz)
+    app.router.add_post(REQUEST_QUOTA_PATH, request_quota, expect_handler=expect_handler)
+    app.router.add_get("/metrics", metrics, expect_handler=expect_handler)
+    app.router.add_get("/healthz", healthz, expect_handler=expect_handler)
     add_dashboard(app, controller, registry)
+    app.router.add_route("*", "/{tail:.*}", elsewhere, expect_handler=expect_handler)
     return app
 
 

@@ -18,8 +18,8 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 
 from egress.firehose import protocol as p
 from egress.firehose.retry import INITIAL_BACKOFF_SECONDS, MAX_BACKOFF_SECONDS, MAX_RETRY_DURATION_SECONDS
-from egress.httpclient.redirects import is_http_url
 from egress.spec import Duration
+from egress.spec.urls import endpoint_url_problem
 
 _STREAM_NAME = re.compile(r"[a-zA-Z0-9_.-]{1,64}")
 _ARN = re.compile(r"arn:aws[a-z-]*:firehose:[a-z0-9-]*:\d*:deliverystream/[a-zA-Z0-9_.-]{1,64}")
@@ -94,8 +94,9 @@ class BufferingHints(BaseModel):
 
 
 def _check_url(value: str) -> str:
-    if not is_http_url(value):
-        raise ValueError("Firehose HTTP sink URL must use http or https and contain a host")
+    problem = endpoint_url_problem(value)
+    if problem is not None:
+        raise ValueError(f"Firehose HTTP sink URL {problem}")
     return value
 
 

@@ -12,8 +12,9 @@ from typing import Any, ClassVar
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from egress.httpclient import BackoffPolicy
-from egress.httpclient.redirects import is_http_url, normalise_url
+from egress.httpclient.redirects import normalise_url
 from egress.spec import Duration
+from egress.spec.urls import endpoint_url_problem
 
 _TOKEN = re.compile(r"[A-Za-z0-9!#$%&'*+\-.^_`|~]+")
 HOP_BY_HOP = frozenset({
@@ -70,8 +71,9 @@ class AsyncHttpSinkParameters(_AtLeastOnceOnly):
     @field_validator("url")
     @classmethod
     def _url(cls, value: str) -> str:
-        if not is_http_url(value):
-            raise ValueError(f"{cls.sink_kind} URL must use http or https and contain a host")
+        problem = endpoint_url_problem(value)
+        if problem is not None:
+            raise ValueError(f"{cls.sink_kind} URL {problem}")
         return normalise_url(value)  # no fragment, no "?" for an empty query on the wire
 
     @field_validator("headers")

@@ -60,15 +60,22 @@ class CsvSourceParameters(FileSourceParameters):
 
 def unreadable(path: Path, error: BaseException) -> SourceDataError:
     """The error for a file that cannot be read as text (as opposed to a bad value in it)."""
+    if isinstance(error, csv.Error):  # e.g. a field over the csv module's limit of 131,072 characters
+        return SourceDataError(f"{path}: cannot be read as CSV ({error}): fix the file or split the field")
     kind = "a gzip file" if path.suffix == ".gz" else "a UTF-8 text file"
     return SourceDataError(f"{path}: cannot be read as {kind} ({type(error).__name__}: {error})")
+
+
+TEXT_ENCODING = "utf-8-sig"
+"""UTF-8, a leading byte order mark dropped (spreadsheet exports write one: it would otherwise join the
+first header name, or make the first JSON line invalid)."""
 
 
 def open_text(path: Path) -> IO[str]:
     """Open ``path`` for reading text, decompressing ``.gz`` files."""
     if path.suffix == ".gz":
-        return io.TextIOWrapper(gzip.open(path, "rb"), encoding="utf-8", newline="")
-    return open(path, encoding="utf-8", newline="")
+        return io.TextIOWrapper(gzip.open(path, "rb"), encoding=TEXT_ENCODING, newline="")
+    return open(path, encoding=TEXT_ENCODING, newline="")
 
 
 def csv_text(fields: list[str], delimiter: str) -> str:
@@ -94,8 +101,8 @@ def check_followed(path: Path) -> list[SpecError]:
 def wrap_text(binary: IO[bytes], path: Path) -> IO[str]:
     """Text over the open ``binary`` file of ``path``, decompressing a ``.gz`` one."""
     if path.suffix == ".gz":
-        return io.TextIOWrapper(gzip.GzipFile(fileobj=binary, mode="rb"), encoding="utf-8", newline="")
-    return io.TextIOWrapper(binary, encoding="utf-8", newline="")
+        return io.TextIOWrapper(gzip.GzipFile(fileobj=binary, mode="rb"), encoding=TEXT_ENCODING, newline="")
+    return io.TextIOWrapper(binary, encoding=TEXT_ENCODING, newline="")
 
 
 class _FileSource(WithBadRecords):

@@ -312,6 +312,8 @@ class FollowedFiles(WithBadRecords):
             text = line.decode()
         except UnicodeDecodeError as error:
             raise data_error(file, number, None, f"not UTF-8 ({error})") from None
+        if number == 1:
+            text = text.removeprefix("\ufeff")  # a byte order mark (as files.TEXT_ENCODING drops it)
         if not text.strip():
             return None
         timestamp_column = self.parameters.timestamp_column

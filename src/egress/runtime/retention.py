@@ -1,0 +1,47 @@
+"""The embedded log does not grow without bound: consumed messages are trimmed while a run goes on.
+
+Every message a source or computation appends to the log stays until every computation that reads
+its stream has committed a position past it; then :meth:`egress.engines.SqliteEngine.trim_log`
+deletes it, but for the last ``RunOptions.log_retention`` messages of each log partition (kept for
+replay). Acknowledged outbox messages are already deleted by the commit that acknowledges them.
+The SQLite pages freed are reused by later commits, so a long run's state directory stays at the
+size its unconsumed backlog needs. A computation added to the Spec later starts from the oldest
+message still kept. Only an embedded run trims: the workers of ``egress run --processes N`` on one
+SQLite directory do not yet (on NATS, the engine purges what its consumers are past itself).
+"""
+
+from __future__ import annotations
+
+import logging
+
+from egress.clock import Clock
+from egress.engines import SqliteEngine
+from egress.runtime.options import RunOptions
+from egress.runtime.plan import Plan
+
+logger = logging.getLogger(__name__)
+
+
+def log_readers(plan: Plan) -> dict[str, list[str]]:
+    """Each stream some computation reads → those computations' ids (in Spec order)."""
+    readers: dict[str, list[str]] = {}
+    for computation in plan.computations.values():
+        for stream in computation.input_stream_ids:
+            readers.setdefault(stream, []).append(computation.computation_id)
+    return readers
+
+
+async def trim_consumed(engine: SqliteEngine, plan: Plan, options: RunOptions) -> int:
+    """Trim once: the log batches of ``plan``'s streams that every reader is past (by more than
+    ``options.log_retention`` messages); returns the batches deleted."""
+    return await engine.trim_log(log_readers(plan), options.log_retention)
+
+
+async def trim_periodically(engine: SqliteEngine, plan: Plan, options: RunOptions, clock: Clock) -> None:
+    """:func:`trim_consumed` every ``options.log_trim_period`` seconds, until cancelled."""
+    while True:
+        await clock.sleep(options.log_trim_period)
+        try:
+            await trim_consumed(engine, plan, options)
+        except Exception as error:  # the next commit meets the same engine and stops the run if it must
+            logger.warning("could not trim the log of %s: %s: %s", engine.state_dir, type(error).__name__, error)
