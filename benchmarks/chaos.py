@@ -37,10 +37,12 @@ audited:
 * every non-null flight delivered (a 2xx recorded under its idempotency key, the keys computed
   here from the CSV and the message id layout), nothing else, one body per key;
 * every duplicate attributed: a delivery whose 2xx never reached the sink whole (the proxy reset,
-  stalled or lost it: ``network``), an attempt slower than the attempt timeout (``timeout``), an
+  stalled or lost it: ``network``), an attempt slower than the attempt timeout (``timeout``), a
   SIGKILL while the key was committed and unacknowledged in the outbox (``kill``, read from the
-  dead process's state), a SIGSTOP in between (``stop``), in cluster mode a worker kill or
-  nats-server restart in between (``cluster``); any other duplicate is ``unexplained`` and fails;
+  dead process's state), a SIGSTOP in between (``stop``); in cluster mode a change of hands of the
+  key's ``to_json`` partition in between (``handover``: the leases polled by the cluster tests'
+  ``LeaseWatch``) or a nats-server restart (``nats``); any other duplicate is ``unexplained`` and
+  fails the audit;
 * the retryable example's totals exact and no request left in retry state;
 * ``PRAGMA integrity_check`` ``ok`` on every SQLite file of every state directory, after every
   kill and at the end.
@@ -87,6 +89,7 @@ sys.path.insert(0, str(ROOT))
 
 from egress.cli.state import state_lines  # noqa: E402
 from egress.engines.sqlite import read_outbox  # noqa: E402
+from egress.keys import encode_key, partition_of  # noqa: E402
 
 FLIGHTS = ROOT / "examples" / "http_delivery"
 FLIGHTS_DATA = FLIGHTS / "data" / "flights-2013-01.csv.gz"
@@ -98,7 +101,8 @@ ATTEMPT_TIMEOUT = 3.0  # the sink's attempt_timeout here: a stall outlasts it
 STALL = ATTEMPT_TIMEOUT + 1.0
 TIMEOUT_SHARE = 0.8  # an attempt this share of the attempt timeout long may have been given up on
 FAULT_GAP = (0.2, 1.2)
-IN_FLIGHT_SLACK = 0.5  # seconds: a request sent before a kill may be recorded just after it
+LEASE_TTL = 2.0  # seconds, --lease-ttl of the cluster workers
+IN_FLIGHT_SLACK = 0.5  # seconds: a request sent before a change may be recorded just after it
 DRAIN_TIMEOUT = 240.0
 FIRST_REQUEST_TIMEOUT = 90.0
 NETWORK_KINDS = ("receiver_kill", "http_5xx", "http_429", "slow", "stall", "reset")
@@ -361,15 +365,16 @@ class Kill:
 # -- the pipelines and their expectations --------------------------------------------------------
 
 
-def write_flights(directory: Path, rows: int | None) -> tuple[Path, set[str]]:
+def write_flights(directory: Path, rows: int | None) -> tuple[Path, dict[str, int]]:
     """The flights CSV (its first ``rows`` rows, or all) and the idempotency keys its non-null
     messages must arrive under: ``blake2b(pipeline 0x1F source id 0x1F path)[:8] || partition u32
-    || position u64 || output index u16``, hex (the message id layout of docs/architecture.md)."""
+    || position u64 || output index u16``, hex (the message id layout of docs/architecture.md), each
+    with the ``to_json`` partition that sends it (``origin``, the stream's ``group_by``, hashed)."""
     path = directory / "flights.csv"
     spec = yaml.safe_load((FLIGHTS / "spec.yaml").read_text())
     prefix = hashlib.blake2b("\x1f".join((spec["pipeline"], FLIGHTS_SOURCE, str(path))).encode(),
                              digest_size=8).digest()
-    keys: set[str] = set()
+    keys: dict[str, int] = {}
     with gzip.open(FLIGHTS_DATA, "rt", newline="") as text, path.open("w", newline="") as out:
         reader = csv.DictReader(text)
         writer = csv.DictWriter(out, fieldnames=list(reader.fieldnames or ()))
@@ -378,7 +383,7 @@ def write_flights(directory: Path, rows: int | None) -> tuple[Path, set[str]]:
             writer.writerow(row)
             if row["dep_time"] not in ("", "NA"):  # FlightToJson's null payload: nothing is sent
                 message_id = prefix + (0).to_bytes(4, "big") + position.to_bytes(8, "big") + (0).to_bytes(2, "big")
-                keys.add(message_id.hex().upper())
+                keys[message_id.hex().upper()] = partition_of(encode_key([row["origin"]]), spec["partition_count"])
     return path, keys
 
 
@@ -493,21 +498,25 @@ class Round:
     """One round: fresh state directories, receiver record and processes, faults until ``budget``
     is used or the pipelines drain, then the audit."""
 
-    def __init__(self, options: Options, number: int, rng: random.Random, proxy: FaultProxy,
-                 audit: Audit, nats: Any) -> None:
-        self.options, self.rng, self.proxy, self.audit, self.nats = options, rng, proxy, audit, nats
+    def __init__(self, options: Options, number: int, rng: random.Random, proxy: FaultProxy, audit: Audit) -> None:
+        self.options, self.rng, self.proxy, self.audit = options, rng, proxy, audit
         self.directory = options.directory / f"round{number}"
         self.directory.mkdir(parents=True)
+        self.nats: Any = None
+        if options.cluster:  # a fresh server each round: the pipeline's streams start empty
+            from tests.nats_server import NatsServer
+            self.nats = NatsServer(self.directory / "nats").start()
         self.receiver = ReceiverProcess(self.directory / "received.jsonl")
         self.flights_data, self.expected_keys = write_flights(self.directory, options.rows)
         retryable_spec, self.expected_totals = write_retryable(self.directory, rng, options.events)
         self.nats_restarts: list[tuple[float, float]] = []
         self.first_request = 0.0
+        self.lease_watch: Any = None
         self.flights: list[EgressRun] = []
         if options.cluster:
             for number_ in range(1, options.workers + 1):
                 self.flights.append(self._flights_run(f"w{number_}", (
-                    "--engine", nats.url, "--worker-id", f"w{number_}", "--lease-ttl", "2")))
+                    "--engine", self.nats.url, "--worker-id", f"w{number_}", "--lease-ttl", f"{LEASE_TTL:g}")))
         else:
             self.flights.append(self._flights_run("flights", ()))
         self.retryable = EgressRun("retryable", self.directory / "retryable-state", self.directory / "retryable.log",
@@ -529,6 +538,10 @@ class Round:
         """Start everything, inject up to ``budget`` faults while something runs; returns how many."""
         self.proxy.upstream_port = self.receiver.start()
         handled = len(self.proxy.attempts)
+        if self.options.cluster:  # from the start: the first hand-overs (a worker joining) too
+            from tests.e2e.test_cluster_faults import LeaseWatch
+            pipeline = yaml.safe_load((FLIGHTS / "spec.yaml").read_text())["pipeline"]
+            self.lease_watch = LeaseWatch([self.nats.url], pipeline, FLIGHTS_COMPUTATION)
         for run in self.runs:
             run.start()
         self.wait_for_delivery(handled)
@@ -642,6 +655,10 @@ class Round:
             if run.process is not None:
                 stop_process(run.process)
         self.receiver.kill()
+        if self.lease_watch is not None:
+            self.lease_watch.stop()
+        if self.nats is not None:
+            self.nats.stop()
 
     # -- the audit --
 
@@ -661,10 +678,10 @@ class Round:
         for record in delivered:
             by_key[record["idempotency_key"]].append(record)
             bodies[record["idempotency_key"]].add(record["body_sha256"])
-        lost = self.expected_keys - by_key.keys()
-        unexpected = by_key.keys() - self.expected_keys
+        lost = self.expected_keys.keys() - by_key.keys()
+        unexpected = by_key.keys() - self.expected_keys.keys()
         audit.expected += len(self.expected_keys)
-        audit.delivered += len(self.expected_keys & by_key.keys())
+        audit.delivered += len(self.expected_keys.keys() & by_key.keys())
         audit.lost += len(lost)
         audit.unexpected += len(unexpected)
         if lost:
@@ -692,21 +709,22 @@ class Round:
             return "network"  # the sink never got this 2xx whole
         if attempt.seconds >= TIMEOUT_SHARE * ATTEMPT_TIMEOUT:
             return "timeout"
-        between = (before["time"], after["time"])
+        first, again = before["time"], after["time"]
         runs = (int(before["headers"][RUN_HEADER]), int(after["headers"][RUN_HEADER]))
         for run in self.flights:
-            for kill in run.kills:
-                if kill.in_flight is not None:  # a run's kill between the two runs, the key then in flight
-                    if runs[0] <= kill.run < runs[1] and key in kill.in_flight:
-                        return "kill"
-                elif between[0] - IN_FLIGHT_SLACK <= kill.time <= between[1]:
-                    return "cluster"
-            for stopped, resumed in run.stops:
-                if stopped <= between[1] and resumed >= between[0]:
-                    return "stop"
-        for stopped, restarted in self.nats_restarts:
-            if stopped <= between[1] and restarted >= between[0] - IN_FLIGHT_SLACK:
-                return "cluster"
+            # a kill of a run from the first delivery's on, before the second's, with the key in flight
+            if any(kill.in_flight is not None and runs[0] <= kill.run < runs[1] and key in kill.in_flight
+                   for kill in run.kills):
+                return "kill"
+            if any(stopped <= again and resumed >= first for stopped, resumed in run.stops):
+                return "stop"
+        if self.lease_watch is not None:  # its partition changed hands in between (a lease taken over or handed on)
+            partition = self.expected_keys.get(key)
+            if any(changed == partition and first - IN_FLIGHT_SLACK <= changed_before and changed_after <= again
+                   for changed_after, changed_before, changed in self.lease_watch.changes):
+                return "handover"
+        if any(stopped <= again and restarted >= first - IN_FLIGHT_SLACK for stopped, restarted in self.nats_restarts):
+            return "nats"
         return "unexplained"
 
     def check_retryable(self) -> None:
@@ -731,14 +749,10 @@ def run_chaos(options: Options) -> Audit:
     rng = random.Random(options.seed)
     audit = Audit()
     proxy = FaultProxy(rng.randrange(2**32))
-    nats = None
-    if options.cluster:
-        from tests.nats_server import NatsServer
-        nats = NatsServer(options.directory / "nats").start()
     try:
         injected, number = 0, 0
         while injected < options.faults or number == 0:
-            round_ = Round(options, number, rng, proxy, audit, nats)
+            round_ = Round(options, number, rng, proxy, audit)
             try:
                 started = time.monotonic()
                 injected += round_.play(options.faults - injected)
@@ -761,8 +775,6 @@ def run_chaos(options: Options) -> Audit:
             number += 1
     finally:
         proxy.close()
-        if nats is not None:
-            nats.stop()
     return audit
 
 
