@@ -134,6 +134,7 @@ class FaultProxy:
     def __init__(self, seed: int) -> None:
         self.upstream_port = 0
         self.attempts: dict[int, Attempt] = {}
+        self.runs_seen: set[str] = set()  # X-Chaos-Run values: the runs that have sent something
         self._random = random.Random(seed)
         self._lock = threading.Lock()
         self._numbers = itertools.count(1)
@@ -216,6 +217,7 @@ class FaultProxy:
     async def _handle(self, session: ClientSession, request: web.Request) -> web.StreamResponse:
         started = time.monotonic()
         number = next(self._numbers)
+        self.runs_seen.add(request.headers.get(RUN_HEADER, ""))
         kind, delay, status = self._take()
         attempt = self.attempts[number] = Attempt("passed")
         try:
@@ -339,18 +341,43 @@ class EgressRun:
     finished: float = 0.0  # monotonic time of its exit 0
     kills: list[Kill] = field(default_factory=list)
     stops: list[tuple[float, float]] = field(default_factory=list)
+    progressed: Callable[[EgressRun], bool] = lambda run: True
+    started_signature: object = None
 
     def start(self) -> None:
+        self.started_signature = state_signature(self.state)
         with self.log.open("ab") as output:
             self.process = subprocess.Popen(self.command(self.runs), cwd=ROOT, stdout=output,
                                             stderr=subprocess.STDOUT)
         self.runs += 1
 
+    @property
+    def label(self) -> str:
+        """The current run's name in the ``X-Chaos-Run`` header: ``NAME/RUN``."""
+        return f"{self.name}/{self.runs - 1}"
+
     def running(self) -> bool:
         return not self.done and self.process is not None and self.process.poll() is None
 
+    def working(self) -> bool:
+        """Running, and this run has shown progress (``progressed``): a fault then lands mid-work,
+        not while it starts up."""
+        return self.running() and self.progressed(self)
+
     def tail(self) -> str:
         return self.log.read_text(errors="replace")[-2000:]
+
+
+def state_signature(state: Path) -> tuple[tuple[int, int], ...]:
+    """Sizes and modification times of a state directory's SQLite files: a change is a commit."""
+    found = []
+    for name in ("egress.sqlite3", "egress.sqlite3-wal"):
+        try:
+            status = (state / name).stat()
+        except FileNotFoundError:
+            continue
+        found.append((status.st_size, status.st_mtime_ns))
+    return tuple(found)
 
 
 @dataclass
@@ -387,13 +414,13 @@ def write_flights(directory: Path, rows: int | None) -> tuple[Path, dict[str, in
     return path, keys
 
 
-def flights_spec(directory: Path, data: Path, port: int, run: int) -> Path:
+def flights_spec(directory: Path, data: Path, port: int, label: str) -> Path:
     spec = yaml.safe_load((FLIGHTS / "spec.yaml").read_text())
     spec["sources"][FLIGHTS_SOURCE]["parameters"]["path"] = str(data)
     sink = spec["computations"][FLIGHTS_COMPUTATION]["sinks"][FLIGHTS_SINK]["parameters"]
     sink["url"] = f"http://127.0.0.1:{port}/events"
-    sink["headers"][RUN_HEADER] = str(run)  # a static header: changes no message id and no body
-    path = directory / f"flights-run{run}.yaml"
+    sink["headers"][RUN_HEADER] = label  # a static header: changes no message id and no body
+    path = directory / f"{label.replace('/', '-run')}.yaml"
     path.write_text(yaml.safe_dump(spec, sort_keys=False))
     return path
 
@@ -519,16 +546,18 @@ class Round:
                     "--engine", self.nats.url, "--worker-id", f"w{number_}", "--lease-ttl", f"{LEASE_TTL:g}")))
         else:
             self.flights.append(self._flights_run("flights", ()))
-        self.retryable = EgressRun("retryable", self.directory / "retryable-state", self.directory / "retryable.log",
-                                   lambda run: egress_command(retryable_spec, self.directory / "retryable-state"))
+        self.retryable = EgressRun(
+            "retryable", self.directory / "retryable-state", self.directory / "retryable.log",
+            lambda run: egress_command(retryable_spec, self.directory / "retryable-state"),
+            progressed=lambda run: state_signature(run.state) != run.started_signature)
 
     def _flights_run(self, name: str, extra: tuple[str, ...]) -> EgressRun:
         state = self.directory / f"{name}-state"
         dynamic = self.directory / "dynamic.yaml"
         dynamic.write_text(yaml.safe_dump(DYNAMIC_SPEC))
         return EgressRun(name, state, self.directory / f"{name}.log", lambda run: egress_command(
-            flights_spec(self.directory, self.flights_data, self.proxy.port, run), state,
-            "--dynamic-spec", str(dynamic), *extra))
+            flights_spec(self.directory, self.flights_data, self.proxy.port, f"{name}/{run}"), state,
+            "--dynamic-spec", str(dynamic), *extra), progressed=lambda run: run.label in self.proxy.runs_seen)
 
     @property
     def runs(self) -> list[EgressRun]:
@@ -579,10 +608,9 @@ class Round:
         return all(run.done for run in self.runs)
 
     def _inject(self) -> str:
-        running = [run for run in self.runs if run.running()]
-        flights_running = any(run.running() for run in self.flights)
+        running = [run for run in self.runs if run.working()]
         kinds = ["egress_kill", "egress_stop"] if running else []
-        if flights_running:
+        if any(run.working() for run in self.flights):
             kinds += NETWORK_KINDS
             if self.options.cluster:
                 kinds += CLUSTER_KINDS
@@ -710,11 +738,14 @@ class Round:
         if attempt.seconds >= TIMEOUT_SHARE * ATTEMPT_TIMEOUT:
             return "timeout"
         first, again = before["time"], after["time"]
-        runs = (int(before["headers"][RUN_HEADER]), int(after["headers"][RUN_HEADER]))
+        (name, first_run), (again_name, again_run) = (
+            (label.split("/")[0], int(label.split("/")[1])) for label in (before["headers"][RUN_HEADER],
+                                                                            after["headers"][RUN_HEADER]))
         for run in self.flights:
             # a kill of a run from the first delivery's on, before the second's, with the key in flight
-            if any(kill.in_flight is not None and runs[0] <= kill.run < runs[1] and key in kill.in_flight
-                   for kill in run.kills):
+            if name == again_name == run.name and any(
+                    kill.in_flight is not None and first_run <= kill.run < again_run and key in kill.in_flight
+                    for kill in run.kills):
                 return "kill"
             if any(stopped <= again and resumed >= first for stopped, resumed in run.stops):
                 return "stop"
