@@ -87,8 +87,11 @@ from aiohttp import ClientError, ClientSession, ClientTimeout, TCPConnector, web
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from tests.e2e.test_exactly_once import totals  # noqa: E402
+from tests.e2e.test_exactly_once import write_pipeline as write_retryable  # noqa: E402
+from tests.e2e.test_kill_restart import read_in_flight  # noqa: E402
+
 from egress.cli.state import state_lines  # noqa: E402
-from egress.engines.sqlite import read_outbox  # noqa: E402
 from egress.keys import encode_key, partition_of  # noqa: E402
 
 FLIGHTS = ROOT / "examples" / "http_delivery"
@@ -425,43 +428,9 @@ def flights_spec(directory: Path, data: Path, port: int, label: str) -> Path:
     return path
 
 
-def write_retryable(directory: Path, rng: random.Random, events: int, keys: int = 50) -> tuple[Path, Counter[str]]:
-    """``events`` events with random keys and data, the example's Spec on them (retry delay 1 s),
-    and the ``total_length`` every key must end with."""
-    expected: Counter[str] = Counter()
-    lines = []
-    for _ in range(events):
-        key, data = f"key-{rng.randrange(keys)}", "x" * rng.randint(1, 40)
-        expected[key] += len(data)
-        lines.append(orjson.dumps({"key": key, "data": data}))
-    data_path = directory / "events.jsonl"
-    data_path.write_bytes(b"\n".join(lines) + b"\n")
-    spec = yaml.safe_load((RETRYABLE / "spec.yaml").read_text())
-    spec["sources"]["events"]["parameters"]["path"] = str(data_path)
-    spec["computations"]["request_processor"]["processing_function_parameters"]["delay"] = "1s"
-    path = directory / "retryable.yaml"
-    path.write_text(yaml.safe_dump(spec, sort_keys=False))
-    return path, expected
-
-
 def egress_command(spec: Path, state: Path, *extra: str) -> list[str]:
     return [sys.executable, "-m", "egress", "run", str(spec), "--state-dir", str(state), "--quiet",
             "--until-drained", *extra]
-
-
-def flights_in_flight(state: Path) -> set[str]:
-    """The flights sink's committed but unacknowledged outbox (non-null payloads), read from a dead
-    process's state: what a restart must send again."""
-    database = sqlite3.connect(f"{(state / 'egress.sqlite3').as_uri()}?mode=ro", uri=True)
-    try:
-        acknowledged = dict(database.execute(
-            "SELECT partition, max_persisted_seq_no FROM sink_progress WHERE consumer = ? AND sink = ?",
-            (FLIGHTS_COMPUTATION, FLIGHTS_SINK)).fetchall())
-    finally:
-        database.close()
-    return {message.message_id.hex().upper() for consumer, partition, message in read_outbox(state)
-            if consumer == FLIGHTS_COMPUTATION and message.seq > acknowledged.get(partition, 0)
-            and message.row["payload"] is not None}
 
 
 def integrity_problems(state: Path) -> list[str]:
@@ -658,7 +627,7 @@ class Round:
         killed = time.time()
         in_flight = None
         if run.name == "flights" and (run.state / "egress.sqlite3").exists():
-            in_flight = flights_in_flight(run.state)
+            in_flight = read_in_flight(run.state).keys  # the committed, unacknowledged outbox: resent
         run.kills.append(Kill(killed, run.runs - 1, in_flight))
         self.check_integrity(run.state, f"after a kill of {run.name}")
         run.start()
@@ -760,10 +729,10 @@ class Round:
 
     def check_retryable(self) -> None:
         state = self.retryable.state
-        totals = {line["key"][0]: line["row"]["total_length"] for line in state_lines(state, name="/state")}
-        if totals != dict(self.expected_totals):
-            wrong = {key: (totals.get(key), value) for key, value in self.expected_totals.items()
-                     if totals.get(key) != value}
+        found = totals(state)
+        if found != dict(self.expected_totals):
+            wrong = {key: (found.get(key), value) for key, value in self.expected_totals.items()
+                     if found.get(key) != value}
             self.audit.failures.append(f"retryable totals wrong in {self.directory.name} (key: found, expected): "
                                        f"{dict(list(wrong.items())[:3])}")
         left = list(state_lines(state, internal=True, external=False))
