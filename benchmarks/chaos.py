@@ -13,14 +13,18 @@ directories:
 
 Faults are drawn from ``random.Random(seed)`` (the seed is printed; ``--seed`` replays a run's
 schedule: kinds, moments and durations, though not the processes' own timing), one every 0.2 to
-1.2 s, each of a kind that applies at that moment:
+1.2 s, each of a kind that applies at that moment, and only on a process that has shown progress
+since its start (a request at the proxy, a commit in its state). Faults overlap: a stop, a receiver
+outage or a burst goes on while the next ones land, and every outage (a 5xx or 429 burst, the
+receiver down) is followed by a SIGKILL of the flights process at a random moment from inside it to
+1.5 s after it, while its failed attempts wait to be retried:
 
 =================  ===========================================================================
 ``egress_kill``    SIGKILL of an egress process (flights or retryable), then restart at once
 ``egress_stop``    SIGSTOP of an egress process for 0.2 to 1.5 s, then SIGCONT
 ``receiver_kill``  SIGKILL of the receiver, down for 0.2 to 1.5 s, restarted on its record file
-``http_5xx``       every request answered 500, 502 or 503 by the proxy for 0.3 to 2 s
-``http_429``       every request answered 429 (half of them with ``Retry-After: 1``) for 0.3 to 2 s
+``http_5xx``       30 to 100 % of the requests answered 500, 502 or 503 by the proxy for 0.3 to 2 s
+``http_429``       30 to 100 % answered 429 (half of them with ``Retry-After: 1``) for 0.3 to 2 s
 ``slow``           every response held 50 to 500 ms for 1 to 3 s
 ``stall``          the next 1 to 8 responses held past the sink's attempt timeout (after the
                    receiver recorded them: the sink gives up and sends again)
@@ -143,6 +147,7 @@ class FaultProxy:
         self._numbers = itertools.count(1)
         self._statuses: tuple[int, ...] = ()
         self._statuses_until = 0.0
+        self._share = 1.0
         self._slow_until = 0.0
         self._stalls = 0
         self._resets = 0
@@ -156,9 +161,11 @@ class FaultProxy:
             raise RuntimeError("the fault proxy did not start within 30 s")
 
     # faults, set from the harness thread
-    def answer(self, statuses: tuple[int, ...], seconds: float) -> None:
+    def answer(self, statuses: tuple[int, ...], seconds: float, share: float) -> None:
+        """For ``seconds``, answer ``share`` of the requests (at random) with one of ``statuses``."""
         with self._lock:
             self._statuses, self._statuses_until = statuses, time.monotonic() + seconds
+            self._share = share
 
     def slow_down(self, seconds: float) -> None:
         with self._lock:
@@ -188,7 +195,7 @@ class FaultProxy:
         with self._lock:
             now = time.monotonic()
             delay = self._random.uniform(0.05, 0.5) if now < self._slow_until else 0.0
-            if now < self._statuses_until:
+            if now < self._statuses_until and self._random.random() < self._share:
                 return "status", delay, self._random.choice(self._statuses)
             if self._resets:
                 self._resets -= 1
@@ -345,10 +352,12 @@ class EgressRun:
     kills: list[Kill] = field(default_factory=list)
     stops: list[tuple[float, float]] = field(default_factory=list)
     progressed: Callable[[EgressRun], bool] = lambda run: True
+    stopped: bool = False  # SIGSTOPped, its SIGCONT still to come
     started_signature: object = None
 
     def start(self) -> None:
         self.started_signature = state_signature(self.state)
+        self.stopped = False
         with self.log.open("ab") as output:
             self.process = subprocess.Popen(self.command(self.runs), cwd=ROOT, stdout=output,
                                             stderr=subprocess.STDOUT)
@@ -507,6 +516,8 @@ class Round:
         retryable_spec, self.expected_totals = write_retryable(self.directory, rng, options.events)
         self.nats_restarts: list[tuple[float, float]] = []
         self.first_request = 0.0
+        self.recoveries: list[tuple[float, Callable[[], None]]] = []  # (monotonic time, the end of a fault)
+        self.inside: float | None = None  # when the next fault is a flights kill inside an outage
         self.lease_watch: Any = None
         self.flights: list[EgressRun] = []
         if options.cluster:
@@ -545,15 +556,36 @@ class Round:
         self.wait_for_delivery(handled)
         injected = 0
         while injected < budget and not self._finished():
-            time.sleep(self.rng.uniform(*FAULT_GAP))
+            inside, self.inside = self.inside, None
+            self.sleep(self.rng.uniform(*FAULT_GAP) if inside is None else max(0.0, inside - time.monotonic()))
             if self._finished():
                 break
-            kind = self._inject()
+            kind = self._inject(kill_flights=inside is not None)
             if kind:
                 self.audit.faults[kind] += 1
                 injected += 1
+        self.recover(everything=True)
         self.proxy.clear()
         return injected
+
+    def later(self, seconds: float, recovery: Callable[[], None]) -> None:
+        """Run ``recovery`` (the end of a fault) ``seconds`` from now, while other faults go on."""
+        self.recoveries.append((time.monotonic() + seconds, recovery))
+
+    def recover(self, *, everything: bool = False) -> None:
+        """Run the recoveries that are due (all of them with ``everything``), in time order."""
+        self.recoveries.sort(key=lambda item: item[0])
+        while self.recoveries and (everything or self.recoveries[0][0] <= time.monotonic()):
+            self.recoveries.pop(0)[1]()
+
+    def sleep(self, seconds: float) -> None:
+        """Sleep ``seconds``, ending faults when they are due meanwhile."""
+        deadline = time.monotonic() + seconds
+        while (now := time.monotonic()) < deadline:
+            self.recover()
+            due = min([deadline, *(when for when, _ in self.recoveries)])
+            time.sleep(max(0.0, due - now))
+        self.recover()
 
     def wait_for_delivery(self, handled: int) -> None:
         """Wait until the proxy got a request of this round: the faults land while flights flow."""
@@ -576,11 +608,24 @@ class Round:
                 run.finished = time.monotonic()
         return all(run.done for run in self.runs)
 
-    def _inject(self) -> str:
+    def outage(self, seconds: float) -> float:
+        """A failure episode of ``seconds`` begins: the next fault is a SIGKILL of the flights process
+        at a random moment from inside it to 1.5 s after it (failed attempts waiting to be retried
+        while other deliveries are acknowledged and committed: the case at-least-once delivery is
+        hardest on). Returns ``seconds``."""
+        self.inside = time.monotonic() + self.rng.uniform(0.2 * seconds, seconds + 1.5)
+        return seconds
+
+    def _inject(self, *, kill_flights: bool = False) -> str:
         running = [run for run in self.runs if run.working()]
-        kinds = ["egress_kill", "egress_stop"] if running else []
+        flights = [run for run in self.flights if run.working()]
+        if kill_flights and flights:
+            self.kill(self.rng.choice(flights))
+            return "worker_kill" if self.options.cluster else "egress_kill"
+        kinds = ["egress_kill"] if running else []
+        kinds += ["egress_stop"] if any(not run.stopped for run in running) else []
         if any(run.working() for run in self.flights):
-            kinds += NETWORK_KINDS
+            kinds += [kind for kind in NETWORK_KINDS if kind != "receiver_kill" or self.receiver.process is not None]
             if self.options.cluster:
                 kinds += CLUSTER_KINDS
         if not kinds:
@@ -590,21 +635,14 @@ class Round:
             targets = [run for run in running if kind == "egress_kill" or run in self.flights]
             self.kill(self.rng.choice(targets or running))
         elif kind == "egress_stop":
-            target = self.rng.choice(running)
-            assert target.process is not None
-            started = time.time()
-            target.process.send_signal(signal.SIGSTOP)
-            time.sleep(self.rng.uniform(0.2, 1.5))
-            target.process.send_signal(signal.SIGCONT)
-            target.stops.append((started, time.time()))
+            self.stop_for_a_while(self.rng.choice([run for run in running if not run.stopped]))
         elif kind == "receiver_kill":
             self.receiver.kill()
-            time.sleep(self.rng.uniform(0.2, 1.5))
-            self.proxy.upstream_port = self.receiver.start()
+            self.later(self.outage(self.rng.uniform(0.2, 1.5)), self.restart_receiver)
         elif kind == "http_5xx":
-            self.proxy.answer((500, 502, 503), self.rng.uniform(0.3, 2.0))
+            self.proxy.answer((500, 502, 503), self.outage(self.rng.uniform(0.3, 2.0)), self.rng.uniform(0.3, 1.0))
         elif kind == "http_429":
-            self.proxy.answer((429,), self.rng.uniform(0.3, 2.0))
+            self.proxy.answer((429,), self.outage(self.rng.uniform(0.3, 2.0)), self.rng.uniform(0.3, 1.0))
         elif kind == "slow":
             self.proxy.slow_down(self.rng.uniform(1.0, 3.0))
         elif kind == "stall":
@@ -614,10 +652,31 @@ class Round:
         elif kind == "nats_restart":
             started = time.time()
             self.nats.kill()
-            time.sleep(self.rng.uniform(0.2, 1.0))
-            self.nats.restart()
-            self.nats_restarts.append((started, time.time()))
+
+            def restart_nats() -> None:
+                self.nats.start()
+                self.nats_restarts.append((started, time.time()))
+            self.later(self.rng.uniform(0.2, 1.0), restart_nats)
         return kind
+
+    def stop_for_a_while(self, run: EgressRun) -> None:
+        """SIGSTOP ``run``'s process now and SIGCONT it 0.2 to 1.5 s later (unless it was killed since)."""
+        process = run.process
+        assert process is not None
+        started = time.time()
+        process.send_signal(signal.SIGSTOP)
+        run.stopped = True
+
+        def resume() -> None:
+            if process.poll() is None:
+                process.send_signal(signal.SIGCONT)
+            if run.process is process:
+                run.stopped = False
+            run.stops.append((started, time.time()))
+        self.later(self.rng.uniform(0.2, 1.5), resume)
+
+    def restart_receiver(self) -> None:
+        self.proxy.upstream_port = self.receiver.start()
 
     def kill(self, run: EgressRun) -> None:
         """SIGKILL ``run``, read what it left in flight, check its state files, restart it."""
