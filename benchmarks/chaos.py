@@ -142,6 +142,7 @@ class FaultProxy:
         self.upstream_port = 0
         self.attempts: dict[int, Attempt] = {}
         self.runs_seen: set[str] = set()  # X-Chaos-Run values: the runs that have sent something
+        self.last_request = 0.0  # monotonic time of the latest request
         self._random = random.Random(seed)
         self._lock = threading.Lock()
         self._numbers = itertools.count(1)
@@ -228,6 +229,7 @@ class FaultProxy:
         started = time.monotonic()
         number = next(self._numbers)
         self.runs_seen.add(request.headers.get(RUN_HEADER, ""))
+        self.last_request = started
         kind, delay, status = self._take()
         attempt = self.attempts[number] = Attempt("passed")
         try:
@@ -353,10 +355,12 @@ class EgressRun:
     stops: list[tuple[float, float]] = field(default_factory=list)
     progressed: Callable[[EgressRun], bool] = lambda run: True
     stopped: bool = False  # SIGSTOPped, its SIGCONT still to come
+    started: float = 0.0  # monotonic time of the current run's start
     started_signature: object = None
 
     def start(self) -> None:
         self.started_signature = state_signature(self.state)
+        self.started = time.monotonic()
         self.stopped = False
         with self.log.open("ab") as output:
             self.process = subprocess.Popen(self.command(self.runs), cwd=ROOT, stdout=output,
@@ -535,6 +539,11 @@ class Round:
         state = self.directory / f"{name}-state"
         dynamic = self.directory / "dynamic.yaml"
         dynamic.write_text(yaml.safe_dump(DYNAMIC_SPEC))
+        if self.options.cluster:  # every worker must run the same Spec: one header value, and progress
+            # is the cluster's (a request at the proxy since the worker started)
+            return EgressRun(name, state, self.directory / f"{name}.log", lambda run: egress_command(
+                flights_spec(self.directory, self.flights_data, self.proxy.port, "cluster/0"), state,
+                "--dynamic-spec", str(dynamic), *extra), progressed=lambda run: self.proxy.last_request > run.started)
         return EgressRun(name, state, self.directory / f"{name}.log", lambda run: egress_command(
             flights_spec(self.directory, self.flights_data, self.proxy.port, f"{name}/{run}"), state,
             "--dynamic-spec", str(dynamic), *extra), progressed=lambda run: run.label in self.proxy.runs_seen)
