@@ -4,7 +4,8 @@ Two pipelines run side by side as real ``egress run --until-drained`` processes 
 directories:
 
 * ``flights``: the demo's flights pipeline (``examples/http_delivery``, its first ``--rows`` rows)
-  delivering to ``egress receiver --record`` through a fault-injecting HTTP proxy on loopback
+  delivering to the receiver of ``egress receiver --record`` (``egress.receiver.app``, started
+  without the CLI's imports so that a restart is quick) through a fault-injecting HTTP proxy on loopback
   (:class:`FaultProxy`, in this process). With ``--cluster`` it runs as ``--workers`` worker
   processes on a nats-server (``--engine nats://…``) instead of the embedded SQLite engine.
 * ``retryable``: the retryable async request example (``examples/retryable_async_request``, the
@@ -48,8 +49,8 @@ audited:
   ``LeaseWatch``) or a nats-server restart (``nats``); any other duplicate is ``unexplained`` and
   fails the audit;
 * the retryable example's totals exact and no request left in retry state;
-* ``PRAGMA integrity_check`` ``ok`` on every SQLite file of every state directory, after every
-  kill and at the end.
+* ``PRAGMA integrity_check`` ``ok`` on every SQLite file of the killed process's state directory
+  after every kill (before the restart), and of every state directory at the end.
 
 The last line is the summary; exit 1 when the audit fails (the work directory is kept then).
 
