@@ -64,6 +64,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import csv
+import ctypes
 import gzip
 import hashlib
 import itertools
@@ -109,6 +110,11 @@ ATTEMPT_TIMEOUT = 3.0  # the sink's attempt_timeout here: a stall outlasts it
 STALL = ATTEMPT_TIMEOUT + 1.0
 TIMEOUT_SHARE = 0.8  # an attempt this share of the attempt timeout long may have been given up on
 FAULT_GAP = (0.2, 1.2)
+PR_SET_PDEATHSIG = 1  # linux/prctl.h
+try:  # looked up here, not in the forked child (which shares the harness's threads' locks)
+    _prctl: Callable[..., int] | None = ctypes.CDLL(None, use_errno=True).prctl if sys.platform == "linux" else None
+except (OSError, AttributeError):
+    _prctl = None
 LEASE_TTL = 2.0  # seconds, --lease-ttl of the cluster workers
 IN_FLIGHT_SLACK = 0.5  # seconds: a request sent before a change may be recorded just after it
 DRAIN_TIMEOUT = 240.0
@@ -283,6 +289,13 @@ class FaultProxy:
 # -- processes -----------------------------------------------------------------------------------
 
 
+def die_with_the_harness() -> None:
+    """In a child before it runs (``preexec_fn``): SIGKILL it when the harness dies, even by SIGKILL
+    (Linux ``prctl(PR_SET_PDEATHSIG)``; elsewhere nothing), so that no receiver or egress run outlives it."""
+    if _prctl is not None:
+        _prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+
+
 def stop_process(process: subprocess.Popen[Any]) -> None:
     """SIGCONT (it may be stopped) and SIGKILL ``process`` if it still runs, and reap it."""
     if process.poll() is None:
@@ -322,7 +335,8 @@ class ReceiverProcess:
 
     def start(self) -> int:
         self.process = subprocess.Popen([sys.executable, "-c", RECEIVER, str(self.record)], cwd=ROOT,
-                                        stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+                                        stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
+                                        preexec_fn=die_with_the_harness)
         assert self.process.stdout is not None
         line = self.process.stdout.readline()
         found = re.search(r"listening on http://127\.0\.0\.1:(\d+)/", line)
@@ -365,7 +379,7 @@ class EgressRun:
         self.stopped = False
         with self.log.open("ab") as output:
             self.process = subprocess.Popen(self.command(self.runs), cwd=ROOT, stdout=output,
-                                            stderr=subprocess.STDOUT)
+                                            stderr=subprocess.STDOUT, preexec_fn=die_with_the_harness)
         self.runs += 1
 
     @property
@@ -859,12 +873,17 @@ def parse_arguments(argv: list[str] | None) -> argparse.Namespace:
     return parser.parse_args(argv)
 
 
+def _exit_on_signal(signum: int, frame: object) -> None:
+    raise SystemExit(128 + signum)
+
+
 def main(argv: list[str] | None = None) -> int:
     arguments = parse_arguments(argv)
     seed = arguments.seed if arguments.seed is not None else random.SystemRandom().randrange(2**31)
     directory = arguments.directory or Path(tempfile.mkdtemp(prefix="egress-chaos-"))
     directory.mkdir(parents=True, exist_ok=True)
     logging.getLogger("aiohttp").setLevel(logging.CRITICAL)
+    signal.signal(signal.SIGTERM, _exit_on_signal)  # as Ctrl-C: every process started is stopped on the way out
     print(f"chaos: seed {seed}, {arguments.faults} faults, work directory {directory}", flush=True)
     options = Options(seed, arguments.faults, arguments.rows, arguments.events, arguments.cluster,
                       arguments.workers, directory)
