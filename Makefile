@@ -36,3 +36,9 @@ bench: venv
 
 clean:
 	rm -rf $(VENV) .egress .pytest_cache .mypy_cache .ruff_cache
+
+# The chaos harness (issue 15): 100 random faults, then the audit (docs/reliability.md).
+CHAOS_FAULTS ?= 100
+.PHONY: chaos
+chaos: venv
+	$(PY) benchmarks/chaos.py --faults $(CHAOS_FAULTS)

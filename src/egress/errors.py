@@ -9,6 +9,7 @@ one type. The shape follows httpx: a small tree, named by what went wrong, not b
     │   ├── SpecMismatchError     the Spec's layout is not the state directory's (also a StateDirectoryError)
     │   └── ClusterSpecError      a worker's Spec is not the one its cluster's live members run (egress.runtime.worker)
     ├── StateDirectoryError       the state directory cannot be used (busy, another pipeline, unknown version)
+    │   └── StateDirectoryFullError  its filesystem is full (egress.engines.storage_errors)
     ├── SourceDataError           a source record does not fit the stream schema (file, line, column)
     ├── SourceChangedError        a source's input is not the one its committed position was read from
     ├── NatsSourceError           the nats source cannot reach its server or stream (egress.connectors.sources.nats)
@@ -131,6 +132,24 @@ class DeliveryError(EgressError):
 
 class StateDirectoryError(EgressError):
     """The state directory belongs to another pipeline or has an unknown layout version."""
+
+
+class StateDirectoryFullError(StateDirectoryError):
+    """The state directory's filesystem is full (SQLite's ``SQLITE_FULL`` or ``ENOSPC``): raised by the
+    storage engine when a write finds no space. The transaction that needed it was rolled back, so
+    everything committed before is kept; free space (``needed_bytes`` at least; ``free_bytes`` were
+    free when it was raised) or move the directory, and run again: the run resumes from its last
+    commit. ``str()`` is one line naming the directory and both sizes."""
+
+    def __init__(self, state_dir: str, *, free_bytes: int, needed_bytes: int) -> None:
+        self.state_dir = state_dir
+        self.free_bytes = free_bytes
+        self.needed_bytes = needed_bytes
+        mebibyte = 1024 * 1024
+        super().__init__(
+            f"{state_dir}: the state directory's filesystem is full ({free_bytes / mebibyte:.1f} MiB free): "
+            f"free at least {needed_bytes / mebibyte:.1f} MiB there (or move the directory) and run again; "
+            "everything committed is kept and the run resumes from it")
 
 
 class SpecMismatchError(SpecError, StateDirectoryError):

@@ -53,6 +53,7 @@ from egress.engines.protocols import (
     OutboxMessage,
     SinkProgress,
 )
+from egress.engines.storage_errors import storage_error
 from egress.errors import RowEncodingError, SpecMismatchError, StateDirectoryError
 from egress.keys import partition_of
 from egress.rows import decode_row, first_unstorable_row_error, pack_batch, unpack_batch
@@ -67,6 +68,10 @@ PAGE_SIZE = 16384
 MIGRATION_BATCH = 1024
 """Messages per batch row when a directory of layout 1 or 2 is converted."""
 DATABASE_NAME = "egress.sqlite3"
+FREE_SPACE_NEEDED = 32 * 1024 * 1024
+"""Bytes a state directory needs free to go on, told when its filesystem is full: SQLite's
+write-ahead log grows to ``wal_autocheckpoint`` (1000) pages of :data:`PAGE_SIZE` (15.6 MiB) before
+a checkpoint copies them into the database file, which may grow as much."""
 LOCK_NAME = "egress.lock"
 APPENDS_POLL_INTERVAL = 0.05
 """Seconds between two ``PRAGMA data_version`` looks of a shared engine with an appends callback."""
@@ -248,7 +253,17 @@ class SqliteEngine:
             self._lock_file.close()
 
     async def _call(self, function: Callable[..., T], *args: Any) -> T:
-        return await asyncio.get_running_loop().run_in_executor(self._executor, function, *args)
+        try:
+            return await asyncio.get_running_loop().run_in_executor(self._executor, function, *args)
+        except Exception as error:
+            mapped = self._storage_error(error)
+            if mapped is error:
+                raise
+            raise mapped from error
+
+    def _storage_error(self, error: BaseException) -> BaseException:
+        """``error`` as the one to raise: a full filesystem as StateDirectoryFullError (storage_errors)."""
+        return storage_error(error, self.state_dir, FREE_SPACE_NEEDED)
 
     async def _read_call(self, function: Callable[..., T], *args: Any) -> T:
         """:meth:`_call` for a read of several statements: shared, they read one snapshot (a read
@@ -660,7 +675,7 @@ class SqliteEngine:
             try:
                 outcomes = self._commit_group_sync([commit for commit, _ in group])
             except BaseException as error:  # every committer must hear of it, none may hang
-                outcomes = [error] * len(group)
+                outcomes = [self._storage_error(error)] * len(group)
             loop.call_soon_threadsafe(_settle, [done for _, done in group], outcomes)
 
     def _commit_group_sync(self, commits: list[EpochCommit]) -> list[BaseException | None]:
@@ -696,7 +711,7 @@ class SqliteEngine:
         try:
             self._commit_sync(commit)
         except Exception as error:  # handed to the committer's future
-            return error
+            return self._storage_error(error)
         return None
 
     def _commit_sync(self, commit: EpochCommit) -> None:
