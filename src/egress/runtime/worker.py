@@ -162,7 +162,7 @@ class Worker:
                 else:  # a joiner is seen within a retry period, not a heartbeat: its share moves sooner
                     self.members = await self._engine.members()
                 await self._reconcile()
-            except _MembershipLost:
+            except MembershipLostError:
                 raise
             except Exception as error:  # the engine unreachable for a moment: its leases may still hold
                 logger.warning("worker %s: the engine failed (%s: %s); trying again", self.settings.worker_id,
@@ -189,7 +189,7 @@ class Worker:
         try:
             await self._engine.register(self.me, self.settings.lease_ttl)
         except EngineUnavailableError as error:
-            raise _MembershipLost(f"worker {self.settings.worker_id}: its membership could not be renewed: "
+            raise MembershipLostError(f"worker {self.settings.worker_id}: its membership could not be renewed: "
                                   f"{error}") from error
 
     async def _heartbeat(self) -> None:
@@ -274,5 +274,5 @@ class Worker:
             raise self._failure
 
 
-class _MembershipLost(EngineUnavailableError):
+class MembershipLostError(EngineUnavailableError):
     """The worker could not renew its membership within the engine's outage timeout: it ends."""
