@@ -102,7 +102,7 @@ async def log_ends(url: str, pipeline: str, stream: str) -> int:
 async def test_a_worker_cut_off_from_nats_loses_its_units_is_fenced_and_rejoins_when_the_network_returns(
         tmp_path: Path, serve_app: ServerFactory, nats_server: str) -> None:
     receiver = Receiver(ReceiverConfig(delay=0.02))  # the run lasts through the partition
-    count = 3000
+    count = 1500  # about 15 s at the receiver's pace: the cut, the failover and the rejoin fit in
     cluster = make_cluster(tmp_path, "nats", f"{await serve_app(receiver.app)}/events", count)
     partition = NetworkPartition(int(nats_server.rsplit(":", 1)[1]))
     cut_url = await partition.start()
