@@ -19,6 +19,9 @@ one type. The shape follows httpx: a small tree, named by what went wrong, not b
     ├── DeliveryError             a delivery's retry budget is exhausted
     ├── RedirectError             a Location cannot be followed (egress.httpclient.redirects)
     ├── FencedError               a commit carried a stale epoch (egress.engines.protocols)
+    ├── EngineUnavailableError    an engine's server gave no usable answer within its outage timeout (retryable;
+    │   │                         egress.engines.protocols); NatsUnavailableError is one too
+    │   └── MembershipLostError   a cluster worker could not renew its membership (egress.runtime.worker)
     ├── NatsEngineError           the NATS engine cannot reach or use its server (egress.engines.nats)
     │   ├── NatsUnavailableError  no usable answer within outage_timeout (retryable)
     │   └── JetStreamRequestError

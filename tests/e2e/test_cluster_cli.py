@@ -16,17 +16,33 @@ from pathlib import Path
 
 import pytest
 import yaml
+from examples.cluster.demo import SOURCE_ID, key_partitions, write_data
 
 from tests.e2e.conftest import DYNAMIC_SPEC, REPO, Receiver, terminate, wait_for_first_request, write_spec
 
 pytestmark = pytest.mark.e2e
-EXPECTED = 26_483  # non-cancelled January flights: what the demo delivers
+ROWS = 6000  # the demo's first flights: the runs take seconds, and a kill or Ctrl-C still lands mid-run
 CLUSTER = ["--lease-ttl", "2", "--heartbeat-period", "0.5"]
+
+
+def demo_spec(directory: Path, port: int, run: int) -> Path:
+    """The demo's Spec (``write_spec``) on its first :data:`ROWS` flights."""
+    path = write_spec(directory, port, run)
+    spec = yaml.safe_load(path.read_text())
+    spec["sources"][SOURCE_ID]["parameters"]["path"] = str(write_data(directory, ROWS))
+    path.write_text(yaml.safe_dump(spec, sort_keys=False))
+    return path
+
+
+def expected(spec: Path) -> int:
+    """How many flights the demo on ``spec`` delivers (the non-cancelled ones)."""
+    document = yaml.safe_load(spec.read_text())
+    return len(key_partitions(document, Path(document["sources"][SOURCE_ID]["parameters"]["path"])))
 
 
 def cluster_spec(directory: Path, receiver: Receiver, run: int) -> Path:
     """The demo's Spec under a pipeline name of this test's own (its NATS bucket is new)."""
-    path = write_spec(directory, receiver.port, run)
+    path = demo_spec(directory, receiver.port, run)
     spec = yaml.safe_load(path.read_text())
     spec["pipeline"] = f"cluster_{directory.name.replace('-', '_')}"[:60]
     path.write_text(yaml.safe_dump(spec, sort_keys=False))
@@ -56,9 +72,9 @@ def test_two_workers_on_nats_drain_the_demo_and_both_end(
     for process, worker in zip(egress_processes, ("worker-1", "worker-2"), strict=True):
         assert process.wait(timeout=200) == 0, (tmp_path / f"{worker}.log").read_text()
     requests, distinct = distinct_keys(receiver.record)
-    print(f"\ntwo NATS workers: {distinct:,} of {EXPECTED:,} delivered, {requests - distinct} sent twice (in flight "
-          "at a hand-over)")
-    assert distinct == EXPECTED
+    print(f"\ntwo NATS workers: {distinct:,} of {expected(spec):,} delivered, {requests - distinct} sent twice "
+          "(in flight at a hand-over)")
+    assert distinct == expected(spec)
 
 
 @pytest.mark.timeout(120)
@@ -98,7 +114,7 @@ def test_an_unreachable_nats_server_is_one_line_naming_the_url(tmp_path: Path) -
 
 @pytest.mark.timeout(240)
 def test_two_processes_on_one_state_directory_drain_the_demo(tmp_path: Path, receiver: Receiver) -> None:
-    spec = write_spec(tmp_path, receiver.port, 1)
+    spec = demo_spec(tmp_path, receiver.port, 1)
     run = subprocess.run([sys.executable, "-m", "egress", "run", str(spec), "--dynamic-spec", str(DYNAMIC_SPEC),
                           "--processes", "2", "--until-drained", "--state-dir", str(tmp_path / "state"),
                           "--report", str(tmp_path / "report.json")], cwd=REPO, capture_output=True, text=True,
@@ -107,12 +123,12 @@ def test_two_processes_on_one_state_directory_drain_the_demo(tmp_path: Path, rec
     assert "egress run --processes 2" in run.stderr
     requests, distinct = distinct_keys(receiver.record)
     report = json.loads((tmp_path / "report.json").read_text())
-    print(f"\n--processes 2: {distinct:,} of {EXPECTED:,} delivered, {requests - distinct} sent twice, "
+    print(f"\n--processes 2: {distinct:,} of {expected(spec):,} delivered, {requests - distinct} sent twice, "
           f"{report['messages_per_second']:,.0f} msg/s")
-    assert distinct == EXPECTED
+    assert distinct == expected(spec)
     assert report["workers"] == 2
     assert report["drained"] is True
-    assert report["rows_read"] == 27_004
+    assert report["rows_read"] == ROWS
 
 
 def children_of(pid: int) -> list[int]:
@@ -122,7 +138,7 @@ def children_of(pid: int) -> list[int]:
 @pytest.mark.timeout(240)
 def test_processes_restarts_a_killed_worker_and_still_delivers_everything(
         tmp_path: Path, receiver: Receiver, egress_processes: list[subprocess.Popen[bytes]]) -> None:
-    spec = write_spec(tmp_path, receiver.port, 1)
+    spec = demo_spec(tmp_path, receiver.port, 1)
     log = tmp_path / "run.log"
     parent = egress_run(spec, "--processes", "2", "--until-drained", "--state-dir", str(tmp_path / "state"), *CLUSTER,
                         log=log)
@@ -133,8 +149,9 @@ def test_processes_restarts_a_killed_worker_and_still_delivers_everything(
     assert parent.wait(timeout=200) == 0, log.read_text()
     assert "ended unexpectedly (killed by SIGKILL): starting it again" in log.read_text()
     requests, distinct = distinct_keys(receiver.record)
-    print(f"\n--processes 2, one worker SIGKILLed: {distinct:,} of {EXPECTED:,}, {requests - distinct} sent twice")
-    assert distinct == EXPECTED
+    print(f"\n--processes 2, one worker SIGKILLed: {distinct:,} of {expected(spec):,}, "
+          f"{requests - distinct} sent twice")
+    assert distinct == expected(spec)
 
 
 def wait_for_members(state: Path, pipeline: str, count: int, parent: subprocess.Popen[bytes], log: Path) -> None:
@@ -160,7 +177,7 @@ def wait_for_members(state: Path, pipeline: str, count: int, parent: subprocess.
 @pytest.mark.timeout(240)
 def test_ctrl_c_stops_every_worker_of_processes_and_a_second_run_finishes(
         tmp_path: Path, receiver: Receiver, egress_processes: list[subprocess.Popen[bytes]]) -> None:
-    spec = write_spec(tmp_path, receiver.port, 1)
+    spec = demo_spec(tmp_path, receiver.port, 1)
     log = tmp_path / "run.log"
     state = str(tmp_path / "state")
     parent = egress_run(spec, "--processes", "2", "--state-dir", state, *CLUSTER, log=log)
@@ -174,7 +191,7 @@ def test_ctrl_c_stops_every_worker_of_processes_and_a_second_run_finishes(
     again = subprocess.run([sys.executable, "-m", "egress", "run", str(spec), "--dynamic-spec", str(DYNAMIC_SPEC),
                             "--until-drained", "--quiet", "--state-dir", state], cwd=REPO, timeout=200, check=False)
     assert again.returncode == 0
-    assert distinct_keys(receiver.record)[1] == EXPECTED
+    assert distinct_keys(receiver.record)[1] == expected(spec)
 
 
 @pytest.mark.timeout(120)

@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import random
 import socket
 from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
@@ -15,7 +16,7 @@ from typing import Any
 import nats
 import pytest
 
-from egress.engines import ROLE_PREFIX, EpochCommit, FencedError, LogAppend, SinkProgress
+from egress.engines import ROLE_PREFIX, EpochCommit, FencedError, LogAppend, MemberInfo, SinkProgress
 from egress.engines.nats import NatsEngine, NatsEngineError
 from egress.errors import EgressError
 from egress.keys import encode_key
@@ -236,8 +237,8 @@ async def test_two_processes_appending_to_one_log_partition_keep_its_offsets_den
 
 
 async def wait_for_messages_at_most(url: str, engine: NatsEngine, bound: int) -> int:
-    """Poll the stream's message count until it is at most ``bound`` (deleted keys' markers expire
-    a second after they are written); returns the last count seen."""
+    """Poll the stream's message count until it is at most ``bound`` (a member's delete marker lapses
+    a second after it is written); returns the last count seen."""
     count = -1
     for _ in range(100):
         count = (await stream_info(url, engine)).state.messages
@@ -247,12 +248,13 @@ async def wait_for_messages_at_most(url: str, engine: NatsEngine, bound: int) ->
     return int(count)
 
 
-async def test_storage_does_not_grow_with_commits_when_delete_markers_are_purged(open_nats: Opener,
-                                                                                  nats_server: str) -> None:
-    engine = await open_nats(retention_period=0, tombstone_retention=0)
+async def churn(engine: NatsEngine, commits: int) -> None:
+    """``commits`` rounds of: a source commit appending 20 log messages, and a job commit reading
+    them with an outbox message, its acknowledgement, 5 state keys overwritten, a key deleted, a
+    timer set and the previous one deleted (two delete markers per round)."""
     source, job = await engine.acquire("source:s", 0), await engine.acquire("c", 0)
     position = 0
-    for n in range(1, 101):
+    for n in range(1, commits + 1):
         await engine.commit(EpochCommit("source:s", 0, source, {("", 0): n * 20},
                                         log_appends=appends("events", 0, (n - 1) * 20, 20)))
         batch = await engine.read("events", 0, position, 100)
@@ -260,13 +262,33 @@ async def test_storage_does_not_grow_with_commits_when_delete_markers_are_purged
         await engine.commit(EpochCommit(
             "c", 0, job, {("events", 0): position}, outbox=[outbox_message(n)],
             sink_progress={"http": SinkProgress("", b"", n - 1)}, outbox_acknowledged_seq=n - 1,
-            state_writes={("counts", encode_key([n % 5])): b"%d" % n, ("gone", encode_key([n])): None},
+            state_writes={("counts", encode_key([n % 5])): b"%d" % n, ("gone", encode_key([n])): b"1"}
+            if n % 2 else {("counts", encode_key([n % 5])): b"%d" % n, ("gone", encode_key([n - 1])): None},
             timers_set=[(b"[]", float(n), "processing")],
             timers_deleted=[(b"[]", float(n - 1), "processing")] if n > 1 else []))
-    # meta, 2 leases, 2 checkpoints, 5 state keys, 1 timer, the last 1-2 log chunks and outbox chunks
-    assert await wait_for_messages_at_most(nats_server, engine, 16) <= 16
-    assert (await engine.load_checkpoint("c", 0, ["http"])).outbox == [outbox_message(100)]
-    assert [m.offset for m in await engine.read("events", 0, 1990, 100)] == list(range(1990, 2000))
+
+
+async def test_storage_stays_bounded_through_deletions_as_generations_are_compacted(
+        open_nats: Opener, nats_server: str) -> None:
+    engine = await open_nats(retention_period=0, compaction_markers=10)
+    await engine.register(MemberInfo("w-1", "d", {}), 30)
+    await engine.deregister("w-1")  # a worker id used once leaves nothing behind
+    await churn(engine, 200)
+    # meta, 2 leases, 2 checkpoints, 5 state keys and a timer live, up to 11 markers, 1-2 log and outbox chunks
+    assert await wait_for_messages_at_most(nats_server, engine, 27) <= 27
+    assert (await engine.load_checkpoint("c", 0, ["http"])).outbox == [outbox_message(200)]
+    assert [m.offset for m in await engine.read("events", 0, 3990, 100)] == list(range(3990, 4000))
+    keyed = await engine.load_keyed_state("c", 0, 1, [])
+    assert keyed.internal == {"counts": {encode_key([n % 5]): b"%d" % n for n in range(196, 201)}}
+    assert keyed.timers == [(b"[]", 200.0, "processing")]
+    assert (await engine.inventory()).timers == {("c", 0): 1}
+
+
+async def test_without_compaction_each_deletion_keeps_a_marker(open_nats: Opener, nats_server: str) -> None:
+    """The bound of the test above comes from compaction: else 25 deleted keys and 49 deleted timers stay as markers."""
+    engine = await open_nats(retention_period=0, compaction_markers=10**9)
+    await churn(engine, 50)
+    assert (await stream_info(nats_server, engine)).state.messages >= 74
 
 
 async def test_the_log_is_kept_for_the_slowest_consumer_and_for_one_that_has_not_committed(
@@ -347,3 +369,39 @@ async def test_a_server_lost_after_open_raises_an_egress_error_naming_the_url(tm
         if server.returncode is None:
             server.terminate()
             await server.wait()
+
+
+async def test_state_and_timers_read_back_exactly_through_compactions_and_reloads(open_nats: Opener) -> None:
+    """Random writes and deletions of keys and timers over 120 commits, several per batch beyond a
+    batch (the redo path) now and then, compacted every few commits; a fresh engine loads exactly
+    what a model of the commits holds, after every commit."""
+    rng = random.Random(11)
+    writer = await open_nats(retention_period=3600, compaction_markers=8)
+    epoch = await writer.acquire("c", 0)
+    state: dict[bytes, bytes] = {}
+    timers: set[tuple[bytes, float]] = set()
+    for n in range(1, 121):
+        size = 1200 if n % 40 == 0 else rng.randint(1, 12)  # 1,200 keyed writes do not fit one batch
+        writes: dict[tuple[str, bytes], bytes | None] = {}
+        for _ in range(size):
+            key = encode_key([rng.randrange(60)])
+            value = None if key in state and rng.random() < 0.5 else b"%d" % n
+            writes[("s", key)] = value
+        for key_value in list(writes.items()):
+            (_, key), value = key_value
+            if value is None:
+                state.pop(key, None)
+            else:
+                state[key] = value
+        due = sorted(timers)[:rng.randint(0, 3)]
+        new = {(encode_key([rng.randrange(60)]), float(n)) for _ in range(rng.randint(0, 3))} - timers
+        timers = (timers - set(due)) | new
+        await writer.commit(EpochCommit("c", 0, epoch, {("in", 0): n}, state_writes=writes,
+                                        timers_set=[(key, trigger, "processing") for key, trigger in sorted(new)],
+                                        timers_deleted=[(key, trigger, "processing") for key, trigger in due]))
+        if n % 7 == 0 or n % 40 == 0:
+            reader = await open_nats()
+            keyed = await reader.load_keyed_state("c", 0, 1, [])
+            assert keyed.internal.get("s", {}) == state, n
+            assert sorted((key, trigger) for key, trigger, _ in keyed.timers) == sorted(timers), n
+            assert (await reader.inventory()).timers.get(("c", 0), 0) == len(timers), n

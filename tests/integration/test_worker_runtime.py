@@ -6,6 +6,7 @@ lease TTL plus a heartbeat and an epoch, then goes on with its share once it run
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import hashlib
 import os
 import signal
@@ -15,12 +16,13 @@ import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import aiohttp
 import pytest
 import yaml
 
-from egress.engines import Engine
+from egress.engines import Engine, EngineUnavailableError, EpochCommit, MemberInfo, SqliteEngine
 from egress.keys import derived_message_id, idempotency_key, source_message_id, source_scope
 from egress.receiver import Receiver, ReceiverConfig
 from egress.runtime import EngineFactory, Pipeline, RunOptions, RunResult, load_plan
@@ -40,6 +42,7 @@ SLOW_SINK = {"max_idle_connections": 2}  # 8 requests in flight per partition: a
 IN_FLIGHT = 2 * 4  # connections x the sink's send window per connection
 PARTITIONS = 4
 UNITS = PARTITIONS + 1  # and the source reader
+LOADED = 60.0  # seconds a positive signal may take on a machine at load average 10
 
 
 @dataclass
@@ -53,8 +56,8 @@ class Cluster:
     factory: EngineFactory
     pipeline: str
 
-    def worker(self, worker_id: str, **keywords: object) -> Pipeline:
-        return Pipeline(load_plan(self.spec, self.dynamic), self.state, options=OPTIONS, engine_factory=self.factory,
+    def worker(self, worker_id: str, options: RunOptions = OPTIONS, **keywords: object) -> Pipeline:
+        return Pipeline(load_plan(self.spec, self.dynamic), self.state, options=options, engine_factory=self.factory,
                         worker_id=worker_id, **keywords)  # type: ignore[arg-type]
 
     def command(self, worker_id: str) -> list[str]:
@@ -116,12 +119,20 @@ async def test_two_workers_share_the_pipeline_and_deliver_every_message(
     cluster = make_cluster(tmp_path, engine_name, f"{await serve_app(receiver.app)}/events", count)
     a, b = cluster.worker("worker-a", http_port=0), cluster.worker("worker-b")
     runs = [asyncio.create_task(a.run()), asyncio.create_task(b.run())]
-    await until(lambda: a.worker is not None and len(a.worker.members) == 2 and bool(a.jobs), 30,
+    await until(lambda: a.worker is not None and len(a.worker.members) == 2 and bool(a.jobs), LOADED,
                 "worker-a sees both members and runs a partition job")
     assert a.server is not None
     assert a.server.port is not None
-    status, metrics = await observed(f"http://127.0.0.1:{a.server.port}")
-    results = await asyncio.wait_for(asyncio.gather(*runs), 120)
+    seen: list[tuple[dict[str, Any], str]] = []
+
+    async def source_owned() -> bool:  # not while the source reader is being handed over
+        assert a.server is not None
+        seen.append(await observed(f"http://127.0.0.1:{a.server.port}"))
+        return seen[-1][0]["sources"]["events_jsonl"]["owner"] is not None
+
+    await until(source_owned, LOADED, "/status names the source reader's owner")
+    status, metrics = seen[-1]
+    results = await asyncio.wait_for(asyncio.gather(*runs), 4 * LOADED)
     assert all(ok(r) for r in results), results
     assert set(receiver.stats.delivered_keys) == expected_keys(cluster, count)
     assert duplicates(receiver) <= IN_FLIGHT * UNITS
@@ -139,7 +150,7 @@ async def test_two_workers_share_the_pipeline_and_deliver_every_message(
     assert "egress_partition_input_lag{" in metrics
 
 
-async def observed(base: str) -> tuple[dict[str, object], str]:
+async def observed(base: str) -> tuple[dict[str, Any], str]:
     async with aiohttp.ClientSession() as session:
         async with session.get(f"{base}/status") as response:
             status = await response.json()
@@ -148,28 +159,36 @@ async def observed(base: str) -> tuple[dict[str, object], str]:
     return status, metrics
 
 
-async def test_a_joining_worker_takes_about_half_the_units_by_orderly_hand_over(
+async def test_a_joining_worker_takes_about_half_the_units_by_orderly_hand_over_sending_nothing_twice(
         tmp_path: Path, serve_app: ServerFactory, engine_name: str) -> None:
-    receiver = Receiver(ReceiverConfig(delay=0.01))
-    count = 4000
+    """The donor's last commit waits (up to the worker's 5 s hand-over timeout) for its sinks'
+    messages to be acknowledged (the slow receiver answers each after 20 ms, 8 in flight and at
+    most 64 held per partition), so the new owner sends none of them again; only a lease lost
+    meanwhile (a worker starved past its TTL on a loaded machine) may send some twice."""
+    receiver = Receiver(ReceiverConfig(delay=0.02))
+    count = 3000
     cluster = make_cluster(tmp_path, engine_name, f"{await serve_app(receiver.app)}/events", count)
-    a = cluster.worker("worker-a")
+    options = dataclasses.replace(OPTIONS, max_unacknowledged=64)
+    a = cluster.worker("worker-a", options)
     first = asyncio.create_task(a.run())
-    await until(lambda: len(a.units.running) == UNITS and receiver.stats.requests >= 300, 30, "worker-a runs alone")
-    b = cluster.worker("worker-b")
+    await until(lambda: len(a.units.running) == UNITS and receiver.stats.requests >= 300, LOADED,
+                "worker-a runs alone")
+    b = cluster.worker("worker-b", options)
     second = asyncio.create_task(b.run())
     took = await until(lambda: len(b.units.running) in (UNITS // 2, UNITS - UNITS // 2)
-                       and len(a.units.running) + len(b.units.running) == UNITS, 30, "worker-b takes its share")
+                       and len(a.units.running) + len(b.units.running) == UNITS, LOADED, "worker-b takes its share")
     print(f"\n{engine_name}: worker-b ran {len(b.units.running)} of {UNITS} units {took:.2f} s after it started")
-    results = await asyncio.wait_for(asyncio.gather(first, second), 120)
+    results = await asyncio.wait_for(asyncio.gather(first, second), 4 * LOADED)
     assert all(ok(r) for r in results), results
     assert set(receiver.stats.delivered_keys) == expected_keys(cluster, count)
     assert a.worker is not None
     assert b.worker is not None
     moved = len(a.worker.taken) - UNITS + len(b.worker.taken)  # a took every unit first
+    lost = len(a.worker.lost) + len(b.worker.lost)
     print(f"moves {moved}: a {a.worker.taken} lost {a.worker.lost}; b {b.worker.taken} lost {b.worker.lost}; "
           f"{duplicates(receiver)} sent twice")
-    assert duplicates(receiver) <= IN_FLIGHT * moved, (duplicates(receiver), moved)
+    assert moved >= 2
+    assert duplicates(receiver) <= IN_FLIGHT * lost, (duplicates(receiver), moved, lost)
 
 
 async def test_a_worker_that_stops_renewing_loses_its_units_within_the_ttl_and_then_goes_on(
@@ -185,10 +204,10 @@ async def test_a_worker_that_stops_renewing_loses_its_units_within_the_ttl_and_t
         a = subprocess.Popen(cluster.command("worker-a"), cwd=REPO, stdout=output,  # noqa: ASYNC220
                              stderr=subprocess.STDOUT)
     egress_processes.append(a)
-    await until(lambda: owners_of(b.engine, "worker-a", at_least=UNITS // 2), 60, "worker-a takes its share")
+    await until(lambda: owners_of(b.engine, "worker-a", at_least=UNITS // 2), LOADED, "worker-a takes its share")
     a.send_signal(signal.SIGSTOP)
     stopped = time.monotonic()
-    failover = await until(lambda: len(b.units.running) == UNITS, 30, "worker-b runs every unit")
+    failover = await until(lambda: len(b.units.running) == UNITS, LOADED, "worker-b runs every unit")
     print(f"\n{engine_name}: units of a stopped worker running again on the other {failover:.2f} s after SIGSTOP "
           f"(lease TTL {TTL} s, heartbeat {HEARTBEAT} s)")
     assert failover <= TTL + HEARTBEAT + 2.0  # plus one epoch and the NATS TTL's 1 s granularity
@@ -229,3 +248,73 @@ async def test_a_worker_with_another_spec_is_refused_before_it_records_anything(
     assert await a.engine.read_meta(LAYOUT_KEY) == layout
     a.request_stop()
     assert (await asyncio.wait_for(first, 60)).ok
+
+
+class OutageAtCommit(SqliteEngine):
+    """A shared SQLite engine whose first commit of computation partition 0 meets an engine outage
+    (what ``NatsUnavailableError`` is), and which counts the commits of that partition."""
+
+    def __init__(self, *arguments: Any, **keywords: Any) -> None:
+        super().__init__(*arguments, **keywords)
+        self.outages = 0
+        self.commits_after = 0
+
+    async def commit(self, commit: EpochCommit) -> None:
+        if commit.consumer == "deliver" and commit.partition == 0:
+            if not self.outages:
+                self.outages += 1
+                raise EngineUnavailableError("the engine gave no usable answer for 60 s (injected)")
+            self.commits_after += 1
+        await super().commit(commit)
+
+
+class OutageAtRegister(SqliteEngine):
+    """A shared SQLite engine whose membership renewals meet an engine outage after the first two."""
+
+    registered = 0
+
+    async def register(self, member: MemberInfo, ttl: float) -> None:
+        self.registered += 1
+        if self.registered > 2:
+            raise EngineUnavailableError("the engine gave no usable answer for 60 s (injected)")
+        await super().register(member, ttl)
+
+
+def engine_of(kind: type[SqliteEngine], made: list[SqliteEngine]) -> EngineFactory:
+    def make(state_dir: Path, pipeline: str, options: RunOptions) -> Engine:
+        made.append(kind(state_dir, pipeline, synchronous=options.synchronous, shared=True))
+        return made[-1]
+    return make
+
+
+async def test_an_engine_outage_met_by_one_job_stops_only_that_job_and_its_unit_runs_again(
+        tmp_path: Path, serve_app: ServerFactory) -> None:
+    receiver = Receiver(ReceiverConfig())
+    count = 400
+    cluster = make_cluster(tmp_path, "sqlite", f"{await serve_app(receiver.app)}/events", count)
+    made: list[SqliteEngine] = []
+    worker = Pipeline(load_plan(cluster.spec, cluster.dynamic), cluster.state, options=OPTIONS,
+                      engine_factory=engine_of(OutageAtCommit, made), worker_id="worker-a")
+    result = await asyncio.wait_for(worker.run(), 2 * LOADED)
+    assert ok(result), result
+    engine = made[0]
+    assert isinstance(engine, OutageAtCommit)
+    assert engine.outages == 1
+    assert engine.commits_after > 0  # the unit was taken again and committed
+    assert worker.worker is not None
+    assert [unit for unit, _ in worker.worker.lost] == [("deliver", 0)]
+    assert [unit for unit, _ in worker.worker.taken].count(("deliver", 0)) == 2
+    assert set(receiver.stats.delivered_keys) == expected_keys(cluster, count)
+
+
+async def test_a_worker_whose_membership_renewal_meets_an_engine_outage_ends(
+        tmp_path: Path, serve_app: ServerFactory) -> None:
+    receiver = Receiver(ReceiverConfig(delay=0.05))
+    cluster = make_cluster(tmp_path, "sqlite", f"{await serve_app(receiver.app)}/events", 2000)
+    made: list[SqliteEngine] = []
+    worker = Pipeline(load_plan(cluster.spec, cluster.dynamic), cluster.state, options=OPTIONS,
+                      engine_factory=engine_of(OutageAtRegister, made), worker_id="worker-a")
+    result = await asyncio.wait_for(worker.run(), LOADED)
+    assert isinstance(result.error, EngineUnavailableError), result
+    assert "worker worker-a: its membership could not be renewed" in str(result.error)
+    assert not result.drained

@@ -192,6 +192,18 @@ class Sink(Protocol):
         does not buffer."""
         ...
 
+    def hold(self) -> None:
+        """Start no delivery from now on; those started go on to their acknowledgement or failure
+        (retries included). Called when the job's partition is handed over to another worker: the
+        job commits what was acknowledged once :attr:`in_flight` is 0, and the new owner delivers
+        the rest, so nothing is sent twice."""
+        ...
+
+    @property
+    def in_flight(self) -> int:
+        """Deliveries (messages, or batches for a batching sink) started and not finished yet."""
+        ...
+
     @property
     def unacknowledged(self) -> int:
         """Distributed messages not in :meth:`progress` (after the prefix the last

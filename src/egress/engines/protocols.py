@@ -338,3 +338,10 @@ class Engine(Log, CheckpointStore, Ownership, Membership, Protocol):
 
 class FencedError(EgressError, RuntimeError):
     """A commit carried an epoch that is no longer the owner's (another process took over)."""
+
+
+class EngineUnavailableError(EgressError):
+    """The engine's server gave no usable answer for longer than the engine's outage timeout.
+    Retryable: what was committed stays committed, and an operation that raised it took effect
+    whole or not at all. A cluster worker stops only the job that met it (the unit is taken again
+    once the server answers), unless its own membership could not be renewed that long."""

@@ -81,10 +81,15 @@ class JobSet:
         for running in self.running.values():
             running.runner.stop()
 
-    async def stop(self, unit: Unit) -> BaseException | None:
-        """Stop ``unit`` after its current epoch commits and forget it; returns what its task raised."""
+    async def stop(self, unit: Unit, *, acknowledgements_within: float = 0.0) -> BaseException | None:
+        """Stop ``unit`` after its current epoch commits and forget it; returns what its task raised.
+        A partition job first waits up to ``acknowledgements_within`` seconds for its sinks' messages
+        in flight (:meth:`PartitionJob.stop`)."""
         running = self.running[unit]
-        running.runner.stop()
+        if isinstance(running.runner, PartitionJob):
+            running.runner.stop(acknowledgements_within=acknowledgements_within)
+        else:
+            running.runner.stop()
         error = await _outcome(running.task)
         self.forget(unit)
         return error

@@ -71,6 +71,7 @@ class PartitionJob:
         self._notify_downstream = notify_downstream
         self._wakeup = asyncio.Event()
         self._stop_requested = False
+        self._stop_deadline = float("-inf")  # until when a requested stop waits for acknowledgements
         self._sink_streams = {sink.stream_id for sink in plan.sinks.values()}
         self.sinks: dict[str, Sink] = {}
         self.idle = False
@@ -92,11 +93,30 @@ class PartitionJob:
         self.idle = False
         self._wakeup.set()
 
-    def stop(self) -> None:
+    def stop(self, *, acknowledgements_within: float = 0.0) -> None:
         """Stop this job after its current epoch: the epoch that sees it reads nothing, commits what
-        is acknowledged, and :meth:`run` returns (safe to call from a signal handler)."""
+        is acknowledged, and :meth:`run` returns (safe to call from a signal handler). With
+        ``acknowledgements_within`` (seconds, on the clock) the job first reads nothing more and
+        waits up to that long for its sinks' deliveries in flight (the sinks start no new one,
+        ``Sink.hold``) to be acknowledged, committing them, so that the next owner of the partition
+        (an orderly hand-over) sends none of them again."""
         self._stop_requested = True
+        self._stop_deadline = self._clock.monotonic() + acknowledgements_within
+        if acknowledgements_within > 0:
+            for sink in self.sinks.values():
+                sink.hold()
         self.wake()
+
+    def _stopping(self, stop: asyncio.Event | None) -> bool:
+        """Whether the next epoch is the last: a stop was asked for and no sink (not blocked) has a
+        message in flight any more, or the time it may wait for them is up."""
+        if stop is not None and stop.is_set():
+            return True
+        if not self._stop_requested:
+            return False
+        self._take_acknowledged()
+        in_flight = any(sink.terminal_error is None and sink.in_flight for sink in self.sinks.values())
+        return not in_flight or self._clock.monotonic() >= self._stop_deadline
 
     @property
     def blocked_error(self) -> str | None:
@@ -148,7 +168,7 @@ class PartitionJob:
         running = await self._start(epoch)
         failure: Exception | None = None
         try:
-            while await self._epoch(running, stopping=self._stop_requested or (stop is not None and stop.is_set())):
+            while await self._epoch(running, stopping=self._stopping(stop)):
                 pass
         except Exception as error:
             failure = error
@@ -216,7 +236,7 @@ class PartitionJob:
         """One epoch: read, step, commit, distribute, then wait; False once ``stopping`` is committed."""
         self._wakeup.clear()  # before reading: a wake during this epoch must not be lost
         self._take_acknowledged()  # after the clear: an acknowledgement is either counted now or wakes
-        held_back = not stopping and not self._may_read()
+        held_back = not stopping and (self._stop_requested or not self._may_read())
         batch: list[LogMessage] = []
         due: list[DueTimer] = []
         if not stopping and not held_back:
@@ -261,6 +281,9 @@ class PartitionJob:
 
     async def _pause(self, batch: list[LogMessage], *, held_back: bool) -> None:
         """Wait before the next epoch unless there is more to do at once."""
+        if self._stop_requested:  # stopping once in flight is acknowledged: an acknowledgement wakes the job
+            await event_or_timeout(self._wakeup, self._clock, max(0.0, self._stop_deadline - self._clock.monotonic()))
+            return
         if held_back:
             # Input waits for the sinks: close partial batches so they go out now, and read again at
             # once if the acknowledgements taken now made room (else no wake-up may ever come: every

@@ -7,7 +7,10 @@ units it should run: it takes the ones it should run and does not (``try_acquire
 lease another worker still holds is tried again the next time, until that worker hands it over),
 and hands over the ones it runs and should not: the job finishes its epoch and commits, then the lease is released so
 the new owner can take it at once. A renewal that returns ``False`` or a commit that raises
-``FencedError`` means the unit's lease was lost: that job stops, and the worker goes on.
+``FencedError`` means the unit's lease was lost: that job stops, and the worker goes on. A job
+that meets ``EngineUnavailableError`` (the engine's server unreachable for its outage timeout)
+stops alone too, and the unit is taken again once the server answers; only a heartbeat whose
+membership renewal meets it ends the worker.
 
 Failover: a worker that stops renewing (killed, paused, cut off) keeps its leases at most
 ``lease_ttl`` seconds and stays listed as long; the others see it gone at their next heartbeat,
@@ -26,7 +29,7 @@ import socket
 from dataclasses import dataclass, field
 
 from egress.clock import Clock, event_or_timeout
-from egress.engines import Engine, FencedError, MemberInfo
+from egress.engines import Engine, EngineUnavailableError, FencedError, MemberInfo
 from egress.errors import SpecError
 from egress.runtime.assignment import Unit, assign, changes, units_of
 from egress.runtime.jobs import JobSet
@@ -46,7 +49,10 @@ class WorkerSettings:
     without renewal; ``heartbeat_period`` (seconds) how often both are renewed;
     ``acquire_retry_period`` (seconds) how often the members are listed and a wanted unit still held
 elsewhere is tried;
-    ``spec_file`` names the Spec in errors; ``details`` what ``/status`` shows of this worker."""
+    ``spec_file`` names the Spec in errors; ``details`` what ``/status`` shows of this worker;
+    ``handover_timeout`` (seconds) how long a job handed over to another worker waits for its
+    sinks' messages in flight to be acknowledged before its last commit (the lease is renewed
+    meanwhile), so that the new owner sends none of them again."""
 
     worker_id: str
     spec_digest: str
@@ -55,6 +61,7 @@ elsewhere is tried;
     acquire_retry_period: float = 0.5
     spec_file: str | None = None
     details: dict[str, object] = field(default_factory=dict)
+    handover_timeout: float = 5.0
 
 
 class ClusterSpecError(SpecError):
@@ -149,11 +156,14 @@ class Worker:
             self._refuse_if_joined_later()
             try:
                 if clock.monotonic() >= next_heartbeat:
+                    await self._register()
                     await self._heartbeat()
                     next_heartbeat = clock.monotonic() + self.settings.heartbeat_period
                 else:  # a joiner is seen within a retry period, not a heartbeat: its share moves sooner
                     self.members = await self._engine.members()
                 await self._reconcile()
+            except MembershipLostError:
+                raise
             except Exception as error:  # the engine unreachable for a moment: its leases may still hold
                 logger.warning("worker %s: the engine failed (%s: %s); trying again", self.settings.worker_id,
                                type(error).__name__, error)
@@ -172,13 +182,24 @@ class Worker:
         self._changed.clear()
         await event_or_timeout(self._changed, self._clock, seconds)
 
+    async def _register(self) -> None:
+        """Stay listed; a registration that met :class:`EngineUnavailableError` (the engine's
+        server unreachable for its whole outage timeout) ends the worker: its membership and leases
+        have lapsed for the others."""
+        try:
+            await self._engine.register(self.me, self.settings.lease_ttl)
+        except EngineUnavailableError as error:
+            raise MembershipLostError(f"worker {self.settings.worker_id}: its membership could not be renewed: "
+                                  f"{error}") from error
+
     async def _heartbeat(self) -> None:
-        """Stay listed, keep the leases of the running units, and learn the members."""
-        await self._engine.register(self.me, self.settings.lease_ttl)
+        """Keep the leases of the running units, and learn the members."""
         for unit, running in list(self._jobs.running.items()):
-            if unit in self._handovers or unit in self._losing:
+            if unit in self._losing:
                 continue
-            if not await self._engine.renew(unit[0], unit[1], running.epoch, self.settings.lease_ttl):
+            renewed = await self._engine.renew(unit[0], unit[1], running.epoch, self.settings.lease_ttl)
+            if not renewed and self._jobs.running.get(unit) is running and unit not in self._handovers:
+                # (a unit handed over is released meanwhile)
                 self._lose(unit, "its lease was not renewed in time and another worker may hold it")
         self.members = await self._engine.members()
 
@@ -191,22 +212,23 @@ class Worker:
         """Take and hand over units (a wanted unit another worker still holds is tried next time)."""
         step = changes(self.desired(), set(self._jobs.running), set(self._handovers) | self._losing)
         for unit in step.hand_over:
-            self._handovers[unit] = asyncio.create_task(self._hand_over(unit))
+            self._handovers[unit] = asyncio.create_task(self._hand_over(unit, self.settings.handover_timeout))
         for unit in sorted(step.take):
             epoch = await self._engine.try_acquire(unit[0], unit[1], self.settings.worker_id, self.settings.lease_ttl)
             if epoch is not None:
                 self._jobs.start(unit, epoch)
                 self.taken.append((unit, self._clock.now()))
 
-    async def _hand_over(self, unit: Unit) -> None:
-        """Finish the unit's epoch and commit, then release its lease (a lost lease: nothing to
+    async def _hand_over(self, unit: Unit, acknowledgements_within: float = 0.0) -> None:
+        """Finish the unit's epoch (after waiting up to ``acknowledgements_within`` seconds for its
+        sinks' messages in flight) and commit, then release its lease (a lost lease: nothing to
         release; a release that fails: the lease lapses after its TTL instead)."""
         epoch = self._jobs.running[unit].epoch
-        error = await self._jobs.stop(unit)
+        error = await self._jobs.stop(unit, acknowledgements_within=acknowledgements_within)
         try:
             if error is None:
                 await self._engine.release(unit[0], unit[1], epoch)
-            elif not isinstance(error, FencedError) and self._failure is None:
+            elif not isinstance(error, FencedError | EngineUnavailableError) and self._failure is None:
                 self._failure = error
         except Exception as failed:
             logger.warning("%s partition %d: release failed (%s); the lease lapses in %s s", unit[0], unit[1],
@@ -222,7 +244,7 @@ class Worker:
         for unit, error in self._jobs.ended().items():
             if unit in self._handovers:
                 continue
-            if isinstance(error, FencedError) and unit not in self._losing:
+            if isinstance(error, FencedError | EngineUnavailableError) and unit not in self._losing:
                 self._lose(unit, str(error))
             if unit in self._losing:
                 self._losing.discard(unit)
@@ -232,6 +254,7 @@ class Worker:
             # A source reader that read its source to the end returned: it keeps its lease, the unit is done.
 
     def _lose(self, unit: Unit, why: str) -> None:
+        # Taken again at the next reconcile (try_acquire gives this worker its own lease back).
         """Stop the job of a unit whose lease is lost (its commits are fenced); it is forgotten once it ends."""
         logger.warning("%s partition %d: lease lost (%s); its job stops, the worker goes on", unit[0], unit[1], why)
         self._jobs.ask_to_stop(unit)
@@ -249,3 +272,7 @@ class Worker:
             await self._engine.deregister(self.settings.worker_id)
         if self._failure is not None:
             raise self._failure
+
+
+class MembershipLostError(EngineUnavailableError):
+    """The worker could not renew its membership within the engine's outage timeout: it ends."""

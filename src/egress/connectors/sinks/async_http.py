@@ -169,6 +169,7 @@ class AsyncHttpSink:
         self._default_transport: HttpTransport | None = None  # the transport of parameters.url
         self._completions: Completions | None = None  # where first attempts' responses go, in batches
         self._closed = False
+        self._held = False  # hold(): no delivery starts any more
         # Every POST's header lines but the idempotency key, built once (post_header_lines).
         self._headers = post_header_lines((f"{name}: {value}" for name, value in parameters.headers.items()),
                                           (parameters.idempotency_header,))
@@ -219,6 +220,15 @@ class AsyncHttpSink:
         self._start_waiting()
         if self._pending and self._pending[0].done:
             self._context.on_progress()
+
+    def hold(self) -> None:
+        """Start no delivery from now on (those running go on): a hand-over to another worker."""
+        self._held = True
+
+    @property
+    def in_flight(self) -> int:
+        """Deliveries started and not finished (acknowledged or failed for good)."""
+        return self._running
 
     def take_acknowledged(self) -> SinkProgress:
         """Advance over the acknowledged deliveries at the head of the queue (in ``seq`` order: one not
@@ -276,7 +286,7 @@ class AsyncHttpSink:
         limit = self._parameters.max_in_flight
         fast = not (self._parameters.max_redirect_count or self._throttle is not None)
         first: list[_Delivery] = []
-        while (self._waiting and (limit is None or self._running < limit)
+        while (self._waiting and not self._held and (limit is None or self._running < limit)
                and self._sending < self._send_window and not self._first_attempts_paused()):
             delivery = self._waiting.popleft()
             if self._terminal is not None and self._terminal[0] < delivery.seq:

@@ -155,6 +155,7 @@ class BatchedSink:
         self._open: Batch | None = None
         self._waiting: collections.deque[Batch] = collections.deque()  # closed, beyond max_in_flight
         self._running = 0
+        self._held = False  # hold(): no batch starts any more
         self._unacknowledged = 0
         self._terminal: tuple[int, str] | None = None
 
@@ -213,6 +214,15 @@ class BatchedSink:
             self._close(self._open)
         self._start_waiting()
         self._notify_if_acknowledgeable()
+
+    def hold(self) -> None:
+        """Start no batch from now on (those running go on): a hand-over to another worker."""
+        self._held = True
+
+    @property
+    def in_flight(self) -> int:
+        """Batches started and not finished (acknowledged or failed for good)."""
+        return self._running
 
     def take_acknowledged(self) -> SinkProgress:
         """Advance over the handled batches at the head (in ``seq`` order: one not yet handled stops it)
@@ -413,7 +423,7 @@ class BatchedSink:
 
     def _start_waiting(self) -> None:
         loop = asyncio.get_running_loop()
-        while self._waiting and self._running < self._max_in_flight:
+        while self._waiting and not self._held and self._running < self._max_in_flight:
             batch = self._waiting.popleft()
             if self._stopped_before(batch):
                 continue

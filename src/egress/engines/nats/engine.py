@@ -24,7 +24,7 @@ import socket
 import uuid
 from collections import OrderedDict
 from collections.abc import AsyncIterator, Awaitable, Iterable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from nats.aio.client import Client
@@ -71,13 +71,16 @@ from egress.rows import decode_row, encode_row, first_unstorable_row_error
 
 logger = logging.getLogger(__name__)
 
-LAYOUT_VERSION = 1
+LAYOUT_VERSION = 2  # 2: state and timer subjects per consumer partition and generation
 MINIMUM_SERVER = (2, 12)  # atomic batch publish
 TOMBSTONE = {"KV-Operation": "DEL"}
 """Headers of a deleted key: KV's delete marker, without a TTL. It replaces the value (the stream
-keeps one message per subject) and stays unless ``tombstone_retention`` lets :meth:`NatsEngine.trim` purge it: a
-marker lapsing by ``Nats-TTL`` lets nats-server 2.15.1 bring the replaced value back after a
-SIGKILL and restart (docs/cluster.md, "Not yet")."""
+keeps one message per subject) and stays while its generation is live: a marker that lapses or is
+purged lets nats-server 2.15.1 bring the replaced value back after a SIGKILL and restart
+(docs/cluster.md, "Retention"). A compaction drops a generation's markers with the generation."""
+COMPACTION_MARKERS = 1000
+"""Delete markers a consumer partition's live generation may gather before a commit compacts it
+(at least as many as the live keys it started with, so compaction costs O(1) writes per deletion)."""
 
 _LOG_ATTEMPTS = 20  # commits retried after another writer appended to the same log partition
 _ACQUIRE_ATTEMPTS = 20
@@ -184,13 +187,13 @@ class NatsEngine:
     the log chunks every consumer has passed (:meth:`trim`). ``request_timeout`` bounds each
     request (seconds).
 
-    A deleted key, timer, lease or member is a delete marker without a TTL (:data:`TOMBSTONE`).
-    With ``tombstone_retention`` ``None`` (the default) markers stay: storage grows by one small
-    message per deleted subject (fired timers included). With seconds, :meth:`trim` purges the
-    markers that old, bounding storage, but nats-server 2.15.1 does not record on disk the
-    removal of the value a marker replaced (a removal by the one-message-per-subject limit): a
-    SIGKILL and restart after the purge brings the value back (measured; docs/cluster.md, "Not
-    yet"). Use it only where the server is never killed.
+    A deleted key or timer is a delete marker without a TTL (:data:`TOMBSTONE`) in its consumer
+    partition's live generation of subjects; once a generation holds more than
+    ``compaction_markers`` markers and more than the live keys it started with, a commit writes
+    the live keys and timers into a new generation (fenced batches), names it in the checkpoint,
+    and purges the older generations, which readers ignore from then on: a purge that a SIGKILL
+    of nats-server undoes brings back only subjects of a generation no checkpoint names. A
+    member leaves by a delete marker that lapses after a second; a lease's marker is one per unit.
 
     After ``open()``, a lost connection or a server that cannot answer yet (restarted, JetStream
     recovering, a cluster electing a stream leader) makes every operation wait for the connection
@@ -205,7 +208,7 @@ class NatsEngine:
     def __init__(self, servers: str | Sequence[str], pipeline: str, *, bucket: str | None = None,
                  replicas: int = 1, owner: str | None = None, lease_ttl: float = 30.0,
                  connect_timeout: float = 5.0, request_timeout: float = 10.0, retention_period: float = 10.0,
-                 outage_timeout: float = 60.0, tombstone_retention: float | None = None,
+                 outage_timeout: float = 60.0, compaction_markers: int = COMPACTION_MARKERS,
                  clock: Clock | None = None) -> None:
         self.servers = [servers] if isinstance(servers, str) else list(servers)
         self.pipeline = pipeline
@@ -218,7 +221,7 @@ class NatsEngine:
         self.connect_timeout = connect_timeout
         self.request_timeout = request_timeout
         self.retention_period = retention_period
-        self.tombstone_retention = tombstone_retention
+        self.compaction_markers = compaction_markers
         if outage_timeout + request_timeout >= DUPLICATE_WINDOW:
             raise NatsEngineError(f"outage_timeout {outage_timeout:g} s + request_timeout {request_timeout:g} s must "
                                   f"stay below the {DUPLICATE_WINDOW:g} s a server remembers a commit's message id")
@@ -240,8 +243,6 @@ class NatsEngine:
         self._trimmed: dict[tuple[str, int], int] = {}
         self._last_trim = float("-inf")
         self._trimming = False
-        self._tombstones: list[tuple[float, str, int]] = []  # (written at, subject, a sequence at or after it)
-        self._tombstones_found = False  # those of earlier engines, found by the first trim
         self._instance = uuid.uuid4().hex  # tells this engine's appends notes from other instances'
         self._appends_callbacks: list[AppendsCallback] = []
         self._appends_subscription: Subscription | None = None
@@ -365,10 +366,12 @@ class NatsEngine:
                 log_ends[slot] = first + count
         read_positions: dict[tuple[str, int], list[int]] = {}
         acknowledged: dict[tuple[str, int], int] = {}
+        generations: dict[tuple[str, int], tuple[int, int]] = {}  # (live generation, checkpoint sequence)
         for stored in await js.scan(layout.checkpoints()):
             consumer, partition = layout.owner_of(stored.subject)
             checkpoint = CheckpointRecord.decode(stored.data)
             acknowledged[(consumer, partition)] = checkpoint.acknowledged
+            generations[(consumer, partition)] = (checkpoint.generation, stored.seq)
             if not consumer.startswith("source:"):
                 for slot, (offset, _) in checkpoint.positions.items():
                     read_positions.setdefault(slot, []).append(offset)
@@ -378,19 +381,25 @@ class NatsEngine:
             for seq, stream in records.outbox_chunk_streams(stored.data):
                 if seq > acknowledged.get((consumer, partition), 0):  # a chunk partly acknowledged stays whole
                     outbox[(consumer, partition, stream)] = outbox.get((consumer, partition, stream), 0) + 1
+        pending = [redo for redo in await js.scan(layout.all_redos())
+                   if redo.seq > generations.get(layout.owner_of(redo.subject), (0, 0))[1]]
         timers: dict[tuple[str, int], int] = {}
-        for suffix, (_, _, deleted) in (await self._latest(await js.scan(layout.all_timers()), ("timer.",))).items():
-            if not deleted:
-                owner = layout.owner_of(layout.prefix + suffix)
+        live = await js.scan(layout.all_timers())
+        for suffix, (_, _, deleted) in self._latest(live, pending, ("timer.",)).items():
+            subject = layout.prefix + suffix
+            owner = layout.owner_of(subject)
+            if not deleted and layout.generation_of(subject) == generations.get(owner, (0, 0))[0]:
                 timers[owner] = timers.get(owner, 0) + 1
         return CommittedInventory(log_ends, read_positions, outbox, timers)
 
-    async def _latest(self, stored: list[Stored], prefixes: tuple[str, ...]) -> dict[str, tuple[int, bytes, bool]]:
+    def _latest(self, stored: list[Stored], redos: list[Stored], prefixes: tuple[str, ...]
+                ) -> dict[str, tuple[int, bytes, bool]]:
         """The latest ``(sequence, record, deleted)`` of each keyed subject (without the bucket
-        prefix) of ``stored`` and of the redo chunks' writes to subjects starting with ``prefixes``:
-        keyed writes of a commit not yet applied (a crash came between) are newer than what they replace."""
+        prefix) of ``stored`` and of the writes of the pending redo chunks ``redos`` to subjects
+        starting with ``prefixes``: keyed writes of a commit not yet applied (a crash came between)
+        are newer than what they replace."""
         latest = {self._layout.suffix(s.subject): (s.seq, s.data, _deleted(s)) for s in stored}
-        for redo in await self._js().scan(self._layout.all_redos()):
+        for redo in redos:
             for suffix, record, deleted in records.redo_entries(redo.data):
                 if suffix.startswith(prefixes) and latest.get(suffix, (0, b"", False))[0] < redo.seq:
                     latest[suffix] = (redo.seq, record, deleted)
@@ -567,10 +576,8 @@ class NatsEngine:
             if lease is None:
                 return
             subject = self._layout.lease(consumer, partition)
-            revision = await self._publish_lease(
-                Outgoing(subject, b"", {**TOMBSTONE, **expect_last(lease.revision, subject)}),
-                f"the release of the lease of {consumer} partition {partition}")
-            self._tombstoned([subject], revision)
+            await self._publish_lease(Outgoing(subject, b"", {**TOMBSTONE, **expect_last(lease.revision, subject)}),
+                                      f"the release of the lease of {consumer} partition {partition}")
             if self._leases.get((consumer, partition)) is lease:
                 self._leases.pop((consumer, partition), None)
                 self._views.pop((consumer, partition), None)
@@ -594,9 +601,10 @@ class NatsEngine:
                                           _ttl_headers(ttl)))
 
     async def deregister(self, worker_id: str) -> None:
-        """Delete ``member.<worker id>`` (a KV delete marker, purged by retention, :meth:`trim`)."""
-        subject = self._layout.member(worker_id)
-        self._tombstoned([subject], await self._js().publish(Outgoing(subject, b"", TOMBSTONE)))
+        """Delete ``member.<worker id>``: a KV delete marker with ``Nats-TTL`` 1 s, so a worker id
+        used once (``host-pid``) leaves nothing behind. What the marker replaced lapses by its own
+        TTL, also if a SIGKILL of the server brings it back."""
+        await self._js().publish(Outgoing(self._layout.member(worker_id), b"", {**TOMBSTONE, **_ttl_headers(1)}))
 
     async def members(self) -> list[MemberInfo]:
         found = [records.member_info(stored.data)
@@ -771,12 +779,19 @@ class NatsEngine:
     async def load_keyed_state(self, consumer: str, partition: int, partition_count: int,
                                external_tables: list[str]) -> KeyedState:
         js, layout = self._js(), self._layout
-        stored = [*await js.scan(layout.states(consumer)), *await js.scan(layout.timers(consumer, partition))]
+        checkpoint_stored = await js.last(layout.checkpoint(consumer, partition))
+        checkpoint = (CheckpointRecord() if checkpoint_stored is None
+                      else CheckpointRecord.decode(checkpoint_stored.data))
+        generation = checkpoint.generation
+        await self._retained(self._purge_generations(consumer, partition, generation))
+        stored = [*await js.scan(layout.states(consumer, partition, generation)),
+                  *await js.scan(layout.timers(consumer, partition, generation))]
         for table in external_tables:
             stored.extend(await js.scan(layout.externals(table)))
-        latest = await self._latest(stored, (f"state.{name_token(consumer)}.",
-                                             f"timer.{name_token(consumer)}.{partition}.",
-                                             *(f"external.{name_token(table)}." for table in external_tables)))
+        redos = await self._pending_redos(consumer, partition, checkpoint_stored)
+        latest = self._latest(stored, redos, (layout.suffix(layout.states(consumer, partition, generation))[:-1],
+                                              layout.suffix(layout.timers(consumer, partition, generation))[:-1],
+                                              *(f"external.{name_token(table)}." for table in external_tables)))
         internal: dict[str, dict[bytes, bytes]] = {}
         external: dict[str, dict[bytes, bytes]] = {table: {} for table in external_tables}
         timers: list[tuple[bytes, float, str]] = []
@@ -795,9 +810,7 @@ class NatsEngine:
                 internal.setdefault(str(name), {})[bytes(key)] = bytes(value)
             else:
                 external[table_of[suffix[:suffix.rindex(".") + 1]]][bytes(key)] = bytes(value)
-        checkpoint = await js.last(layout.checkpoint(consumer, partition))
-        watermark = None if checkpoint is None else CheckpointRecord.decode(checkpoint.data).watermark
-        return KeyedState(internal, external, timers, watermark)
+        return KeyedState(internal, external, timers, checkpoint.watermark)
 
     async def commit(self, commit: EpochCommit) -> None:
         """Apply ``commit`` as one atomic, fenced batch (plus, for an epoch with more keyed writes
@@ -837,6 +850,9 @@ class NatsEngine:
         if view.redo is not None:
             await self._apply_redo(consumer, partition, commit.epoch, fence, view)
         await self._retained(self._trim_outbox(consumer, partition, view))
+        checkpoint = view.checkpoint
+        if checkpoint.markers > max(self.compaction_markers, checkpoint.compacted):
+            await self._compact(consumer, partition, commit.epoch, fence, view)
 
     async def _retained(self, purge: Awaitable[None]) -> None:
         """Run a purge after a commit: the commit stands whatever happens, and what a failed purge
@@ -851,9 +867,11 @@ class NatsEngine:
         consumer, partition, layout = commit.consumer, commit.partition, self._layout
         entries = _log_entries(commit)
         outbox_messages, outbox_chunks = self._outbox_messages(commit)
-        keyed = self._keyed_writes(commit)
+        keyed = self._keyed_writes(commit, view.checkpoint.generation)
         hints = {slot: self._hint(slot, offset) for slot, offset in commit.input_positions.items()}
         checkpoint = view.checkpoint.updated(commit, hints)
+        markers = sum(deleted for subject, _, deleted in keyed if not subject.startswith(layout.prefix + "external."))
+        checkpoint = replace(checkpoint, markers=checkpoint.markers + markers)
         head = Outgoing(layout.checkpoint(consumer, partition), checkpoint.encode(),
                         expect_last(fence, layout.lease(consumer, partition)))
         message_id = uuid.uuid4().hex  # the same for every batch of this commit: the server stores at most one
@@ -892,8 +910,6 @@ class NatsEngine:
             view.outbox.extend(outbox_chunks)
             if redo:
                 view.redo = _Redo(keyed, last)
-            else:
-                self._tombstoned([subject for subject, _, deleted in keyed if deleted], last)
             return
         raise NatsEngineError(f"{self.url}: bucket {self.bucket}: the log appends of {consumer} partition {partition} "
                               f"met another writer's appends {_LOG_ATTEMPTS} times in a row")
@@ -952,9 +968,9 @@ class NatsEngine:
             start += len(group)
         return messages, chunks
 
-    def _keyed_writes(self, commit: EpochCommit) -> list[tuple[str, bytes, bool]]:
-        """``(subject, record, deleted)`` per key the commit writes, the last write of a subject
-        winning (timer deletions come before insertions)."""
+    def _keyed_writes(self, commit: EpochCommit, generation: int) -> list[tuple[str, bytes, bool]]:
+        """``(subject, record, deleted)`` per key the commit writes (state and timers in
+        ``generation``), the last write of a subject winning (timer deletions come before insertions)."""
         layout, consumer, partition = self._layout, commit.consumer, commit.partition
         writes: dict[str, tuple[str, bytes, bool]] = {}
 
@@ -962,13 +978,14 @@ class NatsEngine:
             writes[subject] = (subject, records.pack(record), deleted)
 
         for (name, key), value in commit.state_writes.items():
-            write(layout.state(consumer, name, key), [name, key, value], value is None)
+            write(layout.state(consumer, partition, generation, name, key), [name, key, value], value is None)
         for (table, key), row in commit.external_state_writes.items():
             write(layout.external(table, key), [table, key, row], row is None)
         for timers, deleted in ((commit.timers_deleted, True), (commit.timers_set, False)):
             for key, trigger, *rest in timers:
                 domain = rest[0] if rest else "processing"
-                write(layout.timer(consumer, partition, key, trigger, domain), [key, trigger, domain], deleted)
+                write(layout.timer(consumer, partition, generation, key, trigger, domain), [key, trigger, domain],
+                      deleted)
         for subject, record, _ in writes.values():
             if len(record) > self._budget:
                 raise NatsEngineError(f"{self.url}: {self._layout.suffix(subject)}: a value of {len(record)} bytes "
@@ -1000,10 +1017,9 @@ class NatsEngine:
             batch = [Outgoing(subject, record, TOMBSTONE if deleted else None) for subject, record, deleted in writes]
             batch[0] = batch[0]._replace(headers={**(batch[0].headers or {}), **expect_last(fence, lease)})
             try:
-                last = await self._js().publish_batch(batch)  # None (stored by an earlier attempt) is as good
+                await self._js().publish_batch(batch)  # None (stored by an earlier attempt) is as good
             except JetStreamRequestError as error:
                 raise await self._refusal(consumer, partition, epoch, fence, error) from None
-            self._tombstoned([subject for subject, _, deleted in writes if deleted], last)
         await self._js().purge(self._layout.redos(consumer, partition), redo.last_seq + 1)
         view.redo = None
 
@@ -1032,7 +1048,7 @@ class NatsEngine:
                 chunks.append(_OutboxChunk(messages[0].seq, messages[-1].seq, chunk.seq))
             else:
                 chunks.append(_OutboxChunk(*records.outbox_chunk_range(chunk.data), chunk.seq))
-        redo_chunks = await js.scan(layout.redos(consumer, partition))
+        redo_chunks = await self._pending_redos(consumer, partition, stored)
         redo = None
         if redo_chunks:
             redo = _Redo([(layout.prefix + suffix, record, deleted) for chunk in redo_chunks
@@ -1041,40 +1057,51 @@ class NatsEngine:
 
     # -- retention ---------------------------------------------------------------------------
 
-    def _tombstoned(self, subjects: list[str], seq: int | None) -> None:
-        """Note the delete markers just stored on ``subjects`` at or before stream sequence ``seq``
-        for :meth:`_purge_tombstones`; ``None`` (a batch stored by an earlier attempt, its
-        sequence unknown) notes nothing: the first trim of a later engine finds them."""
-        if seq is not None and self.tombstone_retention is not None:
-            now = self._clock.monotonic()
-            self._tombstones.extend((now, subject, seq) for subject in subjects)
+    async def _pending_redos(self, consumer: str, partition: int, checkpoint: Stored | None) -> list[Stored]:
+        """The redo chunks of a consumer partition not applied yet: those of the batch of its
+        stored ``checkpoint`` (after it in that batch). An older one is one that a SIGKILL of the
+        server brought back after its purge: applying it again would write old values."""
+        after = 0 if checkpoint is None else checkpoint.seq
+        return [redo for redo in await self._js().scan(self._layout.redos(consumer, partition)) if redo.seq > after]
 
-    async def _purge_tombstones(self) -> None:
-        """Purge the delete markers stored at least ``tombstone_retention`` seconds ago (those of
-        earlier engines, found by the first call, count from then; none when it is ``None``), each
-        with a subject-filtered purge below the sequence after it: a value written since stays."""
-        if self.tombstone_retention is None:
-            return
-        js, layout = self._js(), self._layout
-        now = self._clock.monotonic()
-        if not self._tombstones_found:
-            for subject_filter in layout.deletable():
-                self._tombstones.extend((now, stored.subject, stored.seq)
-                                        for stored in await js.scan(subject_filter) if _deleted(stored))
-            self._tombstones_found = True
-        kept = self.tombstone_retention
-        due = [tombstone for tombstone in self._tombstones if now - tombstone[0] >= kept]
-        self._tombstones = [tombstone for tombstone in self._tombstones if now - tombstone[0] < kept]
-        for index, (_, subject, seq) in enumerate(due):
+    async def _compact(self, consumer: str, partition: int, epoch: int, fence: int, view: _View) -> None:
+        """Write the live keys and timers of the consumer partition's generation into a new one
+        (fenced batches, invisible until the checkpoint names it), commit the checkpoint naming it
+        (fenced), then purge the older generations. A crash in between leaves the old generation
+        live and the new one's subjects unnamed: a later compaction picks a higher generation and
+        purges them."""
+        js, layout, old = self._js(), self._layout, view.checkpoint.generation
+        stored = [*await js.scan(layout.states(consumer, partition, old)),
+                  *await js.scan(layout.timers(consumer, partition, old))]
+        generation = max(js.read_floor, fence) + 1  # above every sequence stored yet: above every generation
+        live = [Outgoing(layout.in_generation(s.subject, generation), s.data) for s in stored if not _deleted(s)]
+        checkpoint = replace(view.checkpoint, generation=generation, markers=0, compacted=len(live))
+        lease = layout.lease(consumer, partition)
+        head = Outgoing(layout.checkpoint(consumer, partition), checkpoint.encode(), expect_last(fence, lease))
+        groups = [live[start:start + MAX_BATCH - 1] for start in range(0, len(live), MAX_BATCH - 1)] or [[]]
+        for number, group in enumerate(groups, 1):
+            batch = [*group, head] if number == len(groups) else group
+            batch[0] = batch[0]._replace(headers={**(batch[0].headers or {}), **expect_last(fence, lease)})
             try:
-                await js.purge(subject, seq + 1)
-            except BaseException:  # what is left is purged by a later trim
-                self._tombstones.extend(due[index:])
-                raise
+                await js.publish_batch(batch, uuid.uuid4().hex)  # None: stored by an earlier attempt, as good
+            except JetStreamRequestError as error:
+                raise await self._refusal(consumer, partition, epoch, fence, error) from None
+        view.checkpoint = checkpoint
+        await self._retained(self._purge_generations(consumer, partition, generation))
+
+    async def _purge_generations(self, consumer: str, partition: int, live: int) -> None:
+        """Purge the state and timer subjects of the consumer partition's generations below
+        ``live`` (no checkpoint names them any more, and generations only grow, so a reader with
+        an older checkpoint purges nothing a newer one names)."""
+        js, layout = self._js(), self._layout
+        for subject_filter in (layout.states(consumer, partition), layout.timers(consumer, partition)):
+            found = {layout.generation_of(subject) for subject in await js.subjects(subject_filter)}
+            for generation in sorted(found):
+                if generation < live:
+                    await js.purge(subject_filter[:-1] + f"{generation}.>", None)
 
     async def trim(self) -> None:
-        """Purge the delete markers stored at least ``tombstone_retention`` seconds ago (if set), and, per
-        log partition, the chunks before the one holding the lowest committed position of any
+        """Purge, per log partition, the chunks before the one holding the lowest committed position of any
         consumer (the last chunk always stays: it holds the end offset). No log chunk is purged
         while a consumer holds a lease without having committed, its inputs being unknown (a role's
         lease, ``ROLE_PREFIX``, does not count: its holder reads no log)."""
@@ -1082,7 +1109,6 @@ class NatsEngine:
         try:
             self._last_trim = self._clock.monotonic()
             js, layout = self._js(), self._layout
-            await self._purge_tombstones()
             checkpoints = await js.scan(layout.checkpoints())
             committed = {layout.suffix(s.subject).split(".", 1)[1] for s in checkpoints}
             leased = {key for s in await js.scan(layout.leases())

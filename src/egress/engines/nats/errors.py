@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from egress.engines.protocols import EngineUnavailableError
 from egress.errors import EgressError
 
 
@@ -10,7 +11,7 @@ class NatsEngineError(EgressError):
     server URL (and the bucket or consumer partition concerned) and the fix."""
 
 
-class NatsUnavailableError(NatsEngineError):
+class NatsUnavailableError(NatsEngineError, EngineUnavailableError):
     """The server gave no usable answer for longer than the engine's ``outage_timeout`` (connection
     lost and not back, JetStream not ready, no stream leader). Retryable: what was committed stays
     committed and an operation that raised this either took effect whole or not at all; a job

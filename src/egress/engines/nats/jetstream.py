@@ -353,9 +353,13 @@ class JetStream:
             if not page or len(subjects) >= int(answer.get("total", 0)):
                 return subjects
 
-    async def purge(self, subject_filter: str, before: int) -> int:
-        """Remove the messages on ``subject_filter`` with a sequence below ``before``; returns how many."""
-        answer = await self._api("STREAM.PURGE", {"filter": subject_filter, "seq": before})
+    async def purge(self, subject_filter: str, before: int | None) -> int:
+        """Remove the messages on ``subject_filter`` with a sequence below ``before`` (every one for
+        ``None``); returns how many."""
+        request: dict[str, Any] = {"filter": subject_filter}
+        if before is not None:
+            request["seq"] = before
+        answer = await self._api("STREAM.PURGE", request)
         return int(answer.get("purged", 0))
 
     async def _api(self, operation: str, request: dict[str, Any]) -> dict[str, Any]:

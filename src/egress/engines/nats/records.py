@@ -4,8 +4,8 @@ from the SQLite engine (``bytes`` stay ``bytes``; a row of JSON, as written befo
 
 * checkpoint: ``{"positions": [[stream, partition, offset, hint]], "sinks": [[sink, producer id,
   max persisted message id, max persisted seq, sink state]], "last_seq", "acknowledged",
-  "watermark"}``; ``hint`` is the stream sequence of a log chunk at or before ``offset`` (0:
-  unknown), what retention purges below.
+  "watermark", "generation", "markers", "compacted"}``; ``hint`` is the stream sequence of a log
+  chunk at or before ``offset`` (0: unknown), what retention purges below.
 * log chunk: ``[stream, partition, first offset, count, [[message id, key, event timestamp, row]]]``.
 * outbox chunk: ``[first seq, count, [[seq, stream, message id, key, event timestamp, row]]]``.
 * keyed record: ``[name, key, value or None]`` (state: state name; external: table) or, for a
@@ -159,7 +159,11 @@ class CheckpointRecord:
 
     ``positions`` maps ``(stream, partition)`` to ``(offset, hint)``; ``last_seq`` is the highest
     outbox seq ever committed and ``acknowledged`` the highest ``outbox_acknowledged_seq`` (outbox
-    messages up to it are gone); ``watermark`` the event-time watermark or ``None``.
+    messages up to it are gone); ``watermark`` the event-time watermark or ``None``;
+    ``generation`` the generation of the partition's state and timer subjects that is live (the
+    stream sequence it was chosen at, so generations only grow), ``markers`` the delete markers
+    written into it since and ``compacted`` the live keys it started with (the engine compacts
+    into a new generation once ``markers`` outgrows both ``compacted`` and its threshold).
     """
 
     positions: dict[tuple[str, int], tuple[int, int]] = field(default_factory=dict)
@@ -167,6 +171,9 @@ class CheckpointRecord:
     last_seq: int = 0
     acknowledged: int = 0
     watermark: float | None = None
+    generation: int = 0
+    markers: int = 0
+    compacted: int = 0
 
     def updated(self, commit: EpochCommit, hints: dict[tuple[str, int], int]) -> CheckpointRecord:
         """This checkpoint with ``commit`` applied; ``hints`` give a chunk sequence per position
@@ -191,6 +198,9 @@ class CheckpointRecord:
             "last_seq": self.last_seq,
             "acknowledged": self.acknowledged,
             "watermark": self.watermark,
+            "generation": self.generation,
+            "markers": self.markers,
+            "compacted": self.compacted,
         })
 
     @classmethod
@@ -200,7 +210,8 @@ class CheckpointRecord:
             {(str(s), int(p)): (int(offset), int(hint)) for s, p, offset, hint in record["positions"]},
             {str(sink): SinkProgress(str(producer), None if mid is None else bytes(mid), int(seq), bytes(state))
              for sink, producer, mid, seq, state in record["sinks"]},
-            int(record["last_seq"]), int(record["acknowledged"]), record["watermark"])
+            int(record["last_seq"]), int(record["acknowledged"]), record["watermark"],
+            int(record.get("generation", 0)), int(record.get("markers", 0)), int(record.get("compacted", 0)))
 
 
 def chunked(entries: Iterable[bytes], budget: int) -> list[list[bytes]]:

@@ -17,9 +17,11 @@ subject after ``$KV.<bucket>.``                       holds
 ``checkpoint.<consumer>.<partition>``                 positions, sink progress, outbox seqs, watermark
 ``log.<stream>.<partition>.<first offset>``           a chunk of log messages from that offset on
 ``outbox.<consumer>.<partition>.<first seq>``         a chunk of outbox messages from that seq on
-``state.<consumer>.<state name>.<key>``               one key of a computation's internal state
+``state.<consumer>.<partition>.<gen>.<name>.<key>``   one key of a computation partition's state,
+                                                      in generation ``<gen>`` (the checkpoint names
+                                                      the live one)
 ``external.<table>.<key>``                            one row of an external state table
-``timer.<consumer>.<partition>.<domain>.<key>.<at>``  one pending timer
+``timer.<consumer>.<partition>.<gen>.<domain>.<key>.<at>``  one pending timer, in generation ``<gen>``
 ``redo.<consumer>.<partition>.<n>``                   keyed writes of a commit too big for one batch
 ====================================================  =============================================
 
@@ -157,11 +159,14 @@ class Layout:
     def outbox_chunks(self, consumer: str, partition: int) -> str:
         return f"{self.prefix}outbox.{name_token(consumer)}.{partition}.*"
 
-    def state(self, consumer: str, name: str, key: bytes) -> str:
-        return f"{self.prefix}state.{name_token(consumer)}.{name_token(name)}.{key_token(key)}"
+    def state(self, consumer: str, partition: int, generation: int, name: str, key: bytes) -> str:
+        return (f"{self.prefix}state.{name_token(consumer)}.{partition}.{generation}.{name_token(name)}."
+                f"{key_token(key)}")
 
-    def states(self, consumer: str) -> str:
-        return f"{self.prefix}state.{name_token(consumer)}.>"
+    def states(self, consumer: str, partition: int, generation: int | None = None) -> str:
+        """The state subjects of a consumer partition: of ``generation``, or of every generation."""
+        tail = ">" if generation is None else f"{generation}.>"
+        return f"{self.prefix}state.{name_token(consumer)}.{partition}.{tail}"
 
     def external(self, table: str, key: bytes) -> str:
         return f"{self.prefix}external.{name_token(table)}.{key_token(key)}"
@@ -169,22 +174,30 @@ class Layout:
     def externals(self, table: str) -> str:
         return f"{self.prefix}external.{name_token(table)}.>"
 
-    def timer(self, consumer: str, partition: int, key: bytes, trigger: float, domain: str) -> str:
-        return (f"{self.prefix}timer.{name_token(consumer)}.{partition}.{name_token(domain)}."
+    def timer(self, consumer: str, partition: int, generation: int, key: bytes, trigger: float,
+              domain: str) -> str:
+        return (f"{self.prefix}timer.{name_token(consumer)}.{partition}.{generation}.{name_token(domain)}."
                 f"{key_token(key)}.{trigger_token(trigger)}")
 
-    def timers(self, consumer: str, partition: int) -> str:
-        return f"{self.prefix}timer.{name_token(consumer)}.{partition}.>"
+    def timers(self, consumer: str, partition: int, generation: int | None = None) -> str:
+        """The timer subjects of a consumer partition: of ``generation``, or of every generation."""
+        tail = ">" if generation is None else f"{generation}.>"
+        return f"{self.prefix}timer.{name_token(consumer)}.{partition}.{tail}"
+
+    def generation_of(self, subject: str) -> int:
+        """The generation of a ``state`` or ``timer`` subject (its fourth token)."""
+        return int(self.suffix(subject).split(".", 4)[3])
+
+    def in_generation(self, subject: str, generation: int) -> str:
+        """A ``state`` or ``timer`` subject moved to ``generation``."""
+        kind, consumer, partition, _, rest = self.suffix(subject).split(".", 4)
+        return f"{self.prefix}{kind}.{consumer}.{partition}.{generation}.{rest}"
 
     def redo(self, consumer: str, partition: int, index: int) -> str:
         return f"{self.prefix}redo.{name_token(consumer)}.{partition}.{index}"
 
     def redos(self, consumer: str, partition: int) -> str:
         return f"{self.prefix}redo.{name_token(consumer)}.{partition}.*"
-
-    def deletable(self) -> list[str]:
-        """The filters of every subject a delete marker may replace (keyed state, timers, leases, members)."""
-        return [f"{self.prefix}{kind}.>" for kind in ("state", "external", "timer", "lease", "member")]
 
     def all_redos(self) -> str:
         return f"{self.prefix}redo.>"
