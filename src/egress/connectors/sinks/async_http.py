@@ -33,6 +33,7 @@ from egress.connectors.sinks.http_attempts import (
     sink_throttler,
 )
 from egress.connectors.sinks.http_parameters import AsyncHttpSinkDynamicParameters, AsyncHttpSinkParameters
+from egress.connectors.sinks.ordering import fresh_messages
 from egress.engines import OutboxMessage, SinkProgress
 from egress.errors import DeliveryError, SpecError
 from egress.httpclient import CurlClient, Request, Response
@@ -200,13 +201,10 @@ class AsyncHttpSink:
         id not greater than the last distributed one is an error).
         """
         column = self._parameters.payload_column
+        messages = fresh_messages(messages, self._progress.max_persisted_seq_no, self._last_distributed_seq)
+        if messages:
+            self._last_distributed_seq = messages[-1].seq
         for message in messages:
-            if message.seq <= self._progress.max_persisted_seq_no:
-                continue
-            if message.seq <= self._last_distributed_seq:
-                raise ValueError(
-                    f"message seq {message.seq} is not greater than the last distributed {self._last_distributed_seq}")
-            self._last_distributed_seq = message.seq
             payload = message.row.get(column)
             body = payload.encode() if isinstance(payload, str) else payload
             delivery = _Delivery(message.seq, message.message_id, body if isinstance(body, bytes) else None)
