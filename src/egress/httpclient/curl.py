@@ -1,7 +1,7 @@
 """Outgoing HTTP on libcurl's multi interface (pycurl), driven from the asyncio event loop.
 
-One :class:`CurlClient` owns one multi handle, its connection cache and a pool of reusable easy
-handles. asyncio code calls ``await client.send(request)``, or ``submit_many`` with a
+One :class:`CurlClient` owns a queue, a cap of running transfers and a pool of reusable easy handles;
+the clients of one event loop share that loop's multi handle and connection cache. asyncio code calls ``await client.send(request)``, or ``submit_many`` with a
 :class:`Completions` to get the responses in batches; the loop's driver (:class:`_LoopDriver`) runs
 the transfers with ``perform`` in turns on the event loop itself, and hands completions back in
 batches (one callback per destination per turn, not per request). Python does as little per request
@@ -107,12 +107,13 @@ class Completions(NamedTuple):
 _Entry = tuple[Request, Any, Completions]  # a request, its token, where its response goes
 
 class CurlClient:
-    """An HTTP client on one libcurl multi handle; safe to use from one asyncio loop.
+    """An HTTP client on its loop's libcurl multi handle; safe to use from one asyncio loop.
 
     ``max_connections`` caps concurrent transfers (more wait in a queue, and their timeout starts
-    only when they start) and, with ``keep_alive``, is also the size of libcurl's connection cache,
-    so a client never holds more than ``max_connections`` connections, busy or idle, and reuses
-    them (a cache smaller than the concurrency makes libcurl close a connection after every
+    only when they start) and, with ``keep_alive``, is also what the client adds to the size of the
+    loop's connection cache, so a client never has more than ``max_connections`` connections busy,
+    the loop's clients together never keep more idle than the sum of their pools, and connections are
+    reused (a cache smaller than the concurrency makes libcurl close a connection after every
     request; see ``docs/architecture.md``); ``keep_alive=False`` forbids reuse; ``verify_tls`` keeps
     certificate and host verification on (the default, and what production must use);
     ``ca_file`` is a PEM bundle of certificate authorities to trust instead of libcurl's default.
@@ -136,8 +137,6 @@ class CurlClient:
         self.verify_tls = verify_tls
         self.ca_file = ca_file
         self._driver: _LoopDriver | None = None  # the driver of the loop of the first request
-        self._multi = pycurl.CurlMulti()
-        self._multi.setopt(pycurl.M_MAXCONNECTS, max_connections if keep_alive else 1)
         self._queued: collections.deque[_Entry] = collections.deque()
         self._running: dict[int, tuple[pycurl.Curl, Any, Completions, _Capture | None]] = {}
         self._futures: Completions | None = None  # where submit()'s futures are resolved
@@ -194,42 +193,24 @@ class CurlClient:
         self._queued.clear()
         if self._driver is not None:
             self._driver.detach(self)
-        else:
-            self._multi.close()
         _complete([(completions, token, Response(0, CLIENT_CLOSED)) for _, token, completions in leftovers])
 
     # -- run by the driver's turns -------------------------------------------------------------
 
-    def _drive(self) -> None:
-        """Start queued requests, let libcurl do what its sockets and timers allow, hand completions
-        back. Completions free slots for queued requests, and starting those may complete some at
-        once (a refused connection): repeat until neither happens, or a queue could stall."""
-        self._start_queued()
-        while True:
-            if self._running:
-                self._perform()
-            if not self._collect() or not self._start_queued():
-                return
-
-    def _perform(self) -> None:
-        multi = self._multi
-        while multi.perform()[0] == pycurl.E_CALL_MULTI_PERFORM:
-            pass
-
-    def _release(self) -> None:
+    def _release(self, multi: pycurl.CurlMulti) -> None:
         """Abort running transfers and free libcurl's handles (the client is closed)."""
         for handle, token, completions, _ in self._running.values():
-            self._multi.remove_handle(handle)
+            multi.remove_handle(handle)
             handle.close()
             _complete([(completions, token, Response(0, CLIENT_CLOSED))])
         self._running.clear()
         for handle in self._spare_handles:
             handle.close()
         self._spare_handles.clear()
-        self._multi.close()
 
-    def _start_queued(self) -> bool:
-        """Start queued requests while below ``max_connections``; True if any started."""
+    def _start_queued(self, multi: pycurl.CurlMulti, owners: dict[int, CurlClient]) -> bool:
+        """Start queued requests on the driver's ``multi`` while below ``max_connections``, each
+        handle noted in ``owners``; True if any started."""
         started = False
         while self._queued and len(self._running) < self.max_connections:
             request, token, completions = self._queued.popleft()
@@ -238,7 +219,8 @@ class CurlClient:
             handle = self._spare_handles.pop() if self._spare_handles else self._new_handle()
             capture = self._configure(handle, request)
             self._running[id(handle)] = (handle, token, completions, capture)
-            self._multi.add_handle(handle)
+            owners[id(handle)] = self
+            multi.add_handle(handle)
             started = True
         return started
 
@@ -287,27 +269,12 @@ class CurlClient:
         self._capturing.add(id(handle))
         return capture
 
-    def _collect(self) -> bool:
-        """Hand finished transfers back to their loops; True if any finished."""
-        done: list[tuple[Completions, Any, Response]] = []
-        while True:
-            queued, succeeded, failed = self._multi.info_read()
-            for handle in succeeded:
-                done.append(self._finish(handle, None, 0))
-            for handle, errno, message in failed:
-                done.append(self._finish(handle, f"curl error {errno}: {message}", errno))
-            if not queued:
-                break
-        self._completed += len(done)
-        if done:
-            _complete(done)
-        return bool(done)
-
     def _finish(self, handle: pycurl.Curl, error: str | None, code: int) -> tuple[Completions, Any, Response]:
+        """The response of ``handle``'s finished transfer (already removed from the multi handle)."""
         _, token, completions, capture = self._running.pop(id(handle))
+        self._completed += 1
         status = int(handle.getinfo(pycurl.RESPONSE_CODE))
         local_port = max(0, int(handle.getinfo(pycurl.LOCAL_PORT) or 0))
-        self._multi.remove_handle(handle)
         self._spare_handles.append(handle)
         if capture is None:
             return completions, token, Response(status, error, None, None, None, local_port, None, code)
@@ -320,14 +287,22 @@ class CurlClient:
 
 
 class _LoopDriver:
-    """Drives every :class:`CurlClient` of one event loop from that loop, without a thread: a turn
-    (start queued requests, ``perform``, hand completions back) runs when requests are submitted and,
-    while transfers run, on a timer: every ``MIN_PERIOD`` until ``PATIENCE`` turns in a row finished
-    nothing (a loopback or LAN answer comes within that), then doubling up to ``MAX_PERIOD`` (a slow
-    endpoint costs at most 1 / ``MAX_PERIOD`` turns a second, and each answer waits at most that long
-    to be seen). libcurl's timeouts are checked by every ``perform``. No socket is registered with the
-    loop: a descriptor that libcurl closes and the kernel reuses within one turn could not be told
-    from the old one."""
+    """Drives every :class:`CurlClient` of one event loop from that loop, without a thread, on one
+    libcurl multi handle for all of them: a turn (start queued requests, one ``perform``, hand
+    completions back) runs when requests are submitted and, while transfers run, on a timer: every
+    ``MIN_PERIOD`` until ``PATIENCE`` turns in a row finished nothing (a loopback or LAN answer comes
+    within that), then doubling up to ``MAX_PERIOD`` (a slow endpoint costs at most 1 / ``MAX_PERIOD``
+    turns a second, and each answer waits at most that long to be seen). libcurl's timeouts are
+    checked by every ``perform``. No socket is registered with the loop: a descriptor that libcurl
+    closes and the kernel reuses within one turn could not be told from the old one.
+
+    One multi handle rather than one per client: a turn costs one ``perform`` and one ``info_read``
+    however many clients (sinks, partitions) the loop runs, and the completions of every client go
+    back in one batch per destination. Each client keeps its own cap of running transfers and its
+    own queue; the multi's connection cache holds the sum of the clients' pools (a keep-alive
+    client's ``max_connections``), so the loop's clients together hold at most that many idle
+    connections, and a client may reuse a connection another client of the loop opened to the same
+    endpoint with the same TLS settings (libcurl matches them)."""
 
     MIN_PERIOD = 0.0005
     MAX_PERIOD = 0.004
@@ -346,6 +321,8 @@ class _LoopDriver:
         # A proxy: a driver holding its loop would keep the loop (its key in _drivers) alive for ever.
         self._loop = weakref.proxy(loop)
         self._clients: list[CurlClient] = []
+        self._multi: pycurl.CurlMulti | None = None  # while a client is attached
+        self._owners: dict[int, CurlClient] = {}  # id(easy handle) -> the client whose transfer it runs
         self._soon = False  # a turn is scheduled with call_soon
         self._timer: asyncio.TimerHandle | None = None
         self._period = self.MIN_PERIOD
@@ -354,11 +331,29 @@ class _LoopDriver:
 
     def attach(self, client: CurlClient) -> None:
         self._clients.append(client)
+        if self._multi is None:
+            self._multi = pycurl.CurlMulti()
+        self._size_cache(self._multi)
 
     def detach(self, client: CurlClient) -> None:
         if client in self._clients:
             self._clients.remove(client)
-        client._release()
+        multi = self._multi
+        if multi is None:
+            return
+        for key in [key for key, owner in self._owners.items() if owner is client]:
+            del self._owners[key]
+        client._release(multi)
+        if self._clients:
+            self._size_cache(multi)
+        else:
+            # The last client: its connections close now, as a client's close promises.
+            multi.close()
+            self._multi = None
+
+    def _size_cache(self, multi: pycurl.CurlMulti) -> None:
+        pooled = sum(client.max_connections for client in self._clients if client.keep_alive)
+        multi.setopt(pycurl.M_MAXCONNECTS, max(1, pooled))
 
     def wake(self) -> None:
         if not self._soon:
@@ -374,13 +369,10 @@ class _LoopDriver:
     def _turn(self) -> None:
         self._soon = False
         self.turns += 1
+        multi = self._multi
         finished = False
-        busy = False
-        for client in self._clients:
-            before = client._completed
-            client._drive()
-            finished = finished or client._completed != before
-            busy = busy or bool(client._running)
+        if multi is not None:
+            finished = self._drive(multi)
         if finished:
             self._empty_turns = 0
             self._period = self.MIN_PERIOD
@@ -391,8 +383,52 @@ class _LoopDriver:
         if self._timer is not None:
             self._timer.cancel()
             self._timer = None
-        if busy:
+        if self._owners:
             self._timer = self._loop.call_later(self._period, self._tick)
+
+    def _drive(self, multi: pycurl.CurlMulti) -> bool:
+        """Start queued requests, let libcurl do what its sockets and timers allow, hand completions
+        back; True if any transfer finished. Completions free slots for queued requests, and starting
+        those may complete some at once (a refused connection): repeat until neither happens, or a
+        queue could stall."""
+        owners = self._owners
+        self._start_queued(multi)
+        finished = False
+        while True:
+            if owners:
+                while multi.perform()[0] == pycurl.E_CALL_MULTI_PERFORM:
+                    pass
+            if not self._collect(multi):
+                return finished
+            finished = True
+            if not self._start_queued(multi):
+                return finished
+
+    def _start_queued(self, multi: pycurl.CurlMulti) -> bool:
+        started = False
+        owners = self._owners
+        for client in self._clients:
+            if client._queued and client._start_queued(multi, owners):
+                started = True
+        return started
+
+    def _collect(self, multi: pycurl.CurlMulti) -> bool:
+        """Hand finished transfers back to their loops, one batch per destination; True if any finished."""
+        done: list[tuple[Completions, Any, Response]] = []
+        owners = self._owners
+        while True:
+            queued, succeeded, failed = multi.info_read()
+            for handle in succeeded:
+                multi.remove_handle(handle)
+                done.append(owners.pop(id(handle))._finish(handle, None, 0))
+            for handle, errno, message in failed:
+                multi.remove_handle(handle)
+                done.append(owners.pop(id(handle))._finish(handle, f"curl error {errno}: {message}", errno))
+            if not queued:
+                break
+        if done:
+            _complete(done)
+        return bool(done)
 
 
 class _Capture:
