@@ -56,6 +56,24 @@ async def test_keep_alive_reuses_one_connection_and_without_it_each_request_open
     assert len(new) == 10
 
 
+async def test_the_clients_of_one_loop_share_its_connections(serve_app: ServerFactory) -> None:
+    """One multi handle per event loop: a client reuses the idle connection another client of the
+    same loop left to the same endpoint, and each still runs at most its own cap at once."""
+    base = await serve_app(echo_app(delay=0.01))
+    first = CurlClient(max_connections=1)
+    second = CurlClient(max_connections=1)
+    try:
+        port = (await first.send(Request(f"{base}/x", b"a"))).local_port
+        assert (await second.send(Request(f"{base}/x", b"b"))).local_port == port
+        responses = await asyncio.gather(*(client.send(Request(f"{base}/x", b"c"))
+                                           for client in (first, second) for _ in range(5)))
+    finally:
+        first.close()
+        second.close()
+    assert all(r.ok for r in responses)
+    assert len({r.local_port for r in responses}) <= 2  # two clients, one connection each at most
+
+
 async def test_an_idle_client_with_a_cached_connection_does_not_spin_the_driver(
         serve_app: ServerFactory) -> None:
     """Between requests the loop's curl driver runs no turn: no transfers, no timer."""
