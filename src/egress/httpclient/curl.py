@@ -1,10 +1,11 @@
 """Outgoing HTTP on libcurl's multi interface (pycurl), driven from the asyncio event loop.
 
-One :class:`CurlClient` owns a queue, a cap of running transfers and a pool of reusable easy handles;
-the clients of one event loop share that loop's multi handle and connection cache. asyncio code calls ``await client.send(request)``, or ``submit_many`` with a
-:class:`Completions` to get the responses in batches; the loop's driver (:class:`_LoopDriver`) runs
-the transfers with ``perform`` in turns on the event loop itself, and hands completions back in
-batches (one callback per destination per turn, not per request). Python does as little per request
+One :class:`CurlClient` owns a queue, a cap of running transfers and a pool of reusable easy
+handles; the clients of one event loop share that loop's multi handle and connection cache. asyncio
+code calls ``await client.send(request)``, or ``submit_many`` with a :class:`Completions` to get the
+responses in batches; the loop's driver (:class:`_LoopDriver`) runs the transfers with ``perform`` in
+turns on the event loop itself, and hands completions back in batches (one callback per destination
+per turn, not per request). Python does as little per request
 as it can: header lines are kept (by the C ``list.append``, one call per line) only when a request
 asks for a header, and decoded only once the transfer ends, and for ``Retry-After`` only when the
 status is 429 or 503; no per-socket callbacks. Why the event loop rather than a thread of its own:
@@ -103,6 +104,8 @@ class Completions(NamedTuple):
     callback: Callable[[list[tuple[Any, Response]]], None]
     cancelled: Callable[[Any], bool]
 
+
+_new_tuple = tuple.__new__
 
 _Entry = tuple[Request, Any, Completions]  # a request, its token, where its response goes
 
@@ -277,7 +280,8 @@ class CurlClient:
         local_port = max(0, int(handle.getinfo(pycurl.LOCAL_PORT) or 0))
         self._spare_handles.append(handle)
         if capture is None:
-            return completions, token, Response(status, error, None, None, None, local_port, None, code)
+            # tuple.__new__: a Response without the NamedTuple's Python-level __new__ (per request)
+            return completions, token, _new_tuple(Response, (status, error, None, None, None, local_port, None, code))
         request = capture.request
         location = headers = retry_after = None
         if capture.lines is not None:

@@ -62,6 +62,7 @@ SEND_WINDOW_PER_CONNECTION = 4
 
 
 TransportFactory = Callable[[str, AsyncHttpSinkParameters], HttpTransport]
+_new_tuple = tuple.__new__
 
 
 def client_concurrency(parameters: AsyncHttpSinkParameters) -> int:
@@ -324,12 +325,17 @@ class AsyncHttpSink:
         if completions is None:
             completions = self._completions = Completions(asyncio.get_running_loop(), self._first_attempts_done,
                                                           _is_cancelled)
+        self._requests.inc(len(deliveries))
+        prefix, headers = self._idempotency_prefix, self._headers
+        requests: list[tuple[Request, _Delivery]] = []
         for delivery in deliveries:
             delivery.first_attempt = True
-        self._requests.inc(len(deliveries))
-        requests = [(Request(url, delivery.body, self._headers_of(delivery), timeout=timeout,  # type: ignore[arg-type]
-                             capture_retry_after=capture_retry_after, prepared=True), delivery)
-                    for delivery in deliveries]
+            lines = (prefix + idempotency_key(delivery.message_id), *headers) if prefix else headers
+            # tuple.__new__: a Request without the NamedTuple's Python-level __new__ and its keywords
+            # (per message); the fields in Request's order: url, body, headers, timeout, capture_body,
+            # capture_location, capture_headers, method, capture_retry_after, prepared.
+            requests.append((_new_tuple(Request, (url, delivery.body, lines, timeout, False, False, False, "POST",
+                                                  capture_retry_after, True)), delivery))
         futures = submit_many(self._transport(url), requests, completions)
         for delivery, future in zip(deliveries, futures, strict=False):
             delivery.task = future  # only on a transport without submit_many: _block may cancel it
@@ -352,7 +358,8 @@ class AsyncHttpSink:
             delivery.task = None
             code = response.status
             statuses[code] = statuses.get(code, 0) + 1
-            error = failure_of(response)  # this path runs only without redirects: a 3xx fails the attempt
+            # failure_of, its common case inline; this path runs only without redirects: a 3xx fails the attempt
+            error = None if response.error is None and 200 <= code <= 299 else failure_of(response)
             if error is None:
                 delivery.done = True
                 succeeded += 1
