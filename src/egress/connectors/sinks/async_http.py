@@ -22,16 +22,7 @@ from urllib.parse import urlsplit
 
 from egress.connectors.base import SINKS, SinkContext, single_input_stream
 from egress.connectors.dead_letters import Attempt, DeadLetter, check_dead_letter_path
-from egress.connectors.sinks.http_attempts import (
-    FOLLOW,
-    EndpointPauses,
-    ResponseCounters,
-    failed_attempt,
-    follow_location,
-    plan_retry,
-    response_error,
-    sink_throttler,
-)
+from egress.connectors.sinks import http_attempts
 from egress.connectors.sinks.http_parameters import AsyncHttpSinkDynamicParameters, AsyncHttpSinkParameters
 from egress.connectors.sinks.ordering import fresh_messages
 from egress.engines import OutboxMessage, SinkProgress
@@ -50,7 +41,6 @@ STATUS_SUFFIX = "async_http_sink"
 PAYLOAD_TYPE_ERROR = "Async HTTP payload column must contain a String or null value"
 POLICY_EXHAUSTED = "Async HTTP POST retry policy exhausted"
 DEADLINE_EXHAUSTED = "Async HTTP POST retry deadline exhausted"
-ATTEMPT_TIMED_OUT = "attempt deadline reached while following redirects"
 # Concurrent requests of a client that keeps no connections (keep_alive false or
 # max_idle_connections 0): each opens its own, so this bounds sockets and ephemeral ports.
 UNPOOLED_MAX_CONNECTIONS = 64
@@ -175,7 +165,7 @@ class AsyncHttpSink:
         self._headers = post_header_lines((f"{name}: {value}" for name, value in parameters.headers.items()),
                                           (parameters.idempotency_header,))
         self._idempotency_prefix = f"{parameters.idempotency_header}: " if parameters.idempotency_header else ""
-        self._throttle = sink_throttler(context, parameters.throttler_id, parameters.throttler_class_id)
+        self._throttle = http_attempts.sink_throttler(context, parameters.throttler_id, parameters.throttler_class_id)
         self._status_path = f"/sinks/{context.sink_id}/{STATUS_SUFFIX}"
         sink_id = context.sink_id
         metrics = context.metrics
@@ -183,14 +173,14 @@ class AsyncHttpSink:
         self._retries = metrics.http_sink_retries.labels(sink_id)
         self._delivered = metrics.http_sink_delivered.labels(sink_id)
         # Endpoints that asked to wait (Retry-After), until when.
-        self._pauses = EndpointPauses(context.clock, metrics.http_sink_retry_after.labels(sink_id),
-                                      metrics.http_sink_retry_after_invalid.labels(sink_id))
+        self._pauses = http_attempts.EndpointPauses(context.clock, metrics.http_sink_retry_after.labels(sink_id),
+                                                    metrics.http_sink_retry_after_invalid.labels(sink_id))
         path = parameters.dead_letter_path
         self._dead_letters = context.dead_letters.open(path) if path is not None else None
         self._dead_lettered = metrics.http_sink_dead_letters.labels(sink_id)
-        self._responses = ResponseCounters(metrics.http_sink_responses, sink_id,
-                                           metrics.http_sink_attempt_failures.labels(sink_id),
-                                           metrics.http_sink_transport_errors)
+        self._responses = http_attempts.ResponseCounters(metrics.http_sink_responses, sink_id,
+                                                         metrics.http_sink_attempt_failures.labels(sink_id),
+                                                         metrics.http_sink_transport_errors)
 
     # -- the Sink protocol -------------------------------------------------------------------
 
@@ -493,7 +483,7 @@ class AsyncHttpSink:
         """
         self._context.status.set_error(self._status_path, delivery.seq, f"Async HTTP POST failed: {last_error}")
         clock = self._context.clock
-        plan = plan_retry(self._dynamic, attempts, delivery.started, clock.monotonic(), retry_after)
+        plan = http_attempts.plan_retry(self._dynamic, attempts, delivery.started, clock.monotonic(), retry_after)
         if plan.exhausted is not None:
             reason = POLICY_EXHAUSTED if plan.exhausted == "policy" else DEADLINE_EXHAUSTED
             self._fail(delivery, _exhausted(reason, attempts, last_error))
@@ -525,35 +515,35 @@ class AsyncHttpSink:
                 await self._wait_for_endpoint(delivery, url, deadline)
             remaining = deadline - clock.monotonic()
             if remaining <= 0:
-                return sender_failure(FailureKind.TIMEOUT, ATTEMPT_TIMED_OUT), 0.0
+                return sender_failure(FailureKind.TIMEOUT, http_attempts.ATTEMPT_TIMED_OUT), 0.0
             self._requests.inc()
             response = await self._transport(url).submit(
                 Request(url, delivery.body, headers, timeout=remaining, capture_location=follow,
                         capture_retry_after=self._dynamic.respect_retry_after, prepared=True))
             error = self._judge(response)
-            if error is not FOLLOW:
+            if error is not http_attempts.FOLLOW:
                 return error, self._retry_after_of(url, response)
             if redirects[0] >= self._parameters.max_redirect_count:
                 return status_failure(response.status), 0.0
             assert response.location is not None
             redirects[0] += 1
             try:
-                url = follow_location(url, response.location, "Async HTTP sink")
+                url = http_attempts.follow_location(url, response.location, "Async HTTP sink")
             except RedirectError as failure:
                 return sender_failure(FailureKind.REDIRECT, str(failure)), 0.0
             if self._throttle is not None:
                 await self._throttle.throttle(1)  # a redirected POST is a request to the endpoint too
 
     def _retry_after_of(self, url: str, response: Response) -> float:
-        """The seconds a 429 or 503 from ``url`` asked to wait (``EndpointPauses.asked``), its endpoint
+        """The seconds a 429 or 503 from ``url`` asked to wait (``http_attempts.EndpointPauses.asked``), its endpoint
         paused until then."""
         return self._pauses.asked(endpoint_of(url), response, self._dynamic)
 
     def _judge(self, response: Response) -> AttemptFailure | None:
-        """Count ``response`` in the metrics; ``None`` for a complete 2xx, ``FOLLOW`` for a redirect
-        to follow, else why the attempt failed (``http_attempts.response_error``)."""
+        """Count ``response`` in the metrics; ``None`` for a complete 2xx, ``http_attempts.FOLLOW`` for a redirect
+        to follow, else why the attempt failed (``http_http_attempts.response_error``)."""
         self._responses.count_status(response.status)
-        failure = response_error(response, follow_redirects=self._parameters.max_redirect_count > 0)
+        failure = http_attempts.response_error(response, follow_redirects=self._parameters.max_redirect_count > 0)
         if failure is not None:
             self._responses.count_failure(failure)
         return failure
@@ -600,7 +590,7 @@ class AsyncHttpSink:
             return
         if delivery.attempts is None:
             delivery.attempts = []
-        delivery.attempts.append(failed_attempt(self._context.clock.now(), failure))
+        delivery.attempts.append(http_attempts.failed_attempt(self._context.clock.now(), failure))
 
     def _dead_letter(self, delivery: _Delivery, error: str) -> None:
         """Append ``delivery`` to the dead-letter file; acknowledge it once the line is durable, or
