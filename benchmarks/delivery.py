@@ -473,10 +473,12 @@ def _wait_sampling(process: subprocess.Popen[bytes], timeout: float
         os.close(exited)
 
 
-def benchmark_spec(pipeline: str, partitions: int, source: Path, sinks: dict[str, dict[str, Any]]) -> dict[str, Any]:
-    """The Spec of the benchmarks' pipeline (this one's and ``pipeline_cost.py``'s): the JSONL file
-    ``source`` (an ``id`` key, a ``payload`` string) → ``functions:PassPayload`` → ``sinks`` (sink id →
-    its Spec without ``input_stream_ids``, which is the ``requests`` stream), ``partitions`` partitions."""
+def benchmark_spec(pipeline: str, partitions: int, source: Path, sinks: dict[str, dict[str, Any]],
+                   source_id: str = SOURCE_ID) -> dict[str, Any]:
+    """The Spec of the benchmarks' pipeline (this one's, ``pipeline_cost.py``'s and ``batching.py``'s):
+    the JSONL file ``source`` (source ``source_id``; an ``id`` key, a ``payload`` string) →
+    ``functions:PassPayload`` → ``sinks`` (sink id → its Spec without ``input_stream_ids``, which is the
+    ``requests`` stream), ``partitions`` partitions."""
     return {
         "pipeline": pipeline,
         "partition_count": partitions,
@@ -486,7 +488,7 @@ def benchmark_spec(pipeline: str, partitions: int, source: Path, sinks: dict[str
                      "group_by": ["id"]},
             "requests": {"schema": [{"name": "payload", "type": "string", "required": False}]},
         },
-        "sources": {SOURCE_ID: {"source_class_name": "jsonl", "output_stream_id": "rows",
+        "sources": {source_id: {"source_class_name": "jsonl", "output_stream_id": "rows",
                                 "parameters": {"path": str(source)}}},
         "computations": {"deliver": {
             "computation_class_name": "NYT::NFlow::TProcessFunctionComputation",
