@@ -146,7 +146,7 @@ class CurlClient:
         self._completed = 0  # transfers finished so far
         self._spare_handles: list[pycurl.Curl] = []
         self._capturing: set[int] = set()  # handles whose callbacks capture body or headers
-        self._handle_options: dict[int, tuple[str, int]] = {}  # id(handle) -> its URL and TIMEOUT_MS
+        self._handle_options: dict[int, tuple[str, float]] = {}  # id(handle) -> its URL and timeout (seconds)
         self._closed = False
 
     @property
@@ -215,14 +215,16 @@ class CurlClient:
         """Start queued requests on the driver's ``multi`` while below ``max_connections``, each
         handle noted in ``owners``; True if any started."""
         started = False
-        while self._queued and len(self._running) < self.max_connections:
-            request, token, completions = self._queued.popleft()
+        queued, running, spare, configure = self._queued, self._running, self._spare_handles, self._configure
+        cap = self.max_connections
+        while queued and len(running) < cap:
+            request, token, completions = queued.popleft()
             if completions.cancelled(token):
                 continue
-            handle = self._spare_handles.pop() if self._spare_handles else self._new_handle()
-            capture = self._configure(handle, request)
-            self._running[id(handle)] = (handle, token, completions, capture)
-            owners[id(handle)] = self
+            handle = spare.pop() if spare else self._new_handle()
+            key = id(handle)
+            running[key] = (handle, token, completions, configure(handle, request))
+            owners[key] = self
             multi.add_handle(handle)
             started = True
         return started
@@ -244,12 +246,12 @@ class CurlClient:
     def _configure(self, handle: pycurl.Curl, request: Request) -> _Capture | None:
         """Set the per-request options; the capture of the response, None when nothing is kept."""
         # A sink sends every request to one URL with one timeout: set them only when they change.
-        timeout_ms = max(1, int(request.timeout * 1000))
         key = id(handle)
-        if self._handle_options.get(key) != (request.url, timeout_ms):
+        options = self._handle_options.get(key)
+        if options is None or options[0] != request.url or options[1] != request.timeout:
             handle.setopt(pycurl.URL, request.url)
-            handle.setopt(pycurl.TIMEOUT_MS, timeout_ms)
-            self._handle_options[key] = (request.url, timeout_ms)
+            handle.setopt(pycurl.TIMEOUT_MS, max(1, int(request.timeout * 1000)))
+            self._handle_options[key] = (request.url, request.timeout)
         if request.method == "GET":
             handle.setopt(pycurl.HTTPGET, 1)
             handle.setopt(pycurl.HTTPHEADER, request.headers)

@@ -195,15 +195,16 @@ class AsyncHttpSink:
         messages = fresh_messages(messages, self._progress.max_persisted_seq_no, self._last_distributed_seq)
         if messages:
             self._last_distributed_seq = messages[-1].seq
+        pending_append, waiting_append = self._pending.append, self._waiting.append
         for message in messages:
             payload = message.row.get(column)
             body = payload.encode() if isinstance(payload, str) else payload
             delivery = _Delivery(message.seq, message.message_id, body if isinstance(body, bytes) else None)
-            self._pending.append(delivery)
-            if payload is not None and not isinstance(payload, str | bytes):
+            pending_append(delivery)
+            if payload is not None and not isinstance(payload, (str, bytes)):
                 self._fail(delivery, PAYLOAD_TYPE_ERROR)
             elif delivery.body is not None and self._terminal is None:
-                self._waiting.append(delivery)
+                waiting_append(delivery)
         self._start_waiting()
         if self._pending and self._pending[0].done:
             self._context.on_progress()
@@ -261,17 +262,21 @@ class AsyncHttpSink:
     # -- scheduling --------------------------------------------------------------------------
 
     def _start_waiting(self) -> None:
+        if not self._waiting or self._first_attempts_paused():
+            return
         limit = self._parameters.max_in_flight
         fast = not (self._parameters.max_redirect_count or self._throttle is not None)
         first: list[_Delivery] = []
-        while (self._waiting and (limit is None or self._running < limit)
-               and self._sending < self._send_window and not self._first_attempts_paused()):
-            delivery = self._waiting.popleft()
+        # One reading of the clock and of the pause for all: nothing here awaits, so neither changes.
+        now = self._context.clock.monotonic()
+        waiting, window = self._waiting, self._send_window
+        while waiting and (limit is None or self._running < limit) and self._sending < window:
+            delivery = waiting.popleft()
             if self._terminal is not None and self._terminal[0] < delivery.seq:
                 continue  # nothing later than a terminal failure is POSTed by this instance
             self._running += 1
             self._sending += 1
-            delivery.started = self._context.clock.monotonic()
+            delivery.started = now
             if fast:
                 first.append(delivery)
             else:
