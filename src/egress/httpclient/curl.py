@@ -145,7 +145,7 @@ class CurlClient:
         self._futures: Completions | None = None  # where submit()'s futures are resolved
         self._completed = 0  # transfers finished so far
         self._spare_handles: list[pycurl.Curl] = []
-        self._capturing: set[int] = set()  # handles whose callbacks capture body or headers
+        self._captures: dict[int, _Capture] = {}  # id(handle) -> what its callbacks capture, once it captured
         self._handle_options: dict[int, tuple[str, float]] = {}  # id(handle) -> its URL and timeout (seconds)
         self._closed = False
 
@@ -210,6 +210,8 @@ class CurlClient:
         for handle in self._spare_handles:
             handle.close()
         self._spare_handles.clear()
+        self._captures.clear()  # keyed by id(handle): a closed handle's id may be reused
+        self._handle_options.clear()
 
     def _start_queued(self, multi: pycurl.CurlMulti, owners: dict[int, CurlClient]) -> bool:
         """Start queued requests on the driver's ``multi`` while below ``max_connections``, each
@@ -261,17 +263,20 @@ class CurlClient:
             headers = request.headers if request.prepared else post_header_lines(request.headers)
             handle.setopt(pycurl.HTTPHEADER, headers)
         wants_headers = request.capture_location or request.capture_headers or request.capture_retry_after
+        capture = self._captures.get(key)
         if not (request.capture_body or wants_headers):
-            if self._capturing and id(handle) in self._capturing:
-                # Only a handle that captured before needs its callbacks reset (setting them costs calls).
-                handle.setopt(pycurl.WRITEFUNCTION, _discard)
-                handle.setopt(pycurl.HEADERFUNCTION, None)
-                self._capturing.discard(id(handle))
+            if capture is not None and (capture.body_on or capture.headers_on):
+                capture.switch(handle, False, False)  # only a handle that captured before is reset
             return None
-        capture = _Capture(request, wants_headers)
-        handle.setopt(pycurl.WRITEFUNCTION, capture.chunks.append if request.capture_body else _discard)
-        handle.setopt(pycurl.HEADERFUNCTION, capture.lines.append if capture.lines is not None else None)
-        self._capturing.add(id(handle))
+        if capture is None:
+            capture = self._captures[key] = _Capture()
+        # The handle's own lists, emptied: its callbacks stay set while its requests keep asking for
+        # the same (the sink's ask for Retry-After), so a request costs no setopt for them.
+        capture.request = request
+        capture.chunks.clear()
+        capture.lines.clear()
+        if capture.body_on != request.capture_body or capture.headers_on != wants_headers:
+            capture.switch(handle, bool(request.capture_body), bool(wants_headers))
         return capture
 
     def _finish(self, handle: pycurl.Curl, error: str | None, code: int) -> tuple[Completions, Any, Response]:
@@ -285,9 +290,8 @@ class CurlClient:
             # tuple.__new__: a Response without the NamedTuple's Python-level __new__ (per request)
             return completions, token, _new_tuple(Response, (status, error, None, None, None, local_port, None, code))
         request = capture.request
-        location = headers = retry_after = None
-        if capture.lines is not None:
-            location, headers, retry_after = capture.headers(status)
+        assert request is not None
+        location, headers, retry_after = capture.headers(status)
         body = b"".join(capture.chunks) if request.capture_body else None
         return completions, token, Response(status, error, body, location, headers, local_port, retry_after, code)
 
@@ -438,23 +442,37 @@ class _LoopDriver:
 
 
 class _Capture:
-    """What one transfer keeps of its response: the body chunks, and every header line as libcurl
-    hands it over when ``request`` wants a header (``lines``; ``None`` when it wants none)."""
+    """What a handle's transfers keep of their responses, one transfer at a time: the body chunks
+    (``body_on``: the handle's write callback appends to ``chunks``) and every header line as libcurl
+    hands it over (``headers_on``: its header callback appends to ``lines``), for ``request``, the
+    transfer running now. The lists and callbacks belong to the handle and are reused."""
 
-    __slots__ = ("chunks", "lines", "request")
+    __slots__ = ("body_on", "chunks", "headers_on", "lines", "request")
 
-    def __init__(self, request: Request, keep_headers: bool) -> None:
-        self.request = request
+    def __init__(self) -> None:
+        self.request: Request | None = None
         self.chunks: list[bytes] = []
-        self.lines: list[bytes] | None = [] if keep_headers else None
+        self.lines: list[bytes] = []
+        self.body_on = False
+        self.headers_on = False
+
+    def switch(self, handle: pycurl.Curl, body: bool, headers: bool) -> None:
+        """Set ``handle``'s callbacks to capture the body and the header lines, or not."""
+        if body != self.body_on:
+            handle.setopt(pycurl.WRITEFUNCTION, self.chunks.append if body else _discard)
+            self.body_on = body
+        if headers != self.headers_on:
+            handle.setopt(pycurl.HEADERFUNCTION, self.lines.append if headers else None)
+            self.headers_on = headers
 
     def headers(self, status: int) -> tuple[str | None, dict[str, str] | None, str | None]:
         """``Location``, every header and ``Retry-After`` of the final response, each only when the
         request asked for it (``Retry-After`` only for a 429 or 503). The lines are decoded only when
         one of them is wanted, so a request that captures ``Retry-After`` costs one C call per line."""
         request = self.request
+        assert request is not None
         wants_retry_after = request.capture_retry_after and status in RETRY_AFTER_STATUSES
-        if self.lines is None or not (request.capture_location or request.capture_headers or wants_retry_after):
+        if not (request.capture_location or request.capture_headers or wants_retry_after):
             return None, None, None
         found = _final_headers(self.lines)
         return (found.get("location") if request.capture_location else None,
