@@ -57,6 +57,7 @@ from delivery import (
     PhaseResult,
     Target,
     _wait_sampling,
+    benchmark_spec,
     build_bodies,
     find_or_install_nginx,
     print_profile,
@@ -153,25 +154,9 @@ def run_egress(target: Target, records: Sequence[bytes], partitions: int, work: 
     (phase / "functions.py").write_text(FUNCTIONS_MODULE)
     source = phase / "flights.jsonl"
     write_source(source, records)
-    spec = {
-        "pipeline": PIPELINE,
-        "partition_count": partitions,
-        "streams": {
-            "rows": {"schema": [{"name": "id", "type": "int64", "required": True},
-                                {"name": "payload", "type": "string", "required": True}], "group_by": ["id"]},
-            "requests": {"schema": [{"name": "payload", "type": "string", "required": False}]},
-        },
-        "sources": {SOURCE_ID: {"source_class_name": "jsonl", "output_stream_id": "rows",
-                                "parameters": {"path": str(source)}}},
-        "computations": {"deliver": {
-            "processing_function": "functions:PassPayload",
-            "input_stream_ids": ["rows"],
-            "output_stream_ids": ["requests"],
-            "sinks": {"bulk": {"sink_class_name": "batching_http", "input_stream_ids": ["requests"],
-                               "parameters": {"url": target.url, "payload_column": "payload",
-                                              **SINK_PARAMETERS}}},
-        }},
-    }
+    spec = benchmark_spec(PIPELINE, partitions, source, {"bulk": {
+        "sink_class_name": "batching_http",
+        "parameters": {"url": target.url, "payload_column": "payload", **SINK_PARAMETERS}}}, source_id=SOURCE_ID)
     spec_path = phase / "spec.yaml"
     spec_path.write_text(yaml.safe_dump(spec, sort_keys=False))
     report = phase / "report.json"
@@ -185,19 +170,21 @@ def run_egress(target: Target, records: Sequence[bytes], partitions: int, work: 
         started = time.perf_counter()
         process = subprocess.Popen(command, cwd=phase, stdout=output, stderr=subprocess.STDOUT)
         try:
-            peak, _, cpu_seconds = _wait_sampling(process, timeout)
+            peak, _, cpu_seconds, threads = _wait_sampling(process, timeout)
         finally:
             if process.returncode is None:
                 process.kill()
                 process.wait()
     result = PhaseResult("egress", len(records), time.perf_counter() - started, cpu_seconds=cpu_seconds,
-                         peak_rss_mb=peak)
+                         peak_rss_mb=peak, threads=threads)
     if process.returncode != 0:
         result.notes.append(f"egress exited {process.returncode}: "
                             f"{(phase / 'egress.log').read_text(errors='replace').strip()[-2000:]}")
     values: dict[str, Any] = json.loads(report.read_text()) if report.exists() else {}
     result.notes.append(f"{values.get('posts', 0):,} POSTs, {values.get('retries', 0):,} retries, "
                         f"{values.get('epochs', 0):,} epochs; peak RSS {peak:,.0f} MB")
+    result.notes.append("CPU by thread (/proc/PID/task/*/stat, last sample), s per 1,000,000 records: " + ", ".join(
+        f"{thread} {seconds * 1e6 / len(records):.1f}" for thread, seconds in threads.items() if seconds >= 0.01))
     result.stats = target.finish()
     return result
 
@@ -296,7 +283,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 raw_profile = work / "egress-profile.txt"
                 print("profile: egress under py-spy ...", flush=True)
                 profiled = run_egress(target, records, args.partitions, work, args.timeout, profile=raw_profile)
-                profile_lines = print_profile(raw_profile, profiled) if raw_profile.exists() else ["no profile"]
+                profile_lines = print_profile(raw_profile, profiled, True) if raw_profile.exists() else ["no profile"]
         finally:
             target.stop()
     for result in (egress, raw):

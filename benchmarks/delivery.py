@@ -473,6 +473,33 @@ def _wait_sampling(process: subprocess.Popen[bytes], timeout: float
         os.close(exited)
 
 
+def benchmark_spec(pipeline: str, partitions: int, source: Path, sinks: dict[str, dict[str, Any]],
+                   source_id: str = SOURCE_ID) -> dict[str, Any]:
+    """The Spec of the benchmarks' pipeline (this one's, ``pipeline_cost.py``'s and ``batching.py``'s):
+    the JSONL file ``source`` (source ``source_id``; an ``id`` key, a ``payload`` string) →
+    ``functions:PassPayload`` → ``sinks`` (sink id → its Spec without ``input_stream_ids``, which is the
+    ``requests`` stream), ``partitions`` partitions."""
+    return {
+        "pipeline": pipeline,
+        "partition_count": partitions,
+        "streams": {
+            "rows": {"schema": [{"name": "id", "type": "int64", "required": True},
+                                {"name": "payload", "type": "string", "required": True}],
+                     "group_by": ["id"]},
+            "requests": {"schema": [{"name": "payload", "type": "string", "required": False}]},
+        },
+        "sources": {source_id: {"source_class_name": "jsonl", "output_stream_id": "rows",
+                                "parameters": {"path": str(source)}}},
+        "computations": {"deliver": {
+            "computation_class_name": "NYT::NFlow::TProcessFunctionComputation",
+            "processing_function": "functions:PassPayload",
+            "input_stream_ids": ["rows"],
+            "output_stream_ids": ["requests"],
+            "sinks": {sink_id: {**sink, "input_stream_ids": ["requests"]} for sink_id, sink in sinks.items()},
+        }},
+    }
+
+
 def run_egress(target: Target, bodies: Sequence[bytes], count: int, partitions: int, pool: int | None,
                work: Path, timeout: float, name: str = "egress", profile: Path | None = None,
                processes: int | None = None, gil: bool = True) -> PhaseResult:
@@ -490,27 +517,8 @@ def run_egress(target: Target, bodies: Sequence[bytes], count: int, partitions: 
     parameters: dict[str, Any] = {"url": target.url, "payload_column": "payload"}  # the rest: defaults
     if pool is not None:
         parameters["max_idle_connections"] = pool
-    spec = {
-        "pipeline": "delivery_benchmark",
-        "partition_count": partitions,
-        "streams": {
-            "rows": {"schema": [{"name": "id", "type": "int64", "required": True},
-                                {"name": "payload", "type": "string", "required": True}],
-                     "group_by": ["id"]},
-            "requests": {"schema": [{"name": "payload", "type": "string", "required": False}]},
-        },
-        "sources": {SOURCE_ID: {"source_class_name": "jsonl", "output_stream_id": "rows",
-                                "parameters": {"path": str(source)}}},
-        "computations": {"deliver": {
-            "computation_class_name": "NYT::NFlow::TProcessFunctionComputation",
-            "processing_function": "functions:PassPayload",
-            "input_stream_ids": ["rows"],
-            "output_stream_ids": ["requests"],
-            "sinks": {"http": {"sink_class_name": "NYT::NFlow::TAsyncHttpSink",
-                               "input_stream_ids": ["requests"],
-                               "parameters": parameters}},
-        }},
-    }
+    spec = benchmark_spec("delivery_benchmark", partitions, source,
+                          {"http": {"sink_class_name": "NYT::NFlow::TAsyncHttpSink", "parameters": parameters}})
     spec_path = phase / "spec.yaml"
     spec_path.write_text(yaml.safe_dump(spec, sort_keys=False))
     report_path = phase / "report.json"

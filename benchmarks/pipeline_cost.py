@@ -165,7 +165,7 @@ def child(argv: list[str]) -> int:
 def run_once(work: Path, messages: int, partitions: int, profile: str | None,
              source_tree: Path | None = None) -> dict[str, Any]:
     """One ``egress run --until-drained`` of ``messages`` payloads into :class:`InstantSink`."""
-    from delivery import FUNCTIONS_MODULE, SOURCE_ID, build_bodies, write_source
+    from delivery import FUNCTIONS_MODULE, benchmark_spec, build_bodies, write_source
 
     phase = work / "run"
     shutil.rmtree(phase, ignore_errors=True)
@@ -173,25 +173,7 @@ def run_once(work: Path, messages: int, partitions: int, profile: str | None,
     (phase / "functions.py").write_text(FUNCTIONS_MODULE)
     source = phase / "payloads.jsonl"
     write_source(source, build_bodies(min(messages, 100_000)), messages)
-    spec = {
-        "pipeline": "pipeline_cost_benchmark",
-        "partition_count": partitions,
-        "streams": {
-            "rows": {"schema": [{"name": "id", "type": "int64", "required": True},
-                                {"name": "payload", "type": "string", "required": True}],
-                     "group_by": ["id"]},
-            "requests": {"schema": [{"name": "payload", "type": "string", "required": False}]},
-        },
-        "sources": {SOURCE_ID: {"source_class_name": "jsonl", "output_stream_id": "rows",
-                                "parameters": {"path": str(source)}}},
-        "computations": {"deliver": {
-            "computation_class_name": "NYT::NFlow::TProcessFunctionComputation",
-            "processing_function": "functions:PassPayload",
-            "input_stream_ids": ["rows"],
-            "output_stream_ids": ["requests"],
-            "sinks": {"instant": {"sink_class_name": SINK_CLASS, "input_stream_ids": ["requests"]}},
-        }},
-    }
+    spec = benchmark_spec("pipeline_cost_benchmark", partitions, source, {"instant": {"sink_class_name": SINK_CLASS}})
     spec_path = phase / "spec.yaml"
     spec_path.write_text(yaml.safe_dump(spec, sort_keys=False))
     threads = phase / "threads.json"

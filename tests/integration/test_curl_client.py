@@ -56,6 +56,24 @@ async def test_keep_alive_reuses_one_connection_and_without_it_each_request_open
     assert len(new) == 10
 
 
+async def test_the_clients_of_one_loop_share_its_connections(serve_app: ServerFactory) -> None:
+    """One multi handle per event loop: a client reuses the idle connection another client of the
+    same loop left to the same endpoint, and each still runs at most its own cap at once."""
+    base = await serve_app(echo_app(delay=0.01))
+    first = CurlClient(max_connections=1)
+    second = CurlClient(max_connections=1)
+    try:
+        port = (await first.send(Request(f"{base}/x", b"a"))).local_port
+        assert (await second.send(Request(f"{base}/x", b"b"))).local_port == port
+        responses = await asyncio.gather(*(client.send(Request(f"{base}/x", b"c"))
+                                           for client in (first, second) for _ in range(5)))
+    finally:
+        first.close()
+        second.close()
+    assert all(r.ok for r in responses)
+    assert len({r.local_port for r in responses}) <= 2  # two clients, one connection each at most
+
+
 async def test_an_idle_client_with_a_cached_connection_does_not_spin_the_driver(
         serve_app: ServerFactory) -> None:
     """Between requests the loop's curl driver runs no turn: no transfers, no timer."""
@@ -268,3 +286,29 @@ async def test_retry_after_is_kept_only_for_a_429_or_503_that_asked_for_it(serve
     assert all(r.headers is None and r.location is None for r in answers.values())
     assert unasked.retry_after is None
     assert (with_location.retry_after, with_location.location) == ("120", None)
+
+
+async def test_one_handle_keeps_exactly_what_each_request_asks_for(serve_app: ServerFactory) -> None:
+    """A handle's capture lists and callbacks are reused from request to request: each response has
+    the body and headers of its own exchange, only what its request asked for, nothing of the last."""
+    base = await serve_app(echo_app())
+    client = CurlClient(max_connections=1)  # one easy handle for every request
+    try:
+        first = await client.send(Request(f"{base}/x", b"one", capture_body=True, capture_headers=True))
+        bare = await client.send(Request(f"{base}/x", b"two"))
+        headers_only = await client.send(Request(f"{base}/x", b"three", capture_headers=True))
+        body_again = await client.send(Request(f"{base}/x", b"four", capture_body=True))
+        both_again = await client.send(Request(f"{base}/x?status=201", b"five", capture_body=True,
+                                               capture_headers=True))
+    finally:
+        client.close()
+    assert (first.body, first.headers is not None) == (b"eno", True)
+    assert (bare.body, bare.headers) == (None, None)
+    assert headers_only.body is None
+    assert headers_only.headers is not None
+    assert headers_only.headers["content-length"] == "5"
+    assert (body_again.body, body_again.headers) == (b"ruof", None)
+    assert both_again.body == b"evif"
+    assert both_again.headers is not None
+    assert both_again.headers["content-length"] == "4"
+    assert both_again.status == 201

@@ -4,6 +4,10 @@ new positions, state, timers and watermark; an epoch that changed nothing has no
 
 from __future__ import annotations
 
+import dataclasses
+
+import pytest
+
 from egress import Message, OutputCollector, ProcessFunction, RuntimeContext, Timer
 from egress.clock import VirtualClock
 from egress.engines import LogMessage, SinkProgress
@@ -76,3 +80,21 @@ async def test_an_epoch_that_changed_nothing_has_no_commit_and_new_sink_progress
     assert commit.outbox_acknowledged_seq == 6
     step.committed(commit)
     assert step.record(1, nothing, dict(advanced)) is None
+
+
+async def test_the_function_sees_each_message_as_its_fields_say() -> None:
+    """Messages are built without the frozen dataclass's __init__ (per message): each is equal to,
+    and as frozen as, the one ``Message(...)`` builds."""
+    seen: list[Message] = []
+
+    class Keep(ProcessFunction):
+        async def process_message(self, message: Message, output: OutputCollector, ctx: RuntimeContext) -> None:
+            seen.append(message)
+
+    clock, timers = VirtualClock(100), TimerQueue()
+    invoker = Invoker("deliver", Keep(), RuntimeContext(clock, 0), StateStore(0, 4), timers, [])
+    step = EpochStep(invoker, 0, 4, sink_streams=set(), logged_streams=None, positions={("input", 0): 7})
+    await step.invoke([log_message(7, "a", 60.0)], [])
+    assert seen == [Message("input", ("a",), {"n": 7}, b"id-7", 60.0)]
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        seen[0].row = {}  # type: ignore[misc]

@@ -408,3 +408,17 @@ async def test_a_throttled_sink_takes_one_unit_per_post_retries_included() -> No
     assert times[-1] >= 2.0  # 6 units at 2/s with a burst of 2 need at least 2 s
     await sink.close()
     await throttling.aclose()
+
+
+async def test_a_first_attempt_is_the_request_its_fields_say() -> None:
+    """The first attempts' requests are built positionally (per message, without keywords): each
+    field has the value the sink means, as the keyword form builds it."""
+    h = Harness(always(200), static={"headers": {"X-Tenant": "t1"}})
+    h.distribute(["a"])
+    await h.clock.advance(1)
+    (_, sent), = h.transport.sent
+    dynamic = AsyncHttpSinkDynamicParameters.model_validate({})
+    assert sent == Request("http://receiver.test/events", b"a",
+                           ("Idempotency-Key: 6D31", "X-Tenant: t1", "Content-Type:", "Expect:"),
+                           timeout=min(dynamic.attempt_timeout, dynamic.request_timeout),
+                           capture_retry_after=dynamic.respect_retry_after, prepared=True)

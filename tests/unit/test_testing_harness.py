@@ -88,3 +88,39 @@ async def test_a_group_by_value_of_bytes_that_are_not_utf8_fails_the_message_nam
         "computation 'raw' emitted a row for stream 'out' whose group_by column(s) ['city'] cannot be a key "
         "(a key value must be text; these bytes are not UTF-8")
     assert "while handling message " in str(raised.value)
+
+
+TYPED = StreamSpec.model_validate({"schema": [{"name": "n", "type": "int64"}, {"name": "x", "type": "double"},
+                                              {"name": "flag", "type": "boolean"}]})
+
+
+class EmitsRow(ProcessFunction):
+    """Emits the input row as it is."""
+
+    async def process_message(self, message: Message, output: OutputCollector, ctx: RuntimeContext) -> None:
+        output.add_message("out", dict(message.row))
+
+
+@pytest.mark.parametrize(("row", "error"), [
+    ({"n": True}, "column 'n' is int64, got bool"),
+    ({"x": False}, "column 'x' is double, got bool"),
+    ({"flag": 1}, "column 'flag' is boolean, got int"),
+    ({"n": 1.0}, "column 'n' is int64, got float"),
+])
+async def test_a_value_of_a_near_type_is_refused(row: dict[str, object], error: str) -> None:
+    """The exact-type check of emitted rows (one lookup per column) lets through only the column's
+    own types: a bool is an int to Python, not an int64 or a double here."""
+    h = ProcessFunctionHarness(EmitsRow, output_stream_ids=["out"], streams={"out": TYPED})
+    with pytest.raises(ProcessFunctionError, match=error):
+        await h.process_message(row)
+
+
+async def test_subclasses_and_ints_are_values_of_their_columns() -> None:
+    import enum
+
+    class Level(enum.IntEnum):
+        HIGH = 3
+
+    h = ProcessFunctionHarness(EmitsRow, output_stream_ids=["out"], streams={"out": TYPED})
+    emitted = await h.process_message({"n": Level.HIGH, "x": 2, "flag": True})
+    assert emitted[0].row == {"n": 3, "x": 2, "flag": True}

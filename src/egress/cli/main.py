@@ -32,6 +32,7 @@ from egress.observe.logs import add_secret, bind_log_context, secrets_of_spec
 from egress.observe.status import egress_version
 from egress.receiver import ReceiverConfig, serve
 from egress.runtime import EngineFactory, Pipeline, RunOptions, RunResult, load_plan
+from egress.runtime.collector import tune_for_run
 from egress.runtime.layout import WAY_OUT, check_recorded_layout
 from egress.runtime.options import EngineChoice, parse_engine
 from egress.runtime.pipeline import DYNAMIC_SPEC_STATUS, nats_engine_factory, shared_sqlite_engine, sqlite_engine
@@ -249,6 +250,7 @@ def run(
                     console.print(progress_line(snapshot(pipeline), time.monotonic() - started), highlight=False)
         return await run_task
 
+    tune_for_run()  # the garbage collector's settings for a run (egress.runtime.collector)
     try:
         result = asyncio.run(main())
     except SpecError as error:  # refused before anything ran: the Spec does not fit the directory or the cluster

@@ -1,10 +1,11 @@
 """Outgoing HTTP on libcurl's multi interface (pycurl), driven from the asyncio event loop.
 
-One :class:`CurlClient` owns one multi handle, its connection cache and a pool of reusable easy
-handles. asyncio code calls ``await client.send(request)``, or ``submit_many`` with a
-:class:`Completions` to get the responses in batches; the loop's driver (:class:`_LoopDriver`) runs
-the transfers with ``perform`` in turns on the event loop itself, and hands completions back in
-batches (one callback per destination per turn, not per request). Python does as little per request
+One :class:`CurlClient` owns a queue, a cap of running transfers and a pool of reusable easy
+handles; the clients of one event loop share that loop's multi handle and connection cache. asyncio
+code calls ``await client.send(request)``, or ``submit_many`` with a :class:`Completions` to get the
+responses in batches; the loop's driver (:class:`_LoopDriver`) runs the transfers with ``perform`` in
+turns on the event loop itself, and hands completions back in batches (one callback per destination
+per turn, not per request). Python does as little per request
 as it can: header lines are kept (by the C ``list.append``, one call per line) only when a request
 asks for a header, and decoded only once the transfer ends, and for ``Retry-After`` only when the
 status is 429 or 503; no per-socket callbacks. Why the event loop rather than a thread of its own:
@@ -104,15 +105,18 @@ class Completions(NamedTuple):
     cancelled: Callable[[Any], bool]
 
 
+_new_tuple = tuple.__new__
+
 _Entry = tuple[Request, Any, Completions]  # a request, its token, where its response goes
 
 class CurlClient:
-    """An HTTP client on one libcurl multi handle; safe to use from one asyncio loop.
+    """An HTTP client on its loop's libcurl multi handle; safe to use from one asyncio loop.
 
     ``max_connections`` caps concurrent transfers (more wait in a queue, and their timeout starts
-    only when they start) and, with ``keep_alive``, is also the size of libcurl's connection cache,
-    so a client never holds more than ``max_connections`` connections, busy or idle, and reuses
-    them (a cache smaller than the concurrency makes libcurl close a connection after every
+    only when they start) and, with ``keep_alive``, is also what the client adds to the size of the
+    loop's connection cache, so a client never has more than ``max_connections`` connections busy,
+    the loop's clients together never keep more idle than the sum of their pools, and connections are
+    reused (a cache smaller than the concurrency makes libcurl close a connection after every
     request; see ``docs/architecture.md``); ``keep_alive=False`` forbids reuse; ``verify_tls`` keeps
     certificate and host verification on (the default, and what production must use);
     ``ca_file`` is a PEM bundle of certificate authorities to trust instead of libcurl's default.
@@ -136,15 +140,13 @@ class CurlClient:
         self.verify_tls = verify_tls
         self.ca_file = ca_file
         self._driver: _LoopDriver | None = None  # the driver of the loop of the first request
-        self._multi = pycurl.CurlMulti()
-        self._multi.setopt(pycurl.M_MAXCONNECTS, max_connections if keep_alive else 1)
         self._queued: collections.deque[_Entry] = collections.deque()
         self._running: dict[int, tuple[pycurl.Curl, Any, Completions, _Capture | None]] = {}
         self._futures: Completions | None = None  # where submit()'s futures are resolved
         self._completed = 0  # transfers finished so far
         self._spare_handles: list[pycurl.Curl] = []
-        self._capturing: set[int] = set()  # handles whose callbacks capture body or headers
-        self._handle_options: dict[int, tuple[str, int]] = {}  # id(handle) -> its URL and TIMEOUT_MS
+        self._captures: dict[int, _Capture] = {}  # id(handle) -> what its callbacks capture, once it captured
+        self._handle_options: dict[int, tuple[str, float]] = {}  # id(handle) -> its URL and timeout (seconds)
         self._closed = False
 
     @property
@@ -194,51 +196,38 @@ class CurlClient:
         self._queued.clear()
         if self._driver is not None:
             self._driver.detach(self)
-        else:
-            self._multi.close()
         _complete([(completions, token, Response(0, CLIENT_CLOSED)) for _, token, completions in leftovers])
 
     # -- run by the driver's turns -------------------------------------------------------------
 
-    def _drive(self) -> None:
-        """Start queued requests, let libcurl do what its sockets and timers allow, hand completions
-        back. Completions free slots for queued requests, and starting those may complete some at
-        once (a refused connection): repeat until neither happens, or a queue could stall."""
-        self._start_queued()
-        while True:
-            if self._running:
-                self._perform()
-            if not self._collect() or not self._start_queued():
-                return
-
-    def _perform(self) -> None:
-        multi = self._multi
-        while multi.perform()[0] == pycurl.E_CALL_MULTI_PERFORM:
-            pass
-
-    def _release(self) -> None:
+    def _release(self, multi: pycurl.CurlMulti) -> None:
         """Abort running transfers and free libcurl's handles (the client is closed)."""
         for handle, token, completions, _ in self._running.values():
-            self._multi.remove_handle(handle)
+            multi.remove_handle(handle)
             handle.close()
             _complete([(completions, token, Response(0, CLIENT_CLOSED))])
         self._running.clear()
         for handle in self._spare_handles:
             handle.close()
         self._spare_handles.clear()
-        self._multi.close()
+        self._captures.clear()  # keyed by id(handle): a closed handle's id may be reused
+        self._handle_options.clear()
 
-    def _start_queued(self) -> bool:
-        """Start queued requests while below ``max_connections``; True if any started."""
+    def _start_queued(self, multi: pycurl.CurlMulti, owners: dict[int, CurlClient]) -> bool:
+        """Start queued requests on the driver's ``multi`` while below ``max_connections``, each
+        handle noted in ``owners``; True if any started."""
         started = False
-        while self._queued and len(self._running) < self.max_connections:
-            request, token, completions = self._queued.popleft()
+        queued, running, spare, configure = self._queued, self._running, self._spare_handles, self._configure
+        cap = self.max_connections
+        while queued and len(running) < cap:
+            request, token, completions = queued.popleft()
             if completions.cancelled(token):
                 continue
-            handle = self._spare_handles.pop() if self._spare_handles else self._new_handle()
-            capture = self._configure(handle, request)
-            self._running[id(handle)] = (handle, token, completions, capture)
-            self._multi.add_handle(handle)
+            handle = spare.pop() if spare else self._new_handle()
+            key = id(handle)
+            running[key] = (handle, token, completions, configure(handle, request))
+            owners[key] = self
+            multi.add_handle(handle)
             started = True
         return started
 
@@ -259,12 +248,12 @@ class CurlClient:
     def _configure(self, handle: pycurl.Curl, request: Request) -> _Capture | None:
         """Set the per-request options; the capture of the response, None when nothing is kept."""
         # A sink sends every request to one URL with one timeout: set them only when they change.
-        timeout_ms = max(1, int(request.timeout * 1000))
         key = id(handle)
-        if self._handle_options.get(key) != (request.url, timeout_ms):
+        options = self._handle_options.get(key)
+        if options is None or options[0] != request.url or options[1] != request.timeout:
             handle.setopt(pycurl.URL, request.url)
-            handle.setopt(pycurl.TIMEOUT_MS, timeout_ms)
-            self._handle_options[key] = (request.url, timeout_ms)
+            handle.setopt(pycurl.TIMEOUT_MS, max(1, int(request.timeout * 1000)))
+            self._handle_options[key] = (request.url, request.timeout)
         if request.method == "GET":
             handle.setopt(pycurl.HTTPGET, 1)
             handle.setopt(pycurl.HTTPHEADER, request.headers)
@@ -274,60 +263,56 @@ class CurlClient:
             headers = request.headers if request.prepared else post_header_lines(request.headers)
             handle.setopt(pycurl.HTTPHEADER, headers)
         wants_headers = request.capture_location or request.capture_headers or request.capture_retry_after
+        capture = self._captures.get(key)
         if not (request.capture_body or wants_headers):
-            if self._capturing and id(handle) in self._capturing:
-                # Only a handle that captured before needs its callbacks reset (setting them costs calls).
-                handle.setopt(pycurl.WRITEFUNCTION, _discard)
-                handle.setopt(pycurl.HEADERFUNCTION, None)
-                self._capturing.discard(id(handle))
+            if capture is not None and (capture.body_on or capture.headers_on):
+                capture.switch(handle, False, False)  # only a handle that captured before is reset
             return None
-        capture = _Capture(request, wants_headers)
-        handle.setopt(pycurl.WRITEFUNCTION, capture.chunks.append if request.capture_body else _discard)
-        handle.setopt(pycurl.HEADERFUNCTION, capture.lines.append if capture.lines is not None else None)
-        self._capturing.add(id(handle))
+        if capture is None:
+            capture = self._captures[key] = _Capture()
+        # The handle's own lists, emptied: its callbacks stay set while its requests keep asking for
+        # the same (the sink's ask for Retry-After), so a request costs no setopt for them.
+        capture.request = request
+        capture.chunks.clear()
+        capture.lines.clear()
+        if capture.body_on != request.capture_body or capture.headers_on != wants_headers:
+            capture.switch(handle, bool(request.capture_body), bool(wants_headers))
         return capture
 
-    def _collect(self) -> bool:
-        """Hand finished transfers back to their loops; True if any finished."""
-        done: list[tuple[Completions, Any, Response]] = []
-        while True:
-            queued, succeeded, failed = self._multi.info_read()
-            for handle in succeeded:
-                done.append(self._finish(handle, None, 0))
-            for handle, errno, message in failed:
-                done.append(self._finish(handle, f"curl error {errno}: {message}", errno))
-            if not queued:
-                break
-        self._completed += len(done)
-        if done:
-            _complete(done)
-        return bool(done)
-
     def _finish(self, handle: pycurl.Curl, error: str | None, code: int) -> tuple[Completions, Any, Response]:
+        """The response of ``handle``'s finished transfer (already removed from the multi handle)."""
         _, token, completions, capture = self._running.pop(id(handle))
+        self._completed += 1
         status = int(handle.getinfo(pycurl.RESPONSE_CODE))
         local_port = max(0, int(handle.getinfo(pycurl.LOCAL_PORT) or 0))
-        self._multi.remove_handle(handle)
         self._spare_handles.append(handle)
         if capture is None:
-            return completions, token, Response(status, error, None, None, None, local_port, None, code)
+            # tuple.__new__: a Response without the NamedTuple's Python-level __new__ (per request)
+            return completions, token, _new_tuple(Response, (status, error, None, None, None, local_port, None, code))
         request = capture.request
-        location = headers = retry_after = None
-        if capture.lines is not None:
-            location, headers, retry_after = capture.headers(status)
+        assert request is not None
+        location, headers, retry_after = capture.headers(status)
         body = b"".join(capture.chunks) if request.capture_body else None
         return completions, token, Response(status, error, body, location, headers, local_port, retry_after, code)
 
 
 class _LoopDriver:
-    """Drives every :class:`CurlClient` of one event loop from that loop, without a thread: a turn
-    (start queued requests, ``perform``, hand completions back) runs when requests are submitted and,
-    while transfers run, on a timer: every ``MIN_PERIOD`` until ``PATIENCE`` turns in a row finished
-    nothing (a loopback or LAN answer comes within that), then doubling up to ``MAX_PERIOD`` (a slow
-    endpoint costs at most 1 / ``MAX_PERIOD`` turns a second, and each answer waits at most that long
-    to be seen). libcurl's timeouts are checked by every ``perform``. No socket is registered with the
-    loop: a descriptor that libcurl closes and the kernel reuses within one turn could not be told
-    from the old one."""
+    """Drives every :class:`CurlClient` of one event loop from that loop, without a thread, on one
+    libcurl multi handle for all of them: a turn (start queued requests, one ``perform``, hand
+    completions back) runs when requests are submitted and, while transfers run, on a timer: every
+    ``MIN_PERIOD`` until ``PATIENCE`` turns in a row finished nothing (a loopback or LAN answer comes
+    within that), then doubling up to ``MAX_PERIOD`` (a slow endpoint costs at most 1 / ``MAX_PERIOD``
+    turns a second, and each answer waits at most that long to be seen). libcurl's timeouts are
+    checked by every ``perform``. No socket is registered with the loop: a descriptor that libcurl
+    closes and the kernel reuses within one turn could not be told from the old one.
+
+    One multi handle rather than one per client: a turn costs one ``perform`` and one ``info_read``
+    however many clients (sinks, partitions) the loop runs, and the completions of every client go
+    back in one batch per destination. Each client keeps its own cap of running transfers and its
+    own queue; the multi's connection cache holds the sum of the clients' pools (a keep-alive
+    client's ``max_connections``), so the loop's clients together hold at most that many idle
+    connections, and a client may reuse a connection another client of the loop opened to the same
+    endpoint with the same TLS settings (libcurl matches them)."""
 
     MIN_PERIOD = 0.0005
     MAX_PERIOD = 0.004
@@ -346,6 +331,8 @@ class _LoopDriver:
         # A proxy: a driver holding its loop would keep the loop (its key in _drivers) alive for ever.
         self._loop = weakref.proxy(loop)
         self._clients: list[CurlClient] = []
+        self._multi: pycurl.CurlMulti | None = None  # while a client is attached
+        self._owners: dict[int, CurlClient] = {}  # id(easy handle) -> the client whose transfer it runs
         self._soon = False  # a turn is scheduled with call_soon
         self._timer: asyncio.TimerHandle | None = None
         self._period = self.MIN_PERIOD
@@ -354,11 +341,29 @@ class _LoopDriver:
 
     def attach(self, client: CurlClient) -> None:
         self._clients.append(client)
+        if self._multi is None:
+            self._multi = pycurl.CurlMulti()
+        self._size_cache(self._multi)
 
     def detach(self, client: CurlClient) -> None:
         if client in self._clients:
             self._clients.remove(client)
-        client._release()
+        multi = self._multi
+        if multi is None:
+            return
+        for key in [key for key, owner in self._owners.items() if owner is client]:
+            del self._owners[key]
+        client._release(multi)
+        if self._clients:
+            self._size_cache(multi)
+        else:
+            # The last client: its connections close now, as a client's close promises.
+            multi.close()
+            self._multi = None
+
+    def _size_cache(self, multi: pycurl.CurlMulti) -> None:
+        pooled = sum(client.max_connections for client in self._clients if client.keep_alive)
+        multi.setopt(pycurl.M_MAXCONNECTS, max(1, pooled))
 
     def wake(self) -> None:
         if not self._soon:
@@ -374,13 +379,10 @@ class _LoopDriver:
     def _turn(self) -> None:
         self._soon = False
         self.turns += 1
+        multi = self._multi
         finished = False
-        busy = False
-        for client in self._clients:
-            before = client._completed
-            client._drive()
-            finished = finished or client._completed != before
-            busy = busy or bool(client._running)
+        if multi is not None:
+            finished = self._drive(multi)
         if finished:
             self._empty_turns = 0
             self._period = self.MIN_PERIOD
@@ -391,28 +393,86 @@ class _LoopDriver:
         if self._timer is not None:
             self._timer.cancel()
             self._timer = None
-        if busy:
+        if self._owners:
             self._timer = self._loop.call_later(self._period, self._tick)
+
+    def _drive(self, multi: pycurl.CurlMulti) -> bool:
+        """Start queued requests, let libcurl do what its sockets and timers allow, hand completions
+        back; True if any transfer finished. Completions free slots for queued requests, and starting
+        those may complete some at once (a refused connection): repeat until neither happens, or a
+        queue could stall."""
+        owners = self._owners
+        self._start_queued(multi)
+        finished = False
+        while True:
+            if owners:
+                while multi.perform()[0] == pycurl.E_CALL_MULTI_PERFORM:
+                    pass
+            if not self._collect(multi):
+                return finished
+            finished = True
+            if not self._start_queued(multi):
+                return finished
+
+    def _start_queued(self, multi: pycurl.CurlMulti) -> bool:
+        started = False
+        owners = self._owners
+        for client in self._clients:
+            if client._queued and client._start_queued(multi, owners):
+                started = True
+        return started
+
+    def _collect(self, multi: pycurl.CurlMulti) -> bool:
+        """Hand finished transfers back to their loops, one batch per destination; True if any finished."""
+        done: list[tuple[Completions, Any, Response]] = []
+        owners = self._owners
+        while True:
+            queued, succeeded, failed = multi.info_read()
+            for handle in succeeded:
+                multi.remove_handle(handle)
+                done.append(owners.pop(id(handle))._finish(handle, None, 0))
+            for handle, errno, message in failed:
+                multi.remove_handle(handle)
+                done.append(owners.pop(id(handle))._finish(handle, f"curl error {errno}: {message}", errno))
+            if not queued:
+                break
+        if done:
+            _complete(done)
+        return bool(done)
 
 
 class _Capture:
-    """What one transfer keeps of its response: the body chunks, and every header line as libcurl
-    hands it over when ``request`` wants a header (``lines``; ``None`` when it wants none)."""
+    """What a handle's transfers keep of their responses, one transfer at a time: the body chunks
+    (``body_on``: the handle's write callback appends to ``chunks``) and every header line as libcurl
+    hands it over (``headers_on``: its header callback appends to ``lines``), for ``request``, the
+    transfer running now. The lists and callbacks belong to the handle and are reused."""
 
-    __slots__ = ("chunks", "lines", "request")
+    __slots__ = ("body_on", "chunks", "headers_on", "lines", "request")
 
-    def __init__(self, request: Request, keep_headers: bool) -> None:
-        self.request = request
+    def __init__(self) -> None:
+        self.request: Request | None = None
         self.chunks: list[bytes] = []
-        self.lines: list[bytes] | None = [] if keep_headers else None
+        self.lines: list[bytes] = []
+        self.body_on = False
+        self.headers_on = False
+
+    def switch(self, handle: pycurl.Curl, body: bool, headers: bool) -> None:
+        """Set ``handle``'s callbacks to capture the body and the header lines, or not."""
+        if body != self.body_on:
+            handle.setopt(pycurl.WRITEFUNCTION, self.chunks.append if body else _discard)
+            self.body_on = body
+        if headers != self.headers_on:
+            handle.setopt(pycurl.HEADERFUNCTION, self.lines.append if headers else None)
+            self.headers_on = headers
 
     def headers(self, status: int) -> tuple[str | None, dict[str, str] | None, str | None]:
         """``Location``, every header and ``Retry-After`` of the final response, each only when the
         request asked for it (``Retry-After`` only for a 429 or 503). The lines are decoded only when
         one of them is wanted, so a request that captures ``Retry-After`` costs one C call per line."""
         request = self.request
+        assert request is not None
         wants_retry_after = request.capture_retry_after and status in RETRY_AFTER_STATUSES
-        if self.lines is None or not (request.capture_location or request.capture_headers or wants_retry_after):
+        if not (request.capture_location or request.capture_headers or wants_retry_after):
             return None, None, None
         found = _final_headers(self.lines)
         return (found.get("location") if request.capture_location else None,

@@ -21,6 +21,24 @@ from egress.runtime.invoke import Invoker, Output
 from egress.runtime.timers import timer_message_id
 
 _new_tuple = tuple.__new__
+_new_object = object.__new__
+# The slots of the frozen Message, set directly: a frozen dataclass's __init__ sets each field through
+# object.__setattr__ (0.96 against 0.5 µs measured; once per input message).
+_set_message_fields = tuple(Message.__dict__[name].__set__
+                            for name in ("stream_id", "key", "row", "message_id", "event_timestamp"))
+
+
+def _message(stream_id: str, key: tuple[object, ...], row: dict[str, object], message_id: bytes,
+             event_timestamp: float | None) -> Message:
+    """``Message(stream_id, key, row, message_id, event_timestamp)``, built without its __init__."""
+    message: Message = _new_object(Message)
+    set_stream, set_key, set_row, set_id, set_timestamp = _set_message_fields
+    set_stream(message, stream_id)
+    set_key(message, key)
+    set_row(message, row)
+    set_id(message, message_id)
+    set_timestamp(message, event_timestamp)
+    return message
 
 DueTimer = tuple[bytes, float, str]
 """A timer that is due: ``(encoded key, trigger timestamp in seconds, domain)``, as ``TimerQueue.pop_due`` gives it."""
@@ -73,16 +91,16 @@ class EpochStep:
             outputs = await self.invoker.timer(Timer(decode_key(key), trigger, domain), key)  # type: ignore[arg-type]
             self._route(output, outputs, timer_message_id(computation_id, key, trigger, domain),
                         trigger if domain == "event" else None)
+        invoke, route, positions, partition = self.invoker.message, self._route, self.positions, self.partition
         for message in batch:
             timestamp = message.event_timestamp
             self.lag_timestamp = timestamp
             if timestamp is not None and (self.watermark is None or timestamp > self.watermark):
                 self.watermark = timestamp
-            outputs = await self.invoker.message(
-                Message(message.stream, decode_key(message.key), message.row, message.message_id, timestamp),
-                message.key)
-            self._route(output, outputs, message.message_id, timestamp)
-            self.positions[(message.stream, self.partition)] = message.offset + 1
+            outputs = await invoke(_message(message.stream, decode_key(message.key), message.row, message.message_id,
+                                            timestamp), message.key)
+            route(output, outputs, message.message_id, timestamp)
+            positions[(message.stream, partition)] = message.offset + 1
         return output
 
     def record(self, epoch: int, output: EpochOutput, sink_progress: dict[str, SinkProgress]) -> EpochCommit | None:

@@ -30,7 +30,16 @@ _TYPES: dict[str, tuple[type, ...]] = {
 }
 
 
-_Schema = tuple[frozenset[str], list[tuple[str, str, bool, tuple[type, ...]]], list[str]]
+# Exactly the types a column's value may be without further checks: bool is an int to isinstance,
+# but not an int64 or a double here; a subclass of a column's type is checked the long way.
+_EXACT: dict[str, frozenset[type]] = {
+    "string": frozenset({str, bytes}),
+    "int64": frozenset({int}),
+    "double": frozenset({float, int}),
+    "boolean": frozenset({bool}),
+}
+
+_Schema = tuple[frozenset[str], list[tuple[str, str, bool, tuple[type, ...], frozenset[type]]], list[str]]
 
 
 class Output(NamedTuple):
@@ -85,7 +94,8 @@ class Invoker:
     async def message(self, message: Message, encoded_key: bytes) -> list[Output]:
         """Call ``process_message``; returns the checked outputs."""
         collector = OutputCollector()
-        if self._stateful():
+        stateful = self._stateful()
+        if stateful:
             self.store.begin(message.key)
         try:
             await self.function.process_message(message, collector, self.context)
@@ -93,7 +103,7 @@ class Invoker:
             self.store.discard()
             raise self._raised(self._where_message(message), error) from error
         # Where it happened is only spelled out when something is wrong: the text costs per message.
-        return self._finish(collector, encoded_key, functools.partial(self._where_message, message))
+        return self._finish(collector, encoded_key, stateful, self._where_message, message)
 
     async def timer(self, timer: Timer, encoded_key: bytes) -> list[Output]:
         """Call ``process_timer``; returns the checked outputs."""
@@ -104,7 +114,7 @@ class Invoker:
         except Exception as error:
             self.store.discard()
             raise self._raised(self._where_timer(timer), error) from error
-        return self._finish(collector, encoded_key, functools.partial(self._where_timer, timer))
+        return self._finish(collector, encoded_key, self._stateful(), self._where_timer, timer)
 
     def _raised(self, where: str, error: Exception) -> ProcessFunctionError:
         return ProcessFunctionError(
@@ -116,9 +126,12 @@ class Invoker:
         any, a call touches no state and the store's bracketing is skipped (per message)."""
         return bool(self.store.internal or self.store.external)
 
-    def _finish(self, collector: OutputCollector, encoded_key: bytes, where: Callable[[], str]) -> list[Output]:
-        if self._stateful():
-            self.store.end(where)
+    def _finish(self, collector: OutputCollector, encoded_key: bytes, stateful: bool,
+                describe: Callable[[Any], str], subject: Any) -> list[Output]:
+        """Check what the call of ``subject`` (a message or timer; ``describe(subject)`` says which,
+        in errors only) emitted and set; ``stateful``: the store bracketed the call."""
+        if stateful:
+            self.store.end(functools.partial(describe, subject))
         if collector.timers:
             now = self.context.now()
             watermark = self.context.watermark()
@@ -127,51 +140,57 @@ class Invoker:
                 if limit is not None and trigger < limit:
                     raise ProcessFunctionError(
                         f"computation {self.computation_id!r} set a {domain} timer in the past: {trigger!r} < "
-                        f"{'now' if domain == 'processing' else 'watermark'} {limit!r}, while handling {where()}")
+                        f"{'now' if domain == 'processing' else 'watermark'} {limit!r}, while handling "
+                        f"{describe(subject)}")
                 self.timers.add(encoded_key, trigger, domain)
-        return [self._checked(emitted.stream_id, emitted.row, emitted.key, where) for emitted in collector.messages]
+        checked = self._checked
+        return [checked(emitted.stream_id, emitted.row, emitted.key, describe, subject)
+                for emitted in collector.messages]
 
     def _checked(self, stream_id: str, row: dict[str, Any], key: tuple[Any, ...] | None,
-                 where: Callable[[], str]) -> Output:
+                 describe: Callable[[Any], str], subject: Any) -> Output:
         if self._outputs is not None and stream_id not in self._outputs:
             raise ProcessFunctionError(
                 f"computation {self.computation_id!r} emitted to unknown output stream {stream_id!r} while "
-                f"handling {where()}; its output_stream_ids are {self.output_stream_ids}")
+                f"handling {describe(subject)}; its output_stream_ids are {self.output_stream_ids}")
         schema = self._schemas.get(stream_id) or self._schema(stream_id)
         if schema is None:
             try:
                 return Output(stream_id, row, EMPTY_KEY if key is None else encode_key(key))
             except TypeError as error:
-                raise self._key_error(stream_id, None, where, error) from None
+                raise self._key_error(stream_id, None, describe(subject), error) from None
         names, columns, group_by = schema
         if not names.issuperset(row):
             name = next(name for name in row if name not in names)
             raise ProcessFunctionError(
-                f"row for stream {stream_id!r} has column {name!r}, which its schema lacks ({where()})")
-        for name, kind, required, types in columns:
+                f"row for stream {stream_id!r} has column {name!r}, which its schema lacks ({describe(subject)})")
+        for name, kind, required, types, exact in columns:
             value = row.get(name)
+            if type(value) in exact:
+                continue  # a value of one of the column's own types exactly (the common case, one lookup)
             if value is None:
                 if required:
                     raise ProcessFunctionError(
-                        f"row for stream {stream_id!r} has null in required column {name!r} ({where()})")
+                        f"row for stream {stream_id!r} has null in required column {name!r} ({describe(subject)})")
                 continue
             if not isinstance(value, types) or (kind != "boolean" and isinstance(value, bool)):
                 raise ProcessFunctionError(
-                    f"row for stream {stream_id!r}: column {name!r} is {kind}, got {type(value).__name__} ({where()})")
+                    f"row for stream {stream_id!r}: column {name!r} is {kind}, got {type(value).__name__} "
+                    f"({describe(subject)})")
         if key is None and not group_by:
             return _new_output(Output, (stream_id, row, EMPTY_KEY))
         try:
             return Output(stream_id, row, encode_key(key if key is not None else [row.get(c) for c in group_by]))
         except TypeError as error:
-            raise self._key_error(stream_id, None if key is not None else group_by, where, error) from None
+            raise self._key_error(stream_id, None if key is not None else group_by, describe(subject), error) from None
 
-    def _key_error(self, stream_id: str, group_by: list[str] | None, where: Callable[[], str],
+    def _key_error(self, stream_id: str, group_by: list[str] | None, where: str,
                    error: TypeError) -> ProcessFunctionError:
         """The error for an emitted row whose ``group_by`` columns (``None``: its explicit key) cannot be a key."""
         what = "explicit key" if group_by is None else f"group_by column(s) {group_by}"
         return ProcessFunctionError(
             f"computation {self.computation_id!r} emitted a row for stream {stream_id!r} whose {what} cannot "
-            f"be a key ({error}) while handling {where()}")
+            f"be a key ({error}) while handling {where}")
 
     def _schema(self, stream_id: str) -> _Schema | None:
         """The checks of ``stream_id``'s schema, built once: column names, (name, type, required,
@@ -180,6 +199,7 @@ class Invoker:
         if found is None and self.streams is not None and stream_id in self.streams:
             stream = self.streams[stream_id]
             found = (frozenset(c.name for c in stream.columns),
-                     [(c.name, c.type, c.required, _TYPES[c.type]) for c in stream.columns], list(stream.group_by))
+                     [(c.name, c.type, c.required, _TYPES[c.type], _EXACT[c.type]) for c in stream.columns],
+                     list(stream.group_by))
             self._schemas[stream_id] = found
         return found

@@ -22,17 +22,9 @@ from urllib.parse import urlsplit
 
 from egress.connectors.base import SINKS, SinkContext, single_input_stream
 from egress.connectors.dead_letters import Attempt, DeadLetter, check_dead_letter_path
-from egress.connectors.sinks.http_attempts import (
-    FOLLOW,
-    EndpointPauses,
-    ResponseCounters,
-    failed_attempt,
-    follow_location,
-    plan_retry,
-    response_error,
-    sink_throttler,
-)
+from egress.connectors.sinks import http_attempts
 from egress.connectors.sinks.http_parameters import AsyncHttpSinkDynamicParameters, AsyncHttpSinkParameters
+from egress.connectors.sinks.ordering import fresh_messages
 from egress.engines import OutboxMessage, SinkProgress
 from egress.errors import DeliveryError, SpecError
 from egress.httpclient import CurlClient, Request, Response
@@ -49,7 +41,6 @@ STATUS_SUFFIX = "async_http_sink"
 PAYLOAD_TYPE_ERROR = "Async HTTP payload column must contain a String or null value"
 POLICY_EXHAUSTED = "Async HTTP POST retry policy exhausted"
 DEADLINE_EXHAUSTED = "Async HTTP POST retry deadline exhausted"
-ATTEMPT_TIMED_OUT = "attempt deadline reached while following redirects"
 # Concurrent requests of a client that keeps no connections (keep_alive false or
 # max_idle_connections 0): each opens its own, so this bounds sockets and ephemeral ports.
 UNPOOLED_MAX_CONNECTIONS = 64
@@ -61,6 +52,7 @@ SEND_WINDOW_PER_CONNECTION = 4
 
 
 TransportFactory = Callable[[str, AsyncHttpSinkParameters], HttpTransport]
+_new_tuple = tuple.__new__
 
 
 def client_concurrency(parameters: AsyncHttpSinkParameters) -> int:
@@ -174,7 +166,7 @@ class AsyncHttpSink:
         self._headers = post_header_lines((f"{name}: {value}" for name, value in parameters.headers.items()),
                                           (parameters.idempotency_header,))
         self._idempotency_prefix = f"{parameters.idempotency_header}: " if parameters.idempotency_header else ""
-        self._throttle = sink_throttler(context, parameters.throttler_id, parameters.throttler_class_id)
+        self._throttle = http_attempts.sink_throttler(context, parameters.throttler_id, parameters.throttler_class_id)
         self._status_path = f"/sinks/{context.sink_id}/{STATUS_SUFFIX}"
         sink_id = context.sink_id
         metrics = context.metrics
@@ -183,14 +175,14 @@ class AsyncHttpSink:
         self._delivered = metrics.http_sink_delivered.labels(sink_id)
         self._attempt_seconds = metrics.attempt_duration.labels(sink_id)
         # Endpoints that asked to wait (Retry-After), until when.
-        self._pauses = EndpointPauses(context.clock, metrics.http_sink_retry_after.labels(sink_id),
-                                      metrics.http_sink_retry_after_invalid.labels(sink_id))
+        self._pauses = http_attempts.EndpointPauses(context.clock, metrics.http_sink_retry_after.labels(sink_id),
+                                                    metrics.http_sink_retry_after_invalid.labels(sink_id))
         path = parameters.dead_letter_path
         self._dead_letters = context.dead_letters.open(path) if path is not None else None
         self._dead_lettered = metrics.http_sink_dead_letters.labels(sink_id)
-        self._responses = ResponseCounters(metrics.http_sink_responses, sink_id,
-                                           metrics.http_sink_attempt_failures.labels(sink_id),
-                                           metrics.http_sink_transport_errors)
+        self._responses = http_attempts.ResponseCounters(metrics.http_sink_responses, sink_id,
+                                                         metrics.http_sink_attempt_failures.labels(sink_id),
+                                                         metrics.http_sink_transport_errors)
 
     # -- the Sink protocol -------------------------------------------------------------------
 
@@ -202,21 +194,19 @@ class AsyncHttpSink:
         id not greater than the last distributed one is an error).
         """
         column = self._parameters.payload_column
+        messages = fresh_messages(messages, self._progress.max_persisted_seq_no, self._last_distributed_seq)
+        if messages:
+            self._last_distributed_seq = messages[-1].seq
+        pending_append, waiting_append = self._pending.append, self._waiting.append
         for message in messages:
-            if message.seq <= self._progress.max_persisted_seq_no:
-                continue
-            if message.seq <= self._last_distributed_seq:
-                raise ValueError(
-                    f"message seq {message.seq} is not greater than the last distributed {self._last_distributed_seq}")
-            self._last_distributed_seq = message.seq
             payload = message.row.get(column)
             body = payload.encode() if isinstance(payload, str) else payload
             delivery = _Delivery(message.seq, message.message_id, body if isinstance(body, bytes) else None)
-            self._pending.append(delivery)
-            if payload is not None and not isinstance(payload, str | bytes):
+            pending_append(delivery)
+            if payload is not None and not isinstance(payload, (str, bytes)):
                 self._fail(delivery, PAYLOAD_TYPE_ERROR)
             elif delivery.body is not None and self._terminal is None:
-                self._waiting.append(delivery)
+                waiting_append(delivery)
         self._start_waiting()
         if self._pending and self._pending[0].done:
             self._context.on_progress()
@@ -283,17 +273,21 @@ class AsyncHttpSink:
     # -- scheduling --------------------------------------------------------------------------
 
     def _start_waiting(self) -> None:
+        if not self._waiting or self._held or self._first_attempts_paused():
+            return
         limit = self._parameters.max_in_flight
         fast = not (self._parameters.max_redirect_count or self._throttle is not None)
         first: list[_Delivery] = []
-        while (self._waiting and not self._held and (limit is None or self._running < limit)
-               and self._sending < self._send_window and not self._first_attempts_paused()):
-            delivery = self._waiting.popleft()
+        # One reading of the clock and of the pause for all: nothing here awaits, so neither changes.
+        now = self._context.clock.monotonic()
+        waiting, window = self._waiting, self._send_window
+        while waiting and (limit is None or self._running < limit) and self._sending < window:
+            delivery = waiting.popleft()
             if self._terminal is not None and self._terminal[0] < delivery.seq:
                 continue  # nothing later than a terminal failure is POSTed by this instance
             self._running += 1
             self._sending += 1
-            delivery.started = self._context.clock.monotonic()
+            delivery.started = now
             if fast:
                 first.append(delivery)
             else:
@@ -337,12 +331,17 @@ class AsyncHttpSink:
         if completions is None:
             completions = self._completions = Completions(asyncio.get_running_loop(), self._first_attempts_done,
                                                           _is_cancelled)
+        self._requests.inc(len(deliveries))
+        prefix, headers = self._idempotency_prefix, self._headers
+        requests: list[tuple[Request, _Delivery]] = []
         for delivery in deliveries:
             delivery.first_attempt = True
-        self._requests.inc(len(deliveries))
-        requests = [(Request(url, delivery.body, self._headers_of(delivery), timeout=timeout,  # type: ignore[arg-type]
-                             capture_retry_after=capture_retry_after, prepared=True), delivery)
-                    for delivery in deliveries]
+            lines = (prefix + idempotency_key(delivery.message_id), *headers) if prefix else headers
+            # tuple.__new__: a Request without the NamedTuple's Python-level __new__ and its keywords
+            # (per message); the fields in Request's order: url, body, headers, timeout, capture_body,
+            # capture_location, capture_headers, method, capture_retry_after, prepared.
+            requests.append((_new_tuple(Request, (url, delivery.body, lines, timeout, False, False, False, "POST",
+                                                  capture_retry_after, True)), delivery))
         futures = submit_many(self._transport(url), requests, completions)
         for delivery, future in zip(deliveries, futures, strict=False):
             delivery.task = future  # only on a transport without submit_many: _block may cancel it
@@ -368,7 +367,8 @@ class AsyncHttpSink:
             delivery.task = None
             code = response.status
             statuses[code] = statuses.get(code, 0) + 1
-            error = failure_of(response)  # this path runs only without redirects: a 3xx fails the attempt
+            # failure_of, its common case inline; this path runs only without redirects: a 3xx fails the attempt
+            error = None if response.error is None and 200 <= code <= 299 else failure_of(response)
             if error is None:
                 delivery.done = True
                 succeeded += 1
@@ -502,7 +502,7 @@ class AsyncHttpSink:
         """
         self._context.status.set_error(self._status_path, delivery.seq, f"Async HTTP POST failed: {last_error}")
         clock = self._context.clock
-        plan = plan_retry(self._dynamic, attempts, delivery.started, clock.monotonic(), retry_after)
+        plan = http_attempts.plan_retry(self._dynamic, attempts, delivery.started, clock.monotonic(), retry_after)
         if plan.exhausted is not None:
             reason = POLICY_EXHAUSTED if plan.exhausted == "policy" else DEADLINE_EXHAUSTED
             self._fail(delivery, _exhausted(reason, attempts, last_error))
@@ -534,7 +534,7 @@ class AsyncHttpSink:
                 await self._wait_for_endpoint(delivery, url, deadline)
             remaining = deadline - clock.monotonic()
             if remaining <= 0:
-                return sender_failure(FailureKind.TIMEOUT, ATTEMPT_TIMED_OUT), 0.0
+                return sender_failure(FailureKind.TIMEOUT, http_attempts.ATTEMPT_TIMED_OUT), 0.0
             self._requests.inc()
             sent = clock.monotonic()
             response = await self._transport(url).submit(
@@ -542,29 +542,29 @@ class AsyncHttpSink:
                         capture_retry_after=self._dynamic.respect_retry_after, prepared=True))
             self._attempt_seconds.observe(clock.monotonic() - sent)
             error = self._judge(response)
-            if error is not FOLLOW:
+            if error is not http_attempts.FOLLOW:
                 return error, self._retry_after_of(url, response)
             if redirects[0] >= self._parameters.max_redirect_count:
                 return status_failure(response.status), 0.0
             assert response.location is not None
             redirects[0] += 1
             try:
-                url = follow_location(url, response.location, "Async HTTP sink")
+                url = http_attempts.follow_location(url, response.location, "Async HTTP sink")
             except RedirectError as failure:
                 return sender_failure(FailureKind.REDIRECT, str(failure)), 0.0
             if self._throttle is not None:
                 await self._throttle.throttle(1)  # a redirected POST is a request to the endpoint too
 
     def _retry_after_of(self, url: str, response: Response) -> float:
-        """The seconds a 429 or 503 from ``url`` asked to wait (``EndpointPauses.asked``), its endpoint
+        """The seconds a 429 or 503 from ``url`` asked to wait (``http_attempts.EndpointPauses.asked``), its endpoint
         paused until then."""
         return self._pauses.asked(endpoint_of(url), response, self._dynamic)
 
     def _judge(self, response: Response) -> AttemptFailure | None:
-        """Count ``response`` in the metrics; ``None`` for a complete 2xx, ``FOLLOW`` for a redirect
-        to follow, else why the attempt failed (``http_attempts.response_error``)."""
+        """Count ``response`` in the metrics; ``None`` for a complete 2xx, ``http_attempts.FOLLOW`` for a redirect
+        to follow, else why the attempt failed (``http_http_attempts.response_error``)."""
         self._responses.count_status(response.status)
-        failure = response_error(response, follow_redirects=self._parameters.max_redirect_count > 0)
+        failure = http_attempts.response_error(response, follow_redirects=self._parameters.max_redirect_count > 0)
         if failure is not None:
             self._responses.count_failure(failure)
         return failure
@@ -611,7 +611,7 @@ class AsyncHttpSink:
             return
         if delivery.attempts is None:
             delivery.attempts = []
-        delivery.attempts.append(failed_attempt(self._context.clock.now(), failure))
+        delivery.attempts.append(http_attempts.failed_attempt(self._context.clock.now(), failure))
 
     def _dead_letter(self, delivery: _Delivery, error: str) -> None:
         """Append ``delivery`` to the dead-letter file; acknowledge it once the line is durable, or

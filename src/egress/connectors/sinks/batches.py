@@ -34,6 +34,7 @@ from typing import Any, ClassVar
 
 from egress.connectors.base import SinkContext
 from egress.connectors.dead_letters import Attempt, DeadLetter, DeadLetterOutput
+from egress.connectors.sinks.ordering import fresh_messages
 from egress.engines import OutboxMessage, SinkProgress
 
 
@@ -194,13 +195,10 @@ class BatchedSink:
         ``ValueError`` for a ``seq`` not above the last distributed one.
         """
         column = self._payload_column
+        messages = fresh_messages(messages, self._progress.max_persisted_seq_no, self._last_distributed_seq)
+        if messages:
+            self._last_distributed_seq = messages[-1].seq
         for message in messages:
-            if message.seq <= self._progress.max_persisted_seq_no:
-                continue
-            if message.seq <= self._last_distributed_seq:
-                raise ValueError(
-                    f"message seq {message.seq} is not greater than the last distributed {self._last_distributed_seq}")
-            self._last_distributed_seq = message.seq
             payload = message.row.get(column)
             if payload is None:
                 self._cover_null(message)

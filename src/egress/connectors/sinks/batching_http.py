@@ -33,20 +33,10 @@ from typing import Any, ClassVar
 
 from egress.connectors.base import SINKS, SinkContext, single_input_stream
 from egress.connectors.dead_letters import Attempt, check_dead_letter_path
+from egress.connectors.sinks import http_attempts
 from egress.connectors.sinks.async_http import HttpTransport, client_concurrency, curl_transport
 from egress.connectors.sinks.batches import Batch, BatchedSink, BatchLimits, UnfitRecord
 from egress.connectors.sinks.batching_parameters import BatchingHttpSinkDynamicParameters, BatchingHttpSinkParameters
-from egress.connectors.sinks.http_attempts import (
-    FOLLOW,
-    ClientsByScheme,
-    EndpointPauses,
-    ResponseCounters,
-    failed_attempt,
-    follow_location,
-    plan_retry,
-    response_error,
-    sink_throttler,
-)
 from egress.engines import SinkProgress
 from egress.errors import DeliveryError, SpecError
 from egress.httpclient import Request, Response
@@ -62,7 +52,6 @@ STATUS_SUFFIX = "batching_http_sink"
 PAYLOAD_TYPE_ERROR = f"{KIND} payload column must contain a String or null value"
 POLICY_EXHAUSTED = "Batching HTTP POST retry policy exhausted"
 DEADLINE_EXHAUSTED = "Batching HTTP POST retry deadline exhausted"
-ATTEMPT_TIMED_OUT = "attempt deadline reached while following redirects"
 NEWLINE_IN_JSON_LINE = (f"{KIND}: a payload contains a newline, so it is not one JSON line; emit compact JSON "
                         "(orjson.dumps, json.dumps without indent) or use encoding json_array or raw")
 EMPTY_JSON_VALUE = f"{KIND}: an empty payload is not a JSON value; emit null (no record) or use encoding raw"
@@ -143,11 +132,11 @@ class BatchingHttpSink(BatchedSink):
                          dead_letters=context.dead_letters.open(path) if path is not None else None)
         self._parameters = parameters
         self._dynamic = dynamic_parameters
-        self._transports = ClientsByScheme(lambda scheme: transport_factory(scheme, parameters))
+        self._transports = http_attempts.ClientsByScheme(lambda scheme: transport_factory(scheme, parameters))
         self._json = parameters.encoding != "raw"
         self._json_lines = parameters.encoding == "json_lines"
         self._headers = self._fixed_headers(parameters)
-        self._throttle = sink_throttler(context, parameters.throttler_id, parameters.throttler_class_id)
+        self._throttle = http_attempts.sink_throttler(context, parameters.throttler_id, parameters.throttler_class_id)
         metrics = context.metrics.batching_http
         sink_id = context.sink_id
         self._m_batches = metrics.batches.labels(sink_id)
@@ -157,9 +146,10 @@ class BatchingHttpSink(BatchedSink):
         self._m_bytes = metrics.bytes.labels(sink_id)
         self._m_dead_letters = metrics.dead_letters.labels(sink_id)
         self._m_attempt_seconds = context.metrics.attempt_duration.labels(sink_id)
-        self._responses = ResponseCounters(metrics.responses, sink_id, metrics.attempt_failures.labels(sink_id))
-        self._pauses = EndpointPauses(context.clock, metrics.retry_after.labels(sink_id),
-                                      metrics.retry_after_invalid.labels(sink_id))
+        self._responses = http_attempts.ResponseCounters(metrics.responses, sink_id,
+                                                         metrics.attempt_failures.labels(sink_id))
+        self._pauses = http_attempts.EndpointPauses(context.clock, metrics.retry_after.labels(sink_id),
+                                                    metrics.retry_after_invalid.labels(sink_id))
 
     @staticmethod
     def _fixed_headers(parameters: BatchingHttpSinkParameters) -> tuple[str, ...]:
@@ -225,7 +215,7 @@ class BatchingHttpSink(BatchedSink):
         self._m_batches.inc()
         while True:
             if last_error is not None:
-                tried.append(failed_attempt(clock.now(), last_error))
+                tried.append(http_attempts.failed_attempt(clock.now(), last_error))
                 self._context.status.set_error(self._status_path, batch.first_seq,
                                                f"Batching HTTP POST of {key} failed: {last_error}")
                 ended = await self._pause_after_failure(batch, attempts, started, retry_after)
@@ -264,9 +254,10 @@ class BatchingHttpSink(BatchedSink):
 
     async def _pause_after_failure(self, batch: Batch, attempts: int, started: float,
                                    retry_after: float) -> str | None:
-        """Wait before the next attempt (``plan_retry``); the reason the batch ended instead, if it did."""
+        """Wait before the next attempt (``http_attempts.plan_retry``); the reason the batch ended instead,
+        if it did."""
         clock = self._context.clock
-        plan = plan_retry(self._dynamic, attempts, started, clock.monotonic(), retry_after)
+        plan = http_attempts.plan_retry(self._dynamic, attempts, started, clock.monotonic(), retry_after)
         if plan.exhausted is not None:
             return POLICY_EXHAUSTED if plan.exhausted == "policy" else DEADLINE_EXHAUSTED
         while clock.monotonic() < plan.until:
@@ -302,7 +293,7 @@ class BatchingHttpSink(BatchedSink):
                 await self._wait_for_endpoint(url, deadline)
             remaining = deadline - clock.monotonic()
             if remaining <= 0:
-                return sender_failure(FailureKind.TIMEOUT, ATTEMPT_TIMED_OUT), 0.0
+                return sender_failure(FailureKind.TIMEOUT, http_attempts.ATTEMPT_TIMED_OUT), 0.0
             self._m_requests.inc()
             sent = clock.monotonic()
             response = await self._transports.get(url).submit(
@@ -310,23 +301,23 @@ class BatchingHttpSink(BatchedSink):
                         capture_retry_after=self._dynamic.respect_retry_after))
             self._m_attempt_seconds.observe(clock.monotonic() - sent)
             error = self._judge(response)
-            if error is not FOLLOW:
+            if error is not http_attempts.FOLLOW:
                 return error, self._pauses.asked(endpoint_of(url), response, self._dynamic)
             if redirects[0] >= maximum:
                 return status_failure(response.status), 0.0
             assert response.location is not None
             redirects[0] += 1
             try:
-                url = follow_location(url, response.location, KIND)
+                url = http_attempts.follow_location(url, response.location, KIND)
             except RedirectError as failure:
                 return sender_failure(FailureKind.REDIRECT, str(failure)), 0.0
             if self._throttle is not None:
                 await self._throttle.throttle(1)  # a redirected POST is a request to the endpoint too
 
     def _judge(self, response: Response) -> AttemptFailure | None:
-        """Count ``response`` in the metrics and judge it (``response_error``)."""
+        """Count ``response`` in the metrics and judge it (``http_attempts.response_error``)."""
         self._responses.count(response)
-        return response_error(response, follow_redirects=self._parameters.max_redirect_count > 0)
+        return http_attempts.response_error(response, follow_redirects=self._parameters.max_redirect_count > 0)
 
     def _give_up(self, batch: Batch, key: str, tried: list[Attempt], reason: str, attempts: int,
                  last_error: AttemptFailure | None) -> None:

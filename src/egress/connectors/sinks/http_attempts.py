@@ -24,6 +24,9 @@ from egress.httpclient.redirects import REDIRECT_STATUSES, RedirectError, is_dow
 from egress.httpclient.retry_after import retry_after_seconds
 from egress.throttler.factory import ThrottlerHandle
 
+# Why an attempt failed when its own deadline came while it followed redirects (both HTTP sinks).
+ATTEMPT_TIMED_OUT = "attempt deadline reached while following redirects"
+
 # response_error's verdict for a 3xx with a Location to follow (compare with ``is``).
 FOLLOW = AttemptFailure(FailureKind.STATUS, "follow redirect")
 
