@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 import pytest
@@ -65,4 +66,25 @@ async def test_reconfigure_reaches_controller_and_handles() -> None:
     await throttling.close_factory(factory)
     with pytest.raises(ThrottlerNotConfiguredError):
         await handle.throttle(1)
+    await throttling.aclose()
+
+
+async def test_an_input_wait_given_up_on_stop_returns_none_and_gives_the_rows_units_back() -> None:
+    clock = VirtualClock()
+    registry = CollectorRegistry()
+    throttling = Throttling(SPEC, clock, registry=registry)
+    factory = throttling.factory("c", client_id="c/0")
+    batch = throttling.input_throttle("c", factory)
+    stop = asyncio.Event()
+    async with clock.autojumping():
+        assert await batch.wait_unless(stop, 10, 1000) == 0.0  # both buckets full: at once, and now empty
+    waiting = asyncio.ensure_future(batch.wait_unless(stop, 5, 1000))
+    await clock.advance(0.6)  # the rows are granted at 0.5 s; the bytes need 1 s
+    assert not waiting.done()
+    stop.set()
+    assert await waiting is None
+    # Given back (release): the batch used none of them (they are kept only while their lease lasts).
+    assert registry.get_sample_value("egress_throttler_client_released_total",
+                                     {"computation_id": "c", "throttler_id": "rows"}) == 5.0
+    assert await batch.wait_unless(stop, 1, 1) is None  # asked after the stop: no wait at all
     await throttling.aclose()
