@@ -5,6 +5,8 @@ window stays within ``limit·T + limit·period`` across the whole run."""
 
 from __future__ import annotations
 
+import hashlib
+import itertools
 import json
 import signal
 import socket
@@ -19,6 +21,7 @@ from typing import Any, TypeVar
 import pytest
 import yaml
 
+from egress.keys import encode_key, partition_of
 from egress.throttler.envelope import worst_excess
 from tests.conftest import payload_spec
 from tests.e2e.conftest import REPO, Receiver
@@ -96,13 +99,18 @@ def one_per_class(spec: dict[str, Any], classes: list[str]) -> None:
     del spec["streams"]["requests"]
 
 
+Edit = Callable[[dict[str, Any], dict[str, Any]], None]
+"""Changes a test makes to the Spec and DynamicSpec documents of :func:`start_workers`."""
+
+
 def start_workers(tmp_path: Path, receiver: Receiver, nats_url: str, messages: int,
                   processes: list[subprocess.Popen[bytes]], one_computation_per_class: list[str] | None = None,
-                  **throttler: Any) -> dict[str, int]:
+                  edit: Edit | None = None, until_drained: bool = True, **throttler: Any) -> dict[str, int]:
     """``WORKERS`` workers of a pipeline of this test's own, delivering ``messages`` requests
     through the throttler ``endpoint`` (limit ``LIMIT``, period ``PERIOD``, chunks of 2, and
     ``throttler``'s fields; with ``one_computation_per_class`` every message once per class, see
-    :func:`one_per_class`); returns each worker's ``--http-port``."""
+    :func:`one_per_class`; then ``edit``; ``--until-drained`` unless told not to: a followed
+    source is drained whenever its file is read to its end); returns each worker's ``--http-port``."""
     spec, dynamic = payload_spec(tmp_path, f"http://127.0.0.1:{receiver.port}/events",
                                  [f"message {i}" for i in range(messages)], partition_count=3,
                                  sink_parameters={"throttler_id": "endpoint"})
@@ -110,7 +118,6 @@ def start_workers(tmp_path: Path, receiver: Receiver, nats_url: str, messages: i
     document["pipeline"] = f"throttled_{tmp_path.name.replace('-', '_')}"[:60]
     if one_computation_per_class:
         one_per_class(document, one_computation_per_class)
-    spec.write_text(yaml.safe_dump(document))
     dynamic_document = yaml.safe_load(dynamic.read_text())
     if one_computation_per_class:
         deliver = dynamic_document["computations"].pop("deliver")
@@ -119,6 +126,9 @@ def start_workers(tmp_path: Path, receiver: Receiver, nats_url: str, messages: i
         "limit": LIMIT, "period": f"{PERIOD:g}s", "request_period": "250ms", "max_grant_amount": 2,
         "retrying_channel": {"retry_backoff_time": "100ms", "enable_exponential_retry_backoffs": False,
                              "retry_attempts": 10_000}, **throttler}}
+    if edit is not None:
+        edit(document, dynamic_document)
+    spec.write_text(yaml.safe_dump(document))
     dynamic.write_text(yaml.safe_dump(dynamic_document))
     ports = {f"w{i}": free_port() for i in range(WORKERS)}
     for worker, port in ports.items():
@@ -127,7 +137,8 @@ def start_workers(tmp_path: Path, receiver: Receiver, nats_url: str, messages: i
                 [sys.executable, "-m", "egress", "run", str(spec), "--dynamic-spec", str(dynamic),
                  "--engine", nats_url, "--worker-id", worker, "--state-dir", str(tmp_path / worker),
                  "--lease-ttl", f"{TTL:g}", "--heartbeat-period", f"{HEARTBEAT:g}", "--http-port", str(port),
-                 "--until-drained", "--quiet"], cwd=REPO, stdout=log, stderr=subprocess.STDOUT))
+                 *(["--until-drained"] if until_drained else []), "--quiet"],
+                cwd=REPO, stdout=log, stderr=subprocess.STDOUT))
     return ports
 
 
@@ -281,3 +292,108 @@ def test_weighted_classes_5_3_1_from_three_workers_share_the_limit_within_the_sf
             assert gap <= CHUNK / share[i] + CHUNK / share[j] + 1e-6, (i, j, granted)
     records = received(receiver)
     assert len({(r["path"], r["body_sha256"]) for r in records if r["status"] == 200}) == 3 * 90
+
+
+LAGGING, LAGGING_MESSAGES, OTHER_MESSAGES = 0, 15, 40
+"""The partition whose messages are an hour old, and the messages of it and of each other partition."""
+
+
+def lagging_rows(now: float) -> tuple[list[str], list[str], dict[str, int]]:
+    """JSONL lines ``(of the two other partitions, of LAGGING, partition of every request body's
+    SHA-256)``: event times ``now``, and an hour before ``now`` for ``LAGGING``."""
+    counts, others, late, partitions = [0, 0, 0], [], [], {}
+    for i in itertools.count():
+        partition = partition_of(encode_key([i]), 3)
+        if counts[partition] < (LAGGING_MESSAGES if partition == LAGGING else OTHER_MESSAGES):
+            counts[partition] += 1
+            payload = f"p{partition} message {i}"
+            line = json.dumps({"id": i, "payload": payload, "ts": now - 3600.0 if partition == LAGGING else now})
+            (late if partition == LAGGING else others).append(line + "\n")
+            partitions[hashlib.sha256(payload.encode()).hexdigest()] = partition
+        if len(late) == LAGGING_MESSAGES and len(others) == 2 * OTHER_MESSAGES:
+            return others, late, partitions
+
+
+def throttled_input(data: Path, lines: list[str]) -> Edit:
+    """The source follows ``data`` (written with ``lines``), its rows carry event times (column
+    ``ts``), and every input batch takes one unit of throttler ``api`` per message
+    (``input_rows_throttler_id``: each request carries the job's lag timestamp, the event time of
+    the batch's first message); the sink is not throttled."""
+
+    def edit(spec: dict[str, Any], dynamic: dict[str, Any]) -> None:
+        spec["streams"]["events"]["schema"].append({"name": "ts", "type": "double"})
+        source = spec["sources"]["events_jsonl"]["parameters"]
+        source.update(timestamp_column="ts", follow=True, path=str(data))
+        data.write_text("".join(lines))
+        del spec["computations"]["deliver"]["sinks"]["http"]["parameters"]["throttler_id"]
+        dynamic["throttlers"] = {"api": dynamic["throttlers"].pop("endpoint")}
+        dynamic["computations"]["deliver"]["input_rows_throttler_id"] = "api"
+
+    return edit
+
+
+def sample(port: int, name: str) -> float | None:
+    """The value of a metric with one series on a worker's /metrics (``None`` when absent)."""
+    text = (get(f"http://127.0.0.1:{port}/metrics") or b"").decode()
+    for line in text.splitlines():
+        if line.startswith(name + "{") or line.startswith(name + " "):
+            return float(line.rsplit(" ", 1)[1])
+    return None
+
+
+@pytest.mark.timeout(180)
+def test_the_most_lagging_partition_is_served_first_across_three_workers(
+        tmp_path: Path, receiver: Receiver, nats_server: str,
+        egress_processes: list[subprocess.Popen[bytes]]) -> None:
+    others, late, partitions = lagging_rows(time.time())
+    data = tmp_path / "followed.jsonl"
+    ports = start_workers(tmp_path, receiver, nats_server, 0, egress_processes, edit=throttled_input(data, others),
+                          until_drained=False, max_grant_amount=1, period=f"{OTHER_MESSAGES / LIMIT:g}s")
+    controller = wait_for("a controller elected", lambda: serving(ports, set(ports)))
+
+    def pending() -> tuple[float, float] | None:
+        """(requests, units) waiting for a grant at the controller (those granted but not yet
+        released are not counted)."""
+        found = [sample(ports[controller], f"egress_throttler_class_pending_{n}") for n in ("requests", "amount")]
+        return None if found[0] is None or found[1] is None else (found[0], found[1])
+
+    # The two other partitions' batches (one request each, within the burst, served a unit at a
+    # time) wait at the controller first; the lagging partition's batch joins them last, so in
+    # arrival order it would be served last.
+    wait_for("the other two partitions' batches waiting for quota",
+             lambda: True if (pending() or (0, 0))[0] >= 2 else None, 30)
+    with data.open("a") as file:
+        file.write("".join(late))
+    previous, joined_with = pending() or (0.0, 0.0), -1.0
+    deadline = time.monotonic() + 30
+    while joined_with < 0 and time.monotonic() < deadline:  # its units raise the units waiting at once
+        now = pending() or previous
+        if now[1] >= previous[1] + LAGGING_MESSAGES - 1:
+            joined_with = now[0] - 1  # the other requests still waiting for units when it joined
+        previous = now
+        time.sleep(0.02)
+    assert joined_with >= 0, "the lagging batch's request never reached the controller"
+    joined = time.time()
+    wait_for("every message delivered", lambda: True if len(received(receiver)) >= LAGGING_MESSAGES
+             + 2 * OTHER_MESSAGES else None, 60)
+    for process in egress_processes:
+        process.send_signal(signal.SIGINT)
+    for worker, process in zip(ports, egress_processes, strict=True):
+        try:
+            code = process.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            pytest.fail(f"{worker} still running 30 s after SIGINT: {(tmp_path / f'{worker}.log').read_text()}")
+        assert code == 0, (tmp_path / f"{worker}.log").read_text()
+    records = received(receiver)
+    done = {p: max(r["time"] for r in records if partitions[r["body_sha256"]] == p) for p in set(partitions.values())}
+    lagging_done = done.pop(LAGGING)
+    # Lag priority: the lagging request takes every unit from when it waits, so every other batch
+    # still waiting for units then is delivered after it. Equal timestamps are served in arrival
+    # order, so those still waiting were the last to be delivered.
+    still_waiting = sorted(done.values())[len(done) - min(int(joined_with), len(done)):]
+    print(f"\nthe lagging batch ({LAGGING_MESSAGES} units) joined {joined_with:g} other request(s) still waiting "
+          f"for units; delivered {lagging_done - joined:.2f} s later (ideal {LAGGING_MESSAGES / LIMIT:g} s at the "
+          "limit), the other partitions' batches "
+          + ", ".join(f"{t - lagging_done:+.2f} s" for t in sorted(done.values())) + " after it")
+    assert joined_with >= 1, "no other request waited with the lagging one: nothing was measured"
+    assert all(t > lagging_done for t in still_waiting), "a less lagging batch that waited with it was served first"
