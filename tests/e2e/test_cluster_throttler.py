@@ -105,14 +105,15 @@ Edit = Callable[[dict[str, Any], dict[str, Any]], None]
 
 def start_workers(tmp_path: Path, receiver: Receiver, nats_url: str, messages: int,
                   processes: list[subprocess.Popen[bytes]], one_computation_per_class: list[str] | None = None,
-                  edit: Edit | None = None, until_drained: bool = True, **throttler: Any) -> dict[str, int]:
+                  edit: Edit | None = None, until_drained: bool = True, partitions: int = 3,
+                  **throttler: Any) -> dict[str, int]:
     """``WORKERS`` workers of a pipeline of this test's own, delivering ``messages`` requests
     through the throttler ``endpoint`` (limit ``LIMIT``, period ``PERIOD``, chunks of 2, and
     ``throttler``'s fields; with ``one_computation_per_class`` every message once per class, see
     :func:`one_per_class`; then ``edit``; ``--until-drained`` unless told not to: a followed
     source is drained whenever its file is read to its end); returns each worker's ``--http-port``."""
     spec, dynamic = payload_spec(tmp_path, f"http://127.0.0.1:{receiver.port}/events",
-                                 [f"message {i}" for i in range(messages)], partition_count=3,
+                                 [f"message {i}" for i in range(messages)], partition_count=partitions,
                                  sink_parameters={"throttler_id": "endpoint"})
     document = yaml.safe_load(spec.read_text())
     document["pipeline"] = f"throttled_{tmp_path.name.replace('-', '_')}"[:60]
@@ -191,6 +192,12 @@ def test_the_controllers_worker_killed_mid_run_another_serves_within_one_ttl_and
     assert excess <= LIMIT * TRANSIT, f"{excess:.2f} requests beyond limit·T + limit·period in the worst window"
 
 
+def unacknowledged(port: int) -> int:
+    """Messages the partitions a worker runs have committed for its sinks and not yet had acknowledged."""
+    partitions = (status(port) or {}).get("partitions") or []
+    return sum(sum((entry.get("unacknowledged") or {}).values()) for entry in partitions)
+
+
 FALLBACK, OUTAGE = 3.0, 10.0
 LEASE = 0.25 + 0.05
 """Seconds quota granted before the outage stays usable: ``prefetch_lease`` (the request period
@@ -201,11 +208,19 @@ here) and the reply allowance."""
 def test_with_fallback_rate_the_endpoint_keeps_receiving_at_about_it_while_nats_is_down_and_the_controller_returns(
         tmp_path: Path, receiver: Receiver, own_nats_server: NatsServer,
         egress_processes: list[subprocess.Popen[bytes]]) -> None:
-    ports = start_workers(tmp_path, receiver, own_nats_server.url, 200, egress_processes,
+    # 8 partitions and the source: 9 units, 3 per worker, so every worker runs partitions (with 3,
+    # the source's worker can run none and have nothing to send).
+    ports = start_workers(tmp_path, receiver, own_nats_server.url, 200, egress_processes, partitions=8,
                           fallback_rate=FALLBACK)
     alive = set(ports)
     wait_for("a controller elected", lambda: serving(ports, alive))
     wait_for_requests(receiver, 30, "30 requests delivered under the controller")
+    # Every worker must have work for the whole outage (its reads wait for NATS): at least its share
+    # of it, fallback_rate / workers for OUTAGE seconds, committed and not yet acknowledged.
+    share = FALLBACK / WORKERS * OUTAGE + 2
+    for worker in ports:
+        wait_for(f"{worker} holding {share:g} messages to send", lambda w=worker: True if unacknowledged(
+            ports[w]) >= share else None, 30)
     own_nats_server.kill()
     down = time.time()
     time.sleep(OUTAGE)
@@ -232,6 +247,11 @@ def test_with_fallback_rate_the_endpoint_keeps_receiving_at_about_it_while_nats_
           f"gap {gaps:.2f} s, worst window {excess:+.2f} beyond fallback_rate·T + {burst:g}; controller {returned} "
           f"{resumed:.2f} s after NATS returned; whole run {whole:+.2f} beyond limit·T + limit·period")
     assert rate <= FALLBACK
+    # At least: each worker's budget starts empty when its clients find the controller away (within
+    # one retry backoff of the lease's end) and hands out its first unit one unit's worth of its
+    # share later (1 / (FALLBACK / WORKERS) s); the rest of the outage runs at the full rate.
+    start = 1.0 / (FALLBACK / WORKERS) + 0.1 + 0.4  # + retry backoff + a scheduling allowance
+    assert rate >= FALLBACK * (1 - start / (back - down - LEASE - TRANSIT)), f"{rate:.2f}/s while NATS was down"
     assert excess <= FALLBACK * TRANSIT
     assert gaps <= WORKERS / FALLBACK + 0.5  # it kept receiving: one worker's unit a second at least
     assert whole <= LIMIT * TRANSIT
