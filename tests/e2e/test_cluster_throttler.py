@@ -106,12 +106,14 @@ Edit = Callable[[dict[str, Any], dict[str, Any]], None]
 def start_workers(tmp_path: Path, receiver: Receiver, nats_url: str, messages: int,
                   processes: list[subprocess.Popen[bytes]], one_computation_per_class: list[str] | None = None,
                   edit: Edit | None = None, until_drained: bool = True, partitions: int = 3,
-                  **throttler: Any) -> dict[str, int]:
+                  own_dynamic_specs: bool = False, **throttler: Any) -> dict[str, int]:
     """``WORKERS`` workers of a pipeline of this test's own, delivering ``messages`` requests
     through the throttler ``endpoint`` (limit ``LIMIT``, period ``PERIOD``, chunks of 2, and
     ``throttler``'s fields; with ``one_computation_per_class`` every message once per class, see
     :func:`one_per_class`; then ``edit``; ``--until-drained`` unless told not to: a followed
-    source is drained whenever its file is read to its end); returns each worker's ``--http-port``."""
+    source is drained whenever its file is read to its end; with ``own_dynamic_specs`` each
+    worker reads a copy of the DynamicSpec, ``<worker>-dynamic.yaml``); returns each worker's
+    ``--http-port``."""
     spec, dynamic = payload_spec(tmp_path, f"http://127.0.0.1:{receiver.port}/events",
                                  [f"message {i}" for i in range(messages)], partition_count=partitions,
                                  sink_parameters={"throttler_id": "endpoint"})
@@ -133,6 +135,9 @@ def start_workers(tmp_path: Path, receiver: Receiver, nats_url: str, messages: i
     dynamic.write_text(yaml.safe_dump(dynamic_document))
     ports = {f"w{i}": free_port() for i in range(WORKERS)}
     for worker, port in ports.items():
+        if own_dynamic_specs:
+            dynamic = tmp_path / f"{worker}-dynamic.yaml"
+            dynamic.write_text(yaml.safe_dump(dynamic_document))
         with (tmp_path / f"{worker}.log").open("wb") as log:
             processes.append(subprocess.Popen(
                 [sys.executable, "-m", "egress", "run", str(spec), "--dynamic-spec", str(dynamic),
@@ -417,3 +422,36 @@ def test_the_most_lagging_partition_is_served_first_across_three_workers(
           + ", ".join(f"{t - lagging_done:+.2f} s" for t in sorted(done.values())) + " after it")
     assert joined_with >= 1, "no other request waited with the lagging one: nothing was measured"
     assert all(t > lagging_done for t in still_waiting), "a less lagging batch that waited with it was served first"
+
+
+@pytest.mark.timeout(180)
+def test_a_limit_changed_in_one_workers_dynamic_spec_reaches_the_controller_and_the_receiver_sees_it(
+        tmp_path: Path, receiver: Receiver, nats_server: str,
+        egress_processes: list[subprocess.Popen[bytes]]) -> None:
+    slow, fast, messages = 5.0, 20.0, 160
+    ports = start_workers(tmp_path, receiver, nats_server, messages, egress_processes, own_dynamic_specs=True,
+                          limit=slow)
+    controller = wait_for("a controller elected", lambda: serving(ports, set(ports)))
+    wait_for_requests(receiver, 20, "20 requests delivered at the first limit")
+    changed = sorted(set(ports) - {controller})[0]  # a worker that is not the controller: its file only
+    dynamic = tmp_path / f"{changed}-dynamic.yaml"
+    document = yaml.safe_load(dynamic.read_text())
+    document["throttlers"]["endpoint"]["limit"] = fast
+    dynamic.write_text(yaml.safe_dump(document))
+    edited = time.time()
+    for worker, process in zip(ports, egress_processes, strict=True):
+        assert process.wait(timeout=120) == 0, (tmp_path / f"{worker}.log").read_text()
+    times = sorted(r["time"] for r in received(receiver))
+    before = [t for t in times if t < edited]
+    # The file is read within a second (dynamic_spec_period), published, and read by every worker
+    # at its next try for (0.5 s) or renewal of (the heartbeat, 0.5 s) the controller lease.
+    reached = edited + 1.0 + 0.5 + 0.5 + 0.5
+    after = [t for t in times if t > reached]
+    rate_before = (len(before) - 1) / (before[-1] - before[0])
+    rate_after = (len(after) - 1) / (after[-1] - after[0])
+    print(f"\nlimit {slow:g} → {fast:g} in {changed}'s DynamicSpec only (controller {controller}): "
+          f"{rate_before:.2f}/s before, {rate_after:.2f}/s from {reached - edited:.1f} s after the edit on")
+    assert len({r["body_sha256"] for r in received(receiver) if r["status"] == 200}) == messages
+    assert rate_before <= slow * 1.1 + PERIOD * slow / (before[-1] - before[0])
+    assert rate_after > 2 * slow, "the new limit did not reach the controller"
+    assert worst_excess([(t, 1.0) for t in after], fast, fast * PERIOD) <= fast * TRANSIT

@@ -13,6 +13,7 @@ import asyncio
 import contextlib
 from collections.abc import Mapping
 from pathlib import Path
+from typing import Any
 
 from prometheus_client import CollectorRegistry
 
@@ -112,6 +113,7 @@ class Throttling:
         self.clock = clock
         self.dynamic = dynamic
         self.throttlers: dict[str, ThrottlerSpec] = validate_dynamic_throttlers(dynamic, file=file)
+        self.file_throttlers: dict[str, Any] = dict(dynamic.throttlers)  # as this process's own file says
         self.controller: ThrottlerController | None = None
         self.transport: QuotaTransport
         if transport is not None:
@@ -189,7 +191,20 @@ class Throttling:
         return InputThrottle(self, computation_id, factory)
 
     def reconfigure(self, dynamic: DynamicSpec, *, file: str | None = None) -> None:
-        """Apply a new DynamicSpec live (raises :class:`SpecErrors` and changes nothing when invalid)."""
+        """Apply a new DynamicSpec live (raises :class:`SpecErrors` and changes nothing when invalid).
+        Its ``throttlers`` become :attr:`file_throttlers`: what this process's own file says."""
+        self._apply(dynamic, file=file)
+        self.file_throttlers = dict(dynamic.throttlers)
+
+    def adopt_throttlers(self, throttlers: Mapping[str, Any], *, source: str) -> None:
+        """Apply DynamicSpec ``throttlers`` from elsewhere (another cluster worker's DynamicSpec,
+        published in the engine's metadata ``source``); the rest of this process's DynamicSpec and
+        :attr:`file_throttlers` stay. Raises :class:`SpecErrors` (paths ``throttlers/...`` in
+        ``source``) and changes nothing when they are invalid here, e.g. a computation's
+        ``input_rows_throttler_id`` names a throttler they lack."""
+        self._apply(self.dynamic.model_copy(update={"throttlers": dict(throttlers)}), file=source)
+
+    def _apply(self, dynamic: DynamicSpec, *, file: str | None) -> None:
         throttlers = validate_dynamic_throttlers(dynamic, file=file)
         self.dynamic, self.throttlers = dynamic, throttlers
         if self.controller is not None:
