@@ -93,17 +93,17 @@ class SharedThrottlers:
         """Publish this worker's changed throttlers, then apply the newest published ones. Raises
         the engine's errors; published throttlers invalid here are logged and not applied."""
         stored = await self._read()
-        file_throttlers = self.throttling.file_throttlers
+        file_throttlers = _plain(self.throttling.file_throttlers)
         if file_throttlers != self._file_seen:
             first = self._file_seen is None
-            self._file_seen = dict(file_throttlers)
+            self._file_seen = file_throttlers
             if not (first and stored is not None and stored["throttlers"] == file_throttlers):
                 stored = {"version": (0 if stored is None else int(stored["version"])) + 1,
                           "worker": self.worker_id, "throttlers": file_throttlers}
                 await self.engine.write_meta(SPEC_KEY, json.dumps(stored))
         if stored is None:
             return
-        if stored["throttlers"] != self.throttling.dynamic.throttlers:
+        if stored["throttlers"] != _plain(self.throttling.dynamic.throttlers):
             source = f"engine metadata {SPEC_KEY} version {stored['version']} (from worker {stored['worker']})"
             try:
                 self.throttling.adopt_throttlers(stored["throttlers"], source=source)
@@ -116,6 +116,12 @@ class SharedThrottlers:
     async def _read(self) -> dict[str, Any] | None:
         text = await self.engine.read_meta(SPEC_KEY)
         return None if text is None else dict(json.loads(text))
+
+
+def _plain(throttlers: dict[str, Any]) -> dict[str, Any]:
+    """``throttlers`` as they read back from JSON, so that what is published compares equal to
+    what is in force (a YAML or YSON file may hold tuples, dates or other scalars)."""
+    return dict(json.loads(json.dumps(throttlers, default=str)))
 
 
 class ControllerElection:
