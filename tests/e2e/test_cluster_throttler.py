@@ -5,6 +5,8 @@ window stays within ``limit·T + limit·period`` across the whole run."""
 
 from __future__ import annotations
 
+import hashlib
+import itertools
 import json
 import signal
 import socket
@@ -19,6 +21,7 @@ from typing import Any, TypeVar
 import pytest
 import yaml
 
+from egress.keys import encode_key, partition_of
 from egress.throttler.envelope import worst_excess
 from tests.conftest import payload_spec
 from tests.e2e.conftest import REPO, Receiver
@@ -96,21 +99,28 @@ def one_per_class(spec: dict[str, Any], classes: list[str]) -> None:
     del spec["streams"]["requests"]
 
 
+Edit = Callable[[dict[str, Any], dict[str, Any]], None]
+"""Changes a test makes to the Spec and DynamicSpec documents of :func:`start_workers`."""
+
+
 def start_workers(tmp_path: Path, receiver: Receiver, nats_url: str, messages: int,
                   processes: list[subprocess.Popen[bytes]], one_computation_per_class: list[str] | None = None,
-                  **throttler: Any) -> dict[str, int]:
+                  edit: Edit | None = None, until_drained: bool = True, partitions: int = 3,
+                  own_dynamic_specs: bool = False, **throttler: Any) -> dict[str, int]:
     """``WORKERS`` workers of a pipeline of this test's own, delivering ``messages`` requests
     through the throttler ``endpoint`` (limit ``LIMIT``, period ``PERIOD``, chunks of 2, and
     ``throttler``'s fields; with ``one_computation_per_class`` every message once per class, see
-    :func:`one_per_class`); returns each worker's ``--http-port``."""
+    :func:`one_per_class`; then ``edit``; ``--until-drained`` unless told not to: a followed
+    source is drained whenever its file is read to its end; with ``own_dynamic_specs`` each
+    worker reads a copy of the DynamicSpec, ``<worker>-dynamic.yaml``); returns each worker's
+    ``--http-port``."""
     spec, dynamic = payload_spec(tmp_path, f"http://127.0.0.1:{receiver.port}/events",
-                                 [f"message {i}" for i in range(messages)], partition_count=3,
+                                 [f"message {i}" for i in range(messages)], partition_count=partitions,
                                  sink_parameters={"throttler_id": "endpoint"})
     document = yaml.safe_load(spec.read_text())
     document["pipeline"] = f"throttled_{tmp_path.name.replace('-', '_')}"[:60]
     if one_computation_per_class:
         one_per_class(document, one_computation_per_class)
-    spec.write_text(yaml.safe_dump(document))
     dynamic_document = yaml.safe_load(dynamic.read_text())
     if one_computation_per_class:
         deliver = dynamic_document["computations"].pop("deliver")
@@ -119,15 +129,22 @@ def start_workers(tmp_path: Path, receiver: Receiver, nats_url: str, messages: i
         "limit": LIMIT, "period": f"{PERIOD:g}s", "request_period": "250ms", "max_grant_amount": 2,
         "retrying_channel": {"retry_backoff_time": "100ms", "enable_exponential_retry_backoffs": False,
                              "retry_attempts": 10_000}, **throttler}}
+    if edit is not None:
+        edit(document, dynamic_document)
+    spec.write_text(yaml.safe_dump(document))
     dynamic.write_text(yaml.safe_dump(dynamic_document))
     ports = {f"w{i}": free_port() for i in range(WORKERS)}
     for worker, port in ports.items():
+        if own_dynamic_specs:
+            dynamic = tmp_path / f"{worker}-dynamic.yaml"
+            dynamic.write_text(yaml.safe_dump(dynamic_document))
         with (tmp_path / f"{worker}.log").open("wb") as log:
             processes.append(subprocess.Popen(
                 [sys.executable, "-m", "egress", "run", str(spec), "--dynamic-spec", str(dynamic),
                  "--engine", nats_url, "--worker-id", worker, "--state-dir", str(tmp_path / worker),
                  "--lease-ttl", f"{TTL:g}", "--heartbeat-period", f"{HEARTBEAT:g}", "--http-port", str(port),
-                 "--until-drained", "--quiet"], cwd=REPO, stdout=log, stderr=subprocess.STDOUT))
+                 *(["--until-drained"] if until_drained else []), "--quiet"],
+                cwd=REPO, stdout=log, stderr=subprocess.STDOUT))
     return ports
 
 
@@ -180,6 +197,12 @@ def test_the_controllers_worker_killed_mid_run_another_serves_within_one_ttl_and
     assert excess <= LIMIT * TRANSIT, f"{excess:.2f} requests beyond limit·T + limit·period in the worst window"
 
 
+def unacknowledged(port: int) -> int:
+    """Messages the partitions a worker runs have committed for its sinks and not yet had acknowledged."""
+    partitions = (status(port) or {}).get("partitions") or []
+    return sum(sum((entry.get("unacknowledged") or {}).values()) for entry in partitions)
+
+
 FALLBACK, OUTAGE = 3.0, 10.0
 LEASE = 0.25 + 0.05
 """Seconds quota granted before the outage stays usable: ``prefetch_lease`` (the request period
@@ -190,11 +213,19 @@ here) and the reply allowance."""
 def test_with_fallback_rate_the_endpoint_keeps_receiving_at_about_it_while_nats_is_down_and_the_controller_returns(
         tmp_path: Path, receiver: Receiver, own_nats_server: NatsServer,
         egress_processes: list[subprocess.Popen[bytes]]) -> None:
-    ports = start_workers(tmp_path, receiver, own_nats_server.url, 200, egress_processes,
+    # 8 partitions and the source: 9 units, 3 per worker, so every worker runs partitions (with 3,
+    # the source's worker can run none and have nothing to send).
+    ports = start_workers(tmp_path, receiver, own_nats_server.url, 200, egress_processes, partitions=8,
                           fallback_rate=FALLBACK)
     alive = set(ports)
     wait_for("a controller elected", lambda: serving(ports, alive))
     wait_for_requests(receiver, 30, "30 requests delivered under the controller")
+    # Every worker must have work for the whole outage (its reads wait for NATS): at least its share
+    # of it, fallback_rate / workers for OUTAGE seconds, committed and not yet acknowledged.
+    share = FALLBACK / WORKERS * OUTAGE + 2
+    for worker in ports:
+        wait_for(f"{worker} holding {share:g} messages to send", lambda w=worker: True if unacknowledged(
+            ports[w]) >= share else None, 30)
     own_nats_server.kill()
     down = time.time()
     time.sleep(OUTAGE)
@@ -221,6 +252,11 @@ def test_with_fallback_rate_the_endpoint_keeps_receiving_at_about_it_while_nats_
           f"gap {gaps:.2f} s, worst window {excess:+.2f} beyond fallback_rate·T + {burst:g}; controller {returned} "
           f"{resumed:.2f} s after NATS returned; whole run {whole:+.2f} beyond limit·T + limit·period")
     assert rate <= FALLBACK
+    # At least: each worker's budget starts empty when its clients find the controller away (within
+    # one retry backoff of the lease's end) and hands out its first unit one unit's worth of its
+    # share later (1 / (FALLBACK / WORKERS) s); the rest of the outage runs at the full rate.
+    start = 1.0 / (FALLBACK / WORKERS) + 0.1 + 0.4  # + retry backoff + a scheduling allowance
+    assert rate >= FALLBACK * (1 - start / (back - down - LEASE - TRANSIT)), f"{rate:.2f}/s while NATS was down"
     assert excess <= FALLBACK * TRANSIT
     assert gaps <= WORKERS / FALLBACK + 0.5  # it kept receiving: one worker's unit a second at least
     assert whole <= LIMIT * TRANSIT
@@ -281,3 +317,144 @@ def test_weighted_classes_5_3_1_from_three_workers_share_the_limit_within_the_sf
             assert gap <= CHUNK / share[i] + CHUNK / share[j] + 1e-6, (i, j, granted)
     records = received(receiver)
     assert len({(r["path"], r["body_sha256"]) for r in records if r["status"] == 200}) == 3 * 90
+
+
+LAGGING, LAGGING_MESSAGES, OTHER_MESSAGES, LAG_LIMIT = 0, 15, 40, 5.0
+"""The partition whose messages are an hour old, the messages of it and of each other partition,
+and the throttler's limit: a batch of OTHER_MESSAGES waits 8 s, long enough for the lagging batch
+to be appended, read and joined (the first batch is served at once, by the full bucket)."""
+
+
+def lagging_rows(now: float) -> tuple[list[str], list[str], dict[str, int]]:
+    """JSONL lines ``(of the two other partitions, of LAGGING, partition of every request body's
+    SHA-256)``: event times ``now``, and an hour before ``now`` for ``LAGGING``."""
+    counts, others, late, partitions = [0, 0, 0], [], [], {}
+    for i in itertools.count():
+        partition = partition_of(encode_key([i]), 3)
+        if counts[partition] < (LAGGING_MESSAGES if partition == LAGGING else OTHER_MESSAGES):
+            counts[partition] += 1
+            payload = f"p{partition} message {i}"
+            line = json.dumps({"id": i, "payload": payload, "ts": now - 3600.0 if partition == LAGGING else now})
+            (late if partition == LAGGING else others).append(line + "\n")
+            partitions[hashlib.sha256(payload.encode()).hexdigest()] = partition
+        if len(late) == LAGGING_MESSAGES and len(others) == 2 * OTHER_MESSAGES:
+            return others, late, partitions
+
+
+def throttled_input(data: Path, lines: list[str]) -> Edit:
+    """The source follows ``data`` (written with ``lines``), its rows carry event times (column
+    ``ts``), and every input batch takes one unit of throttler ``api`` per message
+    (``input_rows_throttler_id``: each request carries the job's lag timestamp, the event time of
+    the batch's first message); the sink is not throttled."""
+
+    def edit(spec: dict[str, Any], dynamic: dict[str, Any]) -> None:
+        spec["streams"]["events"]["schema"].append({"name": "ts", "type": "double"})
+        source = spec["sources"]["events_jsonl"]["parameters"]
+        source.update(timestamp_column="ts", follow=True, path=str(data))
+        data.write_text("".join(lines))
+        del spec["computations"]["deliver"]["sinks"]["http"]["parameters"]["throttler_id"]
+        dynamic["throttlers"] = {"api": dynamic["throttlers"].pop("endpoint")}
+        dynamic["computations"]["deliver"]["input_rows_throttler_id"] = "api"
+
+    return edit
+
+
+def sample(port: int, name: str) -> float | None:
+    """The value of a metric with one series on a worker's /metrics (``None`` when absent)."""
+    text = (get(f"http://127.0.0.1:{port}/metrics") or b"").decode()
+    for line in text.splitlines():
+        if line.startswith(name + "{") or line.startswith(name + " "):
+            return float(line.rsplit(" ", 1)[1])
+    return None
+
+
+@pytest.mark.timeout(180)
+def test_the_most_lagging_partition_is_served_first_across_three_workers(
+        tmp_path: Path, receiver: Receiver, nats_server: str,
+        egress_processes: list[subprocess.Popen[bytes]]) -> None:
+    others, late, partitions = lagging_rows(time.time())
+    data = tmp_path / "followed.jsonl"
+    ports = start_workers(tmp_path, receiver, nats_server, 0, egress_processes, edit=throttled_input(data, others),
+                          until_drained=False, limit=LAG_LIMIT, max_grant_amount=1,
+                          period=f"{OTHER_MESSAGES / LAG_LIMIT:g}s")
+    controller = wait_for("a controller elected", lambda: serving(ports, set(ports)))
+
+    def pending() -> tuple[float, float] | None:
+        """(requests, units) waiting for a grant at the controller (those granted but not yet
+        released are not counted)."""
+        found = [sample(ports[controller], f"egress_throttler_class_pending_{n}") for n in ("requests", "amount")]
+        return None if found[0] is None or found[1] is None else (found[0], found[1])
+
+    # The other partitions' batches (one request each, within the burst, served a unit at a time)
+    # reach the controller first; the lagging partition's batch joins while one still waits, so in
+    # arrival order it would be served last.
+    wait_for("another partition's batch waiting for quota", lambda: True if (pending() or (0, 0))[0] >= 1 else None, 30)
+    with data.open("a") as file:
+        file.write("".join(late))
+    previous, joined_with = pending() or (0.0, 0.0), -1.0
+    deadline = time.monotonic() + 30
+    while joined_with < 0 and time.monotonic() < deadline:  # its units raise the units waiting at once
+        now = pending() or previous
+        if now[1] >= previous[1] + LAGGING_MESSAGES - 1:
+            joined_with = now[0] - 1  # the other requests still waiting for units when it joined
+        previous = now
+        time.sleep(0.02)
+    assert joined_with >= 0, "the lagging batch's request never reached the controller"
+    joined = time.time()
+    wait_for("every message delivered", lambda: True if len(received(receiver)) >= LAGGING_MESSAGES
+             + 2 * OTHER_MESSAGES else None, 60)
+    for process in egress_processes:
+        process.send_signal(signal.SIGINT)
+    for worker, process in zip(ports, egress_processes, strict=True):
+        try:
+            code = process.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            pytest.fail(f"{worker} still running 30 s after SIGINT: {(tmp_path / f'{worker}.log').read_text()}")
+        assert code == 0, (tmp_path / f"{worker}.log").read_text()
+    records = received(receiver)
+    done = {p: max(r["time"] for r in records if partitions[r["body_sha256"]] == p) for p in set(partitions.values())}
+    lagging_done = done.pop(LAGGING)
+    # Lag priority: the lagging request takes every unit from when it waits, so every other batch
+    # still waiting for units then is delivered after it. Equal timestamps are served in arrival
+    # order, so those still waiting were the last to be delivered.
+    still_waiting = sorted(done.values())[len(done) - min(int(joined_with), len(done)):]
+    print(f"\nthe lagging batch ({LAGGING_MESSAGES} units) joined {joined_with:g} other request(s) still waiting "
+          f"for units; delivered {lagging_done - joined:.2f} s later (ideal {LAGGING_MESSAGES / LAG_LIMIT:g} s at the "
+          "limit), the other partitions' batches "
+          + ", ".join(f"{t - lagging_done:+.2f} s" for t in sorted(done.values())) + " after it")
+    if joined_with < 1:  # the others were granted in full (or between retries) when it joined
+        pytest.skip("no other request waited for units when the lagging one joined: nothing to measure in this run")
+    assert all(t > lagging_done for t in still_waiting), "a less lagging batch that waited with it was served first"
+
+
+@pytest.mark.timeout(180)
+def test_a_limit_changed_in_one_workers_dynamic_spec_reaches_the_controller_and_the_receiver_sees_it(
+        tmp_path: Path, receiver: Receiver, nats_server: str,
+        egress_processes: list[subprocess.Popen[bytes]]) -> None:
+    slow, fast, messages = 5.0, 20.0, 160
+    ports = start_workers(tmp_path, receiver, nats_server, messages, egress_processes, own_dynamic_specs=True,
+                          limit=slow)
+    controller = wait_for("a controller elected", lambda: serving(ports, set(ports)))
+    wait_for_requests(receiver, 20, "20 requests delivered at the first limit")
+    changed = sorted(set(ports) - {controller})[0]  # a worker that is not the controller: its file only
+    dynamic = tmp_path / f"{changed}-dynamic.yaml"
+    document = yaml.safe_load(dynamic.read_text())
+    document["throttlers"]["endpoint"]["limit"] = fast
+    dynamic.write_text(yaml.safe_dump(document))
+    edited = time.time()
+    for worker, process in zip(ports, egress_processes, strict=True):
+        assert process.wait(timeout=120) == 0, (tmp_path / f"{worker}.log").read_text()
+    times = sorted(r["time"] for r in received(receiver))
+    before = [t for t in times if t < edited]
+    # The file is read within a second (dynamic_spec_period), published, and read by every worker
+    # at its next try for (0.5 s) or renewal of (the heartbeat, 0.5 s) the controller lease.
+    reached = edited + 1.0 + 0.5 + 0.5 + 0.5
+    after = [t for t in times if t > reached]
+    rate_before = (len(before) - 1) / (before[-1] - before[0])
+    rate_after = (len(after) - 1) / (after[-1] - after[0])
+    print(f"\nlimit {slow:g} → {fast:g} in {changed}'s DynamicSpec only (controller {controller}): "
+          f"{rate_before:.2f}/s before, {rate_after:.2f}/s from {reached - edited:.1f} s after the edit on")
+    assert len({r["body_sha256"] for r in received(receiver) if r["status"] == 200}) == messages
+    assert rate_before <= slow * 1.1 + PERIOD * slow / (before[-1] - before[0])
+    assert rate_after > 2 * slow, "the new limit did not reach the controller"
+    assert worst_excess([(t, 1.0) for t in after], fast, fast * PERIOD) <= fast * TRANSIT

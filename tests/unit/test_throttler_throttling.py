@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 import pytest
@@ -65,4 +66,52 @@ async def test_reconfigure_reaches_controller_and_handles() -> None:
     await throttling.close_factory(factory)
     with pytest.raises(ThrottlerNotConfiguredError):
         await handle.throttle(1)
+    await throttling.aclose()
+
+
+async def test_an_input_wait_given_up_on_stop_returns_none_and_gives_the_rows_units_back() -> None:
+    clock = VirtualClock()
+    registry = CollectorRegistry()
+    throttling = Throttling(SPEC, clock, registry=registry)
+    factory = throttling.factory("c", client_id="c/0")
+    batch = throttling.input_throttle("c", factory)
+    stop = asyncio.Event()
+    async with clock.autojumping():
+        assert await batch.wait_unless(stop, 10, 1000) == 0.0  # both buckets full: at once, and now empty
+    waiting = asyncio.ensure_future(batch.wait_unless(stop, 5, 1000))
+    await clock.advance(0.6)  # the rows are granted at 0.5 s; the bytes need 1 s
+    assert not waiting.done()
+    stop.set()
+    assert await waiting is None
+    # Given back (release): the batch used none of them (they are kept only while their lease lasts).
+    assert registry.get_sample_value("egress_throttler_client_released_total",
+                                     {"computation_id": "c", "throttler_id": "rows"}) == 5.0
+    assert await batch.wait_unless(stop, 1, 1) is None  # asked after the stop: no wait at all
+    await throttling.aclose()
+
+
+async def test_the_seed_sensors_of_server_and_client_are_on_the_registry() -> None:
+    """Seed 001's sensors: server value.rate (a counter), queue_size, wait_time.max; client
+    consumed.rate, released.rate, wait_time.max, request_count.rate (counters and a gauge)."""
+    clock = VirtualClock()
+    registry = CollectorRegistry()
+    throttling = Throttling(dynamic(throttlers={"rows": {"limit": 10, "period": "1s"}}), clock, registry=registry)
+    handle = throttling.factory("c", client_id="c/0").get_throttler_or_throw("rows")
+    client = {"computation_id": "c", "throttler_id": "rows"}
+    server = {"throttler_id": "rows"}
+    async with clock.autojumping():
+        await handle.throttle(10)  # the full bucket
+    waiting = asyncio.ensure_future(handle.throttle(5))
+    await clock.advance(0.2)
+    assert registry.get_sample_value("egress_throttler_queue_size", server) == 1.0
+    assert registry.get_sample_value("egress_throttler_wait_time_seconds", server) == pytest.approx(0.2)
+    await clock.advance(0.4)
+    await waiting
+    assert registry.get_sample_value("egress_throttler_queue_size", server) == 0.0
+    assert registry.get_sample_value("egress_throttler_value_total", server) == pytest.approx(15.0)
+    assert registry.get_sample_value("egress_throttler_client_consumed_total", client) == 15.0
+    assert registry.get_sample_value("egress_throttler_client_wait_time_seconds", client) == pytest.approx(0.5)
+    assert registry.get_sample_value("egress_throttler_client_request_count_total", client) == 2.0
+    handle.release(2)
+    assert registry.get_sample_value("egress_throttler_client_released_total", client) == 2.0
     await throttling.aclose()

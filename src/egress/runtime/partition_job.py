@@ -72,6 +72,7 @@ class PartitionJob:
         self._wakeup = asyncio.Event()
         self._stop_requested = False
         self._stop_deadline = float("-inf")  # until when a requested stop waits for acknowledgements
+        self._stop_event = asyncio.Event()  # set with _stop_requested: gives up a wait for throttler quota
         self._sink_streams = {sink.stream_id for sink in plan.sinks.values()}
         self.sinks: dict[str, Sink] = {}
         self.idle = False
@@ -102,6 +103,7 @@ class PartitionJob:
         (an orderly hand-over) sends none of them again."""
         self._stop_requested = True
         self._stop_deadline = self._clock.monotonic() + acknowledgements_within
+        self._stop_event.set()
         if acknowledgements_within > 0:
             for sink in self.sinks.values():
                 sink.hold()
@@ -240,11 +242,14 @@ class PartitionJob:
         batch: list[LogMessage] = []
         due: list[DueTimer] = []
         if not stopping and not held_back:
-            due = self.timers.pop_due(self._clock.now(), self.watermark, self._options.epoch_max_messages)
             batch = await self._read(running.step.positions)
             if len(batch) < self._options.epoch_max_messages:
                 self.caught_up_at = self._clock.monotonic()
-        await self._throttle_input(running, batch)
+            # Timers are taken after the wait for quota: a wait given up takes (and commits as fired) none.
+            if await self._throttle_input(running, batch):
+                due = self.timers.pop_due(self._clock.now(), self.watermark, self._options.epoch_max_messages)
+            else:  # stopped while waiting for quota: commit what is acknowledged, process nothing
+                batch = []
         output = await running.step.invoke(batch, due)
         commit = running.step.record(running.epoch, output, self._take_acknowledged())
         if commit is not None:
@@ -254,16 +259,22 @@ class PartitionJob:
         await self._pause(batch, held_back=held_back)
         return True
 
-    async def _throttle_input(self, running: _Running, batch: list[LogMessage]) -> None:
-        """Automatic input throttling (upstream Input.Throttle): the batch waits for quota."""
+    async def _throttle_input(self, running: _Running, batch: list[LogMessage]) -> bool:
+        """Automatic input throttling (upstream Input.Throttle): the batch waits for quota. False
+        when :meth:`stop` came first: the batch got no quota and is not processed (it is read
+        again by whoever runs the partition next), so the epoch commits what is acknowledged at once."""
         throttle = running.input_throttle
         if not batch or throttle is None or not throttle.active:
-            return
+            return True
         running.step.lag_timestamp = batch[0].event_timestamp
         _, bytes_id = throttle.throttler_ids()
         # A message's byte size is that of its stored row (MessagePack, as the log keeps it).
         size = sum(len(encode_row(m.row)) for m in batch) if bytes_id is not None else 0
-        self._throttle_wait.inc(await throttle.wait(len(batch), size, timestamp=running.step.lag_timestamp))
+        waited = await throttle.wait_unless(self._stop_event, len(batch), size, timestamp=running.step.lag_timestamp)
+        if waited is None:
+            return False
+        self._throttle_wait.inc(waited)
+        return True
 
     async def _commit(self, step: EpochStep, commit: EpochCommit, output: EpochOutput) -> None:
         """Commit the epoch, then tell the sinks and hand them the new outbox; wake downstream jobs."""

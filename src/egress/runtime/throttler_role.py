@@ -21,16 +21,19 @@ then, so at the point of use every window still sees at most ``limitÂ·T + limitÂ
 argument of a restarted ``egress throttler serve``). Clients retry under ``retrying_channel`` and
 ``rpc_timeout`` meanwhile; calls wait, they do not fail until that budget is spent.
 
-DynamicSpec ``throttlers`` reach the controller through the worker it runs on: its
-:meth:`Throttling.reconfigure` applies a changed file to :attr:`Throttling.controller`, and a new
-controller starts from the throttlers in force on its worker. Every worker watches its own file, so
-keep the workers' DynamicSpec files the same (as their Spec).
+DynamicSpec ``throttlers`` reach every worker, and so the controller wherever it runs, through the
+engine's metadata (:class:`SharedThrottlers`, key :data:`SPEC_KEY`): a worker whose own DynamicSpec
+file changes its ``throttlers`` (or that starts with ones other than those published) publishes
+them with the next version; every worker applies the newest version it reads, at each try for or
+renewal of the lease. The last change published wins. A new controller starts from the throttlers
+in force on its worker.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import logging
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
@@ -40,6 +43,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
 from egress.clock import Clock
 from egress.engines import ROLE_PREFIX, Engine, LeaseInfo
+from egress.errors import SpecErrors
 from egress.runtime.options import RunOptions
 from egress.spec import DynamicSpec
 from egress.throttler import ThrottlerController, Throttling
@@ -61,6 +65,63 @@ CONTROLLER_ROLE = ROLE_PREFIX + "throttler-controller"
 
 RETRY_PERIOD = 0.5
 """Seconds between a worker's tries for the controller lease while another holds it."""
+
+
+SPEC_KEY = "throttler_spec"
+"""Engine metadata key of the pipeline's DynamicSpec ``throttlers``: JSON ``{"version", "worker",
+"throttlers"}`` (the ``throttlers`` mapping as a DynamicSpec file holds it)."""
+
+
+class SharedThrottlers:
+    """Keeps the DynamicSpec ``throttlers`` of every worker of a cluster the same, live.
+
+    :meth:`sync` publishes ``throttling.file_throttlers`` under :data:`SPEC_KEY` of ``engine`` when
+    they changed since the last call (the first call: when they differ from the published ones),
+    with the version after the published one; then applies the published throttlers when they are
+    not those in force (``Throttling.adopt_throttlers``). ``applied`` is the version in force here.
+    Concurrent changes on two workers: the one written last wins.
+    """
+
+    def __init__(self, engine: Engine, throttling: Throttling, worker_id: str) -> None:
+        self.engine = engine
+        self.throttling = throttling
+        self.worker_id = worker_id
+        self.applied = 0
+        self._file_seen: dict[str, Any] | None = None
+
+    async def sync(self) -> None:
+        """Publish this worker's changed throttlers, then apply the newest published ones. Raises
+        the engine's errors; published throttlers invalid here are logged and not applied."""
+        stored = await self._read()
+        file_throttlers = _plain(self.throttling.file_throttlers)
+        if file_throttlers != self._file_seen:
+            first = self._file_seen is None
+            self._file_seen = file_throttlers
+            if not (first and stored is not None and stored["throttlers"] == file_throttlers):
+                stored = {"version": (0 if stored is None else int(stored["version"])) + 1,
+                          "worker": self.worker_id, "throttlers": file_throttlers}
+                await self.engine.write_meta(SPEC_KEY, json.dumps(stored))
+        if stored is None:
+            return
+        if stored["throttlers"] != _plain(self.throttling.dynamic.throttlers):
+            source = f"engine metadata {SPEC_KEY} version {stored['version']} (from worker {stored['worker']})"
+            try:
+                self.throttling.adopt_throttlers(stored["throttlers"], source=source)
+            except SpecErrors as error:
+                logger.warning("worker %s: the published throttlers are not applied: %s", self.worker_id, error)
+                return
+            logger.info("worker %s applies the throttlers of %s", self.worker_id, source)
+        self.applied = int(stored["version"])
+
+    async def _read(self) -> dict[str, Any] | None:
+        text = await self.engine.read_meta(SPEC_KEY)
+        return None if text is None else dict(json.loads(text))
+
+
+def _plain(throttlers: dict[str, Any]) -> dict[str, Any]:
+    """``throttlers`` as they read back from JSON, so that what is published compares equal to
+    what is in force (a YAML or YSON file may hold tuples, dates or other scalars)."""
+    return dict(json.loads(json.dumps(throttlers, default=str)))
 
 
 class ControllerElection:
@@ -87,6 +148,7 @@ class ControllerElection:
         self.renew_period = renew_period
         self.retry_period = retry_period
         self.elected: list[tuple[int, float]] = []
+        self.shared: SharedThrottlers | None = None  # DynamicSpec throttlers spread across the workers
         self._server: NatsQuotaServer | None = None
         self._watchdog: asyncio.Task[None] | None = None
         self._epoch: int | None = None
@@ -105,13 +167,20 @@ class ControllerElection:
         return self.clock.monotonic() < self._entitled_until
 
     async def run(self) -> None:
-        """Try for the lease, or renew it, until cancelled (engine failures are logged and retried)."""
+        """Try for the lease, or renew it, until cancelled (engine failures are logged and retried);
+        after each, :meth:`SharedThrottlers.sync` when ``shared`` is set."""
         while True:
             try:
                 await self._step()
             except Exception as error:  # the engine unreachable for a moment: try again
                 logger.warning("worker %s: the throttler controller lease: %s: %s", self.worker_id,
                                type(error).__name__, error)
+            if self.shared is not None:
+                try:
+                    await self.shared.sync()
+                except Exception as error:
+                    logger.warning("worker %s: the shared throttlers: %s: %s", self.worker_id,
+                                   type(error).__name__, error)
             await self.clock.sleep(self._pause())
 
     def _pause(self) -> float:
@@ -232,4 +301,5 @@ def cluster_throttling(engine: NatsEngine, dynamic: DynamicSpec, clock: Clock, *
     election = ControllerElection(engine, throttling, connection, subject, worker_id, clock,
                                   lease_ttl=options.lease_ttl, renew_period=options.heartbeat_period,
                                   retry_period=min(RETRY_PERIOD, options.heartbeat_period), registry=registry)
+    election.shared = SharedThrottlers(engine, throttling, worker_id)
     return throttling, election

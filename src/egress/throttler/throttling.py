@@ -9,8 +9,11 @@ serve`` (``throttler_url``), hands out one :class:`ThrottlerFactory` per computa
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 from collections.abc import Mapping
 from pathlib import Path
+from typing import Any
 
 from prometheus_client import CollectorRegistry
 
@@ -18,7 +21,7 @@ from egress.clock import Clock
 from egress.spec.models import DynamicSpec
 from egress.throttler.client import TimestampProvider
 from egress.throttler.controller import ThrottlerController
-from egress.throttler.factory import ThrottlerFactory
+from egress.throttler.factory import ThrottlerFactory, ThrottlerHandle
 from egress.throttler.fallback import AwayBudget
 from egress.throttler.models import ThrottlerSpec, validate_dynamic_throttlers
 from egress.throttler.sensors import ClientSensors, ControllerCollector
@@ -50,15 +53,46 @@ class InputThrottle:
 
     async def wait(self, rows: int, byte_size: int, *, timestamp: float | None = None) -> float:
         """Wait for quota for one batch (rows first, then bytes); returns the seconds waited (the
-        ``Input.Throttle`` span). Raises the errors of :meth:`ThrottlerHandle.throttle`."""
+        ``Input.Throttle`` span). Raises the errors of :meth:`ThrottlerHandle.throttle`. Cancelled
+        while waiting for the bytes, it gives the rows' units back (the batch will not be processed)."""
         clock = self._throttling.clock
         started = clock.monotonic()
         rows_id, bytes_id = self.throttler_ids()
-        if rows_id is not None and rows > 0:
-            await self._factory.get_throttler_or_throw(rows_id).throttle(rows, timestamp=timestamp)
-        if bytes_id is not None and byte_size > 0:
-            await self._factory.get_throttler_or_throw(bytes_id).throttle(byte_size, timestamp=timestamp)
+        taken: ThrottlerHandle | None = None
+        try:
+            if rows_id is not None and rows > 0:
+                handle = self._factory.get_throttler_or_throw(rows_id)
+                await handle.throttle(rows, timestamp=timestamp)
+                taken = handle
+            if bytes_id is not None and byte_size > 0:
+                await self._factory.get_throttler_or_throw(bytes_id).throttle(byte_size, timestamp=timestamp)
+        except BaseException:
+            if taken is not None and taken.is_configured:
+                taken.release(rows)
+            raise
         return clock.monotonic() - started
+
+    async def wait_unless(self, stop: asyncio.Event, rows: int, byte_size: int, *,
+                          timestamp: float | None = None) -> float | None:
+        """:meth:`wait`, given up as soon as ``stop`` is set (a job asked to stop while its batch
+        waits for quota: Ctrl-C, or its partition moving to another worker). Returns the seconds
+        waited, or ``None`` when it gave up: the batch got no quota (units already taken for its
+        rows are given back) and must not be processed."""
+        if stop.is_set():
+            return None
+        waiting = asyncio.ensure_future(self.wait(rows, byte_size, timestamp=timestamp))
+        stopped = asyncio.ensure_future(stop.wait())
+        try:
+            await asyncio.wait({waiting, stopped}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            stopped.cancel()
+            if not waiting.done():
+                waiting.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await waiting
+        if waiting.cancelled():
+            return None
+        return waiting.result()
 
 
 class Throttling:
@@ -79,6 +113,7 @@ class Throttling:
         self.clock = clock
         self.dynamic = dynamic
         self.throttlers: dict[str, ThrottlerSpec] = validate_dynamic_throttlers(dynamic, file=file)
+        self.file_throttlers: dict[str, Any] = dict(dynamic.throttlers)  # as this process's own file says
         self.controller: ThrottlerController | None = None
         self.transport: QuotaTransport
         if transport is not None:
@@ -156,7 +191,20 @@ class Throttling:
         return InputThrottle(self, computation_id, factory)
 
     def reconfigure(self, dynamic: DynamicSpec, *, file: str | None = None) -> None:
-        """Apply a new DynamicSpec live (raises :class:`SpecErrors` and changes nothing when invalid)."""
+        """Apply a new DynamicSpec live (raises :class:`SpecErrors` and changes nothing when invalid).
+        Its ``throttlers`` become :attr:`file_throttlers`: what this process's own file says."""
+        self._apply(dynamic, file=file)
+        self.file_throttlers = dict(dynamic.throttlers)
+
+    def adopt_throttlers(self, throttlers: Mapping[str, Any], *, source: str) -> None:
+        """Apply DynamicSpec ``throttlers`` from elsewhere (another cluster worker's DynamicSpec,
+        published in the engine's metadata ``source``); the rest of this process's DynamicSpec and
+        :attr:`file_throttlers` stay. Raises :class:`SpecErrors` (paths ``throttlers/...`` in
+        ``source``) and changes nothing when they are invalid here, e.g. a computation's
+        ``input_rows_throttler_id`` names a throttler they lack."""
+        self._apply(self.dynamic.model_copy(update={"throttlers": dict(throttlers)}), file=source)
+
+    def _apply(self, dynamic: DynamicSpec, *, file: str | None) -> None:
         throttlers = validate_dynamic_throttlers(dynamic, file=file)
         self.dynamic, self.throttlers = dynamic, throttlers
         if self.controller is not None:
