@@ -19,10 +19,15 @@ deliver all, or the script exits 1), msg/s, and CPU µs per message counting eve
 with the breakdown per process. Targets: NATS 1 worker >= 0.5 × embedded; 2 workers >= 1.3 × 1
 worker. The machine may have fewer cores than processes (2 workers + nats-server + the receiver):
 for each NATS phase the script also prints the rate the CPU cost alone would allow with one core
-per process (messages ÷ the busiest process's CPU seconds), which is what more cores would give.
+per process (messages ÷ the busiest process's CPU seconds). Each process also pays a fixed CPU
+cost whatever the messages (interpreter and imports, joining, the hand-over when the second worker
+joins, leaving: about 1.4 CPU-s at load 10): each NATS phase is run again on ``--fixed-messages``
+messages, and the script prints each process's CPU per message without that fixed part and the
+rate it allows with one core per process, which is what more cores give on a long run.
 
-    python benchmarks/cluster.py                          # embedded, nats-1, nats-2
+    python benchmarks/cluster.py                          # embedded, nats-1, nats-2 (+ their fixed cost)
     python benchmarks/cluster.py --messages 20000 --phases embedded,nats-1
+    python benchmarks/cluster.py --messages 30000 --profile   # + each worker under py-spy --gil
 """
 
 from __future__ import annotations
@@ -48,7 +53,14 @@ sys.path.insert(0, str(ROOT))
 
 from tests.nats_server import NatsServer  # noqa: E402
 
-from delivery import ReceiverTarget, build_bodies, run_egress, stop_process  # noqa: E402
+from delivery import (  # noqa: E402
+    PROFILE_RATE,
+    ReceiverTarget,
+    build_bodies,
+    profile_summary,
+    run_egress,
+    stop_process,
+)
 
 TARGETS = (("nats-1", "embedded", 0.5), ("nats-2", "nats-1", 1.3))
 """(phase, the phase it is compared with, lowest ratio of their msg/s): issue 11's targets."""
@@ -108,23 +120,35 @@ def run_embedded(target: ReceiverTarget, bodies: Sequence[bytes], count: int, pa
     return result
 
 
-def nats_spec(work: Path, phase: Path, url: str) -> Path:
-    """The embedded phase's Spec (written by ``run_egress``) with the receiver's current ``url``."""
+def nats_spec(work: Path, phase: Path, url: str, first: int | None = None) -> Path:
+    """The embedded phase's Spec (written by ``run_egress``) with the receiver's current ``url``;
+    with ``first``, reading a copy of its source's first ``first`` records only."""
     spec = yaml.safe_load((work / "embedded" / "spec.yaml").read_text())
     spec["computations"]["deliver"]["sinks"]["http"]["parameters"]["url"] = url
+    if first is not None:
+        parameters = spec["sources"]["payloads"]["parameters"]
+        with open(parameters["path"], "rb") as source:
+            records = [line for _, line in zip(range(first), source, strict=False)]
+        parameters["path"] = str(phase / "payloads.jsonl")
+        (phase / "payloads.jsonl").write_bytes(b"".join(records))
     path = phase / "spec.yaml"
     path.write_text(yaml.safe_dump(spec, sort_keys=False))
     shutil.copy(work / "embedded" / "functions.py", phase / "functions.py")
     return path
 
 
-def run_workers(target: ReceiverTarget, count: int, workers: int, work: Path, timeout: float) -> ClusterResult:
-    """A fresh nats-server and ``workers`` egress processes on one pipeline until it is drained."""
-    name = f"nats-{workers}"
+def run_workers(target: ReceiverTarget, count: int, workers: int, work: Path, timeout: float,
+                profile: bool = False, first: int | None = None) -> ClusterResult:
+    """A fresh nats-server and ``workers`` egress processes on one pipeline until it is drained; with
+    ``profile``, each worker under ``py-spy record --gil --threads -f raw`` (the thread holding the
+    GIL: py-spy takes a thread waiting in epoll or on a queue for a running one on this machine),
+    its samples summed up in the result's notes; with ``first``, on the source's
+    first ``first`` records (``count``) only."""
+    name = f"nats-{workers}" + ("" if first is None else "-fixed")
     phase = work / name
     shutil.rmtree(phase, ignore_errors=True)
     phase.mkdir(parents=True)
-    spec = nats_spec(work, phase, target.url)
+    spec = nats_spec(work, phase, target.url, first)
     server = NatsServer(phase / "nats").start()
     assert server.pid is not None
     load = os.getloadavg()[0]
@@ -137,11 +161,14 @@ def run_workers(target: ReceiverTarget, count: int, workers: int, work: Path, ti
             worker = f"w{index}"
             log = open(phase / f"{worker}.log", "wb")  # noqa: SIM115 - closed below, after the process ends
             logs.append(log)
-            processes[worker] = subprocess.Popen(
-                [sys.executable, "-m", "egress", "run", str(spec), "--engine", server.url, "--worker-id", worker,
-                 "--state-dir", str(phase / f"state-{worker}"), "--until-drained", "--quiet",
-                 "--report", str(phase / f"report-{worker}.json")],
-                cwd=phase, stdout=log, stderr=subprocess.STDOUT)
+            command = [sys.executable, "-m", "egress", "run", str(spec), "--engine", server.url, "--worker-id",
+                       worker, "--state-dir", str(phase / f"state-{worker}"), "--until-drained", "--quiet",
+                       "--report", str(phase / f"report-{worker}.json")]
+            if profile:
+                py_spy = shutil.which("py-spy") or str(Path(sys.executable).parent / "py-spy")
+                command = [py_spy, "record", "--gil", "--threads", "--full-filenames", "-f", "raw",
+                           "-r", str(PROFILE_RATE), "-o", str(phase / f"profile-{worker}.txt"), "--", *command]
+            processes[worker] = subprocess.Popen(command, cwd=phase, stdout=log, stderr=subprocess.STDOUT)
         cpu = wait_all(processes, timeout)
         seconds = time.perf_counter() - started
         cpu["nats-server"] = process_cpu(server.pid) - server_cpu
@@ -162,7 +189,20 @@ def run_workers(target: ReceiverTarget, count: int, workers: int, work: Path, ti
         report = json.loads(report_path.read_text()) if report_path.exists() else {}
         result.notes.append(f"{worker}: {report.get('posts', 0):,} POSTs, {report.get('epochs', 0):,} epochs, "
                             f"{report.get('rows_read', 0):,} rows read")
+        if profile and (phase / f"profile-{worker}.txt").exists():
+            result.notes += profile_notes(worker, phase / f"profile-{worker}.txt", count)
     return result
+
+
+def profile_notes(worker: str, raw: Path, count: int) -> list[str]:
+    """A worker's py-spy samples as µs per message of the phase: by module, function and thread."""
+    found = profile_summary(raw)
+    per_message = 1e6 / PROFILE_RATE / max(count, 1)
+    lines = [f"{worker} py-spy (--gil, {PROFILE_RATE} Hz): {found.total * per_message:.1f} µs/msg"]
+    lines += [f"  module   {name:<50} {samples * per_message:6.1f}" for name, samples in found.modules[:12]]
+    lines += [f"  function {name:<50} {samples * per_message:6.1f}" for name, samples in found.functions]
+    lines += [f"  thread   {name:<50} {samples * per_message:6.1f}" for name, samples in found.threads]
+    return lines
 
 
 def wait_all(processes: dict[str, subprocess.Popen[bytes]], timeout: float) -> dict[str, float]:
@@ -182,6 +222,24 @@ def wait_all(processes: dict[str, subprocess.Popen[bytes]], timeout: float) -> d
         if len(cpu) < len(processes):
             time.sleep(POLL)
     return cpu
+
+
+def fixed_cost(result: ClusterResult, fixed: ClusterResult) -> list[str]:
+    """Each process's CPU split into a fixed part (its CPU in ``fixed``, the same phase on a few
+    messages: start-up, joining, the hand-over when the second worker joins, leaving) and a part
+    per message (the rest, over the other messages), and the rate that per-message CPU allows with
+    one core per process: what more cores give once a run is long enough to amortise the fixed part."""
+    extra = result.messages - fixed.messages
+    if extra <= 0:
+        return []
+    variable = {name: max(0.0, seconds - fixed.cpu.get(name, 0.0)) / extra for name, seconds in result.cpu.items()}
+    busiest = max(variable.values(), default=0.0)
+    return [f"          fixed CPU (the phase on {fixed.messages:,} messages): "
+            + ", ".join(f"{name} {seconds:.2f} s" for name, seconds in fixed.cpu.items()),
+            "          per message without it: "
+            + ", ".join(f"{name} {1e6 * v:,.0f} µs" for name, v in variable.items())
+            + f" (all {1e6 * sum(variable.values()):,.0f}); one core per process: "
+            f"{1 / busiest if busiest else 0:,.0f} msg/s"]
 
 
 def describe(result: ClusterResult) -> list[str]:
@@ -204,6 +262,12 @@ def main(argv: Sequence[str] | None = None) -> int:
                         help="comma-separated subset of embedded,nats-1,nats-2 (embedded always runs first: its "
                              "Spec is the others'); default all")
     parser.add_argument("--timeout", type=float, default=900.0, help="seconds allowed per phase (default 900)")
+    parser.add_argument("--fixed-messages", type=int, default=300,
+                        help="after the NATS phases, run each again on this many messages to measure each "
+                             "process's fixed CPU (start-up, joining, hand-over, leaving) and print the CPU per "
+                             "message without it (default 300; 0: skip)")
+    parser.add_argument("--profile", action="store_true",
+                        help="run each NATS worker under py-spy (slower) and print where its CPU goes")
     parser.add_argument("--keep", type=Path, help="keep the Specs, states, logs and reports here")
     args = parser.parse_args(argv)
     phases = [p.strip() for p in args.phases.split(",") if p.strip()]
@@ -216,6 +280,7 @@ def main(argv: Sequence[str] | None = None) -> int:
           f"partition_count {args.partitions}, default sink parameters, to egress receiver; load average "
           f"{os.getloadavg()[0]:.2f}", flush=True)
     results: dict[str, ClusterResult] = {}
+    fixed_results: dict[str, ClusterResult] = {}
     target = ReceiverTarget()
     failed: str | None = None
     with tempfile.TemporaryDirectory(prefix="egress-cluster-bench-") as temporary:
@@ -228,12 +293,21 @@ def main(argv: Sequence[str] | None = None) -> int:
                 if phase == "embedded":
                     result = run_embedded(target, bodies, args.messages, args.partitions, work, args.timeout)
                 else:
-                    result = run_workers(target, args.messages, int(phase.split("-")[1]), work, args.timeout)
+                    result = run_workers(target, args.messages, int(phase.split("-")[1]), work, args.timeout,
+                                         args.profile)
                 results[phase] = result
                 for line in describe(result):
                     print("  " + line, flush=True)
                 for note in result.notes:
                     print(f"    {note}", flush=True)
+            for phase in [p for p in results if p != "embedded" and 0 < args.fixed_messages < args.messages]:
+                target.start()
+                fixed = run_workers(target, args.fixed_messages, int(phase.split("-")[1]), work, args.timeout,
+                                    first=args.fixed_messages)
+                fixed_results[phase] = fixed
+                print(f"{fixed.name}: {fixed.delivered:,}/{fixed.messages:,} delivered, load average {fixed.load:.2f}")
+                for line in fixed_cost(results[phase], fixed):
+                    print("  " + line, flush=True)
         except RuntimeError as error:
             failed = str(error)
         finally:
@@ -242,9 +316,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     print(f"cluster benchmark, {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime(began))}, "
           f"{time.time() - began:,.0f} s, {os.cpu_count()} cores, load average now "
           f"{' / '.join(f'{x:.2f}' for x in os.getloadavg())}")
-    for result in results.values():
+    for name, result in results.items():
         for line in describe(result):
             print("  " + line)
+        if name in fixed_results:
+            for line in fixed_cost(result, fixed_results[name]):
+                print("  " + line)
     summary = [f"{name} {result.rate:,.0f} msg/s {result.cpu_per_message:,.0f} µs/msg"
                for name, result in results.items()]
     for phase, other, bound in TARGETS:
@@ -258,7 +335,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                       f"{results[other].breakdown()} µs/msg; with one core per process the ratio would be "
                       f"{projected:.2f}")
             summary.append(f"{phase}/{other} {ratio:.2f} (>= {bound:g} {mark})")
-    lost = [name for name, result in results.items() if not result.complete]
+    lost = [name for name, result in [*results.items(), *fixed_results.items()] if not result.complete]
     if failed is not None:
         print(f"FAILED: {failed}")
     if lost:
