@@ -109,6 +109,7 @@ def _status_address(run: subprocess.Popen[str]) -> str:
     for line in run.stderr:
         found = re.search(r"metrics and status at (http://127\.0\.0\.1:\d+/)", line)
         if found:
+            assert "(/ the dashboard, /metrics, /status, /healthz, /readyz)" in line, line
             return found.group(1)
     pytest.fail(f"the run ended without serving its status (exit {run.wait()})")
 

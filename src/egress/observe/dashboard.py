@@ -45,6 +45,7 @@ from aiohttp import web
 from prometheus_client import CollectorRegistry
 
 from egress.clock import Clock
+from egress.http_expect import expect_handler
 
 MIN_SAMPLE_INTERVAL = 0.5
 HISTORY_SECONDS = 300.0
@@ -323,14 +324,15 @@ class Dashboard:
         return throttlers
 
     def add_routes(self, app: web.Application) -> None:
-        """Serve the page at ``/`` (and its script and style) and the document at ``/dashboard.json``."""
+        """Serve the page at ``/`` (and its script and style) and the document at ``/dashboard.json``
+        (with :func:`egress.http_expect.expect_handler`: no 500 for a non-UTF-8 ``Expect``)."""
 
         async def get_document(request: web.Request) -> web.Response:
             return web.json_response(await self.document(), headers={"Cache-Control": "no-store"})
 
         for route, (name, content_type) in STATIC_FILES.items():
-            app.router.add_get(route, _static_handler(name, content_type))
-        app.router.add_get("/dashboard.json", get_document)
+            app.router.add_get(route, _static_handler(name, content_type), expect_handler=expect_handler)
+        app.router.add_get("/dashboard.json", get_document, expect_handler=expect_handler)
 
 
 def _static_handler(name: str, content_type: str) -> Callable[[web.Request], Awaitable[web.Response]]:
