@@ -216,6 +216,11 @@ class HttpSource(CountedPosition):
                 request.answered.set_result(None)
         self._taken = []
 
+    def unread_records(self) -> int:
+        """Exact (``egress.connectors.sources.unread``): the events received and not yet committed
+        (queued, or taken into the batch being committed); their POSTs wait for their ``200``."""
+        return self._queued_events + sum(len(request.rows) for request in self._taken)
+
     async def close(self) -> None:
         """Stop listening; requests not committed are answered ``503`` (the client sends again)."""
         for request in [*self._taken, *self._queue]:
