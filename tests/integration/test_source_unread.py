@@ -84,3 +84,27 @@ async def _above_zero(value: Any) -> bool:
 
 async def _is_zero(value: Any) -> bool:
     return await value == 0
+
+
+async def test_the_http_sources_unread_records_are_the_events_received_and_not_yet_committed(
+        tmp_path: Path) -> None:
+    from egress.connectors.sources.http import HttpSource, HttpSourceParameters
+    from tests.integration.test_http_source import STREAM, free_port
+
+    port = free_port()
+    source = HttpSource("in", HttpSourceParameters(port=port, format="jsonl"), STREAM, tmp_path)
+    await source.start(0, b"", until_caught_up=False)
+    try:
+        assert source.unread_records() == 0
+        async with aiohttp.ClientSession() as session:
+            body = b'{"id": 1, "payload": "a"}\n{"id": 2, "payload": "b"}\n'
+            posted = asyncio.create_task(session.post(f"http://127.0.0.1:{port}/events", data=body))
+            await until(lambda: source.unread_records() == 2)
+            assert len(await source.take(100, 1.0) or []) == 2
+            assert source.unread_records() == 2  # taken into the batch being committed: not yet in the log
+            source.committed()
+            assert source.unread_records() == 0
+            async with await posted as response:
+                assert response.status == 200
+    finally:
+        await source.close()

@@ -13,6 +13,7 @@ Document shape (every rate in units per second, ``None`` until two samples exist
     {"title", "kind": "pipeline" | "throttlers", "time" (Unix seconds), "bucket_seconds",
      "graph": {"nodes": [{"id", "kind": "source"|"computation"|"sink", "label", "class"}],
                "edges": [{"from", "to", "stream", "rate"}]},
+     "sources": [{"source_id", "unread_records" (null: unknown), "finished", "owner"}],
      "partitions": [{"computation", "partition", "owner", "input_lag" (messages), "input_lag_seconds",
                      "input_lag_seconds_at_least", "rate_in", "rate_out", "unacknowledged", "blocked"}],
      "sinks": [{"computation", "sink_id", "sink_class", "broken", "error", "rate", "delivered",
@@ -47,6 +48,8 @@ from prometheus_client import CollectorRegistry
 from egress.clock import Clock
 from egress.http_expect import expect_handler
 
+SOURCE_FIELDS = ("unread_records", "finished", "owner")
+"""What the page shows of each source, as ``/status`` → ``sources`` has it."""
 MIN_SAMPLE_INTERVAL = 0.5
 HISTORY_SECONDS = 300.0
 RATE_WINDOW = 5.0
@@ -236,6 +239,8 @@ class Dashboard:
             "time": self.clock.now(),
             "bucket_seconds": BUCKET_SECONDS,
             "graph": self._graph_with_rates(graph, sample),
+            "sources": [{"source_id": source_id, **{key: source.get(key) for key in SOURCE_FIELDS}}
+                        for source_id, source in status.get("sources", {}).items()],
             "partitions": [self._partition(entry, sample) for entry in status.get("partitions", [])],
             "sinks": self._sinks(graph, status.get("status", {}), sample),
             "throttlers": self._throttlers(sample),
