@@ -10,6 +10,8 @@ no route matches, so a server that must never answer 500 ends with a catch-all r
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable, Mapping
+
 from aiohttp import web
 from aiohttp.http import HttpVersion11
 
@@ -25,3 +27,18 @@ async def expect_handler(request: web.Request) -> None:
         request.writer.output_size = 0  # the 100 is not part of the answer's size
         return
     raise web.HTTPExpectationFailed(text=f"Unknown Expect: {expect!r}")
+
+
+def unrouted_handler(allowed: Mapping[str, str]) -> Callable[[web.Request], Awaitable[web.Response]]:
+    """The catch-all route's handler (``add_route("*", "/{tail:.*}", ...)``, added last): ``405``
+    with ``Allow: allowed[path]`` for a path served with other methods, else ``404``; as aiohttp
+    answers without a catch-all, but on a route, so that :func:`expect_handler` answers its ``Expect``."""
+
+    async def handler(request: web.Request) -> web.Response:
+        methods = allowed.get(request.path)
+        if methods is not None:
+            return web.Response(status=405, text=f"{request.method} is not allowed: {methods}\n",
+                                headers={"Allow": methods})
+        return web.Response(status=404, text=f"not found: {request.path!r}\n")
+
+    return handler

@@ -237,6 +237,9 @@ def test_pipeline_page_shows_a_failing_sink_and_the_lag_until_both_recover(
         expect(lag).to_have_text(str(MESSAGES), timeout=UI_TIMEOUT)
         expect(page.locator('[data-throttler="audit_rate"] .throttler-limit')).to_have_text("0/s")
         expect(page.locator("#problems")).to_contain_text("/sinks/http/async_http_sink")
+        source = page.locator('[data-source="events_jsonl"]')  # read at once: its records are partition lag now
+        expect(source.locator(".unread-records")).to_have_text("0", timeout=UI_TIMEOUT)
+        expect(source.locator(".state")).to_have_text("read to its end")
         expect(sink.locator(".stat.retries .stat-value")).not_to_have_text("0", timeout=UI_TIMEOUT)
         shoot(page, screenshots, "pipeline-failing")
 

@@ -87,7 +87,8 @@ def test_egress_status_shows_the_partition_table_and_the_sinks_error(tmp_path: P
                                capture_output=True, timeout=30, env={**os.environ, "COLUMNS": "200"})
         assert shown.returncode == 0, shown.stderr
         for text in ("partitions", "computation", "input lag", "unacknowledged", "deliver", "http: 10",
-                     "/sinks/http/async_http_sink", "Async HTTP POST retry policy exhausted after 2 attempt(s)",
+                     "unread records", "/sinks/http/async_http_sink",
+                     "Async HTTP POST retry policy exhausted after 2 attempt(s)",
                      "NOT READY"):
             assert text in shown.stdout, text
     finally:
@@ -109,6 +110,7 @@ def _status_address(run: subprocess.Popen[str]) -> str:
     for line in run.stderr:
         found = re.search(r"metrics and status at (http://127\.0\.0\.1:\d+/)", line)
         if found:
+            assert "(/ the dashboard, /metrics, /status, /healthz, /readyz)" in line, line
             return found.group(1)
     pytest.fail(f"the run ended without serving its status (exit {run.wait()})")
 

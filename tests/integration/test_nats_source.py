@@ -193,3 +193,21 @@ async def test_a_bad_message_is_skipped_with_on_bad_record_skip_and_its_sequence
     assert sorted(collector.bodies()) == [b"order 0", b"order 2"]
     assert {key for key, _ in collector.received} == {expected_key(stream, 1), expected_key(stream, 3)}
     assert pipeline.metrics.total("egress_source_bad_records_total") == 1
+
+
+async def test_the_unread_records_are_the_consumers_pending_messages_after_each_fetch(
+        tmp_path: Path, nats_server: str, jetstream: tuple[JetStreamContext, str]) -> None:
+    js, stream = jetstream
+    await publish(js, stream, 0, 10)
+    plan = load_plan(nats_spec(tmp_path, "http://127.0.0.1:9/events", stream, nats_url=nats_server))
+    source = plan.sources["input"].source_class.create("input", plan.sources["input"].parameters,
+                                                       plan.sources["input"].stream, tmp_path)
+    await source.start(0, b"", until_caught_up=False)
+    try:
+        assert source.unread_records() is None  # nothing fetched yet: unknown
+        assert len(await source.take(4, 5.0) or []) == 4
+        assert source.unread_records() == 6
+        assert len(await source.take(100, 5.0) or []) == 6
+        assert source.unread_records() == 0
+    finally:
+        await source.close()

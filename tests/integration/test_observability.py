@@ -202,6 +202,7 @@ async def test_egress_status_of_any_worker_shows_every_partition_as_its_owner_re
         assert {key.split(":")[0] for key in merged["status"]} == {"worker-a", "worker-b"}
         assert merged["ready"]["ready"] is False
         assert merged["unreachable"] == []
+        assert [s["unread_records"] for s in merged["sources"].values()] == [0]  # read to its end
     finally:
         for worker in workers:
             worker.request_stop()

@@ -30,3 +30,11 @@ def test_status_url_accepts_a_base_url_host_and_port_or_the_status_url() -> None
     assert status_url("http://127.0.0.1:9000/") == "http://127.0.0.1:9000/status"
     assert status_url("127.0.0.1:9000") == "http://127.0.0.1:9000/status"
     assert status_url("http://127.0.0.1:9000/status") == "http://127.0.0.1:9000/status"
+
+
+def test_run_help_names_every_path_of_the_http_port() -> None:
+    result = CliRunner().invoke(app, ["run", "--help"], env={"COLUMNS": "250"})
+    assert result.exit_code == 0
+    help_text = " ".join(result.output.replace("│", " ").split())
+    for path in ("dashboard at /", "/metrics", "/status", "/healthz", "/readyz"):
+        assert path in help_text, path

@@ -203,3 +203,19 @@ async def test_a_file_created_and_rotated_away_while_down_is_found_by_a_single_p
     assert ids(records) == [11, 20, 21, 30]
     assert len({r.source_partition for r in records}) == 3
     await second.close()
+
+
+async def test_the_unread_records_of_followed_files_are_estimated_from_the_bytes_after_their_offsets(
+        tmp_path: Path) -> None:
+    path = tmp_path / "app.jsonl"
+    path.write_bytes(jsonl(0, 10))
+    source = followed(tmp_path)
+    await source.start(0, b"", until_caught_up=True)
+    assert source.unread_records() == 0  # no file seen yet: nothing known to be left
+    assert len(await source.take(4, 0.0) or []) == 4
+    assert source.unread_records() == 6  # 6 lines of the same length after the offset
+    assert len(await take_all(source)) == 6
+    assert source.unread_records() == 0
+    append(path, jsonl(10, 5))
+    assert source.unread_records() == 5  # grown: 5 more lines of the average length
+    await source.close()

@@ -175,3 +175,28 @@ def test_an_appended_file_keeps_its_identity(tmp_path: Path) -> None:
     again = CsvSource.create("s", CsvSourceParameters.model_validate({"path": "f.csv"}), STREAM, tmp_path)
     again.resume(committed)
     assert [r.position for r in again.records(3)] == [3]
+
+
+@pytest.mark.parametrize("name", ["in.jsonl", "in.jsonl.gz"])
+def test_a_file_sources_unread_records_are_estimated_and_0_only_at_its_end(tmp_path: Path, name: str) -> None:
+    import hashlib
+
+    import orjson
+
+    data = b"".join(orjson.dumps({"id": i, "payload": hashlib.sha256(b"%d" % i).hexdigest()}) + b"\n"
+                    for i in range(100_000, 130_000))
+    path = tmp_path / name
+    path.write_bytes(gzip.compress(data) if name.endswith(".gz") else data)
+    stream = StreamSpec.model_validate({"schema": [{"name": "id", "type": "int64"},
+                                                   {"name": "payload", "type": "string"}]})
+    source = JsonlSource(path, FileSourceParameters(path=name), stream)
+    assert source.unread_records() is None  # not open yet: unknown
+    records = source.records(0)
+    for _ in range(5000):
+        next(records)
+    unread = source.unread_records()
+    assert unread is not None
+    assert 0.5 * 25_000 < unread <= 25_000  # an estimate: the file's read-ahead counts as read
+    left = sum(1 for _ in records)
+    assert left == 25_000
+    assert source.unread_records() == 0

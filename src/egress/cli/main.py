@@ -134,7 +134,8 @@ def run(
     quiet: Annotated[bool, typer.Option(help="No progress line and no summary table (errors still print).")] = False,
     http_port: Annotated[Optional[int], typer.Option(  # noqa: UP045
         min=0, max=65535,
-        help="Serve /metrics (Prometheus), /status (JSON) and /healthz on this port (0 picks one).")] = None,
+        help="Serve the dashboard at /, /metrics (Prometheus), /status (JSON), /healthz and /readyz on this port "
+             "(0 picks one).")] = None,
     http_host: Annotated[str, typer.Option(help="Address for --http-port.")] = "127.0.0.1",
     throttler_url: Annotated[Optional[str], typer.Option(  # noqa: UP045
         help="Share the throttlers of `egress throttler serve` at this URL (default: in this process).")] = None,
@@ -321,8 +322,9 @@ class _Reporter:
         pipeline = self._pipeline
         if pipeline.server is not None and pipeline.server.port is not None and self._port is None:
             self._port = pipeline.server.port
-            output.say(f"metrics and status at http://{pipeline.server.address}/ "
-                       "(/metrics, /status, /healthz, /readyz)", url=f"http://{pipeline.server.address}/")
+            output.say(f"dashboard, metrics and status at http://{pipeline.server.address}/ "
+                       "(/ the dashboard, /metrics, /status, /healthz, /readyz)",
+                       url=f"http://{pipeline.server.address}/")
         if pipeline.dynamic_spec_version != self._version:
             self._version = pipeline.dynamic_spec_version
             output.say(f"DynamicSpec {pipeline.plan.dynamic_spec_file} applied")

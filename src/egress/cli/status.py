@@ -62,7 +62,8 @@ def fetch(url: str, timeout: float = FETCH_TIMEOUT) -> dict[str, Any]:
 
 def whole_pipeline(document: dict[str, Any], url: str, timeout: float = FETCH_TIMEOUT) -> dict[str, Any]:
     """``document`` (from ``url``) completed with what the other live members of its cluster report:
-    each partition as its owner shows it, every worker's status errors (``status`` keys prefixed by
+    each partition as its owner shows it, each source's unread records as its reader's worker does,
+    every worker's status errors (``status`` keys prefixed by
     ``<worker>:``) and readiness; ``unreachable`` lists the members that did not answer. An embedded
     run's document is returned as it is."""
     members = [m for m in document.get("members") or [] if m.get("worker_id") != document.get("worker")]
@@ -81,6 +82,8 @@ def whole_pipeline(document: dict[str, Any], url: str, timeout: float = FETCH_TI
             unreachable.append(f"{member['worker_id']}: {error}")
     merged = dict(document)
     merged["partitions"] = [_as_owner_reports(p, by_worker) for p in document["partitions"]]
+    merged["sources"] = {source_id: _source_as_owner_reports(source_id, source, by_worker)
+                         for source_id, source in (document.get("sources") or {}).items()}
     merged["status"] = {f"{worker}: {path}": error for worker, doc in by_worker.items()
                         for path, error in (doc.get("status") or {}).items()}
     reasons = [f"{worker}: {reason}" for worker, doc in by_worker.items()
@@ -88,6 +91,16 @@ def whole_pipeline(document: dict[str, Any], url: str, timeout: float = FETCH_TI
     merged["ready"] = {"ready": not reasons and not unreachable, "reasons": reasons}
     merged["unreachable"] = unreachable
     return merged
+
+
+def _source_as_owner_reports(source_id: str, source: dict[str, Any],
+                             by_worker: dict[str, dict[str, Any]]) -> dict[str, Any]:
+    """``source`` with the unread records its reader's worker reports (only it knows them)."""
+    owner = by_worker.get(source.get("owner") or "")
+    theirs = (owner.get("sources") or {}).get(source_id) if owner is not None else None
+    if not theirs or theirs.get("unread_records") is None:
+        return source
+    return {**source, "unread_records": theirs["unread_records"]}
 
 
 def _as_owner_reports(partition: dict[str, Any], by_worker: dict[str, dict[str, Any]]) -> dict[str, Any]:
@@ -150,10 +163,12 @@ def _partitions(document: dict[str, Any]) -> Table:
 
 def _sources(document: dict[str, Any]) -> Table:
     table = Table(title="sources", title_justify="left")
-    for column in ("source", "finished", "owner"):
-        table.add_column(column)
+    for column in ("source", "finished", "unread records", "owner"):
+        table.add_column(column, justify="right" if column == "unread records" else "left")
     for source_id, source in document["sources"].items():
-        table.add_row(source_id, "yes" if source.get("finished") else "no", str(source.get("owner") or "-"))
+        unread = source.get("unread_records")
+        table.add_row(source_id, "yes" if source.get("finished") else "no", "unknown" if unread is None else
+                      f"{unread:,}", str(source.get("owner") or "-"))
     return table
 
 

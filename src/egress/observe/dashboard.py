@@ -13,6 +13,7 @@ Document shape (every rate in units per second, ``None`` until two samples exist
     {"title", "kind": "pipeline" | "throttlers", "time" (Unix seconds), "bucket_seconds",
      "graph": {"nodes": [{"id", "kind": "source"|"computation"|"sink", "label", "class"}],
                "edges": [{"from", "to", "stream", "rate"}]},
+     "sources": [{"source_id", "unread_records" (null: unknown), "finished", "owner"}],
      "partitions": [{"computation", "partition", "owner", "input_lag" (messages), "input_lag_seconds",
                      "input_lag_seconds_at_least", "rate_in", "rate_out", "unacknowledged", "blocked"}],
      "sinks": [{"computation", "sink_id", "sink_class", "broken", "error", "rate", "delivered",
@@ -45,7 +46,10 @@ from aiohttp import web
 from prometheus_client import CollectorRegistry
 
 from egress.clock import Clock
+from egress.http_expect import expect_handler
 
+SOURCE_FIELDS = ("unread_records", "finished", "owner")
+"""What the page shows of each source, as ``/status`` → ``sources`` has it."""
 MIN_SAMPLE_INTERVAL = 0.5
 HISTORY_SECONDS = 300.0
 RATE_WINDOW = 5.0
@@ -235,6 +239,8 @@ class Dashboard:
             "time": self.clock.now(),
             "bucket_seconds": BUCKET_SECONDS,
             "graph": self._graph_with_rates(graph, sample),
+            "sources": [{"source_id": source_id, **{key: source.get(key) for key in SOURCE_FIELDS}}
+                        for source_id, source in status.get("sources", {}).items()],
             "partitions": [self._partition(entry, sample) for entry in status.get("partitions", [])],
             "sinks": self._sinks(graph, status.get("status", {}), sample),
             "throttlers": self._throttlers(sample),
@@ -323,14 +329,15 @@ class Dashboard:
         return throttlers
 
     def add_routes(self, app: web.Application) -> None:
-        """Serve the page at ``/`` (and its script and style) and the document at ``/dashboard.json``."""
+        """Serve the page at ``/`` (and its script and style) and the document at ``/dashboard.json``
+        (with :func:`egress.http_expect.expect_handler`: no 500 for a non-UTF-8 ``Expect``)."""
 
         async def get_document(request: web.Request) -> web.Response:
             return web.json_response(await self.document(), headers={"Cache-Control": "no-store"})
 
         for route, (name, content_type) in STATIC_FILES.items():
-            app.router.add_get(route, _static_handler(name, content_type))
-        app.router.add_get("/dashboard.json", get_document)
+            app.router.add_get(route, _static_handler(name, content_type), expect_handler=expect_handler)
+        app.router.add_get("/dashboard.json", get_document, expect_handler=expect_handler)
 
 
 def _static_handler(name: str, content_type: str) -> Callable[[web.Request], Awaitable[web.Response]]:

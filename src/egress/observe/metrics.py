@@ -164,6 +164,11 @@ class Metrics:
             "by action: skip or dead_letter.",
             ["source_id", "action"], registry=self.registry,
         )
+        self.source_unread_records = Gauge(
+            "egress_source_unread_records", "Records a source has not read yet (an estimate for files, exact "
+            "for nats and http; absent while unknown; refreshed at each scrape). Not yet in any partition.",
+            ["source_id"], registry=self.registry,
+        )
         self.computation_messages = Counter(
             "egress_computation_input_messages", "Input messages processed by a computation.",
             ["computation_id"], registry=self.registry,

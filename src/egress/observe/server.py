@@ -6,7 +6,8 @@ the runtime (status tree, partitions with their lag, the DynamicSpec's state); `
 (liveness) answers ``ok`` while the process serves; ``/readyz`` (readiness) answers 200 with
 ``{"ready": true, "reasons": []}`` while the run is ready (``egress.observe.status.readiness``:
 engine open, no sink blocked by a terminal failure, the DynamicSpec file valid), else 503 with the
-reasons. Served by aiohttp on loopback unless told otherwise.
+reasons. Served by aiohttp on loopback unless told otherwise; every route, and a catch-all one
+answering 404 and 405, has :func:`egress.http_expect.expect_handler` (no 500 for any ``Expect``).
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from typing import Any
 from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST
 
+from egress.http_expect import expect_handler, unrouted_handler
 from egress.observe.dashboard import Dashboard
 from egress.observe.metrics import Metrics
 from egress.observe.status import readiness
@@ -50,12 +52,13 @@ def status_application(metrics: Metrics, status: StatusProvider, refresh: Refres
         return web.json_response(ready, status=200 if ready["ready"] else 503)
 
     app = web.Application()
-    app.router.add_get("/metrics", get_metrics)
-    app.router.add_get("/status", get_status)
-    app.router.add_get("/healthz", get_health)
-    app.router.add_get("/readyz", get_ready)
+    routes = {"/metrics": get_metrics, "/status": get_status, "/healthz": get_health, "/readyz": get_ready}
+    for path, handler in routes.items():
+        app.router.add_get(path, handler, expect_handler=expect_handler)
     if dashboard is not None:
         dashboard.add_routes(app)
+    allowed = {resource.canonical: "GET, HEAD" for resource in app.router.resources()}
+    app.router.add_route("*", "/{tail:.*}", unrouted_handler(allowed), expect_handler=expect_handler)
     return app
 
 

@@ -519,8 +519,16 @@ class Pipeline:
             if engine is not None and self.worker_id is not None and not finished:
                 flag = await engine.read_meta(finished_key(source_id))
                 finished = source_is_finished(flag, (f"source:{source_id}", 0), leases)
-            sources[source_id] = {"finished": finished, "owner": owners.get((f"source:{source_id}", 0))}
+            sources[source_id] = {"finished": finished, "owner": owners.get((f"source:{source_id}", 0)),
+                                  "unread_records": 0 if finished else self._unread_records(source_id)}
         return sources
+
+    def _unread_records(self, source_id: str) -> int | None:
+        """The records source ``source_id`` has not read yet, where its reader runs here (else ``None``)."""
+        for reader in self.readers:
+            if reader.plan.source_id == source_id:
+                return reader.unread_records()
+        return None
 
     async def _partitions_status(self, owners: dict[Unit, str]) -> list[dict[str, Any]]:
         """Every computation partition: its owner and input lag; where it runs here, its sinks' state."""
@@ -578,9 +586,13 @@ class Pipeline:
         return max(0.0, self.clock.monotonic() - job.caught_up_at) if lag else 0.0
 
     async def _refresh_gauges(self) -> None:
-        """Before a scrape of ``/metrics``: the input lag (messages, seconds) and the unacknowledged
-        messages of each partition this process runs."""
+        """Before a scrape of ``/metrics``: the unread records of each source read here, the input lag
+        (messages, seconds) and the unacknowledged messages of each partition this process runs."""
         metrics = self.metrics
+        for reader in self.readers:
+            unread = reader.unread_records()
+            if unread is not None:
+                metrics.source_unread_records.labels(reader.plan.source_id).set(unread)
         for job in self.jobs:
             labels = (job.plan.computation_id, str(job.partition))
             lag = await self._input_lag((job.plan.computation_id, job.partition), job.positions())

@@ -17,6 +17,7 @@ from typing import NamedTuple
 from egress.clock import Clock, RealClock
 from egress.connectors.base import SOURCE_KEYS, KeyedLiveSource, LiveSource, ResumableSource, Source, SourceRecord
 from egress.connectors.sources.live import HoldsBack, UsesClock
+from egress.connectors.sources.unread import unread_records
 from egress.engines import Engine, EpochCommit, LogAppend
 from egress.keys import encode_key, partition_of, source_message_id, source_message_id_prefix, source_scope
 from egress.observe import Metrics
@@ -120,6 +121,15 @@ class SourceReader:
         self._log_ends: dict[int, int] = {}  # the source stream's end offsets, kept by the one writer
         self._remote_offsets: dict[tuple[str, int], int] = {}  # committed read offsets of jobs elsewhere
         self._remote_read_at: float | None = None
+        self._source: Source | LiveSource | None = None
+
+    def unread_records(self) -> int | None:
+        """Records the source has not read yet (``egress.connectors.sources.unread``): 0 once it is
+        read to its end, ``None`` while unknown (not started, or a source that cannot tell). A chunk
+        read and being committed counts in neither this nor the log's lag for that moment."""
+        if self.finished:
+            return 0
+        return None if self._source is None else unread_records(self._source)
 
     def stop(self) -> None:
         """Stop after the chunk being read is committed."""
@@ -141,6 +151,7 @@ class SourceReader:
                                                self._base_dir)
         if isinstance(source, UsesClock):
             source.use_clock(self._clock)
+        self._source = source
         chunker = _Chunker(self.plan.stream.group_by, self.plan.stream_id, self._partition_count, self._scope)
         if isinstance(source, LiveSource):
             if not await self._read_live(source, chunker, epoch, position, stop):

@@ -16,6 +16,7 @@ import contextlib
 import csv
 import gzip
 import io
+import os
 import zlib
 from collections.abc import Iterator
 from pathlib import Path
@@ -33,6 +34,7 @@ from egress.connectors.sources.bad_records import (
 from egress.connectors.sources.follow import FollowedFiles
 from egress.connectors.sources.identity import FileIdentity, changed_error, check_record_count
 from egress.connectors.sources.schema import csv_plan, csv_row, json_row, timestamp_of
+from egress.connectors.sources.unread import estimate
 from egress.errors import SourceDataError, SpecError
 from egress.spec import StreamSpec
 
@@ -117,7 +119,27 @@ class _FileSource(WithBadRecords):
         self.bad_records = bad_records or BadRecords(source_id, parameters, path.parent)
         self._committed: FileIdentity | None = None
         self._identity: FileIdentity | None = None
+        self._raw: Any = None  # the open file (its FileIO), for unread_records
+        self._size = 0
+        self._passed = 0  # records (and bad records) of the file read so far, those before the start included
+        self._ended = False
 
+    def unread_records(self) -> int | None:
+        """An estimate (``egress.connectors.sources.unread``): the file's bytes after the offset read
+        so far times the records per byte so far; ``None`` before the file is open and a record read,
+        at least 1 until and 0 once read to its end. The offset is the file's (compressed for ``.gz``),
+        read-ahead included: the figure is 1 while the last buffer read is parsed."""
+        if self._ended:
+            return 0
+        raw = self._raw
+        if raw is None:
+            return None
+        try:
+            offset = raw.tell()
+        except (OSError, ValueError):  # closed meanwhile: read to its end, or failed
+            return 0 if self._ended else None
+        # at least 1 until the end: the last read-ahead (a buffer of the file) still holds records
+        return max(1, estimate(self._size - offset, self._passed, offset) or 0) if self._passed else None
     def resume(self, source_state: bytes) -> None:
         """The committed identity of the file (``b""``: none, a new source or a state directory
         written before identities were committed, whose position is then trusted)."""
@@ -138,6 +160,7 @@ class _FileSource(WithBadRecords):
                 if how is not None:
                     raise changed_error(str(self.path), self.source_id, start_position, how)
             self._identity = FileIdentity.of(descriptor)
+            self._size, self._raw = os.fstat(descriptor).st_size, binary.raw
             with wrap_text(binary, self.path) as text:
                 yield text
 
@@ -171,6 +194,7 @@ class _FileSource(WithBadRecords):
         ``SourceChangedError`` for a file that is not the one the committed position was read from."""
         try:
             yield from self._records(start_position)
+            self._ended = True
         except (OSError, EOFError, zlib.error, UnicodeDecodeError, csv.Error) as error:
             raise unreadable(self.path, error) from None
 
@@ -216,7 +240,7 @@ class CsvSource(_FileSource):
             plan = csv_plan(self.stream, header, file)
             count = 0
             for position, fields in enumerate(reader):
-                count = position + 1
+                count = self._passed = position + 1
                 if position < start_position:
                     continue
                 line = reader.line_num
@@ -247,6 +271,7 @@ class JsonlSource(_FileSource):
                     continue
                 if position < start_position:
                     position += 1
+                    self._passed = position
                     continue
                 try:
                     row = json_row(raw, columns, f"{file}:{line}")
@@ -256,4 +281,5 @@ class JsonlSource(_FileSource):
                 else:
                     yield SourceRecord(position, row, timestamp)
                 position += 1
+                self._passed = position
             check_record_count(file, self.source_id, start_position, position)

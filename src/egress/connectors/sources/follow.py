@@ -41,6 +41,7 @@ from egress.connectors.base import SourceRecord
 from egress.connectors.sources.bad_records import BadRecords, WithBadRecords
 from egress.connectors.sources.identity import FileIdentity
 from egress.connectors.sources.schema import CsvPlan, csv_plan, csv_row, data_error, json_row, timestamp_of
+from egress.connectors.sources.unread import estimate
 from egress.errors import SourceChangedError, SourceDataError
 from egress.spec import StreamSpec
 
@@ -139,6 +140,23 @@ class FollowedFiles(WithBadRecords):
 
     def committed(self) -> None:
         """Nothing to do: the committed offsets are the state."""
+
+    def unread_records(self) -> int | None:
+        """An estimate (``egress.connectors.sources.unread``): the bytes after each followed file's
+        offset (a partial last line included) times the records per byte read so far, over all files;
+        ``None`` while bytes remain and no record was read yet. Files not seen yet are not counted."""
+        remaining = records = read = 0
+        for number, followed in list(self._files.items()):  # a copy: a pass may run on its thread
+            descriptor = self._descriptors.get(number)
+            if descriptor is None:
+                continue
+            try:
+                size = os.fstat(descriptor).st_size
+            except OSError:  # dropped meanwhile
+                continue
+            remaining += max(0, size - followed.offset)
+            records, read = records + followed.records, read + followed.offset
+        return estimate(remaining, records, read)
 
     async def close(self) -> None:
         for descriptor in self._descriptors.values():

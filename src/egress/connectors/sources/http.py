@@ -39,6 +39,7 @@ from egress.connectors.sources.bad_records import BadRecordParameters, check_bad
 from egress.connectors.sources.live import CountedPosition, referenced_file_errors
 from egress.connectors.sources.schema import json_row, parse_timestamp, record_error
 from egress.errors import EgressError, SourceDataError, SpecError
+from egress.http_expect import expect_handler, unrouted_handler
 from egress.keys import decode_key, encode_key
 from egress.spec import StreamSpec
 
@@ -166,7 +167,9 @@ class HttpSource(CountedPosition):
         self._until_caught_up = until_caught_up
         self._token = self._bearer_token()
         app = web.Application(client_max_size=parameters.max_body_bytes + 1)
-        app.router.add_post(parameters.path, self._receive)
+        app.router.add_post(parameters.path, self._receive, expect_handler=expect_handler)
+        app.router.add_route("*", "/{tail:.*}", unrouted_handler({parameters.path: "POST"}),
+                             expect_handler=expect_handler)  # no 500 for a non-UTF-8 Expect, on any path
         runner = web.AppRunner(app, access_log=None, handle_signals=False)
         await runner.setup()
         try:
@@ -212,6 +215,11 @@ class HttpSource(CountedPosition):
             if not request.answered.done():
                 request.answered.set_result(None)
         self._taken = []
+
+    def unread_records(self) -> int:
+        """Exact (``egress.connectors.sources.unread``): the events received and not yet committed
+        (queued, or taken into the batch being committed); their POSTs wait for their ``200``."""
+        return self._queued_events + sum(len(request.rows) for request in self._taken)
 
     async def close(self) -> None:
         """Stop listening; requests not committed are answered ``503`` (the client sends again)."""

@@ -113,6 +113,7 @@ class NatsSource(CountedPosition, WithBadRecords):
         self._position = 0
         self._end: int | None = None
         self._caught_up = False
+        self._pending: int | None = None  # the consumer's pending messages after the last fetch
 
     @classmethod
     def check(cls, parameters: NatsSourceParameters, stream: StreamSpec, base_dir: Path) -> list[SpecError]:
@@ -200,6 +201,7 @@ class NatsSource(CountedPosition, WithBadRecords):
         try:
             messages = await self._subscription.fetch(limit, timeout=wait)
         except TimeoutError:  # nats.errors.TimeoutError, or asyncio's from a fetch that found nothing
+            self._pending = 0
             if self._end is not None and (await self._subscription.consumer_info()).num_pending == 0:
                 self._caught_up = True  # nothing matching the filter left: every earlier message is read
                 return None
@@ -208,6 +210,8 @@ class NatsSource(CountedPosition, WithBadRecords):
             self._subscription = None  # the consumer was lost (server restart, inactivity): make it again
             return []
         records = []
+        if messages:
+            self._pending = messages[-1].metadata.num_pending
         for message in messages:
             sequence = message.metadata.sequence.stream
             if self._end is not None and sequence > self._end:
@@ -219,6 +223,12 @@ class NatsSource(CountedPosition, WithBadRecords):
                 self.bad_records.handle(error, f"nats stream {self.parameters.stream}", sequence, bytes(message.data))
             self._position = sequence + 1
         return records
+
+    def unread_records(self) -> int | None:
+        """Exact (``egress.connectors.sources.unread``): the messages of the stream (matching the
+        ``subject`` filter) after the last one fetched, as the server said with it (its
+        ``num_pending``); 0 after a fetch that found none; ``None`` before the first fetch."""
+        return self._pending
 
     async def close(self) -> None:
         if self._client is not None:

@@ -152,6 +152,28 @@ function drawGraph(graph, sinks) {
   return root;
 }
 
+// -- sources --------------------------------------------------------------------------------------
+
+// A source's unread records are in no partition yet (their keys decide the partition when read).
+function sourcesTable(doc) {
+  const cluster = doc.worker !== null && doc.worker !== undefined;
+  const head = ["Source", ...(cluster ? ["Owner"] : []), "Unread", "State"];
+  const body = (doc.sources || []).map((s) => {
+    const state = s.finished ? "read to its end" : "reading";
+    const cells = [
+      ["Source", s.source_id, "name"],
+      ...(cluster ? [["Owner", s.owner || "—", "owner"]] : []),
+      ["Unread", s.unread_records === null || s.unread_records === undefined ? "unknown" : number(s.unread_records),
+        "unread-records"],
+      ["State", state, "state"],
+    ];
+    return el("tr", {"data-source": s.source_id},
+      cells.map(([label, text, name]) => el("td", {"data-label": label, class: name}, text)));
+  });
+  return el("table", {class: "partitions sources"},
+    el("thead", {}, el("tr", {}, head.map((h) => el("th", {}, h)))), el("tbody", {}, body));
+}
+
 // -- partitions -----------------------------------------------------------------------------------
 
 function partitionsTable(doc) {
@@ -277,6 +299,8 @@ function render(doc) {
     el("div", {class: "problem", "data-path": path}, el("code", {}, path), el("pre", {}, error))));
   show("graph-section", doc.graph.nodes.length > 0);
   if (doc.graph.nodes.length) replace("graph", drawGraph(doc.graph, doc.sinks));
+  show("sources-section", (doc.sources || []).length > 0);
+  replace("sources", sourcesTable(doc));
   show("partitions-section", doc.partitions.length > 0);
   replace("partitions", ...partitionsTable(doc));
   show("sinks-section", doc.sinks.length > 0);
