@@ -33,16 +33,9 @@ STOP_WITHIN = 10.0
 """Seconds from the stop to the run's end the test allows (an epoch and the final commit)."""
 
 
-class TakesAUnitEach(ProcessFunction):
-    """One unit of throttler ``api`` per message, then the payload goes on to ``requests``."""
-
-    async def process_message(self, message: Message, output: OutputCollector, ctx: RuntimeContext) -> None:
-        await ctx.get_throttler_or_throw("api").throttle(1)
-        output.add_message("requests", {"payload": message.row["payload"]})
-
-
 class SwallowsTheInterruption(ProcessFunction):
-    """As :class:`TakesAUnitEach`, but it catches the interruption and emits the message anyway."""
+    """As ``tests.pipelines:CallsApiPolitely`` (one unit of throttler ``api`` per message, the
+    payload on to ``requests``), but it catches the interruption and emits the message anyway."""
 
     async def process_message(self, message: Message, output: OutputCollector, ctx: RuntimeContext) -> None:
         with contextlib.suppress(ThrottleInterruptedError):
@@ -68,7 +61,7 @@ class SlowEndpoint:
 
 def throttled_spec(tmp_path: Path, url: str, function: str, limit: float) -> tuple[Path, Path]:
     spec, dynamic = payload_spec(tmp_path, url, [f"p{i}" for i in range(FIRST + MORE)],
-                                 processing_function=f"{__name__}:{function}")
+                                 processing_function=function)
     document = yaml.safe_load(dynamic.read_text())
     document["throttlers"] = {"api": {"limit": limit, "period": f"{FIRST / limit:g}s"}}  # a burst of FIRST
     dynamic.write_text(yaml.safe_dump(document))
@@ -95,7 +88,7 @@ async def committed(state: Path) -> tuple[int, int]:
         await engine.close()
 
 
-@pytest.mark.parametrize("function", ["TakesAUnitEach", "SwallowsTheInterruption"])
+@pytest.mark.parametrize("function", ["tests.pipelines:CallsApiPolitely", f"{__name__}:SwallowsTheInterruption"])
 async def test_a_stop_gives_up_the_functions_own_throttle_and_commits_the_acknowledged(
         tmp_path: Path, serve_app: ServerFactory, function: str) -> None:
     endpoint = SlowEndpoint()
