@@ -189,8 +189,6 @@ class PartitionJob:
             epoch = await engine.acquire(cid, self.partition)
         checkpoint = await engine.load_checkpoint(cid, self.partition, list(plan.sinks))
         factory, input_throttle = self._throttlers()
-        if factory is not None:  # a process function's own throttle wait gives up when the job stops
-            factory.stopping = self._stop_event
         self._create_sinks(checkpoint.sink_progress)
         store = StateStore(self.partition, self._partition_count)
         self.timers = TimerQueue()
@@ -254,12 +252,19 @@ class PartitionJob:
                 due = self.timers.pop_due(self._clock.now(), self.watermark, self._options.epoch_max_messages)
             else:  # stopped while waiting for quota: commit what is acknowledged, process nothing
                 batch = []
+        # While the function runs (not the automatic input throttle: it gives up by itself), its own
+        # throttle waits give up when the job is asked to stop.
+        if running.factory is not None:
+            running.factory.stopping = self._stop_event
         try:
             output = await running.step.invoke(batch, due)
         except ProcessFunctionError:
             if not self._throttle_given_up(running):
                 raise
             raise _EpochGivenUp from None
+        finally:
+            if running.factory is not None:
+                running.factory.stopping = None
         if self._throttle_given_up(running):  # the function caught ThrottleInterruptedError: discarded alike
             raise _EpochGivenUp
         commit = running.step.record(running.epoch, output, self._take_acknowledged())

@@ -72,7 +72,8 @@ class ThrottlerFactory:
     job in RPCs; ``timestamp_provider`` gives the job's lag timestamp (seconds); ``sensors`` and
     ``computation_id`` label the client sensors.
 
-    ``stopping`` is the job's stop event (set by its job): a handle's :meth:`ThrottlerHandle.throttle`
+    ``stopping`` is the job's stop event (its job sets it while the process function runs, so not
+    for the automatic input throttle, which gives up by itself): a handle's :meth:`ThrottlerHandle.throttle`
     waiting when it is set raises :class:`ThrottleInterruptedError` and sets ``interrupted``, which
     tells the job to discard its epoch (also when the process function caught the error).
     """
