@@ -159,7 +159,7 @@ def run(
     log_level: LogLevelOption = LogLevelChoice.info,
     log_retention: Annotated[int, typer.Option(
         min=0, help="Messages of each log partition kept after every computation read them, for replay "
-                    "(embedded SQLite; the rest is trimmed).")] = 0,
+                    "(SQLite, also with --processes; the rest is trimmed).")] = 0,
 ) -> None:
     """Run a pipeline. Ctrl-C stops after the current epoch commits; run again to resume.
 

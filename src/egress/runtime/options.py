@@ -25,8 +25,9 @@ class RunOptions:
     the engine is asked whether the whole pipeline is drained. On NATS, ``replicas`` is the
     pipeline stream's replica count (1; 3 on a cluster).
 
-    Embedded on SQLite, the log is trimmed every ``log_trim_period`` seconds (and when the run
-    stops) of the messages every computation reading them has committed past, but for the last
+    On SQLite, the log is trimmed every ``log_trim_period`` seconds (by the one worker running the
+    first computation's partition 0 with ``--processes N``; and when the run or worker stops) of
+    the messages every computation reading them has committed past, but for the last
     ``log_retention`` messages of each log partition, kept for replay (``egress.runtime.retention``)."""
 
     epoch_max_messages: int = 2048

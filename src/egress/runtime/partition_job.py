@@ -172,6 +172,8 @@ class PartitionJob:
         try:
             while await self._epoch(running, stopping=self._stopping(stop)):
                 pass
+        except _EpochGivenUp:
+            await self._commit_acknowledged_after_giving_up(running)
         except Exception as error:
             failure = error
             raise
@@ -250,7 +252,21 @@ class PartitionJob:
                 due = self.timers.pop_due(self._clock.now(), self.watermark, self._options.epoch_max_messages)
             else:  # stopped while waiting for quota: commit what is acknowledged, process nothing
                 batch = []
-        output = await running.step.invoke(batch, due)
+        # While the function runs (not the automatic input throttle: it gives up by itself), its own
+        # throttle waits give up when the job is asked to stop.
+        if running.factory is not None:
+            running.factory.stopping = self._stop_event
+        try:
+            output = await running.step.invoke(batch, due)
+        except ProcessFunctionError:
+            if not self._throttle_given_up(running):
+                raise
+            raise _EpochGivenUp from None
+        finally:
+            if running.factory is not None:
+                running.factory.stopping = None
+        if self._throttle_given_up(running):  # the function caught ThrottleInterruptedError: discarded alike
+            raise _EpochGivenUp
         commit = running.step.record(running.epoch, output, self._take_acknowledged())
         if commit is not None:
             await self._commit(running.step, commit, output)
@@ -258,6 +274,27 @@ class PartitionJob:
             return False
         await self._pause(batch, held_back=held_back)
         return True
+
+    @staticmethod
+    def _throttle_given_up(running: _Running) -> bool:
+        """Whether a ``handle.throttle`` of the process function was given up because the job is
+        stopping (:class:`~egress.throttler.ThrottleInterruptedError`) during this epoch."""
+        return running.factory is not None and running.factory.interrupted
+
+    async def _commit_acknowledged_after_giving_up(self, running: _Running) -> None:
+        """The way out of an epoch whose process function gave up waiting for quota (the job is
+        stopping): its batch, state and timer changes are discarded, like a failed epoch's (the
+        batch is processed again by whoever runs the partition next); what the sinks acknowledged
+        is committed, after waiting for their deliveries in flight as an orderly stop does."""
+        while True:
+            self._wakeup.clear()
+            if self._stopping(None):
+                break
+            await event_or_timeout(self._wakeup, self._clock, max(0.0, self._stop_deadline - self._clock.monotonic()))
+        commit = acknowledged_commit(self.plan.computation_id, self.partition, running.epoch, self.sinks,
+                                     running.step.committed_progress)
+        if commit is not None:
+            await self._engine.commit(commit)
 
     async def _throttle_input(self, running: _Running, batch: list[LogMessage]) -> bool:
         """Automatic input throttling (upstream Input.Throttle): the batch waits for quota. False
@@ -371,6 +408,10 @@ class PartitionJob:
         for sink_id, sink in self.sinks.items():
             stream = self.plan.sinks[sink_id].stream_id
             sink.distribute([m for m in messages if m.stream == stream])
+
+
+class _EpochGivenUp(Exception):
+    """The epoch's process function gave up waiting for quota because the job is stopping."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -39,7 +39,7 @@ from egress.runtime.layout import LAYOUT_KEY, layout_mismatch, spec_layout, unre
 from egress.runtime.options import RunOptions
 from egress.runtime.partition_job import PartitionJob
 from egress.runtime.plan import Plan, build_plan
-from egress.runtime.retention import trim_consumed, trim_periodically
+from egress.runtime.retention import trim_consumed, trim_periodically, trimming_unit
 from egress.runtime.source_reader import DownstreamProgress, SourceReader, finished_key
 from egress.runtime.worker import ClusterSpecError, Worker, WorkerSettings, refuse_another_spec
 from egress.spec import DynamicSpec, Spec, load_document, validate_model
@@ -357,7 +357,11 @@ class Pipeline:
         self.worker = worker = Worker(engine, self.units, self.all_units(), settings, self.clock)
         self.units.on_change = worker.notice
         engine.on_appends(self.units.wake)
-        poller = asyncio.create_task(self._poll_remote_inputs())
+        background = [asyncio.create_task(self._poll_remote_inputs())]
+        if isinstance(engine, SqliteEngine):  # --processes N: one worker trims the shared log (runtime.retention)
+            trimmer = trimming_unit(self.plan)
+            background.append(asyncio.create_task(trim_periodically(
+                engine, self.plan, self.options, self.clock, holds=lambda: trimmer in self.units.running)))
         if self._stop.is_set():
             worker.request_stop()
         try:
@@ -367,8 +371,11 @@ class Pipeline:
         except Exception as error:  # a failure of the pipeline (a job's, or the engine's)
             result.error = error
         finally:
-            poller.cancel()
-            await asyncio.gather(poller, return_exceptions=True)
+            for task in background:
+                task.cancel()
+            await asyncio.gather(*background, return_exceptions=True)
+        if isinstance(engine, SqliteEngine) and result.error is None:
+            await trim_consumed(engine, self.plan, self.options)  # each worker once: what the last epochs consumed
 
     async def _poll_remote_inputs(self) -> None:
         """The backstop of the append notifications (at-most-once): wake every job now and then."""
@@ -531,7 +538,8 @@ class Pipeline:
         return None
 
     async def _partitions_status(self, owners: dict[Unit, str]) -> list[dict[str, Any]]:
-        """Every computation partition: its owner and input lag; where it runs here, its sinks' state."""
+        """Every computation partition: its owner and input lag; where it runs here, its sinks' state
+        (``unacknowledged`` messages, ``in_flight`` deliveries started and not ended, ``blocked``)."""
         local = {(job.plan.computation_id, job.partition): job for job in self.jobs}
         remote = await self._committed_positions() if self.worker_id is not None else {}
         partitions = []
@@ -545,6 +553,7 @@ class Pipeline:
                                      "input_lag": lag, "input_lag_seconds": None}
             if job is not None:
                 entry.update(unacknowledged={sink_id: sink.unacknowledged for sink_id, sink in job.sinks.items()},
+                             in_flight={sink_id: sink.in_flight for sink_id, sink in job.sinks.items()},
                              blocked=job.blocked_error, input_lag_seconds=self._input_lag_seconds(job, lag))
             partitions.append(entry)
         return partitions

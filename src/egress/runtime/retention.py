@@ -6,16 +6,25 @@ deletes it, but for the last ``RunOptions.log_retention`` messages of each log p
 replay). Acknowledged outbox messages are already deleted by the commit that acknowledges them.
 The SQLite pages freed are reused by later commits, so a long run's state directory stays at the
 size its unconsumed backlog needs. A computation added to the Spec later starts from the oldest
-message still kept. Only an embedded run trims: the workers of ``egress run --processes N`` on one
-SQLite directory do not yet (on NATS, the engine purges what its consumers are past itself).
+message still kept.
+
+The workers of ``egress run --processes N`` share one SQLite database: there the worker running
+:func:`trimming_unit` (one lease, so one worker at a time) trims every stream. That is safe for the
+readers in the other processes because a trim is decided inside the database from the positions
+every reader has *committed*: a reader's next read, and its replay of an epoch that fails, both
+start at or after its committed position, and a handover resumes from it. When the lease changes
+hands two workers may both trim for a moment, which deletes nothing twice. On NATS the engine
+purges what its consumers are past itself.
 """
 
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 
 from egress.clock import Clock
 from egress.engines import SqliteEngine
+from egress.runtime.assignment import Unit
 from egress.runtime.options import RunOptions
 from egress.runtime.plan import Plan
 
@@ -37,10 +46,21 @@ async def trim_consumed(engine: SqliteEngine, plan: Plan, options: RunOptions) -
     return await engine.trim_log(log_readers(plan), options.log_retention)
 
 
-async def trim_periodically(engine: SqliteEngine, plan: Plan, options: RunOptions, clock: Clock) -> None:
-    """:func:`trim_consumed` every ``options.log_trim_period`` seconds, until cancelled."""
+def trimming_unit(plan: Plan) -> Unit | None:
+    """The unit whose worker trims a shared database's log: the first computation's partition 0
+    (``None`` without computations: then no stream has a reader and nothing is trimmed)."""
+    first = next(iter(plan.computations), None)
+    return None if first is None else (first, 0)
+
+
+async def trim_periodically(engine: SqliteEngine, plan: Plan, options: RunOptions, clock: Clock,
+                            holds: Callable[[], bool] | None = None) -> None:
+    """:func:`trim_consumed` every ``options.log_trim_period`` seconds, until cancelled; with
+    ``holds``, only in the periods it returns True (a worker running :func:`trimming_unit`)."""
     while True:
         await clock.sleep(options.log_trim_period)
+        if holds is not None and not holds():
+            continue
         try:
             await trim_consumed(engine, plan, options)
         except Exception as error:  # the next commit meets the same engine and stops the run if it must

@@ -33,6 +33,7 @@ import math
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 from egress.clock import Clock
 from egress.throttler.controller import Grant
@@ -40,6 +41,7 @@ from egress.throttler.errors import (
     ControllerUnavailableError,
     QuotaAmountError,
     QuotaRequestFailedError,
+    ThrottleInterruptedError,
     ThrottlerError,
 )
 from egress.throttler.fallback import AwayBudget
@@ -84,6 +86,19 @@ def _expire(quotas: list[_Quota], now: float) -> float:
     while quotas and quotas[0].deadline < now - TIME_SLACK:
         gone += quotas.pop(0).amount
     return gone
+
+
+async def _first_or_stop(future: asyncio.Future[None], stop: asyncio.Event) -> bool:
+    """Wait until ``future`` is done or ``stop`` is set; True when ``future`` is done (first, or
+    at the same moment)."""
+    if not stop.is_set():
+        stopped = asyncio.ensure_future(stop.wait())
+        either: set[asyncio.Future[Any]] = {future, stopped}
+        try:
+            await asyncio.wait(either, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            stopped.cancel()
+    return future.done()
 
 
 def _take(quotas: list[_Quota], amount: float) -> list[_Quota]:
@@ -209,12 +224,15 @@ class PrefetchingClient:
                 self._sensors.released.labels(self._computation_id, self.throttler_id).inc(amount)
             self._serve_queue()
 
-    async def throttle(self, amount: float, *, timestamp: float | None = None) -> None:
+    async def throttle(self, amount: float, *, timestamp: float | None = None,
+                       stop: asyncio.Event | None = None) -> None:
         """Wait until ``amount`` units may be used.
 
         Raises :class:`QuotaAmountError` (negative amount), :class:`UnknownThrottlerError` (the
-        controller has no such throttler), :class:`QuotaRequestFailedError` (retry budget spent) and
-        :class:`ThrottlerNotConfiguredError` (the name was removed while waiting).
+        controller has no such throttler), :class:`QuotaRequestFailedError` (retry budget spent),
+        :class:`ThrottlerNotConfiguredError` (the name was removed while waiting) and
+        :class:`ThrottleInterruptedError` when ``stop`` is set while the call waits (it then takes
+        no units; a call that need not wait is served even while ``stop`` is set).
         """
         self._check_open()
         if not amount >= 0 or math.isinf(amount):
@@ -231,6 +249,12 @@ class PrefetchingClient:
         if self._fetcher is None or self._fetcher.done():
             self._fetcher = asyncio.get_running_loop().create_task(self._fetch(timestamp))
         try:
+            if stop is not None and not await _first_or_stop(waiting.future, stop):
+                with contextlib.suppress(ValueError):
+                    self._queue.remove(waiting)
+                raise ThrottleInterruptedError(
+                    f'the wait for {amount:g} units of throttler "{self.throttler_id}" was given up: '
+                    "the job is stopping; its epoch is not committed and is processed again by the next run")
             await waiting.future
         except asyncio.CancelledError:
             with contextlib.suppress(ValueError):

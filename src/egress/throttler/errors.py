@@ -24,6 +24,14 @@ class ThrottlerNotConfiguredError(ThrottlerError):
     """``Throttler "X" is not configured for this client``: the name was removed from the DynamicSpec."""
 
 
+class ThrottleInterruptedError(ThrottlerError):
+    """Raised by a process function's ``await handle.throttle(...)`` when its job is asked to stop
+    while the call waits for quota (Ctrl-C, SIGTERM, the partition moving to another worker). The
+    job then discards the epoch (nothing of its batch is committed: whoever runs the partition next
+    processes it again) and commits what its sinks acknowledged. Let it propagate; the job discards
+    the epoch also when the function catches it."""
+
+
 class ControllerUnavailableError(ThrottlerError):
     """The throttler controller did not answer (connection refused, timeout); retried by the client."""
 

@@ -7,11 +7,12 @@ makes the handle raise ``Throttler "X" is not configured for this client``; re-a
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Callable, Mapping
 
 from egress.clock import Clock
 from egress.throttler.client import PrefetchingClient, TimestampProvider
-from egress.throttler.errors import ThrottlerNotConfiguredError
+from egress.throttler.errors import ThrottleInterruptedError, ThrottlerNotConfiguredError
 from egress.throttler.fallback import AwayBudget
 from egress.throttler.models import ThrottlerSpec
 from egress.throttler.sensors import ClientSensors
@@ -44,9 +45,15 @@ class ThrottlerHandle:
 
         ``timestamp`` (seconds) overrides the job's lag timestamp. Raises
         :class:`ThrottlerNotConfiguredError` while the name is not declared, plus the errors of
-        :meth:`PrefetchingClient.throttle`.
+        :meth:`PrefetchingClient.throttle`, among them :class:`ThrottleInterruptedError` when the
+        job is asked to stop while the call waits (``ThrottlerFactory.stopping``).
         """
-        await self._client().throttle(amount, timestamp=timestamp)
+        factory = self._factory
+        try:
+            await self._client().throttle(amount, timestamp=timestamp, stop=factory.stopping)
+        except ThrottleInterruptedError:
+            factory.interrupted = True
+            raise
 
     def try_acquire(self, amount: float) -> bool:
         """Use ``amount`` units from the local prefetch without waiting; ``False`` if they are not there."""
@@ -64,6 +71,11 @@ class ThrottlerFactory:
     ``class_ids`` maps throttler id → the computation's quota class for it; ``client_id`` names the
     job in RPCs; ``timestamp_provider`` gives the job's lag timestamp (seconds); ``sensors`` and
     ``computation_id`` label the client sensors.
+
+    ``stopping`` is the job's stop event (its job sets it while the process function runs, so not
+    for the automatic input throttle, which gives up by itself): a handle's :meth:`ThrottlerHandle.throttle`
+    waiting when it is set raises :class:`ThrottleInterruptedError` and sets ``interrupted``, which
+    tells the job to discard its epoch (also when the process function caught the error).
     """
 
     def __init__(self, transport: QuotaTransport, clock: Clock, throttlers: Mapping[str, ThrottlerSpec], *,
@@ -81,6 +93,8 @@ class ThrottlerFactory:
         self._clients: dict[str, PrefetchingClient] = {}
         self._handles: dict[str, ThrottlerHandle] = {}
         self._retired: list[PrefetchingClient] = []
+        self.stopping: asyncio.Event | None = None
+        self.interrupted = False
         self.reconfigure(throttlers, class_ids)
 
     def reconfigure(self, throttlers: Mapping[str, ThrottlerSpec],
