@@ -42,3 +42,26 @@ def test_the_firehose_package_exports_its_names_lazily_without_importing_aiohttp
 
     for name in egress.firehose.__all__:
         assert getattr(egress.firehose, name) is not None, f"egress.firehose.{name}"
+
+
+def test_the_connectors_declared_by_name_are_the_ones_their_modules_register() -> None:
+    import importlib
+
+    from egress.connectors import SINKS, SOURCES
+
+    for registry in (SOURCES, SINKS):
+        declared = dict(registry._modules)
+        for module in set(declared.values()):
+            importlib.import_module(module)
+        assert set(declared) <= set(registry._classes), registry.kind  # tests may register their own
+        for name, module in declared.items():
+            assert registry.get(name).__module__ == module, name
+
+
+def test_importing_the_cli_imports_no_connector_until_a_spec_names_it() -> None:
+    probe = ("import sys, egress.cli.main; from egress.connectors import SINKS; "
+             "before = sorted(m for m in sys.modules if m.startswith('egress.connectors.s') and m.count('.') == 3); "
+             "SINKS.get('async_http'); print(before, 'egress.connectors.sinks.async_http' in sys.modules, "
+             "'egress.connectors.sinks.firehose_http' in sys.modules)")
+    shown = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True).stdout.split()
+    assert shown == ["['egress.connectors.sources.live']", "True", "False"]
