@@ -23,3 +23,32 @@ def lazy_getattr(package: str, exports: Mapping[str, str]) -> Callable[[str], An
         return value
 
     return __getattr__
+
+
+class LazyModule:
+    """A stand-in for the module ``name`` that imports it on the first attribute read (``web =
+    lazy_module("aiohttp.web")`` then ``web.Application``): a module that needs a heavy library
+    only in some of its functions (a server, a transport) can be imported without it, so that
+    ``egress run`` loads aiohttp or nats only when the Spec and the command line use them. Raises
+    the import's own ``ImportError`` on that first read if the module is missing."""
+
+    __slots__ = ("_module", "_name")
+
+    def __init__(self, name: str) -> None:
+        self._name = name
+        self._module: Any = None
+
+    def __getattr__(self, attribute: str) -> Any:
+        module = self._module
+        if module is None:
+            module = self._module = importlib.import_module(self._name)
+        return getattr(module, attribute)
+
+    def __repr__(self) -> str:
+        return f"<lazy module {self._name!r}{'' if self._module is None else ' (imported)'}>"
+
+
+def lazy_module(name: str) -> Any:
+    """The module ``name``, imported on its first use (:class:`LazyModule`). Declare it for type
+    checkers with ``if TYPE_CHECKING: from aiohttp import web`` / ``else: web = lazy_module(...)``."""
+    return LazyModule(name)

@@ -136,7 +136,8 @@ async def test_readyz_says_503_with_the_reason_while_a_sink_is_blocked_and_healt
     pipeline = Pipeline(load_plan(spec, dynamic), tmp_path / "state", http_port=0)
     run = asyncio.create_task(pipeline.run())
     try:
-        await until(lambda: pipeline.server is not None and pipeline.running)
+        # `running` turns true when the engine opens, before the status server has bound its port
+        await until(lambda: pipeline.server is not None and pipeline.server.port is not None and pipeline.running)
         assert pipeline.server is not None
         address = f"http://{pipeline.server.address}"
 

@@ -23,3 +23,45 @@ def test_the_lazy_namespaces_still_export_every_name() -> None:
     for package in (egress, egress.runtime, egress.throttler):
         for name in package.__all__:
             assert getattr(package, name) is not None, f"{package.__name__}.{name}"
+
+
+def test_a_lazy_module_imports_its_module_on_the_first_attribute_read() -> None:
+    probe = ("import sys; from egress.lazy import lazy_module; m = lazy_module('json.tool'); "
+             "before = 'json.tool' in sys.modules; main = m.main; "
+             "print(before, 'json.tool' in sys.modules, main is sys.modules['json.tool'].main)")
+    shown = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True).stdout.split()
+    assert shown == ["False", "True", "True"]
+
+
+def test_the_firehose_package_exports_its_names_lazily_without_importing_aiohttp() -> None:
+    probe = ("import sys, egress.firehose as f; from egress.firehose import protocol; "
+             "print('aiohttp' in sys.modules, f.FirehoseRecord is protocol.FirehoseRecord)")
+    shown = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True).stdout.split()
+    assert shown == ["False", "True"]
+    import egress.firehose
+
+    for name in egress.firehose.__all__:
+        assert getattr(egress.firehose, name) is not None, f"egress.firehose.{name}"
+
+
+def test_the_connectors_declared_by_name_are_the_ones_their_modules_register() -> None:
+    import importlib
+
+    from egress.connectors import SINKS, SOURCES
+
+    for registry in (SOURCES, SINKS):
+        declared = dict(registry._modules)
+        for module in set(declared.values()):
+            importlib.import_module(module)
+        assert set(declared) <= set(registry._classes), registry.kind  # tests may register their own
+        for name, module in declared.items():
+            assert registry.get(name).__module__ == module, name
+
+
+def test_importing_the_cli_imports_no_connector_until_a_spec_names_it() -> None:
+    probe = ("import sys, egress.cli.main; from egress.connectors import SINKS; "
+             "before = sorted(m for m in sys.modules if m.startswith('egress.connectors.s') and m.count('.') == 3); "
+             "SINKS.get('async_http'); print(before, 'egress.connectors.sinks.async_http' in sys.modules, "
+             "'egress.connectors.sinks.firehose_http' in sys.modules)")
+    shown = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True).stdout.split()
+    assert shown == ["['egress.connectors.sources.live']", "True", "False"]

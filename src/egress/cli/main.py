@@ -30,7 +30,6 @@ from egress.cli.throttler import throttler_app
 from egress.errors import EgressError, SpecError
 from egress.observe.logs import add_secret, bind_log_context, secrets_of_spec
 from egress.observe.status import egress_version
-from egress.receiver import ReceiverConfig, serve
 from egress.runtime import EngineFactory, Pipeline, RunOptions, RunResult, load_plan
 from egress.runtime.collector import tune_for_run
 from egress.runtime.layout import WAY_OUT, check_recorded_layout
@@ -394,6 +393,8 @@ def receiver(
                               fail_rate=fail_rate, fail_status=fail_status, delay=delay, seed=seed)
         return
     import socket
+
+    from egress.receiver import ReceiverConfig, serve  # aiohttp: only for this command
 
     config = ReceiverConfig(fail_rate=fail_rate, fail_status=fail_status, delay=delay, fail_first=fail_first,
                             idempotency_header=idempotency_header, record=record, seed=seed)

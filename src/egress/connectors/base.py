@@ -8,6 +8,7 @@ the runtime validates before anything runs.
 
 from __future__ import annotations
 
+import importlib
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -249,12 +250,21 @@ def single_input_stream(sink_kind: str, input_streams: dict[str, StreamSpec]) ->
 
 
 class Registry:
-    """Connector classes by name. ``register`` adds a class under each of its names."""
+    """Connector classes by name. ``register`` adds a class under each of its names; ``declare``
+    names the module that registers a class, imported when one of its names is first looked up (so a
+    run imports only the connectors its Spec names)."""
 
     def __init__(self, kind: str) -> None:
         self.kind = kind
         self._classes: dict[str, Any] = {}
         self._first_names: dict[Any, str] = {}
+        self._modules: dict[str, str] = {}
+
+    def declare(self, module: str, *names: str) -> None:
+        """``module`` registers a class under ``names`` (the same names, first one first, as its
+        ``register``); it is imported by the first :meth:`get` of one of them."""
+        for name in names:
+            self._modules[name] = module
 
     def register(self, *names: str) -> Callable[[Any], Any]:
         def decorate(cls: Any) -> Any:
@@ -267,10 +277,13 @@ class Registry:
 
     def get(self, name: str) -> Any:
         """The class named ``name``; raises ``KeyError`` with Flow's message when unknown."""
-        try:
-            return self._classes[name]
-        except KeyError:
-            raise KeyError(f'No {self.kind} class "{name}" is registered') from None
+        cls = self._classes.get(name)
+        if cls is None and name in self._modules:
+            importlib.import_module(self._modules[name])
+            cls = self._classes.get(name)
+        if cls is None:
+            raise KeyError(f'No {self.kind} class "{name}" is registered')
+        return cls
 
     def canonical_name(self, name: str) -> str:
         """The first name the class called ``name`` was registered under (``async_http`` gives
@@ -278,7 +291,8 @@ class Registry:
         return self._first_names[self.get(name)]
 
     def names(self) -> list[str]:
-        return sorted(self._classes)
+        """Every registered or declared name, sorted (no module is imported)."""
+        return sorted(self._classes.keys() | self._modules.keys())
 
 
 SOURCES = Registry("source")

@@ -29,10 +29,8 @@ from egress.connectors.dead_letters import DeadLetterFiles
 from egress.engines import Engine, SqliteEngine
 from egress.errors import SpecError, SpecMismatchError
 from egress.observe import Metrics, StatusTree
-from egress.observe.server import StatusServer
 from egress.observe.status import egress_version, readiness
 from egress.runtime.assignment import Unit
-from egress.runtime.dashboard_feed import pipeline_dashboard
 from egress.runtime.drained import outstanding_work, source_is_finished
 from egress.runtime.jobs import JobSet, Runner, is_source
 from egress.runtime.layout import LAYOUT_KEY, layout_mismatch, spec_layout, unreachable_work, unrecorded_mismatch
@@ -47,6 +45,7 @@ from egress.throttler import THROTTLER_STATE_NAME, Throttling
 
 if TYPE_CHECKING:
     from egress.engines.nats import NatsEngine
+    from egress.observe.server import StatusServer
     from egress.runtime.throttler_role import ControllerElection
 
 DYNAMIC_SPEC_STATUS = "/dynamic_spec"
@@ -162,14 +161,20 @@ class Pipeline:
         self._stop = asyncio.Event()
         self._engine: Engine | None = None
         self._engine_factory = engine_factory
-        self.server = StatusServer(self.metrics, self.status_document, http_host, http_port,
-                                   refresh=self._refresh_gauges,
-                                   dashboard=pipeline_dashboard(self)) if http_port is not None else None
+        self.server = self._status_server(http_host, http_port) if http_port is not None else None
         self.throttling: Throttling | None = None
         self.throttler_election: ControllerElection | None = None  # a cluster worker on NATS with throttlers
         self.dead_letters = DeadLetterFiles()  # shared by the sinks: one writer per dead-letter file
         self.dynamic_spec_error: str | None = None
         self.dynamic_spec_version = 0
+
+    def _status_server(self, http_host: str, http_port: int) -> StatusServer:
+        """The ``--http-port`` endpoint (aiohttp and the dashboard: imported only for it)."""
+        from egress.observe.server import StatusServer
+        from egress.runtime.dashboard_feed import pipeline_dashboard
+
+        return StatusServer(self.metrics, self.status_document, http_host, http_port,
+                            refresh=self._refresh_gauges, dashboard=pipeline_dashboard(self))
 
     @property
     def jobs(self) -> list[PartitionJob]:

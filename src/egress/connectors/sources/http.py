@@ -28,9 +28,8 @@ import os
 from collections import deque
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, ClassVar, Literal
+from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
-from aiohttp import web
 from pydantic import BaseModel, ConfigDict, Field
 
 from egress.clock import Clock, RealClock, event_or_timeout
@@ -41,7 +40,13 @@ from egress.connectors.sources.schema import json_row, parse_timestamp, record_e
 from egress.errors import EgressError, SourceDataError, SpecError
 from egress.http_expect import expect_handler, unrouted_handler
 from egress.keys import decode_key, encode_key
+from egress.lazy import lazy_module
 from egress.spec import StreamSpec
+
+if TYPE_CHECKING:
+    from aiohttp import web
+else:
+    web = lazy_module("aiohttp.web")  # imported when the source starts its server
 
 
 class HttpSourceError(EgressError):
