@@ -265,7 +265,7 @@ def test_with_fallback_rate_the_endpoint_keeps_receiving_at_about_it_while_nats_
 
 
 WEIGHTS = {"vip": 5.0, "regular": 3.0, "bulk": 1.0}
-CHUNK = 1.0  # max_grant_amount
+CHUNK = 1  # max_grant_amount (a whole number)
 
 
 def class_metrics(port: int) -> dict[str, tuple[float, float]]:
