@@ -257,3 +257,24 @@ async def test_a_withdrawal_refunds_the_waiting_request_and_one_that_overtook_it
         await overtaken
     assert controller.queue("q").queue_size == 0
     await controller.aclose()
+
+
+async def test_a_restarted_controller_lets_a_more_lagging_request_overtake_one_that_arrived_first() -> None:
+    """A restarted controller starts both stages empty: had it granted the first request's 30 units
+    at once from a full grant bucket (they then wait 6 s for release), the lagging request, arriving
+    later, could not overtake them."""
+    clock = VirtualClock()
+    spec = ThrottlerSpec.model_validate({"limit": 5, "period": "6s", "max_grant_amount": 1})
+    controller = ThrottlerController({"q": spec}, clock, assume_restart=True)
+    done: dict[str, float] = {}
+    async with clock.autojumping():
+        first = asyncio.ensure_future(controller.request_quota("q", 30, timestamp=100.0))
+        first.add_done_callback(lambda _: done.setdefault("first", clock.monotonic()))
+        await clock.sleep(spec.prefetch_lease + 1.0)  # closed for one lease, then 1 s of the limit
+        joined = clock.monotonic()
+        lagging = asyncio.ensure_future(controller.request_quota("q", 10, timestamp=0.0))
+        lagging.add_done_callback(lambda _: done.setdefault("lagging", clock.monotonic()))
+        await asyncio.gather(first, lagging)
+    assert done["lagging"] < done["first"]
+    assert done["lagging"] - joined <= 10 / 5 + 1 / 5 + 1e-6  # its own units, after the chunk in progress
+    await controller.aclose()
