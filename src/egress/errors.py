@@ -29,7 +29,7 @@ one type. The shape follows httpx: a small tree, named by what went wrong, not b
     ├── RedriveError              egress redrive cannot start (egress.runtime.redrive)
     ├── ThrottlerError            (egress.throttler.errors) QuotaAmountError, UnknownThrottlerError,
     │                             ThrottlerNotConfiguredError, ControllerUnavailableError,
-    │                             ControllerClosedError, QuotaRequestFailedError
+    │                             ControllerClosedError, QuotaRequestFailedError, RequestWithdrawnError
     └── FirehoseError             (egress.firehose.errors) PermanentError (CloudWatchLogsDecodeError),
                                   TransientError, RequestRejected, ResponseNotAccepted
 
