@@ -30,7 +30,7 @@ one type. The shape follows httpx: a small tree, named by what went wrong, not b
     ├── ThrottlerError            (egress.throttler.errors) QuotaAmountError, UnknownThrottlerError,
     │                             ThrottlerNotConfiguredError, ControllerUnavailableError,
     │                             ControllerClosedError, QuotaRequestFailedError,
-    │                             ThrottleInterruptedError
+    │                             ThrottleInterruptedError, RequestWithdrawnError
     └── FirehoseError             (egress.firehose.errors) PermanentError (CloudWatchLogsDecodeError),
                                   TransientError, RequestRejected, ResponseNotAccepted
 

@@ -15,14 +15,23 @@ from egress.throttler.controller import Grant, ThrottlerController
 from egress.throttler.errors import ControllerUnavailableError, QuotaAmountError, UnknownThrottlerError
 from egress.throttler.factory import ThrottlerFactory
 from egress.throttler.models import validate_throttlers
-from egress.throttler.nats_transport import REPLY_ALLOWANCE, NatsConnection, NatsQuotaServer, NatsTransport
+from egress.throttler.nats_transport import (
+    REPLY_ALLOWANCE,
+    NatsConnection,
+    NatsQuotaServer,
+    NatsTransport,
+    announce_subject,
+)
 
 pytestmark = pytest.mark.integration
 
 THROTTLERS = {"q": {"limit": 10, "period": "1s", "classes": {"vip": {"weight": 5}}},
               "slow": {"limit": 1, "period": "1s"},
               "quick": {"limit": 100, "period": "1s", "request_period": "100ms",
-                        "retrying_channel": {"retry_backoff_time": "50ms", "max_backoff_time": "100ms"}}}
+                        "retrying_channel": {"retry_backoff_time": "50ms", "max_backoff_time": "100ms"}},
+              "retried": {"limit": 10, "period": "1s", "request_period": "250ms",
+                          "retrying_channel": {"retry_backoff_time": "50ms",
+                                               "enable_exponential_retry_backoffs": False}}}
 
 
 def specs() -> Any:
@@ -168,3 +177,79 @@ async def test_a_request_held_by_a_dead_controller_is_retried_once_another_begin
     await successor.stop()
     await dying.controller.aclose()
     await transport.aclose()
+
+
+async def queue_size_becomes(controller: ThrottlerController, throttler_id: str, size: int, within: float) -> bool:
+    """Whether the controller's ``queue_size`` of ``throttler_id`` reaches ``size`` within ``within`` s."""
+    deadline = time.monotonic() + within
+    while time.monotonic() < deadline:
+        if controller.queue(throttler_id).queue_size == size:
+            return True
+        await asyncio.sleep(0.01)
+    return False
+
+
+async def test_a_request_its_client_gives_up_stops_waiting_at_the_controller_at_once(
+        server: NatsQuotaServer, connection: NatsConnection) -> None:
+    transport = NatsTransport(connection, server.subject)
+    factory = ThrottlerFactory(transport, RealClock(), specs())
+    handle = factory.get_throttler_or_throw("slow")
+    await handle.throttle(1)  # the full bucket
+    waiting = asyncio.create_task(handle.throttle(1000))
+    assert await queue_size_becomes(server.controller, "slow", 1, within=5.0)
+    waiting.cancel()  # the job stopped (its partition moved, Ctrl-C): nobody will use the units
+    with pytest.raises(asyncio.CancelledError):
+        await waiting
+    # not its 30 s rpc_timeout: the client withdrew it, and it is refunded
+    assert await queue_size_becomes(server.controller, "slow", 0, within=3.0)
+    await factory.aclose()
+    await transport.aclose()
+
+
+async def test_a_request_asked_again_replaces_the_copy_still_waiting_so_no_duplicate_waiter_holds_units(
+        server: NatsQuotaServer, connection: NatsConnection) -> None:
+    transport = NatsTransport(connection, server.subject)
+    asks = [asyncio.create_task(transport.request_quota(
+        "slow", 1000, timestamp=0, quota_class_id=None, client_id="a", rpc_timeout=30, request_id="r1"))]
+    assert await queue_size_becomes(server.controller, "slow", 1, within=5.0)
+    client = await connection.get()
+    await client.publish(announce_subject(server.subject), b"")  # as a new controller does: the client gives up
+    with pytest.raises(ControllerUnavailableError, match="a new throttler controller serves"):
+        await asks[0]
+    asks.append(asyncio.create_task(transport.request_quota(  # the retry: the same request, asked again
+        "slow", 1000, timestamp=0, quota_class_id=None, client_id="a", rpc_timeout=30, request_id="r1")))
+    assert await queue_size_becomes(server.controller, "slow", 1, within=1.0)
+    assert not await queue_size_becomes(server.controller, "slow", 2, within=0.5)
+    asks[1].cancel()
+    await transport.aclose()
+
+
+async def test_retries_at_a_controller_that_keeps_the_first_copies_still_reach_the_limit(
+        server: NatsQuotaServer, connection: NatsConnection) -> None:
+    """Three callers of "retried" (10/s, burst 10, retries after 50 ms) keep asking while every
+    request in flight is given up every 0.5 s (an announcement, as from a new controller): the rate
+    they receive stays the limit, less one call in flight per caller."""
+    transport = NatsTransport(connection, server.subject)
+    factory = ThrottlerFactory(transport, RealClock(), specs())
+    handle = factory.get_throttler_or_throw("retried")
+    client = await connection.get()
+    received = 0.0
+
+    async def call(amount: float) -> None:
+        nonlocal received
+        while True:
+            await handle.throttle(amount)
+            received += amount
+
+    started = time.monotonic()
+    callers = [asyncio.create_task(call(4)) for _ in range(3)]
+    for _ in range(8):
+        await asyncio.sleep(0.5)
+        await client.publish(announce_subject(server.subject), b"")
+    elapsed = time.monotonic() - started
+    for caller in callers:
+        caller.cancel()
+    await asyncio.gather(*callers, return_exceptions=True)
+    await factory.aclose()
+    await transport.aclose()
+    assert received >= 10 * elapsed - 3 * 4, f"{received:g} units in {elapsed:.2f} s at a limit of 10/s"

@@ -36,13 +36,43 @@ class SwitchableTransport(InProcessTransport):
         self.holds: list[float] = []
 
     async def request_quota(self, throttler_id: str, amount: float, *, timestamp: float, quota_class_id: str | None,
-                            client_id: str, rpc_timeout: float, hold: float = 0.0) -> Grant:
+                            client_id: str, rpc_timeout: float, hold: float = 0.0, request_id: str = "") -> Grant:
         self.calls.append((throttler_id, amount, quota_class_id))
         self.holds.append(hold)
         if self.down:
             raise ControllerUnavailableError("connection refused")
         return await super().request_quota(throttler_id, amount, timestamp=timestamp, quota_class_id=quota_class_id,
-                                           client_id=client_id, rpc_timeout=rpc_timeout, hold=hold)
+                                           client_id=client_id, rpc_timeout=rpc_timeout, hold=hold,
+                                           request_id=request_id)
+
+
+class DetachedTransport(InProcessTransport):
+    """Reaches the controller as NATS does: a call the client gives up on (``give_up_after``
+    seconds, as when a new controller announces itself, or a cancelled caller) is not cancelled at
+    the controller, which keeps the request until told otherwise (:meth:`withdraw`)."""
+
+    def __init__(self, controller: ThrottlerController, clock: VirtualClock, give_up_after: float) -> None:
+        super().__init__(controller)
+        self.clock = clock
+        self.give_up_after = give_up_after
+
+    async def request_quota(self, throttler_id: str, amount: float, *, timestamp: float, quota_class_id: str | None,
+                            client_id: str, rpc_timeout: float, hold: float = 0.0, request_id: str = "") -> Grant:
+        asking = asyncio.ensure_future(self.controller.request_quota(
+            throttler_id, amount, timestamp=timestamp, quota_class_id=quota_class_id, client_id=client_id,
+            hold=hold, request_id=request_id))
+        asking.add_done_callback(lambda done: done.cancelled() or done.exception())  # nobody reads a lost answer
+        giving_up = asyncio.ensure_future(self.clock.sleep(self.give_up_after))
+        try:
+            await asyncio.wait({asking, giving_up}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            giving_up.cancel()
+        if not asking.done():
+            raise ControllerUnavailableError("gave up on the RPC; the controller still holds the request")
+        return asking.result()
+
+    def withdraw(self, request_id: str) -> None:
+        self.controller.withdraw(request_id, remember=60.0)
 
 
 def setup(throttlers: dict[str, ThrottlerSpec], **factory_args: Any
@@ -330,5 +360,58 @@ async def test_released_units_return_only_while_the_quota_they_came_from_lasts()
         await clock.sleep(0.1)
     handle.release(2)
     assert client.on_hand == 0.0  # their quota's lease has ended: they cannot come back
+    await factory.aclose()
+    await controller.aclose()
+
+
+async def test_retries_of_rpcs_the_client_gave_up_on_still_receive_the_limit() -> None:
+    """Every RPC is given up after 0.3 s while the controller keeps the request (as over NATS when
+    a new controller announces itself): the retry replaces the copy still waiting, so the units
+    reach the caller at the limit; a second copy ahead of the retry would take them to nobody."""
+    throttlers = specs(q={"limit": 10, "period": "1s", "request_period": "1s",
+                          "retrying_channel": {"retry_backoff_time": "100ms", "retry_attempts": 10_000,
+                                               "enable_exponential_retry_backoffs": False}})
+    clock = VirtualClock()
+    controller = ThrottlerController(throttlers, clock)
+    factory = ThrottlerFactory(DetachedTransport(controller, clock, give_up_after=0.3), clock, throttlers)
+    handle = factory.get_throttler_or_throw("q")
+    received = 0.0
+
+    async def call() -> None:
+        nonlocal received
+        while True:
+            await handle.throttle(5)  # 0.5 s of the limit each: longer than an RPC lasts
+            received += 5
+
+    async with clock.autojumping():
+        caller = asyncio.ensure_future(call())
+        await clock.sleep(20.0)
+        assert controller.queue("q").queue_size <= 1  # one waiter per request, never a second copy
+        caller.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await caller
+    # limit·T plus the full bucket at the start, less the call and the retry in flight at the end
+    assert 10 * 20 + 10 - 5 - 10 <= received <= 10 * 20 + 10, received
+    await factory.aclose()
+    await controller.aclose()
+
+
+async def test_a_call_cancelled_while_its_rpc_waits_withdraws_the_request_at_the_controller() -> None:
+    throttlers = specs(q={"limit": 1, "period": "1s"})
+    clock = VirtualClock()
+    controller = ThrottlerController(throttlers, clock)
+    factory = ThrottlerFactory(DetachedTransport(controller, clock, give_up_after=1e9), clock, throttlers)
+    handle = factory.get_throttler_or_throw("q")
+    await handle.throttle(1)  # the full bucket
+    waiting = asyncio.ensure_future(handle.throttle(1000))
+    for _ in range(20):
+        await asyncio.sleep(0)
+    assert controller.queue("q").queue_size == 1
+    waiting.cancel()  # the job stops (its partition moved, Ctrl-C): nobody will use those units
+    with pytest.raises(asyncio.CancelledError):
+        await waiting
+    for _ in range(20):
+        await asyncio.sleep(0)
+    assert controller.queue("q").queue_size == 0  # refunded at once, not held until its rpc_timeout
     await factory.aclose()
     await controller.aclose()

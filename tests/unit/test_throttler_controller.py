@@ -11,7 +11,7 @@ import pytest
 
 from egress.clock import VirtualClock
 from egress.throttler.controller import Grant, ThrottlerController
-from egress.throttler.errors import QuotaAmountError, ThrottlerError, UnknownThrottlerError
+from egress.throttler.errors import QuotaAmountError, RequestWithdrawnError, ThrottlerError, UnknownThrottlerError
 from egress.throttler.horizon import SLACK, HorizonFile
 from egress.throttler.models import ThrottlerSpec
 
@@ -208,3 +208,73 @@ def test_the_horizon_is_written_ahead_at_most_once_per_slack(tmp_path: Path) -> 
     horizon.path.write_text("[]")
     with pytest.raises(ValueError, match=r'h\.json: expected \{"horizon": <unix seconds>\}'):
         horizon.load()
+
+
+async def turns(count: int = 3) -> None:
+    """Let the event loop run ``count`` turns (no time passes on the virtual clock)."""
+    for _ in range(count):
+        await asyncio.sleep(0)
+
+
+async def test_a_request_asked_again_with_its_request_id_replaces_the_copy_still_waiting() -> None:
+    clock = VirtualClock()
+    controller = ThrottlerController({"q": ThrottlerSpec.model_validate({"limit": 1, "period": "1s"})}, clock)
+    await controller.request_quota("q", 1)  # the full bucket
+    first = asyncio.ensure_future(controller.request_quota("q", 100, request_id="c/1"))
+    await turns()
+    again = asyncio.ensure_future(controller.request_quota("q", 100, request_id="c/1"))
+    await turns()
+    assert first.done()  # withdrawn: its client asked again
+    with pytest.raises(RequestWithdrawnError):
+        await first
+    assert controller.queue("q").queue_size == 1
+    other = asyncio.ensure_future(controller.request_quota("q", 1, request_id="c/2"))
+    await turns()
+    assert controller.queue("q").queue_size == 2  # another request of the client is its own
+    for task in (again, other):
+        task.cancel()
+    await asyncio.gather(again, other, return_exceptions=True)
+    await controller.aclose()
+
+
+async def test_a_withdrawal_refunds_the_waiting_request_and_one_that_overtook_it_refuses_it_on_arrival() -> None:
+    clock = VirtualClock()
+    controller = ThrottlerController({"q": ThrottlerSpec.model_validate({"limit": 1, "period": "1s"})}, clock)
+    await controller.request_quota("q", 1)
+    waiting = asyncio.ensure_future(controller.request_quota("q", 100, request_id="c/1"))
+    await turns()
+    assert controller.withdraw("c/1", remember=60.0)
+    await turns()
+    assert waiting.done()
+    with pytest.raises(RequestWithdrawnError):
+        await waiting
+    assert controller.queue("q").queue_size == 0
+    assert not controller.withdraw("c/2", remember=60.0)  # not arrived yet
+    overtaken = asyncio.ensure_future(controller.request_quota("q", 1000, request_id="c/2"))
+    await turns()
+    assert overtaken.done()
+    with pytest.raises(RequestWithdrawnError):
+        await overtaken
+    assert controller.queue("q").queue_size == 0
+    await controller.aclose()
+
+
+async def test_a_restarted_controller_lets_a_more_lagging_request_overtake_one_that_arrived_first() -> None:
+    """A restarted controller starts both stages empty: had it granted the first request's 30 units
+    at once from a full grant bucket (they then wait 6 s for release), the lagging request, arriving
+    later, could not overtake them."""
+    clock = VirtualClock()
+    spec = ThrottlerSpec.model_validate({"limit": 5, "period": "6s", "max_grant_amount": 1})
+    controller = ThrottlerController({"q": spec}, clock, assume_restart=True)
+    done: dict[str, float] = {}
+    async with clock.autojumping():
+        first = asyncio.ensure_future(controller.request_quota("q", 30, timestamp=100.0))
+        first.add_done_callback(lambda _: done.setdefault("first", clock.monotonic()))
+        await clock.sleep(spec.prefetch_lease + 1.0)  # closed for one lease, then 1 s of the limit
+        joined = clock.monotonic()
+        lagging = asyncio.ensure_future(controller.request_quota("q", 10, timestamp=0.0))
+        lagging.add_done_callback(lambda _: done.setdefault("lagging", clock.monotonic()))
+        await asyncio.gather(first, lagging)
+    assert done["lagging"] < done["first"]
+    assert done["lagging"] - joined <= 10 / 5 + 1 / 5 + 1e-6  # its own units, after the chunk in progress
+    await controller.aclose()

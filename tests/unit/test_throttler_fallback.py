@@ -33,6 +33,9 @@ class Away:
             raise ControllerUnavailableError("no controller")
         return await self.inner.request_quota(*args, **kwargs)
 
+    def withdraw(self, request_id: str) -> None:
+        self.inner.withdraw(request_id)
+
     async def aclose(self) -> None:
         await self.controller.aclose()
 

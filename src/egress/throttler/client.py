@@ -30,6 +30,7 @@ import asyncio
 import bisect
 import contextlib
 import math
+import uuid
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -246,7 +247,7 @@ class PrefetchingClient:
         waiting = _Waiting(amount, asyncio.get_running_loop().create_future(), now)
         self._queue.append(waiting)
         self._work.set()
-        if self._fetcher is None or self._fetcher.done():
+        if self._fetcher is None or self._fetcher.done() or self._fetcher.cancelling():
             self._fetcher = asyncio.get_running_loop().create_task(self._fetch(timestamp))
         try:
             if stop is not None and not await _first_or_stop(waiting.future, stop):
@@ -261,6 +262,8 @@ class PrefetchingClient:
                 self._queue.remove(waiting)
             if waiting.future.done() and not waiting.future.cancelled() and waiting.future.exception() is None:
                 self._give_back(amount, self._clock.monotonic())  # served just as we were cancelled
+            if not self._queue and self._fetcher is not None and not self._fetcher.done():
+                self._fetcher.cancel()  # nobody waits for its RPC: the controller refunds it
             raise
 
     def _check_open(self) -> None:
@@ -328,10 +331,14 @@ class PrefetchingClient:
         return amount, self.spec.prefetch_lease if amount > deficit + AMOUNT_SLACK else 0.0
 
     async def _request_with_retries(self, timestamp: float) -> Grant:
+        """One ``RequestQuota``, its attempts under ``retrying_channel`` all carrying one request id
+        (a copy still waiting at the controller is replaced, never doubled); cancelled, it is
+        withdrawn at the controller."""
         channel = self.spec.retrying_channel
         started = self._clock.monotonic()
         backoff = channel.retry_backoff_time
         attempt = 0
+        request_id = f"{self._client_id}/{uuid.uuid4().hex}"
         try:
             while True:
                 attempt += 1
@@ -344,7 +351,8 @@ class PrefetchingClient:
                     try:
                         return await self._transport.request_quota(
                             self.throttler_id, amount, timestamp=timestamp, quota_class_id=self.class_id,
-                            client_id=self._client_id, rpc_timeout=self.spec.rpc_timeout, hold=hold)
+                            client_id=self._client_id, rpc_timeout=self.spec.rpc_timeout, hold=hold,
+                            request_id=request_id)
                     finally:
                         self._attempting = False
                         self._work.set()
@@ -358,6 +366,9 @@ class PrefetchingClient:
                     await self._clock.sleep(backoff)
                     if channel.enable_exponential_retry_backoffs:
                         backoff = min(backoff * 2, channel.max_backoff_time)
+        except asyncio.CancelledError:
+            self._transport.withdraw(request_id)
+            raise
         finally:
             self._controller_back()
 

@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import NamedTuple
 
 from egress.clock import Clock
-from egress.throttler.errors import ControllerClosedError, UnknownThrottlerError
+from egress.throttler.errors import ControllerClosedError, RequestWithdrawnError, UnknownThrottlerError
 from egress.throttler.horizon import HorizonFile
 from egress.throttler.models import ThrottlerSpec
 from egress.throttler.queue import QuotaQueue, QuotaRequest
@@ -63,6 +63,8 @@ class ThrottlerController:
         self.allowance = allowance
         self._queues: dict[str, QuotaQueue] = {}
         self._waiters: dict[QuotaRequest, _Waiter] = {}
+        self._asked: dict[str, QuotaRequest] = {}  # request id → the copy of it waiting
+        self._withdrawn: dict[str, float] = {}  # request id given up before it arrived → until when
         self._timer: asyncio.Task[None] | None = None
         self._timer_deadline: float | None = None
         self._closed = False
@@ -134,7 +136,7 @@ class ThrottlerController:
 
     async def request_quota(
         self, throttler_id: str, amount: float, *, timestamp: float = 0.0, quota_class_id: str | None = None,
-        client_id: str = "", hold: float = 0.0,
+        client_id: str = "", hold: float = 0.0, request_id: str = "",
     ) -> Grant:
         """Wait until ``amount`` units of ``throttler_id`` are granted (``RequestQuota``); returns the
         :class:`Grant`: units granted and the lease end (``clock.monotonic()`` seconds) until which
@@ -143,33 +145,72 @@ class ThrottlerController:
         ``timestamp`` is the caller's lag timestamp (seconds; smaller = served first within its
         class); ``quota_class_id`` its class (missing, empty or unknown → ``default``); ``client_id``
         is informational; ``hold`` the seconds the caller wants to keep unused units (prefetch; at
-        most the spec's ``prefetch_lease``). Raises :class:`UnknownThrottlerError`,
-        :class:`QuotaAmountError`, or :class:`ControllerClosedError` when the controller closes.
-        Cancelling the caller refunds the request.
+        most the spec's ``prefetch_lease``). ``request_id`` (optional, unique per request of a
+        client, the same for every attempt of it): a copy of the same request still waiting here is
+        withdrawn and refunded, and raises :class:`RequestWithdrawnError` to its (gone) caller, so a
+        client that gave up on an RPC and asks again never has two copies holding units; an id
+        :meth:`withdraw` named before it arrived raises that at once. Raises
+        :class:`UnknownThrottlerError`, :class:`QuotaAmountError`, or :class:`ControllerClosedError`
+        when the controller closes. Cancelling the caller refunds the request.
         """
         if self._closed:
             raise ControllerClosedError("the throttler controller is closed")
         queue = self.queue(throttler_id)
         now = self.clock.monotonic()
+        if request_id and self._withdrawn.pop(request_id, None) is not None:
+            raise RequestWithdrawnError(f"RequestQuota {request_id} was withdrawn by its client")
+        if request_id:
+            self.withdraw(request_id)
         request = queue.submit(amount, now, timestamp=timestamp, class_id=quota_class_id,
                                lease=self.lease(queue.spec, hold))
         if request.done:
             return Grant(request.released, request.lease_end)
         future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         self._waiters[request] = _Waiter(throttler_id, future)
+        if request_id:
+            self._asked[request_id] = request
         self._decide(throttler_id, queue, now)
         self._arm()
         try:
             await future
         except asyncio.CancelledError:
-            self._waiters.pop(request, None)
+            self._forget(request, request_id)
             if self._queues.get(throttler_id) is queue and not request.done:
                 now = self.clock.monotonic()
                 queue.cancel(request, now)
                 self._decide(throttler_id, queue, now)
                 self._arm()
             raise
+        finally:
+            self._forget(request, request_id)
         return Grant(request.released, request.lease_end)
+
+    def withdraw(self, request_id: str, *, remember: float = 0.0) -> bool:
+        """Withdraw and refund the copy of ``request_id`` still waiting (its client gave up on it);
+        returns whether one waited. None waiting and ``remember`` > 0: the id is refused for the
+        next ``remember`` seconds (its give-up overtook it on the way)."""
+        request = self._asked.pop(request_id, None)
+        waiter = None if request is None else self._waiters.pop(request, None)
+        if request is None or waiter is None:
+            if remember > 0:
+                now = self.clock.monotonic()
+                self._withdrawn = {r: until for r, until in self._withdrawn.items() if until > now}
+                self._withdrawn[request_id] = now + remember
+            return False
+        queue = self._queues.get(waiter.throttler_id)
+        if queue is not None and not request.done:
+            now = self.clock.monotonic()
+            queue.cancel(request, now)
+            self._decide(waiter.throttler_id, queue, now)
+            self._arm()
+        if not waiter.future.done():
+            waiter.future.set_exception(RequestWithdrawnError(f"RequestQuota {request_id} was withdrawn by its client"))
+        return True
+
+    def _forget(self, request: QuotaRequest, request_id: str) -> None:
+        self._waiters.pop(request, None)
+        if request_id and self._asked.get(request_id) is request:
+            del self._asked[request_id]
 
     def _has_loop(self) -> bool:
         try:
@@ -228,6 +269,7 @@ class ThrottlerController:
             if not waiter.future.done():
                 waiter.future.set_exception(ControllerClosedError("the throttler controller is closed"))
         self._waiters.clear()
+        self._asked.clear()
         if self._timer is not None:
             self._timer.cancel()
             with contextlib.suppress(asyncio.CancelledError):

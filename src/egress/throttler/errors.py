@@ -41,5 +41,10 @@ class ControllerClosedError(ThrottlerError):
     restart on its way); transports report it as :class:`ControllerUnavailableError`."""
 
 
+class RequestWithdrawnError(ThrottlerError):
+    """Raised to a waiting ``RequestQuota`` that its client withdrew: it asked again with the same
+    ``request_id`` (the new copy takes its place) or said it gave up. Nobody waits for its answer."""
+
+
 class QuotaRequestFailedError(ThrottlerError):
     """``RequestQuota`` failed for good: past the retry budget, or rejected by the controller."""

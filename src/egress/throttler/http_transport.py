@@ -41,9 +41,9 @@ class HttpTransport:
         return self._session
 
     async def request_quota(self, throttler_id: str, amount: float, *, timestamp: float, quota_class_id: str | None,
-                            client_id: str, rpc_timeout: float, hold: float = 0.0) -> Grant:
+                            client_id: str, rpc_timeout: float, hold: float = 0.0, request_id: str = "") -> Grant:
         body = encode_call(throttler_id, amount, timestamp=timestamp, quota_class_id=quota_class_id,
-                           client_id=client_id, hold=hold)
+                           client_id=client_id, hold=hold, request_id=request_id)
         sent = self.clock.monotonic()
         answer = await with_timeout(self.clock, self._post(body), rpc_timeout,
                                     f'RequestQuota to throttler "{throttler_id}"')
@@ -61,6 +61,9 @@ class HttpTransport:
         if status != 200:
             raise_refusal(answer, f"throttler service answered {status}", unavailable=status >= 500)
         return answer
+
+    def withdraw(self, request_id: str) -> None:
+        """Nothing to send: the closed connection of the cancelled call cancels (and refunds) it."""
 
     async def aclose(self) -> None:
         if self._session is not None:

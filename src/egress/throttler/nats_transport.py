@@ -6,9 +6,12 @@ to it and waits for the reply on its inbox. No responder (no controller elected 
 a lost connection, or no reply within ``rpc_timeout`` raise :class:`ControllerUnavailableError`:
 the client retries under ``retrying_channel`` as over HTTP. The request carries ``rpc_timeout``:
 the server cancels (and refunds) a request still waiting then, as the HTTP service does when the
-client disconnects. Grants get :data:`REPLY_ALLOWANCE` seconds more for the reply's travel, and the
-client's deadline is computed as over HTTP (:func:`~egress.throttler.wire.grant_of`), so it is
-never later than the lease the controller counted.
+client disconnects. NATS tells the server nothing when a client gives up earlier, so the request
+also carries its ``request_id`` (the same for every attempt): a retry replaces the copy still
+waiting, and a client whose caller is cancelled publishes a withdrawal (``{"withdraw": id}``) on
+the subject, so no copy nobody waits for holds units (its grant would be lost). Grants get
+:data:`REPLY_ALLOWANCE` seconds more for the reply's travel, and the client's deadline is computed
+as over HTTP (:func:`~egress.throttler.wire.grant_of`), so it is never later than the lease the controller counted.
 """
 
 from __future__ import annotations
@@ -35,8 +38,10 @@ from egress.throttler.wire import (
     decode_answer,
     decode_call,
     encode_call,
+    encode_withdrawal,
     grant_of,
     raise_refusal,
+    withdrawn_id,
 )
 
 log = logging.getLogger("egress.throttler.nats")
@@ -45,6 +50,10 @@ REPLY_ALLOWANCE = 0.05
 """Seconds added to every lease the NATS controller grants, for the reply's travel to its client."""
 
 QUEUE_GROUP = "throttler"
+
+WITHDRAWN_MEMORY = 60.0
+"""Seconds the controller refuses a request id withdrawn before the request reached it (the
+withdrawal overtook it): longer than any request stays on its way."""
 
 
 def request_subject(bucket: str) -> str:
@@ -125,11 +134,12 @@ class NatsTransport:
         self.clock = clock or RealClock()
         self._announced: asyncio.Future[None] | None = None  # resolved at the next announcement
         self._listening: Subscription | None = None
+        self._withdrawing: set[asyncio.Task[None]] = set()
 
     async def request_quota(self, throttler_id: str, amount: float, *, timestamp: float, quota_class_id: str | None,
-                            client_id: str, rpc_timeout: float, hold: float = 0.0) -> Grant:
+                            client_id: str, rpc_timeout: float, hold: float = 0.0, request_id: str = "") -> Grant:
         body = encode_call(throttler_id, amount, timestamp=timestamp, quota_class_id=quota_class_id,
-                           client_id=client_id, hold=hold, rpc_timeout=rpc_timeout)
+                           client_id=client_id, hold=hold, rpc_timeout=rpc_timeout, request_id=request_id)
         sent = self.clock.monotonic()
         answer = await with_timeout(self.clock, self._request(body, rpc_timeout), rpc_timeout,
                                     f'RequestQuota to throttler "{throttler_id}" over NATS')
@@ -177,8 +187,23 @@ class NatsTransport:
                 raise ControllerUnavailableError(f"NATS subject {self.subject}: {error}") from None
         return self._announced
 
+    def withdraw(self, request_id: str) -> None:
+        """Publish ``{"withdraw": request_id}`` on the subject (best effort, no reply): the
+        controller refunds the copy still waiting instead of holding it until its ``rpc_timeout``."""
+        task = asyncio.get_running_loop().create_task(self._publish_withdrawal(request_id))
+        self._withdrawing.add(task)
+        task.add_done_callback(self._withdrawing.discard)
+
+    async def _publish_withdrawal(self, request_id: str) -> None:
+        try:
+            client = await self.connection.get()
+            await client.publish(self.subject, encode_withdrawal(request_id))
+        except (ControllerUnavailableError, NatsClientError, OSError) as error:  # it times out there instead
+            log.debug("NATS %s: the withdrawal of RequestQuota %s was not sent: %s", self.subject, request_id, error)
+
     async def aclose(self) -> None:
         """Stop listening for announcements (the connection is its owner's to close)."""
+        await asyncio.gather(*self._withdrawing, return_exceptions=True)
         listening, self._listening = self._listening, None
         if listening is not None:
             with contextlib.suppress(NatsClientError, TimeoutError, OSError):
@@ -217,6 +242,10 @@ class NatsQuotaServer:
                                              f"{error or type(error).__name__}") from None
 
     async def _on_request(self, message: Msg) -> None:
+        request_id = withdrawn_id(message.data)
+        if request_id is not None:
+            self.controller.withdraw(request_id, remember=WITHDRAWN_MEMORY)
+            return
         task = asyncio.get_running_loop().create_task(self._answer(message))
         self._calls.add(task)
         task.add_done_callback(self._calls.discard)
@@ -237,6 +266,8 @@ class NatsQuotaServer:
                 _, answer = await with_timeout(controller.clock, asking, call.rpc_timeout, "RequestQuota")
             except ControllerUnavailableError:
                 return  # the client gave up already; the request is refunded
+        if answer.get("code") == "withdrawn":
+            return  # the client asked again (that copy gets the answer) or gave it up
         if self._entitled is not None and not self._entitled() and "error" not in answer:
             answer = {"error": "the throttler controller lost its lease", "code": "unavailable"}
         await self._reply(message, answer)

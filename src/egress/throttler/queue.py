@@ -96,7 +96,10 @@ class QuotaQueue:
     def __init__(self, spec: ThrottlerSpec, now: float, on_chunk: ChunkListener | None = None, *,
                  empty_since: float | None = None) -> None:
         self.spec = spec
-        self.bucket = TokenBucket(spec.rate, spec.period, now)
+        # A restarted queue starts both stages empty: a full grant bucket in front of an empty release
+        # bucket would grant a burst ahead of what is released, and no more lagging request that
+        # arrives meanwhile could overtake what it granted.
+        self.bucket = TokenBucket(spec.rate, spec.period, now, empty_since=empty_since)
         self.release_bucket = TokenBucket(spec.rate, spec.period, now, empty_since=empty_since)
         self._releasing: deque[QuotaRequest] = deque()
         self._classes: dict[str, _ClassQueue] = {DEFAULT_CLASS: _ClassQueue(1.0)}

@@ -24,13 +24,20 @@ class QuotaTransport(Protocol):
     """Carries ``RequestQuota{throttler_id, client_id, amount, timestamp, quota_class_id, hold}``."""
 
     async def request_quota(self, throttler_id: str, amount: float, *, timestamp: float, quota_class_id: str | None,
-                            client_id: str, rpc_timeout: float, hold: float = 0.0) -> Grant:
+                            client_id: str, rpc_timeout: float, hold: float = 0.0, request_id: str = "") -> Grant:
         """Return once ``amount`` units are granted; ``rpc_timeout`` seconds at most (then
         :class:`ControllerUnavailableError`, and the controller refunds the request).
 
         Returns the :class:`Grant` with its deadline on the caller's ``clock.monotonic()``: never
         later than the lease end the controller counted (``hold`` asks for a lease, in seconds).
+        ``request_id``: the same for every attempt of one request of the client, so the controller
+        replaces a copy of it still waiting instead of queueing a second one.
         """
+        ...
+
+    def withdraw(self, request_id: str) -> None:
+        """Tell the controller, without waiting, that the client gave request ``request_id`` up
+        (its caller was cancelled), so a copy of it still waiting there is refunded at once."""
         ...
 
     async def aclose(self) -> None:
@@ -68,16 +75,19 @@ class InProcessTransport:
         self.controller = controller
 
     async def request_quota(self, throttler_id: str, amount: float, *, timestamp: float, quota_class_id: str | None,
-                            client_id: str, rpc_timeout: float, hold: float = 0.0) -> Grant:
+                            client_id: str, rpc_timeout: float, hold: float = 0.0, request_id: str = "") -> Grant:
         """The controller's grant as it is: the client shares the controller's clock."""
         try:
             return await with_timeout(self.controller.clock,
                                       self.controller.request_quota(throttler_id, amount, timestamp=timestamp,
                                                                     quota_class_id=quota_class_id, client_id=client_id,
-                                                                    hold=hold),
+                                                                    hold=hold, request_id=request_id),
                                       rpc_timeout, f'RequestQuota to throttler "{throttler_id}"')
         except ControllerClosedError as error:
             raise ControllerUnavailableError(str(error)) from None
+
+    def withdraw(self, request_id: str) -> None:
+        """Nothing to send: cancelling the call cancelled (and refunded) the request."""
 
     async def aclose(self) -> None:
         return None

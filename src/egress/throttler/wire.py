@@ -2,14 +2,18 @@
 
 A request is ``{"throttler_id", "client_id", "amount", "timestamp", "quota_class_id", "hold"}``
 (NATS adds ``"rpc_timeout"``: the seconds after which the caller gives up, so the controller
-cancels and refunds it then). An answer is ``{"amount", "lease", "waited"}`` (units granted,
+cancels and refunds it then; and ``"request_id"``: the same for every attempt of one request, so a
+copy still waiting when its client asks again is withdrawn). A client that gives a request up
+sends ``{"withdraw": request_id}`` (NATS: no reply). An answer is ``{"amount", "lease", "waited"}`` (units granted,
 seconds left of their lease when the controller replied, seconds the controller held the
 request) or ``{"error", "code"}`` with ``code`` ``unknown_throttler``, ``invalid_amount``,
-``bad_request`` or ``unavailable`` (the controller is closing: the client retries).
+``bad_request``, ``withdrawn`` (the client asked again or gave up: nobody waits for it) or
+``unavailable`` (the controller is closing: the client retries).
 """
 
 from __future__ import annotations
 
+import contextlib
 from typing import Any, NamedTuple
 
 import orjson
@@ -20,6 +24,7 @@ from egress.throttler.errors import (
     ControllerUnavailableError,
     QuotaAmountError,
     QuotaRequestFailedError,
+    RequestWithdrawnError,
     ThrottlerError,
     UnknownThrottlerError,
 )
@@ -35,6 +40,7 @@ class QuotaCall(NamedTuple):
     client_id: str
     hold: float
     rpc_timeout: float | None
+    request_id: str = ""
 
 
 class BadRequestError(ValueError):
@@ -42,13 +48,31 @@ class BadRequestError(ValueError):
 
 
 def encode_call(throttler_id: str, amount: float, *, timestamp: float, quota_class_id: str | None, client_id: str,
-                hold: float, rpc_timeout: float | None = None) -> bytes:
+                hold: float, rpc_timeout: float | None = None, request_id: str = "") -> bytes:
     """The JSON body of one ``RequestQuota``."""
     body: dict[str, Any] = {"throttler_id": throttler_id, "client_id": client_id, "amount": amount,
                             "timestamp": timestamp, "quota_class_id": quota_class_id, "hold": hold}
     if rpc_timeout is not None:
         body["rpc_timeout"] = rpc_timeout
+    if request_id:
+        body["request_id"] = request_id
     return orjson.dumps(body)
+
+
+def encode_withdrawal(request_id: str) -> bytes:
+    """The JSON body saying the client gave request ``request_id`` up: ``{"withdraw": id}``."""
+    return orjson.dumps({"withdraw": request_id})
+
+
+def withdrawn_id(data: bytes) -> str | None:
+    """The request id of a withdrawal body, ``None`` for any other body."""
+    if b'"withdraw"' not in data:
+        return None
+    with contextlib.suppress(orjson.JSONDecodeError):
+        body = orjson.loads(data)
+        if isinstance(body, dict) and isinstance(body.get("withdraw"), str):
+            return str(body["withdraw"])
+    return None
 
 
 def decode_call(data: bytes) -> QuotaCall:
@@ -59,7 +83,8 @@ def decode_call(data: bytes) -> QuotaCall:
         timeout = body.get("rpc_timeout")
         return QuotaCall(str(body["throttler_id"]), float(body["amount"]), float(body.get("timestamp") or 0.0),
                          None if class_id is None else str(class_id), str(body.get("client_id") or ""),
-                         float(body.get("hold") or 0.0), None if timeout is None else float(timeout))
+                         float(body.get("hold") or 0.0), None if timeout is None else float(timeout),
+                         str(body.get("request_id") or ""))
     except (orjson.JSONDecodeError, AttributeError, KeyError, TypeError, ValueError) as error:
         raise BadRequestError(f"malformed RequestQuota: {error}") from None
 
@@ -71,11 +96,13 @@ async def answer_call(controller: ThrottlerController, call: QuotaCall, arrived:
     try:
         grant = await controller.request_quota(call.throttler_id, call.amount, timestamp=call.timestamp,
                                                quota_class_id=call.quota_class_id, client_id=call.client_id,
-                                               hold=call.hold)
+                                               hold=call.hold, request_id=call.request_id)
     except UnknownThrottlerError as error:
         return False, {"error": str(error), "code": "unknown_throttler"}
     except QuotaAmountError as error:
         return False, {"error": str(error), "code": "invalid_amount"}
+    except RequestWithdrawnError as error:
+        return False, {"error": str(error), "code": "withdrawn"}
     except ThrottlerError as error:
         return False, {"error": str(error), "code": "unavailable"}
     now = controller.clock.monotonic()
@@ -97,7 +124,7 @@ def raise_refusal(answer: dict[str, Any], where: str, *, unavailable: bool = Fal
     """Raise the error of a refusing answer: :class:`ControllerUnavailableError` when ``unavailable``
     or its code says so (the client retries), else the controller's own error (upstream text)."""
     message, code = str(answer.get("error", "")), answer.get("code")
-    if unavailable or code == "unavailable":
+    if unavailable or code in ("unavailable", "withdrawn"):
         raise ControllerUnavailableError(f"{where}: {message}")
     if code == "unknown_throttler":
         raise UnknownThrottlerError(message)
