@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import re
 import shutil
 import signal
@@ -85,6 +86,8 @@ class SwitchableReceiver:
 @pytest.fixture(scope="module")
 def browser() -> Iterator[Any]:
     if not Path(CHROMIUM).exists():
+        if os.environ.get("CI"):  # .ci/run installs it: in CI a missing browser is a failure, not a skip
+            pytest.fail(f"no Chromium at {CHROMIUM}: .ci/run should have installed it (apt-get install chromium)")
         pytest.skip(f"no Chromium at {CHROMIUM}: apt-get install chromium (.ci/run does)")
     with sync_api.sync_playwright() as playwright:
         launched = playwright.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox"])
