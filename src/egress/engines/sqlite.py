@@ -191,6 +191,22 @@ class SqliteEngine:
             await self._call(self._close_sync)
         self._executor.shutdown(wait=True)
 
+    def _enter_wal(self, db: sqlite3.Connection) -> None:
+        """``PRAGMA journal_mode=WAL``. In shared mode another process (or pipeline) opening or
+        writing the same directory can hold the lock it needs, and SQLite answered ``database is
+        locked`` here once two pipelines opened one shared directory together
+        (``test_egress_status_of_any_worker_shows_every_partition_as_its_owner_reports_it``): so the
+        pragma is asked again every 50 ms for up to ``SHARED_BUSY_TIMEOUT`` seconds."""
+        attempts = int(SHARED_BUSY_TIMEOUT / 0.05) if self.shared else 1
+        for attempt in range(attempts):
+            try:
+                db.execute("PRAGMA journal_mode=WAL")
+                return
+            except sqlite3.OperationalError as error:
+                if "locked" not in str(error) or attempt == attempts - 1:
+                    raise
+                threading.Event().wait(0.05)  # in the engine's own thread, before the engine is open
+
     def _open_sync(self) -> None:
         self.state_dir.mkdir(parents=True, exist_ok=True)
         if not self.shared:
@@ -202,7 +218,7 @@ class SqliteEngine:
         # less engine CPU per message than 4 KiB pages, and less than 64 KiB, whose small updates
         # of positions and progress each rewrite a large page).
         db.execute(f"PRAGMA page_size={PAGE_SIZE}")
-        db.execute("PRAGMA journal_mode=WAL")
+        self._enter_wal(db)
         db.execute(f"PRAGMA synchronous={self.synchronous}")
         self._db = db
         with self._transaction():  # one at a time: processes sharing the directory may open together
