@@ -192,11 +192,10 @@ class SqliteEngine:
         self._executor.shutdown(wait=True)
 
     def _enter_wal(self, db: sqlite3.Connection) -> None:
-        """``PRAGMA journal_mode=WAL``. In shared mode another process (or pipeline) opening or
-        writing the same directory can hold the lock it needs, and SQLite answered ``database is
-        locked`` here once two pipelines opened one shared directory together
-        (``test_egress_status_of_any_worker_shows_every_partition_as_its_owner_reports_it``): so the
-        pragma is asked again every 50 ms for up to ``SHARED_BUSY_TIMEOUT`` seconds."""
+        """``PRAGMA journal_mode=WAL``. In shared mode another process or pipeline opening or writing
+        the same directory can hold the lock the pragma needs, and SQLite may then answer ``database
+        is locked`` without waiting out its busy timeout: the pragma is asked again every 50 ms for
+        up to ``SHARED_BUSY_TIMEOUT`` seconds, so that workers starting together all start."""
         attempts = int(SHARED_BUSY_TIMEOUT / 0.05) if self.shared else 1
         for attempt in range(attempts):
             try:
