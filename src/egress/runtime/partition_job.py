@@ -70,9 +70,8 @@ class PartitionJob:
         self._options = options
         self._notify_downstream = notify_downstream
         self._wakeup = asyncio.Event()
-        self._stop_requested = False
         self._stop_deadline = float("-inf")  # until when a requested stop waits for acknowledgements
-        self._stop_event = asyncio.Event()  # set with _stop_requested: gives up a wait for throttler quota
+        self._stop_event = asyncio.Event()  # set by stop(): also gives up a wait for throttler quota
         self._sink_streams = {sink.stream_id for sink in plan.sinks.values()}
         self.sinks: dict[str, Sink] = {}
         self.idle = False
@@ -101,7 +100,6 @@ class PartitionJob:
         waits up to that long for its sinks' deliveries in flight (the sinks start no new one,
         ``Sink.hold``) to be acknowledged, committing them, so that the next owner of the partition
         (an orderly hand-over) sends none of them again."""
-        self._stop_requested = True
         self._stop_deadline = self._clock.monotonic() + acknowledgements_within
         self._stop_event.set()
         if acknowledgements_within > 0:
@@ -114,7 +112,7 @@ class PartitionJob:
         message in flight any more, or the time it may wait for them is up."""
         if stop is not None and stop.is_set():
             return True
-        if not self._stop_requested:
+        if not self._stop_event.is_set():
             return False
         self._take_acknowledged()
         in_flight = any(sink.terminal_error is None and sink.in_flight for sink in self.sinks.values())
@@ -240,7 +238,7 @@ class PartitionJob:
         """One epoch: read, step, commit, distribute, then wait; False once ``stopping`` is committed."""
         self._wakeup.clear()  # before reading: a wake during this epoch must not be lost
         self._take_acknowledged()  # after the clear: an acknowledgement is either counted now or wakes
-        held_back = not stopping and (self._stop_requested or not self._may_read())
+        held_back = not stopping and (self._stop_event.is_set() or not self._may_read())
         batch: list[LogMessage] = []
         due: list[DueTimer] = []
         if not stopping and not held_back:
@@ -329,7 +327,7 @@ class PartitionJob:
 
     async def _pause(self, batch: list[LogMessage], *, held_back: bool) -> None:
         """Wait before the next epoch unless there is more to do at once."""
-        if self._stop_requested:  # stopping once in flight is acknowledged: an acknowledgement wakes the job
+        if self._stop_event.is_set():  # stopping once in flight is acknowledged: an acknowledgement wakes the job
             await event_or_timeout(self._wakeup, self._clock, max(0.0, self._stop_deadline - self._clock.monotonic()))
             return
         if held_back:
