@@ -115,18 +115,30 @@ SHORT_NAMES = {"raw pycurl": "pycurl", "durable raw": "durable", "bare aiohttp":
 PHASES = ("egress", "sink", "pycurl", "durable", "aiohttp", "naive")
 SINK_CHUNK = 2_048  # the sink phase: messages per distribute() call (the partition job's epoch_max_messages)
 
-# The process function egress imports (``functions:PassPayload``), written next to the Spec so that the
-# egress process imports nothing of this script (its RSS is measured).
+# The process functions egress imports (``functions:PassPayload``, or ``functions:PassPayloadProcess`` with
+# ``--function process``), written next to the Spec so that the egress process imports nothing of this
+# script (its RSS is measured). They do the same: the MapFunction is what a user writes for a map.
 FUNCTIONS_MODULE = '''\
-from egress import Message, OutputCollector, ProcessFunction, RuntimeContext
+from typing import Any
+
+from egress import MapFunction, Message, OutputCollector, ProcessFunction, RuntimeContext
 
 
-class PassPayload(ProcessFunction):
-    """The identity process function of the benchmark: each row's payload goes to the sink as is."""
+class PassPayload(MapFunction):
+    """The identity map of the benchmark: each row's payload goes to the sink as is."""
+
+    def map(self, row: dict[str, Any], ctx: RuntimeContext) -> dict[str, Any]:
+        return {"payload": row["payload"]}
+
+
+class PassPayloadProcess(ProcessFunction):
+    """The same as a general process function (``--function process``)."""
 
     async def process_message(self, message: Message, output: OutputCollector, ctx: RuntimeContext) -> None:
         output.add_message("requests", {"payload": message.row["payload"]})
 '''
+FUNCTIONS = {"map": "functions:PassPayload", "process": "functions:PassPayloadProcess"}
+function_name = FUNCTIONS["map"]  # the process function of every egress phase (``--function``)
 
 # The typed columns of examples/http_delivery/spec.yaml, in schema order, and the required ones.
 FLIGHT_COLUMNS: tuple[tuple[str, str], ...] = (
@@ -481,8 +493,8 @@ def benchmark_spec(pipeline: str, partitions: int, source: Path, sinks: dict[str
                    source_id: str = SOURCE_ID) -> dict[str, Any]:
     """The Spec of the benchmarks' pipeline (this one's, ``pipeline_cost.py``'s and ``batching.py``'s):
     the JSONL file ``source`` (source ``source_id``; an ``id`` key, a ``payload`` string) →
-    ``functions:PassPayload`` → ``sinks`` (sink id → its Spec without ``input_stream_ids``, which is the
-    ``requests`` stream), ``partitions`` partitions."""
+    ``function_name`` (``functions:PassPayload``) → ``sinks`` (sink id → its Spec without
+    ``input_stream_ids``, which is the ``requests`` stream), ``partitions`` partitions."""
     return {
         "pipeline": pipeline,
         "partition_count": partitions,
@@ -496,7 +508,7 @@ def benchmark_spec(pipeline: str, partitions: int, source: Path, sinks: dict[str
                                 "parameters": {"path": str(source)}}},
         "computations": {"deliver": {
             "computation_class_name": "NYT::NFlow::TProcessFunctionComputation",
-            "processing_function": "functions:PassPayload",
+            "processing_function": function_name,
             "input_stream_ids": ["rows"],
             "output_stream_ids": ["requests"],
             "sinks": {sink_id: {**sink, "input_stream_ids": ["requests"]} for sink_id, sink in sinks.items()},
@@ -1098,6 +1110,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--backlog", type=int, default=1_000_000, metavar="N",
                         help="messages of the backlog whose drain is measured for peak RSS (default 1,000,000; "
                              "0 skips it; a few minutes)")
+    parser.add_argument("--function", choices=sorted(FUNCTIONS), default="map",
+                        help="egress's process function: the benchmark's identity as a MapFunction (default) or "
+                             "as a general ProcessFunction (process_message per message)")
     parser.add_argument("--profile", action="store_true",
                         help="also run the egress phase twice more under py-spy (--gil, then every thread) and "
                              "print µs/message by module, function and thread")
@@ -1105,6 +1120,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                         help="seconds allowed per phase (default 900)")
     parser.add_argument("--keep", type=Path, help="keep the Specs, states, reports and profile here")
     args = parser.parse_args(argv)
+    global function_name
+    function_name = FUNCTIONS[args.function]
     phases = [p.strip() for p in args.phases.split(",") if p.strip()]
     unknown = set(phases) - set(PHASES)
     if unknown or not phases:

@@ -3,7 +3,15 @@
 The public API for process functions, in YTsaurus Flow's names (``docs/process-functions.md``).
 """
 
-from egress.runtime.api import InitContext, Message, OutputCollector, ProcessFunction, RuntimeContext, Timer
+from egress.runtime.api import (
+    InitContext,
+    MapFunction,
+    Message,
+    OutputCollector,
+    ProcessFunction,
+    RuntimeContext,
+    Timer,
+)
 from egress.runtime.state import ExternalRow, ExternalStateClient, StateAccessor, StateClient
 from egress.throttler import ThrottlerHandle, ThrottlerNotConfiguredError
 
@@ -13,6 +21,7 @@ __all__ = [
     "ExternalRow",
     "ExternalStateClient",
     "InitContext",
+    "MapFunction",
     "Message",
     "OutputCollector",
     "ProcessFunction",

@@ -5,7 +5,15 @@ from typing import TYPE_CHECKING
 from egress.lazy import lazy_getattr
 
 if TYPE_CHECKING:
-    from egress.runtime.api import InitContext, Message, OutputCollector, ProcessFunction, RuntimeContext, Timer
+    from egress.runtime.api import (
+        InitContext,
+        MapFunction,
+        Message,
+        OutputCollector,
+        ProcessFunction,
+        RuntimeContext,
+        Timer,
+    )
     from egress.runtime.options import RunOptions
     from egress.runtime.pipeline import EngineFactory, Pipeline, RunResult
     from egress.runtime.plan import Plan, build_plan, load_plan
@@ -14,6 +22,7 @@ if TYPE_CHECKING:
 # so `import egress` does not pull in what a process function never touches.
 _EXPORTS = {
     "InitContext": "egress.runtime.api",
+    "MapFunction": "egress.runtime.api",
     "Message": "egress.runtime.api",
     "OutputCollector": "egress.runtime.api",
     "ProcessFunction": "egress.runtime.api",
@@ -34,6 +43,7 @@ __getattr__ = lazy_getattr(__name__, _EXPORTS)
 __all__ = [
     "EngineFactory",
     "InitContext",
+    "MapFunction",
     "Message",
     "OutputCollector",
     "Pipeline",

@@ -197,3 +197,38 @@ class ProcessFunction:
     async def close(self) -> None:
         """Called once when the partition job stops (after its last commit, or after a failure):
         stop background tasks the function started. An egress addition; the default does nothing."""
+
+
+class MapFunction(ProcessFunction):
+    """A stateless process function that maps each input row to at most one output row: the
+    cheap form for the common transform (an event to the request a sink sends). egress calls
+    :meth:`map` for every input message, in read order, and emits what it returns to the
+    computation's output stream, with the key that stream's ``group_by`` gives (or ``()``).
+
+    ``output_stream_id`` names the stream; ``None`` (the default) means the computation's only
+    output stream. A map is synchronous, keeps no state and sets no timers: a function that needs
+    any of these, several outputs per message, an explicit key or ``await`` (a throttler, an HTTP
+    call) is a :class:`ProcessFunction`. Errors, each a ``ProcessFunctionError`` at the job's
+    start or for the message: ``output_stream_id`` not one of the computation's output streams (or
+    ``None`` with several); a state client obtained in ``init``; ``map`` raising or returning a
+    row the output stream's schema refuses (nothing of that batch is committed).
+
+    Per message it costs a call and the row's check, without the ``Message``, the
+    ``OutputCollector`` and the coroutine of :meth:`ProcessFunction.process_message`.
+    """
+
+    output_stream_id: ClassVar[str | None] = None
+
+    def map(self, row: dict[str, Any], ctx: RuntimeContext) -> dict[str, Any] | None:
+        """The output row for input ``row`` (column → value), or ``None`` to emit nothing. Must be
+        overridden; ``ctx`` gives time, watermark and parameters as to any process function."""
+        raise NotImplementedError(f"{type(self).__name__} must implement map")
+
+    async def process_message(self, message: Message, output: OutputCollector, ctx: RuntimeContext) -> None:
+        """:meth:`map` of ``message.row``, emitted to :attr:`output_stream_id` (which must be set
+        to call this directly: the runtime resolves ``None`` itself and calls :meth:`map`)."""
+        if self.output_stream_id is None:
+            raise TypeError(f"{type(self).__name__}.process_message needs output_stream_id; the runtime calls map")
+        row = self.map(message.row, ctx)
+        if row is not None:
+            output.add_message(self.output_stream_id, row)

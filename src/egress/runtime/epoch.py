@@ -40,6 +40,9 @@ def _message(stream_id: str, key: tuple[object, ...], row: dict[str, object], me
     set_timestamp(message, event_timestamp)
     return message
 
+_FIRST_OUTPUT = derived_message_id(b"", 0)
+"""What :func:`~egress.keys.derived_message_id` appends to a parent id for its output 0."""
+
 DueTimer = tuple[bytes, float, str]
 """A timer that is due: ``(encoded key, trigger timestamp in seconds, domain)``, as ``TimerQueue.pop_due`` gives it."""
 
@@ -91,6 +94,9 @@ class EpochStep:
             outputs = await self.invoker.timer(Timer(decode_key(key), trigger, domain), key)  # type: ignore[arg-type]
             self._route(output, outputs, timer_message_id(computation_id, key, trigger, domain),
                         trigger if domain == "event" else None)
+        if self.invoker.map_stream_id is not None:
+            self._map(batch, output)
+            return output
         invoke, route, positions, partition = self.invoker.message, self._route, self.positions, self.partition
         for message in batch:
             timestamp = message.event_timestamp
@@ -102,6 +108,37 @@ class EpochStep:
             route(output, outputs, message.message_id, timestamp)
             positions[(message.stream, partition)] = message.offset + 1
         return output
+
+    def _map(self, batch: list[LogMessage], output: EpochOutput) -> None:
+        """:meth:`invoke`'s messages for a :class:`~egress.runtime.api.MapFunction`: ``map`` of each
+        row, checked and routed as one emitted message (output index 0) of the map's stream, with
+        the same ids, order and watermark as the general path, without its per-message objects."""
+        invoker = self.invoker
+        stream_id = invoker.map_stream_id
+        assert stream_id is not None
+        map_row, context, checked = invoker.function.map, invoker.context, invoker.map_row_checker()  # type: ignore[attr-defined]
+        outbox = output.outbox.append if stream_id in self.sink_streams else None
+        logged = self.logged_streams is None or stream_id in self.logged_streams
+        log_appends, partition_count = output.log_appends.append, self.partition_count
+        positions, partition, first_index = self.positions, self.partition, _FIRST_OUTPUT
+        for message in batch:
+            timestamp = message.event_timestamp
+            self.lag_timestamp = timestamp
+            if timestamp is not None and (self.watermark is None or timestamp > self.watermark):
+                self.watermark = timestamp
+            try:
+                row = map_row(message.row, context)
+            except Exception as error:
+                raise invoker.map_failed(message, error) from error
+            if row is not None:
+                key = checked(row, message)
+                message_id = message.message_id + first_index
+                if outbox is not None:
+                    outbox(_new_tuple(OutboxMessage, (self.next_seq, stream_id, message_id, key, timestamp, row)))
+                    self.next_seq += 1
+                if logged:
+                    log_appends((stream_id, partition_of(key, partition_count), message_id, key, timestamp, row))
+            positions[(message.stream, partition)] = message.offset + 1
 
     def record(self, epoch: int, output: EpochOutput, sink_progress: dict[str, SinkProgress]) -> EpochCommit | None:
         """The commit of ``output`` with the sinks' taken ``sink_progress`` under lease ``epoch``

@@ -15,9 +15,10 @@ import traceback
 from collections.abc import Callable
 from typing import Any, NamedTuple
 
+from egress.engines.protocols import LogMessage
 from egress.errors import ProcessFunctionError
-from egress.keys import EMPTY_KEY, encode_key
-from egress.runtime.api import Message, OutputCollector, ProcessFunction, RuntimeContext, Timer
+from egress.keys import EMPTY_KEY, decode_key, encode_key
+from egress.runtime.api import MapFunction, Message, OutputCollector, ProcessFunction, RuntimeContext, Timer
 from egress.runtime.state import StateStore
 from egress.runtime.timers import TimerQueue
 from egress.spec import StreamSpec
@@ -82,6 +83,80 @@ class Invoker:
         self._outputs = None if output_stream_ids is None else frozenset(output_stream_ids)
         self.streams = streams
         self._schemas: dict[str, _Schema] = {}
+        self.map_stream_id = self._map_stream() if isinstance(function, MapFunction) else None
+        """The output stream of a :class:`MapFunction` (the runtime then calls its ``map``), else ``None``."""
+
+    def _map_stream(self) -> str:
+        """The stream a :class:`MapFunction` emits to: its ``output_stream_id``, or the computation's
+        only output stream. Raises ``ProcessFunctionError`` when there is none to choose, or when
+        the function obtained state clients (a map keeps none)."""
+        function = self.function
+        assert isinstance(function, MapFunction)
+        name = type(function).__name__
+        if self.store.internal or self.store.external:
+            raise ProcessFunctionError(
+                f"process function {name} of computation {self.computation_id!r} is a MapFunction, which keeps no "
+                "state, but its init obtained state clients: derive it from ProcessFunction instead")
+        stream_id = function.output_stream_id
+        outputs = self.output_stream_ids
+        if stream_id is None:
+            if outputs is None or len(outputs) != 1:
+                raise ProcessFunctionError(
+                    f"MapFunction {name} of computation {self.computation_id!r} does not say its output stream and the "
+                    f"computation has {'no' if not outputs else len(outputs)} output_stream_ids "
+                    f"({outputs or []}): set {name}.output_stream_id to one of them")
+            return outputs[0]
+        if outputs is not None and stream_id not in outputs:
+            raise ProcessFunctionError(
+                f"MapFunction {name} of computation {self.computation_id!r} emits to output_stream_id {stream_id!r}, "
+                f"which is not one of the computation's output_stream_ids {outputs}")
+        return stream_id
+
+    def _where_log_message(self, message: LogMessage) -> str:
+        return (f"message {message.message_id.hex().upper()} of stream {message.stream!r} with key "
+                f"{list(decode_key(message.key))!r} (partition {self.context.partition})")
+
+    def map_failed(self, message: LogMessage, error: Exception) -> ProcessFunctionError:
+        """The error for ``map`` raising ``error`` on ``message``."""
+        return self._raised(self._where_log_message(message), error)
+
+    def map_row_checker(self) -> Callable[[Any, LogMessage], bytes]:
+        """``check(row, message)``: the encoded key of ``row``, which ``map`` returned for ``message``,
+        checked as an emitted row of :attr:`map_stream_id`; raises ``ProcessFunctionError`` as
+        :meth:`message`'s checks do. A row whose every column holds a value of exactly one of its
+        type's own Python types (the common case) is accepted in one pass; any other goes through
+        the full check, which accepts or refuses it as for a process function's output."""
+        assert self.map_stream_id is not None
+        schema = self._schema(self.map_stream_id)
+        full = self._checked_map_row
+        if schema is None:
+            return full
+        names, columns, group_by = schema
+        exact_types = [(name, exact) for name, _, _, _, exact in columns]
+        is_superset = names.issuperset
+
+        def check(row: Any, message: LogMessage) -> bytes:
+            if type(row) is not dict or not is_superset(row):
+                return full(row, message)
+            for name, exact in exact_types:
+                if type(row.get(name)) not in exact:
+                    return full(row, message)
+            if not group_by:
+                return EMPTY_KEY
+            try:
+                return encode_key([row.get(column) for column in group_by])
+            except TypeError:
+                return full(row, message)
+
+        return check
+
+    def _checked_map_row(self, row: Any, message: LogMessage) -> bytes:
+        assert self.map_stream_id is not None
+        if type(row) is not dict:
+            raise ProcessFunctionError(
+                f"{type(self.function).__name__}.map of computation {self.computation_id!r} returned "
+                f"{type(row).__name__}, not a dict or None, for {self._where_log_message(message)}")
+        return self._checked(self.map_stream_id, row, None, self._where_log_message, message).key
 
     def _where_message(self, message: Message) -> str:
         return (f"message {message.message_id.hex().upper()} of stream {message.stream_id!r} with key "
