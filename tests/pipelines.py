@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from egress import InitContext, Message, OutputCollector, ProcessFunction, RuntimeContext
+from typing import Any
+
+from egress import InitContext, MapFunction, Message, OutputCollector, ProcessFunction, RuntimeContext
 
 
 class Passthrough(ProcessFunction):
@@ -10,6 +12,17 @@ class Passthrough(ProcessFunction):
 
     async def process_message(self, message: Message, output: OutputCollector, ctx: RuntimeContext) -> None:
         output.add_message("requests", {"payload": message.row["payload"]})
+
+
+class PassthroughMap(MapFunction):
+    """:class:`Passthrough` as a map: the same ids, keys and payloads through the map path."""
+
+    def map(self, row: dict[str, Any], ctx: RuntimeContext) -> dict[str, Any]:
+        return {"payload": row["payload"]}
+
+
+class MapToNowhere(PassthroughMap):
+    output_stream_id = "nowhere"
 
 
 class FailsOnSeven(ProcessFunction):

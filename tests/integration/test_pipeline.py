@@ -32,13 +32,22 @@ def key_of(tmp_path: Path, position: int) -> str:
     return idempotency_key(derived_message_id(source_id(tmp_path, position), 0))
 
 
-@pytest.mark.parametrize("partition_count", [1, 3])
+def use_function(spec: Path, function: str) -> None:
+    """Make ``spec``'s computation call ``function`` (``package.module:ClassName``)."""
+    document = yaml.safe_load(spec.read_text())
+    document["computations"]["deliver"]["processing_function"] = function
+    spec.write_text(yaml.safe_dump(document))
+
+
+@pytest.mark.parametrize(("partition_count", "function"), [
+    (1, "tests.pipelines:Passthrough"), (3, "tests.pipelines:Passthrough"), (3, "tests.pipelines:PassthroughMap")])
 async def test_every_non_null_payload_arrives_once_under_a_stable_key(
-        tmp_path: Path, serve_app: ServerFactory, partition_count: int) -> None:
+        tmp_path: Path, serve_app: ServerFactory, partition_count: int, function: str) -> None:
     receiver = Receiver()
     base = await serve_app(receiver.app)
     payloads = [None if i % 5 == 0 else f'{{"n":{i}}}' for i in range(500)]
     spec, dynamic = payload_spec(tmp_path, f"{base}/events", payloads, partition_count=partition_count)
+    use_function(spec, function)
     result, pipeline = await run(spec, dynamic, tmp_path / "state")
     assert result.ok
     assert result.drained
@@ -103,6 +112,19 @@ async def test_a_raising_process_function_names_the_message_and_commits_nothing(
     assert "with key [7]" in text
     assert "ValueError: cannot handle seven" in text
     assert receiver.stats.requests == 0  # the batch with message 7 was not committed
+
+
+async def test_a_map_to_a_stream_the_computation_does_not_output_stops_the_job_naming_the_fix(
+        tmp_path: Path, serve_app: ServerFactory) -> None:
+    receiver = Receiver()
+    base = await serve_app(receiver.app)
+    spec, dynamic = payload_spec(tmp_path, f"{base}/events", ["a", "b"])
+    use_function(spec, "tests.pipelines:MapToNowhere")
+    result, _ = await run(spec, dynamic, tmp_path / "state")
+    assert isinstance(result.error, ProcessFunctionError)
+    assert ("MapFunction MapToNowhere of computation 'deliver' emits to output_stream_id 'nowhere', which is not "
+            "one of the computation's output_stream_ids ['requests']") in str(result.error)
+    assert receiver.stats.requests == 0
 
 
 async def test_emitting_to_an_unknown_stream_is_a_clear_error(tmp_path: Path, serve_app: ServerFactory) -> None:
