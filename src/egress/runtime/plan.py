@@ -104,110 +104,154 @@ def build_plan(
     spec_file: str | None = None,
     dynamic_spec_file: str | None = None,
 ) -> Plan:
-    """Check ``spec`` and ``dynamic`` together and resolve them; raises :class:`SpecErrors`."""
-    errors: list[SpecError] = []
+    """Check ``spec`` and ``dynamic`` together and resolve them; raises :class:`SpecErrors` with
+    every problem found, each naming its file and path."""
+    builder = _PlanBuilder(spec, dynamic, base_dir, spec_file, dynamic_spec_file)
+    builder.check_group_by()
+    sources = builder.sources()
+    computations = builder.computations()
+    builder.check_dynamic_computations()
+    builder.check_throttlers(computations)
+    if builder.errors:
+        raise SpecErrors(builder.errors)
+    return Plan(spec, dynamic, base_dir, spec_file, dynamic_spec_file, sources, computations)
 
-    def problem(message: str, path: str, file: str | None = spec_file) -> None:
-        errors.append(SpecError(message, path=path, file=file))
 
-    def known_stream(stream_id: str, path: str) -> bool:
-        if stream_id in spec.streams:
+class _PlanBuilder:
+    """:func:`build_plan`'s steps, each collecting its problems into :attr:`errors`."""
+
+    def __init__(self, spec: Spec, dynamic: DynamicSpec, base_dir: Path, spec_file: str | None,
+                 dynamic_spec_file: str | None) -> None:
+        self.spec = spec
+        self.dynamic = dynamic
+        self.base_dir = base_dir
+        self.spec_file = spec_file
+        self.dynamic_spec_file = dynamic_spec_file
+        self.errors: list[SpecError] = []
+
+    def problem(self, message: str, path: str) -> None:
+        """A problem at ``path`` of the Spec file."""
+        self.errors.append(SpecError(message, path=path, file=self.spec_file))
+
+    def dynamic_problem(self, message: str, path: str) -> None:
+        """A problem at ``path`` of the DynamicSpec file."""
+        self.errors.append(SpecError(message, path=path, file=self.dynamic_spec_file))
+
+    def known_stream(self, stream_id: str, path: str) -> bool:
+        if stream_id in self.spec.streams:
             return True
-        problem(_unknown_stream(spec, stream_id), path)
+        self.problem(_unknown_stream(self.spec, stream_id), path)
         return False
 
-    def registered(registry: Registry, name: str, path: str) -> Any:
+    def registered(self, registry: Registry, name: str, path: str) -> Any:
         """The connector class called ``name``, or ``None`` with Flow's message reported at ``path``."""
         try:
             return registry.get(name)
         except KeyError as error:
-            problem(str(error.args[0]), path)
+            self.problem(str(error.args[0]), path)
             return None
 
-    for stream_id, stream in spec.streams.items():
-        for i, column in enumerate(stream.group_by):
-            if stream.column(column) is None:
-                problem(f'group_by column "{column}" is not in the schema', f"streams/{stream_id}/group_by/{i}")
+    def check_group_by(self) -> None:
+        """Every ``group_by`` column is in its stream's schema."""
+        for stream_id, stream in self.spec.streams.items():
+            for i, column in enumerate(stream.group_by):
+                if stream.column(column) is None:
+                    self.problem(f'group_by column "{column}" is not in the schema',
+                                 f"streams/{stream_id}/group_by/{i}")
 
-    sources: dict[str, SourcePlan] = {}
-    for source_id, source in spec.sources.items():
-        at = f"sources/{source_id}"
-        source_class = registered(SOURCES, source.source_class_name, f"{at}/source_class_name")
-        if source_class is None:
-            continue
-        if not known_stream(source.output_stream_id, f"{at}/output_stream_id"):
-            continue
-        stream = spec.streams[source.output_stream_id]
-        parameters = _parameters(source_class.parameters_model, source.parameters, spec_file, f"{at}/parameters",
-                                 errors)
-        if parameters is None:
-            continue
-        errors.extend(e.at(file=spec_file, prefix=at) for e in source_class.check(parameters, stream, base_dir))
-        sources[source_id] = SourcePlan(source_id, source_class, parameters, source.output_stream_id, stream)
+    def sources(self) -> dict[str, SourcePlan]:
+        """The plan of every source whose class, stream and parameters check out."""
+        sources: dict[str, SourcePlan] = {}
+        for source_id, source in self.spec.sources.items():
+            at = f"sources/{source_id}"
+            source_class = self.registered(SOURCES, source.source_class_name, f"{at}/source_class_name")
+            if source_class is None or not self.known_stream(source.output_stream_id, f"{at}/output_stream_id"):
+                continue
+            stream = self.spec.streams[source.output_stream_id]
+            parameters = _parameters(source_class.parameters_model, source.parameters, self.spec_file,
+                                     f"{at}/parameters", self.errors)
+            if parameters is None:
+                continue
+            self.errors.extend(e.at(file=self.spec_file, prefix=at)
+                               for e in source_class.check(parameters, stream, self.base_dir))
+            sources[source_id] = SourcePlan(source_id, source_class, parameters, source.output_stream_id, stream)
+        return sources
 
-    consumed = {s for c in spec.computations.values() for s in c.input_stream_ids}
-    produced = {s.output_stream_id for s in spec.sources.values()} | {
-        s for c in spec.computations.values() for s in c.output_stream_ids
-    }
-    computations: dict[str, ComputationPlan] = {}
-    for computation_id, computation in spec.computations.items():
+    def computations(self) -> dict[str, ComputationPlan]:
+        """The plan of every computation whose process function imports."""
+        spec = self.spec
+        consumed = {s for c in spec.computations.values() for s in c.input_stream_ids}
+        produced = {s.output_stream_id for s in spec.sources.values()} | {
+            s for c in spec.computations.values() for s in c.output_stream_ids}
+        computations: dict[str, ComputationPlan] = {}
+        for computation_id in spec.computations:
+            planned = self.computation(computation_id, consumed, produced)
+            if planned is not None:
+                computations[computation_id] = planned
+        return computations
+
+    def computation(self, computation_id: str, consumed: set[str], produced: set[str]) -> ComputationPlan | None:
+        """Computation ``computation_id``'s plan: its streams checked (an input must have a producer),
+        its sinks and function parameters validated; ``None`` when its function does not import."""
+        computation = self.spec.computations[computation_id]
         at = f"computations/{computation_id}"
         for i, stream_id in enumerate(computation.input_stream_ids):
-            if known_stream(stream_id, f"{at}/input_stream_ids/{i}") and stream_id not in produced:
-                problem(f'stream "{stream_id}" has no producer: no source or computation outputs it',
-                        f"{at}/input_stream_ids/{i}")
+            if self.known_stream(stream_id, f"{at}/input_stream_ids/{i}") and stream_id not in produced:
+                self.problem(f'stream "{stream_id}" has no producer: no source or computation outputs it',
+                             f"{at}/input_stream_ids/{i}")
         for i, stream_id in enumerate(computation.output_stream_ids):
-            known_stream(stream_id, f"{at}/output_stream_ids/{i}")
+            self.known_stream(stream_id, f"{at}/output_stream_ids/{i}")
         function_class = _import_function(computation.processing_function, f"{at}/processing_function",
-                                          spec_file, errors)
+                                          self.spec_file, self.errors)
         sinks: dict[str, SinkPlan] = {}
         for sink_id in computation.sinks:
-            sink_plan = _sink_plan(spec, dynamic, computation_id, sink_id, spec_file, dynamic_spec_file, errors)
+            sink_plan = _sink_plan(self.spec, self.dynamic, computation_id, sink_id, self.spec_file,
+                                   self.dynamic_spec_file, self.errors)
             if sink_plan is not None:
                 sinks[sink_id] = sink_plan
-        if function_class is not None:
-            static_parameters = _parameters_or_dict(
-                function_class.parameters_model, computation.processing_function_parameters, spec_file,
-                f"{at}/processing_function_parameters", errors)
-            dynamic_entry = dynamic.computations.get(computation_id)
-            dynamic_function_parameters = _parameters_or_dict(
-                function_class.dynamic_parameters_model,
-                dynamic_entry.processing_function_parameters if dynamic_entry else {}, dynamic_spec_file,
-                f"{at}/processing_function_parameters", errors)
-            computations[computation_id] = ComputationPlan(
-                computation_id,
-                function_class,
-                list(computation.input_stream_ids),
-                list(computation.output_stream_ids),
-                sinks,
-                frozenset(s for s in computation.output_stream_ids if s in consumed),
-                static_parameters,
-                dynamic_function_parameters,
-            )
+        if function_class is None:
+            return None
+        static_parameters = _parameters_or_dict(
+            function_class.parameters_model, computation.processing_function_parameters, self.spec_file,
+            f"{at}/processing_function_parameters", self.errors)
+        dynamic_entry = self.dynamic.computations.get(computation_id)
+        dynamic_function_parameters = _parameters_or_dict(
+            function_class.dynamic_parameters_model,
+            dynamic_entry.processing_function_parameters if dynamic_entry else {}, self.dynamic_spec_file,
+            f"{at}/processing_function_parameters", self.errors)
+        return ComputationPlan(
+            computation_id,
+            function_class,
+            list(computation.input_stream_ids),
+            list(computation.output_stream_ids),
+            sinks,
+            frozenset(s for s in computation.output_stream_ids if s in consumed),
+            static_parameters,
+            dynamic_function_parameters,
+        )
 
-    for computation_id, entry in dynamic.computations.items():
-        at = f"computations/{computation_id}"
-        if computation_id not in spec.computations:
-            problem(f'unknown computation "{computation_id}": the Spec has no such computation', at,
-                    dynamic_spec_file)
-            continue
-        for sink_id in entry.sinks:
-            if sink_id not in spec.computations[computation_id].sinks:
-                problem(f'unknown sink "{sink_id}": computation "{computation_id}" has no such sink',
-                        f"{at}/sinks/{sink_id}", dynamic_spec_file)
+    def check_dynamic_computations(self) -> None:
+        """Every computation and sink the DynamicSpec configures is in the Spec."""
+        for computation_id, entry in self.dynamic.computations.items():
+            at = f"computations/{computation_id}"
+            if computation_id not in self.spec.computations:
+                self.dynamic_problem(f'unknown computation "{computation_id}": the Spec has no such computation', at)
+                continue
+            for sink_id in entry.sinks:
+                if sink_id not in self.spec.computations[computation_id].sinks:
+                    self.dynamic_problem(f'unknown sink "{sink_id}": computation "{computation_id}" has no such sink',
+                                         f"{at}/sinks/{sink_id}")
 
-    throttlers: dict[str, Any] = {}
-    try:
-        throttlers = validate_dynamic_throttlers(dynamic, file=dynamic_spec_file)
-    except SpecErrors as found:
-        errors.extend(found.errors)
-    for planned in computations.values():
-        for sink_plan in planned.sinks.values():
-            errors.extend(_throttler_problems(planned.computation_id, sink_plan, throttlers, spec_file))
-
-    if errors:
-        raise SpecErrors(errors)
-    return Plan(spec, dynamic, base_dir, spec_file, dynamic_spec_file, sources, computations)
+    def check_throttlers(self, computations: dict[str, ComputationPlan]) -> None:
+        """The DynamicSpec's throttlers are valid and every sink's ``throttler_id`` names one."""
+        throttlers: dict[str, Any] = {}
+        try:
+            throttlers = validate_dynamic_throttlers(self.dynamic, file=self.dynamic_spec_file)
+        except SpecErrors as found:
+            self.errors.extend(found.errors)
+        for planned in computations.values():
+            for sink_plan in planned.sinks.values():
+                self.errors.extend(_throttler_problems(planned.computation_id, sink_plan, throttlers, self.spec_file))
 
 
 def build_sink_plan(
