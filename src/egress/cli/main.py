@@ -165,8 +165,6 @@ def run(
     Exit codes: 0 drained or stopped; 1 a sink blocked or a failure; 2 a Spec problem; 130 interrupted
     before everything was delivered (--until-drained) or a second Ctrl-C.
     """
-    from egress.cli.report import final_report, progress_line, snapshot, summary_table
-
     global output
     output = start_output(console, log_format, log_level, "egress.run", urls=(engine, throttler_url or ""))
     try:
@@ -185,23 +183,10 @@ def run(
                          heartbeat_period=heartbeat_period if heartbeat_period is not None else lease_ttl / 4,
                          replicas=replicas, log_retention=log_retention)
     if processes > 1:
-        from egress.cli.processes import ProcessesRun
-
-        shared = [str(spec.absolute()), "--engine", engine, "--lease-ttl", str(options.lease_ttl),
-                  "--heartbeat-period", str(options.heartbeat_period), "--replicas", str(replicas)]
-        shared += ["--dynamic-spec", str(dynamic_spec.absolute())] if dynamic_spec is not None else []
-        shared += ["--until-drained"] if until_drained else []
-        shared += ["--throttler-url", throttler_url] if throttler_url is not None else []
-        shared += ["--http-host", http_host, "--log-format", log_format.value, "--log-level", log_level.value]
-        parent = ProcessesRun(plan, directory, choice, processes, shared, quiet=quiet, report=report,
-                              base_id=worker_id, http_port=http_port)
-        try:
-            code = parent.run()
-        except SpecError as error:
-            _fail_on_spec_error(error)
-        except EgressError as error:
-            _fail(str(error))
-        raise typer.Exit(code)
+        raise typer.Exit(_run_processes(plan, spec, dynamic_spec, directory, choice, processes, options,
+                                        engine=engine, quiet=quiet, report=report, worker_id=worker_id,
+                                        http_port=http_port, http_host=http_host, throttler_url=throttler_url,
+                                        log_format=log_format, log_level=log_level))
     if worker_id is not None and not choice.is_nats and not shared_state:
         raise typer.BadParameter("names a worker of a cluster: use it with --engine nats://HOST:PORT, or run "
                                  "several processes on this state directory with --processes N",
@@ -210,49 +195,9 @@ def run(
     pipeline = Pipeline(plan, directory, options=options, http_port=http_port, http_host=http_host,
                         engine_factory=factory, worker_id=member)
 
-    async def main() -> RunResult:
-        loop = asyncio.get_running_loop()
-        interrupts = 0
-
-        def interrupt() -> None:
-            nonlocal interrupts
-            interrupts += 1
-            if interrupts > 1:
-                output.say("second interrupt: exiting without the final commit", level=logging.WARNING)
-                sys.exit(130)
-            output.say("stopping after the current epoch commits (Ctrl-C again to exit at once)")
-            pipeline.request_stop()
-
-        for signum in (signal.SIGINT, signal.SIGTERM):
-            loop.add_signal_handler(signum, interrupt)
-        run_task = asyncio.create_task(pipeline.run())
-        started = time.monotonic()
-        reported = _Reporter(pipeline)
-        if quiet:
-            while not run_task.done():
-                await asyncio.wait({run_task}, timeout=0.5)
-                reported.news()
-                if output.json and pipeline.running and time.monotonic() - started >= reported.next_progress:
-                    reported.next_progress += 5.0
-                    output.say("progress", **snapshot(pipeline))
-            return await run_task
-        if console.is_terminal:
-            with Live(console=console, refresh_per_second=4, transient=True) as live:
-                while not run_task.done():
-                    live.update(Text(progress_line(snapshot(pipeline), time.monotonic() - started)))
-                    await asyncio.wait({run_task}, timeout=0.25)
-                    reported.news()
-        else:
-            while not run_task.done():
-                await asyncio.wait({run_task}, timeout=5.0)
-                reported.news()
-                if not run_task.done() and pipeline.running:
-                    console.print(progress_line(snapshot(pipeline), time.monotonic() - started), highlight=False)
-        return await run_task
-
     tune_for_run()  # the garbage collector's settings for a run (egress.runtime.collector)
     try:
-        result = asyncio.run(main())
+        result = asyncio.run(_drive(pipeline, quiet))
     except SpecError as error:  # refused before anything ran: the Spec does not fit the directory or the cluster
         _fail_on_spec_error(error)
         return
@@ -263,6 +208,86 @@ def run(
         where = error.filename or (f"{http_host}:{http_port}" if http_port is not None else directory)
         _fail(f"cannot start: {where}: {error.strerror or error}")
         return
+    _finish(pipeline, result, spec=spec, dynamic_spec=dynamic_spec, directory=directory, report=report, quiet=quiet,
+            until_drained=until_drained)
+
+
+def _run_processes(plan: Any, spec: Path, dynamic_spec: Path | None, directory: Path, choice: EngineChoice,
+                   processes: int, options: RunOptions, *, engine: str, quiet: bool, report: Path | None,
+                   worker_id: str | None, http_port: int | None, http_host: str, throttler_url: str | None,
+                   log_format: LogFormatChoice, log_level: LogLevelChoice) -> int:
+    """``egress run --processes N``: N worker processes sharing the pipeline's units; their exit code."""
+    from egress.cli.processes import ProcessesRun
+
+    shared = [str(spec.absolute()), "--engine", engine, "--lease-ttl", str(options.lease_ttl),
+              "--heartbeat-period", str(options.heartbeat_period), "--replicas", str(options.replicas)]
+    shared += ["--dynamic-spec", str(dynamic_spec.absolute())] if dynamic_spec is not None else []
+    shared += ["--until-drained"] if options.until_drained else []
+    shared += ["--throttler-url", throttler_url] if throttler_url is not None else []
+    shared += ["--http-host", http_host, "--log-format", log_format.value, "--log-level", log_level.value]
+    parent = ProcessesRun(plan, directory, choice, processes, shared, quiet=quiet, report=report,
+                          base_id=worker_id, http_port=http_port)
+    try:
+        return parent.run()
+    except SpecError as error:
+        _fail_on_spec_error(error)
+    except EgressError as error:
+        _fail(str(error))
+    return 1
+
+
+async def _drive(pipeline: Pipeline, quiet: bool) -> RunResult:
+    """Run ``pipeline`` with Ctrl-C and SIGTERM as an orderly stop (a second one exits at once),
+    showing progress: a live line on a terminal, a line every 5 s otherwise, JSON records with
+    ``--log-format json``, nothing with ``quiet``."""
+    from egress.cli.report import progress_line, snapshot
+
+    loop = asyncio.get_running_loop()
+    interrupts = 0
+
+    def interrupt() -> None:
+        nonlocal interrupts
+        interrupts += 1
+        if interrupts > 1:
+            output.say("second interrupt: exiting without the final commit", level=logging.WARNING)
+            sys.exit(130)
+        output.say("stopping after the current epoch commits (Ctrl-C again to exit at once)")
+        pipeline.request_stop()
+
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(signum, interrupt)
+    run_task = asyncio.create_task(pipeline.run())
+    started = time.monotonic()
+    reported = _Reporter(pipeline)
+    if quiet:
+        while not run_task.done():
+            await asyncio.wait({run_task}, timeout=0.5)
+            reported.news()
+            if output.json and pipeline.running and time.monotonic() - started >= reported.next_progress:
+                reported.next_progress += 5.0
+                output.say("progress", **snapshot(pipeline))
+        return await run_task
+    if console.is_terminal:
+        with Live(console=console, refresh_per_second=4, transient=True) as live:
+            while not run_task.done():
+                live.update(Text(progress_line(snapshot(pipeline), time.monotonic() - started)))
+                await asyncio.wait({run_task}, timeout=0.25)
+                reported.news()
+    else:
+        while not run_task.done():
+            await asyncio.wait({run_task}, timeout=5.0)
+            reported.news()
+            if not run_task.done() and pipeline.running:
+                console.print(progress_line(snapshot(pipeline), time.monotonic() - started), highlight=False)
+    return await run_task
+
+
+def _finish(pipeline: Pipeline, result: RunResult, *, spec: Path, dynamic_spec: Path | None, directory: Path,
+            report: Path | None, quiet: bool, until_drained: bool) -> None:
+    """The end of ``egress run``: the report file, the summary, what to do about dead letters, blocked
+    sinks and unreachable work, then the exit code (``egress.cli.exit_codes``)."""
+    from egress.cli.report import final_report, summary_table
+
     values = final_report(pipeline, result)
     if report is not None:
         report.write_text(json.dumps(values, indent=2) + "\n")
