@@ -14,7 +14,7 @@ from typing import Any
 
 import orjson
 
-from egress import Message, OutputCollector, ProcessFunction, RuntimeContext
+from egress import MapFunction, RuntimeContext
 
 
 def flight_record(row: dict[str, Any]) -> str:
@@ -22,6 +22,8 @@ def flight_record(row: dict[str, Any]) -> str:
     return orjson.dumps(row).decode()
 
 
-class FlightToRecord(ProcessFunction):
-    async def process_message(self, message: Message, output: OutputCollector, ctx: RuntimeContext) -> None:
-        output.add_message("records", {"record": flight_record(message.row)})
+class FlightToRecord(MapFunction):
+    """A map (``egress.MapFunction``): one record per flight, to the computation's only output stream."""
+
+    def map(self, row: dict[str, Any], ctx: RuntimeContext) -> dict[str, Any]:
+        return {"record": flight_record(row)}

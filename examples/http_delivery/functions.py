@@ -6,13 +6,15 @@ in order without a request.
 
 from __future__ import annotations
 
+from typing import Any
+
 import orjson
 
-from egress import Message, OutputCollector, ProcessFunction, RuntimeContext
+from egress import MapFunction, RuntimeContext
 
 
-class FlightToJson(ProcessFunction):
-    async def process_message(self, message: Message, output: OutputCollector, ctx: RuntimeContext) -> None:
-        row = message.row
-        payload = None if row["dep_time"] is None else orjson.dumps(row).decode()
-        output.add_message("requests", {"payload": payload})
+class FlightToJson(MapFunction):
+    """A map (``egress.MapFunction``): one output row per flight, to the computation's only output stream."""
+
+    def map(self, row: dict[str, Any], ctx: RuntimeContext) -> dict[str, Any]:
+        return {"payload": None if row["dep_time"] is None else orjson.dumps(row).decode()}

@@ -2,13 +2,17 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import orjson
 
-from egress import Message, OutputCollector, ProcessFunction, RuntimeContext
+from egress import MapFunction, RuntimeContext
 
 
-class EventToJson(ProcessFunction):
-    async def process_message(self, message: Message, output: OutputCollector, ctx: RuntimeContext) -> None:
-        row = {key: value.decode(errors="replace") if isinstance(value, bytes) else value
-               for key, value in message.row.items()}
-        output.add_message("requests", {"payload": orjson.dumps(row).decode()})
+class EventToJson(MapFunction):
+    """A map (``egress.MapFunction``): one payload per event, to the computation's only output stream."""
+
+    def map(self, row: dict[str, Any], ctx: RuntimeContext) -> dict[str, Any]:
+        text = {key: value.decode(errors="replace") if isinstance(value, bytes) else value
+                for key, value in row.items()}
+        return {"payload": orjson.dumps(text).decode()}
