@@ -89,6 +89,13 @@ class InstantSink:
     def flush(self) -> None:
         pass
 
+    def hold(self) -> None:
+        pass
+
+    @property
+    def in_flight(self) -> int:
+        return 0  # acknowledged at once: nothing is ever in flight
+
     @property
     def unacknowledged(self) -> int:
         return self._held
