@@ -117,3 +117,24 @@ def test_the_one_schema_row_check_gives_the_row_of_the_column_by_column_check_or
         assert [type(value) for value in row.values()] == [type(value) for value in expected.values()]
     elif expected is not None:
         assert any(type(document.get(c.name)) is int and c.type == "double" for c in STREAM.columns)
+
+
+PLAIN = {"id": 1, "name": "n", "score": 1.5, "flag": True, "at": None}
+
+
+@fuzz(200)
+@example([PLAIN, {**PLAIN, "id": 2**63}])  # one int64 out of range: all checked one at a time
+@example([PLAIN, {**PLAIN, "id": None}])  # a null in a required column
+@example([PLAIN, {"at": None, **PLAIN}])  # another key order: a row of its own
+@example([PLAIN, {**PLAIN, "score": 2}])  # an int for a double: converted one at a time
+@given(st.lists(documents | st.just(PLAIN) | st.builds(lambda i: {**PLAIN, "id": i}, st.integers(-2**64, 2**64)),
+                max_size=6))
+def test_a_chunks_row_check_gives_the_rows_of_checking_each_document(chunk: list[Any]) -> None:
+    rows = JsonRows(STREAM.columns)
+    each = [rows.row(document) for document in chunk]
+    together = rows.rows(chunk)
+    if None in each:
+        assert together is None
+    else:
+        assert together is not None
+        assert [list(row.items()) for row in together] == [list(row.items()) for row in each]  # type: ignore[union-attr]

@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from datetime import datetime
+from operator import itemgetter
 from typing import Any, cast
 
 import orjson
@@ -130,8 +131,9 @@ def document_row(document: Any, columns: list[Column], where: str) -> dict[str, 
 
 
 class JsonRows:
-    """The row check of one schema's ``columns``, set up once: :meth:`row` is :func:`document_row`
-    without its per-column loop for the documents that need no conversion, the usual ones."""
+    """The row check of one schema's ``columns``, set up once: :meth:`rows` checks a chunk's
+    documents together, a column at a time, and :meth:`row` one document without
+    :func:`document_row`'s per-column loop, for the documents that need no conversion (the usual ones)."""
 
     _MAX_SHAPES = 4096  # distinct value-type tuples remembered (2 ** nullable columns at most)
 
@@ -140,6 +142,35 @@ class JsonRows:
         self._names = tuple(column.name for column in columns)
         self._int64_names = tuple(column.name for column in columns if column.type == "int64")
         self._plain_shapes: dict[tuple[type, ...], bool] = {}
+        # Per column: its values' getter, the types a value may have to go into a row unconverted, int64 or not.
+        self._column_checks = [
+            (itemgetter(column.name),
+             frozenset({_EXACT_JSON_TYPES[column.type]} | (set() if column.required else {type(None)})),
+             column.type == "int64")
+            for column in columns]
+
+    def rows(self, documents: list[Any]) -> list[dict[str, Any]] | None:
+        """The rows of the decoded JSON ``documents``, ``None`` unless :meth:`row` gives one for
+        each. Documents that all hold exactly the schema's keys in its order, each value of its
+        column's exact JSON type or a null it may hold, are their own rows, checked a column at a
+        time over all of them; the others one at a time."""
+        if self._plain_documents(documents):
+            return documents
+        rows = list(map(self.row, documents))
+        return None if None in rows else cast(list[dict[str, Any]], rows)
+
+    def _plain_documents(self, documents: list[Any]) -> bool:
+        if set(map(type, documents)) != {dict} or set(map(tuple, documents)) != {self._names}:
+            return False
+        for value_of, allowed, int64 in self._column_checks:
+            values = list(map(value_of, documents))
+            kinds = set(map(type, values))
+            if not kinds <= allowed:
+                return False
+            numbers = [value for value in values if value is not None] if type(None) in kinds else values
+            if int64 and numbers and not (min(numbers) >= INT64_MIN and max(numbers) <= INT64_MAX):
+                return False
+        return True
 
     def row(self, document: Any) -> dict[str, Any] | None:
         """The row of the decoded JSON ``document`` when every schema column's value is of its exact
@@ -164,15 +195,9 @@ class JsonRows:
                 return None
         return row
 
-    def rows(self, documents: list[Any]) -> list[dict[str, Any]] | None:
-        """:meth:`row` of each of ``documents``; ``None`` unless every one is a row."""
-        rows = list(map(self.row, documents))
-        return None if None in rows else cast(list[dict[str, Any]], rows)
-
     def _is_plain(self, shape: tuple[type, ...]) -> bool:
         """Whether values of the types ``shape`` (in column order) go into a row unconverted."""
-        return all(kind is _EXACT_JSON_TYPES[column.type] or (kind is type(None) and not column.required)
-                   for kind, column in zip(shape, self.columns, strict=True))
+        return all(kind in allowed for kind, (_, allowed, _) in zip(shape, self._column_checks, strict=True))
 
 
 def timestamp_of(
