@@ -76,30 +76,25 @@ def decode_key(encoded: bytes) -> tuple[Any, ...]:
     return tuple(orjson.loads(encoded))
 
 
+_BLAKE2B_8 = hashlib.blake2b(digest_size=8)
+"""The empty 8-byte BLAKE2b state :func:`partition_of` copies per key (cheaper than making one)."""
+
+
 def partition_of(encoded_key: bytes, partition_count: int) -> int:
     """The partition (``0 .. partition_count-1``) that owns ``encoded_key``."""
     if partition_count == 1:
         return 0
-    digest = hashlib.blake2b(encoded_key, digest_size=8).digest()
+    hasher = _BLAKE2B_8.copy()
+    hasher.update(encoded_key)
+    digest = hasher.digest()
+    if 256 % partition_count == 0:  # then the digest's value mod the count is its last byte's
+        return digest[7] % partition_count
     return int.from_bytes(digest, "big") % partition_count
 
 
-_BLAKE2B_8 = hashlib.blake2b(digest_size=8)
-"""The empty 8-byte BLAKE2b state :func:`partitions_of` copies per key (cheaper than a new one)."""
-
-
 def partitions_of(encoded_keys: Iterable[bytes], partition_count: int) -> list[int]:
-    """:func:`partition_of` of each of ``encoded_keys`` (a source's chunk), in one pass."""
-    if partition_count == 1:
-        return [0 for _ in encoded_keys]
-    last_byte = 256 % partition_count == 0  # then the digest's value mod the count is its last byte's
-    partitions = []
-    for key in encoded_keys:
-        hasher = _BLAKE2B_8.copy()
-        hasher.update(key)
-        digest = hasher.digest()
-        partitions.append((digest[7] if last_byte else int.from_bytes(digest, "big")) % partition_count)
-    return partitions
+    """:func:`partition_of` of each of ``encoded_keys`` (a source's chunk)."""
+    return [partition_of(key, partition_count) for key in encoded_keys]
 
 
 def source_scope(pipeline: str, source_id: str, identity: str = "") -> str:
