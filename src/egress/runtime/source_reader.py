@@ -20,7 +20,7 @@ from egress.connectors.sources.chunks import ChunkedSource, RecordChunk, chunks_
 from egress.connectors.sources.live import HoldsBack, UsesClock
 from egress.connectors.sources.unread import unread_records
 from egress.engines import Engine, EpochCommit, LogAppend
-from egress.keys import encode_keys, partitions_of, source_message_id_prefix, source_message_ids, source_scope
+from egress.keys import encode_keys, partitions_of, source_message_id, source_message_ids, source_scope
 from egress.observe import Metrics
 from egress.runtime.options import RunOptions
 from egress.runtime.plan import SourcePlan
@@ -307,8 +307,8 @@ class _Chunker:
         keys, partitions = self._keyed([record.row for record in records])
         scope = self._scope
         appends: list[LogAppend] = [
-            (self._stream_id, partition, source_message_id_prefix(scope, record.source_partition)
-             + record.position.to_bytes(8, "big"), key, record.event_timestamp, record.row)
+            (self._stream_id, partition, source_message_id(scope, record.source_partition, record.position), key,
+             record.event_timestamp, record.row)
             for record, key, partition in zip(records, keys, partitions, strict=True)]
         return appends, set(partitions)
 
