@@ -16,7 +16,8 @@ from __future__ import annotations
 
 import functools
 import hashlib
-from collections.abc import Sequence
+from collections.abc import Iterable, Mapping, Sequence
+from operator import itemgetter
 from typing import Any
 
 import orjson
@@ -42,6 +43,21 @@ def encode_key(values: Sequence[Any]) -> bytes:
         raise TypeError(str(error.__cause__ or error)) from None
 
 
+def encode_keys(rows: Sequence[Mapping[str, Any]], group_by: Sequence[str]) -> list[bytes]:
+    """:func:`encode_key` of each row's ``group_by`` values, in one pass over a batch (a source's
+    chunk); raises ``TypeError`` as :func:`encode_key` does. ``rows`` must hold every ``group_by`` column."""
+    if not group_by:
+        return [EMPTY_KEY] * len(rows)
+    if len(group_by) > 1:
+        values_of = itemgetter(*group_by)
+        return [encode_key(values_of(row)) for row in rows]
+    column = group_by[0]
+    values = [row[column] for row in rows]
+    if values and set(map(type, values)) == {int} and min(values) >= -(1 << 63) and max(values) < 1 << 64:
+        return [b"[%d]" % value for value in values]  # encode_key's one-integer form, for the whole batch
+    return [encode_key((value,)) for value in values]
+
+
 def _bytes_as_text(value: Any) -> str:
     """orjson's ``default`` hook for key values: ``bytes`` become their UTF-8 text."""
     if isinstance(value, bytes):
@@ -60,12 +76,25 @@ def decode_key(encoded: bytes) -> tuple[Any, ...]:
     return tuple(orjson.loads(encoded))
 
 
+_BLAKE2B_8 = hashlib.blake2b(digest_size=8)
+"""The empty 8-byte BLAKE2b state :func:`partition_of` copies per key (cheaper than making one)."""
+
+
 def partition_of(encoded_key: bytes, partition_count: int) -> int:
     """The partition (``0 .. partition_count-1``) that owns ``encoded_key``."""
     if partition_count == 1:
         return 0
-    digest = hashlib.blake2b(encoded_key, digest_size=8).digest()
+    hasher = _BLAKE2B_8.copy()
+    hasher.update(encoded_key)
+    digest = hasher.digest()
+    if 256 % partition_count == 0:  # then the digest's value mod the count is its last byte's
+        return digest[7] % partition_count
     return int.from_bytes(digest, "big") % partition_count
+
+
+def partitions_of(encoded_keys: Iterable[bytes], partition_count: int) -> list[int]:
+    """:func:`partition_of` of each of ``encoded_keys`` (a source's chunk)."""
+    return [partition_of(key, partition_count) for key in encoded_keys]
 
 
 def source_scope(pipeline: str, source_id: str, identity: str = "") -> str:
@@ -79,6 +108,12 @@ def source_message_id(scope: str, source_partition: int, position: int) -> bytes
     """The 20-byte id of the record at ``position`` of a source's partition, ``scope`` from
     :func:`source_scope`: ``blake2b(scope)[:8] || source partition (u32 BE) || position (u64 BE)``."""
     return source_message_id_prefix(scope, source_partition) + position.to_bytes(8, "big")
+
+
+def source_message_ids(scope: str, source_partition: int, positions: Iterable[int]) -> list[bytes]:
+    """:func:`source_message_id` of each of ``positions`` (a source's chunk), the prefix computed once."""
+    prefix = source_message_id_prefix(scope, source_partition)
+    return [prefix + position.to_bytes(8, "big") for position in positions]
 
 
 @functools.lru_cache(maxsize=256)

@@ -99,3 +99,23 @@ def test_an_integer_key_is_stored_exactly_as_the_json_encoder_writes_it() -> Non
     assert encode_key([]) == encode_key(()) == b"[]"
     with pytest.raises(TypeError):
         encode_key([2**64])
+
+
+def test_the_batch_forms_give_the_keys_partitions_and_ids_of_the_one_at_a_time_forms() -> None:
+    """A source reader keys a chunk at a time (``encode_keys``, ``partitions_of``, ``source_message_ids``):
+    the same bytes and partitions as one record at a time, for every key shape and partition count."""
+    import pytest
+
+    from egress.keys import encode_keys, partitions_of, source_message_ids
+
+    rows = [{"id": i, "origin": origin, "big": big}
+            for i, (origin, big) in enumerate([("EWR", 2**64 - 1), ("JFK", -(2**63)), (None, True), ("LGA", 1.5)] * 50)]
+    for group_by in ([], ["id"], ["origin"], ["big"], ["origin", "id"]):
+        keys = encode_keys(rows, group_by)
+        assert keys == [encode_key([row[c] for c in group_by]) for row in rows]
+        for count in (1, 2, 3, 4, 7, 8, 256, 1000):
+            assert partitions_of(keys, count) == [partition_of(key, count) for key in keys]
+    with pytest.raises(TypeError, match="Integer exceeds 64-bit range"):  # as encode_key([2**64])
+        encode_keys([{"id": 1}, {"id": 2**64}], ["id"])
+    positions = [0, 1, 255, 70_000, 2**40]
+    assert source_message_ids("s", 3, positions) == [source_message_id("s", 3, p) for p in positions]

@@ -65,4 +65,5 @@ def test_importing_the_cli_imports_no_connector_until_a_spec_names_it() -> None:
              "'egress.connectors.sinks.firehose_http' in sys.modules)")
     shown = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True).stdout.split()
     # Only the sources' small protocol modules (what the source reader checks a source for) load early.
-    assert shown == ["['egress.connectors.sources.live',", "'egress.connectors.sources.unread']", "True", "False"]
+    assert shown == ["['egress.connectors.sources.chunks',", "'egress.connectors.sources.live',",
+                     "'egress.connectors.sources.unread']", "True", "False"]

@@ -16,10 +16,11 @@ from typing import NamedTuple
 
 from egress.clock import Clock, RealClock
 from egress.connectors.base import SOURCE_KEYS, KeyedLiveSource, LiveSource, ResumableSource, Source, SourceRecord
+from egress.connectors.sources.chunks import ChunkedSource, RecordChunk, chunks_of
 from egress.connectors.sources.live import HoldsBack, UsesClock
 from egress.connectors.sources.unread import unread_records
 from egress.engines import Engine, EpochCommit, LogAppend
-from egress.keys import encode_key, partition_of, source_message_id, source_message_id_prefix, source_scope
+from egress.keys import encode_keys, partitions_of, source_message_id, source_message_ids, source_scope
 from egress.observe import Metrics
 from egress.runtime.options import RunOptions
 from egress.runtime.plan import SourcePlan
@@ -162,11 +163,13 @@ class SourceReader:
         if isinstance(source, ResumableSource):
             source_state = await load_source_state(engine, self.consumer)
             source.resume(source_state)
-        records: Iterator[SourceRecord] = source.records(position)
+        count = self._options.source_chunk
+        chunks = (source.record_chunks(position, count) if isinstance(source, ChunkedSource)
+                  else chunks_of(source.records(position), count))
         while not self._stopping(stop):
             # Parsing and keying run on a worker thread: the event loop thread is the pipeline's
             # critical path (it runs every partition job and sink), so work leaves it where it can.
-            appends, touched, end = await asyncio.to_thread(chunker.take, records, self._options.source_chunk)
+            appends, touched, end = await asyncio.to_thread(chunker.take, chunks)
             if not appends:
                 break
             state_writes = source_state_writes(source, source_state)
@@ -285,7 +288,8 @@ class SourceReader:
 
 
 class _Chunker:
-    """Turns source records into log appends: key, partition and message id for each."""
+    """Turns source records into log appends: key, partition and message id for each, computed a
+    chunk at a time (``egress.keys``' batch forms)."""
 
     def __init__(self, group_by: list[str], stream_id: str, partition_count: int, scope: str) -> None:
         self._group_by = group_by
@@ -293,34 +297,31 @@ class _Chunker:
         self._partition_count = partition_count
         self._scope = scope
 
+    def _keyed(self, rows: list[dict[str, object]]) -> tuple[list[bytes], list[int]]:
+        keys = encode_keys(rows, self._group_by)
+        return keys, partitions_of(keys, self._partition_count)
+
     def take_live(self, records: list[SourceRecord]) -> tuple[list[LogAppend], set[int]]:
         """``records`` of a live source as ``(appends, partitions touched)``; each record's message id
         counts in its own ``source_partition`` (a followed file's number)."""
-        appends: list[LogAppend] = []
-        touched: set[int] = set()
-        for record in records:
-            key = encode_key([record.row[c] for c in self._group_by])
-            partition = partition_of(key, self._partition_count)
-            touched.add(partition)
-            appends.append((self._stream_id, partition,
-                            source_message_id(self._scope, record.source_partition, record.position), key,
-                            record.event_timestamp, record.row))
-        return appends, touched
+        keys, partitions = self._keyed([record.row for record in records])
+        scope = self._scope
+        appends: list[LogAppend] = [
+            (self._stream_id, partition, source_message_id(scope, record.source_partition, record.position), key,
+             record.event_timestamp, record.row)
+            for record, key, partition in zip(records, keys, partitions, strict=True)]
+        return appends, set(partitions)
 
-    def take(self, records: Iterator[SourceRecord], count: int) -> tuple[list[LogAppend], set[int], int]:
-        """Up to ``count`` records as ``(appends, partitions touched, position after the last)``;
-        raises what the source raises (``SourceDataError`` for a bad record)."""
-        appends: list[LogAppend] = []
-        touched: set[int] = set()
-        end = 0
-        group_by, stream_id = self._group_by, self._stream_id
-        partition_count = self._partition_count
-        prefix = source_message_id_prefix(self._scope, 0)  # egress.keys.source_message_id, computed once
-        for record in itertools.islice(records, count):
-            key = encode_key([record.row[c] for c in group_by])
-            partition = partition_of(key, partition_count)
-            touched.add(partition)
-            appends.append((stream_id, partition, prefix + record.position.to_bytes(8, "big"), key,
-                            record.event_timestamp, record.row))
-            end = record.position + 1
-        return appends, touched, end
+    def take(self, chunks: Iterator[RecordChunk]) -> tuple[list[LogAppend], set[int], int]:
+        """The next of ``chunks`` as ``(appends, partitions touched, position after its last record)``,
+        ``([], set(), 0)`` after the last; raises what the source raises (``SourceDataError`` for a
+        bad record)."""
+        chunk = next(chunks, None)
+        if chunk is None:
+            return [], set(), 0
+        keys, partitions = self._keyed(chunk.rows)
+        ids = source_message_ids(self._scope, 0, chunk.positions)
+        # The columns are of the chunk's length: the repeated stream id ends with them.
+        appends = list(zip(itertools.repeat(self._stream_id), partitions, ids, keys, chunk.event_timestamps,
+                           chunk.rows))
+        return appends, set(partitions), chunk.positions[-1] + 1

@@ -16,12 +16,14 @@ import contextlib
 import csv
 import gzip
 import io
+import itertools
 import os
 import zlib
 from collections.abc import Iterator
 from pathlib import Path
-from typing import IO, Any, ClassVar
+from typing import IO, Any, ClassVar, TypeVar
 
+import orjson
 from pydantic import ConfigDict, Field
 
 from egress.connectors.base import SOURCES, SourceRecord
@@ -31,9 +33,18 @@ from egress.connectors.sources.bad_records import (
     WithBadRecords,
     check_bad_record_parameters,
 )
+from egress.connectors.sources.chunks import RecordChunk
 from egress.connectors.sources.follow import FollowedFiles
 from egress.connectors.sources.identity import FileIdentity, changed_error, check_record_count
-from egress.connectors.sources.schema import csv_plan, csv_row, json_row, timestamp_of
+from egress.connectors.sources.schema import (
+    JsonRows,
+    csv_plan,
+    csv_row,
+    document_row,
+    json_row,
+    parse_timestamp,
+    timestamp_of,
+)
 from egress.connectors.sources.unread import estimate
 from egress.errors import SourceDataError, SpecError
 from egress.spec import StreamSpec
@@ -105,6 +116,9 @@ def wrap_text(binary: IO[bytes], path: Path) -> IO[str]:
     if path.suffix == ".gz":
         return io.TextIOWrapper(gzip.GzipFile(fileobj=binary, mode="rb"), encoding=TEXT_ENCODING, newline="")
     return io.TextIOWrapper(binary, encoding=TEXT_ENCODING, newline="")
+
+
+_Read = TypeVar("_Read")
 
 
 class _FileSource(WithBadRecords):
@@ -192,8 +206,12 @@ class _FileSource(WithBadRecords):
         """Records from ``start_position`` on; raises ``SourceDataError`` naming the file for a bad
         record, and for a file that cannot be read (a truncated or fake ``.gz``, bad UTF-8);
         ``SourceChangedError`` for a file that is not the one the committed position was read from."""
+        return self._reading(self._records(start_position))
+
+    def _reading(self, items: Iterator[_Read]) -> Iterator[_Read]:
+        """``items`` read from the file, its end noted, a failure to read it raised as ``unreadable``."""
         try:
-            yield from self._records(start_position)
+            yield from items
             self._ended = True
         except (OSError, EOFError, zlib.error, UnicodeDecodeError, csv.Error) as error:
             raise unreadable(self.path, error) from None
@@ -260,26 +278,78 @@ class JsonlSource(_FileSource):
 
     kind: ClassVar[str] = "jsonl"
 
+    def record_chunks(self, start_position: int, count: int) -> Iterator[RecordChunk]:
+        """``records(start_position)`` in chunks of up to ``count`` records
+        (``egress.connectors.sources.chunks.ChunkedSource``): the lines of a chunk are decoded and
+        checked together, and one at a time only when one of them is blank, bad or needs converting."""
+        return self._reading(self._chunks(start_position, count))
+
     def _records(self, start_position: int) -> Iterator[SourceRecord]:
+        for chunk in self._chunks(start_position, 1):
+            yield from chunk.records()
+
+    def _chunks(self, start_position: int, count: int) -> Iterator[RecordChunk]:
         file = str(self.path)
-        columns = self.stream.columns
-        timestamp_column = self.parameters.timestamp_column
+        rows = JsonRows(self.stream.columns)
         with self._open(start_position) as text:
-            position = 0
-            for line, raw in enumerate(text, start=1):
-                if not raw.strip():
-                    continue
-                if position < start_position:
-                    position += 1
-                    self._passed = position
-                    continue
-                try:
-                    row = json_row(raw, columns, f"{file}:{line}")
-                    timestamp = timestamp_of(row, self.stream, timestamp_column, file, line)
-                except SourceDataError as error:
-                    self.bad_records.handle(error, file, position, raw)
-                else:
-                    yield SourceRecord(position, row, timestamp)
-                position += 1
-                self._passed = position
+            line = position = 0  # lines and records read so far
+            if start_position > 0:
+                for raw in text:
+                    line += 1
+                    if not raw.isspace():  # a blank line is no record
+                        position = self._passed = position + 1
+                        if position == start_position:
+                            break
+            while True:
+                chunk = RecordChunk()
+                # Only as many lines as the chunk lacks records: it ends just after its last record.
+                while len(chunk.rows) < count and (block := list(itertools.islice(text, count - len(chunk.rows)))):
+                    position = self._passed = self._convert(block, line + 1, position, rows, chunk)
+                    line += len(block)
+                if not chunk.rows:
+                    break
+                yield chunk
             check_record_count(file, self.source_id, start_position, position)
+
+    def _convert(self, block: list[str], first_line: int, position: int, rows: JsonRows, chunk: RecordChunk) -> int:
+        """Add the records of the lines ``block`` (the first one line ``first_line``, its first record
+        at ``position``) to ``chunk``; returns the position after them."""
+        try:
+            documents: list[Any] | None = list(map(orjson.loads, block))
+        except orjson.JSONDecodeError:  # a blank or bad line: its error is raised below, in its order
+            documents = None
+        converted = None if documents is None else rows.rows(documents)
+        timestamps = None if converted is None else self._timestamps(converted)
+        if converted is not None and timestamps is not None:
+            chunk.positions.extend(range(position, position + len(converted)))
+            chunk.rows.extend(converted)
+            chunk.event_timestamps.extend(timestamps)
+            return position + len(converted)
+        file, column = str(self.path), self.parameters.timestamp_column
+        for offset, raw in enumerate(block):
+            if raw.isspace():
+                continue
+            line = first_line + offset
+            try:
+                if documents is None:
+                    row = json_row(raw, rows.columns, f"{file}:{line}")
+                else:
+                    row = rows.row(documents[offset]) or document_row(documents[offset], rows.columns, f"{file}:{line}")
+                timestamp = timestamp_of(row, self.stream, column, file, line)
+            except SourceDataError as error:
+                self.bad_records.handle(error, file, position, raw)
+            else:
+                chunk.append(position, row, timestamp)
+            position += 1
+        return position
+
+    def _timestamps(self, rows: list[dict[str, Any]]) -> list[float | None] | None:
+        """The event timestamps of ``rows`` (all ``None`` without a timestamp column); ``None`` when
+        one cannot be parsed (its error is raised one record at a time)."""
+        column = self.parameters.timestamp_column
+        if column is None:
+            return [None] * len(rows)
+        try:
+            return [None if row[column] is None else parse_timestamp(row[column]) for row in rows]
+        except ValueError:
+            return None

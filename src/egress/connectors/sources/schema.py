@@ -5,7 +5,8 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from datetime import datetime
-from typing import Any
+from operator import itemgetter
+from typing import Any, cast
 
 import orjson
 
@@ -107,6 +108,11 @@ def json_row(raw: bytes | str, columns: list[Column], where: str) -> dict[str, A
         document = orjson.loads(raw)
     except orjson.JSONDecodeError as error:
         raise record_error(where, None, f"not valid JSON ({error})") from None
+    return document_row(document, columns, where)
+
+
+def document_row(document: Any, columns: list[Column], where: str) -> dict[str, Any]:
+    """The row of the decoded JSON ``document`` (:func:`json_row` after decoding); raises ``SourceDataError``."""
     if not isinstance(document, dict):
         raise record_error(where, None, f"expected a JSON object, got {type(document).__name__}")
     row: dict[str, Any] = {}
@@ -122,6 +128,76 @@ def json_row(raw: bytes | str, columns: list[Column], where: str) -> dict[str, A
         except ValueError as error:
             raise record_error(where, column.name, str(error)) from None
     return row
+
+
+class JsonRows:
+    """The row check of one schema's ``columns``, set up once: :meth:`rows` checks a chunk's
+    documents together, a column at a time, and :meth:`row` one document without
+    :func:`document_row`'s per-column loop, for the documents that need no conversion (the usual ones)."""
+
+    _MAX_SHAPES = 4096  # distinct value-type tuples remembered (2 ** nullable columns at most)
+
+    def __init__(self, columns: list[Column]) -> None:
+        self.columns = columns
+        self._names = tuple(column.name for column in columns)
+        self._int64_names = tuple(column.name for column in columns if column.type == "int64")
+        self._plain_shapes: dict[tuple[type, ...], bool] = {}
+        # Per column: its values' getter, the types a value may have to go into a row unconverted, int64 or not.
+        self._column_checks = [
+            (itemgetter(column.name),
+             frozenset({_EXACT_JSON_TYPES[column.type]} | (set() if column.required else {type(None)})),
+             column.type == "int64")
+            for column in columns]
+
+    def rows(self, documents: list[Any]) -> list[dict[str, Any]] | None:
+        """The rows of the decoded JSON ``documents``, ``None`` unless :meth:`row` gives one for
+        each. Documents that all hold exactly the schema's keys in its order, each value of its
+        column's exact JSON type or a null it may hold, are their own rows, checked a column at a
+        time over all of them; the others one at a time."""
+        if self._plain_documents(documents):
+            return documents
+        rows = list(map(self.row, documents))
+        return None if None in rows else cast(list[dict[str, Any]], rows)
+
+    def _plain_documents(self, documents: list[Any]) -> bool:
+        if set(map(type, documents)) != {dict} or set(map(tuple, documents)) != {self._names}:
+            return False
+        for value_of, allowed, int64 in self._column_checks:
+            values = list(map(value_of, documents))
+            kinds = set(map(type, values))
+            if not kinds <= allowed:
+                return False
+            numbers = [value for value in values if value is not None] if type(None) in kinds else values
+            if int64 and numbers and not (min(numbers) >= INT64_MIN and max(numbers) <= INT64_MAX):
+                return False
+        return True
+
+    def row(self, document: Any) -> dict[str, Any] | None:
+        """The row of the decoded JSON ``document`` when every schema column's value is of its exact
+        JSON type or a null it may hold (an int64 in range), else ``None``: then :func:`document_row`
+        converts it or names what is wrong. A document holding exactly the schema's keys, in its
+        order, is its own row (no copy)."""
+        if type(document) is not dict:
+            return None
+        names = self._names
+        row = document if tuple(document) == names else {name: document.get(name) for name in names}
+        shape = tuple(map(type, row.values()))
+        plain = self._plain_shapes.get(shape)
+        if plain is None:
+            plain = self._is_plain(shape)
+            if len(self._plain_shapes) < self._MAX_SHAPES:
+                self._plain_shapes[shape] = plain
+        if not plain:
+            return None
+        for name in self._int64_names:
+            value = row[name]
+            if value is not None and not INT64_MIN <= value <= INT64_MAX:
+                return None
+        return row
+
+    def _is_plain(self, shape: tuple[type, ...]) -> bool:
+        """Whether values of the types ``shape`` (in column order) go into a row unconverted."""
+        return all(kind in allowed for kind, (_, allowed, _) in zip(shape, self._column_checks, strict=True))
 
 
 def timestamp_of(

@@ -1,0 +1,126 @@
+"""A source reader's log appends: message ids, keys, partitions and rows of a file source, the chunks
+it commits and their positions. The ids are fixed: they are the idempotency keys persisted in logs
+and outboxes, so a changed id would deliver a record again after an upgrade."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import orjson
+import pytest
+
+from egress.connectors.sources import CsvSource, JsonlSource
+from egress.connectors.sources.files import CsvSourceParameters, FileSourceParameters
+from egress.engines import LogMessage, SqliteEngine
+from egress.observe import Metrics
+from egress.runtime.options import RunOptions
+from egress.runtime.plan import SourcePlan
+from egress.runtime.source_reader import POSITION, SourceReader
+from egress.spec import StreamSpec
+
+STREAM = StreamSpec.model_validate({"schema": [
+    {"name": "id", "type": "int64", "required": True},
+    {"name": "origin", "type": "string"},
+    {"name": "distance", "type": "double"},
+    {"name": "time_hour", "type": "string"},
+], "group_by": ["id"]})
+
+LINES = [
+    {"id": 0, "origin": "EWR", "distance": 1400.0, "time_hour": "2013-01-01T10:00:00Z"},
+    {"id": 1, "origin": "JFK", "distance": 1089, "time_hour": "2013-01-01T11:00:00Z"},  # an int for a double
+    {"time_hour": "2013-01-01T12:00:00Z", "id": 2, "extra": [1, 2], "origin": None},  # another key order
+    {"id": "three"},  # a bad record: skipped, it keeps its position
+    {"id": 4},
+    {"id": 5, "origin": "LGA", "distance": 17.0, "time_hour": "2013-01-01T13:00:00Z"},
+    {"id": 6, "origin": "EWR", "distance": 200.5, "time_hour": None},
+]
+
+JSONL_ID = "c40143d09325089700000000"  # blake2b(scope)[:8] || source partition 0
+CSV_ID = "87ae2efad729750600000000"
+
+
+def _stream(group_by: list[str]) -> StreamSpec:
+    return StreamSpec.model_validate({**STREAM.model_dump(by_alias=True), "group_by": group_by})
+
+
+Commits = list[dict[tuple[str, int], int]]
+
+
+async def _read(tmp_path: Path, source_class: Any, parameters: Any, chunk: int = 2, partition_count: int = 4,
+                state: str = "state", stream: StreamSpec = STREAM) -> tuple[list[LogMessage], Commits]:
+    """Run a reader over the file source to its end; the log's messages in id order and the positions it committed."""
+    engine = SqliteEngine(tmp_path / state, "pinned")
+    await engine.open()
+    commits: Commits = []
+    commit = engine.commit
+
+    async def recording(epoch_commit: Any) -> None:
+        commits.append(dict(epoch_commit.input_positions))
+        await commit(epoch_commit)
+
+    engine.commit = recording  # type: ignore[method-assign,assignment]
+    try:
+        plan = SourcePlan("flights", source_class, parameters, "rows", stream)
+        reader = SourceReader(plan, engine, tmp_path, partition_count, Metrics(), RunOptions(source_chunk=chunk),
+                              lambda partition: None, "pinned_pipeline")
+        await reader.run()
+        assert reader.finished
+        messages = [m for p in range(partition_count) for m in await engine.read("rows", p, 0, 100)]
+    finally:
+        await engine.close()
+    return sorted(messages, key=lambda m: m.message_id), commits
+
+
+def _jsonl(tmp_path: Path) -> FileSourceParameters:
+    (tmp_path / "flights.jsonl").write_bytes(b"\n".join(orjson.dumps(line) for line in LINES[:3]) + b"\n\n"
+                                              + b"\n".join(orjson.dumps(line) for line in LINES[3:]) + b"\n")
+    return FileSourceParameters(path="flights.jsonl", on_bad_record="skip", timestamp_column="time_hour")
+
+
+async def test_a_jsonl_sources_ids_keys_partitions_and_rows_are_the_pinned_ones(tmp_path: Path) -> None:
+    messages, _ = await _read(tmp_path, JsonlSource, _jsonl(tmp_path))
+    assert [(m.message_id.hex(), m.partition, m.key, m.event_timestamp) for m in messages] == [
+        (f"{JSONL_ID}{0:016x}", 0, b"[0]", 1357034400.0), (f"{JSONL_ID}{1:016x}", 1, b"[1]", 1357038000.0),
+        (f"{JSONL_ID}{2:016x}", 0, b"[2]", 1357041600.0), (f"{JSONL_ID}{4:016x}", 3, b"[4]", None),
+        (f"{JSONL_ID}{5:016x}", 2, b"[5]", 1357045200.0), (f"{JSONL_ID}{6:016x}", 2, b"[6]", None)]
+    # Rows in schema order, whatever the line's key order; an int widened for a double, a missing key null.
+    assert [list(m.row.items()) for m in messages[:3]] == [
+        [("id", 0), ("origin", "EWR"), ("distance", 1400.0), ("time_hour", "2013-01-01T10:00:00Z")],
+        [("id", 1), ("origin", "JFK"), ("distance", 1089.0), ("time_hour", "2013-01-01T11:00:00Z")],
+        [("id", 2), ("origin", None), ("distance", None), ("time_hour", "2013-01-01T12:00:00Z")]]
+    assert type(messages[1].row["distance"]) is float
+
+
+async def test_each_chunk_commits_the_position_after_its_last_record(tmp_path: Path) -> None:
+    """Chunks of 2 records: the skipped record 3 counts in the second chunk's position."""
+    _, commits = await _read(tmp_path, JsonlSource, _jsonl(tmp_path))
+    assert [c[POSITION] for c in commits] == [2, 5, 7]
+
+
+async def test_a_csv_sources_ids_keys_partitions_and_rows_are_the_pinned_ones(tmp_path: Path) -> None:
+    (tmp_path / "f.csv").write_text("id,origin,distance,time_hour\n0,EWR,1400,2013-01-01T10:00:00Z\n1,JFK,NA,\n"
+                                    "x,LGA,,\n3,,17.5,\n")
+    messages, commits = await _read(tmp_path, CsvSource, CsvSourceParameters(path="f.csv", on_bad_record="skip"))
+    assert [(m.message_id.hex(), m.partition, m.key, list(m.row.values())) for m in messages] == [
+        (f"{CSV_ID}{0:016x}", 0, b"[0]", [0, "EWR", 1400.0, "2013-01-01T10:00:00Z"]),
+        (f"{CSV_ID}{1:016x}", 1, b"[1]", [1, "JFK", None, None]),
+        (f"{CSV_ID}{3:016x}", 3, b"[3]", [3, None, 17.5, None])]
+    assert [c[POSITION] for c in commits] == [2, 4]
+
+
+@pytest.mark.parametrize(("group_by", "partition_count", "expected"), [
+    (["id"], 1, [(0, b"[0]"), (0, b"[1]"), (0, b"[2]"), (0, b"[4]"), (0, b"[5]"), (0, b"[6]")]),
+    (["id"], 3, [(0, b"[0]"), (0, b"[1]"), (0, b"[2]"), (2, b"[4]"), (0, b"[5]"), (1, b"[6]")]),
+    (["id"], 8, [(4, b"[0]"), (1, b"[1]"), (0, b"[2]"), (3, b"[4]"), (6, b"[5]"), (6, b"[6]")]),
+    (["origin"], 4, [(0, b'["EWR"]'), (2, b'["JFK"]'), (3, b"[null]"), (3, b"[null]"), (1, b'["LGA"]'),
+                     (0, b'["EWR"]')]),
+    (["origin", "id"], 4, [(3, b'["EWR",0]'), (1, b'["JFK",1]'), (3, b"[null,2]"), (0, b"[null,4]"),
+                           (2, b'["LGA",5]'), (3, b'["EWR",6]')]),
+    ([], 4, [(3, b"[]")] * 6),
+])
+async def test_keys_and_partitions_are_the_pinned_ones_for_each_key_shape_and_partition_count(
+        tmp_path: Path, group_by: list[str], partition_count: int, expected: list[tuple[int, bytes]]) -> None:
+    messages, _ = await _read(tmp_path, JsonlSource, _jsonl(tmp_path), partition_count=partition_count,
+                              stream=_stream(group_by))
+    assert [(m.partition, m.key) for m in messages] == expected
