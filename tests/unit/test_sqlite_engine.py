@@ -11,6 +11,7 @@ import pytest
 
 from egress.engines import EpochCommit, OutboxMessage, SinkProgress, SqliteEngine
 from egress.engines.sqlite import MIGRATION_BATCH, read_metadata
+from egress.rows import unpack_batch
 from egress.errors import StateDirectoryError
 
 
@@ -315,6 +316,50 @@ async def test_the_tail_is_bounded_and_older_messages_are_read_from_the_database
     assert engine._tail.bytes <= 200
     assert [m.row["n"] for m in await engine.read("in", 0, 5, 100)] == list(range(5, 60))
     await engine.close()
+
+
+async def test_a_read_continuing_inside_a_batch_decodes_it_no_more(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Epochs of 3 messages reading a batch of 10 decode it once, not once per epoch (from the tail
+    and from the database alike)."""
+    import egress.engines.sqlite as sqlite_engine
+
+    decoded: list[bytes] = []
+
+    def counting_unpack(blob: bytes) -> list[list[Any]]:
+        decoded.append(blob)
+        return unpack_batch(blob)
+
+    monkeypatch.setattr(sqlite_engine, "unpack_batch", counting_unpack)
+    engine = SqliteEngine(tmp_path, "p")
+    await engine.open()
+    epoch = await engine.acquire("source:s", 0)
+    await engine.commit(EpochCommit("source:s", 0, epoch, {("", 0): 10}, log_appends=_appends("in", 0, 0, 10)))
+    for reopened in (False, True):
+        if reopened:  # the tail is gone: the batch is read from the database
+            await engine.close()
+            engine = SqliteEngine(tmp_path, "p")
+            await engine.open()
+        decoded.clear()
+        read: list[int] = []
+        while batch := await engine.read("in", 0, len(read), 3):
+            read.extend(m.row["n"] for m in batch)
+        assert read == list(range(10))
+        assert len(decoded) == 1
+    await engine.close()
+
+
+def test_batch_rests_keep_at_most_their_limit_of_messages_dropping_the_oldest_first() -> None:
+    from egress.engines.sqlite import BatchRests
+
+    rests = BatchRests(10)
+    rests.keep("in", 0, 4, [[b"m%d" % i] for i in range(10)], 4)  # offsets 4..9: 6 messages
+    rests.keep("in", 1, 2, [[b"n%d" % i] for i in range(8)], 2)  # 6 more: the first rest is dropped
+    assert rests.messages == 6
+    assert rests.take("in", 0, 4) is None
+    assert rests.take("in", 1, 3) is None  # only the rest starting at its own offset is taken
+    taken = rests.take("in", 1, 2)
+    assert taken is not None and taken[1] == 2 and len(taken[0]) == 8
+    assert rests.take("in", 1, 2) is None and rests.messages == 0
 
 
 def test_the_tail_answers_only_from_a_contiguous_run_that_reaches_the_durable_end() -> None:
