@@ -463,6 +463,26 @@ async def test_a_new_state_directory_uses_16_kib_pages_and_an_existing_one_keeps
     db.close()
 
 
+async def test_deleting_an_acknowledged_outbox_batch_does_not_write_its_freed_pages_again(tmp_path: Path) -> None:
+    """The commit that trims a persisted outbox batch of ~20 pages adds a few pages to the
+    write-ahead log (the tables it changes), not the batch's pages zeroed (``secure_delete``)."""
+    from egress.engines.sqlite import PAGE_SIZE
+
+    engine = SqliteEngine(tmp_path, "p")
+    await engine.open()
+    epoch = await engine.acquire("c", 0)
+    outbox = [OutboxMessage(seq, "out", b"m%d" % seq, b"[1]", None, {"payload": "x" * 1000}) for seq in range(1, 301)]
+    await engine.commit(EpochCommit("c", 0, epoch, outbox=outbox))
+    wal = tmp_path / "egress.sqlite3-wal"
+    before = wal.stat().st_size
+    await engine.commit(EpochCommit("c", 0, epoch, sink_progress={"http": SinkProgress("", b"m300", 300)},
+                                    outbox_acknowledged_seq=300))
+    frames = (wal.stat().st_size - before) // (PAGE_SIZE + 24)
+    assert (await engine.load_checkpoint("c", 0, ["http"])).outbox == []
+    await engine.close()
+    assert frames <= 8
+
+
 async def test_a_shared_engine_reads_and_appends_past_another_process_s_append_to_its_last_log_partition(
         tmp_path: Path) -> None:
     """Shared, what this engine appended last is not the end: another process's append after it is
