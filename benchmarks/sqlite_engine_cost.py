@@ -4,8 +4,9 @@ What is measured, in one process (every thread: ``resource.getrusage(RUSAGE_SELF
 on a fresh state directory with the engine's defaults (WAL, ``synchronous=FULL``):
 
 1. a source reader commits ``--messages`` (100,000) messages of ~330-byte rows (an ``id`` and a
-   ~300-character ``payload``, as ``benchmarks/delivery.py``'s) in chunks of ``--chunk`` (2,048),
-   spread over ``--partitions`` (4) log partitions, each chunk one commit with its position;
+   ~300-character ``payload``, as ``benchmarks/delivery.py``'s) in chunks of ``--chunk`` (4,096,
+   the runtime's ``source_chunk``), spread over ``--partitions`` (4) log partitions, each chunk one
+   commit with its position;
 2. after each chunk, each partition job reads its partition ``--epoch`` (230: 100,000 messages in
    ~435 epochs, as in the delivery benchmark) messages at a time and commits each epoch: its
    input position, one outbox message per message read (``{"payload": ...}``), its sink's progress
@@ -38,11 +39,10 @@ SOURCE = "source:payloads"
 
 def payload(index: int) -> str:
     """A ~300-character JSON body, different per message (as the flight rows are)."""
-    return ('{"year":2013,"month":1,"day":%d,"dep_time":%d,"sched_dep_time":515,"dep_delay":2.0,'
-            '"arr_time":830,"sched_arr_time":819,"arr_delay":11.0,"carrier":"UA","flight":%d,'
-            '"tailnum":"N14228","origin":"EWR","dest":"IAH","air_time":227.0,"distance":1400,'
-            '"hour":5,"minute":15,"time_hour":"2013-01-01T10:00:00Z","index":%d}'
-            % (index % 31, index % 2400, index % 9999, index))
+    return (f'{{"year":2013,"month":1,"day":{index % 31},"dep_time":{index % 2400},"sched_dep_time":515,'
+            f'"dep_delay":2.0,"arr_time":830,"sched_arr_time":819,"arr_delay":11.0,"carrier":"UA",'
+            f'"flight":{index % 9999},"tailnum":"N14228","origin":"EWR","dest":"IAH","air_time":227.0,'
+            f'"distance":1400,"hour":5,"minute":15,"time_hour":"2013-01-01T10:00:00Z","index":{index}}}')
 
 
 def source_chunks(count: int, chunk: int, partitions: int) -> list[list[LogAppend]]:
@@ -108,7 +108,7 @@ def cpu() -> float:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
     parser.add_argument("--messages", type=int, default=100_000)
-    parser.add_argument("--chunk", type=int, default=2048)
+    parser.add_argument("--chunk", type=int, default=4096)
     parser.add_argument("--partitions", type=int, default=4)
     parser.add_argument("--epoch", type=int, default=230)
     parser.add_argument("--repeat", type=int, default=3)

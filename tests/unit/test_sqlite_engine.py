@@ -11,8 +11,8 @@ import pytest
 
 from egress.engines import EpochCommit, OutboxMessage, SinkProgress, SqliteEngine
 from egress.engines.sqlite import MIGRATION_BATCH, read_metadata
-from egress.rows import unpack_batch
 from egress.errors import StateDirectoryError
+from egress.rows import unpack_batch
 
 
 async def test_one_process_owns_a_state_directory(tmp_path: Path) -> None:
@@ -318,7 +318,8 @@ async def test_the_tail_is_bounded_and_older_messages_are_read_from_the_database
     await engine.close()
 
 
-async def test_a_read_continuing_inside_a_batch_decodes_it_no_more(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+async def test_a_read_continuing_inside_a_batch_decodes_it_no_more(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Epochs of 3 messages reading a batch of 10 decode it once, not once per epoch (from the tail
     and from the database alike)."""
     import egress.engines.sqlite as sqlite_engine
@@ -352,14 +353,14 @@ def test_batch_rests_keep_at_most_their_limit_of_messages_dropping_the_oldest_fi
     from egress.engines.sqlite import BatchRests
 
     rests = BatchRests(10)
-    rests.keep("in", 0, 4, [[b"m%d" % i] for i in range(10)], 4)  # offsets 4..9: 6 messages
-    rests.keep("in", 1, 2, [[b"n%d" % i] for i in range(8)], 2)  # 6 more: the first rest is dropped
+    rests.keep("in", 0, 4, [[b"m%d" % i] for i in range(4, 10)])  # offsets 4..9: 6 messages
+    rests.keep("in", 1, 2, [[b"n%d" % i] for i in range(2, 8)])  # 6 more: the first rest is dropped
     assert rests.messages == 6
     assert rests.take("in", 0, 4) is None
     assert rests.take("in", 1, 3) is None  # only the rest starting at its own offset is taken
-    taken = rests.take("in", 1, 2)
-    assert taken is not None and taken[1] == 2 and len(taken[0]) == 8
-    assert rests.take("in", 1, 2) is None and rests.messages == 0
+    assert rests.take("in", 1, 2) == [[b"n%d" % i] for i in range(2, 8)]
+    assert rests.take("in", 1, 2) is None
+    assert rests.messages == 0
 
 
 def test_the_tail_answers_only_from_a_contiguous_run_that_reaches_the_durable_end() -> None:

@@ -581,10 +581,9 @@ class SqliteEngine:
         rest = self._rests.take(stream, partition, after)
         if rest is None:
             return self._read_stored(stream, partition, after, limit)
-        entries, index = rest
-        messages = _entry_messages(stream, partition, after, entries[index:index + limit])
-        if len(entries) - index > limit:
-            self._rests.keep(stream, partition, after + limit, entries, index + limit)
+        messages = _entry_messages(stream, partition, after, rest[:limit])
+        if len(rest) > limit:
+            self._rests.keep(stream, partition, after + limit, rest[limit:])
             return messages
         if len(messages) < limit:
             messages.extend(self._read_stored(stream, partition, after + len(messages), limit - len(messages)))
@@ -861,14 +860,16 @@ class SqliteEngine:
                 "ON CONFLICT DO UPDATE SET row = excluded.row",
                 [(name, key, value) for (name, key), value in writes if value is not None],
             )
-        db.executemany(
-            "DELETE FROM timers WHERE consumer = ? AND partition = ? AND key = ? AND trigger_ts = ? AND domain = ?",
-            [(c, p, key, ts, _domain(rest)) for key, ts, *rest in commit.timers_deleted],
-        )
-        db.executemany(
-            "INSERT OR IGNORE INTO timers (consumer, partition, key, trigger_ts, domain) VALUES (?, ?, ?, ?, ?)",
-            [(c, p, key, ts, _domain(rest)) for key, ts, *rest in commit.timers_set],
-        )
+        if commit.timers_deleted:
+            db.executemany(
+                "DELETE FROM timers WHERE consumer = ? AND partition = ? AND key = ? AND trigger_ts = ? AND domain = ?",
+                [(c, p, key, ts, _domain(rest)) for key, ts, *rest in commit.timers_deleted],
+            )
+        if commit.timers_set:
+            db.executemany(
+                "INSERT OR IGNORE INTO timers (consumer, partition, key, trigger_ts, domain) VALUES (?, ?, ?, ?, ?)",
+                [(c, p, key, ts, _domain(rest)) for key, ts, *rest in commit.timers_set],
+            )
         if commit.watermark is not None:
             db.execute(
                 "INSERT INTO watermarks (consumer, partition, watermark) VALUES (?, ?, ?) "
@@ -935,7 +936,7 @@ def _messages(stream: str, partition: int, after: int, end: int,
         entries = unpack_batch(blob)
         messages.extend(_entry_messages(stream, partition, offset + start, entries[start:end - offset]))
         if len(entries) > end - offset:
-            rests.keep(stream, partition, end, entries, end - offset)
+            rests.keep(stream, partition, end, entries[end - offset:])
     return messages
 
 
@@ -949,34 +950,31 @@ def _entry_messages(stream: str, partition: int, first: int, entries: list[list[
 
 class BatchRests:
     """The decoded rests of log batches that reads stopped inside, by ``(stream, partition, offset
-    of the first message left)``: the entries as :data:`~egress.rows.unpack_batch` returned them
-    and the index of that message. No message of a rest was handed to a reader, so each read still
-    gets rows of its own. At most ``limit_messages`` messages are kept, the oldest rest dropped
-    first; a rest is taken once. Log batches never change once committed (trimming deletes only
-    batches every reader is past, and :meth:`clear` follows it), so a rest stays true. Used on the
-    engine's database thread only."""
+    of the first message left)``: entries ``[message id, key, event timestamp, row]`` as
+    :data:`~egress.rows.unpack_batch` returned them. No message of a rest was handed to a reader,
+    so each read still gets rows of its own. At most ``limit_messages`` messages are kept, the
+    oldest rest dropped first; a rest is taken once. Log batches never change once committed
+    (trimming deletes only batches every reader is past, and :meth:`clear` follows it), so a rest
+    stays true. Used on the engine's database thread only."""
 
     def __init__(self, limit_messages: int) -> None:
         self._limit = limit_messages
-        self._rests: dict[tuple[str, int, int], tuple[list[list[Any]], int]] = {}
+        self._rests: dict[tuple[str, int, int], list[list[Any]]] = {}
         self.messages = 0
 
-    def keep(self, stream: str, partition: int, offset: int, entries: list[list[Any]], index: int) -> None:
-        """Keep ``entries[index:]``, the messages of ``(stream, partition)`` from ``offset`` on."""
-        replaced = self._rests.pop((stream, partition, offset), None)
-        if replaced is not None:
-            self.messages -= len(replaced[0]) - replaced[1]
-        self._rests[(stream, partition, offset)] = (entries, index)
-        self.messages += len(entries) - index
+    def keep(self, stream: str, partition: int, offset: int, entries: list[list[Any]]) -> None:
+        """Keep ``entries``, the messages of ``(stream, partition)`` from ``offset`` on."""
+        self.take(stream, partition, offset)
+        self._rests[(stream, partition, offset)] = entries
+        self.messages += len(entries)
         while self.messages > self._limit:
-            oldest_entries, oldest_index = self._rests.pop(next(iter(self._rests)))
-            self.messages -= len(oldest_entries) - oldest_index
+            self.messages -= len(self._rests.pop(next(iter(self._rests))))
 
-    def take(self, stream: str, partition: int, offset: int) -> tuple[list[list[Any]], int] | None:
+    def take(self, stream: str, partition: int, offset: int) -> list[list[Any]] | None:
         """The rest that starts at ``offset`` of ``(stream, partition)`` (removed), ``None`` if none is kept."""
         rest = self._rests.pop((stream, partition, offset), None)
         if rest is not None:
-            self.messages -= len(rest[0]) - rest[1]
+            self.messages -= len(rest)
         return rest
 
     def clear(self) -> None:
