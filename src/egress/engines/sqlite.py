@@ -9,9 +9,11 @@ commit appended to one ``(stream, partition)`` (dense offsets from the row's ``o
 ``outbox_batches`` the output messages one commit added for one stream (their seqs inside), each as
 one MessagePack array (``egress.rows``, which keeps ``bytes`` values exact). SQLite's cost is per
 row (measured here: ~7 µs to insert a ~330-byte message row, ~3 µs a message in a batch), so a batch
-of a thousand messages costs about what one message row did. External state rows stay one row per
-key. Directories of layout versions 1 and 2 (one row per message, rows as JSON in version 1) are
-converted on open, in one transaction, and marked version 3, which an egress of version 2 cannot read.
+of a thousand messages costs about what one message row did; a read that stops inside a batch
+leaves the rest decoded for the read that continues there (:class:`BatchRests`). External state
+rows stay one row per key. Directories of layout versions 1 and 2 (one row per message, rows as
+JSON in version 1) are converted on open, in one transaction, and marked version 3, which an egress
+of version 2 cannot read.
 
 Leases (``leases``: owner and expiry beside ``ownership``'s epoch) and cluster members
 (``members``) are tables of the same database; their TTLs are measured on the engine's clock
