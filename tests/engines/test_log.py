@@ -51,6 +51,27 @@ async def test_a_read_starts_at_the_position_and_returns_at_most_the_limit(engin
     assert await engine.read("never_written", 0, 0, 5) == []
 
 
+async def test_reads_continuing_inside_a_batch_give_each_message_once_with_rows_of_their_own(engine: Engine) -> None:
+    """Epoch-sized reads of a larger committed batch, by two readers at their own positions, each
+    changing the rows it got: every message comes once per reader, in order, as committed."""
+    epoch = await engine.acquire("source:s", 0)
+    await engine.commit(EpochCommit("source:s", 0, epoch, log_appends=appends("events", 0, 10)))
+    await engine.commit(EpochCommit("source:s", 0, epoch, log_appends=appends("events", 0, 5, start=10)))
+    got: dict[str, list[int]] = {"a": [], "b": []}
+    positions = {"a": 0, "b": 0}
+    for reader, limit in [("a", 3), ("b", 4), ("a", 3), ("a", 5), ("b", 4), ("b", 2), ("a", 10), ("b", 10)]:
+        batch = await engine.read("events", 0, positions[reader], limit)
+        assert len(batch) == min(limit, 15 - positions[reader])
+        for message in batch:
+            got[reader].append(message.row["i"])
+            assert message.offset == message.row["i"]
+            message.row["i"] = "changed"
+        positions[reader] += len(batch)
+    assert got == {"a": list(range(15)), "b": list(range(15))}
+    assert [m.row["i"] for m in await engine.read("events", 0, 2, 4)] == [2, 3, 4, 5]
+    assert [m.row["i"] for m in await engine.read("events", 0, 6, 100)] == list(range(6, 15))
+
+
 async def test_end_offset_is_the_offset_the_next_appended_message_gets(engine: Engine) -> None:
     assert await engine.end_offset("out", 0) == 0
     epoch = await engine.acquire("c", 0)

@@ -12,6 +12,7 @@ import pytest
 from egress.engines import EpochCommit, OutboxMessage, SinkProgress, SqliteEngine
 from egress.engines.sqlite import MIGRATION_BATCH, read_metadata
 from egress.errors import StateDirectoryError
+from egress.rows import unpack_batch
 
 
 async def test_one_process_owns_a_state_directory(tmp_path: Path) -> None:
@@ -317,6 +318,51 @@ async def test_the_tail_is_bounded_and_older_messages_are_read_from_the_database
     await engine.close()
 
 
+async def test_a_read_continuing_inside_a_batch_decodes_it_no_more(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Epochs of 3 messages reading a batch of 10 decode it once, not once per epoch (from the tail
+    and from the database alike)."""
+    import egress.engines.sqlite as sqlite_engine
+
+    decoded: list[bytes] = []
+
+    def counting_unpack(blob: bytes) -> list[list[Any]]:
+        decoded.append(blob)
+        return unpack_batch(blob)
+
+    monkeypatch.setattr(sqlite_engine, "unpack_batch", counting_unpack)
+    engine = SqliteEngine(tmp_path, "p")
+    await engine.open()
+    epoch = await engine.acquire("source:s", 0)
+    await engine.commit(EpochCommit("source:s", 0, epoch, {("", 0): 10}, log_appends=_appends("in", 0, 0, 10)))
+    for reopened in (False, True):
+        if reopened:  # the tail is gone: the batch is read from the database
+            await engine.close()
+            engine = SqliteEngine(tmp_path, "p")
+            await engine.open()
+        decoded.clear()
+        read: list[int] = []
+        while batch := await engine.read("in", 0, len(read), 3):
+            read.extend(m.row["n"] for m in batch)
+        assert read == list(range(10))
+        assert len(decoded) == 1
+    await engine.close()
+
+
+def test_batch_rests_keep_at_most_their_limit_of_messages_dropping_the_oldest_first() -> None:
+    from egress.engines.sqlite import BatchRests
+
+    rests = BatchRests(10)
+    rests.keep("in", 0, 4, [[b"m%d" % i] for i in range(4, 10)])  # offsets 4..9: 6 messages
+    rests.keep("in", 1, 2, [[b"n%d" % i] for i in range(2, 8)])  # 6 more: the first rest is dropped
+    assert rests.messages == 6
+    assert rests.take("in", 0, 4) is None
+    assert rests.take("in", 1, 3) is None  # only the rest starting at its own offset is taken
+    assert rests.take("in", 1, 2) == [[b"n%d" % i] for i in range(2, 8)]
+    assert rests.take("in", 1, 2) is None
+    assert rests.messages == 0
+
+
 def test_the_tail_answers_only_from_a_contiguous_run_that_reaches_the_durable_end() -> None:
     from egress.engines.sqlite import LogTail
 
@@ -416,6 +462,26 @@ async def test_a_new_state_directory_uses_16_kib_pages_and_an_existing_one_keeps
     db = sqlite3.connect(tmp_path / "egress.sqlite3")
     assert db.execute("PRAGMA page_size").fetchone() == (4096,)
     db.close()
+
+
+async def test_deleting_an_acknowledged_outbox_batch_does_not_write_its_freed_pages_again(tmp_path: Path) -> None:
+    """The commit that trims a persisted outbox batch of ~20 pages adds a few pages to the
+    write-ahead log (the tables it changes), not the batch's pages zeroed (``secure_delete``)."""
+    from egress.engines.sqlite import PAGE_SIZE
+
+    engine = SqliteEngine(tmp_path, "p")
+    await engine.open()
+    epoch = await engine.acquire("c", 0)
+    outbox = [OutboxMessage(seq, "out", b"m%d" % seq, b"[1]", None, {"payload": "x" * 1000}) for seq in range(1, 301)]
+    await engine.commit(EpochCommit("c", 0, epoch, outbox=outbox))
+    wal = tmp_path / "egress.sqlite3-wal"
+    before = wal.stat().st_size
+    await engine.commit(EpochCommit("c", 0, epoch, sink_progress={"http": SinkProgress("", b"m300", 300)},
+                                    outbox_acknowledged_seq=300))
+    frames = (wal.stat().st_size - before) // (PAGE_SIZE + 24)
+    assert (await engine.load_checkpoint("c", 0, ["http"])).outbox == []
+    await engine.close()
+    assert frames <= 8
 
 
 async def test_a_shared_engine_reads_and_appends_past_another_process_s_append_to_its_last_log_partition(
