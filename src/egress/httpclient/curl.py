@@ -146,12 +146,13 @@ class CurlClient:
         self.ca_file = ca_file
         self._driver: _LoopDriver | None = None  # the driver of the loop of the first request
         self._queued: collections.deque[_Entry] = collections.deque()
-        # id(handle) -> the handle, the queue entry it runs and what its callbacks capture (None: nothing)
-        self._running: dict[int, tuple[pycurl.Curl, _Entry, _Capture | None]] = {}
+        # Easy handles are keys by identity (pycurl defines no equality): no id() call per lookup.
+        # handle -> the queue entry it runs and what its callbacks capture (None: nothing)
+        self._running: dict[pycurl.Curl, tuple[_Entry, _Capture | None]] = {}
         self._futures: Completions | None = None  # where submit()'s futures are resolved
         self._spare_handles: list[pycurl.Curl] = []
-        self._captures: dict[int, _Capture] = {}  # id(handle) -> what its callbacks capture, once it captured
-        self._handle_options: dict[int, tuple[str, float]] = {}  # id(handle) -> its URL and timeout (seconds)
+        self._captures: dict[pycurl.Curl, _Capture] = {}  # what a handle's callbacks capture, once it captured
+        self._handle_options: dict[pycurl.Curl, tuple[str, float]] = {}  # a handle's URL and timeout (seconds)
         self._closed = False
 
     @property
@@ -207,7 +208,7 @@ class CurlClient:
 
     def _release(self, multi: pycurl.CurlMulti) -> None:
         """Abort running transfers and free libcurl's handles (the client is closed)."""
-        for handle, (_, token, completions), _ in self._running.values():
+        for handle, ((_, token, completions), _) in self._running.items():
             multi.remove_handle(handle)
             handle.close()
             _complete([(completions, token, Response(0, CLIENT_CLOSED))])
@@ -215,10 +216,10 @@ class CurlClient:
         for handle in self._spare_handles:
             handle.close()
         self._spare_handles.clear()
-        self._captures.clear()  # keyed by id(handle): a closed handle's id may be reused
+        self._captures.clear()
         self._handle_options.clear()
 
-    def _start_queued(self, multi: pycurl.CurlMulti, owners: dict[int, CurlClient]) -> bool:
+    def _start_queued(self, multi: pycurl.CurlMulti, owners: dict[pycurl.Curl, CurlClient]) -> bool:
         """Start queued requests on the driver's ``multi`` while below ``max_connections``, each
         handle noted in ``owners``; True if any started."""
         started = False
@@ -231,9 +232,8 @@ class CurlClient:
             if completions.cancelled(token):
                 continue
             handle = spare.pop() if spare else self._new_handle()
-            key = id(handle)
-            running[key] = (handle, entry, configure(handle, key, request))
-            owners[key] = self
+            running[handle] = (entry, configure(handle, request))
+            owners[handle] = self
             add_handle(handle)
             started = True
         return started
@@ -252,15 +252,15 @@ class CurlClient:
         handle.setopt(pycurl.WRITEFUNCTION, _discard)
         return handle
 
-    def _configure(self, handle: pycurl.Curl, key: int, request: Request) -> _Capture | None:
-        """Set the per-request options of ``handle`` (``key``: its id); the capture of the response,
-        None when nothing is kept."""
+    def _configure(self, handle: pycurl.Curl, request: Request) -> _Capture | None:
+        """Set the per-request options of ``handle``; the capture of the response, None when nothing
+        is kept."""
         # A sink sends every request to one URL with one timeout: set them only when they change.
-        options = self._handle_options.get(key)
+        options = self._handle_options.get(handle)
         if options is None or options[0] != request.url or options[1] != request.timeout:
             handle.setopt(pycurl.URL, request.url)
             handle.setopt(pycurl.TIMEOUT_MS, max(1, int(request.timeout * 1000)))
-            self._handle_options[key] = (request.url, request.timeout)
+            self._handle_options[handle] = (request.url, request.timeout)
         if request.method == "GET":
             handle.setopt(pycurl.HTTPGET, 1)
             handle.setopt(pycurl.HTTPHEADER, request.headers)
@@ -271,13 +271,13 @@ class CurlClient:
             handle.setopt(pycurl.HTTPHEADER, headers)
         capture_body = request.capture_body
         wants_headers = request.capture_location or request.capture_headers or request.capture_retry_after
-        capture = self._captures.get(key)
+        capture = self._captures.get(handle)
         if not (capture_body or wants_headers):
             if capture is not None and (capture.body_on or capture.headers_on):
                 capture.switch(handle, False, False)  # only a handle that captured before is reset
             return None
         if capture is None:
-            capture = self._captures[key] = _Capture()
+            capture = self._captures[handle] = _Capture()
         # The handle's own lists, emptied: its callbacks stay set while its requests keep asking for
         # the same (the sink's ask for Retry-After), so a request costs no setopt for them.
         capture.request = request
@@ -292,7 +292,7 @@ class CurlClient:
     def _finish(self, handle: pycurl.Curl, error: str | None, code: int, batches: _Batches) -> None:
         """Add the response of ``handle``'s finished transfer (already removed from the multi handle)
         to the batch of its destination in ``batches``."""
-        _, (request, token, completions), capture = self._running.pop(id(handle))
+        (request, token, completions), capture = self._running.pop(handle)
         status: int = handle.getinfo(pycurl.RESPONSE_CODE)
         local_port = max(0, handle.getinfo(pycurl.LOCAL_PORT) or 0) if request.capture_local_port else 0
         self._spare_handles.append(handle)
@@ -345,7 +345,7 @@ class _LoopDriver:
         self._loop = weakref.proxy(loop)
         self._clients: list[CurlClient] = []
         self._multi: pycurl.CurlMulti | None = None  # while a client is attached
-        self._owners: dict[int, CurlClient] = {}  # id(easy handle) -> the client whose transfer it runs
+        self._owners: dict[pycurl.Curl, CurlClient] = {}  # easy handle -> the client whose transfer it runs
         self._soon = False  # a turn is scheduled with call_soon
         self._timer: asyncio.TimerHandle | None = None
         self._period = self.MIN_PERIOD
@@ -364,8 +364,8 @@ class _LoopDriver:
         multi = self._multi
         if multi is None:
             return
-        for key in [key for key, owner in self._owners.items() if owner is client]:
-            del self._owners[key]
+        for handle in [handle for handle, owner in self._owners.items() if owner is client]:
+            del self._owners[handle]
         client._release(multi)
         if self._clients:
             self._size_cache(multi)
@@ -444,10 +444,10 @@ class _LoopDriver:
             queued, succeeded, failed = multi.info_read()
             for handle in succeeded:
                 remove_handle(handle)
-                owners.pop(id(handle))._finish(handle, None, 0, batches)
+                owners.pop(handle)._finish(handle, None, 0, batches)
             for handle, errno, message in failed:
                 remove_handle(handle)
-                owners.pop(id(handle))._finish(handle, f"curl error {errno}: {message}", errno, batches)
+                owners.pop(handle)._finish(handle, f"curl error {errno}: {message}", errno, batches)
             if not queued:
                 break
         if batches:

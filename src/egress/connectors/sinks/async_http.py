@@ -16,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import collections
 import functools
+import operator
 from collections.abc import Callable
 from typing import Any, ClassVar
 from urllib.parse import urlsplit
@@ -656,8 +657,9 @@ def _exhausted(message: str, attempts: int, last_error: AttemptFailure | None) -
     return str(DeliveryError(message, attempts=attempts, last_error=last_error.message if last_error else None))
 
 
-def _is_cancelled(delivery: _Delivery) -> bool:
-    return delivery.cancelled
+# Whether a queued first attempt was dropped (``_Delivery.cancelled``): asked per request, so a C
+# attribute getter rather than a Python function.
+_is_cancelled: Callable[[_Delivery], bool] = operator.attrgetter("cancelled")
 
 
 __all__ = ["AsyncHttpSink", "AsyncHttpSinkDynamicParameters", "AsyncHttpSinkParameters", "HttpTransport"]
