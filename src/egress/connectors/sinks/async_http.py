@@ -201,6 +201,12 @@ class AsyncHttpSink:
         pending_append, waiting_append = self._pending.append, self._waiting.append
         for message in messages:
             payload = message.row.get(column)
+            if type(payload) is str:  # the outbox's payloads: one test for the common case
+                delivery = _Delivery(message.seq, message.message_id, payload.encode())
+                pending_append(delivery)
+                if self._terminal is None:
+                    waiting_append(delivery)
+                continue
             body = payload.encode() if isinstance(payload, str) else payload
             delivery = _Delivery(message.seq, message.message_id, body if isinstance(body, bytes) else None)
             pending_append(delivery)
@@ -281,18 +287,22 @@ class AsyncHttpSink:
         first: list[_Delivery] = []
         # One reading of the clock and of the pause for all: nothing here awaits, so neither changes.
         now = self._context.clock.monotonic()
-        waiting, window = self._waiting, self._send_window
-        while waiting and (limit is None or self._running < limit) and self._sending < window:
+        waiting, window, terminal = self._waiting, self._send_window, self._terminal
+        # The counters as locals, stored once: nothing in this loop reads them (_continue only
+        # creates a task) or changes the terminal failure.
+        running, sending = self._running, self._sending
+        while waiting and (limit is None or running < limit) and sending < window:
             delivery = waiting.popleft()
-            if self._terminal is not None and self._terminal[0] < delivery.seq:
+            if terminal is not None and terminal[0] < delivery.seq:
                 continue  # nothing later than a terminal failure is POSTed by this instance
-            self._running += 1
-            self._sending += 1
+            running += 1
+            sending += 1
             delivery.started = now
             if fast:
                 first.append(delivery)
             else:
                 self._continue(delivery, attempts=0, last_error=None)
+        self._running, self._sending = running, sending
         if first:
             self._start_first_attempts(first)
 
