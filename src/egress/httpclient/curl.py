@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import itertools
 import weakref
 from collections.abc import Callable, Iterable
 from typing import Any, ClassVar, NamedTuple
@@ -112,7 +113,7 @@ class Completions(NamedTuple):
 
 _new_tuple = tuple.__new__
 
-_Entry = tuple[Request, Any, Completions]  # a request, its token, where its response goes
+_Entry = tuple[Request, Any]  # a request and its token, as the sender handed them over
 # Finished transfers by destination: id(completions) -> (completions, [(token, response), ...])
 _Batches = dict[int, tuple[Completions, list[tuple[Any, Response]]]]
 
@@ -148,9 +149,13 @@ class CurlClient:
         self.ca_file = ca_file
         self._driver: _LoopDriver | None = None  # the driver of the loop of the first request
         self._queued: collections.deque[_Entry] = collections.deque()
+        # Where each queued request's response goes, in the queue's order: the sender's own pairs are
+        # queued as they are (no tuple per request), their Completions beside them.
+        self._destinations: collections.deque[Completions] = collections.deque()
         # Easy handles are keys by identity (pycurl defines no equality): no id() call per lookup.
-        # handle -> the queue entry it runs and what its callbacks capture (None: nothing)
-        self._running: dict[pycurl.Curl, tuple[_Entry, _Capture | None]] = {}
+        # handle -> the queue entry it runs, where its response goes and what its callbacks capture
+        # (None: nothing)
+        self._running: dict[pycurl.Curl, tuple[_Entry, Completions, _Capture | None]] = {}
         self._futures: Completions | None = None  # where submit()'s futures are resolved
         self._spare_handles: list[pycurl.Curl] = []
         self._captures: dict[pycurl.Curl, _Capture] = {}  # what a handle's callbacks capture, once it captured
@@ -191,7 +196,10 @@ class CurlClient:
         if driver is None:
             driver = self._driver = _LoopDriver.of(completions.loop)
             driver.attach(self)
-        self._queued.extend((request, token, completions) for request, token in requests)
+        queued = self._queued
+        before = len(queued)
+        queued.extend(requests)
+        self._destinations.extend(itertools.repeat(completions, len(queued) - before))
         # Requests submitted in one pass of the event loop start together, in the driver's next turn.
         driver.wake()
 
@@ -200,17 +208,18 @@ class CurlClient:
         if self._closed:
             return
         self._closed = True
-        leftovers = list(self._queued)
+        leftovers = list(zip(self._queued, self._destinations, strict=True))
         self._queued.clear()
+        self._destinations.clear()
         if self._driver is not None:
             self._driver.detach(self)
-        _complete([(completions, token, Response(0, CLIENT_CLOSED)) for _, token, completions in leftovers])
+        _complete([(completions, token, Response(0, CLIENT_CLOSED)) for (_, token), completions in leftovers])
 
     # -- run by the driver's turns -------------------------------------------------------------
 
     def _release(self, multi: pycurl.CurlMulti) -> None:
         """Abort running transfers and free libcurl's handles (the client is closed)."""
-        for handle, ((_, token, completions), _) in self._running.items():
+        for handle, ((_, token), completions, _) in self._running.items():
             multi.remove_handle(handle)
             handle.close()
             _complete([(completions, token, Response(0, CLIENT_CLOSED))])
@@ -225,16 +234,18 @@ class CurlClient:
         """Start queued requests on the driver's ``multi`` while below ``max_connections``, each
         handle noted in ``owners``; True if any started."""
         started = False
-        queued, running, spare, configure = self._queued, self._running, self._spare_handles, self._configure
+        queued, destinations, running = self._queued, self._destinations, self._running
+        spare, configure = self._spare_handles, self._configure
         cap = self.max_connections
         add_handle = multi.add_handle
         while queued and len(running) < cap:
             entry = queued.popleft()
-            request, token, completions = entry
+            completions = destinations.popleft()
+            request, token = entry
             if completions.cancelled(token):
                 continue
             handle = spare.pop() if spare else self._new_handle()
-            running[handle] = (entry, configure(handle, request))
+            running[handle] = (entry, completions, configure(handle, request))
             owners[handle] = self
             add_handle(handle)
             started = True
@@ -294,7 +305,7 @@ class CurlClient:
     def _finish(self, handle: pycurl.Curl, error: str | None, code: int, batches: _Batches) -> None:
         """Add the response of ``handle``'s finished transfer (already removed from the multi handle)
         to the batch of its destination in ``batches``."""
-        (request, token, completions), capture = self._running.pop(handle)
+        (request, token), completions, capture = self._running.pop(handle)
         status: int = handle.getinfo(pycurl.RESPONSE_CODE)
         local_port = max(0, handle.getinfo(pycurl.LOCAL_PORT) or 0) if request.capture_local_port else 0
         self._spare_handles.append(handle)
