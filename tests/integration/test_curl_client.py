@@ -333,8 +333,8 @@ async def test_the_local_port_is_reported_unless_the_request_declines_it(serve_a
 
 async def test_a_raising_completions_callback_is_reported_and_other_destinations_still_get_theirs(
         serve_app: ServerFactory) -> None:
-    """The driver calls completion callbacks itself, within its turn: one that raises goes to the
-    loop's exception handler, and neither the driver nor another destination is stopped by it."""
+    """A completion callback that raises goes to the loop's exception handler, and neither the driver
+    nor another destination is stopped by it."""
     from egress.httpclient.curl import Completions
 
     base = await serve_app(echo_app())

@@ -4,9 +4,9 @@ One :class:`CurlClient` owns a queue, a cap of running transfers and a pool of r
 handles; the clients of one event loop share that loop's multi handle and connection cache. asyncio
 code calls ``await client.send(request)``, or ``submit_many`` with a :class:`Completions` to get the
 responses in batches; the loop's driver (:class:`_LoopDriver`) runs the transfers with ``perform`` in
-turns on the event loop itself, and hands completions back in batches (one direct call per destination
-per pass of a turn, not per request; requests those calls submit start in the same turn). Python does
-as little per request as it can: header lines are kept (by the C ``list.append``, one call per line) only when a request
+turns on the event loop itself, and hands completions back in batches (one callback per destination
+per turn, not per request). Python does as little per request
+as it can: header lines are kept (by the C ``list.append``, one call per line) only when a request
 asks for a header, and decoded only once the transfer ends, and for ``Retry-After`` only when the
 status is 429 or 503; no per-socket callbacks. Why the event loop rather than a thread of its own:
 ``docs/benchmarks.md``, session 4 (the thread cost more CPU per message in wake-ups and GIL hand-offs
@@ -100,11 +100,9 @@ CLIENT_CLOSED = "client closed"  # the error of a request still pending when its
 
 class Completions(NamedTuple):
     """Where finished transfers go, a batch at a time: ``callback`` gets ``[(token, response), ...]`` on
-    ``loop`` (one call for all of a client's transfers that finished together, not a future per
-    request), called by the loop's driver itself during its turn: it may submit more requests, which
-    start in that same turn; an exception it raises goes to the loop's exception handler.
-    ``cancelled(token)`` is asked before a queued request starts: True drops it unsent, and its token
-    gets no response. A sender builds one and reuses it."""
+    ``loop`` (one call per driver turn for all of a client's transfers that finished together, not a
+    future per request). ``cancelled(token)`` is asked before a queued request starts: True drops it
+    unsent, and its token gets no response. A sender builds one and reuses it."""
 
     loop: asyncio.AbstractEventLoop
     callback: Callable[[list[tuple[Any, Response]]], None]
@@ -343,7 +341,6 @@ class _LoopDriver:
     MIN_PERIOD = 0.0005
     MAX_PERIOD = 0.004
     PATIENCE = 8
-    MAX_PASSES = 8  # perform-and-collect passes of one turn
     _drivers: ClassVar[weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, _LoopDriver]] = \
         weakref.WeakKeyDictionary()
 
@@ -361,7 +358,6 @@ class _LoopDriver:
         self._multi: pycurl.CurlMulti | None = None  # while a client is attached
         self._owners: dict[pycurl.Curl, CurlClient] = {}  # easy handle -> the client whose transfer it runs
         self._soon = False  # a turn is scheduled with call_soon
-        self._driving = False  # a turn's _drive is running (and calling completion callbacks)
         self._timer: asyncio.TimerHandle | None = None
         self._period = self.MIN_PERIOD
         self._empty_turns = 0  # turns in a row that finished no transfer
@@ -394,8 +390,6 @@ class _LoopDriver:
         multi.setopt(pycurl.M_MAXCONNECTS, max(1, pooled))
 
     def wake(self) -> None:
-        if self._driving:
-            return  # a callback of the running turn submitted: its _drive loop starts the requests
         if not self._soon:
             self._soon = True
             self._period = self.MIN_PERIOD
@@ -428,29 +422,21 @@ class _LoopDriver:
 
     def _drive(self, multi: pycurl.CurlMulti) -> bool:
         """Start queued requests, let libcurl do what its sockets and timers allow, hand completions
-        back; True if any transfer finished. Completions free slots for queued requests (and their
-        callbacks, called here, submit more), and starting those may complete some at once (a
-        refused connection): repeat until neither happens, or a queue could stall; after
-        ``MAX_PASSES`` passes the rest waits for a turn of its own, so other work of the loop runs."""
+        back; True if any transfer finished. Completions free slots for queued requests, and starting
+        those may complete some at once (a refused connection): repeat until neither happens, or a
+        queue could stall."""
         owners = self._owners
-        self._driving = True
-        try:
-            self._start_queued(multi)
-            finished = False
-            for _ in range(self.MAX_PASSES):
-                if owners:
-                    while multi.perform()[0] == pycurl.E_CALL_MULTI_PERFORM:
-                        pass
-                if not self._collect(multi):
-                    return finished
-                finished = True
-                if self._multi is not multi or not self._start_queued(multi):  # (a callback closed the last client)
-                    return finished
-        finally:
-            self._driving = False
-        if any(client._queued for client in self._clients):
-            self.wake()
-        return finished
+        self._start_queued(multi)
+        finished = False
+        while True:
+            if owners:
+                while multi.perform()[0] == pycurl.E_CALL_MULTI_PERFORM:
+                    pass
+            if not self._collect(multi):
+                return finished
+            finished = True
+            if not self._start_queued(multi):
+                return finished
 
     def _start_queued(self, multi: pycurl.CurlMulti) -> bool:
         started = False
@@ -476,7 +462,7 @@ class _LoopDriver:
             if not queued:
                 break
         if batches:
-            _call_back(batches)
+            _hand_over(batches)
         return bool(batches)
 
 
@@ -557,18 +543,6 @@ def _hand_over(batches: _Batches) -> None:
     for completions, batch in batches.values():
         if not completions.loop.is_closed():
             completions.loop.call_soon(completions.callback, batch)
-
-
-def _call_back(batches: _Batches) -> None:
-    """Call each destination's callback with its batch now (the driver's turn runs on the loop of
-    its clients): no loop callback per batch. A callback that raises is reported to its loop's
-    exception handler; the other destinations still get theirs."""
-    for completions, batch in batches.values():
-        try:
-            completions.callback(batch)
-        except Exception as error:  # one destination's bug must not stall the driver or the others
-            completions.loop.call_exception_handler({
-                "message": f"curl completions callback {completions.callback!r} failed", "exception": error})
 
 
 def resolve_futures(batch: list[tuple[asyncio.Future[Response], Response]]) -> None:
