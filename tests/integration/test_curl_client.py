@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import os
 import resource
+from collections.abc import Iterator
 
 import pytest
 from aiohttp import web
@@ -362,3 +363,32 @@ async def test_a_raising_completions_callback_is_reported_and_other_destinations
         loop.set_exception_handler(None)
     assert received == ["b"]
     assert [str(error) for error in reported] == ["broken destination"]
+
+
+async def test_requests_queued_before_a_raising_request_iterable_still_complete(serve_app: ServerFactory) -> None:
+    """``submit_many`` takes any iterable: the requests it yielded before raising are queued with
+    their destination, and the client goes on serving later ones."""
+    from egress.httpclient.curl import Completions
+
+    base = await serve_app(echo_app())
+    loop = asyncio.get_running_loop()
+    received: list[str] = []
+    arrived = asyncio.Event()
+
+    def callback(batch: list[tuple[object, object]]) -> None:
+        received.extend(str(token) for token, _ in batch)
+        arrived.set()
+
+    def pairs() -> Iterator[tuple[Request, str]]:
+        yield Request(f"{base}/x", b"a"), "a"
+        raise ValueError("no more requests")
+
+    client = CurlClient()
+    try:
+        with pytest.raises(ValueError, match="no more requests"):
+            client.submit_many(pairs(), Completions(loop, callback, lambda _: False))
+        assert (await asyncio.wait_for(client.send(Request(f"{base}/x", b"b")), timeout=10)).ok
+        await asyncio.wait_for(arrived.wait(), timeout=10)
+    finally:
+        client.close()
+    assert received == ["a"]

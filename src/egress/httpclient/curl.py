@@ -196,8 +196,10 @@ class CurlClient:
             driver.attach(self)
         queued = self._queued
         before = len(queued)
-        queued.extend(requests)
-        self._destinations.extend(itertools.repeat(completions, len(queued) - before))
+        try:
+            queued.extend(requests)
+        finally:  # whatever was queued (``requests`` may be a generator that raises) has its destination
+            self._destinations.extend(itertools.repeat(completions, len(queued) - before))
         # Requests submitted in one pass of the event loop start together, in the driver's next turn.
         driver.wake()
 
