@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import os
 import resource
+from collections.abc import Iterator
 
 import pytest
 from aiohttp import web
@@ -316,3 +317,78 @@ async def test_one_handle_keeps_exactly_what_each_request_asks_for(serve_app: Se
     assert both_again.headers is not None
     assert both_again.headers["content-length"] == "4"
     assert both_again.status == 201
+
+
+async def test_the_local_port_is_reported_unless_the_request_declines_it(serve_app: ServerFactory) -> None:
+    base = await serve_app(echo_app())
+    client = CurlClient(max_connections=1)
+    try:
+        asked = await client.send(Request(f"{base}/x", b"a"))
+        declined = await client.send(Request(f"{base}/x", b"b", capture_local_port=False))
+    finally:
+        client.close()
+    assert (asked.ok, declined.ok) == (True, True)
+    assert asked.local_port > 0
+    assert declined.local_port == 0
+
+
+async def test_a_raising_completions_callback_is_reported_and_other_destinations_still_get_theirs(
+        serve_app: ServerFactory) -> None:
+    """A completion callback that raises goes to the loop's exception handler, and neither the driver
+    nor another destination is stopped by it."""
+    from egress.httpclient.curl import Completions
+
+    base = await serve_app(echo_app())
+    loop = asyncio.get_running_loop()
+    reported: list[BaseException] = []
+    loop.set_exception_handler(lambda _, context: reported.append(context["exception"]))
+    received: list[str] = []
+    arrived = asyncio.Event()
+
+    def broken(batch: list[tuple[object, object]]) -> None:
+        raise RuntimeError("broken destination")
+
+    def working(batch: list[tuple[object, object]]) -> None:
+        received.extend(str(token) for token, _ in batch)
+        arrived.set()
+
+    client = CurlClient(max_connections=4)
+    try:
+        client.submit_many([(Request(f"{base}/x", b"a"), "a")], Completions(loop, broken, lambda _: False))
+        client.submit_many([(Request(f"{base}/x", b"b"), "b")], Completions(loop, working, lambda _: False))
+        await asyncio.wait_for(arrived.wait(), timeout=10)
+        assert (await asyncio.wait_for(client.send(Request(f"{base}/x", b"c")), timeout=10)).ok  # driver goes on
+    finally:
+        client.close()
+        loop.set_exception_handler(None)
+    assert received == ["b"]
+    assert [str(error) for error in reported] == ["broken destination"]
+
+
+async def test_requests_queued_before_a_raising_request_iterable_still_complete(serve_app: ServerFactory) -> None:
+    """``submit_many`` takes any iterable: the requests it yielded before raising are queued with
+    their destination, and the client goes on serving later ones."""
+    from egress.httpclient.curl import Completions
+
+    base = await serve_app(echo_app())
+    loop = asyncio.get_running_loop()
+    received: list[str] = []
+    arrived = asyncio.Event()
+
+    def callback(batch: list[tuple[object, object]]) -> None:
+        received.extend(str(token) for token, _ in batch)
+        arrived.set()
+
+    def pairs() -> Iterator[tuple[Request, str]]:
+        yield Request(f"{base}/x", b"a"), "a"
+        raise ValueError("no more requests")
+
+    client = CurlClient()
+    try:
+        with pytest.raises(ValueError, match="no more requests"):
+            client.submit_many(pairs(), Completions(loop, callback, lambda _: False))
+        assert (await asyncio.wait_for(client.send(Request(f"{base}/x", b"b")), timeout=10)).ok
+        await asyncio.wait_for(arrived.wait(), timeout=10)
+    finally:
+        client.close()
+    assert received == ["a"]

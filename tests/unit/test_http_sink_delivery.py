@@ -421,4 +421,5 @@ async def test_a_first_attempt_is_the_request_its_fields_say() -> None:
     assert sent == Request("http://receiver.test/events", b"a",
                            ("Idempotency-Key: 6D31", "X-Tenant: t1", "Content-Type:", "Expect:"),
                            timeout=min(dynamic.attempt_timeout, dynamic.request_timeout),
-                           capture_retry_after=dynamic.respect_retry_after, prepared=True)
+                           capture_retry_after=dynamic.respect_retry_after, prepared=True,
+                           capture_local_port=False)

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import itertools
 import weakref
 from collections.abc import Callable, Iterable
 from typing import Any, ClassVar, NamedTuple
@@ -34,7 +35,8 @@ class Request(NamedTuple):
     ``capture_body`` keeps the response body (the default discards it after reading it all);
     ``capture_location`` keeps the raw ``Location`` header (redirects are never followed here);
     ``capture_headers`` keeps every header of the final response; ``capture_retry_after`` keeps the
-    raw ``Retry-After`` header of a 429 or 503 response (of no other status).
+    raw ``Retry-After`` header of a 429 or 503 response (of no other status); ``capture_local_port``
+    (the default) reports the client port the transfer used.
     """
 
     url: str
@@ -47,6 +49,7 @@ class Request(NamedTuple):
     method: str = "POST"
     capture_retry_after: bool = False
     prepared: bool = False  # ``headers`` came from post_header_lines: sent exactly as they are
+    capture_local_port: bool = True  # False: ``Response.local_port`` is 0 (one libcurl query less)
 
 
 def post_header_lines(headers: Iterable[str], added_names: Iterable[str] = ()) -> tuple[str, ...]:
@@ -71,7 +74,8 @@ class Response(NamedTuple):
     exchange, else libcurl's description (``"curl error 28: ..."``); both are set when a status
     arrived but the body read then failed. ``location`` is the raw ``Location`` header when the
     request asked for it, ``headers`` the response's headers (lower-case names; a repeated header
-    keeps its last value) when the request asked for them, ``local_port`` the client port used;
+    keeps its last value) when the request asked for them, ``local_port`` the client port used (0
+    when the request did not ask for it);
     ``retry_after`` the raw ``Retry-After`` value of a 429 or 503 when the request asked for it.
     Why a failed attempt failed, as a type: ``egress.httpclient.outcomes.failure_of``.
     """
@@ -107,7 +111,9 @@ class Completions(NamedTuple):
 
 _new_tuple = tuple.__new__
 
-_Entry = tuple[Request, Any, Completions]  # a request, its token, where its response goes
+_Entry = tuple[Request, Any]  # a request and its token, as the sender handed them over
+# Finished transfers by destination: id(completions) -> (completions, [(token, response), ...])
+_Batches = dict[int, tuple[Completions, list[tuple[Any, Response]]]]
 
 class CurlClient:
     """An HTTP client on its loop's libcurl multi handle; safe to use from one asyncio loop.
@@ -141,12 +147,17 @@ class CurlClient:
         self.ca_file = ca_file
         self._driver: _LoopDriver | None = None  # the driver of the loop of the first request
         self._queued: collections.deque[_Entry] = collections.deque()
-        self._running: dict[int, tuple[pycurl.Curl, Any, Completions, _Capture | None]] = {}
+        # Where each queued request's response goes, in the queue's order: the sender's own pairs are
+        # queued as they are (no tuple per request), their Completions beside them.
+        self._destinations: collections.deque[Completions] = collections.deque()
+        # Easy handles are keys by identity (pycurl defines no equality): no id() call per lookup.
+        # handle -> the queue entry it runs, where its response goes and what its callbacks capture
+        # (None: nothing)
+        self._running: dict[pycurl.Curl, tuple[_Entry, Completions, _Capture | None]] = {}
         self._futures: Completions | None = None  # where submit()'s futures are resolved
-        self._completed = 0  # transfers finished so far
         self._spare_handles: list[pycurl.Curl] = []
-        self._captures: dict[int, _Capture] = {}  # id(handle) -> what its callbacks capture, once it captured
-        self._handle_options: dict[int, tuple[str, float]] = {}  # id(handle) -> its URL and timeout (seconds)
+        self._captures: dict[pycurl.Curl, _Capture] = {}  # what a handle's callbacks capture, once it captured
+        self._handle_options: dict[pycurl.Curl, tuple[str, float]] = {}  # a handle's URL and timeout (seconds)
         self._closed = False
 
     @property
@@ -183,7 +194,12 @@ class CurlClient:
         if driver is None:
             driver = self._driver = _LoopDriver.of(completions.loop)
             driver.attach(self)
-        self._queued.extend((request, token, completions) for request, token in requests)
+        queued = self._queued
+        before = len(queued)
+        try:
+            queued.extend(requests)
+        finally:  # whatever was queued (``requests`` may be a generator that raises) has its destination
+            self._destinations.extend(itertools.repeat(completions, len(queued) - before))
         # Requests submitted in one pass of the event loop start together, in the driver's next turn.
         driver.wake()
 
@@ -192,17 +208,18 @@ class CurlClient:
         if self._closed:
             return
         self._closed = True
-        leftovers = list(self._queued)
+        leftovers = list(zip(self._queued, self._destinations, strict=True))
         self._queued.clear()
+        self._destinations.clear()
         if self._driver is not None:
             self._driver.detach(self)
-        _complete([(completions, token, Response(0, CLIENT_CLOSED)) for _, token, completions in leftovers])
+        _complete([(completions, token, Response(0, CLIENT_CLOSED)) for (_, token), completions in leftovers])
 
     # -- run by the driver's turns -------------------------------------------------------------
 
     def _release(self, multi: pycurl.CurlMulti) -> None:
         """Abort running transfers and free libcurl's handles (the client is closed)."""
-        for handle, token, completions, _ in self._running.values():
+        for handle, ((_, token), completions, _) in self._running.items():
             multi.remove_handle(handle)
             handle.close()
             _complete([(completions, token, Response(0, CLIENT_CLOSED))])
@@ -210,24 +227,27 @@ class CurlClient:
         for handle in self._spare_handles:
             handle.close()
         self._spare_handles.clear()
-        self._captures.clear()  # keyed by id(handle): a closed handle's id may be reused
+        self._captures.clear()
         self._handle_options.clear()
 
-    def _start_queued(self, multi: pycurl.CurlMulti, owners: dict[int, CurlClient]) -> bool:
+    def _start_queued(self, multi: pycurl.CurlMulti, owners: dict[pycurl.Curl, CurlClient]) -> bool:
         """Start queued requests on the driver's ``multi`` while below ``max_connections``, each
         handle noted in ``owners``; True if any started."""
         started = False
-        queued, running, spare, configure = self._queued, self._running, self._spare_handles, self._configure
+        queued, destinations, running = self._queued, self._destinations, self._running
+        spare, configure = self._spare_handles, self._configure
         cap = self.max_connections
+        add_handle = multi.add_handle
         while queued and len(running) < cap:
-            request, token, completions = queued.popleft()
+            entry = queued.popleft()
+            completions = destinations.popleft()
+            request, token = entry
             if completions.cancelled(token):
                 continue
             handle = spare.pop() if spare else self._new_handle()
-            key = id(handle)
-            running[key] = (handle, token, completions, configure(handle, request))
-            owners[key] = self
-            multi.add_handle(handle)
+            running[handle] = (entry, completions, configure(handle, request))
+            owners[handle] = self
+            add_handle(handle)
             started = True
         return started
 
@@ -246,14 +266,14 @@ class CurlClient:
         return handle
 
     def _configure(self, handle: pycurl.Curl, request: Request) -> _Capture | None:
-        """Set the per-request options; the capture of the response, None when nothing is kept."""
+        """Set the per-request options of ``handle``; the capture of the response, None when nothing
+        is kept."""
         # A sink sends every request to one URL with one timeout: set them only when they change.
-        key = id(handle)
-        options = self._handle_options.get(key)
+        options = self._handle_options.get(handle)
         if options is None or options[0] != request.url or options[1] != request.timeout:
             handle.setopt(pycurl.URL, request.url)
             handle.setopt(pycurl.TIMEOUT_MS, max(1, int(request.timeout * 1000)))
-            self._handle_options[key] = (request.url, request.timeout)
+            self._handle_options[handle] = (request.url, request.timeout)
         if request.method == "GET":
             handle.setopt(pycurl.HTTPGET, 1)
             handle.setopt(pycurl.HTTPHEADER, request.headers)
@@ -262,38 +282,44 @@ class CurlClient:
             handle.setopt(pycurl.POSTFIELDS, request.body)
             headers = request.headers if request.prepared else post_header_lines(request.headers)
             handle.setopt(pycurl.HTTPHEADER, headers)
+        capture_body = request.capture_body
         wants_headers = request.capture_location or request.capture_headers or request.capture_retry_after
-        capture = self._captures.get(key)
-        if not (request.capture_body or wants_headers):
+        capture = self._captures.get(handle)
+        if not (capture_body or wants_headers):
             if capture is not None and (capture.body_on or capture.headers_on):
                 capture.switch(handle, False, False)  # only a handle that captured before is reset
             return None
         if capture is None:
-            capture = self._captures[key] = _Capture()
+            capture = self._captures[handle] = _Capture()
         # The handle's own lists, emptied: its callbacks stay set while its requests keep asking for
         # the same (the sink's ask for Retry-After), so a request costs no setopt for them.
         capture.request = request
-        capture.chunks.clear()
         capture.lines.clear()
-        if capture.body_on != request.capture_body or capture.headers_on != wants_headers:
-            capture.switch(handle, bool(request.capture_body), bool(wants_headers))
+        if capture_body:
+            capture.chunks.clear()
+        if capture.body_on != capture_body or capture.headers_on != wants_headers:
+            capture.switch(handle, bool(capture_body), bool(wants_headers))
+        capture.retry_after_only = not (capture_body or request.capture_location or request.capture_headers)
         return capture
 
-    def _finish(self, handle: pycurl.Curl, error: str | None, code: int) -> tuple[Completions, Any, Response]:
-        """The response of ``handle``'s finished transfer (already removed from the multi handle)."""
-        _, token, completions, capture = self._running.pop(id(handle))
-        self._completed += 1
-        status = int(handle.getinfo(pycurl.RESPONSE_CODE))
-        local_port = max(0, int(handle.getinfo(pycurl.LOCAL_PORT) or 0))
+    def _finish(self, handle: pycurl.Curl, error: str | None, code: int, batches: _Batches) -> None:
+        """Add the response of ``handle``'s finished transfer (already removed from the multi handle)
+        to the batch of its destination in ``batches``."""
+        (request, token), completions, capture = self._running.pop(handle)
+        status: int = handle.getinfo(pycurl.RESPONSE_CODE)
+        local_port = max(0, handle.getinfo(pycurl.LOCAL_PORT) or 0) if request.capture_local_port else 0
         self._spare_handles.append(handle)
-        if capture is None:
+        if capture is None or (capture.retry_after_only and status not in RETRY_AFTER_STATUSES):
             # tuple.__new__: a Response without the NamedTuple's Python-level __new__ (per request)
-            return completions, token, _new_tuple(Response, (status, error, None, None, None, local_port, None, code))
-        request = capture.request
-        assert request is not None
-        location, headers, retry_after = capture.headers(status)
-        body = b"".join(capture.chunks) if request.capture_body else None
-        return completions, token, Response(status, error, body, location, headers, local_port, retry_after, code)
+            response = _new_tuple(Response, (status, error, None, None, None, local_port, None, code))
+        else:
+            location, headers, retry_after = capture.headers(status)
+            body = b"".join(capture.chunks) if request.capture_body else None
+            response = Response(status, error, body, location, headers, local_port, retry_after, code)
+        batch = batches.get(id(completions))
+        if batch is None:
+            batch = batches[id(completions)] = (completions, [])
+        batch[1].append((token, response))
 
 
 class _LoopDriver:
@@ -332,7 +358,7 @@ class _LoopDriver:
         self._loop = weakref.proxy(loop)
         self._clients: list[CurlClient] = []
         self._multi: pycurl.CurlMulti | None = None  # while a client is attached
-        self._owners: dict[int, CurlClient] = {}  # id(easy handle) -> the client whose transfer it runs
+        self._owners: dict[pycurl.Curl, CurlClient] = {}  # easy handle -> the client whose transfer it runs
         self._soon = False  # a turn is scheduled with call_soon
         self._timer: asyncio.TimerHandle | None = None
         self._period = self.MIN_PERIOD
@@ -351,8 +377,8 @@ class _LoopDriver:
         multi = self._multi
         if multi is None:
             return
-        for key in [key for key, owner in self._owners.items() if owner is client]:
-            del self._owners[key]
+        for handle in [handle for handle, owner in self._owners.items() if owner is client]:
+            del self._owners[handle]
         client._release(multi)
         if self._clients:
             self._size_cache(multi)
@@ -424,21 +450,22 @@ class _LoopDriver:
 
     def _collect(self, multi: pycurl.CurlMulti) -> bool:
         """Hand finished transfers back to their loops, one batch per destination; True if any finished."""
-        done: list[tuple[Completions, Any, Response]] = []
+        batches: _Batches = {}
         owners = self._owners
+        remove_handle = multi.remove_handle
         while True:
             queued, succeeded, failed = multi.info_read()
             for handle in succeeded:
-                multi.remove_handle(handle)
-                done.append(owners.pop(id(handle))._finish(handle, None, 0))
+                remove_handle(handle)
+                owners.pop(handle)._finish(handle, None, 0, batches)
             for handle, errno, message in failed:
-                multi.remove_handle(handle)
-                done.append(owners.pop(id(handle))._finish(handle, f"curl error {errno}: {message}", errno))
+                remove_handle(handle)
+                owners.pop(handle)._finish(handle, f"curl error {errno}: {message}", errno, batches)
             if not queued:
                 break
-        if done:
-            _complete(done)
-        return bool(done)
+        if batches:
+            _hand_over(batches)
+        return bool(batches)
 
 
 class _Capture:
@@ -447,7 +474,7 @@ class _Capture:
     hands it over (``headers_on``: its header callback appends to ``lines``), for ``request``, the
     transfer running now. The lists and callbacks belong to the handle and are reused."""
 
-    __slots__ = ("body_on", "chunks", "headers_on", "lines", "request")
+    __slots__ = ("body_on", "chunks", "headers_on", "lines", "request", "retry_after_only")
 
     def __init__(self) -> None:
         self.request: Request | None = None
@@ -455,10 +482,12 @@ class _Capture:
         self.lines: list[bytes] = []
         self.body_on = False
         self.headers_on = False
+        self.retry_after_only = False  # the request keeps only Retry-After: other statuses need no capture
 
     def switch(self, handle: pycurl.Curl, body: bool, headers: bool) -> None:
         """Set ``handle``'s callbacks to capture the body and the header lines, or not."""
         if body != self.body_on:
+            self.chunks.clear()
             handle.setopt(pycurl.WRITEFUNCTION, self.chunks.append if body else _discard)
             self.body_on = body
         if headers != self.headers_on:
@@ -495,18 +524,24 @@ def _final_headers(lines: list[bytes]) -> dict[str, str]:
     return headers
 
 
-def _discard(data: bytes) -> None:
-    return None
+# The write callback of a body that is not kept: a C builtin (no Python frame per chunk) returning what
+# libcurl must hear, the count of bytes taken (pycurl: None or that count).
+_discard: Callable[[bytes], int] = len
 
 
 def _complete(done: list[tuple[Completions, Any, Response]]) -> None:
     """Hand ``done`` to each :class:`Completions` on its loop: one call per destination."""
-    batches: dict[int, tuple[Completions, list[tuple[Any, Response]]]] = {}
+    batches: _Batches = {}
     for completions, token, response in done:
-        found = batches.get(id(completions))
-        if found is None:
-            found = batches[id(completions)] = (completions, [])
-        found[1].append((token, response))
+        batch = batches.get(id(completions))
+        if batch is None:
+            batch = batches[id(completions)] = (completions, [])
+        batch[1].append((token, response))
+    _hand_over(batches)
+
+
+def _hand_over(batches: _Batches) -> None:
+    """Call each destination's callback with its batch, on its loop (one call per destination)."""
     for completions, batch in batches.values():
         if not completions.loop.is_closed():
             completions.loop.call_soon(completions.callback, batch)

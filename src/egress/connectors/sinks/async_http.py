@@ -16,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import collections
 import functools
+import operator
 from collections.abc import Callable
 from typing import Any, ClassVar
 from urllib.parse import urlsplit
@@ -200,6 +201,12 @@ class AsyncHttpSink:
         pending_append, waiting_append = self._pending.append, self._waiting.append
         for message in messages:
             payload = message.row.get(column)
+            if type(payload) is str:  # the outbox's payloads: one test for the common case
+                delivery = _Delivery(message.seq, message.message_id, payload.encode())
+                pending_append(delivery)
+                if self._terminal is None:
+                    waiting_append(delivery)
+                continue
             body = payload.encode() if isinstance(payload, str) else payload
             delivery = _Delivery(message.seq, message.message_id, body if isinstance(body, bytes) else None)
             pending_append(delivery)
@@ -280,18 +287,22 @@ class AsyncHttpSink:
         first: list[_Delivery] = []
         # One reading of the clock and of the pause for all: nothing here awaits, so neither changes.
         now = self._context.clock.monotonic()
-        waiting, window = self._waiting, self._send_window
-        while waiting and (limit is None or self._running < limit) and self._sending < window:
+        waiting, window, terminal = self._waiting, self._send_window, self._terminal
+        # The counters as locals, stored once: nothing in this loop reads them (_continue only
+        # creates a task) or changes the terminal failure.
+        running, sending = self._running, self._sending
+        while waiting and (limit is None or running < limit) and sending < window:
             delivery = waiting.popleft()
-            if self._terminal is not None and self._terminal[0] < delivery.seq:
+            if terminal is not None and terminal[0] < delivery.seq:
                 continue  # nothing later than a terminal failure is POSTed by this instance
-            self._running += 1
-            self._sending += 1
+            running += 1
+            sending += 1
             delivery.started = now
             if fast:
                 first.append(delivery)
             else:
                 self._continue(delivery, attempts=0, last_error=None)
+        self._running, self._sending = running, sending
         if first:
             self._start_first_attempts(first)
 
@@ -339,9 +350,9 @@ class AsyncHttpSink:
             lines = (prefix + idempotency_key(delivery.message_id), *headers) if prefix else headers
             # tuple.__new__: a Request without the NamedTuple's Python-level __new__ and its keywords
             # (per message); the fields in Request's order: url, body, headers, timeout, capture_body,
-            # capture_location, capture_headers, method, capture_retry_after, prepared.
+            # capture_location, capture_headers, method, capture_retry_after, prepared, capture_local_port.
             requests.append((_new_tuple(Request, (url, delivery.body, lines, timeout, False, False, False, "POST",
-                                                  capture_retry_after, True)), delivery))
+                                                  capture_retry_after, True, False)), delivery))
         futures = submit_many(self._transport(url), requests, completions)
         for delivery, future in zip(deliveries, futures, strict=False):
             delivery.task = future  # only on a transport without submit_many: _block may cancel it
@@ -359,30 +370,41 @@ class AsyncHttpSink:
         statuses: dict[int, int] = {}  # responses by status, counted once per batch
         now = self._context.clock.monotonic()
         observe = self._attempt_seconds.observe
+        # Deliveries started together (one _start_waiting) share ``started``: their durations are
+        # observed as one run, not one call per message.
+        run_started, run_length = 0.0, 0
         for delivery, response in batch:
             if delivery.cancelled:
                 continue  # _block ended it already
-            observe(now - delivery.started)  # a first attempt starts with its delivery
+            started = delivery.started  # a first attempt starts with its delivery
+            if started != run_started:
+                if run_length:
+                    observe(now - run_started, run_length)
+                run_started, run_length = started, 0
+            run_length += 1
             delivery.first_attempt = False
             delivery.task = None
             code = response.status
             statuses[code] = statuses.get(code, 0) + 1
             # failure_of, its common case inline; this path runs only without redirects: a 3xx fails the attempt
-            error = None if response.error is None and 200 <= code <= 299 else failure_of(response)
-            if error is None:
+            if response.error is None and 200 <= code <= 299:
                 delivery.done = True
                 succeeded += 1
-                self._running -= 1
-                self._sending -= 1
                 if clear:
                     status.clear_error(self._status_path, delivery.seq)
             else:
+                error = failure_of(response)
+                assert error is not None
                 self._responses.count_failure(error)
                 self._continue(delivery, attempts=1, last_error=error,
                                retry_after=self._retry_after_of(self._parameters.url, response))
+        if run_length:
+            observe(now - run_started, run_length)
         for code, count in statuses.items():
             self._responses.count_status(code, count)
         if succeeded:
+            self._running -= succeeded
+            self._sending -= succeeded
             self._delivered.inc(succeeded)
             self._context.on_progress()
         if self._waiting:
@@ -539,7 +561,8 @@ class AsyncHttpSink:
             sent = clock.monotonic()
             response = await self._transport(url).submit(
                 Request(url, delivery.body, headers, timeout=remaining, capture_location=follow,
-                        capture_retry_after=self._dynamic.respect_retry_after, prepared=True))
+                        capture_retry_after=self._dynamic.respect_retry_after, prepared=True,
+                        capture_local_port=False))
             self._attempt_seconds.observe(clock.monotonic() - sent)
             error = self._judge(response)
             if error is not http_attempts.FOLLOW:
@@ -644,8 +667,9 @@ def _exhausted(message: str, attempts: int, last_error: AttemptFailure | None) -
     return str(DeliveryError(message, attempts=attempts, last_error=last_error.message if last_error else None))
 
 
-def _is_cancelled(delivery: _Delivery) -> bool:
-    return delivery.cancelled
+# Whether a queued first attempt was dropped (``_Delivery.cancelled``): asked per request, so a C
+# attribute getter rather than a Python function.
+_is_cancelled: Callable[[_Delivery], bool] = operator.attrgetter("cancelled")
 
 
 __all__ = ["AsyncHttpSink", "AsyncHttpSinkDynamicParameters", "AsyncHttpSinkParameters", "HttpTransport"]
