@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from egress.errors import ProcessFunctionError, SourceDataError
+from egress.errors import ProcessFunctionError, SourceDataError, SpecError
 from egress.keys import derived_message_id, idempotency_key, source_message_id, source_scope
 from egress.receiver import Receiver, ReceiverConfig
 from egress.runtime import Pipeline, RunOptions, RunResult, load_plan
@@ -114,17 +114,14 @@ async def test_a_raising_process_function_names_the_message_and_commits_nothing(
     assert receiver.stats.requests == 0  # the batch with message 7 was not committed
 
 
-async def test_a_map_to_a_stream_the_computation_does_not_output_stops_the_job_naming_the_fix(
-        tmp_path: Path, serve_app: ServerFactory) -> None:
-    receiver = Receiver()
-    base = await serve_app(receiver.app)
-    spec, dynamic = payload_spec(tmp_path, f"{base}/events", ["a", "b"])
+def test_a_map_to_a_stream_the_computation_does_not_output_is_refused_before_anything_runs(tmp_path: Path) -> None:
+    spec, dynamic = payload_spec(tmp_path, "http://127.0.0.1:9/events", ["a", "b"])
     use_function(spec, "tests.pipelines:MapToNowhere")
-    result, _ = await run(spec, dynamic, tmp_path / "state")
-    assert isinstance(result.error, ProcessFunctionError)
-    assert ("MapFunction MapToNowhere of computation 'deliver' emits to output_stream_id 'nowhere', which is not "
-            "one of the computation's output_stream_ids ['requests']") in str(result.error)
-    assert receiver.stats.requests == 0
+    with pytest.raises(SpecError) as raised:
+        load_plan(spec, dynamic)
+    assert str(raised.value).startswith(f"{spec}: computations/deliver/processing_function: MapFunction "
+                                        "MapToNowhere emits to output_stream_id 'nowhere', which is not one of the "
+                                        "computation's output_stream_ids ['requests']: add 'nowhere' to them")
 
 
 async def test_emitting_to_an_unknown_stream_is_a_clear_error(tmp_path: Path, serve_app: ServerFactory) -> None:

@@ -119,6 +119,7 @@ class NotADict(MapFunction):
     (Raising(), "process function of computation 'deliver' raised on message "),
     (WrongColumn(), "column 'n' is int64, got str (message "),
     (NotADict(), "NotADict.map of computation 'deliver' returned list, not a dict or None, for message "),
+    (NotADict(), "a map returns one row or None; a function that emits several rows per message is a ProcessFunction"),
 ])
 async def test_a_map_that_raises_or_returns_a_bad_row_fails_the_batch_naming_the_message(
         function: MapFunction, says: str) -> None:
@@ -128,6 +129,11 @@ async def test_a_map_that_raises_or_returns_a_bad_row_fails_the_batch_naming_the
     assert says in str(raised.value)
     assert batch[0].message_id.hex().upper() in str(raised.value)
     assert "with key [0] (partition 0)" in str(raised.value)
+
+
+class AsyncMap(MapFunction):
+    async def map(self, row: dict[str, Any], ctx: RuntimeContext) -> dict[str, Any] | None:  # type: ignore[override]
+        return row
 
 
 class ToAudit(DoubleMap):
@@ -140,6 +146,7 @@ class Stateful(DoubleMap):
 
 
 def invoker_for(function: ProcessFunction, outputs: list[str] | None) -> Invoker:
+    """The invoker a partition job makes for ``function`` in a computation with ``outputs``."""
     store = StateStore(0, 4)
     context = InitContext(VirtualClock(0), 0, store)
     function.init(context)
@@ -149,14 +156,17 @@ def invoker_for(function: ProcessFunction, outputs: list[str] | None) -> Invoker
 @pytest.mark.parametrize(("function", "outputs", "says"), [
     (DoubleMap(), ["requests", "audit"], "does not say its output stream and the computation has 2 output_stream_ids "
                                          "(['requests', 'audit']): set DoubleMap.output_stream_id to one of them"),
-    (DoubleMap(), [], "has no output_stream_ids"),
+    (DoubleMap(), [], "has no output_stream_ids: add the stream it emits to the computation's output_stream_ids "
+                      "(egress.testing.ProcessFunctionHarness: pass output_stream_ids=[...])"),
+    (DoubleMap(), None, "has no output_stream_ids"),
+    (AsyncMap(), ["requests"], "AsyncMap.map is async: a MapFunction's map is a plain (synchronous) def"),
     (ToAudit(), ["requests"], "emits to output_stream_id 'audit', which is not one of the computation's "
-                              "output_stream_ids ['requests']"),
+                              "output_stream_ids ['requests']: add 'audit' to them, or set ToAudit.output_stream_id"),
     (Stateful(), ["requests"], "is a MapFunction, which keeps no state, but its init obtained state clients: "
                                "derive it from ProcessFunction instead"),
 ])
 def test_a_map_whose_output_stream_is_ambiguous_or_that_keeps_state_is_refused_at_start(
-        function: ProcessFunction, outputs: list[str], says: str) -> None:
+        function: ProcessFunction, outputs: list[str] | None, says: str) -> None:
     with pytest.raises(ProcessFunctionError, match="computation 'deliver'") as raised:
         invoker_for(function, outputs)
     assert says in str(raised.value)

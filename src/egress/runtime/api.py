@@ -7,6 +7,7 @@ and parameters from a :class:`RuntimeContext`. The Spec names it ``package.modul
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
@@ -232,3 +233,32 @@ class MapFunction(ProcessFunction):
         row = self.map(message.row, ctx)
         if row is not None:
             output.add_message(self.output_stream_id, row)
+
+
+def map_output_stream(function_class: type[MapFunction], output_stream_ids: list[str] | None) -> str:
+    """The stream ``function_class`` (a :class:`MapFunction`) emits to in a computation whose
+    ``output_stream_ids`` are given (``None``: not known, as in ``egress.testing`` without them):
+    its ``output_stream_id``, or the computation's only output stream. Raises ``ValueError``
+    saying what is wrong and the fix when there is none to choose, the named one is not an output
+    of the computation, or ``map`` is a coroutine function (a map is synchronous). Checked by
+    ``egress validate`` and again when a partition job starts."""
+    name = function_class.__name__
+    if inspect.iscoroutinefunction(function_class.map):
+        raise ValueError(f"{name}.map is async: a MapFunction's map is a plain (synchronous) def; a function that "
+                         "awaits (a throttler, an HTTP call) is a ProcessFunction with async process_message")
+    stream_id = function_class.output_stream_id
+    if stream_id is None:
+        if output_stream_ids and len(output_stream_ids) == 1:
+            return output_stream_ids[0]
+        if output_stream_ids:
+            raise ValueError(f"MapFunction {name} does not say its output stream and the computation has "
+                             f"{len(output_stream_ids)} output_stream_ids ({output_stream_ids}): set "
+                             f"{name}.output_stream_id to one of them")
+        raise ValueError(f"MapFunction {name} does not say its output stream and the computation has no "
+                         "output_stream_ids: add the stream it emits to the computation's output_stream_ids "
+                         "(egress.testing.ProcessFunctionHarness: pass output_stream_ids=[...])")
+    if output_stream_ids is not None and stream_id not in output_stream_ids:
+        raise ValueError(f"MapFunction {name} emits to output_stream_id {stream_id!r}, which is not one of the "
+                         f"computation's output_stream_ids {output_stream_ids}: add {stream_id!r} to them, or set "
+                         f"{name}.output_stream_id to one of them")
+    return stream_id

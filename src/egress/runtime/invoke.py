@@ -18,7 +18,15 @@ from typing import Any, NamedTuple
 from egress.engines.protocols import LogMessage
 from egress.errors import ProcessFunctionError
 from egress.keys import EMPTY_KEY, decode_key, encode_key
-from egress.runtime.api import MapFunction, Message, OutputCollector, ProcessFunction, RuntimeContext, Timer
+from egress.runtime.api import (
+    MapFunction,
+    Message,
+    OutputCollector,
+    ProcessFunction,
+    RuntimeContext,
+    Timer,
+    map_output_stream,
+)
 from egress.runtime.state import StateStore
 from egress.runtime.timers import TimerQueue
 from egress.spec import StreamSpec
@@ -87,9 +95,9 @@ class Invoker:
         """The output stream of a :class:`MapFunction` (the runtime then calls its ``map``), else ``None``."""
 
     def _map_stream(self) -> str:
-        """The stream a :class:`MapFunction` emits to: its ``output_stream_id``, or the computation's
-        only output stream. Raises ``ProcessFunctionError`` when there is none to choose, or when
-        the function obtained state clients (a map keeps none)."""
+        """The stream a :class:`MapFunction` emits to (:func:`~egress.runtime.api.map_output_stream`).
+        Raises ``ProcessFunctionError`` when there is none to choose, or when the function obtained
+        state clients (a map keeps none)."""
         function = self.function
         assert isinstance(function, MapFunction)
         name = type(function).__name__
@@ -97,20 +105,10 @@ class Invoker:
             raise ProcessFunctionError(
                 f"process function {name} of computation {self.computation_id!r} is a MapFunction, which keeps no "
                 "state, but its init obtained state clients: derive it from ProcessFunction instead")
-        stream_id = function.output_stream_id
-        outputs = self.output_stream_ids
-        if stream_id is None:
-            if outputs is None or len(outputs) != 1:
-                raise ProcessFunctionError(
-                    f"MapFunction {name} of computation {self.computation_id!r} does not say its output stream and the "
-                    f"computation has {'no' if not outputs else len(outputs)} output_stream_ids "
-                    f"({outputs or []}): set {name}.output_stream_id to one of them")
-            return outputs[0]
-        if outputs is not None and stream_id not in outputs:
-            raise ProcessFunctionError(
-                f"MapFunction {name} of computation {self.computation_id!r} emits to output_stream_id {stream_id!r}, "
-                f"which is not one of the computation's output_stream_ids {outputs}")
-        return stream_id
+        try:
+            return map_output_stream(type(function), self.output_stream_ids)
+        except ValueError as error:
+            raise ProcessFunctionError(f"computation {self.computation_id!r}: {error}") from None
 
     def _where_log_message(self, message: LogMessage) -> str:
         return (f"message {message.message_id.hex().upper()} of stream {message.stream!r} with key "
@@ -155,7 +153,8 @@ class Invoker:
         if type(row) is not dict:
             raise ProcessFunctionError(
                 f"{type(self.function).__name__}.map of computation {self.computation_id!r} returned "
-                f"{type(row).__name__}, not a dict or None, for {self._where_log_message(message)}")
+                f"{type(row).__name__}, not a dict or None, for {self._where_log_message(message)}: a map returns "
+                "one row or None; a function that emits several rows per message is a ProcessFunction")
         return self._checked(self.map_stream_id, row, None, self._where_log_message, message).key
 
     def _where_message(self, message: Message) -> str:

@@ -15,7 +15,7 @@ from pydantic import BaseModel
 
 from egress.connectors import SINKS, SOURCES, Registry
 from egress.errors import SpecError, SpecErrors
-from egress.runtime.api import ProcessFunction
+from egress.runtime.api import MapFunction, ProcessFunction, map_output_stream
 from egress.spec import DynamicSpec, Spec, StreamSpec, load_document, validate_model
 from egress.throttler import validate_dynamic_throttlers
 
@@ -211,6 +211,11 @@ class _PlanBuilder:
                 sinks[sink_id] = sink_plan
         if function_class is None:
             return None
+        if issubclass(function_class, MapFunction):
+            try:
+                map_output_stream(function_class, list(computation.output_stream_ids))
+            except ValueError as error:
+                self.problem(str(error), f"{at}/processing_function")
         static_parameters = _parameters_or_dict(
             function_class.parameters_model, computation.processing_function_parameters, self.spec_file,
             f"{at}/processing_function_parameters", self.errors)
