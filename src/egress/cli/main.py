@@ -27,7 +27,7 @@ from egress.cli.redrive import redrive_command
 from egress.cli.state import app as state_app
 from egress.cli.status import status_command
 from egress.cli.throttler import throttler_app
-from egress.errors import EgressError, SpecError
+from egress.errors import EgressError, ProcessFunctionError, SourceDataError, SpecError
 from egress.observe.logs import add_secret, bind_log_context, secrets_of_spec
 from egress.observe.status import egress_version
 from egress.runtime import EngineFactory, Pipeline, RunOptions, RunResult, load_plan
@@ -309,6 +309,9 @@ def _finish(pipeline: Pipeline, result: RunResult, *, spec: Path, dynamic_spec: 
         output.say(f"unreachable in {directory}: {line}", style="red", level=logging.ERROR)
     if result.error is not None:
         output.say(f"error: {result.error}", style="red", level=logging.ERROR)
+        hint = _what_to_do_about(result.error)
+        if hint:
+            output.say(hint, style="yellow", level=logging.WARNING)
     if result.ok and until_drained and not result.drained:
         output.say("interrupted before every message was delivered: run again to finish", level=logging.WARNING)
         raise typer.Exit(130)
@@ -317,6 +320,24 @@ def _finish(pipeline: Pipeline, result: RunResult, *, spec: Path, dynamic_spec: 
                    level=logging.ERROR)
         raise typer.Exit(2)
     raise typer.Exit(0 if result.ok else 1)
+
+
+BAD_RECORD_FIX = (
+    "to go on: fix the record in place and run again (the source resumes at its committed position; an editor "
+    "or `sed -i` that writes a new file makes it another file, which is refused), or set the source's "
+    "parameters/on_bad_record to skip or dead_letter (docs/sources.md)")
+PROCESS_FUNCTION_FIX = (
+    "what the other partitions committed before the stop stays committed: its outputs are delivered as emitted "
+    "when the pipeline runs again; a fixed process function handles the messages not yet processed")
+
+
+def _what_to_do_about(error: BaseException) -> str | None:
+    """The way on after a run stopped by ``error``, when there is one to say."""
+    if isinstance(error, SourceDataError):
+        return BAD_RECORD_FIX
+    if isinstance(error, ProcessFunctionError):
+        return PROCESS_FUNCTION_FIX
+    return None
 
 
 def _engine_for(choice: EngineChoice, shared_state: bool, worker_id: str | None) -> tuple[EngineFactory, str | None]:
