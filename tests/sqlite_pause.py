@@ -29,15 +29,15 @@ STOPPED_WITHIN = 10.0
 """Seconds the kernel may take to report a SIGSTOPped process stopped, on a loaded machine."""
 
 
-def _stopped(pid: int) -> bool:
+def stopped(pid: int) -> bool:
     """Whether ``/proc/<pid>/stat`` says the process is stopped (state ``T``)."""
     stat = Path(f"/proc/{pid}/stat").read_text()
     return stat[stat.rindex(")") + 2] == "T"
 
 
-def _write_lock_taken(database: Path) -> bool:
-    """Whether ``BEGIN IMMEDIATE`` on ``database`` succeeds within :data:`PROBE_TIMEOUT` (then rolled back)."""
-    connection = sqlite3.connect(database, timeout=PROBE_TIMEOUT, isolation_level=None)
+def write_lock_taken(database: Path, timeout: float = PROBE_TIMEOUT) -> bool:
+    """Whether ``BEGIN IMMEDIATE`` on ``database`` succeeds within ``timeout`` seconds (then rolled back)."""
+    connection = sqlite3.connect(database, timeout=timeout, isolation_level=None)
     try:
         connection.execute("BEGIN IMMEDIATE")
         connection.execute("ROLLBACK")
@@ -50,18 +50,18 @@ def _write_lock_taken(database: Path) -> bool:
         connection.close()
 
 
-async def pause_outside_write_transaction(pid: int, state_dir: Path) -> None:
+async def pause_outside_write_transaction(pid: int, state_dir: Path, probe_timeout: float = PROBE_TIMEOUT) -> None:
     """SIGSTOP process ``pid`` at a moment it holds no write transaction on ``state_dir``'s shared
-    SQLite database; raises ``AssertionError`` after :data:`ATTEMPTS` pauses that each found the
-    write lock held."""
+    SQLite database (the probe waits ``probe_timeout`` seconds for the lock); raises
+    ``AssertionError`` after :data:`ATTEMPTS` pauses that each found the write lock held."""
     database = state_dir / DATABASE_NAME
     for attempt in range(ATTEMPTS):
         os.kill(pid, signal.SIGSTOP)
         deadline = time.monotonic() + STOPPED_WITHIN
-        while not _stopped(pid):
+        while not stopped(pid):
             assert time.monotonic() < deadline, f"process {pid} not stopped {STOPPED_WITHIN} s after SIGSTOP"
             await asyncio.sleep(0.005)
-        if await asyncio.to_thread(_write_lock_taken, database):
+        if await asyncio.to_thread(write_lock_taken, database, probe_timeout):
             return
         os.kill(pid, signal.SIGCONT)  # let it end its transaction; pause it at another moment
         await asyncio.sleep(0.01 * (attempt + 1))
