@@ -39,9 +39,11 @@ def start_egress(directory: Path, spec: Path, run: int, *options: str) -> tuple[
 
 
 def kill_restart_then_drain(directory: Path, receiver: Receiver, spec_of_run: Callable[[int], Path],
-                            stop_input: Callable[[], Stopped]) -> Stopped:
+                            stop_input: Callable[[], Stopped],
+                            before_kill: Callable[[int], None] = lambda run: None) -> Stopped:
     """Start ``KILLS`` runs, each SIGKILLed a seeded random moment after its first request reached
-    the receiver; then ``stop_input()`` (the producer stops) and a final ``--until-drained`` run that
+    the receiver and ``before_kill(run)`` returned (a test's own positive signal, e.g. how much the
+    run took in); then ``stop_input()`` (the producer stops) and a final ``--until-drained`` run that
     must exit 0. Returns what ``stop_input`` returned."""
     rng = random.Random(SEED)
     processes: list[subprocess.Popen[bytes]] = []
@@ -50,6 +52,7 @@ def kill_restart_then_drain(directory: Path, receiver: Receiver, spec_of_run: Ca
             process, log = start_egress(directory, spec_of_run(run), run)
             processes.append(process)
             wait_for_first_request(receiver.record, run, process, log)
+            before_kill(run)
             time.sleep(rng.uniform(*KILL_DELAY))
             os.kill(process.pid, signal.SIGKILL)
             process.wait(timeout=30)

@@ -31,6 +31,7 @@ pytestmark = pytest.mark.e2e
 
 REPO = Path(__file__).resolve().parents[2]
 LIMIT, PERIOD, REQUEST_PERIOD = 50.0, 1.0, 0.5
+OUTAGE = 8 * REQUEST_PERIOD  # seconds the service is away
 SERVE = "import sys; from egress.cli.throttler import throttler_app; sys.argv[0] = 'egress'; throttler_app()"
 
 
@@ -88,7 +89,9 @@ async def test_three_clients_share_one_limit_and_survive_a_service_restart(tmp_p
         process.send_signal(signal.SIGKILL)
         process.wait()
         killed_at = time.monotonic()
-        await asyncio.sleep(10.0)  # the service is away: jobs spend what they prefetched, then wait
+        # The service is away: jobs spend what they prefetched (one request period), then wait;
+        # OUTAGE is 8 request periods, so the window checked for silence below spans 6 of them.
+        await asyncio.sleep(OUTAGE)
         process, _ = launch(dynamic, port)
         restarted_at = time.monotonic()
         await asyncio.sleep(3.0)

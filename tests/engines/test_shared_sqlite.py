@@ -19,12 +19,11 @@ from egress.engines import SqliteEngine
 from tests.conftest import REPO
 from tests.engines.engines import PIPELINE
 from tests.engines.lease_worker import APPENDS
+from tests.sqlite_pause import pause_outside_write_transaction
 
 pytestmark = pytest.mark.integration
 
 WAIT = 60.0  # seconds for any one expected line, on a machine at load average 10
-PAUSE_WAIT = 15.0  # seconds for the other worker to take a paused holder's lease (TTL 2 s)
-PAUSE_ATTEMPTS = 4
 
 
 class Worker:
@@ -48,9 +47,8 @@ class Worker:
             self.ended = True
             self._changed.notify_all()
 
-    async def saw(self, wanted: Callable[[str], bool], after: int = 0, within: float = WAIT) -> int:
-        """Wait until a line from index ``after`` on satisfies ``wanted``; its index (``TimeoutError``
-        after ``within`` seconds)."""
+    async def saw(self, wanted: Callable[[str], bool], after: int = 0) -> int:
+        """Wait until a line from index ``after`` on satisfies ``wanted``; its index."""
         async def found() -> int:
             async with self._changed:
                 while True:
@@ -60,7 +58,7 @@ class Worker:
                     if self.ended:
                         raise AssertionError(f"worker {self.name} ended: {self.lines[-5:]}")
                     await self._changed.wait()
-        return await asyncio.wait_for(found(), within)
+        return await asyncio.wait_for(found(), WAIT)
 
     def committed(self) -> list[tuple[str, int]]:
         return [(parts[1], int(parts[2])) for parts in (line.split() for line in self.lines)
@@ -116,17 +114,9 @@ async def test_processes_sharing_a_state_directory_commit_dense_offsets_and_a_st
         holder, other = (a, b) if holding_shared(a) else (b, a)
 
         # Paused past its TTL, the holder's lease goes to the other worker; resumed, it is fenced.
-        # A pause that lands inside the holder's write transaction blocks the shared database for
-        # everyone (SQLite has one writer), so the pause is tried again at another moment.
-        for attempt in range(PAUSE_ATTEMPTS):
-            holder.process.send_signal(signal.SIGSTOP)
-            try:
-                await other.saw(lambda line: line.startswith("acquired shared"), after=len(other.lines),
-                                within=PAUSE_WAIT)
-                break
-            except TimeoutError:
-                holder.process.send_signal(signal.SIGCONT)
-                assert attempt < PAUSE_ATTEMPTS - 1, "the other worker never took the paused holder's lease"
+        # Not inside its write transaction: that would block the shared database for everyone (one writer).
+        await pause_outside_write_transaction(holder.process.pid, directory)
+        await other.saw(lambda line: line.startswith("acquired shared"), after=len(other.lines))
         seen = len(holder.lines)
         holder.process.send_signal(signal.SIGCONT)
         await holder.saw(lambda line: line in ("fenced shared", "lost shared"), after=seen)

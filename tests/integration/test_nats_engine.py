@@ -17,7 +17,7 @@ import nats
 import pytest
 
 from egress.engines import ROLE_PREFIX, EpochCommit, FencedError, LogAppend, MemberInfo, SinkProgress
-from egress.engines.nats import NatsEngine, NatsEngineError
+from egress.engines.nats import NatsEngine, NatsEngineError, NatsUnavailableError
 from egress.errors import EgressError
 from egress.keys import encode_key
 from tests.engines.engines import outbox_message
@@ -350,20 +350,27 @@ async def test_a_server_without_jetstream_raises_an_egress_error_naming_the_fix(
 
 
 async def test_a_server_lost_after_open_raises_an_egress_error_naming_the_url(tmp_path: Path) -> None:
+    """The commit waits for the server to come back for ``outage_timeout`` seconds (1 s here; the
+    waiting is the same at the 60 s default), then raises the retryable ``NatsUnavailableError``;
+    closing the engine then ends nats-py's reconnecting too."""
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
     server = await asyncio.create_subprocess_exec(str(nats_server_binary()), "-js", "-a", "127.0.0.1", "-p",
                                                   str(port), "-sd", str(tmp_path), stdout=asyncio.subprocess.DEVNULL,
                                                   stderr=asyncio.subprocess.DEVNULL)
-    engine = NatsEngine(f"nats://127.0.0.1:{port}", "p", connect_timeout=10, request_timeout=0.5)
+    engine = NatsEngine(f"nats://127.0.0.1:{port}", "p", connect_timeout=10, request_timeout=0.5,
+                        outage_timeout=1.0)
     try:
         await engine.open()
         epoch = await engine.acquire("c", 0)
         server.terminate()
         await server.wait()
-        with pytest.raises(NatsEngineError, match=f"nats://127.0.0.1:{port}: stream KV_egress_p: .*server is up"):
+        with pytest.raises(NatsUnavailableError, match=f"nats://127.0.0.1:{port}: stream KV_egress_p: .*no usable "
+                                                       r"answer for 1 s \(\d+ attempts; .*server is up"):
             await engine.commit(EpochCommit("c", 0, epoch, {("in", 0): 1}))
+        await engine.close()  # and nats-py's reconnecting ends with it (else the event loop never could)
+        assert not [task for task in asyncio.all_tasks() if "_attempt_reconnect" in repr(task.get_coro())]
     finally:
         await engine.close()
         if server.returncode is None:
