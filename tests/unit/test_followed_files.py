@@ -219,3 +219,30 @@ async def test_the_unread_records_of_followed_files_are_estimated_from_the_bytes
     append(path, jsonl(10, 5))
     assert source.unread_records() == 5  # grown: 5 more lines of the average length
     await source.close()
+
+
+async def test_a_file_rotated_between_a_passs_glob_and_its_open_is_not_read_again_under_a_new_number(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The glob lists ``app.jsonl`` only; then the file is renamed into the glob (``app.jsonl.1``)
+    and a new ``app.jsonl`` begins, before the pass opens the path: the pass takes the old file for
+    rotated away, reads it to its end and drops it. The next pass's glob finds it at its new name:
+    the same file (inode and first bytes), read already, so not a new file read from its start."""
+    import egress.connectors.sources.follow as follow
+
+    (tmp_path / "app.jsonl").write_bytes(jsonl(0, 3))
+    source = followed(tmp_path, "app.jsonl*")
+    await source.start(0, b"", until_caught_up=True)
+    assert ids(await take_all(source)) == [0, 1, 2]
+    real_glob = follow.glob.glob
+
+    def stale_glob(pattern: str) -> list[str]:
+        found = real_glob(pattern)
+        os.rename(tmp_path / "app.jsonl", tmp_path / "app.jsonl.1")  # after the listing, before the open
+        (tmp_path / "app.jsonl").write_bytes(jsonl(3, 2))
+        monkeypatch.setattr(follow.glob, "glob", real_glob)
+        return found
+
+    monkeypatch.setattr(follow.glob, "glob", stale_glob)
+    records = await take_all(source)
+    assert ids(records) == [3, 4]
+    await source.close()

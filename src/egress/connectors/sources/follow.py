@@ -12,7 +12,9 @@ Each pass over the files reads, in file-number order (older files first), every 
 (one record per line: a CSV record must not hold a newline inside quotes); a partial last line is
 left until its newline arrives. A file that no longer matches (rotated away, deleted) is read to
 its end through the descriptor still open, then dropped; a partial last line it still has then is
-never completed, and is reported as a warning and not read. The state committed with each batch is
+never completed, and is reported as a warning and not read. A dropped file found again later (renamed
+into the pattern between a pass's glob and its open, so that pass saw another file at its path) is
+recognised by its identity among the last :data:`DROPPED_KEPT` dropped and not read again. The state committed with each batch is
 every file's number, identity, byte offset, record and line counts and (CSV) header, so a restart
 resumes each file at its committed byte; a file rotated away while egress was down is found again
 in its folder by its inode (``app.log`` → ``app.log.1``) and read to its end first. A single path
@@ -204,7 +206,7 @@ class FollowedFiles(WithBadRecords):
                 descriptor = os.open(path, os.O_RDONLY)
             except OSError:
                 continue
-            if any(dropped.change(descriptor) is None for dropped in self._dropped):
+            if self._was_dropped(descriptor):
                 os.close(descriptor)
                 continue
             log.info("%s: read as rotated away while egress was down", path)
@@ -251,7 +253,16 @@ class FollowedFiles(WithBadRecords):
                 continue
             if known is not None:  # same inode, other first bytes or shorter: rewritten or truncated
                 self._drop(known.number)
+            elif self._was_dropped(descriptor):
+                # Read to its end already: renamed into the pattern after an earlier pass's glob and
+                # before its open, that pass took it for rotated away (its path held another file).
+                os.close(descriptor)
+                continue
             self._add(path, descriptor)
+
+    def _was_dropped(self, descriptor: int) -> bool:
+        """Whether ``descriptor``'s file is one read to its end and dropped lately (same identity)."""
+        return any(dropped.change(descriptor) is None for dropped in self._dropped)
 
     def _add(self, path: str, descriptor: int) -> None:
         identity = FileIdentity.of(descriptor)
