@@ -29,6 +29,7 @@ from nats.aio.subscription import Subscription
 from nats.errors import Error as NatsClientError
 
 from egress.clock import Clock, RealClock
+from egress.nats_connections import close_connection
 from egress.throttler.controller import Grant, ThrottlerController
 from egress.throttler.errors import ControllerUnavailableError
 from egress.throttler.transport import with_timeout
@@ -113,9 +114,8 @@ class NatsConnection:
 
     async def aclose(self) -> None:
         client, self._client = self._client, None
-        if client is not None and not client.is_closed:
-            with contextlib.suppress(NatsClientError, TimeoutError, OSError):
-                await client.close()
+        if client is not None:
+            await close_connection(client, ", ".join(self.servers))
 
 
 class NatsTransport:

@@ -36,6 +36,7 @@ from egress.connectors.sources.bad_records import (
 from egress.connectors.sources.live import CountedPosition, referenced_file_errors
 from egress.connectors.sources.schema import json_row, parse_timestamp, record_error
 from egress.errors import EgressError, SourceDataError, SpecError
+from egress.nats_connections import close_connection
 from egress.spec import StreamSpec
 
 if TYPE_CHECKING:  # nats-py is imported when a nats source starts: `import egress` stays without it
@@ -233,7 +234,7 @@ class NatsSource(CountedPosition, WithBadRecords):
     async def close(self) -> None:
         if self._client is not None:
             client, self._client = self._client, None
-            await client.close()
+            await close_connection(client, self.parameters.url)
 
     # -- helpers ----------------------------------------------------------------------------
 

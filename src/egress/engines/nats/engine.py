@@ -67,6 +67,7 @@ from egress.engines.protocols import (
 )
 from egress.errors import RowEncodingError
 from egress.keys import partition_of
+from egress.nats_connections import close_connection
 from egress.rows import decode_row, encode_row, first_unstorable_row_error
 
 logger = logging.getLogger(__name__)
@@ -172,26 +173,6 @@ class _LogIndex:
         """The known chunk with the largest first offset <= ``offset``."""
         index = bisect.bisect_right(self.firsts, offset)
         return self.chunks[self.firsts[index - 1]] if index else None
-
-
-RECONNECT_CANCEL_ATTEMPTS = 100
-"""Times :func:`_reconnecting_ended` cancels nats-py's reconnect task, 0.1 s apart, before it gives up."""
-
-
-async def _reconnecting_ended(connection: Client) -> None:
-    """Cancel ``connection``'s reconnect task until it has ended (nats-py's ``close()`` cancels it
-    once). On Python 3.11 ``asyncio.wait_for`` swallows a cancel that lands as the connect it waits
-    for fails (a server gone refuses at once); nats-py then tries the next connect, and with
-    ``max_reconnect_attempts=-1`` goes on forever, so the event loop could never end after a lost
-    server. Gives up, logging, after :data:`RECONNECT_CANCEL_ATTEMPTS` cancels."""
-    task: asyncio.Task[None] | None = connection._reconnection_task
-    for _ in range(RECONNECT_CANCEL_ATTEMPTS):
-        if task is None or task.done():
-            return
-        task.cancel()
-        await asyncio.wait({task}, timeout=0.1)
-    logger.warning("NATS: the closed connection's reconnect task did not end after %d cancels",
-                   RECONNECT_CANCEL_ATTEMPTS)
 
 
 class NatsEngine:
@@ -351,12 +332,8 @@ class NatsEngine:
         self._appends_subscription = None  # closing the connection ends it
         connection, self._connection = self._connection, None
         self._stream = self._kv = None
-        if connection is not None and not connection.is_closed:
-            try:
-                await connection.close()
-            except (NatsClientError, TimeoutError, OSError) as error:  # lost already: nothing left to release
-                logger.debug("NATS %s: closing: %s", self.url, error)
-            await _reconnecting_ended(connection)
+        if connection is not None:
+            await close_connection(connection, self.url)
 
     # -- metadata and inventory --------------------------------------------------------------
 
