@@ -8,21 +8,21 @@ number in its file. A file is known by its identity (inode and a fingerprint of 
 file at the path (rotation) or a file rewritten or truncated in place is a new file, read from its
 start under a new number.
 
-Each pass over the files reads, in file-number order (older files first), every complete line
-(one record per line: a CSV record must not hold a newline inside quotes); a partial last line is
-left until its newline arrives. A file that no longer matches (rotated away, deleted) is read to
-its end through the descriptor still open, then dropped; a partial last line it still has then is
-never completed, and is reported as a warning and not read. A dropped file found again later (renamed
-into the pattern between a pass's glob and its open, so that pass saw another file at its path) is
-recognised by its identity among the last :data:`DROPPED_KEPT` dropped and not read again. The state committed with each batch is
-every file's number, identity, byte offset, record and line counts and (CSV) header, so a restart
-resumes each file at its committed byte; a file rotated away while egress was down is found again
-in its folder by its inode (``app.log`` → ``app.log.1``) and read to its end first. A single path
-also finds the files created *and* rotated away while egress was down: its rotated siblings
-(``app.log.*``, not ``.gz``) that are none of the committed files, not one read to its end and
-dropped lately (the state keeps the last :data:`DROPPED_KEPT` identities), and that were modified
-after the newest modification the state has seen (``seen_mtime_ns``, so a rotated file of before
-is not read again), oldest first.
+Each pass over the files reads, in file-number order (older files first), every complete line (one
+record per line: a CSV record must not hold a newline inside quotes); a partial last line is left
+until its newline arrives. A file that no longer matches (rotated away, deleted) is read to its end
+through the descriptor still open, then dropped; a partial last line it still has then is never
+completed, and is reported as a warning and not read. A dropped file found again later (renamed into
+the pattern between a pass's glob and its open, so that pass saw another file at its path) is
+recognised by its identity among the last :data:`DROPPED_KEPT` dropped and not read again. The state
+committed with each batch is every file's number, identity, byte offset, record and line counts and
+(CSV) header, so a restart resumes each file at its committed byte; a file rotated away while egress
+was down is found again in its folder by its inode (``app.log`` → ``app.log.1``) and read to its end
+first. A single path also finds the files created *and* rotated away while egress was down: its
+rotated siblings (``app.log.*``, not ``.gz``) that are none of the committed files, not one read to
+its end and dropped lately (the state keeps the last :data:`DROPPED_KEPT` identities), and that were
+modified after the newest modification the state has seen (``seen_mtime_ns``, so a rotated file of
+before is not read again), oldest first.
 """
 
 from __future__ import annotations
