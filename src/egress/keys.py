@@ -26,11 +26,16 @@ EMPTY_KEY = b"[]"
 """The stored form of the empty key ``()`` (a stream without ``group_by``)."""
 
 
+_ONE_INTEGER_LOW, _ONE_INTEGER_HIGH = -(1 << 63), 1 << 64
+"""The integers (``low <= value < high``) whose one-integer key ``encode_key`` writes as ``[digits]``
+itself: orjson's range, so the same bytes as its compact JSON."""
+
+
 def encode_key(values: Sequence[Any]) -> bytes:
     """The stored form of a key: compact JSON of its values in ``group_by`` order, ``bytes`` as
     their UTF-8 text. Raises ``TypeError`` saying why for a value that cannot be a key (bytes that
     are not UTF-8, a type JSON cannot hold)."""
-    if len(values) == 1 and type(values[0]) is int and -(1 << 63) <= values[0] < 1 << 64:
+    if len(values) == 1 and type(values[0]) is int and _ONE_INTEGER_LOW <= values[0] < _ONE_INTEGER_HIGH:
         # One integer (the common key): its decimal digits are its compact JSON, as orjson writes it.
         return b"[%d]" % values[0]
     if not values:
@@ -53,7 +58,8 @@ def encode_keys(rows: Sequence[Mapping[str, Any]], group_by: Sequence[str]) -> l
         return [encode_key(values_of(row)) for row in rows]
     column = group_by[0]
     values = [row[column] for row in rows]
-    if values and set(map(type, values)) == {int} and min(values) >= -(1 << 63) and max(values) < 1 << 64:
+    if values and set(map(type, values)) == {int} and min(values) >= _ONE_INTEGER_LOW \
+            and max(values) < _ONE_INTEGER_HIGH:
         return [b"[%d]" % value for value in values]  # encode_key's one-integer form, for the whole batch
     return [encode_key((value,)) for value in values]
 

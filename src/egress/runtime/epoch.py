@@ -114,9 +114,10 @@ class EpochStep:
         row, checked and routed as one emitted message (output index 0) of the map's stream, with
         the same ids, order and watermark as the general path, without its per-message objects."""
         invoker = self.invoker
-        stream_id = invoker.map_stream_id
+        stream_id, map_row = invoker.map_stream_id, invoker.map_row
         assert stream_id is not None
-        map_row, context, checked = invoker.function.map, invoker.context, invoker.map_row_checker()  # type: ignore[attr-defined]
+        assert map_row is not None
+        context, checked = invoker.context, invoker.check_map_row
         outbox = output.outbox.append if stream_id in self.sink_streams else None
         logged = self.logged_streams is None or stream_id in self.logged_streams
         log_appends, partition_count = output.log_appends.append, self.partition_count

@@ -91,8 +91,16 @@ class Invoker:
         self._outputs = None if output_stream_ids is None else frozenset(output_stream_ids)
         self.streams = streams
         self._schemas: dict[str, _Schema] = {}
-        self.map_stream_id = self._map_stream() if isinstance(function, MapFunction) else None
+        self.map_stream_id: str | None = None
         """The output stream of a :class:`MapFunction` (the runtime then calls its ``map``), else ``None``."""
+        self.map_row: Callable[[dict[str, Any], RuntimeContext], Any] | None = None
+        """A :class:`MapFunction`'s bound ``map``, else ``None``."""
+        self.check_map_row: Callable[[Any, LogMessage], bytes] = self._checked_map_row
+        """``check(row, message)`` of :meth:`_map_row_checker`, built once (for a map)."""
+        if isinstance(function, MapFunction):
+            self.map_stream_id = self._map_stream()
+            self.map_row = function.map
+            self.check_map_row = self._map_row_checker()
 
     def _map_stream(self) -> str:
         """The stream a :class:`MapFunction` emits to (:func:`~egress.runtime.api.map_output_stream`).
@@ -110,15 +118,18 @@ class Invoker:
         except ValueError as error:
             raise ProcessFunctionError(f"computation {self.computation_id!r}: {error}") from None
 
+    def _where(self, message_id: bytes, stream_id: str, key: tuple[Any, ...]) -> str:
+        return (f"message {message_id.hex().upper()} of stream {stream_id!r} with key {list(key)!r} "
+                f"(partition {self.context.partition})")
+
     def _where_log_message(self, message: LogMessage) -> str:
-        return (f"message {message.message_id.hex().upper()} of stream {message.stream!r} with key "
-                f"{list(decode_key(message.key))!r} (partition {self.context.partition})")
+        return self._where(message.message_id, message.stream, decode_key(message.key))
 
     def map_failed(self, message: LogMessage, error: Exception) -> ProcessFunctionError:
         """The error for ``map`` raising ``error`` on ``message``."""
         return self._raised(self._where_log_message(message), error)
 
-    def map_row_checker(self) -> Callable[[Any, LogMessage], bytes]:
+    def _map_row_checker(self) -> Callable[[Any, LogMessage], bytes]:
         """``check(row, message)``: the encoded key of ``row``, which ``map`` returned for ``message``,
         checked as an emitted row of :attr:`map_stream_id`; raises ``ProcessFunctionError`` as
         :meth:`message`'s checks do. A row whose every column holds a value of exactly one of its
@@ -158,8 +169,7 @@ class Invoker:
         return self._checked(self.map_stream_id, row, None, self._where_log_message, message).key
 
     def _where_message(self, message: Message) -> str:
-        return (f"message {message.message_id.hex().upper()} of stream {message.stream_id!r} with key "
-                f"{list(message.key)!r} (partition {self.context.partition})")
+        return self._where(message.message_id, message.stream_id, message.key)
 
     def _where_timer(self, timer: Timer) -> str:
         return (f"{timer.domain} timer at {timer.trigger_timestamp!r} of key {list(timer.key)!r} "
