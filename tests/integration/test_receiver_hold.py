@@ -58,7 +58,7 @@ async def test_it_answers_hold_after_requests_then_holds_the_rest_until_told_to_
         tasks = await post_all(session, base, 5)
 
         async def held(count: int) -> bool:
-            return (await stats(session, base))["held"] == count
+            return int((await stats(session, base))["held"]) == count
 
         await eventually(lambda: held(3), "three requests held")
         counts = await stats(session, base)
@@ -97,7 +97,7 @@ async def test_hold_after_zero_holds_the_first_request_and_a_bad_count_is_a_400(
         tasks = await post_all(session, base, 1)
 
         async def one_held() -> bool:
-            return (await stats(session, base))["held"] == 1
+            return int((await stats(session, base))["held"]) == 1
 
         await eventually(one_held, "the request held")
         assert (answered(tasks), (await stats(session, base))["requests"]) == (0, 0)
@@ -118,7 +118,7 @@ async def test_a_stopping_receiver_answers_what_it_holds(tmp_path: Path) -> None
         tasks = await post_all(session, base, 2)
 
         async def two_held() -> bool:
-            return (await stats(session, base))["held"] == 2
+            return int((await stats(session, base))["held"]) == 2
 
         await eventually(two_held, "two requests held")
         stop.set()
