@@ -11,7 +11,7 @@ import subprocess
 import sys
 import time
 import urllib.request
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -86,6 +86,16 @@ def hold_after(receiver: Receiver, count: int) -> None:
 def release(receiver: Receiver) -> None:
     """The receiver answers what it holds and every later request."""
     receiver_stats(receiver, "release")
+
+
+def wait_until(condition: Callable[[], object], what: str, timeout: float = 60.0) -> None:
+    """Poll ``condition()`` every 10 ms until it is true; fail naming ``what`` after ``timeout`` s
+    (a failure guard: the wait ends on the condition, not on the time)."""
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if time.monotonic() > deadline:
+            pytest.fail(f"timed out after {timeout:g} s waiting for {what}")
+        time.sleep(0.01)
 
 
 def wait_until_held(receiver: Receiver, process: subprocess.Popen[bytes], log: Path,
