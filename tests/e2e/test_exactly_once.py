@@ -32,9 +32,9 @@ pytestmark = pytest.mark.e2e
 
 
 def write_pipeline(directory: Path, rng: random.Random, events_count: int = EVENTS,
-                   keys: int = KEYS) -> tuple[Path, Counter[str]]:
+                   keys: int = KEYS, retry_delay: str = "1s") -> tuple[Path, Counter[str]]:
     """``events_count`` events with random keys (of ``keys``) and data; returns the spec (retry
-    delay 1 s) and the expected totals."""
+    delay ``retry_delay``) and the expected totals."""
     expected: Counter[str] = Counter()
     lines = []
     for _ in range(events_count):
@@ -46,7 +46,7 @@ def write_pipeline(directory: Path, rng: random.Random, events_count: int = EVEN
     events.write_bytes(b"\n".join(lines) + b"\n")
     spec = yaml.safe_load((EXAMPLE / "spec.yaml").read_text())
     spec["sources"]["events"]["parameters"]["path"] = str(events)
-    spec["computations"]["request_processor"]["processing_function_parameters"]["delay"] = "1s"
+    spec["computations"]["request_processor"]["processing_function_parameters"]["delay"] = retry_delay
     path = directory / "spec.yaml"
     path.write_text(yaml.safe_dump(spec, sort_keys=False))
     return path, expected
