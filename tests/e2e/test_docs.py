@@ -80,6 +80,8 @@ STOP_TIMEOUT = 10.0  # seconds a block's background processes get to exit on SIG
 TEXT_SUFFIXES = {".yaml", ".yml", ".yson", ".json", ".py", ".md"}
 SECRET_VALUE = "docs-test-secret"
 
+OPTIONS = {"receiver", "nats", "ports", "sample", "in", "into", "dynamic", "name", "uses", "pytest"}
+COMMAND = re.compile(r"\s*(\.venv/bin/|make |egress |curl |export |[A-Z_]+=\S* )")
 MARKER = re.compile(r"^\s*<!--\s*(runnable|not runnable)\s*(?::\s*(.*?))?\s*-->\s*$")
 FENCE = re.compile(r"^(\s*)(```+|~~~+)\s*([\w+-]*)")
 
@@ -143,6 +145,18 @@ def test_every_snippet_says_whether_it_runs() -> None:
                 if b.language in SNIPPET_LANGUAGES and b.marker is None]
     assert not unmarked, ("these snippets carry neither <!-- runnable --> nor <!-- not runnable: REASON --> on "
                           "the line before their fence (tests/e2e/test_docs.py says how):\n" + "\n".join(unmarked))
+
+
+def test_commands_are_in_sh_blocks() -> None:
+    """A command in a bare fence would escape the check above: it must be a ```sh block."""
+    bare = [b.where for b in ALL_BLOCKS if b.language in ("", "text") and COMMAND.match(b.text)]
+    assert not bare, "these blocks hold commands but are not ```sh blocks:\n" + "\n".join(bare)
+
+
+def test_every_marker_option_is_known() -> None:
+    unknown = [f"{b.where}: {name}" for b in RUNNABLE for name in b.options if name not in OPTIONS]
+    assert not unknown, f"unknown options of <!-- runnable: ... --> (known: {', '.join(sorted(OPTIONS))}):\n" + \
+        "\n".join(unknown)
 
 
 def test_the_docs_have_runnable_snippets() -> None:
