@@ -90,7 +90,7 @@ FENCE = re.compile(r"^(\s*)(```+|~~~+)\s*([\w+-]*)")
 class Block:
     """One fenced block: ``file`` (relative to the repository), ``line`` (its opening fence, 1-based),
     ``language``, ``text``, and the marker before it (``None``: none; ``"runnable"`` or
-    ``"not runnable"``) with its ``options`` (option name → its words)."""
+    ``"not runnable"``) with its ``options`` (option name → its words) or its ``reason``."""
 
     file: str
     line: int
@@ -98,6 +98,7 @@ class Block:
     text: str
     marker: str | None = None
     options: dict[str, list[str]] = field(default_factory=dict)
+    reason: str = ""
 
     @property
     def where(self) -> str:
@@ -131,7 +132,10 @@ def blocks_of(path: Path) -> Iterator[Block]:
         marker = MARKER.match(lines[index - 1]) if index > 0 else None
         if marker is not None:
             block.marker = marker.group(1)
-            block.options = parse_options(marker.group(2) or "") if block.marker == "runnable" else {}
+            if block.marker == "runnable":
+                block.options = parse_options(marker.group(2) or "")
+            else:
+                block.reason = marker.group(2) or ""
         yield block
         index = end + 1
 
@@ -141,8 +145,8 @@ RUNNABLE = [block for block in ALL_BLOCKS if block.marker == "runnable"]
 
 
 def test_every_snippet_says_whether_it_runs() -> None:
-    unmarked = [f"{b.where} (```{b.language})" for b in ALL_BLOCKS
-                if b.language in SNIPPET_LANGUAGES and b.marker is None]
+    unmarked = [f"{b.where} (```{b.language})" for b in ALL_BLOCKS if b.language in SNIPPET_LANGUAGES
+                and (b.marker is None or (b.marker == "not runnable" and not b.reason))]
     assert not unmarked, ("these snippets carry neither <!-- runnable --> nor <!-- not runnable: REASON --> on "
                           "the line before their fence (tests/e2e/test_docs.py says how):\n" + "\n".join(unmarked))
 
@@ -336,7 +340,7 @@ def check_spec(block: Block, root: Path, text: str, monkeypatch: pytest.MonkeyPa
     for name, value in secrets_named(text).items():
         monkeypatch.setenv(name, value)
     suffix = SPEC_LANGUAGES[block.language]
-    folder = root / " ".join(block.options.get("in", ["."]))
+    folder = root / block.options.get("in", ["."])[0]
     written = folder / f"docs-snippet{suffix}"
     into = block.options.get("into")
     problem = None
