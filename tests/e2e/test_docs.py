@@ -1,4 +1,5 @@
-"""The docs test: every snippet of README.md and docs/*.md a user copies, run as written.
+"""The docs test: every snippet of README.md, docs/*.md and examples/*/README.md a user copies, run
+as written.
 
 Each fenced block in the languages a user copies (``sh``, ``python``, ``yaml``, ``yson``, ``json``
 Specs) carries an HTML comment on the line before its fence, which GitHub does not render:
@@ -72,7 +73,8 @@ from tests.nats_server import NatsServer, free_port
 
 pytestmark = pytest.mark.e2e
 REPO = Path(__file__).resolve().parents[2]
-DOCUMENTS = [REPO / "README.md", *sorted((REPO / "docs").glob("*.md"))]
+DOCUMENTS = [REPO / "README.md", *sorted((REPO / "docs").glob("*.md")),
+             *sorted((REPO / "examples").glob("*/README.md"))]
 SNIPPET_LANGUAGES = {"sh", "bash", "python", "yaml", "yson", "json"}
 SPEC_LANGUAGES = {"yaml": ".yaml", "yson": ".yson", "json": ".json"}
 BLOCK_TIMEOUT = 180.0  # seconds one block may take on a loaded machine (a failure guard only)
@@ -81,7 +83,8 @@ TEXT_SUFFIXES = {".yaml", ".yml", ".yson", ".json", ".py", ".md"}
 SECRET_VALUE = "docs-test-secret"
 
 OPTIONS = {"receiver", "nats", "ports", "sample", "in", "into", "dynamic", "name", "uses", "pytest"}
-COMMAND = re.compile(r"\s*(\.venv/bin/|make |egress |curl |export |[A-Z_]+=\S* )")
+COMMAND = re.compile(r"\s*(\.venv/bin/|make |curl |export |[A-Z_]+=\S* "
+                     r"|egress (run|validate|receiver|redrive|throttler|state|status) )")
 MARKER = re.compile(r"^\s*<!--\s*(runnable|not runnable)\s*(?::\s*(.*?))?\s*-->\s*$")
 FENCE = re.compile(r"^(\s*)(```+|~~~+)\s*([\w+-]*)")
 
