@@ -11,9 +11,9 @@ Specs) carries an HTML comment on the line before its fence, which GitHub does n
 A block of those languages with neither fails :func:`test_every_snippet_says_whether_it_runs`;
 blocks of other languages (output, diagrams: a bare fence or ``text``) are not snippets.
 
-How a runnable block runs, each in a fresh temporary copy of the repository (``examples/``, ``data/``
-and ``.venv`` as links to this environment's interpreter; ``PYTHONPATH`` is this checkout's
-``src``), as the current directory:
+How a runnable block runs, each in a fresh temporary copy of the repository as the current
+directory (``examples/`` copied; ``data/`` linked to this checkout's, ``.venv`` to this environment;
+``PYTHONPATH`` this checkout's ``src``):
 
 * ``sh``: ``bash -e -o pipefail``, in a process group of its own: it must exit 0, and whatever it
   left running in the background (``egress receiver … &``) is stopped afterwards, by that group's id;
@@ -230,12 +230,15 @@ def block_environment(text: str) -> dict[str, str]:
 
 
 class Servers:
-    """The servers a block's options ask the test to start, and the port mapping of the block."""
+    """The servers a block's options ask the test to start (:meth:`start`, :meth:`stop`), and the
+    block's port mapping (:attr:`ports`: the port it names → the port it gets)."""
 
-    def __init__(self, root: Path, block: Block) -> None:
-        self.root = root
-        self.ports: dict[int, int] = {int(p): free_port() for p in block.options.get("ports", [])}
+    def __init__(self) -> None:
+        self.ports: dict[int, int] = {}
         self.stops: list[Any] = []
+
+    def start(self, root: Path, block: Block) -> None:
+        self.ports.update((int(p), free_port()) for p in block.options.get("ports", []))
         for port in block.options.get("receiver", []):
             receiver = launch_receiver(root / f"received-{port}.jsonl")
             self.stops.append(lambda receiver=receiver: stop_receiver(receiver))
@@ -384,8 +387,9 @@ def dynamic_spec_beside(spec: Path) -> Path | None:
 @pytest.mark.parametrize("block", RUNNABLE, ids=[b.where for b in RUNNABLE])
 def test_snippet_runs_as_written(block: Block, copy_root: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     make_copy(copy_root, block)
-    servers = Servers(copy_root, block)
+    servers = Servers()
     try:
+        servers.start(copy_root, block)
         text = replace_ports(copy_root, program_of(block), servers.ports)
         if block.language in SPEC_LANGUAGES:
             check_spec(block, copy_root, text, monkeypatch)
