@@ -107,18 +107,18 @@ def build_app(
         if delay > 0:
             await asyncio.sleep(delay)
         if fail_rate > 0 and rng.random() < fail_rate:
-            status, message = fail_status, "injected failure"
+            status, message, refused = fail_status, "injected failure", False
             options = receiver.options
             try:  # the whole body first, as the receiver would read it
                 await read_body(request, max_bytes=options.max_body_bytes, max_seconds=options.body_timeout)
             except RequestBodyError as error:
-                status, message = error.status, str(error)
+                status, message, refused = error.status, str(error), True
             request_id = request.headers.get(p.HEADER_REQUEST_ID, "")
             receiver.stats.requests += 1
             receiver.stats.by_status[status] += 1
             body = p.response_body(request_id, int(time.time() * 1000), message)
             response = web.Response(status=status, body=body, content_type=p.CONTENT_TYPE_JSON)
-            return closing(response) if status != fail_status else response
+            return closing(response) if refused else response
         return await handler(request)
 
     async def stats(request: web.Request) -> web.Response:
