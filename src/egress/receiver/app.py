@@ -20,6 +20,7 @@ from typing import IO, Any
 
 from aiohttp import web
 
+from egress.http_body import DEFAULT_BODY_TIMEOUT, RequestBodyError, closing, read_body
 from egress.http_expect import expect_handler
 
 STATS_PATH = "/stats"
@@ -31,7 +32,9 @@ class ReceiverConfig:
     ``delay`` seconds before answering; ``fail_first``: the first N requests of each idempotency
     key are answered ``fail_status`` (a deterministic transient failure); ``idempotency_header``
     names the key header;
-    ``record`` is a JSONL file path (appended to) or ``None``; ``seed`` makes faults repeatable."""
+    ``record`` is a JSONL file path (appended to) or ``None``; ``seed`` makes faults repeatable;
+    a body over ``max_body_bytes`` is answered ``413``, one not whole within ``body_timeout``
+    seconds ``408`` (:func:`egress.http_body.read_body`; neither is counted nor recorded)."""
 
     fail_rate: float = 0.0
     fail_status: int = 503
@@ -40,6 +43,8 @@ class ReceiverConfig:
     idempotency_header: str = "Idempotency-Key"
     record: Path | None = None
     seed: int | None = None
+    max_body_bytes: int = 64 * 1024 * 1024
+    body_timeout: float = DEFAULT_BODY_TIMEOUT
 
 
 @dataclass
@@ -77,7 +82,7 @@ class Receiver:
         self.stats = ReceiverStats()
         self._random = random.Random(self.config.seed)
         self._record: IO[str] | None = None
-        self.app = web.Application(client_max_size=64 * 1024 * 1024)
+        self.app = web.Application()
         self.app.router.add_get(STATS_PATH, self._stats, expect_handler=expect_handler)
         self.app.router.add_route("*", "/{tail:.*}", self._receive, expect_handler=expect_handler)
         self.app.on_startup.append(self._open)
@@ -98,12 +103,12 @@ class Receiver:
         return web.json_response(self.stats.as_json())
 
     async def _receive(self, request: web.Request) -> web.Response:
-        try:
-            body = await request.read()
-        except web.RequestPayloadError as error:  # e.g. Content-Encoding: gzip over a body that is not
-            return web.Response(status=400, text=f"cannot read the request body: {error.__cause__ or error}\n")
-        now = time.time()
         config = self.config
+        try:
+            body = await read_body(request, max_bytes=config.max_body_bytes, max_seconds=config.body_timeout)
+        except RequestBodyError as error:  # e.g. Content-Encoding: gzip over a body that is not
+            return closing(web.Response(status=error.status, text=f"{error}\n"))
+        now = time.time()
         stats = self.stats
         if config.delay > 0:
             await asyncio.sleep(config.delay)
