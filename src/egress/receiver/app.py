@@ -27,6 +27,7 @@ from typing import IO, Any
 
 from aiohttp import web
 
+from egress.http_body import DEFAULT_BODY_TIMEOUT, RequestBodyError, closing, read_body
 from egress.http_expect import expect_handler
 
 STATS_PATH = "/stats"
@@ -42,7 +43,9 @@ class ReceiverConfig:
     names the key header;
     ``record`` is a JSONL file path (appended to) or ``None``; ``seed`` makes faults repeatable;
     ``hold_after``: answer this many requests, then hold every further one until released
-    (``None``: never hold)."""
+    (``None``: never hold);
+    a body over ``max_body_bytes`` is answered ``413``, one not whole within ``body_timeout``
+    seconds ``408`` (:func:`egress.http_body.read_body`; neither is counted nor recorded)."""
 
     fail_rate: float = 0.0
     fail_status: int = 503
@@ -52,6 +55,8 @@ class ReceiverConfig:
     record: Path | None = None
     seed: int | None = None
     hold_after: int | None = None
+    max_body_bytes: int = 64 * 1024 * 1024
+    body_timeout: float = DEFAULT_BODY_TIMEOUT
 
 
 class Hold:
@@ -123,7 +128,7 @@ class Receiver:
         self._random = random.Random(self.config.seed)
         self._record: IO[str] | None = None
         self.hold = Hold(self.config.hold_after)
-        self.app = web.Application(client_max_size=64 * 1024 * 1024)
+        self.app = web.Application()
         self.app.router.add_get(STATS_PATH, self._stats, expect_handler=expect_handler)
         self.app.router.add_post(HOLD_PATH, self._hold, expect_handler=expect_handler)
         self.app.router.add_post(RELEASE_PATH, self._release, expect_handler=expect_handler)
@@ -158,13 +163,13 @@ class Receiver:
         return await self._stats(request)
 
     async def _receive(self, request: web.Request) -> web.Response:
+        config = self.config
         try:
-            body = await request.read()
-        except web.RequestPayloadError as error:  # e.g. Content-Encoding: gzip over a body that is not
-            return web.Response(status=400, text=f"cannot read the request body: {error.__cause__ or error}\n")
+            body = await read_body(request, max_bytes=config.max_body_bytes, max_seconds=config.body_timeout)
+        except RequestBodyError as error:  # e.g. Content-Encoding: gzip over a body that is not
+            return closing(web.Response(status=error.status, text=f"{error}\n"))
         now = time.time()
         await self.hold.turn()
-        config = self.config
         stats = self.stats
         if config.delay > 0:
             await asyncio.sleep(config.delay)
