@@ -414,6 +414,9 @@ def receiver(
     fail_first: Annotated[int, typer.Option(
         min=0, help="Fail the first N requests of each idempotency key with --fail-status, then accept.")] = 0,
     seed: Annotated[Optional[int], typer.Option(help="Seed for repeatable fault injection.")] = None,  # noqa: UP045
+    hold_after: Annotated[Optional[int], typer.Option(  # noqa: UP045
+        min=0, help="Answer the first N requests, then hold every further one unanswered until POST /release "
+                    "(POST /hold?after=M answers M more).")] = None,
     idempotency_header: Annotated[str, typer.Option(help="The header that carries the key.")] = "Idempotency-Key",
     protocol: Annotated[str, typer.Option(
         help="generic (record any request) or firehose (a strict Amazon Data Firehose HTTP endpoint).")] = "generic",
@@ -432,6 +435,9 @@ def receiver(
     if access_key_env and protocol != "firehose":
         raise typer.BadParameter("access keys are checked only with --protocol firehose; add it, or drop "
                                  "--access-key-env for the generic receiver", param_hint="--access-key-env")
+    if hold_after is not None and protocol != "generic":
+        raise typer.BadParameter("only the generic receiver holds requests; drop --protocol firehose, or "
+                                 "--hold-after", param_hint="--hold-after")
     if protocol == "firehose":
         from egress.cli.firehose import run_firehose_receiver
 
@@ -443,7 +449,8 @@ def receiver(
     from egress.receiver import ReceiverConfig, serve  # aiohttp: only for this command
 
     config = ReceiverConfig(fail_rate=fail_rate, fail_status=fail_status, delay=delay, fail_first=fail_first,
-                            idempotency_header=idempotency_header, record=record, seed=seed)
+                            idempotency_header=idempotency_header, record=record, seed=seed,
+                            hold_after=hold_after)
     if port == 0:
         with socket.socket() as probe:
             probe.bind((host, 0))
