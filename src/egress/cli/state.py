@@ -43,12 +43,26 @@ def state_lines(state_dir: Path, *, name: str | None = None, internal: bool = Tr
             if name in (None, table):
                 yield {"kind": "external", "table": table, "key": orjson.loads(key), "row": decode_row(row)}
     if internal:
-        for computation, state, key, value in found["internal"]:
-            if computation.startswith("source:"):
-                continue  # a source reader's position state (docs/sources.md), not a process function's
+        for computation, state, key, value in _process_function_state(found):
             if name in (None, state):
                 yield {"kind": "internal", "computation": computation, "state": state, "key": orjson.loads(key),
                        "value": orjson.loads(value)}
+
+
+def state_names(state_dir: Path, *, internal: bool = True, external: bool = True) -> list[str]:
+    """The names of the external tables and internal states of ``state_dir`` that hold committed
+    rows: the names ``state_lines(name=...)`` yields something for. Raises ``StateDirectoryError``."""
+    found = read_state(state_dir)
+    tables = {table for _, table, _, _ in found["external"]} if external else set()
+    states = {state for _, state, _, _ in _process_function_state(found)} if internal else set()
+    return sorted(tables | states)
+
+
+def _process_function_state(found: dict[str, list[tuple[str, str, bytes, bytes]]]
+                            ) -> Iterator[tuple[str, str, bytes, bytes]]:
+    """The internal state rows of ``read_state``'s answer that process functions wrote: a source
+    reader's position state (computation ``source:<id>``, docs/sources.md) is the runtime's own."""
+    return (row for row in found["internal"] if not row[0].startswith("source:"))
 
 
 @app.command()
@@ -61,8 +75,9 @@ def dump(
     """Print committed external state rows and internal state values as JSON lines (bytes as
     {"$bytes": "<base64>"}).
 
-    With --name and nothing printed, a note on standard error lists the names that have committed
-    rows (a misspelt name and a state that holds no keys right now both print nothing).
+    Exit codes: 0 printed (without --name, also when there is no row); 1 no egress state in STATE_DIR,
+    or --name matched no committed row: a note on standard error then lists the names that have
+    committed rows (a misspelt name and a state that holds no keys right now both print nothing).
     """
     try:
         printed = 0
@@ -70,11 +85,10 @@ def dump(
             typer.echo(orjson.dumps(line, default=bytes_as_json).decode())
             printed += 1
         if name is not None and not printed:
-            found = read_state(state_dir)
-            names = sorted({table for _, table, _, _ in found["external"]}
-                           | {state for _, state, _, _ in found["internal"]})
+            names = state_names(state_dir, internal=not external_only, external=not internal_only)
             typer.echo(f"egress: no committed rows named {name!r} in {state_dir}; names with rows: "
                        f"{', '.join(names) if names else '(none)'}", err=True)
+            raise typer.Exit(1)
     except StateDirectoryError as error:
         typer.echo(f"egress: {error}", err=True)
         raise typer.Exit(1) from None
