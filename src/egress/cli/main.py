@@ -27,12 +27,13 @@ from egress.cli.redrive import redrive_command
 from egress.cli.state import app as state_app
 from egress.cli.status import status_command
 from egress.cli.throttler import throttler_app
+from egress.engines.sqlite import state_directory
 from egress.errors import EgressError, ProcessFunctionError, SourceDataError, SpecError
 from egress.observe.logs import add_secret, bind_log_context, secrets_of_spec
 from egress.observe.status import egress_version
 from egress.runtime import EngineFactory, Pipeline, RunOptions, RunResult, load_plan
 from egress.runtime.collector import tune_for_run
-from egress.runtime.layout import WAY_OUT, check_recorded_layout
+from egress.runtime.layout import check_recorded_layout, way_out
 from egress.runtime.options import EngineChoice, parse_engine
 from egress.runtime.pipeline import DYNAMIC_SPEC_STATUS, nats_engine_factory, shared_sqlite_engine, sqlite_engine
 from egress.runtime.worker import default_worker_id
@@ -295,9 +296,10 @@ def _finish(pipeline: Pipeline, result: RunResult, *, spec: Path, dynamic_spec: 
         output.show(summary_table(values), "run finished", **values)
     elif not quiet:
         console.print(summary_table(values))
+    location = pipeline.location or state_directory(directory)
     if not quiet and result.ok and not values["rows_read"] and not values["posts"] and not values["messages_processed"]:
-        output.say(f"nothing new: {directory} already holds everything the sources had; a run with "
-                   "another --state-dir starts over")
+        output.say(f"nothing new: {location.name} already holds everything the sources had; to start over, "
+                   f"{location.start_over}")
     redrive_hint = f" --dynamic-spec {dynamic_spec}" if dynamic_spec is not None else ""
     for (path, sink), count in sorted(pipeline.dead_letters.by_file.items()):
         output.say(f"{count:,} dead letter(s) of {sink} written to {path}: once the endpoint is fixed, "
@@ -306,7 +308,7 @@ def _finish(pipeline: Pipeline, result: RunResult, *, spec: Path, dynamic_spec: 
     for line in result.blocked:
         output.say(f"blocked: {line}", style="red", level=logging.ERROR)
     for line in result.unreachable:
-        output.say(f"unreachable in {directory}: {line}", style="red", level=logging.ERROR)
+        output.say(f"unreachable in {location.name}: {line}", style="red", level=logging.ERROR)
     if result.error is not None:
         output.say(f"error: {result.error}", style="red", level=logging.ERROR)
         hint = _what_to_do_about(result.error)
@@ -316,7 +318,7 @@ def _finish(pipeline: Pipeline, result: RunResult, *, spec: Path, dynamic_spec: 
         output.say("interrupted before every message was delivered: run again to finish", level=logging.WARNING)
         raise typer.Exit(130)
     if result.unreachable:
-        output.say(f"not drained: this Spec cannot reach committed work in {directory}; {WAY_OUT}",
+        output.say(f"not drained: this Spec cannot reach committed work in {location.name}; {way_out(location)}",
                    level=logging.ERROR)
         raise typer.Exit(2)
     raise typer.Exit(0 if result.ok else 1)
