@@ -325,9 +325,10 @@ def _finish(pipeline: Pipeline, result: RunResult, *, spec: Path, dynamic_spec: 
 
 
 BAD_RECORD_FIX = (
-    "to go on: fix the record in place and run again (the source resumes at its committed position; an editor "
-    "or `sed -i` that writes a new file makes it another file, which is refused), or set the source's "
-    "parameters/on_bad_record to skip or dead_letter (docs/sources.md)")
+    "to go on: leave the file as it is, set the source's parameters/on_bad_record to skip or dead_letter and run "
+    "again; or correct the record within the same file (the same inode, its first 4,096 bytes unchanged) and run "
+    "again: the source resumes at its committed position (`sed -i` and an editor that saves a new file make it "
+    "another file, which is refused; docs/sources.md)")
 PROCESS_FUNCTION_FIX = (
     "what the other partitions committed before the stop stays committed: its outputs are delivered as emitted "
     "when the pipeline runs again; a fixed process function handles the messages not yet processed")
