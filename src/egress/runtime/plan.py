@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import importlib
 import logging
+import os
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -177,6 +178,7 @@ class _PlanBuilder:
                 continue
             self.errors.extend(e.at(file=self.spec_file, prefix=at)
                                for e in source_class.check(parameters, stream, self.base_dir))
+            self.errors.extend(unset_environment(source.parameters, f"{at}/parameters", self.spec_file))
             sources[source_id] = SourcePlan(source_id, source_class, parameters, source.output_stream_id, stream)
         return sources
 
@@ -328,6 +330,7 @@ def _sink_plan(
         return None
     parameters = _files_in(base_dir, parameters, f"{computation_id}/{sink_id}", spec_file)
     construction = sink_class.check(parameters, inputs)
+    errors.extend(unset_environment(sink.parameters, f"{sink_at}/parameters", spec_file))
     errors.extend(e.at(file=spec_file, prefix=sink_at) for e in construction)
     if construction:
         return None
@@ -360,6 +363,23 @@ def _files_in(base_dir: Path, parameters: Any, sink: str, spec_file: str | None)
                            f": egress redrive {earlier} {spec_file or 'SPEC'} --sink {sink}"
                            if name == "dead_letter_path" else "")
     return parameters.model_copy(update=update) if update else parameters
+
+
+def unset_environment(parameters: Any, at: str, spec_file: str | None) -> list[SpecError]:
+    """A problem for each ``*_env`` key in ``parameters`` (a connector's parameters as the Spec
+    gives them, nested dicts and lists; ``at`` their Spec path) naming an environment variable that
+    is not set or empty: a secret given by reference must be there before anything runs, so
+    ``egress validate`` and ``egress run`` refuse it alike, naming the key and the variable."""
+    found: list[SpecError] = []
+    items = parameters.items() if isinstance(parameters, dict) else enumerate(parameters) \
+        if isinstance(parameters, list) else ()
+    for key, value in items:
+        if isinstance(value, dict | list):
+            found += unset_environment(value, f"{at}/{key}", spec_file)
+        elif isinstance(key, str) and key.endswith("_env") and isinstance(value, str) and not os.environ.get(value):
+            found.append(SpecError(f"environment variable {value} is not set or empty: export it before egress run",
+                                   path=f"{at}/{key}", file=spec_file))
+    return found
 
 
 def _unknown_stream(spec: Spec, stream_id: str) -> str:
