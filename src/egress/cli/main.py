@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import contextvars
 import functools
 import json
@@ -239,8 +240,9 @@ def _run_processes(plan: Any, spec: Path, dynamic_spec: Path | None, directory: 
 
 async def _drive(pipeline: Pipeline, quiet: bool) -> RunResult:
     """Run ``pipeline`` with Ctrl-C and SIGTERM as an orderly stop (a second one exits at once),
-    showing progress: a live line on a terminal, a line every 5 s otherwise, JSON records with
-    ``--log-format json``, nothing with ``quiet``."""
+    showing progress: a live line on a terminal, a line every :data:`PROGRESS_PERIOD` seconds
+    otherwise, JSON records with ``--log-format json``, nothing with ``quiet``; what
+    :class:`_Reporter` tells is told within :data:`NEWS_PERIOD` seconds in every case."""
     from egress.cli.report import progress_line, snapshot
 
     loop = asyncio.get_running_loop()
@@ -260,27 +262,27 @@ async def _drive(pipeline: Pipeline, quiet: bool) -> RunResult:
     run_task = asyncio.create_task(pipeline.run())
     started = time.monotonic()
     reported = _Reporter(pipeline)
-    if quiet:
+    live = Live(console=console, refresh_per_second=4, transient=True) if not quiet and console.is_terminal else None
+    with live or contextlib.nullcontext():
         while not run_task.done():
-            await asyncio.wait({run_task}, timeout=0.5)
-            reported.news()
-            if output.json and pipeline.running and time.monotonic() - started >= reported.next_progress:
-                reported.next_progress += 5.0
-                output.say("progress", **snapshot(pipeline))
-        return await run_task
-    if console.is_terminal:
-        with Live(console=console, refresh_per_second=4, transient=True) as live:
-            while not run_task.done():
+            if live is not None:
                 live.update(Text(progress_line(snapshot(pipeline), time.monotonic() - started)))
-                await asyncio.wait({run_task}, timeout=0.25)
-                reported.news()
-    else:
-        while not run_task.done():
-            await asyncio.wait({run_task}, timeout=5.0)
-            reported.news()
-            if not run_task.done() and pipeline.running:
-                console.print(progress_line(snapshot(pipeline), time.monotonic() - started), highlight=False)
+            await asyncio.wait({run_task}, timeout=NEWS_PERIOD)
+            reported.news()  # each tick, terminal or not: the address, a DynamicSpec, an error, at once
+            elapsed = time.monotonic() - started
+            if live is None and not run_task.done() and pipeline.running and elapsed >= reported.next_progress:
+                reported.next_progress += PROGRESS_PERIOD
+                if output.json:
+                    output.say("progress", **snapshot(pipeline))
+                elif not quiet:
+                    console.print(progress_line(snapshot(pipeline), elapsed), highlight=False)
     return await run_task
+
+
+NEWS_PERIOD = 0.25
+"""Seconds between looks at what a user must see while a run goes on (:class:`_Reporter`)."""
+PROGRESS_PERIOD = 5.0
+"""Seconds between progress lines (or JSON progress records) when standard error is not a terminal."""
 
 
 def _finish(pipeline: Pipeline, result: RunResult, *, spec: Path, dynamic_spec: Path | None, directory: Path,
@@ -364,7 +366,7 @@ class _Reporter:
         self._error: str | None = None
         self._status: dict[str, str] = {}  # the last status error printed per path
         self._dead_letters: set[tuple[Path, str]] = set()  # (file, computation/sink) with a dead letter shown
-        self.next_progress = 5.0  # seconds into the run of the next JSON progress record
+        self.next_progress = PROGRESS_PERIOD  # seconds into the run of the next progress line or record
 
     def news(self) -> None:
         pipeline = self._pipeline

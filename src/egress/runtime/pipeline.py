@@ -168,6 +168,8 @@ class Pipeline:
         self.dynamic_spec_error: str | None = None
         self.dynamic_spec_version = 0
         self.location: StateLocation | None = None  # where the committed data lives, once run() made its engine
+        # The DynamicSpec file as the plan read it (about now): a change while the run starts is still a change.
+        self._dynamic_spec_read = _modified(plan.dynamic_spec_file) if plan.dynamic_spec_file else None
 
     def _status_server(self, http_host: str, http_port: int) -> StatusServer:
         """The ``--http-port`` endpoint (aiohttp and the dashboard: imported only for it)."""
@@ -462,7 +464,7 @@ class Pipeline:
         path = self.plan.dynamic_spec_file
         if path is None:
             return
-        last = _modified(path)
+        last = self._dynamic_spec_read
         while not self._stop.is_set():
             await self.clock.sleep(self.options.dynamic_spec_period)
             current = _modified(path)
