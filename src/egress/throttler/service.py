@@ -114,8 +114,9 @@ class ThrottlerService:
         self.clock = clock
         self.host, self.port = host, port
         self.reload_period = reload_period
+        throttlers = load_throttlers(self.path)  # a missing or unreadable file is a SpecError naming it
         self._text = self.path.read_bytes()
-        self.controller = ThrottlerController(load_throttlers(self.path), clock, state_file=state_file,
+        self.controller = ThrottlerController(throttlers, clock, state_file=state_file,
                                               assume_restart=True, allowance=REPLY_ALLOWANCE)
         self._runner: web.AppRunner | None = None
         self._reloader: asyncio.Task[None] | None = None
