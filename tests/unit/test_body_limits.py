@@ -1,5 +1,5 @@
-"""The body deadlines of egress's servers are validated where they are configured: the http
-source's ``body_timeout`` by its Spec model (a SpecError naming the path), the Firehose receiver's by
+"""The body limits and deadlines of egress's servers are validated where they are configured: the http
+source's ``body_timeout`` and ``max_body_bytes`` by its Spec model (a SpecError naming the path), the Firehose receiver's by
 ``ReceiverOptions``."""
 
 from __future__ import annotations
@@ -35,3 +35,19 @@ def test_a_firehose_receiver_body_timeout_must_be_positive(value: float) -> None
     with pytest.raises(ValueError, match="body_timeout must be > 0"):
         ReceiverOptions(body_timeout=value)
     assert ReceiverOptions().body_timeout == 180.0
+
+
+@pytest.mark.parametrize(("value", "size"), [(1024, 1024), ("16MiB", 16 << 20), ("2MB", 2_000_000), ("1GiB", 1 << 30)])
+def test_the_http_source_max_body_bytes_takes_bytes_or_a_size_with_a_unit(value: Any, size: int) -> None:
+    assert HttpSourceParameters.model_validate({"port": 8088, "max_body_bytes": value}).max_body_bytes == size
+
+
+@pytest.mark.parametrize(("value", "message"), [("2GiB", "2GiB is more than the limit, 1GiB"),
+                                                 ("1 gigabyte", "KiB, MiB, GiB"), (0, "less than the least")])
+def test_a_bad_http_source_max_body_bytes_names_the_units_and_the_limit(value: Any, message: str) -> None:
+    prefix = "sources/hooks/parameters"
+    with pytest.raises(SpecErrors) as raised:
+        validate_model(HttpSourceParameters, {"port": 8088, "max_body_bytes": value}, file="spec.yaml", prefix=prefix)
+    (error,) = raised.value.errors
+    assert (error.file, error.path) == ("spec.yaml", f"{prefix}/max_body_bytes")
+    assert message in error.message

@@ -31,7 +31,7 @@ import os
 from collections import deque
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, ClassVar, Literal
+from typing import TYPE_CHECKING, Annotated, Any, ClassVar, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -53,11 +53,15 @@ from egress.http_expect import expect_handler, unrouted_handler
 from egress.keys import decode_key, encode_key
 from egress.lazy import lazy_module
 from egress.spec import StreamSpec
+from egress.spec.sizes import size_within
 
 if TYPE_CHECKING:
     from aiohttp import web
 else:
     web = lazy_module("aiohttp.web")  # imported when the source starts its server
+
+
+MAX_BODY_BYTES = 1 << 30  # the largest body a source may accept: it is held in memory while it is read
 
 
 class HttpSourceError(EgressError):
@@ -67,7 +71,8 @@ class HttpSourceError(EgressError):
 
 class HttpSourceParameters(BadRecordParameters):
     """``host`` (default loopback), ``port``, ``path``; ``format`` (``json``: one object per POST,
-    ``jsonl``: one per line, ``raw``: the body into ``payload_column``); ``max_body_bytes``;
+    ``jsonl``: one per line, ``raw``: the body into ``payload_column``); ``max_body_bytes`` (bytes, or
+    a size with a unit such as ``16MiB``; at most 1 GiB, held in memory while it is read);
     ``max_backlog`` (events committed and not yet delivered by the computations reading the stream,
     beyond which a POST is answered ``429``; ``None``: never); ``max_pending_events`` (more
     waiting for their commit: ``429``); ``retry_after`` (seconds, the
@@ -84,7 +89,7 @@ class HttpSourceParameters(BadRecordParameters):
     format: Literal["json", "jsonl", "raw"] = "json"
     payload_column: str | None = None
     timestamp_column: str | None = None
-    max_body_bytes: int = Field(default=1 << 20, gt=0)
+    max_body_bytes: Annotated[int, size_within(1, MAX_BODY_BYTES)] = 1 << 20
     max_pending_events: int = Field(default=10_000, gt=0)
     max_backlog: int | None = Field(default=10_000, gt=0)
     retry_after: int = Field(default=1, ge=0)
