@@ -1,6 +1,6 @@
 """The body limits and deadlines of egress's servers are validated where they are configured: the http
-source's ``body_timeout`` and ``max_body_bytes`` by its Spec model (a SpecError naming the path), the Firehose receiver's by
-``ReceiverOptions``."""
+source's ``body_timeout`` and ``max_body_bytes`` by its Spec model (a SpecError naming the path),
+the Firehose receiver's by ``ReceiverOptions``."""
 
 from __future__ import annotations
 
