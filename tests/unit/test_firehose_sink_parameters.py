@@ -6,6 +6,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 from pydantic import ValidationError
 
 from egress.connectors.sinks.firehose_http import batch_request_id
@@ -15,6 +16,9 @@ from egress.connectors.sinks.firehose_parameters import (
     FirehoseHttpSinkDynamicParameters,
     FirehoseHttpSinkParameters,
 )
+from egress.runtime import load_plan
+
+REPO = Path(__file__).resolve().parents[2]
 
 BASE = {"url": "https://example.com/ingest", "payload_column": "payload", "stream_name": "flights"}
 
@@ -143,3 +147,20 @@ def test_an_unset_access_key_variable_fails_the_spec_check(monkeypatch: pytest.M
     assert "EGRESS_TEST_UNSET_KEY" in errors[0].message
     monkeypatch.setenv("EGRESS_TEST_UNSET_KEY", "secret")
     assert FirehoseHttpSink.check(parameters, {"records": stream}) == []
+
+
+def test_a_relative_access_key_file_starts_at_the_specs_folder(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The one rule for relative paths in a Spec: the Spec's folder, whatever folder egress runs in."""
+    folder = tmp_path / "specs"
+    folder.mkdir()
+    (folder / "firehose_key").write_text("k3y\n")
+    document = yaml.safe_load((REPO / "examples" / "firehose_delivery" / "spec.yaml").read_text())
+    document["sources"]["flights_csv"]["parameters"]["path"] = str(REPO / "data" / "flights-2013.csv.gz")
+    document["computations"]["to_record"]["sinks"]["firehose"]["parameters"]["access_key"] = {"file": "firehose_key"}
+    spec = folder / "spec.yaml"
+    spec.write_text(yaml.safe_dump(document))
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.syspath_prepend(str(REPO))
+    parameters = load_plan(spec).computations["to_record"].sinks["firehose"].parameters
+    assert parameters.access_key.file == str(folder / "firehose_key")
+    assert parameters.access_key.resolve() == "k3y"

@@ -338,7 +338,8 @@ def _sink_plan(
 
 
 SINK_FILES = ("dead_letter_path", "error_output", "tls_ca_file")
-"""The sink parameters that name a file: a relative one starts at the Spec's folder."""
+"""The sink parameters that name a file: a relative one starts at the Spec's folder (so does an
+``access_key: {file: PATH}``)."""
 WRITTEN_SINK_FILES = ("dead_letter_path", "error_output")
 
 
@@ -348,7 +349,10 @@ def _files_in(base_dir: Path, parameters: Any, sink: str, spec_file: str | None)
     file egress writes (:data:`WRITTEN_SINK_FILES`) exists only at the current folder (an egress
     that started relative paths there wrote it), a warning names both and the redrive of the
     earlier letters of ``sink`` (``COMPUTATION/SINK``)."""
-    update: dict[str, str] = {}
+    update: dict[str, Any] = {}
+    key = getattr(parameters, "access_key", None)
+    if getattr(key, "file", None) is not None and not Path(key.file).is_absolute():
+        update["access_key"] = key.model_copy(update={"file": str(base_dir / key.file)})
     for name in SINK_FILES:
         path = getattr(parameters, name, None)
         if path is None or Path(path).is_absolute():
