@@ -350,9 +350,10 @@ def _files_in(base_dir: Path, parameters: Any, sink: str, spec_file: str | None)
     that started relative paths there wrote it), a warning names both and the redrive of the
     earlier letters of ``sink`` (``COMPUTATION/SINK``)."""
     update: dict[str, Any] = {}
-    key = getattr(parameters, "access_key", None)
-    if getattr(key, "file", None) is not None and not Path(key.file).is_absolute():
-        update["access_key"] = key.model_copy(update={"file": str(base_dir / key.file)})
+    key: Any = getattr(parameters, "access_key", None)
+    key_file = getattr(key, "file", None)
+    if key_file is not None and not Path(key_file).is_absolute():
+        update["access_key"] = key.model_copy(update={"file": str(base_dir / key_file)})
     for name in SINK_FILES:
         path = getattr(parameters, name, None)
         if path is None or Path(path).is_absolute():
