@@ -125,7 +125,8 @@ class NatsServer:
 
     def freeze(self) -> None:
         """SIGSTOP the server: its connections stay open and nothing answers (nor expires) until :meth:`thaw`."""
-        assert self.process is not None and self.process.poll() is None, f"nats-server {self.name} is not running"
+        if self.process is None or self.process.poll() is not None:
+            raise RuntimeError(f"nats-server {self.name} is not running")
         os.kill(self.process.pid, signal.SIGSTOP)
 
     def thaw(self) -> None:

@@ -111,4 +111,5 @@ def test_a_worker_behind_a_blackhole_costs_few_duplicates_and_loses_nothing(
     finally:
         blackhole.stop()
         leases.close()
-    check(receiver, expected, before, f"w1 behind a blackhole for {FREEZE:g} s, w2 holding every partition after {taken:.1f} s")
+    check(receiver, expected, before,
+          f"w1 behind a blackhole for {FREEZE:g} s, w2 holding every partition after {taken:.1f} s")
