@@ -231,10 +231,13 @@ class Worker:
         self.members = await self._engine.members()
 
     def _renewed(self, unit: Unit, sent_at: float) -> None:
-        """``unit``'s lease was renewed by a request sent at ``sent_at``: its job's sinks deliver again."""
+        """``unit``'s lease was renewed by a request sent at ``sent_at``: its job's sinks deliver
+        again, unless the renewal lapsed already by this worker's clock (answered ``lease_ttl``
+        or more after it was sent, it proves nothing about now: the next renewal decides)."""
         self._deadlines.renewed(unit, sent_at)
         job = self._jobs.running[unit].runner
-        if isinstance(job, PartitionJob) and LEASE in job.holds.causes:
+        if isinstance(job, PartitionJob) and LEASE in job.holds.causes \
+                and not self._deadlines.lapsed([unit], self._clock.monotonic()):
             logger.warning("%s partition %d: its lease was renewed; its sinks deliver again", unit[0], unit[1])
             job.lease_lapsed(False)
 
