@@ -12,6 +12,24 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import threading
+from collections.abc import Awaitable, Callable
+
+Pump = Callable[[asyncio.StreamReader, asyncio.StreamWriter], Awaitable[None]]
+
+
+async def relay(client: tuple[asyncio.StreamReader, asyncio.StreamWriter],
+                server: tuple[asyncio.StreamReader, asyncio.StreamWriter], pump: Pump,
+                writers: set[asyncio.StreamWriter]) -> None:
+    """Run ``pump`` from ``client`` to ``server`` and back until one direction ends, then close
+    both connections; their writers are in ``writers`` meanwhile (for a proxy that closes them all)."""
+    writers.update((client[1], server[1]))
+    pumps = [asyncio.ensure_future(pump(client[0], server[1])), asyncio.ensure_future(pump(server[0], client[1]))]
+    await asyncio.wait(pumps, return_when=asyncio.FIRST_COMPLETED)
+    for task in pumps:
+        task.cancel()
+    for writer in (client[1], server[1]):
+        writer.close()
+        writers.discard(writer)
 
 
 class Blackhole:
@@ -66,15 +84,7 @@ class Blackhole:
         except OSError:
             client_writer.close()
             return
-        self._writers.update((client_writer, server_writer))
-        pumps = [asyncio.ensure_future(self._pump(client_reader, server_writer)),
-                 asyncio.ensure_future(self._pump(server_reader, client_writer))]
-        await asyncio.wait(pumps, return_when=asyncio.FIRST_COMPLETED)
-        for task in pumps:
-            task.cancel()
-        for writer in (client_writer, server_writer):
-            writer.close()
-            self._writers.discard(writer)
+        await relay((client_reader, client_writer), (server_reader, server_writer), self._pump, self._writers)
 
     async def _pump(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         with contextlib.suppress(OSError):

@@ -16,7 +16,9 @@ Failover: a worker that stops renewing (killed, paused, cut off) keeps its lease
 ``lease_ttl`` seconds and stays listed as long; the others see it gone at their next heartbeat,
 and take its units at the heartbeat after the lease lapsed; its jobs' last uncommitted epoch is
 replayed. So a dead worker's units run again within ``lease_ttl + heartbeat_period`` plus one
-epoch (defaults: 10 s + 2.5 s).
+epoch (defaults: 10 s + 2.5 s). A worker cut off without noticing (a frozen server, a blackhole)
+holds the sinks of each job whose lease lapsed by its own clock (``egress.runtime.holds``), so it
+delivers nothing that the next owner would send again; a renewal within the TTL resumes them.
 """
 
 from __future__ import annotations
