@@ -92,6 +92,9 @@ class InstantSink:
     def hold(self) -> None:
         pass
 
+    def resume(self) -> None:
+        pass
+
     @property
     def in_flight(self) -> int:
         return 0  # acknowledged at once: nothing is ever in flight

@@ -6,7 +6,8 @@ their pids.
   server instead of starting their own. :func:`stop_nats_server` stops it; ``tests/conftest.py``
   calls it when the session ends.
 * :class:`NatsServer`: one server a test owns, which it may SIGKILL and restart on the same store
-  and port (:meth:`NatsServer.kill`, :meth:`NatsServer.restart`).
+  and port (:meth:`NatsServer.kill`, :meth:`NatsServer.restart`), or freeze with SIGSTOP
+  (:meth:`NatsServer.freeze`, :meth:`NatsServer.thaw`).
 * :class:`NatsCluster`: three (or more) such servers joined in one JetStream cluster by routes
   (``--cluster``, ``--routes``, one cluster name, a server name each), for R3 streams; one node
   can be killed and restarted on its store while the others keep the cluster going.
@@ -122,6 +123,17 @@ class NatsServer:
         if process is not None:
             process.wait()
 
+    def freeze(self) -> None:
+        """SIGSTOP the server: its connections stay open and nothing answers (nor expires) until :meth:`thaw`."""
+        if self.process is None or self.process.poll() is not None:
+            raise RuntimeError(f"nats-server {self.name} is not running")
+        os.kill(self.process.pid, signal.SIGSTOP)
+
+    def thaw(self) -> None:
+        """SIGCONT a server :meth:`freeze` stopped: it answers what waited in its sockets."""
+        if self.process is not None and self.process.poll() is None:
+            os.kill(self.process.pid, signal.SIGCONT)
+
     def restart(self, *, wait: bool = True) -> NatsServer:
         """:meth:`kill` it, then :meth:`start` it again on the same store and ports."""
         self.kill()
@@ -136,6 +148,7 @@ class NatsServer:
     def shut_down(self) -> None:
         """Stop the server by its pid (SIGTERM, SIGKILL after 10 s), its store kept: an orderly
         shutdown writes the stream state (:meth:`start` recovers it)."""
+        self.thaw()  # a frozen server would not act on SIGTERM
         process, self.process = self.process, None
         if process is not None and process.poll() is None:
             os.kill(process.pid, signal.SIGTERM)

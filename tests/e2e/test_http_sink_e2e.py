@@ -90,6 +90,7 @@ def test_exhausted_retries_stop_the_sink_until_a_restart_after_the_fix(
         error = document["status"]["/sinks/http/async_http_sink"]
         assert error.startswith("Async HTTP POST retry policy exhausted after 3 attempt(s)")
         assert document["partitions"][0]["blocked"]
+        assert document["partitions"][0]["held"] == []  # blocked is not held: nothing waits for a commit or a lease
         metrics = urllib.request.urlopen(f"http://127.0.0.1:{unused_tcp_port}/metrics", timeout=5).read().decode()
         assert 'egress_status_broken{path="/sinks/http/async_http_sink"} 1.0' in metrics
         # Every delivery started before the terminal failure ends on its own budget (the process says

@@ -18,6 +18,7 @@ from egress.engines.nats import NatsEngine
 from egress.receiver import Receiver, ReceiverConfig
 from egress.runtime import Pipeline, load_plan
 from egress.runtime.pipeline import nats_engine_factory
+from tests.blackhole import relay
 from tests.conftest import ServerFactory
 from tests.integration.test_worker_runtime import (
     HEARTBEAT,
@@ -70,8 +71,7 @@ class NetworkPartition:
         if self.cut_off:
             client_writer.close()
             return
-        server_reader, server_writer = await asyncio.open_connection("127.0.0.1", self.upstream_port)
-        self._writers.update((client_writer, server_writer))
+        server = await asyncio.open_connection("127.0.0.1", self.upstream_port)
 
         async def pump(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
             with contextlib.suppress(OSError):
@@ -79,14 +79,7 @@ class NetworkPartition:
                     writer.write(data)
                     await writer.drain()
 
-        pumps = [asyncio.ensure_future(pump(client_reader, server_writer)),
-                 asyncio.ensure_future(pump(server_reader, client_writer))]
-        await asyncio.wait(pumps, return_when=asyncio.FIRST_COMPLETED)
-        for task in pumps:
-            task.cancel()
-        for writer in (client_writer, server_writer):
-            writer.close()
-            self._writers.discard(writer)
+        await relay((client_reader, client_writer), server, pump, self._writers)
 
 
 async def log_ends(url: str, pipeline: str, stream: str) -> int:

@@ -1,7 +1,7 @@
 """The Sink protocol's contract, the same for every sink class (egress.connectors.base.Sink), against
 a real aiohttp endpoint on loopback: queries change nothing, ``take_acknowledged`` is the one call
 that advances the acknowledged prefix, and ``unacknowledged`` counts the distributed messages not in
-that prefix (acknowledged since or not)."""
+that prefix (acknowledged since or not); a held sink starts no delivery until resumed."""
 
 from __future__ import annotations
 
@@ -112,4 +112,23 @@ async def test_only_take_acknowledged_advances_the_prefix_and_unacknowledged_cou
         assert sink.unacknowledged == 0
     finally:
         endpoint.release.set()  # a failed check must not leave the request held
+        await sink.close()
+
+
+@pytest.mark.parametrize("make", SINK_CLASSES)
+async def test_a_held_sink_starts_no_delivery_until_resumed(serve_app: ServerFactory, make: SinkFactory) -> None:
+    endpoint = HoldingEndpoint()
+    endpoint.release.set()
+    sink, delivered = make(f"{await serve_app(endpoint.app())}/ingest", Metrics())
+    try:
+        sink.hold()
+        sink.distribute([message(1, "one")])
+        sink.committed(sink.take_acknowledged())  # a batching sink may now send the batch: held, it does not
+        assert sink.in_flight == 0, "a held sink starts no delivery"
+        sink.resume()
+        assert sink.in_flight == 1, "resume starts what was held back at once"
+        await until(lambda: delivered() == 1)
+        sink.resume()  # not held: nothing changes
+        assert sink.take_acknowledged().max_persisted_seq_no == 1
+    finally:
         await sink.close()

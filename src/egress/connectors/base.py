@@ -194,10 +194,16 @@ class Sink(Protocol):
         ...
 
     def hold(self) -> None:
-        """Start no delivery from now on; those started go on to their acknowledgement or failure
-        (retries included). Called when the job's partition is handed over to another worker: the
-        job commits what was acknowledged once :attr:`in_flight` is 0, and the new owner delivers
-        the rest, so nothing is sent twice."""
+        """Start no delivery until :meth:`resume`; those started go on to their acknowledgement or
+        failure (retries included). Called when the job's partition is handed over to another
+        worker (the job commits what was acknowledged once :attr:`in_flight` is 0, and the new
+        owner delivers the rest, so nothing is sent twice), while the job's acknowledgements wait
+        for a commit that is not completing, and while the worker's lease may have lapsed
+        (``egress.runtime.holds``): a delivery then would only be sent again by the next owner."""
+        ...
+
+    def resume(self) -> None:
+        """Start deliveries again after :meth:`hold` (those held back start now); a no-op when not held."""
         ...
 
     @property

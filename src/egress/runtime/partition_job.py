@@ -13,9 +13,9 @@ without I/O; this module is its driver: start, then read, step, commit, distribu
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 from egress.clock import Clock, event_or_timeout
 from egress.connectors.base import Sink, SinkContext
@@ -27,6 +27,7 @@ from egress.rows import encode_row
 from egress.runtime.api import InitContext, RuntimeContext
 from egress.runtime.delivery_latency import DeliveryLatency
 from egress.runtime.epoch import DueTimer, EpochOutput, EpochStep
+from egress.runtime.holds import COMMIT, LEASE, STOPPING, SinkHolds, acknowledged_beyond
 from egress.runtime.invoke import Invoker
 from egress.runtime.options import RunOptions
 from egress.runtime.plan import ComputationPlan, validate_function_parameters
@@ -35,6 +36,8 @@ from egress.runtime.stopping import acknowledged_commit, commit_acknowledged
 from egress.runtime.timers import TimerQueue
 from egress.spec import StreamSpec
 from egress.throttler import InputThrottle, ThrottlerFactory, Throttling
+
+T = TypeVar("T")
 
 
 class PartitionJob:
@@ -74,6 +77,9 @@ class PartitionJob:
         self._stop_event = asyncio.Event()  # set by stop(): also gives up a wait for throttler quota
         self._sink_streams = {sink.stream_id for sink in plan.sinks.values()}
         self.sinks: dict[str, Sink] = {}
+        self.holds = SinkHolds()  # why the sinks start no new delivery now (egress.runtime.holds)
+        # While the job waits on the engine (a read, a commit): the sink progress its next commit carries.
+        self._awaiting_engine: dict[str, SinkProgress] | None = None
         self.idle = False
         # clock.monotonic() when an epoch last read all the input there was (the job's start before):
         # the input lag in seconds is the time since, while there is lag.
@@ -103,9 +109,32 @@ class PartitionJob:
         self._stop_deadline = self._clock.monotonic() + acknowledgements_within
         self._stop_event.set()
         if acknowledgements_within > 0:
-            for sink in self.sinks.values():
-                sink.hold()
+            self.holds.set(STOPPING, True)
         self.wake()
+
+    def lease_lapsed(self, lapsed: bool) -> None:
+        """The worker's clock says this job's lease lapsed without renewal (``True``: its sinks start
+        no new delivery, another worker may run the partition now), or it was renewed (``False``)."""
+        self.holds.set(LEASE, lapsed)
+
+    def _acknowledged(self) -> None:
+        """A sink's progress (``SinkContext.on_progress``): wake the job, and while it waits on the
+        engine, hold the sinks once they acknowledged beyond what its next commit carries (commit
+        backpressure, ``egress.runtime.holds``): until that commit completes, no delivery starts
+        whose acknowledgement would wait for the commit after it."""
+        self.wake()
+        if self._awaiting_engine is not None and COMMIT not in self.holds.causes \
+                and acknowledged_beyond(self._take_acknowledged(), self._awaiting_engine):
+            self.holds.set(COMMIT, True)
+
+    async def _on_engine(self, call: Awaitable[T], carried: dict[str, SinkProgress]) -> T:
+        """``await call`` (a read or a commit of the engine) while the next commit carries the sink
+        progress ``carried`` (:meth:`_acknowledged`)."""
+        self._awaiting_engine = carried
+        try:
+            return await call
+        finally:
+            self._awaiting_engine = None
 
     def _stopping(self, stop: asyncio.Event | None) -> bool:
         """Whether the next epoch is the last: a stop was asked for and no sink (not blocked) has a
@@ -217,9 +246,10 @@ class PartitionJob:
         cid = self.plan.computation_id
         for sink_id, sink_plan in self.plan.sinks.items():
             sink_context = SinkContext(cid, sink_id, self.partition, self._clock, self._metrics, self._status,
-                                       self.wake, self._throttling, self._dead_letters)
+                                       self._acknowledged, self._throttling, self._dead_letters)
             self.sinks[sink_id] = sink_plan.sink_class.create(
                 sink_context, sink_plan.parameters, sink_plan.dynamic_parameters, committed[sink_id])
+        self.holds.apply(self.sinks.values())
 
     async def _finish(self, running: _Running, failure: Exception | None = None) -> None:
         """Close the function, the sinks and the throttler factory (the job stopped or failed). After
@@ -237,12 +267,12 @@ class PartitionJob:
     async def _epoch(self, running: _Running, *, stopping: bool) -> bool:
         """One epoch: read, step, commit, distribute, then wait; False once ``stopping`` is committed."""
         self._wakeup.clear()  # before reading: a wake during this epoch must not be lost
-        self._take_acknowledged()  # after the clear: an acknowledgement is either counted now or wakes
+        taken = self._take_acknowledged()  # after the clear: an acknowledgement is either counted now or wakes
         held_back = not stopping and (self._stop_event.is_set() or not self._may_read())
         batch: list[LogMessage] = []
         due: list[DueTimer] = []
         if not stopping and not held_back:
-            batch = await self._read(running.step.positions)
+            batch = await self._on_engine(self._read(running.step.positions), taken)
             if len(batch) < self._options.epoch_max_messages:
                 self.caught_up_at = self._clock.monotonic()
             # Timers are taken after the wait for quota: a wait given up takes (and commits as fired) none.
@@ -268,6 +298,7 @@ class PartitionJob:
         commit = running.step.record(running.epoch, output, self._take_acknowledged())
         if commit is not None:
             await self._commit(running.step, commit, output)
+        self.holds.set(COMMIT, False)  # what was acknowledged while waiting on the engine is committed
         if stopping:
             return False
         await self._pause(batch, held_back=held_back)
@@ -312,8 +343,9 @@ class PartitionJob:
         return True
 
     async def _commit(self, step: EpochStep, commit: EpochCommit, output: EpochOutput) -> None:
-        """Commit the epoch, then tell the sinks and hand them the new outbox; wake downstream jobs."""
-        await self._engine.commit(commit)
+        """Commit the epoch, then tell the sinks and hand them the new outbox; wake downstream jobs.
+        While the commit is in flight, acknowledgements beyond it hold the sinks (:meth:`_acknowledged`)."""
+        await self._on_engine(self._engine.commit(commit), commit.sink_progress)
         self._epochs.inc()
         self._processed.inc(output.messages)
         self._timers_fired.inc(output.timers)

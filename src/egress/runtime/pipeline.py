@@ -548,7 +548,8 @@ class Pipeline:
 
     async def _partitions_status(self, owners: dict[Unit, str]) -> list[dict[str, Any]]:
         """Every computation partition: its owner and input lag; where it runs here, its sinks' state
-        (``unacknowledged`` messages, ``in_flight`` deliveries started and not ended, ``blocked``)."""
+        (``unacknowledged`` messages, ``in_flight`` deliveries started and not ended, ``held``: why
+        its sinks start no new delivery now, ``egress.runtime.holds``; ``blocked``)."""
         local = {(job.plan.computation_id, job.partition): job for job in self.jobs}
         remote = await self._committed_positions() if self.worker_id is not None else {}
         partitions = []
@@ -563,7 +564,8 @@ class Pipeline:
             if job is not None:
                 entry.update(unacknowledged={sink_id: sink.unacknowledged for sink_id, sink in job.sinks.items()},
                              in_flight={sink_id: sink.in_flight for sink_id, sink in job.sinks.items()},
-                             blocked=job.blocked_error, input_lag_seconds=self._input_lag_seconds(job, lag))
+                             held=sorted(job.holds.causes), blocked=job.blocked_error,
+                             input_lag_seconds=self._input_lag_seconds(job, lag))
             partitions.append(entry)
         return partitions
 

@@ -16,7 +16,9 @@ Failover: a worker that stops renewing (killed, paused, cut off) keeps its lease
 ``lease_ttl`` seconds and stays listed as long; the others see it gone at their next heartbeat,
 and take its units at the heartbeat after the lease lapsed; its jobs' last uncommitted epoch is
 replayed. So a dead worker's units run again within ``lease_ttl + heartbeat_period`` plus one
-epoch (defaults: 10 s + 2.5 s).
+epoch (defaults: 10 s + 2.5 s). A worker cut off without noticing (a frozen server, a blackhole)
+holds the sinks of each job whose lease lapsed by its own clock (``egress.runtime.holds``), so it
+delivers nothing that the next owner would send again; a renewal within the TTL resumes them.
 """
 
 from __future__ import annotations
@@ -32,7 +34,9 @@ from egress.clock import Clock, event_or_timeout
 from egress.engines import Engine, EngineUnavailableError, FencedError, MemberInfo
 from egress.errors import SpecError
 from egress.runtime.assignment import Unit, assign, changes, units_of
+from egress.runtime.holds import LEASE, LeaseDeadlines
 from egress.runtime.jobs import JobSet
+from egress.runtime.partition_job import PartitionJob
 
 logger = logging.getLogger(__name__)
 
@@ -114,6 +118,7 @@ class Worker:
         self._handovers: dict[Unit, asyncio.Task[None]] = {}
         self._losing: set[Unit] = set()
         self._failure: BaseException | None = None  # what a job raised while being handed over
+        self._deadlines = LeaseDeadlines(settings.lease_ttl)
         self.members: list[MemberInfo] = []
         self.lost: list[tuple[Unit, float]] = []  # units whose lease was lost, and when (clock.now())
         self.taken: list[tuple[Unit, float]] = []  # units taken, and when (clock.now())
@@ -136,10 +141,31 @@ class Worker:
 
     async def run(self) -> None:
         await self._join()
+        watch = asyncio.create_task(self._hold_lapsed_leases())
         try:
             await self._loop()
         finally:
             await self._leave()
+            watch.cancel()
+            await asyncio.gather(watch, return_exceptions=True)
+
+    async def _hold_lapsed_leases(self) -> None:
+        """Hold the sinks of every job whose lease lapsed by this worker's clock (``lease_ttl``
+        after the last take or renewal sent that succeeded), also while the engine answers nothing
+        (a frozen server keeps the heartbeat waiting): another worker may run the partition now,
+        and what the job delivered from then on would be sent again. A renewal resumes them."""
+        clock = self._clock
+        while True:
+            now = clock.monotonic()
+            units = list(self._jobs.running)
+            for unit in self._deadlines.lapsed(units, now):
+                job = self._jobs.running[unit].runner
+                if isinstance(job, PartitionJob) and LEASE not in job.holds.causes:
+                    logger.warning("%s partition %d: its lease lapsed by this worker's clock (no renewal for %g s); "
+                                   "its sinks start no delivery until it is renewed", unit[0], unit[1],
+                                   self.settings.lease_ttl)
+                    job.lease_lapsed(True)
+            await clock.sleep(self._deadlines.next_lapse(units, now))
 
     async def _join(self) -> None:
         """Refuse to join members that run another Spec (checked before anything, by the runner,
@@ -197,11 +223,25 @@ class Worker:
         for unit, running in list(self._jobs.running.items()):
             if unit in self._losing:
                 continue
+            sent = self._clock.monotonic()
             renewed = await self._engine.renew(unit[0], unit[1], running.epoch, self.settings.lease_ttl)
+            if renewed and self._jobs.running.get(unit) is running:
+                self._renewed(unit, sent)
             if not renewed and self._jobs.running.get(unit) is running and unit not in self._handovers:
                 # (a unit handed over is released meanwhile)
                 self._lose(unit, "its lease was not renewed in time and another worker may hold it")
         self.members = await self._engine.members()
+
+    def _renewed(self, unit: Unit, sent_at: float) -> None:
+        """``unit``'s lease was renewed by a request sent at ``sent_at``: its job's sinks deliver
+        again, unless the renewal lapsed already by this worker's clock (answered ``lease_ttl``
+        or more after it was sent, it proves nothing about now: the next renewal decides)."""
+        self._deadlines.renewed(unit, sent_at)
+        job = self._jobs.running[unit].runner
+        if isinstance(job, PartitionJob) and LEASE in job.holds.causes \
+                and not self._deadlines.lapsed([unit], self._clock.monotonic()):
+            logger.warning("%s partition %d: its lease was renewed; its sinks deliver again", unit[0], unit[1])
+            job.lease_lapsed(False)
 
     def desired(self) -> set[Unit]:
         """The units this worker should run among the live members (itself included)."""
@@ -214,8 +254,10 @@ class Worker:
         for unit in step.hand_over:
             self._handovers[unit] = asyncio.create_task(self._hand_over(unit, self.settings.handover_timeout))
         for unit in sorted(step.take):
+            sent = self._clock.monotonic()
             epoch = await self._engine.try_acquire(unit[0], unit[1], self.settings.worker_id, self.settings.lease_ttl)
             if epoch is not None:
+                self._deadlines.renewed(unit, sent)
                 self._jobs.start(unit, epoch)
                 self.taken.append((unit, self._clock.now()))
 

@@ -162,7 +162,7 @@ class AsyncHttpSink:
         self._default_transport: HttpTransport | None = None  # the transport of parameters.url
         self._completions: Completions | None = None  # where first attempts' responses go, in batches
         self._closed = False
-        self._held = False  # hold(): no delivery starts any more
+        self._held = False  # hold(): no delivery starts until resume()
         # Every POST's header lines but the idempotency key, built once (post_header_lines).
         self._headers = post_header_lines((f"{name}: {value}" for name, value in parameters.headers.items()),
                                           (parameters.idempotency_header,))
@@ -219,8 +219,14 @@ class AsyncHttpSink:
             self._context.on_progress()
 
     def hold(self) -> None:
-        """Start no delivery from now on (those running go on): a hand-over to another worker."""
+        """Start no delivery until :meth:`resume` (those running go on, retries included)."""
         self._held = True
+
+    def resume(self) -> None:
+        """Start the deliveries held back by :meth:`hold`."""
+        if self._held:
+            self._held = False
+            self._start_waiting()
 
     @property
     def in_flight(self) -> int:

@@ -156,7 +156,7 @@ class BatchedSink:
         self._open: Batch | None = None
         self._waiting: collections.deque[Batch] = collections.deque()  # closed, beyond max_in_flight
         self._running = 0
-        self._held = False  # hold(): no batch starts any more
+        self._held = False  # hold(): no batch starts until resume()
         self._unacknowledged = 0
         self._terminal: tuple[int, str] | None = None
 
@@ -214,8 +214,14 @@ class BatchedSink:
         self._notify_if_acknowledgeable()
 
     def hold(self) -> None:
-        """Start no batch from now on (those running go on): a hand-over to another worker."""
+        """Start no batch until :meth:`resume` (those running go on, retries included)."""
         self._held = True
+
+    def resume(self) -> None:
+        """Start the batches held back by :meth:`hold`."""
+        if self._held:
+            self._held = False
+            self._start_waiting()
 
     @property
     def in_flight(self) -> int:
