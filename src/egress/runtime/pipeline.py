@@ -7,7 +7,10 @@ data depends on (``egress.runtime.layout``; a mismatch raises ``SpecMismatchErro
 nothing), then starts a reader per source and a partition job per computation partition, and
 runs until ``request_stop()`` (Ctrl-C), a failure, or, with ``until_drained``, until every source
 is exhausted and every job is idle (all acknowledged) or blocked by a terminal sink failure.
-Stopping lets every job commit its current epoch first, so nothing committed is lost.
+Stopping lets every job commit its current epoch first, so nothing committed is lost. A source
+that fails (a bad record, its server unreachable) stops the other sources, and the run stops once
+the jobs delivered what the sources committed before (as ``until_drained`` does), or at once on
+``request_stop()``; the run's error is the source's.
 """
 
 from __future__ import annotations
@@ -15,6 +18,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import hashlib
+import logging
 import os
 import socket
 from collections.abc import Callable
@@ -49,6 +53,8 @@ if TYPE_CHECKING:
     from egress.runtime.throttler_role import ControllerElection
 
 DYNAMIC_SPEC_STATUS = "/dynamic_spec"
+
+logger = logging.getLogger(__name__)
 
 EngineFactory = Callable[[Path, str, RunOptions], Engine]
 """Makes a run's engine, not yet opened, from ``(state directory, pipeline name, run options)``."""
@@ -157,6 +163,7 @@ class Pipeline:
         self.worker: Worker | None = None  # while a cluster run runs
         self.units = JobSet(self._make_runner, self.metrics)
         self._input_finished = False
+        self._source_failed = False  # embedded: a source failed, the run delivers what is committed and stops
         self._started_at = 0.0
         self._stop = asyncio.Event()
         self._engine: Engine | None = None
@@ -389,15 +396,36 @@ class Pipeline:
             self.units.wake(None)
 
     async def _supervise(self, tasks: list[asyncio.Task[None]], result: RunResult) -> None:
-        """Wait for all tasks; the first failure stops the others (after their current epoch)."""
+        """Wait for all tasks; the first failure is the run's error. A job's stops the others (after
+        their current epoch); a source reader's stops the other readers, and the jobs once they
+        delivered what is committed (:meth:`_watch`)."""
+        readers = {running.task: running.runner for running in self.units.running.values()
+                   if isinstance(running.runner, SourceReader)}
         pending = set(tasks)
         while pending:
             done, pending = await asyncio.wait(pending, return_when=asyncio.FIRST_EXCEPTION)
             for task in done:
                 error = task.exception()
-                if error is not None and result.error is None:
+                if error is None:
+                    continue
+                if result.error is None:
                     result.error = error
+                reader = readers.get(task)
+                if reader is not None and not self._stop.is_set():
+                    self._deliver_committed_then_stop(reader.plan.source_id, error)
+                else:
                     self.request_stop()
+
+    def _deliver_committed_then_stop(self, source_id: str, error: BaseException) -> None:
+        """Source ``source_id``'s reader failed with ``error``: no source reads on, and
+        :meth:`_watch` stops the run once the jobs delivered what the sources committed before (said
+        in the log when there is something to deliver)."""
+        if not self._source_failed and not all(job.idle for job in self.jobs):
+            logger.warning("source %r failed (%s); delivering what was committed before it, then stopping "
+                           "(Ctrl-C: stop now)", source_id, error)
+        self._source_failed = True
+        for reader in self.readers:
+            reader.stop()
 
     async def _watch(self, result: RunResult) -> None:
         """Tell jobs when every source is exhausted (batching sinks then send partial batches as
@@ -406,16 +434,25 @@ class Pipeline:
         told = False
         while not self._stop.is_set():
             await self.clock.sleep(self.options.epoch_period)
-            finished = all(r.finished for r in self.readers)
+            finished = self._input_ended()
             if finished and not told:
                 told = True
                 self._tell_input_finished()
-            if self.options.until_drained and finished and all(j.idle for j in self.jobs):
+            if (self.options.until_drained or self._source_failed) and finished and all(j.idle for j in self.jobs):
                 assert self._engine is not None
                 # Idle jobs only prove that the work they own is done: also count what no job owns.
                 result.unreachable = unreachable_work(await self._engine.inventory(), self.plan)
-                result.drained = not result.unreachable and all(j.blocked_error is None for j in self.jobs)
+                result.drained = (not result.unreachable and all(j.blocked_error is None for j in self.jobs)
+                                  and not self._source_failed)
                 self.request_stop()
+
+    def _input_ended(self) -> bool:
+        """Whether nothing more comes into the log: every source read to its end or, after a source
+        failed, every reader ended."""
+        if self._source_failed:
+            return all(running.task.done() for running in self.units.running.values()
+                       if isinstance(running.runner, SourceReader))
+        return all(r.finished for r in self.readers)
 
     def _tell_input_finished(self) -> None:
         """Every source is exhausted: jobs send partial batches as soon as they catch up."""

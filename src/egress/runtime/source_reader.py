@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import itertools
-from collections.abc import Callable, Iterator
+from collections.abc import Awaitable, Callable, Iterator
 from pathlib import Path
 from typing import NamedTuple
 
@@ -117,6 +117,7 @@ class SourceReader:
         self.finished = False
         self._record_finished = record_finished
         self._stop_requested = False
+        self._stopped = asyncio.Event()  # set by stop(): a live source's start gives way to it
         self._downstream = downstream
         self._clock = clock or RealClock()
         self._log_ends: dict[int, int] = {}  # the source stream's end offsets, kept by the one writer
@@ -133,8 +134,10 @@ class SourceReader:
         return None if self._source is None else unread_records(self._source)
 
     def stop(self) -> None:
-        """Stop after the chunk being read is committed."""
+        """Stop after the chunk being read is committed (a live source still starting, connecting
+        to its server, stops at once)."""
         self._stop_requested = True
+        self._stopped.set()
 
     def wake(self) -> None:
         """Nothing to wake: a reader never waits for input."""
@@ -197,6 +200,25 @@ class SourceReader:
     def _stopping(self, stop: asyncio.Event | None) -> bool:
         return self._stop_requested or (stop is not None and stop.is_set())
 
+    async def _unless_stopped(self, step: Awaitable[None], stop: asyncio.Event | None) -> bool:
+        """Await ``step`` unless :meth:`stop` is called or ``stop`` is set first, which cancels it;
+        whether it ran to its end (what it raises is raised)."""
+        task = asyncio.ensure_future(step)
+        waiters = {asyncio.ensure_future(event.wait()) for event in (self._stopped, stop) if event is not None}
+        try:
+            await asyncio.wait({task, *waiters}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            for waiting in (task, *waiters):
+                waiting.cancel()
+            await asyncio.gather(*waiters, return_exceptions=True)
+        try:
+            await task
+        except asyncio.CancelledError:
+            if task.cancelled() and self._stopping(stop):
+                return False
+            raise
+        return True
+
     async def _finish(self, epoch: int) -> None:
         """The source is read to its end: say so (with ``record_finished``, in the engine's metadata)."""
         if self._record_finished:
@@ -218,8 +240,10 @@ class SourceReader:
         holding = source if isinstance(source, HoldsBack) and self._downstream is not None else None
         if holding is not None:
             await self._load_log_ends()
-        await source.start(position, source_state, self._options.until_drained)
         try:
+            if not await self._unless_stopped(source.start(position, source_state, self._options.until_drained),
+                                              stop):
+                return False
             while not self._stopping(stop):
                 if holding is not None:
                     await self._tell_backlog(holding)
