@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING, Any
 
 import orjson
 
-from egress.clock import Clock, RealClock
+from egress.clock import Clock, RealClock, unless_set
 from egress.connectors.dead_letters import DeadLetterFiles
 from egress.engines import Engine, SqliteEngine
 from egress.errors import SpecError, SpecMismatchError
@@ -232,9 +232,12 @@ class Pipeline:
         dynamic = self.plan.dynamic_spec
         try:
             try:
-                await engine.open()
+                opened = await unless_set(engine.open(), self._stop)  # a server to connect to may not answer
             except SpecMismatchError as mismatch:  # another pipeline's directory: name the Spec, as layouts do
                 raise mismatch.in_file(self.plan.spec_file) from None
+            if not opened:  # stopped before anything ran
+                await engine.close()
+                return result
             if self.worker_id is not None:  # before the layout check, which may record this Spec's additions
                 await refuse_another_spec(engine, spec_digest(spec), self.worker_id, self.plan.spec_file,
                                           self._started_at)

@@ -10,11 +10,11 @@ from __future__ import annotations
 
 import asyncio
 import itertools
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import NamedTuple
 
-from egress.clock import Clock, RealClock
+from egress.clock import Clock, RealClock, unless_set
 from egress.connectors.base import SOURCE_KEYS, KeyedLiveSource, LiveSource, ResumableSource, Source, SourceRecord
 from egress.connectors.sources.chunks import ChunkedSource, RecordChunk, chunks_of
 from egress.connectors.sources.live import HoldsBack, UsesClock
@@ -200,25 +200,6 @@ class SourceReader:
     def _stopping(self, stop: asyncio.Event | None) -> bool:
         return self._stop_requested or (stop is not None and stop.is_set())
 
-    async def _unless_stopped(self, step: Awaitable[None], stop: asyncio.Event | None) -> bool:
-        """Await ``step`` unless :meth:`stop` is called or ``stop`` is set first, which cancels it;
-        whether it ran to its end (what it raises is raised)."""
-        task = asyncio.ensure_future(step)
-        waiters = {asyncio.ensure_future(event.wait()) for event in (self._stopped, stop) if event is not None}
-        try:
-            await asyncio.wait({task, *waiters}, return_when=asyncio.FIRST_COMPLETED)
-        finally:
-            for waiting in (task, *waiters):
-                waiting.cancel()
-            await asyncio.gather(*waiters, return_exceptions=True)
-        try:
-            await task
-        except asyncio.CancelledError:
-            if task.cancelled() and self._stopping(stop):
-                return False
-            raise
-        return True
-
     async def _finish(self, epoch: int) -> None:
         """The source is read to its end: say so (with ``record_finished``, in the engine's metadata)."""
         if self._record_finished:
@@ -241,8 +222,8 @@ class SourceReader:
         if holding is not None:
             await self._load_log_ends()
         try:
-            if not await self._unless_stopped(source.start(position, source_state, self._options.until_drained),
-                                              stop):
+            if not await unless_set(source.start(position, source_state, self._options.until_drained), self._stopped,
+                                    stop):
                 return False
             while not self._stopping(stop):
                 if holding is not None:
