@@ -7,6 +7,7 @@ Real processes: ``egress run`` and, for the lost server, a real nats-server SIGK
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import signal
 import socket
@@ -14,7 +15,9 @@ import subprocess
 import sys
 import time
 import uuid
+from collections.abc import Iterator
 from pathlib import Path
+from typing import NamedTuple
 
 import nats
 import pytest
@@ -30,6 +33,12 @@ GUARD = 60.0
 CONNECT_TIMEOUT = 1.0
 START_MARGIN = 30.0
 """Seconds beyond ``connect_timeout`` a failing run may take: a Python process starting on a loaded machine."""
+
+
+class RunUnderTest(NamedTuple):
+    stream: str
+    process: subprocess.Popen[bytes]
+    log: Path
 
 
 def closed_port_url() -> str:
@@ -132,49 +141,42 @@ def wait_for_received(receiver: Receiver, count: int, process: subprocess.Popen[
     pytest.fail(f"the receiver did not get {count} requests:\n{log.read_text()[-4000:]}")
 
 
-def test_sigterm_while_a_lost_server_is_awaited_ends_the_run_and_the_loss_is_logged_once_without_traceback(
-        tmp_path: Path, receiver: Receiver, own_nats_server: NatsServer) -> None:
+@contextlib.contextmanager
+def server_lost_under_a_run(tmp_path: Path, receiver: Receiver, server: NatsServer) -> Iterator[RunUnderTest]:
+    """A run delivering 5 orders from a stream of ``server``, which is then SIGKILLed: yields once the
+    run logged the loss; then SIGTERMs the run, which must exit 0, without a traceback."""
     stream = f"lost_{uuid.uuid4().hex[:12]}"
-    asyncio.run(publish(own_nats_server.url, stream, 5))
-    spec = nats_spec(tmp_path, own_nats_server.url, stream, f"http://127.0.0.1:{receiver.port}/events",
-                     CONNECT_TIMEOUT)
+    asyncio.run(publish(server.url, stream, 5))
+    spec = nats_spec(tmp_path, server.url, stream, f"http://127.0.0.1:{receiver.port}/events", CONNECT_TIMEOUT)
     process, log = start_run(tmp_path, spec)
     try:
         wait_for_received(receiver, 5, process, log)
-        own_nats_server.kill()
+        server.kill()
         wait_for_line(log, "disconnected; reconnecting", process)
+        yield RunUnderTest(stream, process, log)
         process.send_signal(signal.SIGTERM)
         assert exit_code(process, log) == 0, log.read_text()
     finally:
         if process.poll() is None:
             process.kill()
             process.wait()
-    text = log.read_text()
-    assert "Traceback" not in text
+    assert "Traceback" not in log.read_text()
+
+
+def test_sigterm_while_a_lost_server_is_awaited_ends_the_run_and_the_loss_is_logged_once_without_traceback(
+        tmp_path: Path, receiver: Receiver, own_nats_server: NatsServer) -> None:
+    with server_lost_under_a_run(tmp_path, receiver, own_nats_server) as run:
+        pass  # SIGTERM while it waits for the server
+    text = run.log.read_text()
     assert text.count("disconnected; reconnecting") == 1, text
 
 
 def test_a_server_lost_and_back_is_reconnected_to_and_read_on_each_change_logged_once(
         tmp_path: Path, receiver: Receiver, own_nats_server: NatsServer) -> None:
-    stream = f"back_{uuid.uuid4().hex[:12]}"
-    asyncio.run(publish(own_nats_server.url, stream, 5))
-    spec = nats_spec(tmp_path, own_nats_server.url, stream, f"http://127.0.0.1:{receiver.port}/events",
-                     CONNECT_TIMEOUT)
-    process, log = start_run(tmp_path, spec)
-    try:
-        wait_for_received(receiver, 5, process, log)
-        own_nats_server.kill()
-        wait_for_line(log, "disconnected; reconnecting", process)
+    with server_lost_under_a_run(tmp_path, receiver, own_nats_server) as run:
         own_nats_server.start()  # on its store: the stream and its 5 messages are back
-        wait_for_line(log, "reconnected to", process)
-        asyncio.run(publish_more(own_nats_server.url, stream, range(5, 10)))
-        wait_for_received(receiver, 10, process, log)
-        process.send_signal(signal.SIGTERM)
-        assert exit_code(process, log) == 0, log.read_text()
-    finally:
-        if process.poll() is None:
-            process.kill()
-            process.wait()
-    text = log.read_text()
-    assert "Traceback" not in text
+        wait_for_line(run.log, "reconnected to", run.process)
+        asyncio.run(publish_more(own_nats_server.url, run.stream, range(5, 10)))
+        wait_for_received(receiver, 10, run.process, run.log)
+    text = run.log.read_text()
     assert (text.count("disconnected; reconnecting"), text.count("reconnected to")) == (1, 1), text
