@@ -112,6 +112,20 @@ async def check_state_directory(engine: Engine, plan: Plan, state_dir: Path) -> 
     await engine.write_meta(LAYOUT_KEY, orjson.dumps(current).decode())
 
 
+FAILURE_NOTICE = 2.0
+"""Seconds a run may take to deliver what a failed source committed before the log says it waits for it."""
+
+
+@dataclass
+class _SourceFailure:
+    """A source reader's failure, ``at`` ``clock.monotonic()``; ``told``: logged while the run delivers."""
+
+    source_id: str
+    error: BaseException
+    at: float
+    told: bool = False
+
+
 @dataclass
 class RunResult:
     """How a run ended: ``drained`` (all delivered), ``blocked`` (terminal sink errors, one line
@@ -163,7 +177,7 @@ class Pipeline:
         self.worker: Worker | None = None  # while a cluster run runs
         self.units = JobSet(self._make_runner, self.metrics)
         self._input_finished = False
-        self._source_failed = False  # embedded: a source failed, the run delivers what is committed and stops
+        self._source_failure: _SourceFailure | None = None  # embedded: the run delivers what is committed and stops
         self._started_at = 0.0
         self._stop = asyncio.Event()
         self._engine: Engine | None = None
@@ -421,12 +435,9 @@ class Pipeline:
 
     def _deliver_committed_then_stop(self, source_id: str, error: BaseException) -> None:
         """Source ``source_id``'s reader failed with ``error``: no source reads on, and
-        :meth:`_watch` stops the run once the jobs delivered what the sources committed before (said
-        in the log when there is something to deliver)."""
-        if not self._source_failed and not all(job.idle for job in self.jobs):
-            logger.warning("source %r failed (%s); delivering what was committed before it, then stopping "
-                           "(Ctrl-C: stop now)", source_id, error)
-        self._source_failed = True
+        :meth:`_watch` stops the run once the jobs delivered what the sources committed before."""
+        if self._source_failure is None:
+            self._source_failure = _SourceFailure(source_id, error, self.clock.monotonic())
         for reader in self.readers:
             reader.stop()
 
@@ -441,18 +452,23 @@ class Pipeline:
             if finished and not told:
                 told = True
                 self._tell_input_finished()
-            if (self.options.until_drained or self._source_failed) and finished and all(j.idle for j in self.jobs):
+            failure = self._source_failure
+            if (self.options.until_drained or failure is not None) and finished and all(j.idle for j in self.jobs):
                 assert self._engine is not None
                 # Idle jobs only prove that the work they own is done: also count what no job owns.
                 result.unreachable = unreachable_work(await self._engine.inventory(), self.plan)
                 result.drained = (not result.unreachable and all(j.blocked_error is None for j in self.jobs)
-                                  and not self._source_failed)
+                                  and failure is None)
                 self.request_stop()
+            elif failure is not None and not failure.told and self.clock.monotonic() - failure.at >= FAILURE_NOTICE:
+                failure.told = True
+                logger.warning("source %r failed (%s); delivering what was committed before it, then stopping "
+                               "(Ctrl-C: stop now)", failure.source_id, failure.error)
 
     def _input_ended(self) -> bool:
         """Whether nothing more comes into the log: every source read to its end or, after a source
         failed, every reader ended."""
-        if self._source_failed:
+        if self._source_failure is not None:
             return all(running.task.done() for running in self.units.running.values()
                        if isinstance(running.runner, SourceReader))
         return all(r.finished for r in self.readers)
