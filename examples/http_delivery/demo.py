@@ -50,8 +50,10 @@ def write_spec(work: Path, port: int) -> Path:
     return path
 
 
-def start_receiver(port: int, record: Path, fail_rate: float) -> subprocess.Popen[str]:
-    command = [sys.executable, "-m", "egress", "receiver", "--port", str(port), "--record", str(record)]
+def start_receiver(port: int, record: Path, fail_rate: float, *options: str) -> subprocess.Popen[str]:
+    """``egress receiver`` on ``port`` recording to ``record``, failing ``fail_rate`` of the requests,
+    with further ``options``; returns once it listens."""
+    command = [sys.executable, "-m", "egress", "receiver", "--port", str(port), "--record", str(record), *options]
     if fail_rate > 0:
         command += ["--fail-rate", str(fail_rate), "--seed", "1"]
     receiver = subprocess.Popen(command, stdout=subprocess.PIPE, text=True)

@@ -14,6 +14,9 @@ one type. The shape follows httpx: a small tree, named by what went wrong, not b
     ├── SourceChangedError        a source's input is not the one its committed position was read from
     ├── NatsSourceError           the nats source cannot reach its server or stream (egress.connectors.sources.nats)
     ├── HttpSourceError           the http source cannot listen or read its token (egress.connectors.sources.http)
+    ├── RequestBodyError          a request body refused before it was read whole; its status (egress.http_body):
+    │                             BodyTooLargeError 413, BodyTimeoutError 408, UnreadableBodyError 400,
+    │                             ClientClosedError 499
     ├── ProcessFunctionError      a process function raised (stream, key, message id)
     │   └── RowEncodingError      an emitted value cannot be stored (computation, stream, column, id)
     ├── DeliveryError             a delivery's retry budget is exhausted

@@ -10,9 +10,11 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+import urllib.request
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pytest
 import yaml
@@ -66,6 +68,48 @@ def terminate(process: subprocess.Popen[str]) -> None:
 
 def stop_receiver(receiver: Receiver) -> None:
     terminate(receiver.process)
+
+
+def receiver_stats(receiver: Receiver, action: str = "") -> dict[str, Any]:
+    """``GET /stats``, or with ``action`` (``hold?after=N``, ``release``) that ``POST``, which answers the same."""
+    url = f"http://127.0.0.1:{receiver.port}/{action or 'stats'}"
+    with urllib.request.urlopen(urllib.request.Request(url, method="POST" if action else "GET"), timeout=10) as answer:
+        stats: dict[str, Any] = json.load(answer)
+    return stats
+
+
+def hold_after(receiver: Receiver, count: int) -> None:
+    """The receiver answers ``count`` more requests (those it holds first), then holds every further one."""
+    receiver_stats(receiver, f"hold?after={count}")
+
+
+def release(receiver: Receiver) -> None:
+    """The receiver answers what it holds and every later request."""
+    receiver_stats(receiver, "release")
+
+
+def wait_until(condition: Callable[[], object], what: str, timeout: float = 60.0) -> None:
+    """Poll ``condition()`` every 10 ms until it is true; fail naming ``what`` after ``timeout`` s
+    (a failure guard: the wait ends on the condition, not on the time)."""
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if time.monotonic() > deadline:
+            pytest.fail(f"timed out after {timeout:g} s waiting for {what}")
+        time.sleep(0.01)
+
+
+def wait_until_held(receiver: Receiver, process: subprocess.Popen[bytes], log: Path,
+                    timeout: float = 60.0) -> dict[str, Any]:
+    """Poll the receiver until it holds a request (the run is mid-way: it waits for an answer);
+    returns its stats then. Fails if ``process`` exits first."""
+    deadline = time.monotonic() + timeout
+    while not (stats := receiver_stats(receiver))["held"]:
+        if process.poll() is not None:
+            pytest.fail(f"the run exited {process.returncode} before the receiver held a request:\n{log.read_text()}")
+        if time.monotonic() > deadline:
+            pytest.fail(f"the receiver held no request within {timeout:g} s:\n{log.read_text()}")
+        time.sleep(0.01)
+    return stats
 
 
 @pytest.fixture

@@ -18,10 +18,21 @@ import pytest
 import yaml
 from examples.cluster.demo import SOURCE_ID, key_partitions, write_data
 
-from tests.e2e.conftest import DYNAMIC_SPEC, REPO, Receiver, terminate, wait_for_first_request, write_spec
+from tests.e2e.conftest import (
+    DYNAMIC_SPEC,
+    REPO,
+    Receiver,
+    hold_after,
+    release,
+    terminate,
+    wait_for_first_request,
+    wait_until_held,
+    write_spec,
+)
 
 pytestmark = pytest.mark.e2e
-ROWS = 6000  # the demo's first flights: the runs take seconds, and a kill or Ctrl-C still lands mid-run
+ROWS = 6000  # the demo's first flights: the runs take seconds
+ANSWERED_BEFORE_KILL = 1000  # requests the receiver answers before it holds the rest: the kill lands mid-run
 CLUSTER = ["--lease-ttl", "2", "--heartbeat-period", "0.5"]
 
 
@@ -140,12 +151,14 @@ def test_processes_restarts_a_killed_worker_and_still_delivers_everything(
         tmp_path: Path, receiver: Receiver, egress_processes: list[subprocess.Popen[bytes]]) -> None:
     spec = demo_spec(tmp_path, receiver.port, 1)
     log = tmp_path / "run.log"
+    hold_after(receiver, ANSWERED_BEFORE_KILL)
     parent = egress_run(spec, "--processes", "2", "--until-drained", "--state-dir", str(tmp_path / "state"), *CLUSTER,
                         log=log)
     egress_processes.append(parent)
-    wait_for_first_request(receiver.record, 1, parent, log)
+    wait_until_held(receiver, parent, log)
     victim = children_of(parent.pid)[0]
     os.kill(victim, signal.SIGKILL)
+    release(receiver)
     assert parent.wait(timeout=200) == 0, log.read_text()
     assert "ended unexpectedly (killed by SIGKILL): starting it again" in log.read_text()
     requests, distinct = distinct_keys(receiver.record)

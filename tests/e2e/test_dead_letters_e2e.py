@@ -17,7 +17,7 @@ import yaml
 
 from egress.connectors.dead_letters import read_dead_letters
 from tests.conftest import payload_spec
-from tests.e2e.conftest import REPO, Receiver, launch_receiver, stop_receiver
+from tests.e2e.conftest import REPO, Receiver, launch_receiver, release, stop_receiver
 
 pytestmark = pytest.mark.e2e
 
@@ -107,7 +107,9 @@ def test_sigkill_while_dead_letters_are_written_loses_and_duplicates_nothing(
         tmp_path: Path, egress_processes: list[subprocess.Popen[bytes]]) -> None:
     messages = 3000
     dead = tmp_path / "dead.jsonl"
-    down = launch_receiver(tmp_path / "down.jsonl", "--fail-rate", "1.0", "--fail-status", "500")
+    # Fails the first 2,000 requests, then holds the rest: the run cannot finish before the kill.
+    down = launch_receiver(tmp_path / "down.jsonl", "--fail-rate", "1.0", "--fail-status", "500",
+                           "--hold-after", "2000")
     try:
         spec, dynamic = dead_letter_spec(tmp_path, down, messages, attempts=1)
         run = ("run", str(spec), "--dynamic-spec", str(dynamic), "--state-dir", str(tmp_path / "state"), "--quiet")
@@ -119,8 +121,9 @@ def test_sigkill_while_dead_letters_are_written_loses_and_duplicates_nothing(
             time.sleep(0.005)
         first.send_signal(signal.SIGKILL)
         first.wait()
+        release(down)
         killed_with = len(read_dead_letters(dead)[0])
-        assert killed_with < messages, "the run finished before the kill: raise the message count"
+        assert killed_with < messages, "the run finished before the kill"
         code, output = finish(egress(egress_processes, *run, "--until-drained"), timeout=200)
     finally:
         stop_receiver(down)

@@ -2,7 +2,11 @@
 points while it runs, then finished with ``--until-drained``. The external ``total_length`` of
 every key must equal the exact sum of its requests' lengths: no response counted twice (a replayed
 batch whose state change was already committed) and none lost (a committed request whose retry
-timer or response vanished)."""
+timer or response vanished).
+
+The events file is followed and written in ``KILLS + 1`` slices, one before each run: every kill
+lands while work is left (the last slice is written only for the final run) however fast the
+machine, and a run killed after it took in its slice is killed with retries pending."""
 
 from __future__ import annotations
 
@@ -31,25 +35,37 @@ SEED = int(os.environ.get("EGRESS_TEST_SEED", "20260412"))
 pytestmark = pytest.mark.e2e
 
 
-def write_pipeline(directory: Path, rng: random.Random, events_count: int = EVENTS,
-                   keys: int = KEYS) -> tuple[Path, Counter[str]]:
-    """``events_count`` events with random keys (of ``keys``) and data; returns the spec (retry
-    delay 1 s) and the expected totals."""
+def make_events(rng: random.Random, events_count: int, keys: int) -> tuple[list[bytes], Counter[str]]:
+    """``events_count`` JSON lines (newline-terminated) with random keys (of ``keys``) and data,
+    and the expected ``total_length`` per key."""
     expected: Counter[str] = Counter()
     lines = []
     for _ in range(events_count):
         key = f"key-{rng.randrange(keys)}"
         data = "x" * rng.randint(1, 40)
         expected[key] += len(data)
-        lines.append(orjson.dumps({"key": key, "data": data}))
-    events = directory / "events.jsonl"
-    events.write_bytes(b"\n".join(lines) + b"\n")
+        lines.append(orjson.dumps({"key": key, "data": data}) + b"\n")
+    return lines, expected
+
+
+def write_spec(directory: Path, events: Path, retry_delay: str, *, follow: bool = False) -> Path:
+    """The example's Spec reading ``events`` (followed with ``follow``), retrying after ``retry_delay``."""
     spec = yaml.safe_load((EXAMPLE / "spec.yaml").read_text())
-    spec["sources"]["events"]["parameters"]["path"] = str(events)
-    spec["computations"]["request_processor"]["processing_function_parameters"]["delay"] = "1s"
+    spec["sources"]["events"]["parameters"].update(path=str(events), follow=follow)
+    spec["computations"]["request_processor"]["processing_function_parameters"]["delay"] = retry_delay
     path = directory / "spec.yaml"
     path.write_text(yaml.safe_dump(spec, sort_keys=False))
-    return path, expected
+    return path
+
+
+def write_pipeline(directory: Path, rng: random.Random, events_count: int = EVENTS,
+                   keys: int = KEYS, retry_delay: str = "1s") -> tuple[Path, Counter[str]]:
+    """``events_count`` events with random keys (of ``keys``) and data in one file; returns the
+    spec (retry delay ``retry_delay``) and the expected totals."""
+    lines, expected = make_events(rng, events_count, keys)
+    events = directory / "events.jsonl"
+    events.write_bytes(b"".join(lines))
+    return write_spec(directory, events, retry_delay), expected
 
 
 def start(spec: Path, state: Path, log: Path, *, until_drained: bool) -> subprocess.Popen[bytes]:
@@ -83,13 +99,23 @@ def totals(state: Path) -> dict[str, int]:
 @pytest.mark.timeout(240)
 def test_sigkill_at_random_points_never_counts_a_response_twice_or_loses_one(tmp_path: Path) -> None:
     rng = random.Random(SEED)
-    spec, expected = write_pipeline(tmp_path, rng)
+    lines, expected = make_events(rng, EVENTS, KEYS)
+    events = tmp_path / "events.jsonl"
+    events.touch()
+    spec = write_spec(tmp_path, events, "1s", follow=True)
+    slice_size = -(-EVENTS // (KILLS + 1))
+
+    def append_slice(number: int) -> None:
+        with events.open("ab") as file:
+            file.writelines(lines[number * slice_size:(number + 1) * slice_size])
+
     state = tmp_path / "state"
     print(f"\nseed {SEED}: {EVENTS} events over {KEYS} keys, {sum(expected.values())} bytes of requests")
     processes: list[subprocess.Popen[bytes]] = []
     try:
         progress = []
         for run in range(KILLS):
+            append_slice(run)
             log = tmp_path / f"run{run}.log"
             process = start(spec, state, log, until_drained=False)
             processes.append(process)
@@ -106,6 +132,7 @@ def test_sigkill_at_random_points_never_counts_a_response_twice_or_loses_one(tmp
             # Whatever was committed is exact so far: no key over its expected total.
             over = {k: v for k, v in totals(state).items() if v > expected[k]}
             assert not over, f"kill {run}: keys counted beyond their requests: {over}"
+        append_slice(KILLS)
         log = tmp_path / "final.log"
         final = start(spec, state, log, until_drained=True)
         processes.append(final)
@@ -117,5 +144,4 @@ def test_sigkill_at_random_points_never_counts_a_response_twice_or_loses_one(tmp
                 process.wait()
     assert totals(state) == dict(expected)
     assert list(state_lines(state, internal=True, external=False)) == [], "requests still in retry state"
-    mid_work = [counted for counted in progress if counted < sum(expected.values())]
-    assert len(mid_work) == KILLS, f"some kills came after all work was done: {progress}"
+    assert progress == sorted(progress), f"a kill lost counted bytes: {progress}"

@@ -15,13 +15,14 @@ from pathlib import Path
 import orjson
 import pytest
 
-from tests.e2e.conftest import Receiver
+from tests.e2e.conftest import Receiver, wait_until
 from tests.e2e.live_inputs import kill_restart_then_drain, pass_through_spec
 from tests.e2e.test_kill_restart import load_record
 
 pytestmark = pytest.mark.e2e
 
 ROTATE_EVERY = 1500  # lines
+LINES_PER_RUN = 700  # lines written before each kill, at the least: 5 kills see 3,500, two rotations
 
 
 class Writer:
@@ -78,7 +79,8 @@ def test_a_followed_file_appended_and_rotated_across_five_sigkills_is_delivered_
     try:
         written = kill_restart_then_drain(
             tmp_path, receiver, lambda run: pass_through_spec(tmp_path, "follow_kill", source, receiver.port, run),
-            writer.stop)
+            writer.stop, lambda run: wait_until(lambda: writer.count >= LINES_PER_RUN * (run + 1),
+                                                f"{LINES_PER_RUN * (run + 1)} lines written"))
     finally:
         writer.stop()
 

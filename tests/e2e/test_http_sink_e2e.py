@@ -178,5 +178,6 @@ def test_a_second_run_with_nothing_new_says_so(tmp_path: Path) -> None:
     assert first.returncode == 0, first.stderr
     assert "nothing new" not in first.stderr
     assert second.returncode == 0, second.stderr
-    assert f"nothing new: {tmp_path / 'state'} already holds everything the sources had" in second.stderr
+    assert (f"nothing new: state directory {tmp_path / 'state'} already holds everything the sources had; to start "
+            "over, give this Spec another --state-dir") in second.stderr
     assert len(records(receiver)) == 3

@@ -83,6 +83,9 @@ def test_events_answered_200_arrive_when_the_worker_listening_is_killed_and_the_
     clients.start()
     try:
         wait_until(lambda: len(clients.acknowledged) >= 50, 60, "50 events answered 200")
+        # /status is refreshed on its own period: wait until a worker names the reader's owner.
+        wait_until(lambda: (reader_owner(status_ports["a"]) or reader_owner(status_ports["b"])) in WORKERS, 30,
+                   "a worker's /status names the http reader's owner")
         owner = reader_owner(status_ports["a"]) or reader_owner(status_ports["b"])
         assert owner in WORKERS, owner
         survivor = next(w for w in WORKERS if w != owner)
@@ -91,7 +94,8 @@ def test_events_answered_200_arrive_when_the_worker_listening_is_killed_and_the_
         before = len(clients.acknowledged)
         # The survivor takes the reader over once the lease expires, and listens on the same port.
         wait_until(lambda: len(clients.acknowledged) >= before + 50, 60, "50 more answered 200 after the kill")
-        assert reader_owner(status_ports[survivor]) == survivor
+        wait_until(lambda: reader_owner(status_ports[survivor]) == survivor, 30,
+                   f"the survivor {survivor}'s /status names it the http reader's owner")
         acknowledged = set(clients.stop())
         want = {hashlib.sha256(f"event {i}".encode()).hexdigest(): i for i in acknowledged}
 

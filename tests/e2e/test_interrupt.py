@@ -11,9 +11,11 @@ from pathlib import Path
 
 import pytest
 
-from tests.e2e.conftest import Receiver, start_run, wait_for_first_request, write_spec
+from tests.e2e.conftest import Receiver, hold_after, release, start_run, wait_until_held, write_spec
 
 pytestmark = pytest.mark.e2e
+
+ANSWERED = 2000  # requests answered before the receiver holds the rest: the interrupt lands mid-delivery
 
 
 @pytest.mark.timeout(180)
@@ -21,11 +23,12 @@ def test_interrupt_commits_then_a_second_run_completes_without_loss(
         tmp_path: Path, receiver: Receiver, egress_processes: list[subprocess.Popen[bytes]]) -> None:
     state = tmp_path / "state"
     spec = write_spec(tmp_path, receiver.port, 0)
+    hold_after(receiver, ANSWERED)
     process, log = start_run(egress_processes, tmp_path, spec, state, 0, until_drained=True)
-    wait_for_first_request(receiver.record, 0, process, log)
-    time.sleep(0.5)
+    wait_until_held(receiver, process, log)
     process.send_signal(signal.SIGINT)
     interrupted = time.monotonic()
+    release(receiver)  # the endpoint answers again: the run stops after its current epoch, not at a stall
     assert process.wait(timeout=30) == 130, log.read_text()  # stopped cleanly, but not drained
     assert time.monotonic() - interrupted < 10, "a graceful stop must not wait for the whole backlog"
     assert "stopping after the current epoch commits" in log.read_text()

@@ -1,10 +1,12 @@
 """End to end: ``egress run`` killed with SIGKILL mid-delivery, then run again to the end.
 
 Real processes, real receiver, no mocks. One ``egress receiver --record`` serves the whole test.
-The January 2013 example pipeline is started ``KILLS`` times on one state directory and killed
-with SIGKILL at a seeded random moment after that run's first request reached the receiver (so
-every kill lands mid-delivery); a final ``--until-drained`` run must exit 0. The receiver's record
-then has to show that:
+The January 2013 example pipeline is started ``KILLS`` times on one state directory; the receiver
+answers a seeded random count of each run's requests, then holds the rest unanswered, and the run
+is killed with SIGKILL a seeded moment after the first request was held (so every kill lands
+mid-delivery whatever the machine's speed: at most ``KILLS`` × the largest count is answered before
+the last kill, fewer than the flights); a final ``--until-drained`` run must exit 0. The receiver's
+record then has to show that:
 
 * every non-null message arrived: the idempotency keys answered 2xx are exactly one per
   non-cancelled flight, computed here from the CSV and the documented message id layout;
@@ -55,8 +57,12 @@ from tests.e2e.conftest import (
     SOURCE_ID,
     SPEC,
     Receiver,
+    hold_after,
+    receiver_stats,
+    release,
     start_run,
     wait_for_first_request,
+    wait_until_held,
     write_spec,
 )
 
@@ -68,8 +74,9 @@ EXPECTED_DELIVERIES = 26_483  # non-cancelled January flights (dep_time not NA)
 KILLS = 6
 MIN_KILLS = 5
 SEED = int(os.environ.get("EGRESS_KILL_SEED", "20130101"))
-KILL_DELAY = (0.0, 0.6)  # seconds after the run's first request reached the receiver: 6 kills must land
-# before the 26,483 messages are all delivered, at several thousand messages a second
+ANSWERED_PER_RUN = (100, 3000)  # requests the receiver answers in each killed run before it holds the rest:
+# 6 × 3,000 (and what the killed runs held, a few hundred each) is fewer than the 26,483 messages
+KILL_DELAY = (0.0, 0.3)  # seconds after the receiver held the run's first request: mid-wait or mid-commit
 FINAL_RUN_TIMEOUT = 120.0
 
 
@@ -192,9 +199,12 @@ def test_sigkill_mid_delivery_then_restart_delivers_all_and_duplicates_only_in_f
     kills: list[Kill] = []
     for run in range(KILLS):
         spec = write_spec(tmp_path, receiver.port, run)
+        answered = rng.randint(*ANSWERED_PER_RUN)
+        hold_after(receiver, receiver_stats(receiver)["held"] + answered)  # what the killed run left held first
         started = time.time()
         process, log = start_run(egress_processes, tmp_path, spec, state, run, until_drained=False)
         first_request = wait_for_first_request(receiver.record, run, process, log)
+        held = wait_until_held(receiver, process, log)["held"]
         delay = rng.uniform(*KILL_DELAY)
         time.sleep(delay)
         os.kill(process.pid, signal.SIGKILL)
@@ -206,9 +216,10 @@ def test_sigkill_mid_delivery_then_restart_delivers_all_and_duplicates_only_in_f
         kills.append(Kill(run, started, first_request, killed, in_flight))
         per_partition = dict(sorted(in_flight.per_partition.items()))
         print(f"kill {run}: {killed - started:.2f} s after start ({first_request - started:.2f} s to the "
-              f"first request, then {delay:.3f} s); {len(in_flight.keys)} requests in flight, "
-              f"unacknowledged per partition {per_partition}")
+              f"first request; {answered} answered, then {held} held and {delay:.3f} s); {len(in_flight.keys)} "
+              f"requests in flight, unacknowledged per partition {per_partition}")
 
+    release(receiver)
     final_run = KILLS
     spec = write_spec(tmp_path, receiver.port, final_run)
     final_started = time.time()
@@ -220,7 +231,7 @@ def test_sigkill_mid_delivery_then_restart_delivers_all_and_duplicates_only_in_f
     assert not left.per_partition, f"unacknowledged outbox after the drained run: {left.per_partition}"
 
     # Every request the receiver read was answered, so the record is complete: the final run saw
-    # every response it waited for, and requests of killed runs were read long before.
+    # every response it waited for, and what killed runs left held was answered before it started.
     requests = load_record(receiver.record)
     expected = expected_bodies()
     assert len(expected) == EXPECTED_DELIVERIES

@@ -13,7 +13,7 @@ import pytest
 import yaml
 
 from tests.conftest import state_contents
-from tests.e2e.conftest import REPO, Receiver, start_run, wait_for_first_request, write_spec
+from tests.e2e.conftest import REPO, Receiver, hold_after, release, start_run, wait_until_held, write_spec
 
 pytestmark = pytest.mark.e2e
 NON_CANCELLED_FLIGHTS = 26_483
@@ -30,9 +30,11 @@ def test_a_changed_partition_count_is_refused_and_the_original_spec_then_deliver
         tmp_path: Path, receiver: Receiver, egress_processes: list[subprocess.Popen[bytes]]) -> None:
     state = tmp_path / "state"
     original = write_spec(tmp_path, receiver.port, 0)
+    hold_after(receiver, 500)  # then the receiver holds the rest: the Ctrl-C lands before the run drains
     process, log = start_run(egress_processes, tmp_path, original, state, 0, until_drained=True)
-    wait_for_first_request(receiver.record, 0, process, log)
+    wait_until_held(receiver, process, log)
     process.send_signal(signal.SIGINT)
+    release(receiver)
     assert process.wait(timeout=30) == 130, log.read_text()
     before = state_contents(state)
 

@@ -1,12 +1,17 @@
 """The ``http`` source: POSTed events are answered 200 only once committed, bad bodies 400 with the
 line, 401 without the token, 413 over the limit, 429 while events pile up or the sinks downstream
-hold back (a stalled receiver), and a repeated ``Idempotency-Key`` is one event, across restarts too."""
+hold back (a stalled receiver), and a repeated ``Idempotency-Key`` is one event, across restarts too.
+A body is read whole however it arrives (in pieces, chunked, split anywhere), up to
+``max_body_bytes`` (413) and within ``body_timeout`` (408), from raw sockets."""
 
 from __future__ import annotations
 
 import asyncio
 import hashlib
 import socket
+import time
+import urllib.error
+import urllib.request
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -15,6 +20,8 @@ import aiohttp
 import orjson
 import pytest
 from aiohttp import web
+from hypothesis import given
+from hypothesis import strategies as st
 
 from egress.connectors.sources.http import HttpSource, HttpSourceParameters
 from egress.receiver import Receiver
@@ -22,7 +29,9 @@ from egress.runtime import Pipeline, RunOptions, load_plan
 from egress.runtime.assignment import assign
 from egress.runtime.pipeline import nats_engine_factory
 from egress.spec import StreamSpec
+from tests import raw_http
 from tests.conftest import ServerFactory, pass_through_spec
+from tests.fuzzing import fuzz
 from tests.live_source_support import assert_an_idle_take_waits_on_the_clock
 
 pytestmark = pytest.mark.integration
@@ -65,8 +74,9 @@ def free_port() -> int:
 class Running:
     """A pipeline run in the background, its source's URL, and a client session."""
 
-    def __init__(self, pipeline: Pipeline, task: asyncio.Task[Any], url: str, session: aiohttp.ClientSession) -> None:
-        self.pipeline, self.task, self.url, self.session = pipeline, task, url, session
+    def __init__(self, pipeline: Pipeline, task: asyncio.Task[Any], url: str, session: aiohttp.ClientSession,
+                 port: int) -> None:
+        self.pipeline, self.task, self.url, self.session, self.port = pipeline, task, url, session, port
 
     async def stop(self) -> None:
         self.pipeline.request_stop()
@@ -99,7 +109,7 @@ async def run_http(tmp_path: Path, serve_app: ServerFactory) -> AsyncIterator[An
                             break
                 except aiohttp.ClientConnectionError:
                     await asyncio.sleep(0.02)
-        return Running(pipeline, task, url, session)
+        return Running(pipeline, task, url, session, port)
 
     yield start
     for pipeline, task in tasks:
@@ -299,3 +309,139 @@ async def test_in_a_cluster_the_429_counts_the_partitions_another_worker_runs(
             worker.request_stop()
         results = await asyncio.gather(*runs)
     assert all(result.ok for result in results), results
+
+
+# -- bodies as real clients send them -------------------------------------------------------------
+
+def recording() -> StallingReceiver:
+    """An endpoint answering 200 at once and recording the payloads delivered to it."""
+    receiver = StallingReceiver()
+    receiver.recover()
+    return receiver
+
+
+def events(first: int, count: int) -> tuple[bytes, list[str]]:
+    """A JSONL body of ``count`` events, ids from ``first``, and their payloads."""
+    payloads = [f"event {number}" for number in range(first, first + count)]
+    body = b"".join(orjson.dumps({"id": first + n, "payload": p}) + b"\n" for n, p in enumerate(payloads))
+    return body, payloads
+
+
+async def assert_committed_and_delivered(running: Running, receiver: StallingReceiver, payloads: list[str]) -> None:
+    """Exactly ``payloads`` were appended to the log (counted by the source) and all reached the endpoint."""
+    assert running.pipeline.metrics.total("egress_source_rows_total") == len(payloads)
+    async with asyncio.timeout(10):
+        while not receiver.delivered >= set(payloads):  # noqa: ASYNC110 - the receiver has no event to wait on
+            await asyncio.sleep(0.01)
+    assert receiver.delivered == set(payloads)
+
+
+def accepted(answer: raw_http.Answer) -> tuple[int, Any]:
+    return answer.status, orjson.loads(answer.body)
+
+
+async def test_a_body_arriving_in_two_writes_within_its_content_length_is_read_whole(run_http: Any) -> None:
+    receiver = recording()
+    running = await run_http(receiver, format="jsonl")
+    body, payloads = events(1, 2)
+    request = raw_http.with_length("/events", body)
+    split = len(request) - len(body) // 2  # the second write: the second half of the body
+    answer = await asyncio.to_thread(raw_http.send_in_pieces, running.port, [request[:split], request[split:]], 0.3)
+    assert accepted(answer) == (200, {"accepted": 2})
+    await assert_committed_and_delivered(running, receiver, payloads)
+
+
+async def test_a_chunked_body_arriving_in_two_chunks_is_read_whole(run_http: Any) -> None:
+    receiver = recording()
+    running = await run_http(receiver, format="jsonl")
+    body, payloads = events(1, 2)
+    first, second = body.splitlines(keepends=True)
+    pieces = [raw_http.chunked_head("/events") + raw_http.chunk(first), raw_http.chunk(second) + raw_http.chunk(b"")]
+    answer = await asyncio.to_thread(raw_http.send_in_pieces, running.port, pieces, 0.3)
+    assert accepted(answer) == (200, {"accepted": 2})
+    await assert_committed_and_delivered(running, receiver, payloads)
+
+
+def post_with_urllib(url: str, body: bytes) -> tuple[int, Any]:
+    opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))  # loopback: never a proxy
+    try:
+        with opener.open(urllib.request.Request(url, data=body, method="POST"), timeout=raw_http.ANSWER_TIMEOUT) \
+                as response:
+            return response.status, orjson.loads(response.read())
+    except urllib.error.HTTPError as error:
+        return error.code, orjson.loads(error.read())
+
+
+async def test_a_urllib_post_of_15000_lines_is_accepted_whole(run_http: Any) -> None:
+    running = await run_http(Receiver(), format="jsonl")
+    body, _ = events(0, 15_000)
+    assert 500_000 < len(body) < HttpSourceParameters(port=0).max_body_bytes
+    assert await asyncio.to_thread(post_with_urllib, running.url, body) == (200, {"accepted": 15_000})
+    assert running.pipeline.metrics.total("egress_source_rows_total") == 15_000
+
+
+async def test_a_chunked_body_growing_over_max_body_bytes_is_413_and_nothing_is_accepted(run_http: Any) -> None:
+    running = await run_http(Receiver(), format="jsonl")
+    block = b'{"id": 1, "payload": "x"}\n' * 2_500  # 65,000 bytes of valid lines
+    blocks = [*(raw_http.chunk(block) for _ in range(50 * 1024 * 1024 // len(block))), raw_http.chunk(b"")]  # 50 MiB
+    answer = await asyncio.to_thread(raw_http.refused_while_sending, running.port, raw_http.chunked_head("/events"),
+                                     blocks)
+    assert answer.status == 413
+    assert "over 1,048,576 bytes (max_body_bytes)" in orjson.loads(answer.body)["error"]
+    assert answer.headers["connection"] == "close"
+    assert running.pipeline.metrics.total("egress_source_rows_total") == 0
+
+
+async def test_a_declared_content_length_over_max_body_bytes_is_413_before_any_byte_of_the_body(
+        run_http: Any) -> None:
+    running = await run_http(Receiver(), format="jsonl")
+    head = raw_http.head("/events", [("Content-Length", str(50 * 1024 * 1024))])
+    answer = await asyncio.to_thread(raw_http.send_in_pieces, running.port, [head])  # no body follows
+    assert answer.status == 413
+
+
+async def test_a_client_stalling_mid_body_gets_408_after_body_timeout_and_nothing_is_accepted(
+        run_http: Any) -> None:
+    receiver = recording()
+    running = await run_http(receiver, format="jsonl", body_timeout=0.5)
+    body, _ = events(1, 2)
+    request = raw_http.with_length("/events", body)
+    started = time.monotonic()
+    with raw_http.connect(running.port) as connection:
+        connection.sendall(request[:len(request) - len(body) // 2])  # then nothing more
+        answer = await asyncio.to_thread(raw_http.read_answer, connection)
+        await asyncio.to_thread(raw_http.wait_closed, connection)  # at once: the body is not coming
+    assert time.monotonic() - started >= 0.5
+    assert answer.status == 408
+    assert "body_timeout" in orjson.loads(answer.body)["error"]
+    assert answer.headers["connection"] == "close"
+    # The half body was not appended: the next whole body is the only event.
+    whole, payloads = events(3, 1)
+    answer = await asyncio.to_thread(raw_http.send_in_pieces, running.port, [raw_http.with_length("/events", whole)])
+    assert accepted(answer) == (200, {"accepted": 1})
+    await assert_committed_and_delivered(running, receiver, payloads)
+
+
+async def test_a_body_written_in_pieces_split_anywhere_has_every_line_accepted_once(run_http: Any) -> None:
+    receiver = recording()
+    running = await run_http(receiver, format="jsonl")
+    sent: list[str] = []
+
+    @fuzz(25)
+    @given(count=st.integers(1, 8), chunked=st.booleans(), data=st.data())
+    def post_split(count: int, chunked: bool, data: st.DataObject) -> None:
+        body, payloads = events(1_000_000 + len(sent), count)  # ids of one width: the same draws every run
+        if chunked:  # chunk boundaries and write boundaries chosen apart
+            cuts = sorted(data.draw(st.sets(st.integers(1, len(body) - 1), max_size=4), label="chunks"))
+            parts = [body[start:end] for start, end in zip([0, *cuts], [*cuts, len(body)], strict=True)]
+            request = raw_http.chunked_head("/events") + b"".join(map(raw_http.chunk, [*parts, b""]))
+        else:
+            request = raw_http.with_length("/events", body)
+        cuts = sorted(data.draw(st.sets(st.integers(1, len(request) - 1), max_size=4), label="writes"))
+        pieces = [request[start:end] for start, end in zip([0, *cuts], [*cuts, len(request)], strict=True)]
+        answer = raw_http.send_in_pieces(running.port, pieces, 0.01)
+        assert accepted(answer) == (200, {"accepted": count})
+        sent.extend(payloads)
+
+    await asyncio.to_thread(post_split)
+    await assert_committed_and_delivered(running, receiver, sent)

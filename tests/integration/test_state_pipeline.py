@@ -71,10 +71,11 @@ async def test_state_dump_prints_committed_rows_as_json_lines(tmp_path: Path) ->
     missing = CliRunner().invoke(state_app, ["dump", str(tmp_path / "nothing")])
     assert missing.exit_code == 1
     assert "no egress state here" in missing.output
-    typo = CliRunner().invoke(state_app, ["dump", str(state), "--name", "/stat"])
-    assert typo.exit_code == 0
-    assert typo.stdout == ""
-    assert f"no committed rows named '/stat' in {state}; names with rows: /state" in typo.stderr
+    for name in ("/stat", "source"):  # a misspelt table; the source reader's position state, which is not shown
+        nothing = CliRunner().invoke(state_app, ["dump", str(state), "--name", name])
+        assert nothing.exit_code == 1
+        assert nothing.stdout == ""
+        assert nothing.stderr == f"egress: no committed rows named {name!r} in {state}; names with rows: /state\n"
 
 
 def test_dynamic_parameters_are_validated_and_applied_live(tmp_path: Path) -> None:

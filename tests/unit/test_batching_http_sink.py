@@ -258,8 +258,13 @@ async def test_redrive_reforms_the_letters_of_each_batch_under_its_key() -> None
 
 @pytest.mark.parametrize(("parameters", "path", "message"), [
     ({"encoding": "ndjson"}, "encoding", "'json_lines', 'json_array' or 'raw'"),
-    ({"max_bytes": "1GiB"}, "max_bytes", "cannot read '1GiB' as a size: write a number of bytes"),
-    ({"max_bytes": "65MiB"}, "max_bytes", "less than or equal to 67108864"),
+    ({"max_bytes": "1GiB"}, "max_bytes", "1GiB is more than the limit, 0.0625GiB (64MiB)"),
+    ({"max_bytes": "100MiB"}, "max_bytes", "100MiB is more than the limit, 64MiB"),
+    ({"max_bytes": "100MB"}, "max_bytes", "100MB is more than the limit, 67.108864MB (64MiB)"),
+    ({"max_bytes": 67108865}, "max_bytes", "67,108,865 bytes is more than the limit, 67,108,864 bytes (64MiB)"),
+    ({"max_bytes": "0KiB"}, "max_bytes", "0KiB is less than the least, 1 byte"),
+    ({"max_bytes": "1TB"}, "max_bytes", "cannot read '1TB' as a size: write a number of bytes, like 1048576, or "
+                                        "digits with a unit: B; KB, MB, GB (1000s); KiB, MiB, GiB (1024s)"),
     ({"max_events": 0}, "max_events", "greater than or equal to 1"),
     ({"max_delay": "1x"}, "max_delay", "write a duration like 100ms"),
     ({"content_encoding": "br"}, "content_encoding", "'none' or 'gzip'"),

@@ -115,11 +115,11 @@ def test_run_never_reports_drained_while_committed_messages_are_out_of_reach(
     result = CliRunner().invoke(app, ["run", str(spec), "--state-dir", str(state), "--until-drained", "--quiet"])
     assert result.exit_code == 2, result.output
     assert lines_of(result.output) == [
-        f"unreachable in {state}: stream events partition 2: 10 committed messages no job of this Spec reads "
-        "(partition_count is 2)",
-        f"unreachable in {state}: stream events partition 3: 10 committed messages no job of this Spec reads "
-        "(partition_count is 2)",
-        f"not drained: this Spec cannot reach committed work in {state}; run it with the Spec it was written with "
-        "until drained, or give this Spec another --state-dir (egress does not move committed messages, state and "
-        "timers to another layout)",
+        f"unreachable in state directory {state}: stream events partition 2: 10 committed messages no job of this "
+        "Spec reads (partition_count is 2)",
+        f"unreachable in state directory {state}: stream events partition 3: 10 committed messages no job of this "
+        "Spec reads (partition_count is 2)",
+        f"not drained: this Spec cannot reach committed work in state directory {state}; run it with the Spec it was "
+        "written with until drained, or give this Spec another --state-dir (egress does not move committed messages, "
+        "state and timers to another layout)",
     ]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import gzip
 import json
 from typing import Any
@@ -25,16 +26,21 @@ class Store:
 
 
 async def call(app: FirehoseASGI, method: str, path: str, headers: dict[str, str], chunks: list[bytes],
-               *, root_path: str = "", disconnect: bool = False) -> tuple[int, dict[str, str], bytes]:
+               *, root_path: str = "", disconnect: bool = False,
+               stall: bool = False) -> tuple[int, dict[str, str], bytes]:
     scope = {"type": "http", "method": method, "path": path, "root_path": root_path,
              "headers": [(k.lower().encode(), v.encode()) for k, v in headers.items()]}
     messages = [{"type": "http.request", "body": chunk, "more_body": i < len(chunks) - 1}
                 for i, chunk in enumerate(chunks or [b""])]
     if disconnect:
         messages = [{**messages[0], "more_body": True}, {"type": "http.disconnect"}]
+    if stall:  # the first chunk, then nothing: the client went silent mid-body
+        messages = [{**messages[0], "more_body": True}]
     sent: list[dict[str, Any]] = []
 
     async def receive() -> dict[str, Any]:
+        if not messages:
+            await asyncio.Event().wait()
         return messages.pop(0)
 
     async def send(message: dict[str, Any]) -> None:
@@ -62,6 +68,14 @@ async def test_aws_example_in_chunks_and_gzipped() -> None:
     status, _, _ = await call(app, "POST", "/", headers(**{"Content-Encoding": "gzip"}), [gzip.compress(AWS_EXAMPLE)])
     assert status == 200
     assert store.calls == [(AWS_ID, [b"hello", b"hello world"], {})] * 2
+
+
+async def test_a_body_stalling_mid_way_is_408_after_body_timeout() -> None:
+    store = Store()
+    app = FirehoseASGI(FirehoseReceiver(store, ReceiverOptions(body_timeout=0.05)))
+    status, _, body = await call(app, "POST", "/", headers(), [AWS_EXAMPLE[:10]], stall=True)
+    assert (status, json.loads(body)["errorMessage"]) == (408, "the body did not arrive whole within body_timeout")
+    assert store.calls == []
 
 
 async def test_keys_paths_and_methods() -> None:

@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 
 from egress.connectors.dead_letters import read_dead_letters
 from egress.errors import SpecError
@@ -120,3 +121,48 @@ def test_a_dead_letter_path_that_is_a_directory_is_refused_before_anything_runs(
     assert str(raised.value) == (
         f'{spec}: computations/deliver/sinks/http/parameters/dead_letter_path: "{tmp_path / "dead"}" is a directory, '
         "not a file: point dead_letter_path at a file in it, e.g. dead_letters.jsonl")
+
+
+def relative_paths_spec(tmp_path: Path, sink_parameters: dict[str, Any]) -> Path:
+    """The payload pipeline in tmp_path/specs, its source dead-lettering to the relative bad.jsonl."""
+    folder = tmp_path / "specs"
+    folder.mkdir()
+    spec, _ = payload_spec(folder, "http://127.0.0.1:9/events", [], sink_parameters=sink_parameters)
+    document = yaml.safe_load(spec.read_text())
+    document["sources"]["events_jsonl"]["parameters"].update(on_bad_record="dead_letter", dead_letter_path="bad.jsonl")
+    spec.write_text(yaml.safe_dump(document))
+    return spec
+
+
+def test_a_relative_dead_letter_path_starts_at_the_specs_folder_for_a_sink_as_for_a_source(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """One rule, whatever folder egress runs in: the Spec's folder, as a source's paths."""
+    spec = relative_paths_spec(tmp_path, {"dead_letter_path": "dead.jsonl", "tls_ca_file": "ca.pem"})
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    monkeypatch.chdir(elsewhere)
+    plan = load_plan(spec)
+    parameters = plan.computations["deliver"].sinks["http"].parameters
+    assert parameters.dead_letter_path == str(tmp_path / "specs" / "dead.jsonl")
+    assert parameters.tls_ca_file == str(tmp_path / "specs" / "ca.pem")
+    source = plan.sources["events_jsonl"].source_class.create(
+        "events_jsonl", plan.sources["events_jsonl"].parameters, plan.streams["events"], plan.base_dir)
+    assert source.bad_records._path == tmp_path / "specs" / "bad.jsonl"
+
+
+def test_letters_an_earlier_egress_wrote_at_the_current_folder_are_named_with_their_redrive(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
+    spec = relative_paths_spec(tmp_path, {"dead_letter_path": "dead.jsonl"})
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "dead.jsonl").write_text("")
+    with caplog.at_level("WARNING", logger="egress.spec"):
+        load_plan(spec)
+    assert caplog.messages == [
+        f"{spec}: computations/deliver/sinks/http/parameters/dead_letter_path: a relative path starts at the Spec's "
+        f"folder: the sink now writes {tmp_path / 'specs' / 'dead.jsonl'}; the earlier lines in "
+        f"{tmp_path / 'dead.jsonl'} stay there: egress redrive {tmp_path / 'dead.jsonl'} {spec} --sink deliver/http"]
+    (tmp_path / "specs" / "dead.jsonl").write_text("")
+    caplog.clear()
+    with caplog.at_level("WARNING", logger="egress.spec"):
+        load_plan(spec)  # once the Spec's folder has the file, the earlier one is history
+    assert caplog.messages == []

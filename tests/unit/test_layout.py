@@ -11,6 +11,7 @@ import pytest
 import yaml
 
 from egress.engines import CommittedInventory
+from egress.engines.sqlite import state_directory
 from egress.runtime import Plan, load_plan
 from egress.runtime.layout import layout_changes, layout_mismatch, spec_layout, unreachable_work
 from tests.conftest import payload_spec
@@ -112,7 +113,7 @@ def test_a_changed_layout_is_refused_naming_what_changed(
         tmp_path: Path, edit: Edit, recorded_with: str, now: str) -> None:
     recorded = spec_layout(plan_of(tmp_path))
     changed = plan_of(tmp_path, edit)
-    error = layout_mismatch(recorded, changed, tmp_path / "state")
+    error = layout_mismatch(recorded, changed, state_directory(tmp_path / "state"))
     assert error is not None
     text = str(error)
     assert "\n" not in text
@@ -127,7 +128,7 @@ def test_a_new_column_and_a_new_sink_are_changes_too(tmp_path: Path) -> None:
     recorded = spec_layout(plan_of(tmp_path))
     assert layout_changes(recorded, spec_layout(plan_of(tmp_path, add_column))) == [
         ("streams/events/schema/extra", None, "string")]
-    error = layout_mismatch(recorded, plan_of(tmp_path, add_sink), "state")
+    error = layout_mismatch(recorded, plan_of(tmp_path, add_sink), state_directory("state"))
     assert error is not None
     assert "state directory state was written without computations/deliver/sinks/copy; the Spec now has it" \
         in str(error)
@@ -141,7 +142,7 @@ def test_the_message_counts_the_other_changes(tmp_path: Path) -> None:
         group_by_payload(document)
         rename_sink(document)
 
-    error = layout_mismatch(recorded, plan_of(tmp_path, many), "state")
+    error = layout_mismatch(recorded, plan_of(tmp_path, many), state_directory("state"))
     assert error is not None
     assert error.path == "partition_count"
     assert ("was written with partition_count 4; the Spec now says 2 (and 3 more changes: streams/events/group_by, "
@@ -166,7 +167,25 @@ def add_a_computation_source_and_stream(document: dict[str, Any]) -> None:
 @pytest.mark.parametrize("edit", [parameters_and_code, add_a_computation_source_and_stream])
 def test_parameters_code_and_additions_do_not_change_the_layout(tmp_path: Path, edit: Edit) -> None:
     recorded = spec_layout(plan_of(tmp_path))
-    assert layout_mismatch(recorded, plan_of(tmp_path, edit), "state") is None
+    assert layout_mismatch(recorded, plan_of(tmp_path, edit), state_directory("state")) is None
+
+
+def test_a_changed_layout_in_a_nats_bucket_names_the_bucket_and_its_ways_out(tmp_path: Path) -> None:
+    """A cluster's committed data is in its bucket: no --state-dir (it means nothing there), and a
+    command that deletes the bucket with what egress installs."""
+    from egress.engines.nats import NatsEngine
+
+    location = NatsEngine(["nats://127.0.0.1:4222", "nats://127.0.0.1:4223"], "flights").location
+    error = layout_mismatch(spec_layout(plan_of(tmp_path)), plan_of(tmp_path, group_by_payload), location)
+    assert error is not None
+    assert str(error) == (
+        f"{tmp_path / 'spec.yaml'}: NATS bucket egress_flights at nats://127.0.0.1:4222, nats://127.0.0.1:4223 was "
+        "written with streams/events/group_by [id]; the Spec now says [payload]: run it with the Spec it was written "
+        "with until drained, or give this Spec another pipeline name (a bucket of its own), or, once every worker "
+        "stopped, delete bucket egress_flights and everything committed in it: `egress state delete flights --engine "
+        "nats://127.0.0.1:4222,nats://127.0.0.1:4223` (egress does not move committed messages, state and timers to "
+        "another layout)")
+    assert "--state-dir" not in str(error)
 
 
 def test_the_layout_names_what_committed_data_depends_on(tmp_path: Path) -> None:

@@ -73,7 +73,8 @@ def test_a_missing_dead_letter_file_is_named_with_the_fix(tmp_path: Path, spec: 
     code, output = redrive(str(tmp_path / "nope.jsonl"), str(spec), "--sink", "deliver/http")
     assert code == 2
     assert one_line(output) == (f"egress redrive: {tmp_path / 'nope.jsonl'}: no such dead-letter file: give the "
-                                "sink's dead_letter_path (a relative one starts in the folder egress run ran in)")
+                                "file the sink's dead_letter_path names (a relative dead_letter_path starts at the "
+                                "Spec's folder, this path at the current folder)")
 
 
 @pytest.mark.parametrize("name", ["deliver/htp", "nowhere/http", "deliver"])

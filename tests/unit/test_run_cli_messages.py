@@ -1,4 +1,6 @@
-"""``egress run``'s messages while it runs: the first dead letter of each sink and file."""
+"""``egress run``'s messages while it runs: the first dead letter of each sink and file; the
+dashboard's address at once, also when standard error is not a terminal; a DynamicSpec changed
+while the run starts."""
 
 from __future__ import annotations
 
@@ -8,11 +10,16 @@ from types import SimpleNamespace
 from typing import cast
 
 import pytest
+from rich.console import Console
 
-from egress.cli.main import _Reporter
+from egress.cli import main
+from egress.cli.main import PROGRESS_PERIOD, _Reporter
+from egress.cli.output import Output
+from egress.clock import VirtualClock
 from egress.connectors.dead_letters import DeadLetter, DeadLetterFiles
 from egress.observe import StatusTree
-from egress.runtime import Pipeline
+from egress.runtime import Pipeline, RunResult, load_plan
+from tests.conftest import payload_spec
 
 
 def test_egress_run_prints_the_first_dead_letter_of_each_sink_and_file(
@@ -37,3 +44,53 @@ def test_egress_run_prints_the_first_dead_letter_of_each_sink_and_file(
 
 def _letter(sink: str, seq: int) -> DeadLetter:
     return DeadLetter("deliver", sink, 0, seq, b"m%d" % seq, "6D", b"x", (), "exhausted", 2.0)
+
+
+class _Serving:
+    """A pipeline's status server that has started (``port`` and ``address``)."""
+
+    port = 8123
+    address = "127.0.0.1:8123"
+
+
+def test_egress_run_says_the_dashboard_address_at_once_when_stderr_is_not_a_terminal(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Not after the first progress period: the fake run ends only once the address was said, and
+    gives up long before that period."""
+    said: list[str] = []
+    address_said = asyncio.Event()
+
+    class Recording(Output):
+        def say(self, text: str, **_: object) -> None:
+            said.append(text)
+            if text.startswith("dashboard, metrics and status at http://127.0.0.1:8123/"):
+                address_said.set()
+
+    async def run() -> RunResult:
+        pipeline.server = _Serving()
+        await asyncio.wait_for(address_said.wait(), timeout=PROGRESS_PERIOD * 0.6)
+        return RunResult(drained=True)
+
+    pipeline = SimpleNamespace(run=run, server=None, dynamic_spec_version=0, dynamic_spec_error=None,
+                               status=StatusTree(), dead_letters=DeadLetterFiles(), running=True,
+                               request_stop=lambda: None)
+    monkeypatch.setattr(main, "console", Console(stderr=True, force_terminal=False))
+    monkeypatch.setattr(main, "output", Recording(main.console))
+    result = asyncio.run(main._drive(cast(Pipeline, pipeline), quiet=False))
+    assert result.drained
+    assert said[0].startswith("dashboard, metrics and status at http://127.0.0.1:8123/")
+
+
+async def test_a_dynamic_spec_changed_while_the_run_starts_is_read_and_its_error_told(tmp_path: Path) -> None:
+    """The file is compared with what the plan read, not with what it was once the run had started."""
+    spec, dynamic = payload_spec(tmp_path, "http://127.0.0.1:9/events", ["a"])
+    clock = VirtualClock()
+    pipeline = Pipeline(load_plan(spec, dynamic), tmp_path / "state", clock=clock)
+    dynamic.write_text("computations: {deliver: {sinks: {http: {parameters: {retry_initial_delay: soon}}}}}\n")
+    watching = asyncio.create_task(pipeline._watch_dynamic_spec())
+    await clock.advance(pipeline.options.dynamic_spec_period)
+    pipeline.request_stop()
+    await clock.advance(pipeline.options.dynamic_spec_period)
+    await watching
+    assert pipeline.dynamic_spec_error is not None
+    assert "retry_initial_delay: cannot parse duration 'soon'" in pipeline.dynamic_spec_error

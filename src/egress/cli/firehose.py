@@ -31,6 +31,7 @@ from rich.text import Text
 
 from egress.firehose import FirehoseReceiver, ReceiverOptions, serve
 from egress.firehose import protocol as p
+from egress.http_body import RequestBodyError, closing, read_body
 
 STATS_PATH = "/stats"
 console = Console(stderr=True, soft_wrap=True)
@@ -106,12 +107,18 @@ def build_app(
         if delay > 0:
             await asyncio.sleep(delay)
         if fail_rate > 0 and rng.random() < fail_rate:
-            await request.read()
+            status, message, refused = fail_status, "injected failure", False
+            options = receiver.options
+            try:  # the whole body first, as the receiver would read it
+                await read_body(request, max_bytes=options.max_body_bytes, max_seconds=options.body_timeout)
+            except RequestBodyError as error:
+                status, message, refused = error.status, str(error), True
             request_id = request.headers.get(p.HEADER_REQUEST_ID, "")
             receiver.stats.requests += 1
-            receiver.stats.by_status[fail_status] += 1
-            body = p.response_body(request_id, int(time.time() * 1000), "injected failure")
-            return web.Response(status=fail_status, body=body, content_type=p.CONTENT_TYPE_JSON)
+            receiver.stats.by_status[status] += 1
+            body = p.response_body(request_id, int(time.time() * 1000), message)
+            response = web.Response(status=status, body=body, content_type=p.CONTENT_TYPE_JSON)
+            return closing(response) if refused else response
         return await handler(request)
 
     async def stats(request: web.Request) -> web.Response:

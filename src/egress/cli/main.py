@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import contextvars
 import functools
 import json
@@ -27,12 +28,13 @@ from egress.cli.redrive import redrive_command
 from egress.cli.state import app as state_app
 from egress.cli.status import status_command
 from egress.cli.throttler import throttler_app
+from egress.engines.sqlite import state_directory
 from egress.errors import EgressError, ProcessFunctionError, SourceDataError, SpecError
 from egress.observe.logs import add_secret, bind_log_context, secrets_of_spec
 from egress.observe.status import egress_version
 from egress.runtime import EngineFactory, Pipeline, RunOptions, RunResult, load_plan
 from egress.runtime.collector import tune_for_run
-from egress.runtime.layout import WAY_OUT, check_recorded_layout
+from egress.runtime.layout import check_recorded_layout, way_out
 from egress.runtime.options import EngineChoice, parse_engine
 from egress.runtime.pipeline import DYNAMIC_SPEC_STATUS, nats_engine_factory, shared_sqlite_engine, sqlite_engine
 from egress.runtime.worker import default_worker_id
@@ -238,8 +240,9 @@ def _run_processes(plan: Any, spec: Path, dynamic_spec: Path | None, directory: 
 
 async def _drive(pipeline: Pipeline, quiet: bool) -> RunResult:
     """Run ``pipeline`` with Ctrl-C and SIGTERM as an orderly stop (a second one exits at once),
-    showing progress: a live line on a terminal, a line every 5 s otherwise, JSON records with
-    ``--log-format json``, nothing with ``quiet``."""
+    showing progress: a live line on a terminal, a line every :data:`PROGRESS_PERIOD` seconds
+    otherwise, JSON records with ``--log-format json``, nothing with ``quiet``; what
+    :class:`_Reporter` tells is told within :data:`NEWS_PERIOD` seconds in every case."""
     from egress.cli.report import progress_line, snapshot
 
     loop = asyncio.get_running_loop()
@@ -259,27 +262,27 @@ async def _drive(pipeline: Pipeline, quiet: bool) -> RunResult:
     run_task = asyncio.create_task(pipeline.run())
     started = time.monotonic()
     reported = _Reporter(pipeline)
-    if quiet:
+    live = Live(console=console, refresh_per_second=4, transient=True) if not quiet and console.is_terminal else None
+    with live or contextlib.nullcontext():
         while not run_task.done():
-            await asyncio.wait({run_task}, timeout=0.5)
-            reported.news()
-            if output.json and pipeline.running and time.monotonic() - started >= reported.next_progress:
-                reported.next_progress += 5.0
-                output.say("progress", **snapshot(pipeline))
-        return await run_task
-    if console.is_terminal:
-        with Live(console=console, refresh_per_second=4, transient=True) as live:
-            while not run_task.done():
+            if live is not None:
                 live.update(Text(progress_line(snapshot(pipeline), time.monotonic() - started)))
-                await asyncio.wait({run_task}, timeout=0.25)
-                reported.news()
-    else:
-        while not run_task.done():
-            await asyncio.wait({run_task}, timeout=5.0)
-            reported.news()
-            if not run_task.done() and pipeline.running:
-                console.print(progress_line(snapshot(pipeline), time.monotonic() - started), highlight=False)
+            await asyncio.wait({run_task}, timeout=NEWS_PERIOD)
+            reported.news()  # each tick, terminal or not: the address, a DynamicSpec, an error, at once
+            elapsed = time.monotonic() - started
+            if live is None and not run_task.done() and pipeline.running and elapsed >= reported.next_progress:
+                reported.next_progress += PROGRESS_PERIOD
+                if output.json:
+                    output.say("progress", **snapshot(pipeline))
+                elif not quiet:
+                    console.print(progress_line(snapshot(pipeline), elapsed), highlight=False)
     return await run_task
+
+
+NEWS_PERIOD = 0.25
+"""Seconds between looks at what a user must see while a run goes on (:class:`_Reporter`)."""
+PROGRESS_PERIOD = 5.0
+"""Seconds between progress lines (or JSON progress records) when standard error is not a terminal."""
 
 
 def _finish(pipeline: Pipeline, result: RunResult, *, spec: Path, dynamic_spec: Path | None, directory: Path,
@@ -295,9 +298,10 @@ def _finish(pipeline: Pipeline, result: RunResult, *, spec: Path, dynamic_spec: 
         output.show(summary_table(values), "run finished", **values)
     elif not quiet:
         console.print(summary_table(values))
+    location = pipeline.location or state_directory(directory)
     if not quiet and result.ok and not values["rows_read"] and not values["posts"] and not values["messages_processed"]:
-        output.say(f"nothing new: {directory} already holds everything the sources had; a run with "
-                   "another --state-dir starts over")
+        output.say(f"nothing new: {location.name} already holds everything the sources had; to start over, "
+                   f"{location.start_over}")
     redrive_hint = f" --dynamic-spec {dynamic_spec}" if dynamic_spec is not None else ""
     for (path, sink), count in sorted(pipeline.dead_letters.by_file.items()):
         output.say(f"{count:,} dead letter(s) of {sink} written to {path}: once the endpoint is fixed, "
@@ -306,7 +310,7 @@ def _finish(pipeline: Pipeline, result: RunResult, *, spec: Path, dynamic_spec: 
     for line in result.blocked:
         output.say(f"blocked: {line}", style="red", level=logging.ERROR)
     for line in result.unreachable:
-        output.say(f"unreachable in {directory}: {line}", style="red", level=logging.ERROR)
+        output.say(f"unreachable in {location.name}: {line}", style="red", level=logging.ERROR)
     if result.error is not None:
         output.say(f"error: {result.error}", style="red", level=logging.ERROR)
         hint = _what_to_do_about(result.error)
@@ -316,16 +320,17 @@ def _finish(pipeline: Pipeline, result: RunResult, *, spec: Path, dynamic_spec: 
         output.say("interrupted before every message was delivered: run again to finish", level=logging.WARNING)
         raise typer.Exit(130)
     if result.unreachable:
-        output.say(f"not drained: this Spec cannot reach committed work in {directory}; {WAY_OUT}",
+        output.say(f"not drained: this Spec cannot reach committed work in {location.name}; {way_out(location)}",
                    level=logging.ERROR)
         raise typer.Exit(2)
     raise typer.Exit(0 if result.ok else 1)
 
 
 BAD_RECORD_FIX = (
-    "to go on: fix the record in place and run again (the source resumes at its committed position; an editor "
-    "or `sed -i` that writes a new file makes it another file, which is refused), or set the source's "
-    "parameters/on_bad_record to skip or dead_letter (docs/sources.md)")
+    "to go on: leave the file as it is, set the source's parameters/on_bad_record to skip or dead_letter and run "
+    "again; or correct the record within the same file (the same inode, its first 4,096 bytes unchanged) and run "
+    "again: the source resumes at its committed position (`sed -i` and an editor that saves a new file make it "
+    "another file, which is refused; docs/sources.md)")
 PROCESS_FUNCTION_FIX = (
     "what the other partitions committed before the stop stays committed: its outputs are delivered as emitted "
     "when the pipeline runs again; a fixed process function handles the messages not yet processed")
@@ -361,7 +366,7 @@ class _Reporter:
         self._error: str | None = None
         self._status: dict[str, str] = {}  # the last status error printed per path
         self._dead_letters: set[tuple[Path, str]] = set()  # (file, computation/sink) with a dead letter shown
-        self.next_progress = 5.0  # seconds into the run of the next JSON progress record
+        self.next_progress = PROGRESS_PERIOD  # seconds into the run of the next progress line or record
 
     def news(self) -> None:
         pipeline = self._pipeline
@@ -414,6 +419,9 @@ def receiver(
     fail_first: Annotated[int, typer.Option(
         min=0, help="Fail the first N requests of each idempotency key with --fail-status, then accept.")] = 0,
     seed: Annotated[Optional[int], typer.Option(help="Seed for repeatable fault injection.")] = None,  # noqa: UP045
+    hold_after: Annotated[Optional[int], typer.Option(  # noqa: UP045
+        min=0, help="Answer the first N requests, then hold every further one unanswered until POST /release "
+                    "(POST /hold?after=M answers M more).")] = None,
     idempotency_header: Annotated[str, typer.Option(help="The header that carries the key.")] = "Idempotency-Key",
     protocol: Annotated[str, typer.Option(
         help="generic (record any request) or firehose (a strict Amazon Data Firehose HTTP endpoint).")] = "generic",
@@ -432,6 +440,9 @@ def receiver(
     if access_key_env and protocol != "firehose":
         raise typer.BadParameter("access keys are checked only with --protocol firehose; add it, or drop "
                                  "--access-key-env for the generic receiver", param_hint="--access-key-env")
+    if hold_after is not None and protocol != "generic":
+        raise typer.BadParameter("only the generic receiver holds requests; drop --protocol firehose, or "
+                                 "--hold-after", param_hint="--hold-after")
     if protocol == "firehose":
         from egress.cli.firehose import run_firehose_receiver
 
@@ -443,7 +454,8 @@ def receiver(
     from egress.receiver import ReceiverConfig, serve  # aiohttp: only for this command
 
     config = ReceiverConfig(fail_rate=fail_rate, fail_status=fail_status, delay=delay, fail_first=fail_first,
-                            idempotency_header=idempotency_header, record=record, seed=seed)
+                            idempotency_header=idempotency_header, record=record, seed=seed,
+                            hold_after=hold_after)
     if port == 0:
         with socket.socket() as probe:
             probe.bind((host, 0))

@@ -120,7 +120,7 @@ class ProcessesRun:
             await holder.open()
         except SpecMismatchError as mismatch:  # another pipeline's directory: name the Spec, as layouts do
             raise mismatch.in_file(self.plan.spec_file) from None
-        await check_state_directory(holder, self.plan, self.state_dir)
+        await check_state_directory(holder, self.plan)
 
     def child_command(self, index: int) -> list[str]:
         command = [sys.executable, "-m", "egress", "run", *self._arguments, "--state-dir", str(self.state_dir),

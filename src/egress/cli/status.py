@@ -198,15 +198,31 @@ def _number(value: Any) -> str:
     return "-" if value is None else f"{value:,}"
 
 
+def summary_line(document: dict[str, Any], url: str, at: float) -> str:
+    """One line of the status of ``url`` for a pipe or a log (``--watch`` when standard output is
+    not a terminal): the local time ``at`` (seconds since the epoch), the state, and the
+    partitions' totals: input lag, unacknowledged messages, blocked partitions, status errors."""
+    header = _header(document, url).plain.splitlines()[0]
+    errors = len(document.get("status") or {})
+    partitions = document.get("partitions", [])
+    lag = sum(p.get("input_lag") or 0 for p in partitions)
+    unacknowledged = sum(sum((p.get("unacknowledged") or {}).values()) for p in partitions)
+    blocked = sum(1 for p in partitions if p.get("blocked"))
+    return (f"{time.strftime('%H:%M:%S', time.localtime(at))} {header}; {len(partitions)} partitions, input lag "
+            f"{lag:,}, unacknowledged {unacknowledged:,}, blocked {blocked}, errors {errors}")
+
+
 def status_command(
     url: UrlArgument = None,
-    watch: Annotated[bool, typer.Option("--watch", help="Refresh until Ctrl-C.")] = False,
+    watch: Annotated[bool, typer.Option("--watch", help="Refresh until Ctrl-C (not on a terminal: a line per "
+                                                        "refresh).")] = False,
     interval: Annotated[float, typer.Option(min=0.2, help="Seconds between refreshes with --watch.")] = 1.0,
     as_json: Annotated[bool, typer.Option("--json", help="Print the (cluster-wide) status JSON instead.")] = False,
 ) -> None:
     """Show a running instance's status: partitions (owner, input lag, unacknowledged, blocked),
-    sources, the sinks' errors in full, dead letters; in a cluster, of the whole pipeline.
-    Exit code 1 when the instance does not answer."""
+    sources, the sinks' errors in full, dead letters; in a cluster, of the whole pipeline. With
+    --watch and standard output not a terminal, one summary line per refresh (with --json, one JSON
+    document per line). Exit code 1 when the instance does not answer."""
     endpoint = status_url(url)
     console = Console(soft_wrap=False)
 
@@ -214,10 +230,15 @@ def status_command(
         return whole_pipeline(fetch(endpoint), endpoint)
 
     try:
-        if as_json:
+        if as_json and not watch:
             typer.echo(json.dumps(current(), indent=2))
         elif not watch:
             console.print(render(current(), endpoint))
+        elif as_json or not console.is_terminal:  # a pipe or a file: one line per refresh, written at once
+            while True:
+                document = current()
+                print(json.dumps(document) if as_json else summary_line(document, endpoint, time.time()), flush=True)
+                time.sleep(interval)
         else:
             with Live(render(current(), endpoint), console=console, auto_refresh=False) as live:
                 while True:

@@ -160,7 +160,7 @@ def redriven_counts(path: str | Path) -> collections.Counter[LetterKey]:
 
 def check_dead_letter_path(path: str | None) -> list[SpecError]:
     """Spec check of a sink's ``dead_letter_path``: its folder must exist and the path must not be a
-    directory (relative paths start at the folder ``egress run`` runs in)."""
+    directory (the plan makes a relative path start at the Spec's folder)."""
     if path is None:
         return []
     folder = Path(path).parent
@@ -308,8 +308,9 @@ def _numbered_lines(path: str | Path, *, missing_ok: bool = True) -> Iterator[tu
     except FileNotFoundError:
         if missing_ok:
             return
-        raise DeadLetterFileError(f"{path}: no such dead-letter file: give the sink's dead_letter_path (a relative "
-                                  "one starts in the folder egress run ran in)") from None
+        raise DeadLetterFileError(f"{path}: no such dead-letter file: give the file the sink's dead_letter_path names "
+                                  "(a relative dead_letter_path starts at the Spec's folder, this path at the current "
+                                  "folder)") from None
     except OSError as error:
         raise DeadLetterFileError(f"{path}: cannot read it: {error.strerror}") from None
     for number, line in enumerate(lines, start=1):

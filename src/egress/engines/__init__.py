@@ -23,6 +23,7 @@ from egress.engines.protocols import (
     OutboxMessage,
     Ownership,
     SinkProgress,
+    StateLocation,
 )
 from egress.engines.sqlite import SqliteEngine
 
@@ -60,4 +61,5 @@ __all__ = [
     "Ownership",
     "SinkProgress",
     "SqliteEngine",
+    "StateLocation",
 ]

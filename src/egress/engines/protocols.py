@@ -290,6 +290,16 @@ class Membership(Protocol):
         ...
 
 
+class StateLocation(NamedTuple):
+    """Where an engine keeps a pipeline's committed data, in a user's words: ``name`` ("state
+    directory .egress/orders", "NATS bucket egress_orders at nats://127.0.0.1:4222") and
+    ``start_over``, what lets a Spec start from nothing instead (a clause: "give this Spec another
+    --state-dir"). Messages about committed data name it (``egress.runtime.layout``, ``egress run``)."""
+
+    name: str
+    start_over: str
+
+
 AppendsCallback = Callable[[set[tuple[str, int]] | None], None]
 """What :meth:`Engine.on_appends` calls: with the ``(stream, partition)`` slots another process
 appended to, or ``None`` when it is not known which (every reader should look)."""
@@ -302,6 +312,11 @@ class Engine(Log, CheckpointStore, Ownership, Membership, Protocol):
     that passes ``tests/engines/`` can run every pipeline. ``egress.runtime.Pipeline`` makes it
     through an ``EngineFactory`` (default: ``SqliteEngine`` in the state directory).
     """
+
+    @property
+    def location(self) -> StateLocation:
+        """Where this engine keeps the pipeline's committed data (known before ``open()``)."""
+        ...
 
     async def open(self) -> None:
         """Connect to or create the storage; every other method needs it. Raises

@@ -54,6 +54,7 @@ from egress.engines.protocols import (
     MemberInfo,
     OutboxMessage,
     SinkProgress,
+    StateLocation,
 )
 from egress.engines.storage_errors import storage_error
 from egress.errors import RowEncodingError, SpecMismatchError, StateDirectoryError
@@ -180,6 +181,10 @@ class SqliteEngine:
         self._queue_lock = threading.Lock()
         self._queued: list[tuple[EpochCommit, asyncio.Future[None]]] = []
         self._draining = False
+
+    @property
+    def location(self) -> StateLocation:
+        return state_directory(self.state_dir)
 
     # -- lifecycle ---------------------------------------------------------------------------
 
@@ -1130,14 +1135,19 @@ def read_outbox(state_dir: str | Path) -> list[tuple[str, int, OutboxMessage]]:
     return sorted(found, key=lambda item: (item[0], item[1], item[2].seq))
 
 
+def state_directory(state_dir: str | Path) -> StateLocation:
+    """The :class:`StateLocation` of a state directory: a Spec starts over in another one."""
+    return StateLocation(f"state directory {state_dir}", "give this Spec another --state-dir")
+
+
 def check_metadata(meta: dict[str, str], state_dir: str | Path, pipeline: str) -> None:
     """Raise :class:`SpecMismatchError` (without the Spec file) unless the directory's metadata
     ``meta`` says it belongs to ``pipeline``, :class:`StateDirectoryError` unless it has a layout
     version this egress reads (:data:`READABLE_SCHEMA_VERSIONS`)."""
     if meta.get("pipeline") != pipeline:
-        raise SpecMismatchError(f"state directory {state_dir} belongs to pipeline {meta.get('pipeline')!r}, not "
-                                f"{pipeline!r}: give this Spec another --state-dir", path="pipeline",
-                                state_dir=str(state_dir))
+        location = state_directory(state_dir)
+        raise SpecMismatchError(f"{location.name} belongs to pipeline {meta.get('pipeline')!r}, not "
+                                f"{pipeline!r}: {location.start_over}", path="pipeline", state_dir=str(state_dir))
     if meta.get("schema_version") not in READABLE_SCHEMA_VERSIONS:
         raise StateDirectoryError(
             f"{state_dir}: state layout version {meta.get('schema_version')} is not one this egress "

@@ -3,7 +3,8 @@ that mount ASGI apps (Starlette, FastAPI, Django).
 
 ``FirehoseASGI(receiver)`` runs the same decision table as the aiohttp application through
 :meth:`FirehoseReceiver.answer`. ASGI servers do not decompress request bodies, so both size caps
-are exact. Lifespan events are acknowledged; WebSocket connections are closed.
+are exact; a body not whole within ``body_timeout`` is answered 408 (the server decides about the
+connection). Lifespan events are acknowledged; WebSocket connections are closed.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from typing import Any
 from multidict import CIMultiDict
 
 from egress.firehose.receiver import FirehoseReceiver, Incoming, UnreadableBody
+from egress.http_body import within_deadline
 
 Scope = dict[str, Any]
 Receive = Callable[[], Awaitable[dict[str, Any]]]
@@ -47,7 +49,7 @@ class FirehoseASGI:
         if root and path.startswith(root):
             path = path[len(root):] or "/"
 
-        async def chunks() -> AsyncIterator[bytes]:
+        async def received() -> AsyncIterator[bytes]:
             more = True
             while more:
                 message = await receive()
@@ -57,6 +59,9 @@ class FirehoseASGI:
                 body = message.get("body", b"")
                 if body:
                     yield body
+
+        def chunks() -> AsyncIterator[bytes]:
+            return within_deadline(received(), self.receiver.options.body_timeout)
 
         incoming = Incoming(scope["method"], path, _content_length(headers), headers, chunks, lambda: None)
         status, body = await self.receiver.answer(incoming)

@@ -62,6 +62,7 @@ RESPONSE_TIMEOUT_SECONDS = 180.0
 MSG_METHOD_NOT_ALLOWED = "method not allowed"
 MSG_NOT_FOUND = "not found"
 MSG_PAYLOAD_TOO_LARGE = "payload too large"
+MSG_REQUEST_TIMEOUT = "the body did not arrive whole within body_timeout"
 MSG_MISSING_HEADER_REQUEST_ID = "missing request id in header"
 MSG_INVALID_ACCESS_KEY = "invalid firehose access key"
 MSG_UNSUPPORTED_PROTOCOL_VERSION = "unsupported protocol version"

@@ -31,13 +31,18 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from aiohttp import web
-from aiohttp.http_exceptions import HttpProcessingError
-from aiohttp.web_protocol import RequestPayloadError
 from multidict import MultiMapping
 
 from egress.clock import Clock, RealClock
 from egress.firehose import protocol as p
 from egress.firehose.errors import PermanentError, RequestRejected, TransientError
+from egress.http_body import (
+    BodyTimeoutError,
+    ClientClosedError,
+    UnreadableBodyError,
+    closing,
+    request_chunks,
+)
 from egress.http_expect import expect_handler
 
 Handler = Callable[[str, list[bytes], dict[str, str]], Awaitable[None]]
@@ -64,7 +69,9 @@ class ReceiverOptions:
     Content-Length first and while reading;
     ``max_decompressed_bytes``: cap on the body after gunzip (default both 64 MiB, the protocol's
     body limit). ``max_records`` and ``max_record_bytes``: the protocol's limits (10,000 records,
-    1,024,000 bytes each); above them the answer is 413.
+    1,024,000 bytes each); above them the answer is 413. ``body_timeout``: seconds the body may take
+    to arrive whole, from the end of its headers (default 180: Firehose waits that long for an answer,
+    so a slower body fails anyway); then the answer is 408 and the connection is closed.
     """
 
     access_keys: tuple[str, ...] = ()
@@ -74,6 +81,7 @@ class ReceiverOptions:
     max_decompressed_bytes: int = p.MAX_REQUEST_BODY_BYTES
     max_records: int = p.MAX_RECORDS_PER_REQUEST
     max_record_bytes: int = p.MAX_RECORD_BYTES
+    body_timeout: float = p.RESPONSE_TIMEOUT_SECONDS
 
     def __post_init__(self) -> None:
         keys: object = self.access_keys
@@ -83,11 +91,13 @@ class ReceiverOptions:
         for name in ("max_body_bytes", "max_decompressed_bytes", "max_records", "max_record_bytes"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be >= 1")
+        if not self.body_timeout > 0:
+            raise ValueError("body_timeout must be > 0 (seconds)")
 
     def __repr__(self) -> str:  # never show the keys
         return (f"ReceiverOptions(access_keys=<{len(self.access_keys)} key(s)>, path={self.path!r}, "
                 f"health_path={self.health_path!r}, max_body_bytes={self.max_body_bytes}, "
-                f"max_decompressed_bytes={self.max_decompressed_bytes})")
+                f"max_decompressed_bytes={self.max_decompressed_bytes}, body_timeout={self.body_timeout})")
 
 
 @dataclass
@@ -146,13 +156,12 @@ class FirehoseReceiver:
 
         async def chunks() -> AsyncIterator[bytes]:
             try:
-                while chunk := await stream.readany():
+                async for chunk in request_chunks(request, self.options.body_timeout):
                     yield chunk
-            except (HttpProcessingError, RequestPayloadError):  # aiohttp could not decode or frame the body
+            except UnreadableBodyError:
                 raise UnreadableBody from None
-            except ConnectionError:  # the client went away mid-body: nobody will read an answer
-                raise RequestRejected(CLIENT_CLOSED_REQUEST, "client closed the connection before the body ended") \
-                    from None
+            except ClientClosedError as error:  # counted; nobody will read the answer
+                raise RequestRejected(error.status, str(error)) from None
 
         incoming = Incoming(request.method, _path(request), request.content_length, request.headers, chunks,
                             lambda: getattr(stream, "total_compressed_bytes", None))
@@ -160,6 +169,8 @@ class FirehoseReceiver:
         response = web.Response(status=status, body=body, content_type=p.CONTENT_TYPE_JSON)
         if status == 405:
             response.headers["Allow"] = "POST"
+        if status in (408, 413):  # the rest of the body may still be on its way: the connection is not reused
+            closing(response)
         return response
 
     async def answer(self, incoming: Incoming) -> tuple[int, bytes]:
@@ -239,6 +250,8 @@ class FirehoseReceiver:
                 chunks.append(chunk)
         except UnreadableBody:
             raise RequestRejected(400, p.MSG_CORRUPT_GZIP if gzipped else "unable to read the request body") from None
+        except BodyTimeoutError:
+            raise RequestRejected(408, p.MSG_REQUEST_TIMEOUT) from None
         body = b"".join(chunks)
         raw_bytes = (incoming.compressed_bytes() or 0) if server_gunzips else size
         if not gzipped:
@@ -259,9 +272,6 @@ class FirehoseReceiver:
             log.debug("firehose request %.200r: accepted %d record(s)", request_id, records)
         else:
             log.info("firehose request %.200r: %d %s", request_id, status, message)
-
-
-CLIENT_CLOSED_REQUEST = 499  # nginx's status for a request whose client left; counted, never sent
 
 
 class UnreadableBody(Exception):

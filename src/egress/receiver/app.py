@@ -4,6 +4,13 @@ For users trying egress and for tests: every request is recorded (time, method, 
 body sha256 and length, idempotency key) as a JSON line when a record file is given; duplicates
 are counted per idempotency key; faults can be injected (a failure rate with a status, a delay).
 ``GET /stats`` answers the counts as JSON. Only requests that got a 2xx count as delivered.
+
+A hold stops answering at a chosen count, so a test or a demo can act while a run is provably
+mid-way whatever the machine's speed: ``hold_after`` N answers N requests, then reads and holds
+every further one unanswered; ``POST /hold?after=M`` answers M more (those held first) and holds
+again; ``POST /release`` answers the held and every later request. Both answer the stats, whose
+``held`` counts the requests held now. A held request is recorded when it is answered, with the
+time it was read; held requests are answered when the receiver stops.
 """
 
 from __future__ import annotations
@@ -20,9 +27,12 @@ from typing import IO, Any
 
 from aiohttp import web
 
+from egress.http_body import DEFAULT_BODY_TIMEOUT, RequestBodyError, closing, read_body
 from egress.http_expect import expect_handler
 
 STATS_PATH = "/stats"
+HOLD_PATH = "/hold"
+RELEASE_PATH = "/release"
 
 
 @dataclass
@@ -31,7 +41,11 @@ class ReceiverConfig:
     ``delay`` seconds before answering; ``fail_first``: the first N requests of each idempotency
     key are answered ``fail_status`` (a deterministic transient failure); ``idempotency_header``
     names the key header;
-    ``record`` is a JSONL file path (appended to) or ``None``; ``seed`` makes faults repeatable."""
+    ``record`` is a JSONL file path (appended to) or ``None``; ``seed`` makes faults repeatable;
+    ``hold_after``: answer this many requests, then hold every further one until released
+    (``None``: never hold);
+    a body over ``max_body_bytes`` is answered ``413``, one not whole within ``body_timeout``
+    seconds ``408`` (:func:`egress.http_body.read_body`; neither is counted nor recorded)."""
 
     fail_rate: float = 0.0
     fail_status: int = 503
@@ -40,6 +54,41 @@ class ReceiverConfig:
     idempotency_header: str = "Idempotency-Key"
     record: Path | None = None
     seed: int | None = None
+    hold_after: int | None = None
+    max_body_bytes: int = 64 * 1024 * 1024
+    body_timeout: float = DEFAULT_BODY_TIMEOUT
+
+
+class Hold:
+    """Answers ``remaining`` more requests, then holds each further one until :meth:`answer_more`
+    (``remaining`` ``None``: answers every request); ``held`` counts the requests waiting now."""
+
+    def __init__(self, after: int | None) -> None:
+        self.remaining = after
+        self.held = 0
+        self._opened = asyncio.Event()
+        if after is None:
+            self._opened.set()
+
+    def answer_more(self, count: int | None) -> None:
+        """Answer ``count`` more requests (the held ones wake first), then hold again; ``None``: hold no more."""
+        self.remaining = count
+        opened, self._opened = self._opened, asyncio.Event()
+        opened.set()
+        if count is None:
+            self._opened.set()
+
+    async def turn(self) -> None:
+        """Return when this request may be answered."""
+        while self.remaining is not None:
+            if self.remaining > 0:
+                self.remaining -= 1
+                return
+            self.held += 1
+            try:
+                await self._opened.wait()
+            finally:
+                self.held -= 1
 
 
 @dataclass
@@ -53,7 +102,7 @@ class ReceiverStats:
     first_request_at: float | None = None
     last_request_at: float | None = None
 
-    def as_json(self) -> dict[str, Any]:
+    def as_json(self, held: int = 0) -> dict[str, Any]:
         duplicates = sum(count - 1 for count in self.delivered_keys.values())
         return {
             "requests": self.requests,
@@ -66,6 +115,7 @@ class ReceiverStats:
             "bytes_received": self.bytes_received,
             "first_request_at": self.first_request_at,
             "last_request_at": self.last_request_at,
+            "held": held,
         }
 
 
@@ -77,8 +127,11 @@ class Receiver:
         self.stats = ReceiverStats()
         self._random = random.Random(self.config.seed)
         self._record: IO[str] | None = None
-        self.app = web.Application(client_max_size=64 * 1024 * 1024)
+        self.hold = Hold(self.config.hold_after)
+        self.app = web.Application()
         self.app.router.add_get(STATS_PATH, self._stats, expect_handler=expect_handler)
+        self.app.router.add_post(HOLD_PATH, self._hold, expect_handler=expect_handler)
+        self.app.router.add_post(RELEASE_PATH, self._release, expect_handler=expect_handler)
         self.app.router.add_route("*", "/{tail:.*}", self._receive, expect_handler=expect_handler)
         self.app.on_startup.append(self._open)
         self.app.on_cleanup.append(self._close)
@@ -95,15 +148,28 @@ class Receiver:
             self._record = None
 
     async def _stats(self, request: web.Request) -> web.Response:
-        return web.json_response(self.stats.as_json())
+        return web.json_response(self.stats.as_json(self.hold.held))
+
+    async def _hold(self, request: web.Request) -> web.Response:
+        after = request.query.get("after", "0")
+        if not (after.isascii() and after.isdecimal()):
+            return web.Response(status=400, text=f"after={after!r}: give a count of requests, "
+                                                 f"e.g. {HOLD_PATH}?after=100\n")
+        self.hold.answer_more(int(after))
+        return await self._stats(request)
+
+    async def _release(self, request: web.Request) -> web.Response:
+        self.hold.answer_more(None)
+        return await self._stats(request)
 
     async def _receive(self, request: web.Request) -> web.Response:
-        try:
-            body = await request.read()
-        except web.RequestPayloadError as error:  # e.g. Content-Encoding: gzip over a body that is not
-            return web.Response(status=400, text=f"cannot read the request body: {error.__cause__ or error}\n")
-        now = time.time()
         config = self.config
+        try:
+            body = await read_body(request, max_bytes=config.max_body_bytes, max_seconds=config.body_timeout)
+        except RequestBodyError as error:  # e.g. Content-Encoding: gzip over a body that is not
+            return closing(web.Response(status=error.status, text=f"{error}\n"))
+        now = time.time()
+        await self.hold.turn()
         stats = self.stats
         if config.delay > 0:
             await asyncio.sleep(config.delay)
@@ -151,6 +217,7 @@ async def serve(config: ReceiverConfig, host: str, port: int, ready: asyncio.Eve
     try:
         await (stop.wait() if stop is not None else asyncio.Event().wait())
     finally:
+        receiver.hold.answer_more(None)  # shutting down waits for the handlers: answer the held first
         if receiver._record is not None:
             receiver._record.flush()
         await runner.cleanup()

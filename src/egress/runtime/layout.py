@@ -36,16 +36,20 @@ from typing import Any, NamedTuple
 import orjson
 
 from egress.connectors import SINKS, SOURCES
-from egress.engines import CommittedInventory
-from egress.engines.sqlite import check_metadata, read_metadata
+from egress.engines import CommittedInventory, StateLocation
+from egress.engines.sqlite import check_metadata, read_metadata, state_directory
 from egress.errors import SpecMismatchError
 from egress.runtime.plan import Plan
 
 LAYOUT_KEY = "spec_layout"
 """The state directory's metadata key holding the recorded layout (JSON)."""
 
-WAY_OUT = ("run it with the Spec it was written with until drained, or give this Spec another --state-dir "
-           "(egress does not move committed messages, state and timers to another layout)")
+
+def way_out(location: StateLocation) -> str:
+    """What to do about committed data a Spec's layout does not fit, at ``location``."""
+    return (f"run it with the Spec it was written with until drained, or {location.start_over} "
+            "(egress does not move committed messages, state and timers to another layout)")
+
 
 _MAY_GROW = frozenset({"streams", "sources", "computations"})
 _ABSENT: Any = object()
@@ -109,9 +113,10 @@ def layout_changes(recorded: dict[str, Any], current: dict[str, Any], path: str 
     return changes
 
 
-def layout_mismatch(recorded: dict[str, Any], plan: Plan, state_dir: str | Path) -> SpecMismatchError | None:
-    """The error refusing ``plan`` on a directory that recorded ``recorded``, or ``None`` when
-    the layouts agree (up to additions). One line: the first change, how many more, the way out."""
+def layout_mismatch(recorded: dict[str, Any], plan: Plan, location: StateLocation) -> SpecMismatchError | None:
+    """The error refusing ``plan`` on the committed data at ``location`` that recorded ``recorded``,
+    or ``None`` when the layouts agree (up to additions). One line: the first change, how many
+    more, the way out."""
     changes = layout_changes(recorded, spec_layout(plan))
     if not changes:
         return None
@@ -120,12 +125,11 @@ def layout_mismatch(recorded: dict[str, Any], plan: Plan, state_dir: str | Path)
     if len(changes) > 1:
         rest = changes[1:]
         more = f" (and {len(rest)} more change{'s' if len(rest) > 1 else ''}: {', '.join(c.path for c in rest)})"
-    message = f"{_describe(first, state_dir)}{more}: {WAY_OUT}"
-    return SpecMismatchError(message, path=first.path, file=plan.spec_file, state_dir=str(state_dir))
+    message = f"{_describe(first, location.name)}{more}: {way_out(location)}"
+    return SpecMismatchError(message, path=first.path, file=plan.spec_file, state_dir=location.name)
 
 
-def _describe(change: LayoutChange, state_dir: str | Path) -> str:
-    directory = f"state directory {state_dir}"
+def _describe(change: LayoutChange, directory: str) -> str:
     if change.recorded is None:
         now = "it" if isinstance(change.current, dict) else _render(change.current)
         return f"{directory} was written without {change.path}; the Spec now has {now}"
@@ -193,13 +197,14 @@ def _missing_job(computation_id: str, partition: int, plan: Plan) -> str | None:
     return None
 
 
-def unrecorded_mismatch(unreachable: list[str], plan: Plan, state_dir: str | Path) -> SpecMismatchError:
-    """The error refusing ``plan`` on a directory that recorded no layout (written by an egress
-    from before the record) but holds committed work ``plan`` cannot reach (``unreachable``)."""
+def unrecorded_mismatch(unreachable: list[str], plan: Plan, location: StateLocation) -> SpecMismatchError:
+    """The error refusing ``plan`` on committed data at ``location`` that recorded no layout
+    (written by an egress from before the record) but holds committed work ``plan`` cannot reach
+    (``unreachable``)."""
     more = f" (and {len(unreachable) - 1} more)" if len(unreachable) > 1 else ""
-    message = (f"state directory {state_dir} records no Spec layout (an earlier egress wrote it) and holds committed "
-               f"work this Spec cannot reach: {unreachable[0]}{more}: {WAY_OUT}")
-    return SpecMismatchError(message, file=plan.spec_file, state_dir=str(state_dir))
+    message = (f"{location.name} records no Spec layout (an earlier egress wrote it) and holds committed "
+               f"work this Spec cannot reach: {unreachable[0]}{more}: {way_out(location)}")
+    return SpecMismatchError(message, file=plan.spec_file, state_dir=location.name)
 
 
 def check_recorded_layout(plan: Plan, state_dir: str | Path) -> str:
@@ -218,7 +223,7 @@ def check_recorded_layout(plan: Plan, state_dir: str | Path) -> str:
     if text is None:
         return (f"state directory {state_dir} records no Spec layout yet (an earlier egress wrote it); the next run "
                 "checks that this Spec reaches all its committed work, then records it")
-    mismatch = layout_mismatch(orjson.loads(text), plan, state_dir)
+    mismatch = layout_mismatch(orjson.loads(text), plan, state_directory(state_dir))
     if mismatch is not None:
         raise mismatch
     return f"state directory {state_dir} was written with this Spec's layout"

@@ -30,7 +30,7 @@ import orjson
 
 from egress.clock import Clock, RealClock, unless_set
 from egress.connectors.dead_letters import DeadLetterFiles
-from egress.engines import Engine, SqliteEngine
+from egress.engines import Engine, SqliteEngine, StateLocation
 from egress.errors import SpecError, SpecMismatchError
 from egress.observe import Metrics, StatusTree
 from egress.observe.status import egress_version, readiness
@@ -90,21 +90,21 @@ def spec_digest(spec: Spec) -> str:
     return hashlib.blake2b(text, digest_size=16).hexdigest()
 
 
-async def check_state_directory(engine: Engine, plan: Plan, state_dir: Path) -> None:
+async def check_state_directory(engine: Engine, plan: Plan) -> None:
     """Refuse a Spec whose layout differs from the one the engine's committed data depends on
     (``egress.runtime.layout``), before anything runs or is written; record the layout when the
     engine has none yet (new, or written by an earlier egress: then first make sure no committed
     work is out of this Spec's reach) or when this Spec added to it. Raises
-    :class:`SpecMismatchError` naming ``state_dir``."""
+    :class:`SpecMismatchError` naming the engine's ``location``."""
     current = spec_layout(plan)
     text = await engine.read_meta(LAYOUT_KEY)
     if text is None:
         unreachable = unreachable_work(await engine.inventory(), plan)
         if unreachable:
-            raise unrecorded_mismatch(unreachable, plan, state_dir)
+            raise unrecorded_mismatch(unreachable, plan, engine.location)
     else:
         recorded = orjson.loads(text)
-        mismatch = layout_mismatch(recorded, plan, state_dir)
+        mismatch = layout_mismatch(recorded, plan, engine.location)
         if mismatch is not None:
             raise mismatch
         if recorded == current:
@@ -188,6 +188,9 @@ class Pipeline:
         self.dead_letters = DeadLetterFiles()  # shared by the sinks: one writer per dead-letter file
         self.dynamic_spec_error: str | None = None
         self.dynamic_spec_version = 0
+        self.location: StateLocation | None = None  # where the committed data lives, once run() made its engine
+        # The DynamicSpec file as the plan read it (about now): a change while the run starts is still a change.
+        self._dynamic_spec_read = _modified(plan.dynamic_spec_file) if plan.dynamic_spec_file else None
 
     def _status_server(self, http_host: str, http_port: int) -> StatusServer:
         """The ``--http-port`` endpoint (aiohttp and the dashboard: imported only for it)."""
@@ -243,6 +246,7 @@ class Pipeline:
         result = RunResult()
         spec = self.plan.spec
         engine = self._engine_factory(self.state_dir, spec.pipeline, self.options)
+        self.location = engine.location
         dynamic = self.plan.dynamic_spec
         try:
             try:
@@ -311,8 +315,8 @@ class Pipeline:
         return engine if isinstance(engine, NatsEngine) else None
 
     async def _check_state_directory(self, engine: Engine) -> None:
-        """:func:`check_state_directory` of this run's plan and state directory."""
-        await check_state_directory(engine, self.plan, self.state_dir)
+        """:func:`check_state_directory` of this run's plan on its engine."""
+        await check_state_directory(engine, self.plan)
 
     def _make_runner(self, unit: Unit) -> Runner:
         """A fresh source reader or partition job for ``unit``, from the plan in force."""
@@ -516,7 +520,7 @@ class Pipeline:
         path = self.plan.dynamic_spec_file
         if path is None:
             return
-        last = _modified(path)
+        last = self._dynamic_spec_read
         while not self._stop.is_set():
             await self.clock.sleep(self.options.dynamic_spec_period)
             current = _modified(path)

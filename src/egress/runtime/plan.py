@@ -6,6 +6,8 @@ together, each naming its file and path; nothing runs and nothing is written bef
 from __future__ import annotations
 
 import importlib
+import logging
+import os
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -18,6 +20,8 @@ from egress.errors import SpecError, SpecErrors
 from egress.runtime.api import MapFunction, ProcessFunction, map_output_stream
 from egress.spec import DynamicSpec, Spec, StreamSpec, load_document, validate_model
 from egress.throttler import validate_dynamic_throttlers
+
+logger = logging.getLogger("egress.spec")
 
 
 @dataclass(frozen=True)
@@ -174,6 +178,7 @@ class _PlanBuilder:
                 continue
             self.errors.extend(e.at(file=self.spec_file, prefix=at)
                                for e in source_class.check(parameters, stream, self.base_dir))
+            self.errors.extend(unset_environment(source.parameters, f"{at}/parameters", self.spec_file))
             sources[source_id] = SourcePlan(source_id, source_class, parameters, source.output_stream_id, stream)
         return sources
 
@@ -206,7 +211,7 @@ class _PlanBuilder:
         sinks: dict[str, SinkPlan] = {}
         for sink_id in computation.sinks:
             sink_plan = _sink_plan(self.spec, self.dynamic, computation_id, sink_id, self.spec_file,
-                                   self.dynamic_spec_file, self.errors)
+                                   self.dynamic_spec_file, self.errors, base_dir=self.base_dir)
             if sink_plan is not None:
                 sinks[sink_id] = sink_plan
         if function_class is None:
@@ -273,10 +278,12 @@ def build_sink_plan(
     alone, as :func:`build_plan` builds each sink: its class, the streams it reads, its static
     parameters (``parameter_overrides`` replacing fields of the Spec's) and dynamic parameters, and
     its throttler in ``dynamic``. Nothing else of the Spec is checked and no process function is
-    imported (``egress redrive`` needs only the sink). Raises :class:`SpecErrors`."""
+    imported (``egress redrive`` needs only the sink). A relative path starts at the folder of
+    ``spec_file`` (the current folder without one). Raises :class:`SpecErrors`."""
     errors: list[SpecError] = []
+    base_dir = Path(spec_file).resolve().parent if spec_file is not None else Path.cwd()
     sink_plan = _sink_plan(spec, dynamic, computation_id, sink_id, spec_file, dynamic_spec_file, errors,
-                           parameter_overrides or {})
+                           parameter_overrides or {}, base_dir=base_dir)
     if sink_plan is not None:
         try:
             throttlers = validate_dynamic_throttlers(dynamic, file=dynamic_spec_file)
@@ -292,8 +299,10 @@ def build_sink_plan(
 def _sink_plan(
     spec: Spec, dynamic: DynamicSpec, computation_id: str, sink_id: str, spec_file: str | None,
     dynamic_spec_file: str | None, errors: list[SpecError], parameter_overrides: dict[str, Any] | None = None,
+    *, base_dir: Path,
 ) -> SinkPlan | None:
-    """One sink checked and resolved, or ``None`` with its problems appended to ``errors``."""
+    """One sink checked and resolved, or ``None`` with its problems appended to ``errors``; its
+    relative file paths are made to start at ``base_dir`` (the Spec's folder)."""
     computation = spec.computations[computation_id]
     sink = computation.sinks[sink_id]
     sink_at = f"computations/{computation_id}/sinks/{sink_id}"
@@ -319,11 +328,58 @@ def _sink_plan(
                                      dynamic_spec_file, f"{sink_at}/parameters", errors)
     if parameters is None or dynamic_parameters is None or len(inputs) != len(sink.input_stream_ids):
         return None
+    parameters = _files_in(base_dir, parameters, f"{computation_id}/{sink_id}", spec_file)
     construction = sink_class.check(parameters, inputs)
+    errors.extend(unset_environment(sink.parameters, f"{sink_at}/parameters", spec_file))
     errors.extend(e.at(file=spec_file, prefix=sink_at) for e in construction)
     if construction:
         return None
     return SinkPlan(sink_id, sink_class, parameters, dynamic_parameters, sink.input_stream_ids[0])
+
+
+SINK_FILES = ("dead_letter_path", "error_output", "tls_ca_file")
+"""The sink parameters that name a file: a relative one starts at the Spec's folder."""
+WRITTEN_SINK_FILES = ("dead_letter_path", "error_output")
+
+
+def _files_in(base_dir: Path, parameters: Any, sink: str, spec_file: str | None) -> Any:
+    """``parameters`` with each relative file of :data:`SINK_FILES` joined to ``base_dir``: as a
+    source's paths, a sink's start at the Spec's folder, whatever folder egress runs in. Where a
+    file egress writes (:data:`WRITTEN_SINK_FILES`) exists only at the current folder (an egress
+    that started relative paths there wrote it), a warning names both and the redrive of the
+    earlier letters of ``sink`` (``COMPUTATION/SINK``)."""
+    update: dict[str, str] = {}
+    for name in SINK_FILES:
+        path = getattr(parameters, name, None)
+        if path is None or Path(path).is_absolute():
+            continue
+        update[name] = str(base_dir / path)
+        earlier = Path(path).absolute()
+        if name in WRITTEN_SINK_FILES and earlier != base_dir / path and earlier.is_file() \
+                and not (base_dir / path).exists():
+            logger.warning("%s: computations/%s/parameters/%s: a relative path starts at the Spec's folder: the sink "
+                           "now writes %s; the earlier lines in %s stay there%s", spec_file or "Spec",
+                           sink.replace("/", "/sinks/"), name, base_dir / path, earlier,
+                           f": egress redrive {earlier} {spec_file or 'SPEC'} --sink {sink}"
+                           if name == "dead_letter_path" else "")
+    return parameters.model_copy(update=update) if update else parameters
+
+
+def unset_environment(parameters: Any, at: str, spec_file: str | None) -> list[SpecError]:
+    """A problem for each ``*_env`` key in ``parameters`` (a connector's parameters as the Spec
+    gives them, nested dicts and lists; ``at`` their Spec path) naming an environment variable that
+    is not set or empty: a secret given by reference must be there before anything runs, so
+    ``egress validate`` and ``egress run`` refuse it alike, naming the key and the variable."""
+    found: list[SpecError] = []
+    items = parameters.items() if isinstance(parameters, dict) else enumerate(parameters) \
+        if isinstance(parameters, list) else ()
+    for key, value in items:
+        if isinstance(value, dict | list):
+            found += unset_environment(value, f"{at}/{key}", spec_file)
+        elif isinstance(key, str) and key.endswith("_env") and isinstance(value, str) and not os.environ.get(value):
+            found.append(SpecError(f"environment variable {value} is not set or empty: export it before egress run",
+                                   path=f"{at}/{key}", file=spec_file))
+    return found
 
 
 def _unknown_stream(spec: Spec, stream_id: str) -> str:

@@ -106,7 +106,7 @@ def load_redrive_target(spec_path: str | Path, dynamic_spec_path: str | Path | N
     computation_id, sink_id = _redrivable(classes, name, spec_file)
     sink = build_sink_plan(spec, dynamic, computation_id, sink_id, spec_file=spec_file,
                            dynamic_spec_file=dynamic_file,
-                           parameter_overrides={"dead_letter_path": str(dead_letter_file)})
+                           parameter_overrides={"dead_letter_path": str(Path(dead_letter_file).absolute())})
     return RedriveTarget(computation_id, sink, dynamic, dynamic_file)
 
 

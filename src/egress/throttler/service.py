@@ -3,12 +3,13 @@
 Endpoints (aiohttp): ``POST /v1/request_quota`` with ``{"throttler_id", "client_id", "amount",
 "timestamp", "quota_class_id", "hold"}`` answers ``200 {"amount", "lease", "waited"}`` once the
 amount is granted (units granted, seconds left of their lease, seconds the request was held here),
-``400 {"error", "code"}`` with ``code`` ``unknown_throttler`` or ``invalid_amount`` (upstream texts),
-``503`` while closing; a client that disconnects cancels its request, which refunds it. ``GET
-/metrics`` (the throttler sensors), ``GET /healthz``, the page at ``GET /`` with its ``GET
-/dashboard.json`` (:mod:`egress.throttler.dashboard`). The DynamicSpec file is re-read every
-``reload_period`` seconds and applied live; an invalid file is reported and the last good
-configuration kept.
+``400 {"error", "code"}`` with ``code`` ``unknown_throttler`` or ``invalid_amount`` (upstream texts)
+or ``bad_request`` (so do ``413``, a body over :data:`MAX_CALL_BYTES`, and ``408``, one not whole
+within 30 s, :func:`egress.http_body.read_body`), ``503`` while closing; a
+client that disconnects cancels its request, which refunds it. ``GET /metrics`` (the throttler
+sensors), ``GET /healthz``, the page at ``GET /`` with its ``GET /dashboard.json``
+(:mod:`egress.throttler.dashboard`). The DynamicSpec file is re-read every ``reload_period``
+seconds and applied live; an invalid file is reported and the last good configuration kept.
 
 Restarts keep the envelope: with ``state_file`` the controller resumes from its restart horizon;
 without one it starts as after a restart at an unknown time (every bucket empty and closed for one
@@ -29,6 +30,7 @@ from prometheus_client import CollectorRegistry, generate_latest
 
 from egress.clock import Clock
 from egress.errors import SpecError
+from egress.http_body import DEFAULT_BODY_TIMEOUT, RequestBodyError, closing, read_body
 from egress.http_expect import expect_handler
 from egress.spec.models import load_dynamic_spec
 from egress.throttler.controller import ThrottlerController
@@ -43,6 +45,8 @@ REQUEST_QUOTA_PATH = "/v1/request_quota"
 REPLY_ALLOWANCE = 0.05
 """Seconds added to every lease the service grants: a reply reaching its client later than that
 after the grant is used on arrival, beyond what the bucket counted."""
+MAX_CALL_BYTES = 1 << 20
+"""The largest ``RequestQuota`` body read (a call is a few hundred bytes)."""
 
 
 def load_throttlers(path: str | Path) -> dict[str, ThrottlerSpec]:
@@ -54,19 +58,21 @@ def _json(status: int, body: dict[str, Any]) -> web.Response:
     return web.Response(status=status, body=orjson.dumps(body), content_type="application/json")
 
 
-def make_app(controller: ThrottlerController, registry: CollectorRegistry | None = None) -> web.Application:
-    """The aiohttp application serving ``controller`` (mountable in another app)."""
+def make_app(controller: ThrottlerController, registry: CollectorRegistry | None = None, *,
+             body_timeout: float = DEFAULT_BODY_TIMEOUT) -> web.Application:
+    """The aiohttp application serving ``controller`` (mountable in another app); a call's body not
+    whole within ``body_timeout`` seconds is answered ``408``."""
     registry = registry or CollectorRegistry(auto_describe=False)
     registry.register(ControllerCollector(controller))
 
     async def request_quota(request: web.Request) -> web.Response:
         arrived = controller.clock.monotonic()
         try:
-            call = decode_call(await request.read())
+            call = decode_call(await read_body(request, max_bytes=MAX_CALL_BYTES, max_seconds=body_timeout))
         except BadRequestError as error:
             return _json(400, {"error": str(error), "code": "bad_request"})
-        except web.RequestPayloadError as error:  # a body that does not decode (Content-Encoding: gzip over text)
-            return _json(400, {"error": f"cannot read the body: {error.__cause__ or error}", "code": "bad_request"})
+        except RequestBodyError as error:
+            return closing(_json(error.status, {"error": str(error), "code": "bad_request"}))
         granted, answer = await answer_call(controller, call, arrived)
         return _json(200 if granted else 503 if answer["code"] == "unavailable" else 400, answer)
 
@@ -108,8 +114,9 @@ class ThrottlerService:
         self.clock = clock
         self.host, self.port = host, port
         self.reload_period = reload_period
+        throttlers = load_throttlers(self.path)  # a missing or unreadable file is a SpecError naming it
         self._text = self.path.read_bytes()
-        self.controller = ThrottlerController(load_throttlers(self.path), clock, state_file=state_file,
+        self.controller = ThrottlerController(throttlers, clock, state_file=state_file,
                                               assume_restart=True, allowance=REPLY_ALLOWANCE)
         self._runner: web.AppRunner | None = None
         self._reloader: asyncio.Task[None] | None = None

@@ -10,43 +10,27 @@ after Vector's ``batch.*``), its ``encoding`` and its ``content_encoding``. See 
 
 from __future__ import annotations
 
-import re
-from typing import Annotated, Any, ClassVar, Literal
+from typing import Annotated, ClassVar, Literal
 
-from pydantic import BeforeValidator, Field, model_validator
+from pydantic import Field, model_validator
 
 from egress.connectors.sinks.http_parameters import AsyncHttpSinkDynamicParameters, AsyncHttpSinkParameters
 from egress.spec import Duration
+from egress.spec.sizes import size_within
 
 KIND = "Batching HTTP sink"
 MIB = 1024 * 1024
 MAX_BATCH_BYTES = 64 * MIB
 MAX_DELAY_SECONDS = 900.0
-_SIZE = re.compile(r"(\d+)\s*(B|KB|KiB|MB|MiB)?")
-_SIZE_UNITS = {None: 1, "B": 1, "KB": 1000, "KiB": 1024, "MB": 1000 * 1000, "MiB": MIB}
-SIZE_HINT = "write a number of bytes, like 1048576, or with a unit: 512KiB, 1MiB, 10MB"
 ENCODING_CONTENT_TYPES = {"json_lines": "application/x-ndjson", "json_array": "application/json", "raw": None}
-
-
-def parse_bytes(value: Any) -> Any:
-    """``value`` as a number of bytes: an integer, or a string of digits with an optional unit (B, KB,
-    KiB, MB, MiB). Anything else is returned as it is, for the field's own type error."""
-    if isinstance(value, str):
-        found = _SIZE.fullmatch(value.strip())
-        if found is None:
-            raise ValueError(f"cannot read {value!r} as a size: {SIZE_HINT}")
-        return int(found.group(1)) * _SIZE_UNITS[found.group(2)]
-    return value
-
-
-ByteSize = Annotated[int, BeforeValidator(parse_bytes)]
 
 
 class BatchingHttpSinkParameters(AsyncHttpSinkParameters):
     """Static parameters (``Spec``): the async HTTP sink's (same names, same meaning, per batch), and:
 
     ``max_events`` (1..1,000,000, default 1,000): records per batch at most. ``max_bytes`` (bytes, or
-    ``512KiB``/``1MiB``/``10MB``; 1..64 MiB, default 1 MiB): the encoded body before compression at most;
+    ``512KiB``/``1MiB``/``10MB``: ``egress.spec.sizes``; 1..64 MiB, default 1 MiB): the encoded body
+    before compression at most;
     a single record larger than that is sent alone. ``max_delay`` (a duration, 0..15m, default 1s): a
     batch closes this long after its first record; 0 sends what each commit brings at once.
     ``encoding``: ``json_lines`` (default: each payload one line, ``\\n`` after each;
@@ -60,7 +44,7 @@ class BatchingHttpSinkParameters(AsyncHttpSinkParameters):
     sink_kind: ClassVar[str] = KIND
 
     max_events: int = Field(default=1000, ge=1, le=1_000_000)
-    max_bytes: ByteSize = Field(default=MIB, ge=1, le=MAX_BATCH_BYTES)
+    max_bytes: Annotated[int, size_within(1, MAX_BATCH_BYTES)] = MIB
     max_delay: Duration = Field(default=1.0, ge=0, le=MAX_DELAY_SECONDS)
     encoding: Literal["json_lines", "json_array", "raw"] = "json_lines"
     content_encoding: Literal["none", "gzip"] = "none"
@@ -87,4 +71,4 @@ class BatchingHttpSinkDynamicParameters(AsyncHttpSinkDynamicParameters):
     sink_kind: ClassVar[str] = KIND
 
 
-__all__ = ["BatchingHttpSinkDynamicParameters", "BatchingHttpSinkParameters", "ByteSize", "parse_bytes"]
+__all__ = ["BatchingHttpSinkDynamicParameters", "BatchingHttpSinkParameters"]

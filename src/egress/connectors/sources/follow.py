@@ -41,7 +41,7 @@ import orjson
 
 from egress.connectors.base import SourceRecord
 from egress.connectors.sources.bad_records import BadRecords, WithBadRecords
-from egress.connectors.sources.identity import FileIdentity
+from egress.connectors.sources.identity import START_OVER, FileIdentity
 from egress.connectors.sources.live import HeldFailure
 from egress.connectors.sources.schema import CsvPlan, csv_plan, csv_row, data_error, json_row, timestamp_of
 from egress.connectors.sources.unread import estimate
@@ -217,7 +217,7 @@ class FollowedFiles(HeldFailure, WithBadRecords):
     def _read_without_follow(self) -> SourceChangedError:
         return SourceChangedError(
             f"{self.pattern}: source {self.source_id!r} was read without follow: true; a followed source keeps "
-            "a position per file: give it a new state directory (--state-dir) or another source id")
+            f"a position per file: run it without follow: true, as it was read, or {START_OVER}")
 
     def _reopen(self, followed: FollowedFile) -> int | None:
         """A descriptor of the committed file: at its path, or renamed within its folder (found by inode)."""

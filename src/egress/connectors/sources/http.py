@@ -6,7 +6,10 @@ after the epoch that appends them to the log has committed, so a ``200`` means d
 before it loses nothing a client was told was accepted, and the client, having no answer, sends
 again. Other answers: ``400`` with the line and reason for bad JSON (nothing of the body is
 accepted), ``401`` without the right bearer token when one is configured (``bearer_token_env`` or
-``bearer_token_file``; compared in constant time), ``413`` over ``max_body_bytes``, ``429`` with
+``bearer_token_file``; compared in constant time), ``408`` for a body not whole within
+``body_timeout`` seconds, ``413`` for a body declared or grown over ``max_body_bytes`` (the body is
+read whole however it arrives: :func:`egress.http_body.read_body`; nothing of a refused one is
+accepted, and its connection is closed), ``429`` with
 ``Retry-After`` while the pipeline holds back (more than ``max_backlog`` events committed and not yet
 delivered downstream, ``egress.runtime.source_reader.downstream_backlog``) or more than
 ``max_pending_events`` wait for their commit, ``503`` when the run stops before the events were
@@ -38,6 +41,14 @@ from egress.connectors.sources.bad_records import BadRecordParameters, check_bad
 from egress.connectors.sources.live import CountedPosition, referenced_file_errors
 from egress.connectors.sources.schema import json_row, parse_timestamp, record_error
 from egress.errors import EgressError, SourceDataError, SpecError
+from egress.http_body import (
+    DEFAULT_BODY_TIMEOUT,
+    BodyTimeoutError,
+    BodyTooLargeError,
+    RequestBodyError,
+    closing,
+    read_body,
+)
 from egress.http_expect import expect_handler, unrouted_handler
 from egress.keys import decode_key, encode_key
 from egress.lazy import lazy_module
@@ -62,7 +73,8 @@ class HttpSourceParameters(BadRecordParameters):
     waiting for their commit: ``429``); ``retry_after`` (seconds, the
     ``429``'s ``Retry-After``); ``bearer_token_env`` or ``bearer_token_file`` (a token by reference);
     ``idempotency_window`` (seconds a committed ``Idempotency-Key`` is remembered; 0: not at all);
-    ``timestamp_column``. ``on_bad_record`` is not used: a bad body is answered ``400``."""
+    ``body_timeout`` (seconds a body may take to arrive whole, from the end of its headers; then
+    ``408``); ``timestamp_column``. ``on_bad_record`` is not used: a bad body is answered ``400``."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
@@ -79,6 +91,7 @@ class HttpSourceParameters(BadRecordParameters):
     bearer_token_env: str | None = None
     bearer_token_file: str | None = None
     idempotency_window: float = Field(default=300.0, ge=0)
+    body_timeout: float = Field(default=DEFAULT_BODY_TIMEOUT, gt=0)
 
     @property
     def reads(self) -> str:
@@ -171,7 +184,7 @@ class HttpSource(CountedPosition):
         self._position = position
         self._until_caught_up = until_caught_up
         self._token = self._bearer_token()
-        app = web.Application(client_max_size=parameters.max_body_bytes + 1)
+        app = web.Application()
         app.router.add_post(parameters.path, self._receive, expect_handler=expect_handler)
         app.router.add_route("*", "/{tail:.*}", unrouted_handler({parameters.path: "POST"}),
                              expect_handler=expect_handler)  # no 500 for a non-UTF-8 Expect, on any path
@@ -243,11 +256,12 @@ class HttpSource(CountedPosition):
         if self._token is not None and not self._authorized(request):
             return web.json_response({"error": "a bearer token is required"}, status=401,
                                      headers={"WWW-Authenticate": 'Bearer realm="egress"'})
-        if request.content_length is not None and request.content_length > parameters.max_body_bytes:
-            return self._too_large()
-        body = await request.content.read(parameters.max_body_bytes + 1)
-        if len(body) > parameters.max_body_bytes:
-            return self._too_large()
+        try:
+            body = await read_body(request, max_bytes=parameters.max_body_bytes, max_seconds=parameters.body_timeout)
+        except RequestBodyError as error:
+            parameter = _LIMITS.get(type(error))
+            return closing(web.json_response({"error": f"{error} ({parameter})" if parameter else str(error)},
+                                             status=error.status))
         key = request.headers.get("Idempotency-Key")
         if key is not None:
             if key in self._keys:
@@ -293,10 +307,6 @@ class HttpSource(CountedPosition):
             return (f"{self._backlog:,} events are not yet delivered downstream "
                     f"(max_backlog {limit:,})")
         return None
-
-    def _too_large(self) -> web.Response:
-        return web.json_response({"error": f"the body is over {self.parameters.max_body_bytes:,} bytes "
-                                           "(max_body_bytes)"}, status=413)
 
     def _authorized(self, request: web.Request) -> bool:
         header = request.headers.get("Authorization", "")
@@ -352,6 +362,10 @@ class HttpSource(CountedPosition):
                 raise HttpSourceError(f"http source {self.source_id!r}: cannot read {path} ({error.strerror}): "
                                       "fix parameters/bearer_token_file") from None
         return None
+
+
+_LIMITS = {BodyTooLargeError: "max_body_bytes", BodyTimeoutError: "body_timeout"}
+"""The parameter a body refusal names (the fix)."""
 
 
 class _Stopping(Exception):

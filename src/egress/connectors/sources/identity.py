@@ -59,8 +59,15 @@ class FileIdentity:
         return None
 
 
-FOLLOW_FIX = ("read it from the start with a new state directory (--state-dir), or set `follow: true` on the "
-              "source to follow a file that is rotated or rewritten")
+START_OVER = ("read every source from the start in new committed state: a new state directory (--state-dir), in a "
+              "cluster another pipeline name or `egress state delete`")
+"""The one way on that works whatever a source's committed position is (docs/sources.md)."""
+
+CHANGED_FILE_FIX = ("put back the very file it read (the same inode: `mv FILE.bak FILE` after `sed -i.bak`; a copy is "
+                    f"another file), or {START_OVER}")
+"""What to do about a file that is not the one a committed position was read from. Neither
+``on_bad_record`` nor ``follow: true`` resumes it: the first is about records, the second keeps
+another kind of position (a source that reads rotated or rewritten files needs it from its first run)."""
 
 
 def changed_error(file: str, source_id: str, position: int, how: str) -> SourceChangedError:
@@ -68,7 +75,7 @@ def changed_error(file: str, source_id: str, position: int, how: str) -> SourceC
     read from: names the file, what changed, the committed position and the fixes."""
     return SourceChangedError(
         f"{file}: source {source_id!r} already read {position:,} record(s) of this path, but the file was {how} "
-        f"since; refusing to resume by record number, which would skip new rows: {FOLLOW_FIX}")
+        f"since; refusing to resume by record number, which would skip new rows: {CHANGED_FILE_FIX}")
 
 
 def check_record_count(file: str, source_id: str, start_position: int, count: int) -> None:

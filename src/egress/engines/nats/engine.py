@@ -20,6 +20,7 @@ import json
 import logging
 import math
 import os
+import shlex
 import socket
 import uuid
 from collections import OrderedDict
@@ -64,6 +65,7 @@ from egress.engines.protocols import (
     MemberInfo,
     OutboxMessage,
     SinkProgress,
+    StateLocation,
 )
 from egress.errors import RowEncodingError
 from egress.keys import partition_of
@@ -254,6 +256,15 @@ class NatsEngine:
         return ", ".join(self.servers)
 
     @property
+    def location(self) -> StateLocation:
+        """The bucket on its servers; a Spec starts over under another pipeline name (its own
+        bucket) or once the bucket is deleted (``egress state delete``, :meth:`delete_bucket`)."""
+        command = f"egress state delete {shlex.quote(self.pipeline)} --engine {','.join(self.servers)}"
+        return StateLocation(f"NATS bucket {self.bucket} at {self.url}",
+                             f"give this Spec another pipeline name (a bucket of its own), or, once every worker "
+                             f"stopped, delete bucket {self.bucket} and everything committed in it: `{command}`")
+
+    @property
     def connected(self) -> bool:
         """Whether the connection to a server is up now (False before ``open()``, while reconnecting
         and after ``close()``)."""
@@ -297,6 +308,20 @@ class NatsEngine:
                                   "with -js (or jetstream {} in its configuration)") from None
         except (NatsClientError, TimeoutError, OSError) as error:
             raise NatsEngineError(f"{self.url}: bucket {self.bucket}: {error or type(error).__name__}") from None
+
+    async def delete_bucket(self) -> None:
+        """Delete the pipeline's bucket (its stream ``KV_<bucket>``): every log message, outbox
+        message, checkpoint, lease, state row and timer committed in it. After ``open()``; the engine
+        is closed afterwards. Raises :class:`NatsEngineError` naming the bucket when the server refuses."""
+        if self._connection is None:
+            raise NatsEngineError(f"{self.url}: bucket {self.bucket}: delete_bucket() needs open() first")
+        try:
+            await self._connection.jetstream(timeout=self.request_timeout).delete_key_value(self.bucket)
+        except (NatsClientError, TimeoutError, OSError) as error:
+            raise NatsEngineError(f"{self.url}: bucket {self.bucket}: cannot delete it: "
+                                  f"{error or type(error).__name__}") from None
+        finally:
+            await self.close()
 
     async def close(self) -> None:
         subscribing, self._subscribing = self._subscribing, None
