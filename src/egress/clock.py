@@ -14,6 +14,7 @@ import contextlib
 import heapq
 import itertools
 import time
+from collections.abc import Awaitable
 from typing import Protocol, runtime_checkable
 
 
@@ -158,6 +159,26 @@ async def _settle(rounds: int = 50) -> None:
         ready = getattr(loop, "_ready", None)
         if ready is not None and len(ready) == 0:
             return
+
+
+async def unless_set(step: Awaitable[None], *events: asyncio.Event | None) -> bool:
+    """Await ``step`` unless one of ``events`` (``None`` ones left out) is set first, which cancels
+    it; whether it ran to its end (what it raises is raised)."""
+    task = asyncio.ensure_future(step)
+    waiters = {asyncio.ensure_future(event.wait()) for event in events if event is not None}
+    try:
+        await asyncio.wait({task, *waiters}, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        for waiting in (task, *waiters):
+            waiting.cancel()
+        await asyncio.gather(*waiters, return_exceptions=True)
+    try:
+        await task
+    except asyncio.CancelledError:
+        if task.cancelled() and any(event is not None and event.is_set() for event in events):
+            return False
+        raise
+    return True
 
 
 async def event_or_timeout(event: asyncio.Event, clock: Clock, seconds: float) -> bool:

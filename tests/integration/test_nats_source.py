@@ -145,7 +145,7 @@ async def test_raw_payloads_subject_and_headers_fill_the_columns_the_spec_names(
     assert collector.bodies() == [raw]
 
 
-async def test_a_bad_json_message_stops_the_run_naming_stream_and_sequence(
+async def test_a_bad_json_message_stops_the_run_naming_stream_and_sequence_once_those_before_are_delivered(
         tmp_path: Path, serve_app: ServerFactory, nats_server: str, jetstream: tuple[JetStreamContext, str]) -> None:
     js, stream = jetstream
     collector = Collector()
@@ -153,9 +153,13 @@ async def test_a_bad_json_message_stops_the_run_naming_stream_and_sequence(
     spec = nats_spec(tmp_path, f"{base}/events", stream, nats_url=nats_server)
     await publish(js, stream, 0, 2)
     await js.publish(f"{stream}.eu", b"{not json")
-    result = await drain(spec, tmp_path / "state")
-    assert isinstance(result.error, SourceDataError)
-    assert f"nats stream {stream} sequence 3: not valid JSON" in str(result.error)
+    await publish(js, stream, 3, 1)
+    for _run in range(2):  # the second run resumes at the bad message: nothing more, the same error
+        result = await drain(spec, tmp_path / "state")
+        assert isinstance(result.error, SourceDataError)
+        assert f"nats stream {stream} sequence 3: not valid JSON" in str(result.error)
+        # Fetched in one batch with the bad one, the two before it are committed and delivered.
+        assert sorted(key for key, _ in collector.received) == sorted(expected_key(stream, s) for s in (1, 2))
 
 
 async def test_a_missing_stream_is_one_error_naming_it_and_the_fix(

@@ -13,7 +13,7 @@ from egress.connectors.base import LiveSource, SourceRecord
 from egress.connectors.sources import CsvSource, JsonlSource
 from egress.connectors.sources.files import CsvSourceParameters, FileSourceParameters
 from egress.connectors.sources.follow import FollowedFiles
-from egress.errors import SourceChangedError
+from egress.errors import SourceChangedError, SourceDataError
 from egress.spec import StreamSpec
 from tests.live_source_support import assert_an_idle_take_waits_on_the_clock
 
@@ -169,6 +169,25 @@ async def test_a_bad_line_of_a_followed_file_is_dead_lettered_and_takes_its_reco
     assert (letter["position"], letter["record"]) == (1, "{oops\n")
     assert source.bad_records.dead_lettered == 1
     await source.close()
+
+
+async def test_a_bad_line_under_fail_lets_the_lines_before_it_be_taken_and_the_next_take_fails_at_it(
+        tmp_path: Path) -> None:
+    (tmp_path / "app.jsonl").write_bytes(jsonl(0, 2) + b"{oops\n" + jsonl(3, 1))
+    source = followed(tmp_path)
+    await source.start(0, b"", until_caught_up=True)
+    records = await source.take(1000, 0.0)
+    assert records is not None
+    assert ids(records) == [0, 1]
+    state, position = source.source_state, source.position  # what the reader commits with them
+    with pytest.raises(SourceDataError, match=r"app.jsonl:3: not valid JSON"):
+        await source.take(1000, 0.0)
+    await source.close()
+    resumed = followed(tmp_path)  # from the committed state: at the bad line, not after it
+    await resumed.start(position, state, until_caught_up=True)
+    with pytest.raises(SourceDataError, match=r"app.jsonl:3: not valid JSON"):
+        await resumed.take(1000, 0.0)
+    await resumed.close()
 
 
 async def test_an_idle_pass_waits_on_the_runs_clock(tmp_path: Path) -> None:

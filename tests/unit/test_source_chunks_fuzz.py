@@ -87,14 +87,11 @@ def test_chunks_hold_the_records_and_errors_of_reading_one_at_a_time(
     got = [(p, r, t) for c in chunks for p, r, t in zip(c.positions, c.rows, c.event_timestamps, strict=True)]
     assert [[list(row.items()), position, timestamp] for position, row, timestamp in got] == [
         [list(item[1].items()), item[0], item[2]] for item in expected if not isinstance(item, str)][:len(got)]
-    if on_bad_record == "fail" and expected and isinstance(expected[-1], str):
-        assert error == expected[-1]
-        # Every chunk full: the records before the bad one that make no full chunk are not yielded.
-        assert len(got) == records // count * count
-    else:
-        assert error is None
-        assert len(got) == records
-        assert all(len(chunk.rows) == count for chunk in chunks[:-1])
+    failed = on_bad_record == "fail" and bool(expected) and isinstance(expected[-1], str)
+    assert error == (expected[-1] if failed else None)
+    # Every record before a bad one is yielded (its chunk ends there), in full chunks but the last.
+    assert len(got) == records
+    assert all(len(chunk.rows) == count for chunk in chunks[:-1])
     assert all(0 < len(chunk.rows) <= count for chunk in chunks)
 
 

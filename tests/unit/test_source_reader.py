@@ -4,8 +4,9 @@ and outboxes, so a changed id would deliver a record again after an upgrade."""
 
 from __future__ import annotations
 
+import asyncio
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import orjson
 import pytest
@@ -13,6 +14,7 @@ import pytest
 from egress.connectors.sources import CsvSource, JsonlSource
 from egress.connectors.sources.files import CsvSourceParameters, FileSourceParameters
 from egress.engines import LogMessage, SqliteEngine
+from egress.errors import SourceDataError
 from egress.observe import Metrics
 from egress.runtime.options import RunOptions
 from egress.runtime.plan import SourcePlan
@@ -124,3 +126,73 @@ async def test_keys_and_partitions_are_the_pinned_ones_for_each_key_shape_and_pa
     messages, _ = await _read(tmp_path, JsonlSource, _jsonl(tmp_path), partition_count=partition_count,
                               stream=_stream(group_by))
     assert [(m.partition, m.key) for m in messages] == expected
+
+
+@pytest.mark.parametrize("source_class", [CsvSource, JsonlSource])
+async def test_a_bad_record_under_fail_commits_the_records_before_it_in_its_chunk_then_raises(
+        tmp_path: Path, source_class: Any) -> None:
+    """Chunks of 2: record 3 is bad, so records 0 and 1 (the first chunk) and 2 (the second chunk,
+    up to the bad record) are committed, and the committed position is the bad record's."""
+    if source_class is CsvSource:
+        (tmp_path / "f.csv").write_text("id,origin,distance,time_hour\n0,a,,\n1,b,,\n2,c,,\nx,d,,\n4,e,,\n")
+        parameters: Any = CsvSourceParameters(path="f.csv")
+    else:
+        (tmp_path / "f.jsonl").write_text('{"id": 0}\n{"id": 1}\n{"id": 2}\n{oops\n{"id": 4}\n')
+        parameters = FileSourceParameters(path="f.jsonl")
+    with pytest.raises(SourceDataError, match=r"f\.csv:5: column id|f\.jsonl:4: not valid JSON"):
+        await _read(tmp_path, source_class, parameters)
+    engine = SqliteEngine(tmp_path / "state", "pinned")
+    await engine.open()
+    try:
+        logged = sorted([m.row["id"] for p in range(4) for m in await engine.read("rows", p, 0, 100)])
+        checkpoint = await engine.load_checkpoint("source:flights", 0, [])
+    finally:
+        await engine.close()
+    assert logged == [0, 1, 2]
+    assert checkpoint.input_positions[POSITION] == 3
+
+
+class StartsForever:
+    """A live source whose ``start`` never returns (a server that never answers): it sets the class's
+    ``starting`` when its start begins, and notes its ``close``."""
+
+    parameters_model = FileSourceParameters
+    starting: ClassVar[asyncio.Event]
+    closed: ClassVar[bool] = False
+    position = 0
+    source_state = b""
+
+    @classmethod
+    def create(cls, source_id: str, parameters: Any, stream: StreamSpec, base_dir: Path) -> StartsForever:
+        return cls()
+
+    async def start(self, position: int, source_state: bytes, until_caught_up: bool) -> None:
+        type(self).starting.set()
+        await asyncio.Event().wait()
+
+    async def take(self, limit: int, wait: float) -> list[Any] | None:
+        raise AssertionError("never started")
+
+    def committed(self) -> None: ...
+
+    async def close(self) -> None:
+        type(self).closed = True
+
+
+async def test_a_stop_ends_a_reader_whose_live_source_is_still_starting_and_closes_the_source(
+        tmp_path: Path) -> None:
+    StartsForever.starting, StartsForever.closed = asyncio.Event(), False
+    engine = SqliteEngine(tmp_path / "state", "pinned")
+    await engine.open()
+    try:
+        plan = SourcePlan("forever", StartsForever, FileSourceParameters(path="unused"), "rows", STREAM)
+        reader = SourceReader(plan, engine, tmp_path, 1, Metrics(), RunOptions(), lambda partition: None, "pinned")
+        running = asyncio.create_task(reader.run())
+        async with asyncio.timeout(30):  # a failure guard: the stop ends it at once
+            await StartsForever.starting.wait()
+            reader.stop()
+            await running
+    finally:
+        await engine.close()
+    assert not reader.finished
+    assert StartsForever.closed

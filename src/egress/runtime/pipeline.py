@@ -7,7 +7,10 @@ data depends on (``egress.runtime.layout``; a mismatch raises ``SpecMismatchErro
 nothing), then starts a reader per source and a partition job per computation partition, and
 runs until ``request_stop()`` (Ctrl-C), a failure, or, with ``until_drained``, until every source
 is exhausted and every job is idle (all acknowledged) or blocked by a terminal sink failure.
-Stopping lets every job commit its current epoch first, so nothing committed is lost.
+Stopping lets every job commit its current epoch first, so nothing committed is lost. A source
+that fails (a bad record, its server unreachable) stops the other sources, and the run stops once
+the jobs delivered what the sources committed before (as ``until_drained`` does), or at once on
+``request_stop()``; the run's error is the source's.
 """
 
 from __future__ import annotations
@@ -15,6 +18,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import hashlib
+import logging
 import os
 import socket
 from collections.abc import Callable
@@ -24,7 +28,7 @@ from typing import TYPE_CHECKING, Any
 
 import orjson
 
-from egress.clock import Clock, RealClock
+from egress.clock import Clock, RealClock, unless_set
 from egress.connectors.dead_letters import DeadLetterFiles
 from egress.engines import Engine, SqliteEngine, StateLocation
 from egress.errors import SpecError, SpecMismatchError
@@ -49,6 +53,8 @@ if TYPE_CHECKING:
     from egress.runtime.throttler_role import ControllerElection
 
 DYNAMIC_SPEC_STATUS = "/dynamic_spec"
+
+logger = logging.getLogger(__name__)
 
 EngineFactory = Callable[[Path, str, RunOptions], Engine]
 """Makes a run's engine, not yet opened, from ``(state directory, pipeline name, run options)``."""
@@ -106,6 +112,20 @@ async def check_state_directory(engine: Engine, plan: Plan) -> None:
     await engine.write_meta(LAYOUT_KEY, orjson.dumps(current).decode())
 
 
+FAILURE_NOTICE = 2.0
+"""Seconds a run may take to deliver what a failed source committed before the log says it waits for it."""
+
+
+@dataclass
+class _SourceFailure:
+    """A source reader's failure, ``at`` ``clock.monotonic()``; ``told``: logged while the run delivers."""
+
+    source_id: str
+    error: BaseException
+    at: float
+    told: bool = False
+
+
 @dataclass
 class RunResult:
     """How a run ended: ``drained`` (all delivered), ``blocked`` (terminal sink errors, one line
@@ -157,6 +177,7 @@ class Pipeline:
         self.worker: Worker | None = None  # while a cluster run runs
         self.units = JobSet(self._make_runner, self.metrics)
         self._input_finished = False
+        self._source_failure: _SourceFailure | None = None  # embedded: the run delivers what is committed and stops
         self._started_at = 0.0
         self._stop = asyncio.Event()
         self._engine: Engine | None = None
@@ -229,9 +250,12 @@ class Pipeline:
         dynamic = self.plan.dynamic_spec
         try:
             try:
-                await engine.open()
+                opened = await unless_set(engine.open(), self._stop)  # a server to connect to may not answer
             except SpecMismatchError as mismatch:  # another pipeline's directory: name the Spec, as layouts do
                 raise mismatch.in_file(self.plan.spec_file) from None
+            if not opened:  # stopped before anything ran
+                await engine.close()
+                return result
             if self.worker_id is not None:  # before the layout check, which may record this Spec's additions
                 await refuse_another_spec(engine, spec_digest(spec), self.worker_id, self.plan.spec_file,
                                           self._started_at)
@@ -393,15 +417,33 @@ class Pipeline:
             self.units.wake(None)
 
     async def _supervise(self, tasks: list[asyncio.Task[None]], result: RunResult) -> None:
-        """Wait for all tasks; the first failure stops the others (after their current epoch)."""
+        """Wait for all tasks; the first failure is the run's error. A job's stops the others (after
+        their current epoch); a source reader's stops the other readers, and the jobs once they
+        delivered what is committed (:meth:`_watch`)."""
+        readers = {running.task: running.runner for running in self.units.running.values()
+                   if isinstance(running.runner, SourceReader)}
         pending = set(tasks)
         while pending:
             done, pending = await asyncio.wait(pending, return_when=asyncio.FIRST_EXCEPTION)
             for task in done:
                 error = task.exception()
-                if error is not None and result.error is None:
+                if error is None:
+                    continue
+                if result.error is None:
                     result.error = error
+                reader = readers.get(task)
+                if reader is not None and not self._stop.is_set():
+                    self._deliver_committed_then_stop(reader.plan.source_id, error)
+                else:
                     self.request_stop()
+
+    def _deliver_committed_then_stop(self, source_id: str, error: BaseException) -> None:
+        """Source ``source_id``'s reader failed with ``error``: no source reads on, and
+        :meth:`_watch` stops the run once the jobs delivered what the sources committed before."""
+        if self._source_failure is None:
+            self._source_failure = _SourceFailure(source_id, error, self.clock.monotonic())
+        for reader in self.readers:
+            reader.stop()
 
     async def _watch(self, result: RunResult) -> None:
         """Tell jobs when every source is exhausted (batching sinks then send partial batches as
@@ -410,16 +452,30 @@ class Pipeline:
         told = False
         while not self._stop.is_set():
             await self.clock.sleep(self.options.epoch_period)
-            finished = all(r.finished for r in self.readers)
+            finished = self._input_ended()
             if finished and not told:
                 told = True
                 self._tell_input_finished()
-            if self.options.until_drained and finished and all(j.idle for j in self.jobs):
+            failure = self._source_failure
+            if (self.options.until_drained or failure is not None) and finished and all(j.idle for j in self.jobs):
                 assert self._engine is not None
                 # Idle jobs only prove that the work they own is done: also count what no job owns.
                 result.unreachable = unreachable_work(await self._engine.inventory(), self.plan)
-                result.drained = not result.unreachable and all(j.blocked_error is None for j in self.jobs)
+                result.drained = (not result.unreachable and all(j.blocked_error is None for j in self.jobs)
+                                  and failure is None)
                 self.request_stop()
+            elif failure is not None and not failure.told and self.clock.monotonic() - failure.at >= FAILURE_NOTICE:
+                failure.told = True
+                logger.warning("source %r failed (%s); delivering what was committed before it, then stopping "
+                               "(Ctrl-C: stop now)", failure.source_id, failure.error)
+
+    def _input_ended(self) -> bool:
+        """Whether nothing more comes into the log: every source read to its end or, after a source
+        failed, every reader ended."""
+        if self._source_failure is not None:
+            return all(running.task.done() for running in self.units.running.values()
+                       if isinstance(running.runner, SourceReader))
+        return all(r.finished for r in self.readers)
 
     def _tell_input_finished(self) -> None:
         """Every source is exhausted: jobs send partial batches as soon as they catch up."""

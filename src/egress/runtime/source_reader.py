@@ -14,7 +14,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import NamedTuple
 
-from egress.clock import Clock, RealClock
+from egress.clock import Clock, RealClock, unless_set
 from egress.connectors.base import SOURCE_KEYS, KeyedLiveSource, LiveSource, ResumableSource, Source, SourceRecord
 from egress.connectors.sources.chunks import ChunkedSource, RecordChunk, chunks_of
 from egress.connectors.sources.live import HoldsBack, UsesClock
@@ -117,6 +117,7 @@ class SourceReader:
         self.finished = False
         self._record_finished = record_finished
         self._stop_requested = False
+        self._stopped = asyncio.Event()  # set by stop(): a live source's start gives way to it
         self._downstream = downstream
         self._clock = clock or RealClock()
         self._log_ends: dict[int, int] = {}  # the source stream's end offsets, kept by the one writer
@@ -133,8 +134,10 @@ class SourceReader:
         return None if self._source is None else unread_records(self._source)
 
     def stop(self) -> None:
-        """Stop after the chunk being read is committed."""
+        """Stop after the chunk being read is committed (a live source still starting, connecting
+        to its server, stops at once)."""
         self._stop_requested = True
+        self._stopped.set()
 
     def wake(self) -> None:
         """Nothing to wake: a reader never waits for input."""
@@ -218,8 +221,10 @@ class SourceReader:
         holding = source if isinstance(source, HoldsBack) and self._downstream is not None else None
         if holding is not None:
             await self._load_log_ends()
-        await source.start(position, source_state, self._options.until_drained)
         try:
+            if not await unless_set(source.start(position, source_state, self._options.until_drained), self._stopped,
+                                    stop):
+                return False
             while not self._stopping(stop):
                 if holding is not None:
                     await self._tell_backlog(holding)

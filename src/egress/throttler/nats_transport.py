@@ -29,7 +29,7 @@ from nats.aio.subscription import Subscription
 from nats.errors import Error as NatsClientError
 
 from egress.clock import Clock, RealClock
-from egress.nats_connections import close_connection
+from egress.nats_connections import NatsUnreachableError, close_connection, connect
 from egress.throttler.controller import Grant, ThrottlerController
 from egress.throttler.errors import ControllerUnavailableError
 from egress.throttler.transport import with_timeout
@@ -87,7 +87,7 @@ class NatsConnection:
             self._lost = asyncio.get_running_loop().create_future()
         return self._lost
 
-    async def _on_disconnected(self) -> None:
+    def _on_disconnected(self) -> None:
         if self._lost is not None and not self._lost.done():
             self._lost.set_result(None)
 
@@ -96,19 +96,13 @@ class NatsConnection:
             if self._client is not None and not self._client.is_closed:
                 return self._client
             client = Client()
-
-            async def on_error(error: Exception) -> None:
-                log.debug("NATS %s: %s", ", ".join(self.servers), error)
-
+            servers = ", ".join(self.servers)
             try:
-                await asyncio.wait_for(client.connect(
-                    servers=self.servers, name=self.name, connect_timeout=max(1, round(self.connect_timeout)),
-                    reconnect_time_wait=1, max_reconnect_attempts=-1, error_cb=on_error,
-                    disconnected_cb=self._on_disconnected), self.connect_timeout)
-            except (TimeoutError, OSError, NatsClientError) as error:
-                raise ControllerUnavailableError(
-                    f"throttler over NATS {', '.join(self.servers)}: cannot connect ({error or type(error).__name__})"
-                ) from None
+                await connect(client, self.servers, self.connect_timeout, label=f"{servers} ({self.name})",
+                              name=self.name, on_disconnected=self._on_disconnected)
+            except NatsUnreachableError as error:
+                raise ControllerUnavailableError(f"throttler over NATS {servers}: cannot connect ({error.cause})"
+                                                 ) from None
             self._client = client
             return client
 

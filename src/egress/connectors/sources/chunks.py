@@ -4,12 +4,14 @@ A source that reads its input a chunk at a time (``ChunkedSource``, the ``jsonl`
 converts and checks the records of a chunk together, with fewer Python-level steps per record than
 one :class:`~egress.connectors.base.SourceRecord` at a time; :func:`chunks_of` gives every other
 source's records the same shape. Either way a chunk holds up to ``count`` records and ends just
-after its last one: a bad record after it is read with the next chunk, as one at a time.
+after its last one: a bad record after it is read with the next chunk, as one at a time. A source
+that fails (a bad record under ``on_bad_record: fail``, a file that cannot be read on) first ends
+its chunk with the records before the failure, and raises it when the next chunk is asked for: the
+reader commits them, so the records before a failure are delivered.
 """
 
 from __future__ import annotations
 
-import itertools
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
@@ -51,7 +53,23 @@ class ChunkedSource(Protocol):
 
 def chunks_of(records: Iterator[SourceRecord], count: int) -> Iterator[RecordChunk]:
     """``records`` (of source partition 0) in chunks of up to ``count``; each chunk takes its
-    records from ``records`` only when it is asked for."""
-    while batch := list(itertools.islice(records, count)):
-        yield RecordChunk([record.position for record in batch], [record.row for record in batch],
-                          [record.event_timestamp for record in batch])
+    records from ``records`` only when it is asked for. When ``records`` raises, the records before
+    are the last chunk, and the error is raised when the next one is asked for."""
+    batch: list[SourceRecord] = []
+    try:
+        for record in records:
+            batch.append(record)
+            if len(batch) == count:
+                yield _chunk(batch)
+                batch = []
+    except Exception:
+        if batch:
+            yield _chunk(batch)
+        raise
+    if batch:
+        yield _chunk(batch)
+
+
+def _chunk(batch: list[SourceRecord]) -> RecordChunk:
+    return RecordChunk([record.position for record in batch], [record.row for record in batch],
+                       [record.event_timestamp for record in batch])

@@ -302,10 +302,15 @@ class JsonlSource(_FileSource):
                             break
             while True:
                 chunk = RecordChunk()
-                # Only as many lines as the chunk lacks records: it ends just after its last record.
-                while len(chunk.rows) < count and (block := list(itertools.islice(text, count - len(chunk.rows)))):
-                    position = self._passed = self._convert(block, line + 1, position, rows, chunk)
-                    line += len(block)
+                try:
+                    # Only as many lines as the chunk lacks records: it ends just after its last record.
+                    while len(chunk.rows) < count and (block := list(itertools.islice(text, count - len(chunk.rows)))):
+                        position = self._passed = self._convert(block, line + 1, position, rows, chunk)
+                        line += len(block)
+                except SourceDataError:  # as one record at a time: the records before it first
+                    if chunk.rows:
+                        yield chunk
+                    raise
                 if not chunk.rows:
                     break
                 yield chunk

@@ -42,6 +42,7 @@ import orjson
 from egress.connectors.base import SourceRecord
 from egress.connectors.sources.bad_records import BadRecords, WithBadRecords
 from egress.connectors.sources.identity import START_OVER, FileIdentity
+from egress.connectors.sources.live import HeldFailure
 from egress.connectors.sources.schema import CsvPlan, csv_plan, csv_row, data_error, json_row, timestamp_of
 from egress.connectors.sources.unread import estimate
 from egress.errors import SourceChangedError, SourceDataError
@@ -82,7 +83,7 @@ def _has_magic(pattern: str) -> bool:
     return glob.has_magic(pattern)
 
 
-class FollowedFiles(WithBadRecords):
+class FollowedFiles(HeldFailure, WithBadRecords):
     """A :class:`~egress.connectors.base.LiveSource` over the files ``path`` names (a path or a glob),
     ``kind`` ``csv`` or ``jsonl``, converting each line as the one-shot source of that kind does."""
 
@@ -131,6 +132,7 @@ class FollowedFiles(WithBadRecords):
 
     async def take(self, limit: int, wait: float) -> list[SourceRecord] | None:
         """The complete lines available now (up to ``limit`` records), or after ``wait`` seconds ``[]``."""
+        self.raise_held()
         before = self.source_state
         records = await asyncio.to_thread(self._pass, limit)
         if records or self.source_state != before:
@@ -288,19 +290,22 @@ class FollowedFiles(WithBadRecords):
         """One pass: scan, then read complete lines in file-number order, up to ``limit`` records."""
         self._scan()
         records: list[SourceRecord] = []
-        for number in sorted(self._files):
-            followed = self._files[number]
-            matched = self._matched(followed)
-            self._read(followed, self._descriptors[number], limit - len(records), records)
-            if len(records) >= limit:
-                break
-            if not matched:  # rotated away or deleted, and read to its end: done with it
-                size = os.fstat(self._descriptors[number]).st_size
-                if size > followed.offset:
-                    log.warning("%s: followed file %d was rotated away with an incomplete last line "
-                                "(%d bytes after its last newline, not read)", followed.path, number,
-                                size - followed.offset)
-                self._drop(number)
+        try:
+            for number in sorted(self._files):
+                followed = self._files[number]
+                matched = self._matched(followed)
+                self._read(followed, self._descriptors[number], limit - len(records), records)
+                if len(records) >= limit:
+                    break
+                if not matched:  # rotated away or deleted, and read to its end: done with it
+                    size = os.fstat(self._descriptors[number]).st_size
+                    if size > followed.offset:
+                        log.warning("%s: followed file %d was rotated away with an incomplete last line "
+                                    "(%d bytes after its last newline, not read)", followed.path, number,
+                                    size - followed.offset)
+                    self._drop(number)
+        except SourceDataError as failure:  # the records before it are committed first
+            records = self.taken_before(records, failure)
         self._position += len(records)
         return records
 
@@ -315,7 +320,12 @@ class FollowedFiles(WithBadRecords):
             for line in data[:end + 1].splitlines(keepends=True):
                 followed.offset += len(line)
                 followed.lines += 1
-                record = self._record(followed, line)
+                try:
+                    record = self._record(followed, line)
+                except SourceDataError:  # the line is read again (its failure again) by the next run
+                    followed.offset -= len(line)
+                    followed.lines -= 1
+                    raise
                 if record is not None:
                     records.append(record)
                     followed.records += 1

@@ -1,4 +1,4 @@
-"""Parts shared by the live sources whose position is all they commit (``nats``, ``http``)."""
+"""Parts shared by the live sources (``nats``, ``http``, followed files)."""
 
 from __future__ import annotations
 
@@ -6,6 +6,7 @@ from pathlib import Path
 from typing import Protocol, runtime_checkable
 
 from egress.clock import Clock
+from egress.connectors.base import SourceRecord
 from egress.errors import SpecError
 
 
@@ -28,6 +29,29 @@ class HoldsBack(Protocol):
         """``backlog``: the source's records committed into the log and not yet delivered by the
         computations reading its stream (``egress.runtime.source_reader.downstream_backlog``)."""
         ...
+
+
+class HeldFailure:
+    """A live source's failure met after some records of a batch (a bad record under
+    ``on_bad_record: fail``): :meth:`taken_before` returns those records, so the reader commits
+    them with the position before the failure, and the next ``take`` raises it
+    (:meth:`raise_held`, called first)."""
+
+    _held: Exception | None = None
+
+    def taken_before(self, records: list[SourceRecord], failure: Exception) -> list[SourceRecord]:
+        """``records`` (those before ``failure``), ``failure`` held for the next take; raises it now
+        when there are none."""
+        if not records:
+            raise failure
+        self._held = failure
+        return records
+
+    def raise_held(self) -> None:
+        """Raise the failure :meth:`taken_before` held, if any."""
+        failure, self._held = self._held, None
+        if failure is not None:
+            raise failure
 
 
 class CountedPosition:

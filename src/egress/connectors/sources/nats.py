@@ -33,10 +33,10 @@ from egress.connectors.sources.bad_records import (
     WithBadRecords,
     check_bad_record_parameters,
 )
-from egress.connectors.sources.live import CountedPosition, referenced_file_errors
+from egress.connectors.sources.live import CountedPosition, HeldFailure, referenced_file_errors
 from egress.connectors.sources.schema import json_row, parse_timestamp, record_error
 from egress.errors import EgressError, SourceDataError, SpecError
-from egress.nats_connections import close_connection
+from egress.nats_connections import NatsUnreachableError, close_connection, connect
 from egress.spec import StreamSpec
 
 if TYPE_CHECKING:  # nats-py is imported when a nats source starts: `import egress` stays without it
@@ -95,7 +95,7 @@ class NatsSourceParameters(BadRecordParameters):
 
 
 @SOURCES.register("nats", "NYT::NFlow::TNatsSource")
-class NatsSource(CountedPosition, WithBadRecords):
+class NatsSource(CountedPosition, HeldFailure, WithBadRecords):
     """Reads a JetStream stream live (an :class:`~egress.connectors.base.LiveSource`)."""
 
     parameters_model: ClassVar[type[BaseModel]] = NatsSourceParameters
@@ -163,21 +163,24 @@ class NatsSource(CountedPosition, WithBadRecords):
     # -- LiveSource --------------------------------------------------------------------------
 
     async def start(self, position: int, source_state: bytes, until_caught_up: bool) -> None:
-        """Connect, check the stream, and read from sequence ``position`` (0: its first message);
-        with ``until_caught_up``, up to the stream's last sequence now. Raises :class:`NatsSourceError`."""
-        import nats
+        """Connect (within ``connect_timeout``: a server that cannot be reached by then is an error;
+        once connected, a lost connection is retried for ever), check the stream, and read from
+        sequence ``position`` (0: its first message); with ``until_caught_up``, up to the stream's
+        last sequence now. Raises :class:`NatsSourceError`."""
+        import nats.errors
         import nats.js.errors
+        from nats.aio.client import Client
 
         parameters = self.parameters
         self._position = position
+        self._client = Client()
         try:
-            self._client = await nats.connect(
-                servers=[s.strip() for s in parameters.url.split(",")], connect_timeout=parameters.connect_timeout,
-                max_reconnect_attempts=-1, allow_reconnect=True, **self._credentials())
-        except (OSError, nats.errors.Error) as error:
-            raise NatsSourceError(f"nats source {self.source_id!r}: cannot connect to {parameters.url} "
-                                  f"({type(error).__name__}: {error}): start the server or fix parameters/url"
-                                  ) from None
+            await connect(self._client, [s.strip() for s in parameters.url.split(",")], parameters.connect_timeout,
+                          label=f"{parameters.url} (nats source {self.source_id!r})", **self._credentials())
+        except NatsUnreachableError as error:
+            raise NatsSourceError(f"nats source {self.source_id!r}: cannot connect to {parameters.url} within "
+                                  f"{parameters.connect_timeout:g} s ({error.cause}): start the server or fix "
+                                  "parameters/url") from None
         self._js = self._client.jetstream()
         try:
             info = await self._js.stream_info(parameters.stream)
@@ -185,45 +188,75 @@ class NatsSource(CountedPosition, WithBadRecords):
             raise NatsSourceError(f"nats source {self.source_id!r}: {parameters.url} has no JetStream stream "
                                   f"{parameters.stream!r}: create it (nats stream add) or fix parameters/stream"
                                   ) from None
+        except (TimeoutError, nats.errors.Error) as error:  # no JetStream on the server, or no answer
+            raise NatsSourceError(f"nats source {self.source_id!r}: {parameters.url}: stream {parameters.stream!r}: "
+                                  f"{error or type(error).__name__}") from None
         if until_caught_up:
             self._end = info.state.last_seq
         await self._subscribe()
 
     async def take(self, limit: int, wait: float) -> list[SourceRecord] | None:
-        """Up to ``limit`` messages from the position on, waiting up to ``wait`` seconds for the first."""
+        """Up to ``limit`` messages from the position on, waiting up to ``wait`` seconds for the first;
+        while the connection is lost, ``[]`` after ``wait`` seconds (nothing is asked of the server)."""
         import nats.errors
         import nats.js.errors
 
+        self.raise_held()
         if self._end is not None and (self._caught_up or self._position > self._end):
             return None
-        if self._subscription is None:
-            await self._subscribe()
-        assert self._subscription is not None
+        assert self._client is not None
+        if not self._client.is_connected:  # reconnecting: the reader sees a stop between two takes
+            await self._clock.sleep(wait)
+            return []
         try:
+            if self._subscription is None:
+                await self._subscribe()
+            assert self._subscription is not None
             messages = await self._subscription.fetch(limit, timeout=wait)
         except TimeoutError:  # nats.errors.TimeoutError, or asyncio's from a fetch that found nothing
-            self._pending = 0
-            if self._end is not None and (await self._subscription.consumer_info()).num_pending == 0:
-                self._caught_up = True  # nothing matching the filter left: every earlier message is read
-                return None
-            return []
+            return await self._nothing_fetched()
         except (nats.errors.Error, nats.js.errors.Error):
             self._subscription = None  # the consumer was lost (server restart, inactivity): make it again
             return []
-        records = []
         if messages:
             self._pending = messages[-1].metadata.num_pending
-        for message in messages:
-            sequence = message.metadata.sequence.stream
-            if self._end is not None and sequence > self._end:
-                self._caught_up = True
-                break
-            try:
-                records.append(self._record(message, sequence))
-            except SourceDataError as error:
-                self.bad_records.handle(error, f"nats stream {self.parameters.stream}", sequence, bytes(message.data))
-            self._position = sequence + 1
+        records: list[SourceRecord] = []
+        try:
+            for message in messages:
+                sequence = message.metadata.sequence.stream
+                if self._end is not None and sequence > self._end:
+                    self._caught_up = True
+                    break
+                try:
+                    records.append(self._record(message, sequence))
+                except SourceDataError as error:
+                    self.bad_records.handle(error, f"nats stream {self.parameters.stream}", sequence,
+                                            bytes(message.data))
+                self._position = sequence + 1
+        except SourceDataError as failure:  # on_bad_record: fail, at self._position
+            return self.taken_before(records, failure)
         return records
+
+    async def _nothing_fetched(self) -> list[SourceRecord] | None:
+        """After a fetch that found nothing: ``None`` when caught up with the end (``until_caught_up``:
+        nothing matching the filter is left before it), else ``[]``."""
+        import nats.errors
+        import nats.js.errors
+
+        if self._subscription is None:  # the consumer was not made again in time: try with the next take
+            return []
+        self._pending = 0
+        if self._end is None:
+            return []
+        try:
+            info = await self._subscription.consumer_info()
+        except (nats.errors.Error, nats.js.errors.Error):  # the connection or the consumer lost: ask again
+            self._subscription = None
+            return []
+        if info.num_pending == 0:
+            self._caught_up = True  # every earlier message is read
+            return None
+        return []
 
     def unread_records(self) -> int | None:
         """Exact (``egress.connectors.sources.unread``): the messages of the stream (matching the

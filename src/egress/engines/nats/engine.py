@@ -69,7 +69,7 @@ from egress.engines.protocols import (
 )
 from egress.errors import RowEncodingError
 from egress.keys import partition_of
-from egress.nats_connections import close_connection
+from egress.nats_connections import NatsUnreachableError, close_connection, connect
 from egress.rows import decode_row, encode_row, first_unstorable_row_error
 
 logger = logging.getLogger(__name__)
@@ -276,43 +276,18 @@ class NatsEngine:
     async def open(self) -> None:
         connection = Client()
         self._connection = connection
-        errors: list[Exception] = []
-
-        async def on_error(error: Exception) -> None:
-            errors.append(error)
-            if connected:  # before, the failure to connect is the error open() raises
-                logger.warning("NATS %s: %s", self.url, error)
-
-        async def on_disconnected() -> None:
-            self._link.dropped()
-            if connected and not connection.is_closed:
-                logger.warning("NATS %s: disconnected; reconnecting (operations wait up to %g s)", self.url,
-                               self.outage_timeout)
-
-        async def on_reconnected() -> None:
-            self._link.restored()
-            logger.warning("NATS %s: reconnected to %s", self.url, connection.connected_url.netloc
-                           if connection.connected_url else "?")
-
-        async def on_closed() -> None:
-            self._link.closed()  # nothing to wait for: the next request fails with the connection closed
-
-        connected = False
-
         try:
             # pending_size 0: while disconnected a publish fails at once (and is tried again once the
             # connection is back) instead of waiting in a buffer to be sent after an attempt gave up.
-            await asyncio.wait_for(connection.connect(
-                servers=self.servers, connect_timeout=max(1, round(self.connect_timeout)), reconnect_time_wait=1,
-                max_reconnect_attempts=-1, pending_size=0, error_cb=on_error, disconnected_cb=on_disconnected,
-                reconnected_cb=on_reconnected, closed_cb=on_closed, name=f"egress {self.pipeline}"),
-                self.connect_timeout)
-        except (TimeoutError, OSError, NatsClientError) as error:
-            cause = errors[-1] if errors else error
+            await connect(connection, self.servers, self.connect_timeout, label=self.url,
+                          on_disconnected=self._link.dropped, on_reconnected=self._link.restored,
+                          on_closed=self._link.closed,  # nothing to wait for: the next request fails, closed
+                          disconnected_note=f" (operations wait up to {self.outage_timeout:g} s)",
+                          pending_size=0, name=f"egress {self.pipeline}")
+        except NatsUnreachableError as error:
             raise NatsEngineError(
-                f"{self.url}: cannot connect to the NATS server within {self.connect_timeout:g} s ({cause}); "
+                f"{self.url}: cannot connect to the NATS server within {self.connect_timeout:g} s ({error.cause}); "
                 "start it (nats-server -js) or fix the URL") from None
-        connected = True
         self._link.restored()
         version = connection.connected_server_version
         if (version.major, version.minor) < MINIMUM_SERVER:
