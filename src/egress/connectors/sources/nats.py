@@ -186,7 +186,8 @@ class NatsSource(CountedPosition, HeldFailure, WithBadRecords):
             info = await self._js.stream_info(parameters.stream)
         except nats.js.errors.NotFoundError:
             raise NatsSourceError(f"nats source {self.source_id!r}: {parameters.url} has no JetStream stream "
-                                  f"{parameters.stream!r}: create it (nats stream add) or fix parameters/stream"
+                                  f"{parameters.stream!r}: create it (nats CLI: nats stream add; nats-py: "
+                                  "await js.add_stream(name=..., subjects=[...])) or fix parameters/stream"
                                   ) from None
         except (TimeoutError, nats.errors.Error) as error:  # no JetStream on the server, or no answer
             raise NatsSourceError(f"nats source {self.source_id!r}: {parameters.url}: stream {parameters.stream!r}: "
