@@ -64,7 +64,7 @@ async def test_saturated_classes_9_to_1_get_their_weight_in_every_5s_window_with
     ({"heavy": 9.0, "light": 1.0}, "light", 1.0),  # 100/s × 1/11 × 0.1 s = 0.9 → 1 (one call at least)
     ({"heavy": 9.0, "light": 1.0}, "heavy", 9.0),  # 100/s × 9/11 × 0.1 s = 8.2 → 9
     ({"heavy": 9.0, "light": 1.0}, None, 1.0),  # served as default: weight 1.0
-    ({}, None, 10.0),  # no classes: MaxPrefetch, limit × request_period
+    ({}, None, 100.0),  # no classes: one queue, the burst (limit × period)
 ])
 def test_one_rpc_asks_at_most_its_class_share_of_one_request_period(
     weights: dict[str, float], class_id: str | None, expected: float,

@@ -156,15 +156,16 @@ class ThrottlerSpec(_Strict):
 
     def request_quantum(self, class_id: str | None) -> float:
         """Units one RPC of a client in ``class_id`` asks for the calls waiting in it, at most (a
-        single call beyond it is asked whole): the class's share of ``request_period`` at the rate,
-        ``max(ceil(rate * share * request_period), 1)``, never beyond the burst; ``inf`` when unlimited.
+        single call beyond it is asked whole): with ``classes``, the class's share of
+        ``request_period`` at the rate, ``max(ceil(rate * share * request_period), 1)``, never beyond
+        the burst; without, the burst (one queue: nothing to interleave with); ``inf`` when unlimited.
 
         So a class's waiting calls are granted in pieces of about one request period of its share
         whatever the number of callers, and classes interleave at that granularity at the point of use.
         """
         rate = self.rate
-        if rate is None:
-            return math.inf
+        if rate is None or not self.classes:
+            return self.burst
         return min(self.burst, float(max(math.ceil(rate * self.class_share(class_id) * self.request_period - 1e-9), 1)))
 
 
