@@ -9,10 +9,7 @@ exact request times the endpoint saw.
 from __future__ import annotations
 
 import asyncio
-import re
 import signal
-import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -26,24 +23,12 @@ from egress.throttler.envelope import worst_excess
 from egress.throttler.factory import ThrottlerFactory
 from egress.throttler.http_transport import HttpTransport
 from egress.throttler.service import load_throttlers
+from tests.e2e.throttler_support import launch
 
 pytestmark = pytest.mark.e2e
 
-REPO = Path(__file__).resolve().parents[2]
 LIMIT, PERIOD, REQUEST_PERIOD = 50.0, 1.0, 0.5
 OUTAGE = 8 * REQUEST_PERIOD  # seconds the service is away
-SERVE = "import sys; from egress.cli.throttler import throttler_app; sys.argv[0] = 'egress'; throttler_app()"
-
-
-def launch(dynamic: Path, port: int = 0) -> tuple[subprocess.Popen[str], int]:
-    process = subprocess.Popen([sys.executable, "-c", SERVE, "serve", "--dynamic-spec", str(dynamic),
-                                "--port", str(port), "--state-file", str(dynamic.with_suffix(".state.json"))],
-                               stderr=subprocess.PIPE, text=True, cwd=REPO)
-    assert process.stderr is not None
-    line = process.stderr.readline()
-    found = re.search(r"listening on http://127\.0\.0\.1:(\d+)", line)
-    assert found, line
-    return process, int(found.group(1))
 
 
 async def test_three_clients_share_one_limit_and_survive_a_service_restart(tmp_path: Path) -> None:

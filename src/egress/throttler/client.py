@@ -311,11 +311,13 @@ class PrefetchingClient:
 
     def _deficit(self) -> float:
         """Units for the queued calls one RPC serves: the calls from the head on while together they
-        fit the burst (at least the head), handed out together when the reply comes. What is on hand
-        does not count: it does not fit the head and may expire before the reply."""
+        fit the class's request quantum (:meth:`ThrottlerSpec.request_quantum`, at most the burst;
+        at least the head), handed out together when the reply comes. What is on hand does not
+        count: it does not fit the head and may expire before the reply."""
+        quantum = self.spec.request_quantum(self.class_id)
         deficit = 0.0
         for waiting in self._queue:
-            if deficit > 0 and deficit + waiting.amount > self.spec.burst:
+            if deficit > 0 and deficit + waiting.amount > quantum:
                 break
             deficit += waiting.amount
         return deficit
@@ -327,7 +329,7 @@ class PrefetchingClient:
         reached a controller with a smaller one would count there as one call beyond the burst and
         be released whole, past the envelope."""
         deficit = self._deficit()
-        amount = max(deficit, min(self.prefetch(), self.spec.burst))
+        amount = max(deficit, min(self.prefetch(), self.spec.request_quantum(self.class_id)))
         return amount, self.spec.prefetch_lease if amount > deficit + AMOUNT_SLACK else 0.0
 
     async def _request_with_retries(self, timestamp: float) -> Grant:

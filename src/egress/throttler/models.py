@@ -147,6 +147,27 @@ class ThrottlerSpec(_Strict):
             return float(UNLIMITED_PREFETCH)
         return float(max(math.ceil(rate * self.request_period - 1e-9), 1))
 
+    def class_share(self, class_id: str | None) -> float:
+        """The share ``w / Σw`` of the rate that ``class_id`` gets while every class waits, ``default``
+        (weight 1.0) included; a missing, empty or unknown id is served as ``default``."""
+        declared = self.classes.get(class_id) if class_id else None
+        weight = declared.weight if declared is not None else 1.0
+        return weight / (1.0 + sum(c.weight for c in self.classes.values()))
+
+    def request_quantum(self, class_id: str | None) -> float:
+        """Units one RPC of a client in ``class_id`` asks for the calls waiting in it, at most (a
+        single call beyond it is asked whole): with ``classes``, the class's share of
+        ``request_period`` at the rate, ``max(ceil(rate * share * request_period), 1)``, never beyond
+        the burst; without, the burst (one queue: nothing to interleave with); ``inf`` when unlimited.
+
+        So a class's waiting calls are granted in pieces of about one request period of its share
+        whatever the number of callers, and classes interleave at that granularity at the point of use.
+        """
+        rate = self.rate
+        if rate is None or not self.classes:
+            return self.burst
+        return min(self.burst, float(max(math.ceil(rate * self.class_share(class_id) * self.request_period - 1e-9), 1)))
+
 
 def validate_throttlers(data: Mapping[str, Any], *, file: str | None = None) -> dict[str, ThrottlerSpec]:
     """Validate a DynamicSpec ``throttlers`` map; raises :class:`SpecErrors` naming ``throttlers/<id>/...``."""

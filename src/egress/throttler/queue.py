@@ -15,12 +15,13 @@ keeps the envelope ``∫limit dt + limit·period`` at the point of use. The gran
 granted request waits for its release, so it never decides far ahead of what is released.
 
 Refunds and the envelope: a refund must not let the units of requests that were *not* cancelled
-exceed ``∫limit dt + limit·period`` over any window. Each request keeps a lower bound of how many
-more tokens the bucket would hold had it never asked (its *deficit*): a chunk adds its size; time
-takes away at most ``limit`` units/s (a bucket without the request could only have lost refill while
-full). A cancel gives back that bound: everything when cancelled right after its chunks, less when
-the bucket would have filled up anyway (found by the property tests: a full refund lets the other
-requests burst past the envelope).
+exceed ``∫limit dt + limit·period`` over any window. Each request holding chunks keeps a lower bound
+of how many more tokens the bucket would hold had it never asked (its *deficit*): a chunk adds its
+size, and the bucket without the request can hold no more than its capacity, so before every take
+(the moment the bucket's tokens peak) and at the cancel the deficit is cut to ``capacity − tokens``.
+A cancel gives back that bound: everything the request holds while the bucket never filled up
+meanwhile (the usual case under contention), less when the bucket would have filled up anyway
+(a full refund then lets the other requests burst past the envelope).
 """
 
 from __future__ import annotations
@@ -60,7 +61,6 @@ class QuotaRequest:
     granted: float = 0.0
     charge: float = 0.0
     deficit: float = 0.0
-    deficit_at: float = 0.0
     lease: float = 0.0
     lease_end: float = 0.0
     released: float = 0.0
@@ -102,6 +102,7 @@ class QuotaQueue:
         self.bucket = TokenBucket(spec.rate, spec.period, now, empty_since=empty_since)
         self.release_bucket = TokenBucket(spec.rate, spec.period, now, empty_since=empty_since)
         self._releasing: deque[QuotaRequest] = deque()
+        self._holding: set[QuotaRequest] = set()  # granted chunks, neither released nor cancelled
         self._classes: dict[str, _ClassQueue] = {DEFAULT_CLASS: _ClassQueue(1.0)}
         self._scheduler = ClassScheduler({DEFAULT_CLASS: 1.0})
         self._seq = itertools.count()
@@ -119,7 +120,9 @@ class QuotaQueue:
         A class that disappears while it has waiting requests is retired: it keeps its weight and
         drains, then vanishes; new requests naming it go to ``default``.
         """
+        self._bound_deficits(now)
         self.bucket.reconfigure(spec.rate, spec.period, now)
+        self._bound_deficits(now)
         self.release_bucket.reconfigure(spec.rate, spec.period, now)
         self.spec = spec
         self._apply_classes(spec)
@@ -207,7 +210,9 @@ class QuotaQueue:
             self._became_idle(request.class_id, queue)
 
     def _give_back(self, request: QuotaRequest, now: float) -> None:
-        refund = self._decayed_deficit(request, now)
+        self._bound_deficits(now)
+        self._holding.discard(request)
+        refund = request.deficit
         self.bucket.refund(refund, now)
         self._scheduler.rollback(request.class_id, request.charge)
         queue = self._classes.get(request.class_id)  # a retired class may be gone by now
@@ -216,11 +221,16 @@ class QuotaQueue:
             queue.refunded += min(refund, request.granted)
         self.granted_total -= request.granted
 
-    def _decayed_deficit(self, request: QuotaRequest, now: float) -> float:
-        rate = self.bucket.rate
-        if rate is None:
-            return 0.0
-        return max(0.0, request.deficit - rate * (now - request.deficit_at))
+    def _bound_deficits(self, now: float) -> None:
+        """Cut every holding request's deficit to the room the bucket has now: without the request
+        it would hold at most its capacity. Called where the tokens peak (before a take, a
+        reconfigure) and before a refund; between those the tokens only grow, so the bound holds
+        at every instant. O(requests holding chunks)."""
+        if not self._holding:
+            return
+        room = 0.0 if self.bucket.unlimited else max(0.0, self.bucket.capacity - self.bucket.tokens(now))
+        for request in self._holding:
+            request.deficit = min(request.deficit, room)
 
     def _drop_cancelled_head(self, queue: _ClassQueue) -> None:
         while queue.heap and queue.heap[0][2].cancelled:
@@ -257,10 +267,11 @@ class QuotaQueue:
             chunk = min(request.remaining, chunk_limit)
             if not self.bucket.can_take(chunk, now):
                 return resolved
+            self._bound_deficits(now)
             self.bucket.take(chunk, now)
             request.charge += self._scheduler.charge(class_id, chunk)
-            request.deficit = self._decayed_deficit(request, now) + chunk
-            request.deficit_at = now
+            request.deficit += chunk
+            self._holding.add(request)
             request.remaining -= chunk
             request.granted += chunk
             queue.granted += chunk
@@ -294,6 +305,7 @@ class QuotaQueue:
             if math.isinf(size) or not self.release_bucket.can_take(min(size, self.release_bucket.capacity), now):
                 return
             self._releasing.popleft()
+            self._holding.discard(request)
             request.lease_end = now + request.lease
             request.released = size
             self.release_bucket.lease(size, now, request.lease_end)
