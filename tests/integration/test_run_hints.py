@@ -111,8 +111,9 @@ def test_a_replaced_file_is_refused_naming_only_ways_on_that_work(tmp_path: Path
     data.write_bytes(backup.read_bytes().replace(BAD, b'{"id": 1, "payload": "fixed"}\n'))
     code, printed = run_cli(spec, state)
     assert code == 1
-    assert one_line(f"{data}: source 'events_jsonl' already read 4,096 record(s) of this path, but the file was "
-                    "replaced (another inode) since; refusing to resume by record number, which would skip new rows: "
+    assert one_line(f"{data}: source 'events_jsonl' already read {BAD_LINE - 1:,} record(s) of this path, but the "
+                    "file was replaced (another inode) since; refusing to resume by record number, which would skip "
+                    "new rows: "
                     f"{CHANGED_FILE_FIX}") in one_line(printed)
     assert "follow" not in printed
     assert "on_bad_record" not in printed
