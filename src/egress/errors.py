@@ -13,6 +13,8 @@ one type. The shape follows httpx: a small tree, named by what went wrong, not b
     ├── SourceDataError           a source record does not fit the stream schema (file, line, column)
     ├── SourceChangedError        a source's input is not the one its committed position was read from
     ├── NatsSourceError           the nats source cannot reach its server or stream (egress.connectors.sources.nats)
+    ├── NatsUnreachableError      no NATS server answered a first connection within connect_timeout
+    │                             (egress.nats_connections); each user raises its own error from it
     ├── HttpSourceError           the http source cannot listen or read its token (egress.connectors.sources.http)
     ├── RequestBodyError          a request body refused before it was read whole; its status (egress.http_body):
     │                             BodyTooLargeError 413, BodyTimeoutError 408, UnreadableBodyError 400,
