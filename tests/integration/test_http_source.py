@@ -239,6 +239,20 @@ async def test_an_idle_take_waits_on_the_runs_clock() -> None:
                                                             Path(".")))
 
 
+async def test_the_source_says_where_it_listens(caplog: pytest.LogCaptureFixture) -> None:
+    """The address actually bound (port 0: the one the system chose), so a user knows where to POST."""
+    source = HttpSource("hooks", HttpSourceParameters(port=0, path="/in"), STREAM, Path("."))
+    with caplog.at_level("INFO", logger="egress.connectors.sources.http"):
+        await source.start(0, b"", until_caught_up=True)
+    try:
+        [said] = [record.getMessage() for record in caplog.records if "listening" in record.getMessage()]
+        port = int(said.split("http://127.0.0.1:")[1].split("/")[0])
+        assert said == f"http source 'hooks' listening on http://127.0.0.1:{port}/in (POST)"
+        assert port > 0
+    finally:
+        await source.close()
+
+
 async def post_until(session: aiohttp.ClientSession, url: str, event_id: int, wanted: int) -> tuple[bool, str]:
     """POST event ``event_id`` until it is answered ``wanted`` (True) or the other of 200 / 429
     (False); a refused connection (no worker listens yet) is tried again. Returns its payload too."""

@@ -38,3 +38,11 @@ def test_run_help_names_every_path_of_the_http_port() -> None:
     help_text = " ".join(result.output.replace("│", " ").split())
     for path in ("dashboard at /", "/metrics", "/status", "/healthz", "/readyz"):
         assert path in help_text, path
+
+
+def test_status_of_an_instance_that_does_not_answer_is_one_line_however_narrow_the_output() -> None:
+    """Not wrapped at the console's width (80 columns in a pipe), so a log or ``grep`` keeps it whole."""
+    result = CliRunner().invoke(app, ["status", "http://127.0.0.1:9/"], env={"COLUMNS": "40"})
+    assert result.exit_code == 1
+    [line] = result.stderr.splitlines()
+    assert line.startswith("egress status: cannot read http://127.0.0.1:9/status: ")

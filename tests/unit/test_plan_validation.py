@@ -72,8 +72,13 @@ CASES = [
     pytest.param(("sources", "lines_csv", "parameters", "path"), "missing.csv.gz",
                  "sources/lines_csv/parameters/path: file not found", id="unknown-source-file"),
     pytest.param(("sources", "lines_csv", "source_class_name"), "parquet",
-                 'sources/lines_csv/source_class_name: No source class "parquet" is registered',
+                 'sources/lines_csv/source_class_name: No source class "parquet" is registered; '
+                 "registered: NYT::NFlow::THttpSource, NYT::NFlow::TNatsSource, csv, http, jsonl, nats",
                  id="unknown-source-class"),
+    pytest.param(("computations", "to_json", "computation_class_name"), "TNope",
+                 'computations/to_json/computation_class_name: No computation class "TNope" is registered; '
+                 "registered: NYT::NFlow::TProcessFunctionComputation, process_function",
+                 id="unknown-computation-class"),
     pytest.param(("computations", "to_json", "processing_function"), "tests.pipelines:Nope",
                  'computations/to_json/processing_function: module "tests.pipelines" has no class "Nope"',
                  id="unknown-function"),

@@ -10,6 +10,7 @@ from types import SimpleNamespace
 from typing import cast
 
 import pytest
+import typer
 from rich.console import Console
 
 from egress.cli import main
@@ -94,3 +95,21 @@ async def test_a_dynamic_spec_changed_while_the_run_starts_is_read_and_its_error
     await watching
     assert pipeline.dynamic_spec_error is not None
     assert "retry_initial_delay: cannot parse duration 'soon'" in pipeline.dynamic_spec_error
+
+
+@pytest.mark.parametrize("drained", [True, False])
+def test_nothing_new_is_said_only_of_a_run_that_drained(
+        tmp_path: Path, drained: bool, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    """A run that read and sent nothing says the state holds everything only when it drained; a run
+    stopped before (Ctrl-C during a live source's run, or before a server was reached) says nothing of
+    what the sources still have, and gives no advice to start over."""
+    spec, dynamic = payload_spec(tmp_path, "http://127.0.0.1:9/events", ["a"])
+    pipeline = Pipeline(load_plan(spec, dynamic), tmp_path / "state")
+    monkeypatch.setattr(main, "console", Console(stderr=True, force_terminal=False, soft_wrap=True))
+    monkeypatch.setattr(main, "output", Output(main.console))
+    with pytest.raises(typer.Exit) as ended:
+        main._finish(pipeline, RunResult(drained=drained), spec=spec, dynamic_spec=dynamic,
+                     directory=tmp_path / "state", report=None, quiet=False, until_drained=drained)
+    assert ended.value.exit_code == 0
+    said = capsys.readouterr().err
+    assert ("nothing new: state directory" in said) is drained, said

@@ -299,7 +299,7 @@ def _finish(pipeline: Pipeline, result: RunResult, *, spec: Path, dynamic_spec: 
     elif not quiet:
         console.print(summary_table(values))
     location = pipeline.location or state_directory(directory)
-    if not quiet and result.ok and not values["rows_read"] and not values["posts"] and not values["messages_processed"]:
+    if not quiet and _nothing_new(result, values):
         output.say(f"nothing new: {location.name} already holds everything the sources had; to start over, "
                    f"{location.start_over}")
     redrive_hint = f" --dynamic-spec {dynamic_spec}" if dynamic_spec is not None else ""
@@ -324,6 +324,14 @@ def _finish(pipeline: Pipeline, result: RunResult, *, spec: Path, dynamic_spec: 
                    level=logging.ERROR)
         raise typer.Exit(2)
     raise typer.Exit(0 if result.ok else 1)
+
+
+def _nothing_new(result: RunResult, values: dict[str, Any]) -> bool:
+    """A run that drained without reading, processing or sending anything: the committed state already
+    holds everything. Not a run stopped before then (Ctrl-C, SIGTERM, a live source read until stopped),
+    which says nothing of what the sources still have."""
+    idle = not values["rows_read"] and not values["posts"] and not values["messages_processed"]
+    return result.ok and result.drained and idle
 
 
 BAD_RECORD_FIX = (

@@ -29,7 +29,8 @@ from egress.engines.sqlite import read_state
 from egress.errors import EgressError, StateDirectoryError
 from egress.rows import bytes_as_json, decode_row
 
-app = typer.Typer(add_completion=False, no_args_is_help=True, help="Inspect committed keyed state.")
+app = typer.Typer(add_completion=False, no_args_is_help=True,
+                  help="Inspect committed keyed state (dump), or delete a cluster's NATS bucket (delete).")
 
 
 @app.callback()

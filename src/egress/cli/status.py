@@ -245,7 +245,8 @@ def status_command(
                     time.sleep(interval)
                     live.update(render(current(), endpoint), refresh=True)
     except StatusUnavailable as error:
-        Console(stderr=True).print(Text(f"egress status: cannot read {error}", style="red"), highlight=False)
+        Console(stderr=True, soft_wrap=True).print(Text(f"egress status: cannot read {error}", style="red"),
+                                                   highlight=False)  # one line: a pipe or a log keeps it whole
         raise typer.Exit(1) from None
     except KeyboardInterrupt:
         raise typer.Exit(0) from None

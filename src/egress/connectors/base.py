@@ -282,13 +282,14 @@ class Registry:
         return decorate
 
     def get(self, name: str) -> Any:
-        """The class named ``name``; raises ``KeyError`` with Flow's message when unknown."""
+        """The class named ``name``; raises ``KeyError`` with Flow's message when unknown, followed by
+        the names a Spec may give."""
         cls = self._classes.get(name)
         if cls is None and name in self._modules:
             importlib.import_module(self._modules[name])
             cls = self._classes.get(name)
         if cls is None:
-            raise KeyError(f'No {self.kind} class "{name}" is registered')
+            raise KeyError(f'No {self.kind} class "{name}" is registered; registered: {", ".join(self.names())}')
         return cls
 
     def canonical_name(self, name: str) -> str:

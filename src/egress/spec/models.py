@@ -78,7 +78,8 @@ class ComputationSpec(_Strict):
     @classmethod
     def _known_class(cls, value: str) -> str:
         if value not in COMPUTATION_CLASS_ALIASES:
-            raise ValueError(f'No computation class "{value}" is registered')
+            raise ValueError(f'No computation class "{value}" is registered; registered: '
+                             f'{", ".join(sorted(COMPUTATION_CLASS_ALIASES))}')
         return COMPUTATION_CLASS_ALIASES[value]
 
     @field_validator("processing_function")

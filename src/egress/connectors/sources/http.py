@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import asyncio
 import hmac
+import logging
 import os
 from collections import deque
 from dataclasses import dataclass
@@ -67,6 +68,9 @@ MAX_BODY_BYTES = 1 << 30  # the largest body a source may accept: it is held in 
 class HttpSourceError(EgressError):
     """The ``http`` source cannot listen or read its bearer token; raised when the source starts,
     naming the address or the reference and the fix."""
+
+
+log = logging.getLogger(__name__)
 
 
 class HttpSourceParameters(BadRecordParameters):
@@ -203,6 +207,8 @@ class HttpSource(CountedPosition):
                                   f"{parameters.port} ({error.strerror or error}): free the port or change "
                                   "parameters/port") from None
         self._runner = runner
+        host, port = runner.addresses[0][:2]
+        log.info("http source %r listening on http://%s:%d%s (POST)", self.source_id, host, port, parameters.path)
 
     async def take(self, limit: int, wait: float) -> list[SourceRecord] | None:
         """The events of whole requests waiting (at least one request, up to ``limit`` events after
