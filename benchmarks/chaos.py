@@ -598,9 +598,10 @@ class Schedule:
 
 @dataclass(frozen=True)
 class Change:
-    """A change of hands of a ``to_json`` partition (its lease's epoch changed) between two polls
-    (wall times), and the keys that were committed and unacknowledged in its outbox at those polls:
-    what the next holder sends again."""
+    """A change of hands of a ``to_json`` partition (its lease's epoch changed, or it lapsed and was
+    taken again) between two polls (wall times), and the keys the old holder left committed and
+    unacknowledged in its outbox (unacknowledged at the first poll, or committed after it): what
+    the next holder sends again."""
 
     before: float
     after: float
@@ -611,11 +612,19 @@ class Change:
 @dataclass(frozen=True)
 class Poll:
     """One poll of the cluster's committed state: when it started (wall time), each ``to_json``
-    partition's lease (owner, epoch) and its committed, unacknowledged outbox keys."""
+    partition's lease (owner, epoch), its committed, unacknowledged outbox keys, the highest outbox
+    seq committed and the keys of the outbox by seq."""
 
     started: float
     leases: dict[int, tuple[str, int]]
     unacknowledged: dict[int, frozenset[str]]
+    last_seq: dict[int, int]
+    outbox: dict[int, tuple[tuple[int, str], ...]]
+
+    def committed_since(self, earlier: Poll, partition: int) -> frozenset[str]:
+        """The keys of ``partition``'s outbox committed after ``earlier`` saw it."""
+        last = earlier.last_seq.get(partition, 0)
+        return frozenset(key for seq, key in self.outbox.get(partition, ()) if seq > last)
 
 
 class ClusterWatch:
@@ -628,7 +637,9 @@ class ClusterWatch:
 
     def __init__(self, url: str, pipeline: str) -> None:
         self.changes: list[Change] = []
+        self.leases: list[tuple[float, float, dict[int, tuple[str, int]]]] = []  # each poll's (start, end, leases)
         self.last: Poll | None = None
+        self._seen: dict[int, Poll] = {}
         self._url, self._pipeline = url, pipeline
         self._stop = threading.Event()
         self._polled = threading.Condition()
@@ -651,13 +662,15 @@ class ClusterWatch:
                 except Exception:  # the server is being restarted: the next poll reads it
                     await asyncio.sleep(0.05)
                     continue
-                previous = self.last
-                if previous is not None:
-                    for partition, lease in poll.leases.items():
-                        if partition in previous.leases and previous.leases[partition][1] != lease[1]:
-                            self.changes.append(Change(previous.started, time.time(), partition, (
-                                previous.unacknowledged.get(partition, frozenset())
-                                | poll.unacknowledged.get(partition, frozenset()))))
+                for partition, lease in poll.leases.items():
+                    seen = self._seen.get(partition)  # the last poll that saw the partition held
+                    if seen is not None and seen.leases[partition][1] != lease[1]:
+                        # what the old holder left: unacknowledged at the last poll that saw its
+                        # lease, and committed since (not what the new holder acknowledged since)
+                        self.changes.append(Change(seen.started, time.time(), partition, (
+                            seen.unacknowledged.get(partition, frozenset()) | poll.committed_since(seen, partition))))
+                    self._seen[partition] = poll
+                self.leases.append((poll.started, time.time(), poll.leases))
                 with self._polled:
                     self.last = poll
                     self._polled.notify_all()
@@ -669,16 +682,18 @@ class ClusterWatch:
     async def _poll(engine: Any, started: float) -> Poll:
         leases = {lease.partition: (lease.owner, lease.epoch) for lease in await engine.leases()
                   if lease.consumer == FLIGHTS_COMPUTATION}
-        unacknowledged = {}
+        unacknowledged, last_seq, outboxes = {}, {}, {}
         for partition in leases:
             # the committed view itself (``_load_view``), not ``load_checkpoint``'s filtered outbox
             view, outbox = await engine._load_view(FLIGHTS_COMPUTATION, partition, with_outbox=True)
             record = view.checkpoint
             progress = record.sinks.get(FLIGHTS_SINK)
             low = max(record.acknowledged, progress.max_persisted_seq_no if progress is not None else 0)
-            unacknowledged[partition] = frozenset(message.message_id.hex().upper() for message in outbox
-                                                  if message.seq > low and message.row.get("payload") is not None)
-        return Poll(started, leases, unacknowledged)
+            keyed = outboxes[partition] = tuple((message.seq, message.message_id.hex().upper()) for message in outbox
+                                                if message.row.get("payload") is not None)
+            unacknowledged[partition] = frozenset(key for seq, key in keyed if seq > low)
+            last_seq[partition] = record.last_seq
+        return Poll(started, leases, unacknowledged, last_seq, outboxes)
 
     def left_by(self, worker_id: str, killed: float, *, wait: bool) -> set[str]:
         """The keys committed and unacknowledged in the partitions ``worker_id`` held, SIGKILLed at
@@ -686,18 +701,18 @@ class ClusterWatch:
         is up) of the first that started after it, before anyone else can hold them."""
         before = self.last
         assert before is not None
-        held = [partition for partition, (owner, _) in before.leases.items() if owner == worker_id]
         polls = [before]
         if wait:
             with self._polled:
                 if self._polled.wait_for(lambda: self.last is not None and self.last.started > killed, 10):
                     assert self.last is not None
                     polls.append(self.last)
+        held = {partition for poll in polls for partition, (owner, _) in poll.leases.items() if owner == worker_id}
         return {key for poll in polls for partition in held for key in poll.unacknowledged.get(partition, ())}
 
     def stop(self) -> None:
         self._stop.set()
-        self._thread.join(timeout=30)
+        self._thread.join(timeout=10)
 
 
 # -- the pipelines and their expectations --------------------------------------------------------
@@ -1096,9 +1111,13 @@ class Round:
         if changed:
             audit.failures.append(f"{len(changed)} keys sent with several bodies, e.g. {changed[:3]}")
         unexplained = []
+        evidence = Evidence([kill for run in self.flights for kill in run.kills],
+                            [stop for run in self.flights for stop in run.stops],
+                            self.watch.changes if self.watch is not None else [], self.nats_restarts)
         for key, deliveries in by_key.items():
             for before, after in itertools.pairwise(deliveries):
-                cause = self.duplicate_cause(key, before, after, attempted[key])
+                cause = duplicate_cause(key, self.expected_keys.get(key), self.attempt_of(before),
+                                        self.attempt_of(after), attempted[key], evidence)
                 audit.duplicates[cause] += 1
                 if cause.startswith("unexplained"):
                     unexplained.append((key, cause, before["headers"].get(ATTEMPT_HEADER),
@@ -1123,6 +1142,9 @@ class Round:
                 for stop in run.stops:
                     out.write(orjson.dumps({"stop": stop.label, "stopped": stop.stopped,
                                             "resumed": stop.resumed}) + b"\n")
+            for started, ended, leases in self.watch.leases if self.watch is not None else ():
+                out.write(orjson.dumps({"poll": started, "ended": ended, "leases": {
+                    str(partition): list(lease) for partition, lease in leases.items()}}) + b"\n")
             for change in self.watch.changes if self.watch is not None else ():
                 out.write(orjson.dumps({"change": change.partition, "before": change.before, "after": change.after,
                                         "keys": sorted(change.keys)}) + b"\n")
@@ -1131,39 +1153,6 @@ class Round:
         """The proxy's :class:`Attempt` of a receiver record (``None``: it names none the proxy made)."""
         number = record["headers"].get(ATTEMPT_HEADER, "")
         return self.proxy.attempts.get(int(number)) if number.isdigit() else None
-
-    def duplicate_cause(self, key: str, before: dict[str, Any], after: dict[str, Any],
-                        attempted: list[Attempt]) -> str:
-        """Why ``key`` was delivered again (``after``) after ``before``: the first fault whose causal
-        condition holds (``docs/reliability.md``), else ``unexplained``."""
-        first, again = self.attempt_of(before), self.attempt_of(after)
-        if first is None or again is None:
-            return "unexplained (no proxy attempt)"  # not sent through the proxy: nothing can explain it
-        if first.outcome != "passed":
-            return "network"  # the sink never got this 2xx whole
-        if first.seconds >= TIMEOUT_SHARE * ATTEMPT_TIMEOUT:
-            return "timeout"
-        # in the killed run's committed, unacknowledged outbox, sent by it (its request may reach the
-        # proxy after its death) or before its death, and sent again after it
-        if any(kill.in_flight is not None and key in kill.in_flight and kill.time <= again.started
-               and (first.sender == kill.label or first.started <= kill.time)
-               for run in self.flights for kill in run.kills):
-            return "kill"
-        # the process that sent it again had an attempt of this key in flight while it was stopped
-        if again.sender and any(
-                stop.label == again.sender and attempt.sender == again.sender and attempt.started <= stop.resumed
-                and attempt.answered >= stop.stopped and attempt.started < again.started
-                for run in self.flights for stop in run.stops for attempt in attempted):
-            return "stop"
-        if self.watch is not None:  # its partition changed hands with the key committed and unacknowledged
-            partition = self.expected_keys.get(key)
-            for change in self.watch.changes:
-                if change.partition == partition and key in change.keys and change.before <= again.started:
-                    if any(killed <= change.after and change.before <= restarted + LEASE_TTL
-                           for killed, restarted in self.nats_restarts):
-                        return "nats"
-                    return "handover"
-        return "unexplained"
 
     def check_retryable(self) -> None:
         state = self.retryable.state
@@ -1176,6 +1165,50 @@ class Round:
         left = list(state_lines(state, internal=True, external=False))
         if left:
             self.audit.failures.append(f"retryable: {len(left)} requests left in retry state")
+
+
+@dataclass
+class Evidence:
+    """What a round recorded of the faults that hit the flights processes: the kills (with the keys
+    each left in flight), the stops, the cluster's changes of hands and the nats-server restarts
+    (wall times killed, restarted)."""
+
+    kills: list[Kill]
+    stops: list[Stop]
+    changes: list[Change]
+    nats_restarts: list[tuple[float, float]]
+
+
+def duplicate_cause(key: str, partition: int | None, first: Attempt | None, again: Attempt | None,
+                    attempted: list[Attempt], evidence: Evidence) -> str:
+    """Why ``key`` (of the ``to_json`` ``partition``) was delivered again by the attempt ``again``
+    after its delivery by ``first`` (``attempted``: every attempt of it the receiver recorded): the
+    first fault whose causal condition holds (``docs/reliability.md``), else ``unexplained``."""
+    if first is None or again is None:
+        return "unexplained (no proxy attempt)"  # not sent through the proxy: nothing can explain it
+    if first.outcome != "passed":
+        return "network"  # the sink never got this 2xx whole
+    if first.seconds >= TIMEOUT_SHARE * ATTEMPT_TIMEOUT:
+        return "timeout"
+    # in the killed run's committed, unacknowledged outbox, sent by it (its request may reach the
+    # proxy after its death) or before its death, and sent again after it
+    if any(kill.in_flight is not None and key in kill.in_flight and kill.time <= again.started
+           and (first.sender == kill.label or first.started <= kill.time) for kill in evidence.kills):
+        return "kill"
+    # the run that sent it again had an attempt of this key in flight while it was stopped
+    if again.sender and any(
+            stop.label == again.sender == attempt.sender and attempt.started <= stop.resumed
+            and attempt.answered >= stop.stopped and attempt.started < again.started
+            for stop in evidence.stops for attempt in attempted):
+        return "stop"
+    # its partition changed hands with the key committed and unacknowledged, before it was sent again
+    for change in evidence.changes:
+        if change.partition == partition and key in change.keys and change.before <= again.started:
+            if any(killed <= change.after and change.before <= restarted + LEASE_TTL
+                   for killed, restarted in evidence.nats_restarts):
+                return "nats"
+            return "handover"
+    return "unexplained"
 
 
 class HarnessFailure(Exception):
