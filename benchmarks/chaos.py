@@ -124,6 +124,7 @@ ATTEMPT_TIMEOUT = 3.0  # the sink's attempt_timeout here: a stall outlasts it
 STALL = ATTEMPT_TIMEOUT + 1.0
 TIMEOUT_SHARE = 0.8  # an attempt this share of the attempt timeout long may have been given up on
 FAULT_GAP = (0.2, 1.2)
+NAMING_PERIOD = 0.3  # seconds between the proxy's reads of /proc for the senders of new connections
 PR_SET_PDEATHSIG = 1  # linux/prctl.h
 try:  # looked up here, not in the forked child (which shares the harness's threads' locks)
     _prctl: Callable[..., int] | None = ctypes.CDLL(None, use_errno=True).prctl if sys.platform == "linux" else None
@@ -178,11 +179,12 @@ class Attempt:
     fault: Fault | None = None
 
 
-def socket_owner(client_port: int, server_port: int, processes: dict[int, str]) -> str:
-    """The label (a value of ``processes``, pid → label) of the process that holds the loopback TCP
-    socket from ``client_port`` to ``server_port``, read from ``/proc`` (Linux); ``""`` when none
-    of them does (it exited, or not Linux)."""
-    inodes = set()
+def socket_owners(server_port: int, processes: dict[int, str]) -> dict[int, str]:
+    """The label (a value of ``processes``, pid → label) of the process holding each loopback TCP
+    connection to ``server_port``, by the connection's client port, read from ``/proc`` in one pass
+    (Linux; ``{}`` elsewhere): the connections' socket inodes from ``/proc/net/tcp``, then each
+    process's descriptors."""
+    by_inode = {}
     for table in ("/proc/net/tcp", "/proc/net/tcp6"):
         try:
             lines = Path(table).read_text().splitlines()[1:]
@@ -190,9 +192,9 @@ def socket_owner(client_port: int, server_port: int, processes: dict[int, str]) 
             continue
         for line in lines:
             fields = line.split()
-            if (int(fields[1].rsplit(":", 1)[1], 16) == client_port
-                    and int(fields[2].rsplit(":", 1)[1], 16) == server_port):
-                inodes.add(f"socket:[{fields[9]}]")
+            if int(fields[2].rsplit(":", 1)[1], 16) == server_port:
+                by_inode[f"socket:[{fields[9]}]"] = int(fields[1].rsplit(":", 1)[1], 16)
+    owners = {}
     for pid, label in list(processes.items()):
         try:
             descriptors = os.listdir(f"/proc/{pid}/fd")
@@ -200,11 +202,22 @@ def socket_owner(client_port: int, server_port: int, processes: dict[int, str]) 
             continue
         for descriptor in descriptors:
             try:
-                if os.readlink(f"/proc/{pid}/fd/{descriptor}") in inodes:
-                    return label
+                port = by_inode.get(os.readlink(f"/proc/{pid}/fd/{descriptor}"))
             except OSError:
                 continue
-    return ""
+            if port is not None:
+                owners[port] = label
+    return owners
+
+
+@dataclass
+class Connection:
+    """A connection the proxy accepted: its client port, its sender once known, and the attempts
+    made on it before that."""
+
+    port: int
+    sender: str = ""
+    unnamed: list[Attempt] = field(default_factory=list)
 
 
 class FaultProxy:
@@ -213,7 +226,9 @@ class FaultProxy:
     (recorded by the receiver) whose :class:`Attempt` says who sent it, what the sink got back and
     which fault it met. The sender is the ``X-Chaos-Run`` header, or with ``by_socket`` (cluster
     workers share one Spec, hence one header) the egress process holding the connection's socket
-    (``processes``: pid → label, kept by the harness)."""
+    (``processes``: pid → label, kept by the harness), found by a thread of its own that reads
+    ``/proc`` once every :data:`NAMING_PERIOD` while a connection is unnamed (a read of the
+    machine's TCP table can take 50 ms: never in the proxy's loop, never once per connection)."""
 
     def __init__(self, seed: int) -> None:
         self.upstream_port = 0
@@ -223,7 +238,8 @@ class FaultProxy:
         self.by_socket = False
         self.processes: dict[int, str] = {}
         self.receiver_down: Fault | None = None  # the receiver_kill whose outage is on
-        self._senders: dict[object, str] = {}  # transport → sender label
+        self._connections: dict[object, Connection] = {}  # by transport
+        self._unnamed: list[Connection] = []
         self._random = random.Random(seed)
         self._lock = threading.Lock()
         self._numbers = itertools.count(1)
@@ -243,6 +259,7 @@ class FaultProxy:
         self._thread.start()
         if not self._ready.wait(30):
             raise RuntimeError("the fault proxy did not start within 30 s")
+        threading.Thread(target=self._name_connections, name="fault-proxy-senders", daemon=True).start()
 
     # faults, set from the harness thread
     def answer(self, statuses: tuple[int, ...], seconds: float, share: float, fault: Fault) -> None:
@@ -298,19 +315,49 @@ class FaultProxy:
                 attempt.fault.met += 1
             return kind, delay, status
 
-    def _sender(self, request: web.Request) -> str:
+    def _sender(self, request: web.Request, attempt: Attempt) -> None:
+        """Name ``attempt``'s sender now, or once the connection it came on is named."""
         if not self.by_socket:
-            return request.headers.get(RUN_HEADER, "")
+            attempt.sender = request.headers.get(RUN_HEADER, "")
+            self.senders_seen.add(attempt.sender)
+            return
         transport = request.transport
-        if transport is None:
-            return ""
-        sender = self._senders.get(transport)
-        if sender is None:
-            if len(self._senders) > 1024:
-                self._senders = {known: label for known, label in self._senders.items() if not known.is_closing()}
-            peer = transport.get_extra_info("peername")
-            sender = self._senders[transport] = socket_owner(peer[1], self.port, self.processes) if peer else ""
-        return sender
+        peer = transport.get_extra_info("peername") if transport is not None else None
+        if transport is None or not peer:
+            return
+        with self._lock:
+            connection = self._connections.get(transport)
+            if connection is None:
+                if len(self._connections) > 1024:
+                    self._connections = {known: found for known, found in self._connections.items()
+                                         if not known.is_closing()}
+                connection = self._connections[transport] = Connection(peer[1])
+                self._unnamed.append(connection)
+            attempt.sender = connection.sender
+            if not connection.sender:
+                connection.unnamed.append(attempt)
+
+    def _name_connections(self) -> None:
+        while self._thread.is_alive():
+            time.sleep(NAMING_PERIOD)
+            with self._lock:
+                if not self._unnamed:
+                    continue
+            owners = socket_owners(self.port, self.processes)
+            with self._lock:
+                waiting = []
+                for connection in self._unnamed:
+                    sender = owners.get(connection.port, "")
+                    if not sender:
+                        if len(connection.unnamed) and time.time() - connection.unnamed[0].started < 5.0:
+                            waiting.append(connection)  # after 5 s it is gone: its sender stays unknown
+                        continue
+                    connection.sender = sender
+                    self.senders_seen.add(sender)
+                    for attempt in connection.unnamed:
+                        attempt.sender = sender
+                    connection.unnamed.clear()
+                self._unnamed = waiting
 
     def _serve(self) -> None:
         asyncio.set_event_loop(self._loop)
@@ -334,8 +381,8 @@ class FaultProxy:
     async def _handle(self, session: ClientSession, request: web.Request) -> web.StreamResponse:
         started = time.monotonic()
         number = next(self._numbers)
-        attempt = Attempt("passed", self._sender(request), time.time())
-        self.senders_seen.add(attempt.sender)
+        attempt = Attempt("passed", "", time.time())
+        self._sender(request, attempt)
         self.last_request = started
         kind, delay, status = self._take(attempt)
         self.attempts[number] = attempt

@@ -20,7 +20,7 @@ from benchmarks.chaos import (
     Schedule,
     Stop,
     duplicate_cause,
-    socket_owner,
+    socket_owners,
 )
 
 KEY = "00" * 22
@@ -50,9 +50,8 @@ def test_the_proxy_names_the_process_holding_the_connection() -> None:
             assert client.stdout.readline() == "connected\n"
             connection, (_, peer) = server.accept()
             with connection:
-                processes = {client.pid: "w1/0", 1: "init"}
-                assert socket_owner(peer, port, processes) == "w1/0"
-                assert socket_owner(peer, port, {1: "init"}) == ""  # not a process of the harness
+                assert socket_owners(port, {client.pid: "w1/0", 1: "init"}) == {peer: "w1/0"}
+                assert socket_owners(port, {1: "init"}) == {}  # not a process of the harness
         finally:
             assert client.stdin is not None
             client.stdin.close()
