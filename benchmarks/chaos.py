@@ -124,6 +124,7 @@ ATTEMPT_TIMEOUT = 3.0  # the sink's attempt_timeout here: a stall outlasts it
 STALL = ATTEMPT_TIMEOUT + 1.0
 TIMEOUT_SHARE = 0.8  # an attempt this share of the attempt timeout long may have been given up on
 FAULT_GAP = (0.2, 1.2)
+WATCH_PERIOD = 0.1  # seconds between the cluster watch's polls
 NAMING_PERIOD = 0.3  # seconds between the proxy's reads of /proc for the senders of new connections
 PR_SET_PDEATHSIG = 1  # linux/prctl.h
 try:  # looked up here, not in the forked child (which shares the harness's threads' locks)
@@ -660,23 +661,23 @@ class Change:
 class Poll:
     """One poll of the cluster's committed state: when it started (wall time), each ``to_json``
     partition's lease (owner, epoch), its committed, unacknowledged outbox keys, the highest outbox
-    seq committed and the keys of the outbox by seq."""
+    seq committed and its outbox chunks (stream sequence → ``(seq, key)`` of each message)."""
 
     started: float
     leases: dict[int, tuple[str, int]]
     unacknowledged: dict[int, frozenset[str]]
     last_seq: dict[int, int]
-    outbox: dict[int, tuple[tuple[int, str], ...]]
+    outbox: dict[int, dict[int, tuple[tuple[int, str], ...]]]
 
     def committed_since(self, earlier: Poll, partition: int) -> frozenset[str]:
         """The keys of ``partition``'s outbox committed after ``earlier`` saw it."""
         last = earlier.last_seq.get(partition, 0)
-        return frozenset(key for seq, key in self.outbox.get(partition, ()) if seq > last)
+        return frozenset(key for chunk in self.outbox.get(partition, {}).values() for seq, key in chunk if seq > last)
 
 
 class ClusterWatch:
     """Reads the pipeline's leases and the flights partitions' committed outboxes from NATS
-    (``NatsEngine``, every 50 ms, in a thread of its own), records every change of hands with the
+    (``NatsEngine``, every :data:`WATCH_PERIOD`, in a thread of its own), records every change of hands with the
     keys then committed and unacknowledged (:class:`Change`), and tells which keys a killed worker
     left so (:meth:`left_by`). Acknowledged is read from the committed checkpoint (the sink's
     ``max_persisted_seq_no`` and the outbox's acknowledged seq) independently of how a starting job
@@ -687,6 +688,8 @@ class ClusterWatch:
         self.leases: list[tuple[float, float, dict[int, tuple[str, int]]]] = []  # each poll's (start, end, leases)
         self.last: Poll | None = None
         self._seen: dict[int, Poll] = {}
+        self._chunks: dict[int, dict[int, tuple[tuple[int, str], ...]]] = {}  # partition → stream seq → chunk
+        self._scanned: dict[int, int] = {}  # partition → the last stream sequence of its outbox read
         self._url, self._pipeline = url, pipeline
         self._stop = threading.Event()
         self._polled = threading.Condition()
@@ -721,24 +724,36 @@ class ClusterWatch:
                 with self._polled:
                     self.last = poll
                     self._polled.notify_all()
-                await asyncio.sleep(0.05)
+                await asyncio.sleep(WATCH_PERIOD)
         finally:
             await engine.close()
 
-    @staticmethod
-    async def _poll(engine: Any, started: float) -> Poll:
+    async def _poll(self, engine: Any, started: float) -> Poll:
+        """Read the leases, and each partition's checkpoint and the outbox chunks committed since the
+        last poll (chunks never change: each is decoded once, and dropped once acknowledged)."""
+        from egress.engines.nats import records
+        from egress.engines.nats.records import CheckpointRecord
+
+        js, layout = engine._js(), engine._layout  # the committed data itself, not load_checkpoint's view
         leases = {lease.partition: (lease.owner, lease.epoch) for lease in await engine.leases()
                   if lease.consumer == FLIGHTS_COMPUTATION}
         unacknowledged, last_seq, outboxes = {}, {}, {}
         for partition in leases:
-            # the committed view itself (``_load_view``), not ``load_checkpoint``'s filtered outbox
-            view, outbox = await engine._load_view(FLIGHTS_COMPUTATION, partition, with_outbox=True)
-            record = view.checkpoint
+            stored = await js.last(layout.checkpoint(FLIGHTS_COMPUTATION, partition))
+            record = CheckpointRecord() if stored is None else CheckpointRecord.decode(stored.data)
             progress = record.sinks.get(FLIGHTS_SINK)
             low = max(record.acknowledged, progress.max_persisted_seq_no if progress is not None else 0)
-            keyed = outboxes[partition] = tuple((message.seq, message.message_id.hex().upper()) for message in outbox
-                                                if message.row.get("payload") is not None)
-            unacknowledged[partition] = frozenset(key for seq, key in keyed if seq > low)
+            chunks = self._chunks.setdefault(partition, {})
+            subject = layout.outbox_chunks(FLIGHTS_COMPUTATION, partition)
+            for chunk in await js.scan(subject, self._scanned.get(partition, 0) + 1):
+                self._scanned[partition] = chunk.seq
+                chunks[chunk.seq] = tuple((message.seq, message.message_id.hex().upper())
+                                          for message in records.outbox_chunk_messages(chunk.data)
+                                          if message.row.get("payload") is not None)
+            for done in [seq for seq, chunk in chunks.items() if not chunk or chunk[-1][0] <= low]:
+                del chunks[done]
+            outboxes[partition] = dict(chunks)
+            unacknowledged[partition] = frozenset(key for chunk in chunks.values() for seq, key in chunk if seq > low)
             last_seq[partition] = record.last_seq
         return Poll(started, leases, unacknowledged, last_seq, outboxes)
 
