@@ -37,8 +37,10 @@ bench: venv
 clean:
 	rm -rf $(VENV) .egress .pytest_cache .mypy_cache .ruff_cache
 
-# The chaos harness (issue 15): 100 random faults, then the audit (docs/reliability.md).
+# The chaos harness: 100 random faults, then the audit (docs/reliability.md);
+# `make chaos CHAOS_ARGS=--cluster` runs the flights on 2 NATS workers.
 CHAOS_FAULTS ?= 100
+CHAOS_ARGS ?=
 .PHONY: chaos
 chaos: venv
-	$(PY) benchmarks/chaos.py --faults $(CHAOS_FAULTS)
+	$(PY) benchmarks/chaos.py --faults $(CHAOS_FAULTS) $(CHAOS_ARGS)

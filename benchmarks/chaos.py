@@ -1,4 +1,4 @@
-"""Chaos harness (issue 15): pipelines run under randomly injected faults, then an audit.
+"""Chaos harness: pipelines run under randomly injected faults, then an audit.
 
 Two pipelines run side by side as real ``egress run --until-drained`` processes on their own state
 directories:
@@ -12,13 +12,16 @@ directories:
   simulated variant, retry delay 1 s) on ``--events`` random events: its external ``total_length``
   per key must come out exactly as computed here (internal state exactly once).
 
-Faults are drawn from ``random.Random(seed)`` (the seed is printed; ``--seed`` replays a run's
-schedule: kinds, moments and durations, though not the processes' own timing), one every 0.2 to
-1.2 s, each of a kind that applies at that moment, and only on a process that has shown progress
-since its start (a request at the proxy, a commit in its state). Faults overlap: a stop, a receiver
-outage or a burst goes on while the next ones land, and every outage (a 5xx or 429 burst, the
-receiver down) is followed by a SIGKILL of the flights process at a random moment from inside it to
-1.5 s after it, while its failed attempts wait to be retried:
+Faults come from a :class:`Schedule` drawn from ``random.Random(seed)`` alone (the seed is
+printed; ``--seed`` replays a run's schedule: kinds, order, gaps, durations and which of the live
+targets each hits, whatever processes are up, though not the processes' own timing), one every
+0.2 to 1.2 s. A fault waits until something it can hit has shown progress since its start (a
+request at the proxy, a commit in its state), so that none is spent on a process still starting
+up. Faults overlap: a stop, a receiver outage or a burst goes on while the next ones land, and
+every outage (a 5xx or 429 burst, the receiver down) is followed by a SIGKILL of the flights
+process at a random moment from inside it to 1.5 s after it, while its failed attempts wait to be
+retried. A proxy fault that no request met (a stall queued as the round drained) is listed and not
+counted; the rounds go on until ``--faults`` faults met something:
 
 =================  ===========================================================================
 ``egress_kill``    SIGKILL of an egress process (flights or retryable), then restart at once
@@ -41,12 +44,23 @@ audited:
 
 * every non-null flight delivered (a 2xx recorded under its idempotency key, the keys computed
   here from the CSV and the message id layout), nothing else, one body per key;
-* every duplicate attributed: a delivery whose 2xx never reached the sink whole (the proxy reset,
-  stalled or lost it: ``network``), an attempt slower than the attempt timeout (``timeout``), a
-  SIGKILL while the key was committed and unacknowledged in the outbox (``kill``, read from the
-  dead process's state), a SIGSTOP in between (``stop``); in cluster mode a change of hands of the
-  key's ``to_json`` partition in between (``handover``: the leases polled by the cluster tests'
-  ``LeaseWatch``) or a nats-server restart (``nats``); any other duplicate is ``unexplained`` and
+* every duplicate explained by a causal condition on the process the fault hit, from evidence (the
+  proxy's record of each attempt: who sent it, when it arrived and was answered, what it met; the
+  committed state read after each kill; the cluster's committed outboxes at each change of hands),
+  never by time windows alone. The earlier delivery's attempt:
+
+  - ``network``: its 2xx never reached the sink whole (the proxy reset, stalled or lost it);
+  - ``timeout``: took at least 80 % of the sink's attempt timeout;
+  - ``kill``: the key was in a SIGKILLed run's committed, unacknowledged outbox (its SQLite state,
+    or with ``--cluster`` the NATS checkpoint and outbox of the partitions the worker held), the
+    attempt sent by that run or before its death, and the key sent again after it;
+  - ``stop``: the run that sent it again had an attempt of the key in flight (arrived at the
+    proxy, not yet answered) while it was SIGSTOPped;
+  - ``handover`` (``--cluster``): the key's ``to_json`` partition changed hands (its lease's epoch,
+    :class:`ClusterWatch`) while the key was committed and unacknowledged in its outbox, before
+    the second delivery; ``nats`` when that change of hands came with a nats-server restart.
+
+  Any other duplicate, and one whose record names no attempt of the proxy, is ``unexplained`` and
   fails the audit;
 * the retryable example's totals exact and no request left in retry state;
 * ``PRAGMA integrity_check`` ``ok`` on every SQLite file of the killed process's state directory
@@ -80,7 +94,7 @@ import sys
 import tempfile
 import threading
 import time
-from collections import Counter, defaultdict
+from collections import Counter, defaultdict, deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -110,13 +124,14 @@ ATTEMPT_TIMEOUT = 3.0  # the sink's attempt_timeout here: a stall outlasts it
 STALL = ATTEMPT_TIMEOUT + 1.0
 TIMEOUT_SHARE = 0.8  # an attempt this share of the attempt timeout long may have been given up on
 FAULT_GAP = (0.2, 1.2)
+WATCH_PERIOD = 0.1  # seconds between the cluster watch's polls
+NAMING_PERIOD = 0.3  # seconds between the proxy's reads of /proc for the senders of new connections
 PR_SET_PDEATHSIG = 1  # linux/prctl.h
 try:  # looked up here, not in the forked child (which shares the harness's threads' locks)
     _prctl: Callable[..., int] | None = ctypes.CDLL(None, use_errno=True).prctl if sys.platform == "linux" else None
 except (OSError, AttributeError):
     _prctl = None
 LEASE_TTL = 2.0  # seconds, --lease-ttl of the cluster workers
-IN_FLIGHT_SLACK = 0.5  # seconds: a request sent before a change may be recorded just after it
 DRAIN_TIMEOUT = 240.0
 FIRST_REQUEST_TIMEOUT = 90.0
 NETWORK_KINDS = ("receiver_kill", "http_5xx", "http_429", "slow", "stall", "reset")
@@ -133,32 +148,110 @@ DYNAMIC_SPEC = {"computations": {FLIGHTS_COMPUTATION: {"sinks": {FLIGHTS_SINK: {
 
 
 @dataclass
+class Fault:
+    """One injected fault: its number in the schedule, kind, target (a run's label, ``receiver``,
+    ``proxy`` or ``nats``), wall time, and how many requests or processes it met (``met``; a proxy
+    fault that no request met is not counted as injected). ``open`` while it may still meet one."""
+
+    number: int
+    kind: str
+    target: str
+    time: float
+    met: int = 0
+    open: bool = False
+    note: str = ""
+
+    @property
+    def pending(self) -> bool:
+        return self.open and not self.met
+
+
+@dataclass
 class Attempt:
-    """One request the proxy handled: its outcome and how long it took (seconds)."""
+    """One request the proxy handled: its outcome, its sender (the label of the egress run that sent
+    it, ``""`` when not found), wall times of its arrival and of the end of its answer, how long it
+    took (seconds) and the fault it met (``None``: none)."""
 
     outcome: str  # passed | injected | reset_request | reset_response | stalled | upstream_lost
+    sender: str = ""
+    started: float = 0.0
+    answered: float = 0.0
     seconds: float = 0.0
+    fault: Fault | None = None
+
+
+def socket_owners(server_port: int, processes: dict[int, str]) -> dict[int, str]:
+    """The label (a value of ``processes``, pid → label) of the process holding each loopback TCP
+    connection to ``server_port``, by the connection's client port, read from ``/proc`` in one pass
+    (Linux; ``{}`` elsewhere): the connections' socket inodes from ``/proc/net/tcp``, then each
+    process's descriptors."""
+    by_inode = {}
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        try:
+            lines = Path(table).read_text().splitlines()[1:]
+        except OSError:
+            continue
+        for line in lines:
+            fields = line.split()
+            if int(fields[2].rsplit(":", 1)[1], 16) == server_port:
+                by_inode[f"socket:[{fields[9]}]"] = int(fields[1].rsplit(":", 1)[1], 16)
+    owners = {}
+    for pid, label in list(processes.items()):
+        try:
+            descriptors = os.listdir(f"/proc/{pid}/fd")
+        except OSError:
+            continue
+        for descriptor in descriptors:
+            try:
+                port = by_inode.get(os.readlink(f"/proc/{pid}/fd/{descriptor}"))
+            except OSError:
+                continue
+            if port is not None:
+                owners[port] = label
+    return owners
+
+
+@dataclass
+class Connection:
+    """A connection the proxy accepted: its client port, its sender once known, and the attempts
+    made on it before that."""
+
+    port: int
+    sender: str = ""
+    unnamed: list[Attempt] = field(default_factory=list)
 
 
 class FaultProxy:
     """An HTTP proxy on 127.0.0.1 in front of the receiver, in a thread of its own, that injects the
     network faults the harness asks for. Every forwarded request gets an ``X-Chaos-Attempt`` header
-    (recorded by the receiver) whose :class:`Attempt` says what the sink got back."""
+    (recorded by the receiver) whose :class:`Attempt` says who sent it, what the sink got back and
+    which fault it met. The sender is the ``X-Chaos-Run`` header, or with ``by_socket`` (cluster
+    workers share one Spec, hence one header) the egress process holding the connection's socket
+    (``processes``: pid → label, kept by the harness), found by a thread of its own that reads
+    ``/proc`` once every :data:`NAMING_PERIOD` while a connection is unnamed (a read of the
+    machine's TCP table can take 50 ms: never in the proxy's loop, never once per connection)."""
 
     def __init__(self, seed: int) -> None:
         self.upstream_port = 0
         self.attempts: dict[int, Attempt] = {}
-        self.runs_seen: set[str] = set()  # X-Chaos-Run values: the runs that have sent something
+        self.senders_seen: set[str] = set()  # the runs that have sent something
         self.last_request = 0.0  # monotonic time of the latest request
+        self.by_socket = False
+        self.processes: dict[int, str] = {}
+        self.receiver_down: Fault | None = None  # the receiver_kill whose outage is on
+        self._connections: dict[object, Connection] = {}  # by transport
+        self._unnamed: list[Connection] = []
         self._random = random.Random(seed)
         self._lock = threading.Lock()
         self._numbers = itertools.count(1)
         self._statuses: tuple[int, ...] = ()
         self._statuses_until = 0.0
+        self._statuses_fault: Fault | None = None
         self._share = 1.0
         self._slow_until = 0.0
-        self._stalls = 0
-        self._resets = 0
+        self._slow_fault: Fault | None = None
+        self._stalls: deque[Fault] = deque()
+        self._resets: deque[Fault] = deque()
         self._loop = asyncio.new_event_loop()
         self._ready = threading.Event()
         self._stop: asyncio.Event | None = None
@@ -167,30 +260,33 @@ class FaultProxy:
         self._thread.start()
         if not self._ready.wait(30):
             raise RuntimeError("the fault proxy did not start within 30 s")
+        threading.Thread(target=self._name_connections, name="fault-proxy-senders", daemon=True).start()
 
     # faults, set from the harness thread
-    def answer(self, statuses: tuple[int, ...], seconds: float, share: float) -> None:
+    def answer(self, statuses: tuple[int, ...], seconds: float, share: float, fault: Fault) -> None:
         """For ``seconds``, answer ``share`` of the requests (at random) with one of ``statuses``."""
         with self._lock:
             self._statuses, self._statuses_until = statuses, time.monotonic() + seconds
-            self._share = share
+            self._share, self._statuses_fault = share, fault
 
-    def slow_down(self, seconds: float) -> None:
+    def slow_down(self, seconds: float, fault: Fault) -> None:
         with self._lock:
-            self._slow_until = time.monotonic() + seconds
+            self._slow_until, self._slow_fault = time.monotonic() + seconds, fault
 
-    def stall(self, count: int) -> None:
+    def stall(self, count: int, fault: Fault) -> None:
         with self._lock:
-            self._stalls += count
+            self._stalls.extend([fault] * count)
 
-    def reset(self, count: int) -> None:
+    def reset(self, count: int, fault: Fault) -> None:
         with self._lock:
-            self._resets += count
+            self._resets.extend([fault] * count)
 
     def clear(self) -> None:
         with self._lock:
             self._statuses_until = self._slow_until = 0.0
-            self._stalls = self._resets = 0
+            self._stalls.clear()
+            self._resets.clear()
+            self.receiver_down = None
 
     def close(self) -> None:
         if self._stop is not None:
@@ -198,20 +294,71 @@ class FaultProxy:
         self._thread.join(30)
 
     # the proxy itself
-    def _take(self) -> tuple[str, float, int]:
-        """The fault for the next request: (kind, delay seconds, status)."""
+    def _take(self, attempt: Attempt) -> tuple[str, float, int]:
+        """The fault for the next request: (kind, delay seconds, status); ``attempt.fault`` the one it met."""
         with self._lock:
             now = time.monotonic()
-            delay = self._random.uniform(0.05, 0.5) if now < self._slow_until else 0.0
+            delay = 0.0
+            if now < self._slow_until:
+                delay, attempt.fault = self._random.uniform(0.05, 0.5), self._slow_fault
             if now < self._statuses_until and self._random.random() < self._share:
-                return "status", delay, self._random.choice(self._statuses)
-            if self._resets:
-                self._resets -= 1
-                return self._random.choice(("reset_request", "reset_response")), delay, 0
-            if self._stalls:
-                self._stalls -= 1
-                return "stall", delay, 0
-            return "", delay, 0
+                attempt.fault = self._statuses_fault
+                kind, status = "status", self._random.choice(self._statuses)
+            elif self._resets:
+                attempt.fault = self._resets.popleft()
+                kind, status = self._random.choice(("reset_request", "reset_response")), 0
+            elif self._stalls:
+                attempt.fault = self._stalls.popleft()
+                kind, status = "stall", 0
+            else:
+                kind, status = "", 0
+            if attempt.fault is not None:
+                attempt.fault.met += 1
+            return kind, delay, status
+
+    def _sender(self, request: web.Request, attempt: Attempt) -> None:
+        """Name ``attempt``'s sender now, or once the connection it came on is named."""
+        if not self.by_socket:
+            attempt.sender = request.headers.get(RUN_HEADER, "")
+            self.senders_seen.add(attempt.sender)
+            return
+        transport = request.transport
+        peer = transport.get_extra_info("peername") if transport is not None else None
+        if transport is None or not peer:
+            return
+        with self._lock:
+            connection = self._connections.get(transport)
+            if connection is None:
+                if len(self._connections) > 1024:
+                    self._connections = {known: found for known, found in self._connections.items()
+                                         if not known.is_closing()}
+                connection = self._connections[transport] = Connection(peer[1])
+                self._unnamed.append(connection)
+            attempt.sender = connection.sender
+            if not connection.sender:
+                connection.unnamed.append(attempt)
+
+    def _name_connections(self) -> None:
+        while self._thread.is_alive():
+            time.sleep(NAMING_PERIOD)
+            with self._lock:
+                if not self._unnamed:
+                    continue
+            owners = socket_owners(self.port, self.processes)
+            with self._lock:
+                waiting = []
+                for connection in self._unnamed:
+                    sender = owners.get(connection.port, "")
+                    if not sender:
+                        if len(connection.unnamed) and time.time() - connection.unnamed[0].started < 5.0:
+                            waiting.append(connection)  # after 5 s it is gone: its sender stays unknown
+                        continue
+                    connection.sender = sender
+                    self.senders_seen.add(sender)
+                    for attempt in connection.unnamed:
+                        attempt.sender = sender
+                    connection.unnamed.clear()
+                self._unnamed = waiting
 
     def _serve(self) -> None:
         asyncio.set_event_loop(self._loop)
@@ -235,14 +382,16 @@ class FaultProxy:
     async def _handle(self, session: ClientSession, request: web.Request) -> web.StreamResponse:
         started = time.monotonic()
         number = next(self._numbers)
-        self.runs_seen.add(request.headers.get(RUN_HEADER, ""))
+        attempt = Attempt("passed", "", time.time())
+        self._sender(request, attempt)
         self.last_request = started
-        kind, delay, status = self._take()
-        attempt = self.attempts[number] = Attempt("passed")
+        kind, delay, status = self._take(attempt)
+        self.attempts[number] = attempt
         try:
             return await self._respond(session, request, number, attempt, kind, delay, status)
         finally:
             attempt.seconds = time.monotonic() - started
+            attempt.answered = time.time()
 
     async def _respond(self, session: ClientSession, request: web.Request, number: int, attempt: Attempt,
                        kind: str, delay: float, status: int) -> web.StreamResponse:
@@ -255,7 +404,9 @@ class FaultProxy:
             attempt.outcome = "injected"
             await asyncio.sleep(delay)
             retry_after = {"Retry-After": "1"} if status == 429 and self._random.random() < 0.5 else {}
-            return web.Response(status=status, text="injected by the chaos proxy\n", headers=retry_after)
+            response = web.Response(status=status, text="injected by the chaos proxy\n", headers=retry_after)
+            await response.prepare(request)
+            return response
         headers = {name: value for name, value in request.headers.items()
                    if name.lower() not in ("host", "content-length", "connection", "transfer-encoding")}
         headers[ATTEMPT_HEADER] = str(number)
@@ -265,6 +416,10 @@ class FaultProxy:
                 status, payload = upstream.status, await upstream.read()
         except (ClientError, TimeoutError, OSError):
             attempt.outcome = "upstream_lost"
+            down = self.receiver_down
+            if down is not None and attempt.fault is None:
+                attempt.fault = down
+                down.met += 1
             return web.Response(status=502, text="the receiver is down\n")
         await asyncio.sleep(delay)
         if kind == "stall":
@@ -277,7 +432,10 @@ class FaultProxy:
             await response.prepare(request)
             await response.write(b"o")
             return self._abort(request, response)
-        return web.Response(status=status, body=payload)
+        response = web.Response(status=status, body=payload)
+        await response.prepare(request)
+        await response.write_eof()  # the answer is on its way before ``answered`` is taken
+        return response
 
     @staticmethod
     def _abort(request: web.Request, response: web.StreamResponse | None = None) -> web.StreamResponse:
@@ -355,19 +513,20 @@ class ReceiverProcess:
 @dataclass
 class EgressRun:
     """One pipeline's ``egress run --until-drained`` process (or cluster worker), restartable;
-    ``command(run)`` gives the command line of its ``run``-th start. ``events`` logs the wall
-    times of its kills and stops."""
+    ``command(run)`` gives the command line of its ``run``-th start. ``kills`` and ``stops`` log
+    what was done to it; ``processes`` (shared with the proxy) maps each started pid to its label."""
 
     name: str
     state: Path
     log: Path
     command: Callable[[int], list[str]]
+    processes: dict[int, str]
     process: subprocess.Popen[bytes] | None = None
     runs: int = 0
     done: bool = False
     finished: float = 0.0  # monotonic time of its exit 0
     kills: list[Kill] = field(default_factory=list)
-    stops: list[tuple[float, float]] = field(default_factory=list)
+    stops: list[Stop] = field(default_factory=list)
     progressed: Callable[[EgressRun], bool] = lambda run: True
     stopped: bool = False  # SIGSTOPped, its SIGCONT still to come
     started: float = 0.0  # monotonic time of the current run's start
@@ -381,10 +540,12 @@ class EgressRun:
             self.process = subprocess.Popen(self.command(self.runs), cwd=ROOT, stdout=output,
                                             stderr=subprocess.STDOUT, preexec_fn=die_with_the_harness)
         self.runs += 1
+        self.processes[self.process.pid] = self.label
 
     @property
     def label(self) -> str:
-        """The current run's name in the ``X-Chaos-Run`` header: ``NAME/RUN``."""
+        """The current run's name, ``NAME/RUN``: its ``X-Chaos-Run`` header, or (cluster workers) the
+        proxy's name for the sender of its connections."""
         return f"{self.name}/{self.runs - 1}"
 
     def running(self) -> bool:
@@ -413,11 +574,207 @@ def state_signature(state: Path) -> tuple[tuple[int, int], ...]:
 
 @dataclass
 class Kill:
-    """A SIGKILL: when (wall time, reaped), which run, and the flights keys then in flight."""
+    """A SIGKILL: when (wall time, reaped), of which run (label), and the flights keys it left in
+    its committed, unacknowledged outbox (``None``: not read, a retryable run)."""
 
     time: float
-    run: int
-    in_flight: set[str] | None  # None: not read (a retryable run, or a cluster worker)
+    label: str
+    in_flight: set[str] | None
+
+
+@dataclass
+class Stop:
+    """A SIGSTOP of run ``label`` from ``stopped`` to ``resumed`` (wall times)."""
+
+    label: str
+    stopped: float
+    resumed: float
+
+
+# -- the schedule --------------------------------------------------------------------------------
+
+
+OUTAGE_KINDS = ("receiver_kill", "http_5xx", "http_429")
+FLIGHTS_KILL = "flights_kill"  # the kill that follows an outage: egress_kill, or worker_kill with --cluster
+DURATIONS = {"egress_stop": (0.2, 1.5), "receiver_kill": (0.2, 1.5), "http_5xx": (0.3, 2.0),
+             "http_429": (0.3, 2.0), "slow": (1.0, 3.0), "nats_restart": (0.2, 1.0)}
+COUNTS = {"stall": (1, 8), "reset": (1, 20)}
+
+
+@dataclass(frozen=True)
+class PlannedFault:
+    """A fault of the schedule: its kind, the seconds after the previous fault, its duration
+    (``DURATIONS``), share of the requests (bursts), count (stalls, resets) and ``pick`` in [0, 1),
+    which of the live targets it hits (the ``int(pick * n)``-th of the ``n`` there are, by label)."""
+
+    kind: str
+    gap: float
+    seconds: float
+    share: float
+    count: int
+    pick: float
+
+
+class Schedule:
+    """The faults of a seed, drawn from ``random.Random(seed)`` alone and the same number of draws
+    per fault, so a seed replays the same kinds, gaps, durations and picks whatever the processes
+    do (which ones are up, how many rounds). After an outage (``OUTAGE_KINDS``) comes a kill of the
+    flights process from inside it to 1.5 s after it."""
+
+    def __init__(self, seed: int, cluster: bool) -> None:
+        self._random = random.Random(seed)
+        self._kinds = [*PROCESS_KINDS, *NETWORK_KINDS, *(CLUSTER_KINDS if cluster else ())]
+        self._outage: float | None = None
+
+    def next(self) -> PlannedFault:
+        rng = self._random
+        gap, kind = rng.uniform(*FAULT_GAP), rng.choice(self._kinds)
+        duration, share, count, pick = rng.random(), rng.random(), rng.random(), rng.random()
+        if self._outage is not None:
+            outage, self._outage = self._outage, None
+            return PlannedFault(FLIGHTS_KILL, 0.2 * outage + duration * (0.8 * outage + 1.5), 0.0, 0.0, 0, pick)
+        low, high = DURATIONS.get(kind, (0.0, 0.0))
+        seconds = low + duration * (high - low)
+        fewest, most = COUNTS.get(kind, (0, 0))
+        if kind in OUTAGE_KINDS:
+            self._outage = seconds
+        return PlannedFault(kind, gap, seconds, 0.3 + 0.7 * share, fewest + int(count * (most - fewest + 1)), pick)
+
+
+# -- the cluster's committed state ---------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Change:
+    """A change of hands of a ``to_json`` partition (its lease's epoch changed, or it lapsed and was
+    taken again) between two polls (wall times), and the keys the old holder left committed and
+    unacknowledged in its outbox (unacknowledged at the first poll, or committed after it): what
+    the next holder sends again."""
+
+    before: float
+    after: float
+    partition: int
+    keys: frozenset[str]
+
+
+@dataclass(frozen=True)
+class Poll:
+    """One poll of the cluster's committed state: when it started (wall time), each ``to_json``
+    partition's lease (owner, epoch), its committed, unacknowledged outbox keys, the highest outbox
+    seq committed and its outbox chunks (stream sequence → ``(seq, key)`` of each message)."""
+
+    started: float
+    leases: dict[int, tuple[str, int]]
+    unacknowledged: dict[int, frozenset[str]]
+    last_seq: dict[int, int]
+    outbox: dict[int, dict[int, tuple[tuple[int, str], ...]]]
+
+    def committed_since(self, earlier: Poll, partition: int) -> frozenset[str]:
+        """The keys of ``partition``'s outbox committed after ``earlier`` saw it."""
+        last = earlier.last_seq.get(partition, 0)
+        return frozenset(key for chunk in self.outbox.get(partition, {}).values() for seq, key in chunk if seq > last)
+
+
+class ClusterWatch:
+    """Reads the pipeline's leases and the flights partitions' committed outboxes from NATS
+    (``NatsEngine``, every :data:`WATCH_PERIOD`, in a thread of its own), records every change of hands with the
+    keys then committed and unacknowledged (:class:`Change`), and tells which keys a killed worker
+    left so (:meth:`left_by`). Acknowledged is read from the committed checkpoint (the sink's
+    ``max_persisted_seq_no`` and the outbox's acknowledged seq) independently of how a starting job
+    loads its outbox, which is what this checks."""
+
+    def __init__(self, url: str, pipeline: str) -> None:
+        self.changes: list[Change] = []
+        self.leases: list[tuple[float, float, dict[int, tuple[str, int]]]] = []  # each poll's (start, end, leases)
+        self.last: Poll | None = None
+        self._seen: dict[int, Poll] = {}
+        self._chunks: dict[int, dict[int, tuple[tuple[int, str], ...]]] = {}  # partition → stream seq → chunk
+        self._scanned: dict[int, int] = {}  # partition → the last stream sequence of its outbox read
+        self._url, self._pipeline = url, pipeline
+        self._stop = threading.Event()
+        self._polled = threading.Condition()
+        self._thread = threading.Thread(target=lambda: asyncio.run(self._watch()), name="cluster-watch", daemon=True)
+        self._thread.start()
+        with self._polled:
+            if not self._polled.wait_for(lambda: self.last is not None, 30):
+                raise RuntimeError("the cluster watch did not read the engine within 30 s")
+
+    async def _watch(self) -> None:
+        from egress.engines.nats.engine import NatsEngine
+
+        engine = NatsEngine([self._url], self._pipeline)
+        await engine.open()
+        try:
+            while not self._stop.is_set():
+                started = time.time()
+                try:
+                    poll = await self._poll(engine, started)
+                except Exception:  # the server is being restarted: the next poll reads it
+                    await asyncio.sleep(0.05)
+                    continue
+                for partition, lease in poll.leases.items():
+                    seen = self._seen.get(partition)  # the last poll that saw the partition held
+                    if seen is not None and seen.leases[partition][1] != lease[1]:
+                        # what the old holder left: unacknowledged at the last poll that saw its
+                        # lease, and committed since (not what the new holder acknowledged since)
+                        self.changes.append(Change(seen.started, time.time(), partition, (
+                            seen.unacknowledged.get(partition, frozenset()) | poll.committed_since(seen, partition))))
+                    self._seen[partition] = poll
+                self.leases.append((poll.started, time.time(), poll.leases))
+                with self._polled:
+                    self.last = poll
+                    self._polled.notify_all()
+                await asyncio.sleep(WATCH_PERIOD)
+        finally:
+            await engine.close()
+
+    async def _poll(self, engine: Any, started: float) -> Poll:
+        """Read the leases, and each partition's checkpoint and the outbox chunks committed since the
+        last poll (chunks never change: each is decoded once, and dropped once acknowledged)."""
+        from egress.engines.nats import records
+        from egress.engines.nats.records import CheckpointRecord
+
+        js, layout = engine._js(), engine._layout  # the committed data itself, not load_checkpoint's view
+        leases = {lease.partition: (lease.owner, lease.epoch) for lease in await engine.leases()
+                  if lease.consumer == FLIGHTS_COMPUTATION}
+        unacknowledged, last_seq, outboxes = {}, {}, {}
+        for partition in leases:
+            stored = await js.last(layout.checkpoint(FLIGHTS_COMPUTATION, partition))
+            record = CheckpointRecord() if stored is None else CheckpointRecord.decode(stored.data)
+            progress = record.sinks.get(FLIGHTS_SINK)
+            low = max(record.acknowledged, progress.max_persisted_seq_no if progress is not None else 0)
+            chunks = self._chunks.setdefault(partition, {})
+            subject = layout.outbox_chunks(FLIGHTS_COMPUTATION, partition)
+            for chunk in await js.scan(subject, self._scanned.get(partition, 0) + 1):
+                self._scanned[partition] = chunk.seq
+                chunks[chunk.seq] = tuple((message.seq, message.message_id.hex().upper())
+                                          for message in records.outbox_chunk_messages(chunk.data)
+                                          if message.row.get("payload") is not None)
+            for done in [seq for seq, chunk in chunks.items() if not chunk or chunk[-1][0] <= low]:
+                del chunks[done]
+            outboxes[partition] = dict(chunks)
+            unacknowledged[partition] = frozenset(key for chunk in chunks.values() for seq, key in chunk if seq > low)
+            last_seq[partition] = record.last_seq
+        return Poll(started, leases, unacknowledged, last_seq, outboxes)
+
+    def left_by(self, worker_id: str, killed: float, *, wait: bool) -> set[str]:
+        """The keys committed and unacknowledged in the partitions ``worker_id`` held, SIGKILLed at
+        ``killed`` (wall time): those of the last poll before the kill and (with ``wait``: the server
+        is up) of the first that started after it, before anyone else can hold them."""
+        before = self.last
+        assert before is not None
+        polls = [before]
+        if wait:
+            with self._polled:
+                if self._polled.wait_for(lambda: self.last is not None and self.last.started > killed, 10):
+                    assert self.last is not None
+                    polls.append(self.last)
+        held = {partition for poll in polls for partition, (owner, _) in poll.leases.items() if owner == worker_id}
+        return {key for poll in polls for partition in held for key in poll.unacknowledged.get(partition, ())}
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join(timeout=10)
 
 
 # -- the pipelines and their expectations --------------------------------------------------------
@@ -496,7 +853,8 @@ class Options:
 class Audit:
     """What the rounds found, summed."""
 
-    faults: Counter[str] = field(default_factory=Counter)
+    faults: Counter[str] = field(default_factory=Counter)  # the faults that met something, by kind
+    unmet: Counter[str] = field(default_factory=Counter)  # proxy faults no request met: not counted
     rounds: int = 0
     expected: int = 0
     delivered: int = 0
@@ -508,9 +866,11 @@ class Audit:
 
     def summary(self, seed: int, seconds: float) -> str:
         faults = ", ".join(f"{kind} {count}" for kind, count in sorted(self.faults.items()))
+        unmet = ", ".join(f"{kind} {count}" for kind, count in sorted(self.unmet.items()))
         duplicates = ", ".join(f"{kind} {count}" for kind, count in sorted(self.duplicates.items()))
         result = "PASS" if not self.failures else f"FAIL ({'; '.join(self.failures)[:600]})"
-        return (f"chaos seed {seed}: {sum(self.faults.values())} faults ({faults}) in {self.rounds} rounds, "
+        return (f"chaos seed {seed}: {sum(self.faults.values())} faults ({faults}"
+                f"{f'; met nothing, not counted: {unmet}' if unmet else ''}) in {self.rounds} rounds, "
                 f"{seconds:.0f} s; delivered {self.delivered} of {self.expected}, lost {self.lost}, "
                 f"unexpected {self.unexpected}, duplicates {sum(self.duplicates.values())} ({duplicates or 'none'}); "
                 f"retryable state {'exact' if not any('retryable' in f for f in self.failures) else 'WRONG'}; "
@@ -519,11 +879,11 @@ class Audit:
 
 
 class Round:
-    """One round: fresh state directories, receiver record and processes, faults until ``budget``
-    is used or the pipelines drain, then the audit."""
+    """One round: fresh state directories, receiver record and processes, faults of ``schedule``
+    until ``budget`` of them met something or the pipelines drain, then the audit."""
 
-    def __init__(self, options: Options, number: int, rng: random.Random, proxy: FaultProxy, audit: Audit) -> None:
-        self.options, self.rng, self.proxy, self.audit = options, rng, proxy, audit
+    def __init__(self, options: Options, number: int, schedule: Schedule, proxy: FaultProxy, audit: Audit) -> None:
+        self.options, self.schedule, self.proxy, self.audit = options, schedule, proxy, audit
         self.directory = options.directory / f"round{number}"
         self.directory.mkdir(parents=True)
         self.nats: Any = None
@@ -532,12 +892,15 @@ class Round:
             self.nats = NatsServer(self.directory / "nats").start()
         self.receiver = ReceiverProcess(self.directory / "received.jsonl")
         self.flights_data, self.expected_keys = write_flights(self.directory, options.rows)
-        retryable_spec, self.expected_totals = write_retryable(self.directory, rng, options.events)
+        data = random.Random(f"{options.seed}:round{number}")  # not the schedule's: rounds do not shift it
+        retryable_spec, self.expected_totals = write_retryable(self.directory, data, options.events)
         self.nats_restarts: list[tuple[float, float]] = []
         self.first_request = 0.0
         self.recoveries: list[tuple[float, Callable[[], None]]] = []  # (monotonic time, the end of a fault)
-        self.inside: float | None = None  # when the next fault is a flights kill inside an outage
-        self.lease_watch: Any = None
+        self.faults: list[Fault] = []
+        self.watch: ClusterWatch | None = None
+        proxy.processes = {}
+        proxy.by_socket = options.cluster
         self.flights: list[EgressRun] = []
         if options.cluster:
             for number_ in range(1, options.workers + 1):
@@ -547,50 +910,57 @@ class Round:
             self.flights.append(self._flights_run("flights", ()))
         self.retryable = EgressRun(
             "retryable", self.directory / "retryable-state", self.directory / "retryable.log",
-            lambda run: egress_command(retryable_spec, self.directory / "retryable-state"),
+            lambda run: egress_command(retryable_spec, self.directory / "retryable-state"), proxy.processes,
             progressed=lambda run: state_signature(run.state) != run.started_signature)
 
     def _flights_run(self, name: str, extra: tuple[str, ...]) -> EgressRun:
         state = self.directory / f"{name}-state"
         dynamic = self.directory / "dynamic.yaml"
         dynamic.write_text(yaml.safe_dump(DYNAMIC_SPEC))
-        if self.options.cluster:  # every worker must run the same Spec: one header value, and progress
-            # is the cluster's (a request at the proxy since the worker started)
-            return EgressRun(name, state, self.directory / f"{name}.log", lambda run: egress_command(
-                flights_spec(self.directory, self.flights_data, self.proxy.port, "cluster/0"), state,
-                "--dynamic-spec", str(dynamic), *extra), progressed=lambda run: self.proxy.last_request > run.started)
+        # every worker of a cluster runs the same Spec, so one header value: the proxy names the
+        # sender by the process that holds the connection instead
         return EgressRun(name, state, self.directory / f"{name}.log", lambda run: egress_command(
-            flights_spec(self.directory, self.flights_data, self.proxy.port, f"{name}/{run}"), state,
-            "--dynamic-spec", str(dynamic), *extra), progressed=lambda run: run.label in self.proxy.runs_seen)
+            flights_spec(self.directory, self.flights_data, self.proxy.port,
+                         "cluster/0" if self.options.cluster else f"{name}/{run}"), state,
+            "--dynamic-spec", str(dynamic), *extra), self.proxy.processes,
+            progressed=lambda run: run.label in self.proxy.senders_seen)
 
     @property
     def runs(self) -> list[EgressRun]:
         return [*self.flights, self.retryable]
 
     def play(self, budget: int) -> int:
-        """Start everything, inject up to ``budget`` faults while something runs; returns how many."""
+        """Start everything, inject faults of the schedule while something runs, until ``budget`` of
+        them met something; returns how many did."""
         self.proxy.upstream_port = self.receiver.start()
         handled = len(self.proxy.attempts)
         if self.options.cluster:  # from the start: the first hand-overs (a worker joining) too
-            from tests.e2e.test_cluster_faults import LeaseWatch
             pipeline = yaml.safe_load((FLIGHTS / "spec.yaml").read_text())["pipeline"]
-            self.lease_watch = LeaseWatch([self.nats.url], pipeline, FLIGHTS_COMPUTATION)
+            self.watch = ClusterWatch(self.nats.url, pipeline)
         for run in self.runs:
             run.start()
         self.wait_for_delivery(handled)
-        injected = 0
-        while injected < budget and not self._finished():
-            inside, self.inside = self.inside, None
-            self.sleep(self.rng.uniform(*FAULT_GAP) if inside is None else max(0.0, inside - time.monotonic()))
-            if self._finished():
+        while not self._finished():
+            met = sum(1 for fault in self.faults if fault.met)
+            if met >= budget:
                 break
-            kind = self._inject(kill_flights=inside is not None)
-            if kind:
-                self.audit.faults[kind] += 1
-                injected += 1
+            if met + sum(1 for fault in self.faults if fault.pending) >= budget:
+                self.sleep(0.05)  # the last faults may yet meet a request, or end having met none
+                continue
+            planned = self.schedule.next()
+            self.sleep(planned.gap)
+            if not self._inject(planned):
+                break
         self.recover(everything=True)
         self.proxy.clear()
-        return injected
+        for fault in self.faults:
+            fault.open = False
+            (self.audit.faults if fault.met else self.audit.unmet)[fault.kind] += 1
+        with (self.directory / "faults.txt").open("w") as listing:
+            for fault in self.faults:
+                listing.write(f"{fault.number} {fault.time:.3f} {fault.kind} {fault.target} met {fault.met}"
+                              f"{fault.note}\n")
+        return sum(1 for fault in self.faults if fault.met)
 
     def later(self, seconds: float, recovery: Callable[[], None]) -> None:
         """Run ``recovery`` (the end of a fault) ``seconds`` from now, while other faults go on."""
@@ -632,60 +1002,76 @@ class Round:
                 run.finished = time.monotonic()
         return all(run.done for run in self.runs)
 
-    def outage(self, seconds: float) -> float:
-        """A failure episode of ``seconds`` begins: the next fault is a SIGKILL of the flights process
-        at a random moment from inside it to 1.5 s after it (failed attempts waiting to be retried
-        while other deliveries are acknowledged and committed: the case at-least-once delivery is
-        hardest on). Returns ``seconds``."""
-        self.inside = time.monotonic() + self.rng.uniform(0.2 * seconds, seconds + 1.5)
-        return seconds
+    def _targets(self, kind: str) -> list[Any]:
+        """What a fault of ``kind`` can hit now, by label (``[]``: nothing yet)."""
+        flights = sorted((run for run in self.flights if run.working()), key=lambda run: run.label)
+        if kind == "egress_kill":
+            return sorted((run for run in self.runs if run.working()), key=lambda run: run.label)
+        if kind == "egress_stop":
+            return sorted((run for run in self.runs if run.working() and not run.stopped), key=lambda run: run.label)
+        if kind in (FLIGHTS_KILL, "worker_kill"):
+            return flights
+        if not flights or (kind == "receiver_kill" and self.receiver.process is None) or (
+                kind == "nats_restart" and self.nats.process is None):
+            return []
+        return ["nats" if kind == "nats_restart" else "receiver" if kind == "receiver_kill" else "proxy"]
 
-    def _inject(self, *, kill_flights: bool = False) -> str:
-        running = [run for run in self.runs if run.working()]
-        flights = [run for run in self.flights if run.working()]
-        if kill_flights and flights:
-            self.kill(self.rng.choice(flights))
-            return "worker_kill" if self.options.cluster else "egress_kill"
-        kinds = ["egress_kill"] if running else []
-        kinds += ["egress_stop"] if any(not run.stopped for run in running) else []
-        if any(run.working() for run in self.flights):
-            kinds += [kind for kind in NETWORK_KINDS if kind != "receiver_kill" or self.receiver.process is not None]
-            if self.options.cluster:
-                kinds += CLUSTER_KINDS
-        if not kinds:
-            return ""
-        kind = self.rng.choice(kinds)
-        if kind in ("egress_kill", "worker_kill"):
-            targets = [run for run in running if kind == "egress_kill" or run in self.flights]
-            self.kill(self.rng.choice(targets or running))
-        elif kind == "egress_stop":
-            self.stop_for_a_while(self.rng.choice([run for run in running if not run.stopped]))
-        elif kind == "receiver_kill":
+    def _inject(self, planned: PlannedFault) -> bool:
+        """Inject ``planned`` once something it can hit is up (waiting meanwhile); ``False`` when the
+        pipelines drained first."""
+        deadline = time.monotonic() + FIRST_REQUEST_TIMEOUT
+        while not (targets := self._targets(planned.kind)):
+            if self._finished():
+                return False
+            if time.monotonic() > deadline:
+                raise HarnessFailure(f"nothing a {planned.kind} can hit within {FIRST_REQUEST_TIMEOUT:g} s")
+            self.sleep(0.02)
+        target = targets[int(planned.pick * len(targets))]
+        kind = planned.kind
+        if kind == FLIGHTS_KILL:
+            kind = "worker_kill" if self.options.cluster else "egress_kill"
+        fault = Fault(len(self.faults) + 1, kind, getattr(target, "label", target), time.time())
+        self.faults.append(fault)
+        if isinstance(target, EgressRun):  # it is working: the fault meets it
+            fault.met = 1
+            if kind == "egress_stop":
+                self.stop_for_a_while(target, planned.seconds)
+            else:
+                fault.note = self.kill(target)
+            return True
+        fault.open = True
+        if kind == "receiver_kill":
             self.receiver.kill()
-            self.later(self.outage(self.rng.uniform(0.2, 1.5)), self.restart_receiver)
-        elif kind == "http_5xx":
-            self.proxy.answer((500, 502, 503), self.outage(self.rng.uniform(0.3, 2.0)), self.rng.uniform(0.3, 1.0))
-        elif kind == "http_429":
-            self.proxy.answer((429,), self.outage(self.rng.uniform(0.3, 2.0)), self.rng.uniform(0.3, 1.0))
+            self.proxy.receiver_down = fault
+            self.later(planned.seconds, lambda: self.restart_receiver(fault))
+            return True
+        if kind in ("http_5xx", "http_429"):
+            self.proxy.answer((500, 502, 503) if kind == "http_5xx" else (429,), planned.seconds, planned.share, fault)
         elif kind == "slow":
-            self.proxy.slow_down(self.rng.uniform(1.0, 3.0))
+            self.proxy.slow_down(planned.seconds, fault)
         elif kind == "stall":
-            self.proxy.stall(self.rng.randint(1, 8))
+            self.proxy.stall(planned.count, fault)
         elif kind == "reset":
-            self.proxy.reset(self.rng.randint(1, 20))
+            self.proxy.reset(planned.count, fault)
         elif kind == "nats_restart":
-            started = time.time()
-            self.nats.kill()
+            fault.met = 1  # every worker's engine meets it
+            self.restart_nats_after(planned.seconds)
+        if kind not in ("stall", "reset"):
+            self.later(planned.seconds, lambda: setattr(fault, "open", False))
+        return True
 
-            def restart_nats() -> None:
-                self.nats.start()
-                self.nats_restarts.append((started, time.time()))
-            self.later(self.rng.uniform(0.2, 1.0), restart_nats)
-        return kind
+    def restart_nats_after(self, seconds: float) -> None:
+        killed = time.time()
+        self.nats.kill()
 
-    def stop_for_a_while(self, run: EgressRun) -> None:
-        """SIGSTOP ``run``'s process now and SIGCONT it 0.2 to 1.5 s later (unless it was killed since)."""
-        process = run.process
+        def restart_nats() -> None:
+            self.nats.start()
+            self.nats_restarts.append((killed, time.time()))
+        self.later(seconds, restart_nats)
+
+    def stop_for_a_while(self, run: EgressRun, seconds: float) -> None:
+        """SIGSTOP ``run``'s process now and SIGCONT it ``seconds`` later (unless it was killed since)."""
+        process, label = run.process, run.label
         assert process is not None
         started = time.time()
         process.send_signal(signal.SIGSTOP)
@@ -696,24 +1082,34 @@ class Round:
                 process.send_signal(signal.SIGCONT)
             if run.process is process:
                 run.stopped = False
-            run.stops.append((started, time.time()))
-        self.later(self.rng.uniform(0.2, 1.5), resume)
+            run.stops.append(Stop(label, started, time.time()))
+        self.later(seconds, resume)
 
-    def restart_receiver(self) -> None:
+    def restart_receiver(self, fault: Fault) -> None:
         self.proxy.upstream_port = self.receiver.start()
+        self.proxy.receiver_down = None
+        fault.open = False
 
-    def kill(self, run: EgressRun) -> None:
-        """SIGKILL ``run``, read what it left in flight, check its state files, restart it."""
+    def kill(self, run: EgressRun) -> str:
+        """SIGKILL ``run``, read what it left in flight, check its state files, restart it; a note
+        on the keys it left."""
         assert run.process is not None
+        label = run.label
         run.process.send_signal(signal.SIGKILL)
         run.process.wait()
         killed = time.time()
         in_flight = None
-        if run.name == "flights" and (run.state / "egress.sqlite3").exists():
-            in_flight = read_in_flight(run.state).keys  # the committed, unacknowledged outbox: resent
-        run.kills.append(Kill(killed, run.runs - 1, in_flight))
+        if run is not self.retryable:  # the committed, unacknowledged outbox: resent
+            if self.watch is not None:
+                in_flight = self.watch.left_by(run.name, killed, wait=self.nats.process is not None)
+            elif (run.state / "egress.sqlite3").exists():
+                in_flight = read_in_flight(run.state).keys
+            else:
+                in_flight = set()
+        run.kills.append(Kill(killed, label, in_flight))
         self.check_integrity(run.state, f"after a kill of {run.name}")
         run.start()
+        return "" if in_flight is None else f", {len(in_flight)} keys committed and unacknowledged"
 
     def check_integrity(self, state: Path, when: str) -> None:
         self.audit.integrity_checks += 1
@@ -735,8 +1131,8 @@ class Round:
             if run.process is not None:
                 stop_process(run.process)
         self.receiver.kill()
-        if self.lease_watch is not None:
-            self.lease_watch.stop()
+        if self.watch is not None:
+            self.watch.stop()
         if self.nats is not None:
             self.nats.stop()
 
@@ -754,7 +1150,12 @@ class Round:
         records = [orjson.loads(line) for line in self.receiver.record.read_bytes().splitlines() if line]
         delivered = sorted((r for r in records if 200 <= r["status"] <= 299), key=lambda r: r["time"])
         by_key: dict[str, list[dict[str, Any]]] = defaultdict(list)
+        attempted: dict[str, list[Attempt]] = defaultdict(list)  # every recorded attempt of a key
         bodies: dict[str, set[str]] = defaultdict(set)
+        for record in records:
+            attempt = self.attempt_of(record)
+            if attempt is not None:
+                attempted[record["idempotency_key"]].append(attempt)
         for record in delivered:
             by_key[record["idempotency_key"]].append(record)
             bodies[record["idempotency_key"]].add(record["body_sha256"])
@@ -772,43 +1173,48 @@ class Round:
         if changed:
             audit.failures.append(f"{len(changed)} keys sent with several bodies, e.g. {changed[:3]}")
         unexplained = []
+        evidence = Evidence([kill for run in self.flights for kill in run.kills],
+                            [stop for run in self.flights for stop in run.stops],
+                            self.watch.changes if self.watch is not None else [], self.nats_restarts)
         for key, deliveries in by_key.items():
             for before, after in itertools.pairwise(deliveries):
-                cause = self.duplicate_cause(key, before, after)
+                cause = duplicate_cause(key, self.expected_keys.get(key), self.attempt_of(before),
+                                        self.attempt_of(after), attempted[key], evidence)
                 audit.duplicates[cause] += 1
-                if cause == "unexplained":
-                    unexplained.append((key, before["headers"].get(RUN_HEADER), after["headers"].get(RUN_HEADER)))
+                if cause.startswith("unexplained"):
+                    unexplained.append((key, cause, before["headers"].get(ATTEMPT_HEADER),
+                                        after["headers"].get(ATTEMPT_HEADER)))
         if unexplained:
-            audit.failures.append(f"{len(unexplained)} unexplained duplicates (key, run, later run), "
+            audit.failures.append(f"{len(unexplained)} unexplained duplicates (key, why, attempt, later attempt), "
                                   f"e.g. {unexplained[:3]}")
+            self.write_evidence()
 
-    def duplicate_cause(self, key: str, before: dict[str, Any], after: dict[str, Any]) -> str:
-        """Why ``key`` was delivered again after ``before``: the first fault that explains it."""
-        attempt = self.proxy.attempts.get(int(before["headers"].get(ATTEMPT_HEADER, 0)))
-        if attempt is None or attempt.outcome != "passed":
-            return "network"  # the sink never got this 2xx whole
-        if attempt.seconds >= TIMEOUT_SHARE * ATTEMPT_TIMEOUT:
-            return "timeout"
-        first, again = before["time"], after["time"]
-        (name, first_run), (again_name, again_run) = (
-            (label.split("/")[0], int(label.split("/")[1])) for label in (before["headers"][RUN_HEADER],
-                                                                            after["headers"][RUN_HEADER]))
-        for run in self.flights:
-            # a kill of a run from the first delivery's on, before the second's, with the key in flight
-            if name == again_name == run.name and any(
-                    kill.in_flight is not None and first_run <= kill.run < again_run and key in kill.in_flight
-                    for kill in run.kills):
-                return "kill"
-            if any(stopped <= again and resumed >= first for stopped, resumed in run.stops):
-                return "stop"
-        if self.lease_watch is not None:  # its partition changed hands in between (a lease taken over or handed on)
-            partition = self.expected_keys.get(key)
-            if any(changed == partition and first - IN_FLIGHT_SLACK <= changed_before and changed_after <= again
-                   for changed_after, changed_before, changed in self.lease_watch.changes):
-                return "handover"
-        if any(stopped <= again and restarted >= first - IN_FLIGHT_SLACK for stopped, restarted in self.nats_restarts):
-            return "nats"
-        return "unexplained"
+    def write_evidence(self) -> None:
+        """The proxy's attempts, kills, stops and changes of hands into the round's directory
+        (``evidence.jsonl``), to look into a failed audit."""
+        with (self.directory / "evidence.jsonl").open("wb") as out:
+            for number, attempt in self.proxy.attempts.items():
+                out.write(orjson.dumps({"attempt": number, "outcome": attempt.outcome, "sender": attempt.sender,
+                                        "started": attempt.started, "answered": attempt.answered,
+                                        "fault": attempt.fault.number if attempt.fault else None}) + b"\n")
+            for run in self.flights:
+                for kill in run.kills:
+                    out.write(orjson.dumps({"kill": kill.label, "time": kill.time,
+                                            "in_flight": sorted(kill.in_flight or ())}) + b"\n")
+                for stop in run.stops:
+                    out.write(orjson.dumps({"stop": stop.label, "stopped": stop.stopped,
+                                            "resumed": stop.resumed}) + b"\n")
+            for started, ended, leases in self.watch.leases if self.watch is not None else ():
+                out.write(orjson.dumps({"poll": started, "ended": ended, "leases": {
+                    str(partition): list(lease) for partition, lease in leases.items()}}) + b"\n")
+            for change in self.watch.changes if self.watch is not None else ():
+                out.write(orjson.dumps({"change": change.partition, "before": change.before, "after": change.after,
+                                        "keys": sorted(change.keys)}) + b"\n")
+
+    def attempt_of(self, record: dict[str, Any]) -> Attempt | None:
+        """The proxy's :class:`Attempt` of a receiver record (``None``: it names none the proxy made)."""
+        number = record["headers"].get(ATTEMPT_HEADER, "")
+        return self.proxy.attempts.get(int(number)) if number.isdigit() else None
 
     def check_retryable(self) -> None:
         state = self.retryable.state
@@ -823,19 +1229,64 @@ class Round:
             self.audit.failures.append(f"retryable: {len(left)} requests left in retry state")
 
 
+@dataclass
+class Evidence:
+    """What a round recorded of the faults that hit the flights processes: the kills (with the keys
+    each left in flight), the stops, the cluster's changes of hands and the nats-server restarts
+    (wall times killed, restarted)."""
+
+    kills: list[Kill]
+    stops: list[Stop]
+    changes: list[Change]
+    nats_restarts: list[tuple[float, float]]
+
+
+def duplicate_cause(key: str, partition: int | None, first: Attempt | None, again: Attempt | None,
+                    attempted: list[Attempt], evidence: Evidence) -> str:
+    """Why ``key`` (of the ``to_json`` ``partition``) was delivered again by the attempt ``again``
+    after its delivery by ``first`` (``attempted``: every attempt of it the receiver recorded): the
+    first fault whose causal condition holds (``docs/reliability.md``), else ``unexplained``."""
+    if first is None or again is None:
+        return "unexplained (no proxy attempt)"  # not sent through the proxy: nothing can explain it
+    if first.outcome != "passed":
+        return "network"  # the sink never got this 2xx whole
+    if first.seconds >= TIMEOUT_SHARE * ATTEMPT_TIMEOUT:
+        return "timeout"
+    # in the killed run's committed, unacknowledged outbox, sent by it (its request may reach the
+    # proxy after its death) or before its death, and sent again after it
+    if any(kill.in_flight is not None and key in kill.in_flight and kill.time <= again.started
+           and (first.sender == kill.label or first.started <= kill.time) for kill in evidence.kills):
+        return "kill"
+    # the run that sent it again had an attempt of this key in flight while it was stopped
+    if again.sender and any(
+            stop.label == again.sender == attempt.sender and attempt.started <= stop.resumed
+            and attempt.answered >= stop.stopped and attempt.started < again.started
+            for stop in evidence.stops for attempt in attempted):
+        return "stop"
+    # its partition changed hands with the key committed and unacknowledged, before it was sent again
+    for change in evidence.changes:
+        if change.partition == partition and key in change.keys and change.before <= again.started:
+            if any(killed <= change.after and change.before <= restarted + LEASE_TTL
+                   for killed, restarted in evidence.nats_restarts):
+                return "nats"
+            return "handover"
+    return "unexplained"
+
+
 class HarnessFailure(Exception):
     """A run failed in a way that ends the round (exited by itself, did not drain)."""
 
 
 def run_chaos(options: Options) -> Audit:
-    """Inject ``options.faults`` faults over as many rounds as it takes; the audit of them all."""
-    rng = random.Random(options.seed)
+    """Inject ``options.faults`` faults (that met something) over as many rounds as it takes; the
+    audit of them all."""
+    schedule = Schedule(options.seed, options.cluster)
     audit = Audit()
-    proxy = FaultProxy(rng.randrange(2**32))
+    proxy = FaultProxy(random.Random(f"{options.seed}:proxy").randrange(2**32))
     try:
         injected, number = 0, 0
         while injected < options.faults or number == 0:
-            round_ = Round(options, number, rng, proxy, audit)
+            round_ = Round(options, number, schedule, proxy, audit)
             try:
                 started = time.monotonic()
                 injected += round_.play(options.faults - injected)
@@ -843,9 +1294,10 @@ def run_chaos(options: Options) -> Audit:
                 round_.drain()
                 ends = ", ".join(f"{run.name} {run.finished - started:.1f} s" for run in round_.runs)
                 outcomes = Counter(attempt.outcome for attempt in proxy.attempts.values())
+                senders = Counter(attempt.sender or "unknown" for attempt in proxy.attempts.values())
                 print(f"round {number}: first request after {round_.first_request - started:.1f} s, "
                       f"faults until {faulted - started:.1f} s; drained: {ends}; proxy (all rounds): "
-                      f"{dict(outcomes)}", flush=True)
+                      f"{dict(outcomes)}, by sender {dict(sorted(senders.items()))}", flush=True)
                 round_.check()
             except HarnessFailure as failure:
                 audit.failures.append(str(failure))
@@ -853,6 +1305,9 @@ def run_chaos(options: Options) -> Audit:
                 break
             finally:
                 round_.stop()
+            for fault in round_.faults:
+                print(f"  fault {fault.number} {fault.kind} of {fault.target}: "
+                      f"{f'met {fault.met}{fault.note}' if fault.met else 'met nothing (not counted)'}")
             print(f"round {number}: {injected} faults so far, {audit.delivered} flights delivered, "
                   f"{sum(audit.duplicates.values())} duplicates, failures: {len(audit.failures)}", flush=True)
             number += 1
