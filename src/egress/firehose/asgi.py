@@ -14,8 +14,8 @@ from typing import Any
 
 from multidict import CIMultiDict
 
-from egress.firehose.receiver import FirehoseReceiver, Incoming, UnreadableBody
-from egress.http_body import within_deadline
+from egress.firehose.receiver import FirehoseReceiver, Incoming
+from egress.http_body import UnreadableBodyError, within_deadline
 
 Scope = dict[str, Any]
 Receive = Callable[[], Awaitable[dict[str, Any]]]
@@ -54,7 +54,7 @@ class FirehoseASGI:
             while more:
                 message = await receive()
                 if message["type"] == "http.disconnect":
-                    raise UnreadableBody
+                    raise UnreadableBodyError("the client disconnected before the body ended")
                 more = bool(message.get("more_body", False))
                 body = message.get("body", b"")
                 if body:

@@ -158,8 +158,6 @@ class FirehoseReceiver:
             try:
                 async for chunk in request_chunks(request, self.options.body_timeout):
                     yield chunk
-            except UnreadableBodyError:
-                raise UnreadableBody from None
             except ClientClosedError as error:  # counted; nobody will read the answer
                 raise RequestRejected(error.status, str(error)) from None
 
@@ -248,7 +246,7 @@ class FirehoseReceiver:
                 if size > limit or received > options.max_body_bytes:
                     raise RequestRejected(413, p.MSG_PAYLOAD_TOO_LARGE)
                 chunks.append(chunk)
-        except UnreadableBody:
+        except UnreadableBodyError:
             raise RequestRejected(400, p.MSG_CORRUPT_GZIP if gzipped else "unable to read the request body") from None
         except BodyTimeoutError:
             raise RequestRejected(408, p.MSG_REQUEST_TIMEOUT) from None
@@ -274,10 +272,6 @@ class FirehoseReceiver:
             log.info("firehose request %.200r: %d %s", request_id, status, message)
 
 
-class UnreadableBody(Exception):
-    """The server could not decode or frame the request body."""
-
-
 @dataclass(frozen=True)
 class Incoming:
     """One request as :meth:`FirehoseReceiver.answer` needs it, whatever the server framework.
@@ -287,7 +281,8 @@ class Incoming:
     ``content_length`` the declared body size in bytes (``None`` when chunked); ``chunks()`` yields
     the body as received; ``compressed_bytes()`` is ``None`` unless the server already gunzipped the
     body, then the bytes it received so far.
-    ``chunks()`` may raise ``UnreadableBody`` for a body the server could not decode.
+    ``chunks()`` may raise :class:`egress.http_body.UnreadableBodyError` for a body the server could not
+    decode.
     """
 
     method: str
