@@ -106,10 +106,11 @@ class JobSet:
     def blocked(self) -> list[str]:
         """The terminal sink errors that block units, of the running jobs and of those stopped here
         while blocked (one line each)."""
-        now = {unit: job.blocked_error for unit, job in self._jobs_by_unit().items() if job.blocked_error}
+        now = {unit: job.blocked_error for unit, job in self.jobs_by_unit().items() if job.blocked_error}
         return [error for _, error in sorted({**self._blocked_before, **now}.items())]
 
-    def _jobs_by_unit(self) -> dict[Unit, PartitionJob]:
+    def jobs_by_unit(self) -> dict[Unit, PartitionJob]:
+        """The running partition jobs (not the source readers) by unit."""
         return {unit: r.runner for unit, r in self.running.items() if isinstance(r.runner, PartitionJob)}
 
     def ended(self) -> dict[Unit, BaseException | None]:

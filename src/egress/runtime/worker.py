@@ -36,7 +36,6 @@ from egress.errors import SpecError
 from egress.runtime.assignment import Unit, assign, changes, units_of
 from egress.runtime.holds import LEASE, LeaseDeadlines
 from egress.runtime.jobs import JobSet
-from egress.runtime.partition_job import PartitionJob
 
 logger = logging.getLogger(__name__)
 
@@ -157,15 +156,15 @@ class Worker:
         clock = self._clock
         while True:
             now = clock.monotonic()
-            units = list(self._jobs.running)
-            for unit in self._deadlines.lapsed(units, now):
-                job = self._jobs.running[unit].runner
-                if isinstance(job, PartitionJob) and LEASE not in job.holds.causes:
+            jobs = self._jobs.jobs_by_unit()
+            for unit in self._deadlines.lapsed(jobs, now):
+                job = jobs[unit]
+                if LEASE not in job.holds.causes:
                     logger.warning("%s partition %d: its lease lapsed by this worker's clock (no renewal for %g s); "
                                    "its sinks start no delivery until it is renewed", unit[0], unit[1],
                                    self.settings.lease_ttl)
                     job.lease_lapsed(True)
-            await clock.sleep(self._deadlines.next_lapse(units, now))
+            await clock.sleep(self._deadlines.next_lapse(jobs, now))
 
     async def _join(self) -> None:
         """Refuse to join members that run another Spec (checked before anything, by the runner,
@@ -237,8 +236,8 @@ class Worker:
         again, unless the renewal lapsed already by this worker's clock (answered ``lease_ttl``
         or more after it was sent, it proves nothing about now: the next renewal decides)."""
         self._deadlines.renewed(unit, sent_at)
-        job = self._jobs.running[unit].runner
-        if isinstance(job, PartitionJob) and LEASE in job.holds.causes \
+        job = self._jobs.jobs_by_unit().get(unit)
+        if job is not None and LEASE in job.holds.causes \
                 and not self._deadlines.lapsed([unit], self._clock.monotonic()):
             logger.warning("%s partition %d: its lease was renewed; its sinks deliver again", unit[0], unit[1])
             job.lease_lapsed(False)
