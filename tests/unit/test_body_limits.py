@@ -14,14 +14,17 @@ from egress.firehose import ReceiverOptions
 from egress.spec import validate_model
 
 
-@pytest.mark.parametrize(("value", "message"), [(0, "greater than 0"), (-1.5, "greater than 0"),
-                                                 ("soon", "expected a number")])
-def test_a_bad_http_source_body_timeout_is_named_by_path(value: Any, message: str) -> None:
+@pytest.mark.parametrize(("name", "value", "message"), [
+    ("body_timeout", 0, "greater than 0"), ("body_timeout", -1.5, "greater than 0"),
+    ("body_timeout", "soon", "expected a number"),
+    ("max_body_bytes", "2GiB", "2GiB is more than the limit, 1GiB"),
+    ("max_body_bytes", "1 gigabyte", "KiB, MiB, GiB"), ("max_body_bytes", 0, "less than the least")])
+def test_a_bad_http_source_body_limit_is_named_by_path_with_its_fix(name: str, value: Any, message: str) -> None:
     prefix = "sources/hooks/parameters"
     with pytest.raises(SpecErrors) as raised:
-        validate_model(HttpSourceParameters, {"port": 8088, "body_timeout": value}, file="spec.yaml", prefix=prefix)
+        validate_model(HttpSourceParameters, {"port": 8088, name: value}, file="spec.yaml", prefix=prefix)
     (error,) = raised.value.errors
-    assert (error.file, error.path) == ("spec.yaml", f"{prefix}/body_timeout")
+    assert (error.file, error.path) == ("spec.yaml", f"{prefix}/{name}")
     assert message in error.message
 
 
@@ -40,14 +43,3 @@ def test_a_firehose_receiver_body_timeout_must_be_positive(value: float) -> None
 @pytest.mark.parametrize(("value", "size"), [(1024, 1024), ("16MiB", 16 << 20), ("2MB", 2_000_000), ("1GiB", 1 << 30)])
 def test_the_http_source_max_body_bytes_takes_bytes_or_a_size_with_a_unit(value: Any, size: int) -> None:
     assert HttpSourceParameters.model_validate({"port": 8088, "max_body_bytes": value}).max_body_bytes == size
-
-
-@pytest.mark.parametrize(("value", "message"), [("2GiB", "2GiB is more than the limit, 1GiB"),
-                                                 ("1 gigabyte", "KiB, MiB, GiB"), (0, "less than the least")])
-def test_a_bad_http_source_max_body_bytes_names_the_units_and_the_limit(value: Any, message: str) -> None:
-    prefix = "sources/hooks/parameters"
-    with pytest.raises(SpecErrors) as raised:
-        validate_model(HttpSourceParameters, {"port": 8088, "max_body_bytes": value}, file="spec.yaml", prefix=prefix)
-    (error,) = raised.value.errors
-    assert (error.file, error.path) == ("spec.yaml", f"{prefix}/max_body_bytes")
-    assert message in error.message
