@@ -43,7 +43,9 @@ def write_lock_taken(database: Path, timeout: float = PROBE_TIMEOUT) -> bool:
         connection.execute("ROLLBACK")
         return True
     except sqlite3.OperationalError as error:
-        if "locked" not in str(error):
+        # "locking protocol" (SQLITE_PROTOCOL): the stopped process holds a WAL-index lock mid-update,
+        # so the probe's read gave up after SQLite's own retries: the lock is not free either.
+        if "locked" not in str(error) and "locking protocol" not in str(error):
             raise
         return False
     finally:
