@@ -7,7 +7,7 @@ one type. The shape follows httpx: a small tree, named by what went wrong, not b
     ├── SpecError                 a Spec or DynamicSpec is invalid (file, path, fix)
     │   ├── SpecErrors            several found in one pass
     │   ├── SpecMismatchError     the Spec's layout is not the state directory's (also a StateDirectoryError)
-    │   └── ClusterSpecError      a worker's Spec is not the one its cluster's live members run (egress.runtime.worker)
+    │   └── ClusterSpecError      a worker's Spec is not its cluster's live members' (egress.runtime.cluster.worker)
     ├── StateDirectoryError       the state directory cannot be used (busy, another pipeline, unknown version)
     │   └── StateDirectoryFullError  its filesystem is full (egress.engines.storage_errors)
     ├── SourceDataError           a source record does not fit the stream schema (file, line, column)
@@ -26,7 +26,7 @@ one type. The shape follows httpx: a small tree, named by what went wrong, not b
     ├── FencedError               a commit carried a stale epoch (egress.engines.protocols)
     ├── EngineUnavailableError    an engine's server gave no usable answer within its outage timeout (retryable;
     │   │                         egress.engines.protocols); NatsUnavailableError is one too
-    │   └── MembershipLostError   a cluster worker could not renew its membership (egress.runtime.worker)
+    │   └── MembershipLostError   a cluster worker could not renew its membership (egress.runtime.cluster.worker)
     ├── NatsEngineError           the NATS engine cannot reach or use its server (egress.engines.nats)
     │   ├── NatsUnavailableError  no usable answer within outage_timeout (retryable)
     │   └── JetStreamRequestError

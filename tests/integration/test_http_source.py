@@ -26,8 +26,9 @@ from hypothesis import strategies as st
 from egress.connectors.sources.http import HttpSource, HttpSourceParameters
 from egress.receiver import Receiver
 from egress.runtime import Pipeline, RunOptions, load_plan
-from egress.runtime.assignment import assign
+from egress.runtime.cluster.assignment import assign
 from egress.runtime.pipeline import nats_engine_factory
+from egress.runtime.unit import Unit
 from egress.spec import StreamSpec
 from tests import raw_http
 from tests.conftest import ServerFactory, pass_through_spec
@@ -274,12 +275,12 @@ async def post_until(session: aiohttp.ClientSession, url: str, event_id: int, wa
 def reader_alone(prefixes: list[str]) -> list[str]:
     """Two worker ids (``PREFIX-n``) under which the assignment gives the source reader's worker (the
     first) no partition of the computation: both partitions run in the other worker."""
-    units = [("source:input", 0), ("deliver", 0), ("deliver", 1)]
+    units = [Unit.source("input"), Unit.computation("deliver", 0), Unit.computation("deliver", 1)]
     for number in range(1000):
         names = [f"{prefix}-{number}" for prefix in prefixes]
         owners = assign(units, names)
-        reader = owners[("source:input", 0)]
-        if all(owner != reader for unit, owner in owners.items() if unit[0] == "deliver"):
+        reader = owners[Unit.source("input")]
+        if all(owner != reader for unit, owner in owners.items() if unit.name == "deliver"):
             return [reader, next(name for name in names if name != reader)]
     raise AssertionError("no such worker ids")
 

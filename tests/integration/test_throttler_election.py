@@ -17,8 +17,8 @@ import pytest
 
 from egress.clock import RealClock
 from egress.engines.nats import NatsEngine
+from egress.runtime.cluster.throttler_role import CONTROLLER_ROLE, ControllerElection, cluster_throttling
 from egress.runtime.options import RunOptions
-from egress.runtime.throttler_role import CONTROLLER_ROLE, ControllerElection, cluster_throttling
 from egress.spec import DynamicSpec
 from egress.throttler import Throttling
 from tests.nats_server import NatsServer

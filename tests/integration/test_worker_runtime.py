@@ -26,9 +26,10 @@ from egress.engines import Engine, EngineUnavailableError, EpochCommit, MemberIn
 from egress.keys import derived_message_id, idempotency_key, source_message_id, source_scope
 from egress.receiver import Receiver, ReceiverConfig
 from egress.runtime import EngineFactory, Pipeline, RunOptions, RunResult, load_plan
+from egress.runtime.cluster.worker import ClusterSpecError
 from egress.runtime.layout import LAYOUT_KEY
 from egress.runtime.pipeline import nats_engine_factory, shared_sqlite_engine
-from egress.runtime.worker import ClusterSpecError
+from egress.runtime.unit import Unit
 from tests.conftest import ServerFactory, payload_spec
 from tests.sqlite_pause import pause_outside_write_transaction
 
@@ -306,8 +307,8 @@ async def test_an_engine_outage_met_by_one_job_stops_only_that_job_and_its_unit_
     assert engine.outages == 1
     assert engine.commits_after > 0  # the unit was taken again and committed
     assert worker.worker is not None
-    assert [unit for unit, _ in worker.worker.lost] == [("deliver", 0)]
-    assert [unit for unit, _ in worker.worker.taken].count(("deliver", 0)) == 2
+    assert [unit for unit, _ in worker.worker.lost] == [Unit.computation("deliver", 0)]
+    assert [unit for unit, _ in worker.worker.taken].count(Unit.computation("deliver", 0)) == 2
     assert set(receiver.stats.delivered_keys) == expected_keys(cluster, count)
 
 

@@ -10,7 +10,8 @@ import sys
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from egress.runtime.assignment import Unit, assign, changes, units_of, weight
+from egress.runtime.cluster.assignment import assign, changes, units_of, weight
+from egress.runtime.unit import Unit
 
 SETTINGS = settings(max_examples=int(os.environ.get("EGRESS_HYPOTHESIS_EXAMPLES", "60")), deadline=None)
 MEMBER_IDS = st.text("abcdefghij0123456789-:", min_size=1, max_size=12)
@@ -21,8 +22,8 @@ CASES = 500
 
 def pipeline_units(count: int) -> list[Unit]:
     """``count`` units like a pipeline's: one source reader and partitions of two computations."""
-    units: list[Unit] = [("source:events", 0)]
-    units += [("deliver" if i % 2 else "enrich", i // 2) for i in range(count)]
+    units: list[Unit] = [Unit.source("events")]
+    units += [Unit.computation("deliver" if i % 2 else "enrich", i // 2) for i in range(count)]
     return units[:count]
 
 
@@ -83,13 +84,15 @@ def test_no_member_no_owner() -> None:
 
 def test_the_weight_is_the_same_in_another_process() -> None:
     """BLAKE2b, not ``hash()``: another interpreter (another PYTHONHASHSEED) computes the same."""
-    code = "from egress.runtime.assignment import weight; print(weight(('deliver', 3), 'host-1:42'))"
+    code = ("from egress.runtime.cluster.assignment import weight; from egress.runtime.unit import Unit; "
+            "print(weight(Unit.computation('deliver', 3), 'host-1:42'))")
     other = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
                            env={**os.environ, "PYTHONHASHSEED": "12345"})
-    assert int(other.stdout) == weight(("deliver", 3), "host-1:42")
+    assert int(other.stdout) == weight(Unit.computation("deliver", 3), "host-1:42")
 
 
 def test_changes_take_what_is_desired_and_hand_over_what_is_not() -> None:
-    step = changes(desired={("a", 0), ("a", 1)}, running={("a", 1), ("a", 2), ("a", 3)}, stopping={("a", 3)})
-    assert step.take == {("a", 0)}
-    assert step.hand_over == {("a", 2)}
+    a = [Unit.computation("a", partition) for partition in range(4)]
+    step = changes(desired={a[0], a[1]}, running={a[1], a[2], a[3]}, stopping={a[3]})
+    assert step.take == {a[0]}
+    assert step.hand_over == {a[2]}

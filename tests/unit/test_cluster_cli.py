@@ -14,8 +14,8 @@ from typer.testing import CliRunner
 from egress.cli.main import app
 from egress.cli.processes import ProcessesRun, exit_code, merge_reports
 from egress.runtime import load_plan
+from egress.runtime.cluster.worker import spec_digest
 from egress.runtime.options import EngineChoice, parse_engine
-from egress.runtime.pipeline import spec_digest
 from tests.conftest import payload_spec
 
 

@@ -5,14 +5,15 @@ from __future__ import annotations
 from pathlib import Path
 
 from egress.engines import LeaseInfo
-from egress.runtime.drained import outstanding_work, source_is_finished
+from egress.runtime.cluster.drained import outstanding_work, source_is_finished
+from egress.runtime.unit import Unit
 from tests.unit.test_layout import inventory, plan_of
 
-SOURCE = ("source:events_jsonl", 0)
+SOURCE = Unit.source("events_jsonl")
 
 
-def lease(epoch: int, unit: tuple[str, int] = SOURCE) -> LeaseInfo:
-    return LeaseInfo(unit[0], unit[1], "worker-a", epoch, 5.0)
+def lease(epoch: int, unit: Unit = SOURCE) -> LeaseInfo:
+    return LeaseInfo(unit.consumer, unit.partition, "worker-a", epoch, 5.0)
 
 
 def test_a_source_is_finished_when_its_flag_is_the_epoch_of_its_live_lease() -> None:

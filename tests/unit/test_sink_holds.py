@@ -28,11 +28,11 @@ from egress.engines import Checkpoint, EpochCommit, KeyedState, LogMessage, Memb
 from egress.keys import encode_key
 from egress.observe import Metrics, StatusTree
 from egress.runtime import RunOptions, load_plan
-from egress.runtime.assignment import Unit
+from egress.runtime.cluster.worker import Worker, WorkerSettings
 from egress.runtime.holds import COMMIT, LEASE, LeaseDeadlines
 from egress.runtime.jobs import JobSet
 from egress.runtime.partition_job import PartitionJob
-from egress.runtime.worker import Worker, WorkerSettings
+from egress.runtime.unit import Unit
 from tests.conftest import payload_spec
 from tests.unit.test_http_sink_delivery import Outcome, ScriptedTransport
 
@@ -41,7 +41,7 @@ MESSAGES = 40
 WINDOW = 4  # deliveries started at once: one connection, the sink's send window per connection
 TTL = 4.0
 HEARTBEAT = 1.0
-UNIT: Unit = ("deliver", 0)
+UNIT = Unit.computation("deliver", 0)
 
 
 class Gate:
@@ -137,7 +137,7 @@ class Setup:
         self.metrics = Metrics()
 
     def job(self, unit: Unit = UNIT) -> PartitionJob:
-        return PartitionJob(self.computation, unit[1], streams=self.streams, partition_count=1,
+        return PartitionJob(self.computation, unit.partition, streams=self.streams, partition_count=1,
                             engine=self.engine, clock=self.clock, metrics=self.metrics,  # type: ignore[arg-type]
                             status=StatusTree(), options=RunOptions(), notify_downstream=lambda slots: None)
 

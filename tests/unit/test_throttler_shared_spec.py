@@ -1,5 +1,5 @@
 """DynamicSpec ``throttlers`` spread across cluster workers through the engine's metadata
-(``egress.runtime.throttler_role.SharedThrottlers``), on a real SQLite engine."""
+(``egress.runtime.cluster.throttler_role.SharedThrottlers``), on a real SQLite engine."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ import pytest
 
 from egress.clock import VirtualClock
 from egress.engines import SqliteEngine
-from egress.runtime.throttler_role import SPEC_KEY, SharedThrottlers
+from egress.runtime.cluster.throttler_role import SPEC_KEY, SharedThrottlers
 from egress.spec.models import DynamicSpec
 from egress.throttler import Throttling
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from egress.engines import MemberInfo
-from egress.runtime.worker import ClusterSpecError, refuse_joined_later
+from egress.runtime.cluster.worker import ClusterSpecError, refuse_joined_later
 
 
 def member(worker_id: str, digest: str, started_at: float) -> MemberInfo:

@@ -33,11 +33,11 @@ from egress.errors import EgressError, ProcessFunctionError, SourceDataError, Sp
 from egress.observe.logs import add_secret, bind_log_context, secrets_of_spec
 from egress.observe.status import egress_version
 from egress.runtime import EngineFactory, Pipeline, RunOptions, RunResult, load_plan
+from egress.runtime.cluster.worker import default_worker_id
 from egress.runtime.collector import tune_for_run
 from egress.runtime.layout import check_recorded_layout, way_out
 from egress.runtime.options import EngineChoice, parse_engine
 from egress.runtime.pipeline import DYNAMIC_SPEC_STATUS, nats_engine_factory, shared_sqlite_engine, sqlite_engine
-from egress.runtime.worker import default_worker_id
 
 app = typer.Typer(add_completion=False, no_args_is_help=True,
                   help="egress: deliver event streams to the outside world, reliably.\n\nExit codes:\n\n"

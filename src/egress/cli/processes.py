@@ -35,9 +35,9 @@ from rich.console import Console
 
 from egress.cli.exit_codes import EXIT_CODES
 from egress.runtime import Plan
+from egress.runtime.cluster.worker import default_worker_id
 from egress.runtime.options import EngineChoice
 from egress.runtime.pipeline import check_state_directory
-from egress.runtime.worker import default_worker_id
 
 console = Console(stderr=True, soft_wrap=True)
 # A child that ends with one of EXIT_CODES (egress run's) ended as meant; any other end is unexpected:

@@ -5,6 +5,7 @@ from typing import TYPE_CHECKING, Any
 
 from egress.engines.protocols import (
     ROLE_PREFIX,
+    SOURCE_PREFIX,
     AppendsCallback,
     Checkpoint,
     CheckpointStore,
@@ -18,8 +19,10 @@ from egress.engines.protocols import (
     Log,
     LogAppend,
     LogMessage,
+    LogRetention,
     MemberInfo,
     Membership,
+    MessageBus,
     OutboxMessage,
     Ownership,
     SinkProgress,
@@ -41,6 +44,7 @@ def __getattr__(name: str) -> Any:
 
 __all__ = [
     "ROLE_PREFIX",
+    "SOURCE_PREFIX",
     "AppendsCallback",
     "Checkpoint",
     "CheckpointStore",
@@ -54,8 +58,10 @@ __all__ = [
     "Log",
     "LogAppend",
     "LogMessage",
+    "LogRetention",
     "MemberInfo",
     "Membership",
+    "MessageBus",
     "NatsEngine",
     "OutboxMessage",
     "Ownership",

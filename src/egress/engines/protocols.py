@@ -8,9 +8,9 @@ data shapes. ``tests/engines/`` is the conformance suite every engine must pass.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass, field
-from typing import Any, NamedTuple, Protocol
+from typing import Any, NamedTuple, Protocol, runtime_checkable
 
 from egress.errors import EgressError
 
@@ -102,7 +102,7 @@ class EpochCommit:
     @property
     def origin(self) -> str:
         """Who emitted this commit's rows, for errors: ``source 'id'`` or ``computation 'name' partition n``."""
-        source = self.consumer.removeprefix("source:")
+        source = self.consumer.removeprefix(SOURCE_PREFIX)
         if source != self.consumer:
             return f"source {source!r}"
         return f"computation {self.consumer!r} partition {self.partition}"
@@ -195,6 +195,10 @@ class CheckpointStore(Protocol):
         back with the same values and types they were committed with (``bytes`` stay ``bytes``)."""
         ...
 
+
+SOURCE_PREFIX = "source:"
+"""Consumers named ``source:<id>`` are source readers (partition 0); every other consumer but a
+role's is a computation. ``egress.runtime.unit.Unit.consumer`` makes these keys."""
 
 ROLE_PREFIX = "role:"
 """Consumers named ``role:<name>`` are leases of a role, not of a job (the cluster's throttler
@@ -349,6 +353,39 @@ class Engine(Log, CheckpointStore, Ownership, Membership, Protocol):
         best effort (a notification may be lost): the runtime keeps a slow poll as a backstop.
         An engine whose processes cannot see each other's commits never calls it."""
         ...
+
+
+# -- Capabilities ------------------------------------------------------------------------------
+#
+# What some engines can do beyond :class:`Engine`. The runtime asks for a capability one way only:
+# ``isinstance(engine, Capability)`` on these runtime-checkable protocols (an engine has it when
+# it has the members, so an engine declares nothing), never ``isinstance`` on a concrete engine
+# class. Such a check proves only that the members exist, not their signatures: the runtime's
+# tests on each engine (``tests/integration/test_log_retention.py``, the cluster tests) use them.
+
+
+@runtime_checkable
+class LogRetention(Protocol):
+    """An engine whose log the runtime trims (SQLite; NATS purges what its consumers are past by
+    itself): ``egress.runtime.retention`` calls :meth:`trim_log` now and then."""
+
+    async def trim_log(self, readers: Mapping[str, Collection[str]], keep: int = 0) -> int:
+        """Delete the log messages of each stream of ``readers`` (stream → the consumers that read
+        it) that all of them have committed past, but the last ``keep`` of each log partition;
+        returns the batches deleted."""
+        ...
+
+
+@runtime_checkable
+class MessageBus(Protocol):
+    """An engine on a message bus its workers can also talk over (NATS): the cluster's throttler
+    controller is elected among the workers and served on the bus (``egress.runtime.cluster``)."""
+
+    servers: list[str]
+    """The bus's server URLs (``nats://host:port``)."""
+
+    bucket: str
+    """The engine's bucket: it names the pipeline on the bus (the throttler's request subject)."""
 
 
 class FencedError(EgressError, RuntimeError):

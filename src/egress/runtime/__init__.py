@@ -1,4 +1,4 @@
-"""The runtime: plans, partition jobs, epochs and the embedded pipeline runner."""
+"""The runtime: plans, partition jobs, epochs, the pipeline runner and its hosts (embedded, cluster)."""
 
 from typing import TYPE_CHECKING
 
@@ -14,8 +14,9 @@ if TYPE_CHECKING:
         RuntimeContext,
         Timer,
     )
+    from egress.runtime.hosts import RunResult
     from egress.runtime.options import RunOptions
-    from egress.runtime.pipeline import EngineFactory, Pipeline, RunResult
+    from egress.runtime.pipeline import EngineFactory, Pipeline
     from egress.runtime.plan import Plan, build_plan, load_plan
 
 # Exported lazily (PEP 562): importing the package loads a submodule only when one of its names is used,
@@ -31,7 +32,7 @@ _EXPORTS = {
     "RunOptions": "egress.runtime.options",
     "EngineFactory": "egress.runtime.pipeline",
     "Pipeline": "egress.runtime.pipeline",
-    "RunResult": "egress.runtime.pipeline",
+    "RunResult": "egress.runtime.hosts",
     "Plan": "egress.runtime.plan",
     "build_plan": "egress.runtime.plan",
     "load_plan": "egress.runtime.plan",

@@ -24,7 +24,7 @@ from collections.abc import Iterable, Mapping
 
 from egress.connectors.base import Sink
 from egress.engines import SinkProgress
-from egress.runtime.assignment import Unit
+from egress.runtime.unit import Unit
 
 STOPPING = "stopping"
 COMMIT = "commit"

@@ -1,9 +1,8 @@
 """The jobs one process runs, by unit: start one under its lease, stop one, wake them by input.
 
-A unit (``egress.runtime.assignment.Unit``) is a computation's partition, run by a
-:class:`PartitionJob`, or a source, run by a :class:`SourceReader` (``("source:<id>", 0)``). The
-embedded runner starts every unit once; a cluster worker starts and stops units as their leases
-come and go. Both use this set.
+A unit (:class:`egress.runtime.unit.Unit`) is a computation's partition, run by a
+:class:`PartitionJob`, or a source, run by a :class:`SourceReader`. The embedded host starts every
+unit once; a cluster worker starts and stops units as their leases come and go. Both use this set.
 """
 
 from __future__ import annotations
@@ -14,17 +13,13 @@ from dataclasses import dataclass
 
 from egress.observe import Metrics
 from egress.observe.logs import unit_context
-from egress.runtime.assignment import Unit
 from egress.runtime.partition_job import PartitionJob
 from egress.runtime.source_reader import SourceReader
+from egress.runtime.unit import Unit
 
 Runner = PartitionJob | SourceReader
 Slot = tuple[str, int]
 """``(stream, partition)``: a log partition, what a job reads."""
-
-
-def is_source(unit: Unit) -> bool:
-    return unit[0].startswith("source:")
 
 
 @dataclass(slots=True)
@@ -38,7 +33,8 @@ class Running:
 
 class JobSet:
     """The units this process runs. ``make(unit)`` builds a fresh runner for a unit (a job keeps
-    its sinks and state for one run of it only); ``on_change`` is called when a unit's task ends."""
+    its sinks and state for one run of it only); ``on_change`` is called when a unit's task ends.
+    ``input_finished``: every source was read to its end (:meth:`tell_input_finished`)."""
 
     def __init__(self, make: Callable[[Unit], Runner], metrics: Metrics,
                  on_change: Callable[[], None] | None = None) -> None:
@@ -47,6 +43,7 @@ class JobSet:
         self.on_change = on_change
         self.running: dict[Unit, Running] = {}
         self._blocked_before: dict[Unit, str] = {}  # the terminal sink error of a unit stopped here
+        self.input_finished = False
 
     @property
     def jobs(self) -> list[PartitionJob]:
@@ -59,13 +56,14 @@ class JobSet:
     def start(self, unit: Unit, epoch: int) -> Running:
         """Start ``unit`` under the lease held at ``epoch``."""
         runner = self._make(unit)
+        if isinstance(runner, PartitionJob):
+            runner.input_finished = self.input_finished
         self._blocked_before.pop(unit, None)
-        consumer, partition = unit
         # The unit's log context (egress.observe.logs): every record its task logs names it.
-        task = asyncio.create_task(runner.run(epoch=epoch), name=f"{consumer}#{partition}",
-                                   context=unit_context(consumer, partition))
+        task = asyncio.create_task(runner.run(epoch=epoch), name=str(unit),
+                                   context=unit_context(unit.consumer, unit.partition))
         running = self.running[unit] = Running(runner, epoch, task)
-        self._metrics.partition_owned.labels(consumer, str(partition)).set(1)
+        self._metrics.partition_owned.labels(unit.consumer, str(unit.partition)).set(1)
         task.add_done_callback(self._ended)
         return running
 
@@ -96,8 +94,7 @@ class JobSet:
 
     def forget(self, unit: Unit) -> Running | None:
         """Drop ``unit`` from the set (its task has ended or is left to end)."""
-        consumer, partition = unit
-        self._metrics.partition_owned.labels(consumer, str(partition)).set(0)
+        self._metrics.partition_owned.labels(unit.consumer, str(unit.partition)).set(0)
         running = self.running.pop(unit, None)
         if running is not None and isinstance(running.runner, PartitionJob) and running.runner.blocked_error:
             self._blocked_before[unit] = running.runner.blocked_error
@@ -116,6 +113,22 @@ class JobSet:
     def ended(self) -> dict[Unit, BaseException | None]:
         """The units whose task has ended, with what it raised (``None``: it returned)."""
         return {unit: _done_error(r.task) for unit, r in self.running.items() if r.task.done()}
+
+    def tell_input_finished(self) -> None:
+        """Every source is exhausted: jobs (those running, and those started from now on) send
+        partial batches as soon as they catch up."""
+        self.input_finished = True
+        for job in self.jobs:
+            job.input_finished = True
+            job.wake()
+
+    def readers_ended(self) -> bool:
+        """Whether the task of every source reader running here has ended."""
+        return all(r.task.done() for r in self.running.values() if isinstance(r.runner, SourceReader))
+
+    def reader_tasks(self) -> dict[asyncio.Task[None], SourceReader]:
+        """The task of each source reader running here."""
+        return {r.task: r.runner for r in self.running.values() if isinstance(r.runner, SourceReader)}
 
     def wake(self, slots: set[Slot] | None) -> None:
         """Wake the jobs reading any of ``slots`` (``None``: every job)."""

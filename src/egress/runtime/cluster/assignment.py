@@ -1,7 +1,7 @@
 """Which worker of a cluster runs which unit of work: rendezvous hashing with bounded loads.
 
-A **unit** is ``(consumer, partition)``: a computation's partition job (``("deliver", 3)``) or a
-source reader (``("source:events", 0)``), the same pair the engine leases. Every worker computes the
+A **unit** (:class:`egress.runtime.unit.Unit`) is a computation's partition job or a source
+reader, what the engine leases as ``(consumer, partition)``. Every worker computes the
 same assignment from the same inputs (the Spec's units and the live members' ids), so workers agree
 without talking to each other; the leases arbitrate while their views of the members differ.
 
@@ -26,14 +26,13 @@ import hashlib
 from collections.abc import Iterable, Set
 from dataclasses import dataclass
 
-Unit = tuple[str, int]
-"""``(consumer, partition)``: a computation id and partition, or ``("source:<id>", 0)``."""
+from egress.runtime.unit import Unit
 
 
 def weight(unit: Unit, member: str) -> int:
-    """The rendezvous weight of ``unit`` on ``member``: a 64-bit integer from BLAKE2b."""
-    consumer, partition = unit
-    text = f"{consumer}\x00{partition}\x00{member}".encode()
+    """The rendezvous weight of ``unit`` on ``member``: a 64-bit integer from BLAKE2b over the
+    unit's engine key (``Unit.consumer``, partition) and the member's id."""
+    text = f"{unit.consumer}\x00{unit.partition}\x00{member}".encode()
     return int.from_bytes(hashlib.blake2b(text, digest_size=8).digest(), "big")
 
 

@@ -36,13 +36,13 @@ import contextlib
 import json
 import logging
 from collections.abc import Iterator
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from prometheus_client import CollectorRegistry
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
 from egress.clock import Clock
-from egress.engines import ROLE_PREFIX, Engine, LeaseInfo
+from egress.engines import ROLE_PREFIX, Engine, LeaseInfo, MessageBus
 from egress.errors import SpecErrors
 from egress.runtime.options import RunOptions
 from egress.spec import DynamicSpec
@@ -54,9 +54,6 @@ from egress.throttler.nats_transport import (
     NatsTransport,
     request_subject,
 )
-
-if TYPE_CHECKING:
-    from egress.engines.nats import NatsEngine
 
 logger = logging.getLogger(__name__)
 
@@ -286,7 +283,11 @@ class _ElectionCollector:
         yield from (serving, terms)
 
 
-def cluster_throttling(engine: NatsEngine, dynamic: DynamicSpec, clock: Clock, *, file: str | None, worker_id: str,
+class BusEngine(Engine, MessageBus, Protocol):
+    """An engine on a message bus (:class:`~egress.engines.MessageBus`): the election's."""
+
+
+def cluster_throttling(engine: BusEngine, dynamic: DynamicSpec, clock: Clock, *, file: str | None, worker_id: str,
                        options: RunOptions,
                        registry: CollectorRegistry | None) -> tuple[Throttling, ControllerElection]:
     """The :class:`Throttling` (clients over NATS to ``engine``'s pipeline subject) and the

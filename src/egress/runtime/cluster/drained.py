@@ -13,15 +13,15 @@ from __future__ import annotations
 from collections.abc import Set
 
 from egress.engines import CommittedInventory, LeaseInfo
-from egress.runtime.assignment import Unit
 from egress.runtime.plan import Plan
+from egress.runtime.unit import Unit
 
 
 def source_is_finished(flag: str | None, source_unit: Unit, leases: list[LeaseInfo]) -> bool:
     """Whether the source of ``source_unit`` was read to the end under its live lease: ``flag`` is
     its ``source_finished.<id>`` metadata (the epoch that set it)."""
     epochs = {(lease.consumer, lease.partition): lease.epoch for lease in leases}
-    epoch = epochs.get(source_unit)
+    epoch = epochs.get(source_unit.key)
     return flag is not None and epoch is not None and flag == str(epoch)
 
 

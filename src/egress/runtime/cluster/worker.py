@@ -2,7 +2,7 @@
 
 Every ``heartbeat_period`` seconds the worker registers itself (a member for ``lease_ttl``
 seconds) and renews the lease of every unit it runs. Every ``acquire_retry_period`` seconds it
-lists the live members and computes by rendezvous hashing (``egress.runtime.assignment``) the
+lists the live members and computes by rendezvous hashing (``egress.runtime.cluster.assignment``) the
 units it should run: it takes the ones it should run and does not (``try_acquire``; a unit whose
 lease another worker still holds is tried again the next time, until that worker hands it over),
 and hands over the ones it runs and should not: the job finishes its epoch and commits, then the lease is released so
@@ -25,19 +25,31 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import hashlib
 import logging
 import os
 import socket
 from dataclasses import dataclass, field
 
+import orjson
+
 from egress.clock import Clock, event_or_timeout
 from egress.engines import Engine, EngineUnavailableError, FencedError, MemberInfo
 from egress.errors import SpecError
-from egress.runtime.assignment import Unit, assign, changes, units_of
+from egress.runtime.cluster.assignment import assign, changes, units_of
 from egress.runtime.holds import LEASE, LeaseDeadlines
 from egress.runtime.jobs import JobSet
+from egress.runtime.unit import Unit
+from egress.spec import Spec
 
 logger = logging.getLogger(__name__)
+
+
+def spec_digest(spec: Spec) -> str:
+    """The hex BLAKE2b digest of the Spec as loaded (the same in YSON, YAML or JSON, whatever the
+    key order): the workers of one cluster compare it."""
+    text = orjson.dumps(spec.model_dump(mode="json"), option=orjson.OPT_SORT_KEYS)
+    return hashlib.blake2b(text, digest_size=16).hexdigest()
 
 
 def default_worker_id() -> str:
@@ -161,7 +173,7 @@ class Worker:
                 job = jobs[unit]
                 if LEASE not in job.holds.causes:
                     logger.warning("%s partition %d: its lease lapsed by this worker's clock (no renewal for %g s); "
-                                   "its sinks start no delivery until it is renewed", unit[0], unit[1],
+                                   "its sinks start no delivery until it is renewed", unit.consumer, unit.partition,
                                    self.settings.lease_ttl)
                     job.lease_lapsed(True)
             await clock.sleep(self._deadlines.next_lapse(jobs, now))
@@ -223,7 +235,7 @@ class Worker:
             if unit in self._losing:
                 continue
             sent = self._clock.monotonic()
-            renewed = await self._engine.renew(unit[0], unit[1], running.epoch, self.settings.lease_ttl)
+            renewed = await self._engine.renew(unit.consumer, unit.partition, running.epoch, self.settings.lease_ttl)
             if renewed and self._jobs.running.get(unit) is running:
                 self._renewed(unit, sent)
             if not renewed and self._jobs.running.get(unit) is running and unit not in self._handovers:
@@ -239,7 +251,8 @@ class Worker:
         job = self._jobs.jobs_by_unit().get(unit)
         if job is not None and LEASE in job.holds.causes \
                 and not self._deadlines.lapsed([unit], self._clock.monotonic()):
-            logger.warning("%s partition %d: its lease was renewed; its sinks deliver again", unit[0], unit[1])
+            logger.warning("%s partition %d: its lease was renewed; its sinks deliver again",
+                           unit.consumer, unit.partition)
             job.lease_lapsed(False)
 
     def desired(self) -> set[Unit]:
@@ -254,7 +267,8 @@ class Worker:
             self._handovers[unit] = asyncio.create_task(self._hand_over(unit, self.settings.handover_timeout))
         for unit in sorted(step.take):
             sent = self._clock.monotonic()
-            epoch = await self._engine.try_acquire(unit[0], unit[1], self.settings.worker_id, self.settings.lease_ttl)
+            epoch = await self._engine.try_acquire(unit.consumer, unit.partition, self.settings.worker_id,
+                                                   self.settings.lease_ttl)
             if epoch is not None:
                 self._deadlines.renewed(unit, sent)
                 self._jobs.start(unit, epoch)
@@ -268,12 +282,12 @@ class Worker:
         error = await self._jobs.stop(unit, acknowledgements_within=acknowledgements_within)
         try:
             if error is None:
-                await self._engine.release(unit[0], unit[1], epoch)
+                await self._engine.release(unit.consumer, unit.partition, epoch)
             elif not isinstance(error, FencedError | EngineUnavailableError) and self._failure is None:
                 self._failure = error
         except Exception as failed:
-            logger.warning("%s partition %d: release failed (%s); the lease lapses in %s s", unit[0], unit[1],
-                           failed, self.settings.lease_ttl)
+            logger.warning("%s partition %d: release failed (%s); the lease lapses in %s s",
+                           unit.consumer, unit.partition, failed, self.settings.lease_ttl)
         finally:
             self._handovers.pop(unit, None)
             self.notice()
@@ -297,7 +311,8 @@ class Worker:
     def _lose(self, unit: Unit, why: str) -> None:
         # Taken again at the next reconcile (try_acquire gives this worker its own lease back).
         """Stop the job of a unit whose lease is lost (its commits are fenced); it is forgotten once it ends."""
-        logger.warning("%s partition %d: lease lost (%s); its job stops, the worker goes on", unit[0], unit[1], why)
+        logger.warning("%s partition %d: lease lost (%s); its job stops, the worker goes on",
+                           unit.consumer, unit.partition, why)
         self._jobs.ask_to_stop(unit)
         self._losing.add(unit)
         self.lost.append((unit, self._clock.now()))

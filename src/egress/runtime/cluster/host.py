@@ -1,0 +1,167 @@
+"""The cluster host: this process is one worker of a cluster sharing the pipeline's units.
+
+A :class:`~egress.runtime.cluster.worker.Worker` takes and hands over this process's share of the
+units. Jobs of another worker's upstream wake on the engine's append notifications, and every
+``remote_poll_period`` seconds regardless (the notifications are at most once). Every
+``drained_check_period`` seconds the host reads the engine: once every source is finished
+(``source_finished`` metadata of its live lease) the jobs are told, and with ``until_drained`` the
+worker stops once its jobs are idle or blocked and the inventory shows no work outstanding
+anywhere (``egress.runtime.cluster.drained``). On an engine on a message bus with DynamicSpec
+throttlers and no ``--throttler-url`` the workers elect the throttler controller
+(``egress.runtime.cluster.throttler_role``); on a shared SQLite database (``--processes N``) the
+worker running :func:`~egress.runtime.retention.trimming_unit` trims the log.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import socket
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+from egress.engines import Engine, LeaseInfo, MessageBus
+from egress.runtime.cluster.drained import outstanding_work, source_is_finished
+from egress.runtime.cluster.worker import ClusterSpecError, Worker, WorkerSettings, refuse_another_spec, spec_digest
+from egress.runtime.hosts import HostContext, RunResult, plan_units
+from egress.runtime.layout import unreachable_work
+from egress.runtime.retention import log_retention, trim_consumed, trim_periodically, trimming_unit
+from egress.runtime.source_reader import finished_key
+from egress.runtime.unit import Unit
+from egress.spec import DynamicSpec
+from egress.throttler import Throttling
+
+if TYPE_CHECKING:
+    from prometheus_client import CollectorRegistry
+
+    from egress.runtime.cluster.throttler_role import ControllerElection
+
+
+class ClusterHost:
+    """This process's share of the units, as cluster worker ``worker_id``
+    (:class:`~egress.runtime.hosts.Host`). ``status_url`` gives the ``/status`` address other
+    workers show for this one (``None``: no ``--http-port``)."""
+
+    shared = True
+
+    def __init__(self, context: HostContext, worker_id: str, status_url: Callable[[], str | None]) -> None:
+        self._context = context
+        self.worker_id = worker_id
+        self._status_url = status_url
+        self._started_at = 0.0
+        self.worker: Worker | None = None  # while the run runs
+        self.election: ControllerElection | None = None  # on a message bus, with throttlers to serve
+
+    async def join(self, engine: Engine, started_at: float) -> None:
+        """Refuse a Spec other than the live members' (of two with different Specs the later leaves)."""
+        self._started_at = started_at
+        await refuse_another_spec(engine, spec_digest(self._context.plan.spec), self.worker_id,
+                                  self._context.plan.spec_file, started_at)
+
+    def elected_throttling(self, engine: Engine, dynamic: DynamicSpec, *, file: str | None,
+                           registry: CollectorRegistry | None) -> Throttling | None:
+        """On a message bus, with DynamicSpec throttlers and no ``--throttler-url``: the workers
+        elect the controller; the throttling whose clients reach it over the bus."""
+        if not dynamic.throttlers or self._context.options.throttler_url is not None \
+                or not isinstance(engine, MessageBus):
+            return None
+        from egress.runtime.cluster.throttler_role import cluster_throttling
+
+        throttling, self.election = cluster_throttling(
+            engine, dynamic, self._context.clock, file=file, worker_id=self.worker_id,
+            options=self._context.options, registry=registry)
+        return throttling
+
+    def request_stop(self) -> None:
+        if self.worker is not None:
+            self.worker.request_stop()
+
+    async def close(self) -> None:
+        if self.election is not None:
+            await self.election.stop()
+
+    async def source_finished(self, engine: Engine, source_id: str, leases: list[LeaseInfo]) -> bool:
+        """By whichever worker: the ``source_finished`` flag of the reader's live lease."""
+        return source_is_finished(await engine.read_meta(finished_key(source_id)), Unit.source(source_id), leases)
+
+    async def describe(self, engine: Engine | None, leases: list[LeaseInfo]) -> dict[str, Any]:
+        members = [] if engine is None else await engine.members()
+        return {"worker": self.worker_id,
+                "members": [{"worker_id": m.worker_id, **m.details} for m in members],
+                "throttler": None if self.election is None else self.election.status(leases)}
+
+    async def run(self, engine: Engine, result: RunResult) -> None:
+        """Run this worker's share of the units until stopped."""
+        context = self._context
+        self.worker = worker = Worker(engine, context.units, plan_units(context.plan), self._settings(), context.clock)
+        context.units.on_change = worker.notice
+        engine.on_appends(context.units.wake)
+        background = [asyncio.create_task(self._poll_remote_inputs()), asyncio.create_task(self._watch(engine, result))]
+        if self.election is not None:
+            background.append(asyncio.create_task(self.election.run()))
+        retention = log_retention(engine)
+        if retention is not None:  # --processes N: one worker trims the shared log (egress.runtime.retention)
+            trimmer = trimming_unit(context.plan)
+            background.append(asyncio.create_task(trim_periodically(
+                retention, engine.location.name, context.plan, context.options, context.clock,
+                holds=lambda: trimmer in context.units.running)))
+        if context.stop.is_set():
+            worker.request_stop()
+        try:
+            await worker.run()
+        except ClusterSpecError:
+            raise
+        except Exception as error:  # a failure of the pipeline (a job's, or the engine's)
+            result.error = error
+        finally:
+            for task in background:
+                task.cancel()
+            await asyncio.gather(*background, return_exceptions=True)
+        if retention is not None and result.error is None:
+            # Each worker once: what the last epochs consumed.
+            await trim_consumed(retention, context.plan, context.options)
+
+    def _settings(self) -> WorkerSettings:
+        options = self._context.options
+        details: dict[str, object] = {"host": socket.gethostname(), "pid": os.getpid(), "started_at": self._started_at}
+        status_url = self._status_url()
+        if status_url is not None:
+            details["status_url"] = status_url
+        return WorkerSettings(self.worker_id, spec_digest(self._context.plan.spec), lease_ttl=options.lease_ttl,
+                              heartbeat_period=options.heartbeat_period, spec_file=self._context.plan.spec_file,
+                              details=details)
+
+    async def _poll_remote_inputs(self) -> None:
+        """The backstop of the append notifications (at-most-once): wake every job now and then."""
+        while True:
+            await self._context.clock.sleep(self._context.options.remote_poll_period)
+            self._context.units.wake(None)
+
+    async def _watch(self, engine: Engine, result: RunResult) -> None:
+        """Every source finished (from the engine): tell the jobs; then, with ``until_drained``,
+        stop once this worker's jobs are idle or blocked and no work is outstanding anywhere."""
+        context = self._context
+        while not context.stop.is_set():
+            await context.clock.sleep(context.options.drained_check_period)
+            if not await self._sources_finished(engine):
+                continue
+            if not context.units.input_finished:
+                context.units.tell_input_finished()
+            idle = all(j.idle for j in context.units.jobs)
+            if context.options.until_drained and idle and await self._drained(engine, result):
+                result.drained = all(j.blocked_error is None for j in context.units.jobs)
+                context.stop_run()
+
+    async def _sources_finished(self, engine: Engine) -> bool:
+        leases = await engine.leases()
+        for source_id in self._context.plan.sources:
+            if not await self.source_finished(engine, source_id, leases):
+                return False
+        return True
+
+    async def _drained(self, engine: Engine, result: RunResult) -> bool:
+        inventory = await engine.inventory()
+        blocked = {(job.plan.computation_id, job.partition) for job in self._context.units.jobs
+                   if job.blocked_error is not None}
+        result.unreachable = unreachable_work(inventory, self._context.plan)
+        return not outstanding_work(inventory, self._context.plan, blocked) and not result.unreachable
