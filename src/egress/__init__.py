@@ -14,8 +14,7 @@ from egress.runtime.api import (
 )
 from egress.runtime.state import ExternalRow, ExternalStateClient, StateAccessor, StateClient
 from egress.throttler import ThrottlerHandle, ThrottlerNotConfiguredError
-
-__version__ = "0.1.0"
+from egress.version import __version__
 
 __all__ = [
     "ExternalRow",

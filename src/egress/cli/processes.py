@@ -34,10 +34,11 @@ from typing import Any
 from rich.console import Console
 
 from egress.cli.exit_codes import EXIT_CODES
+from egress.engines import Engine
 from egress.runtime import Plan
 from egress.runtime.cluster.worker import default_worker_id
-from egress.runtime.options import EngineChoice
-from egress.runtime.pipeline import check_state_directory
+from egress.runtime.options import EngineChoice, RunOptions
+from egress.runtime.pipeline import check_state_directory, sqlite_engine
 
 console = Console(stderr=True, soft_wrap=True)
 # A child that ends with one of EXIT_CODES (egress run's) ended as meant; any other end is unexpected:
@@ -71,9 +72,7 @@ class ProcessesRun:
 
     def run(self) -> int:
         """Run the children to their end; the exit code of the whole run."""
-        from egress.engines import SqliteEngine
-
-        holder = None if self.engine.is_nats else SqliteEngine(self.state_dir, self.plan.spec.pipeline)
+        holder = None if self.engine.is_nats else sqlite_engine(self.state_dir, self.plan.spec.pipeline, RunOptions())
         service: subprocess.Popen[str] | None = None
         try:
             if holder is not None:
@@ -112,7 +111,7 @@ class ProcessesRun:
         threading.Thread(target=_drain, args=(service,), daemon=True).start()
         return service
 
-    async def _hold(self, holder: Any) -> None:
+    async def _hold(self, holder: Engine) -> None:
         """Open the state directory (its lock, for the whole run) and check the Spec's layout there."""
         from egress.errors import SpecMismatchError
 

@@ -10,6 +10,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from egress.version import __version__
+
 
 @dataclass(frozen=True)
 class StatusEntry:
@@ -54,10 +56,8 @@ class StatusTree:
 
 
 def egress_version() -> str:
-    """The version of the installed egress package (``egress --version``, ``/status``)."""
-    import egress
-
-    return str(egress.__version__)
+    """The version of egress (``egress --version``, ``/status``)."""
+    return __version__
 
 
 def readiness(document: dict[str, Any]) -> dict[str, Any]:
