@@ -25,6 +25,7 @@ import orjson
 import typer
 from rich.console import Console
 
+from egress.engines import SOURCE_PREFIX
 from egress.engines.sqlite import read_state
 from egress.errors import EgressError, StateDirectoryError
 from egress.rows import bytes_as_json, decode_row
@@ -67,7 +68,7 @@ def _process_function_state(found: dict[str, list[tuple[str, str, bytes, bytes]]
                             ) -> Iterator[tuple[str, str, bytes, bytes]]:
     """The internal state rows of ``read_state``'s answer that process functions wrote: a source
     reader's position state (computation ``source:<id>``, docs/sources.md) is the runtime's own."""
-    return (row for row in found["internal"] if not row[0].startswith("source:"))
+    return (row for row in found["internal"] if not row[0].startswith(SOURCE_PREFIX))
 
 
 @app.command()

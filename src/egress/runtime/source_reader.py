@@ -24,6 +24,7 @@ from egress.keys import encode_keys, partitions_of, source_message_id, source_me
 from egress.observe import Metrics
 from egress.runtime.options import RunOptions
 from egress.runtime.plan import SourcePlan
+from egress.runtime.unit import Unit
 
 POSITION = ("", 0)
 INLINE_KEYING = 256
@@ -104,7 +105,7 @@ class SourceReader:
     ) -> None:
         self.plan = plan
         self._scope = source_scope(pipeline, plan.source_id, plan.reads)
-        self.consumer = f"source:{plan.source_id}"
+        self.consumer = Unit.source(plan.source_id).consumer
         self._engine = engine
         self._base_dir = base_dir
         self._partition_count = partition_count
