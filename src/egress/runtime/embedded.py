@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from egress.engines import Engine, LeaseInfo
-from egress.runtime.hosts import HostContext, RunResult, plan_units
+from egress.runtime.hosts import HostContext, RunResult, WorkerView, plan_units
 from egress.runtime.layout import unreachable_work
 from egress.runtime.retention import log_retention, trim_consumed, trim_periodically
 from egress.spec import DynamicSpec
@@ -25,8 +25,6 @@ from egress.throttler import Throttling
 
 if TYPE_CHECKING:
     from prometheus_client import CollectorRegistry
-
-    from egress.runtime.cluster.worker import Worker
 
 logger = logging.getLogger(__name__)
 
@@ -48,7 +46,7 @@ class EmbeddedHost:
     """Every unit in this process (:class:`~egress.runtime.hosts.Host`)."""
 
     shared = False
-    worker: Worker | None = None
+    worker: WorkerView | None = None
 
     def __init__(self, context: HostContext) -> None:
         self._context = context

@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
 from egress.clock import Clock
-from egress.engines import Engine, LeaseInfo
+from egress.engines import Engine, LeaseInfo, MemberInfo
 from egress.runtime.jobs import JobSet
 from egress.runtime.options import RunOptions
 from egress.runtime.plan import Plan
@@ -33,8 +33,6 @@ from egress.throttler import Throttling
 
 if TYPE_CHECKING:
     from prometheus_client import CollectorRegistry
-
-    from egress.runtime.cluster.worker import Worker
 
 
 @dataclass
@@ -76,6 +74,20 @@ class HostContext:
     stop_run: Callable[[], None]
 
 
+class WorkerView(Protocol):
+    """A cluster worker as its run shows it: the live ``members`` it last listed, and the units it
+    ``taken`` and ``lost``, each with when (``clock.now()``)."""
+
+    @property
+    def members(self) -> list[MemberInfo]: ...
+
+    @property
+    def taken(self) -> list[tuple[Unit, float]]: ...
+
+    @property
+    def lost(self) -> list[tuple[Unit, float]]: ...
+
+
 class Host(Protocol):
     """Runs a pipeline's units on an open engine, and tells where they run."""
 
@@ -86,7 +98,7 @@ class Host(Protocol):
         ...
 
     @property
-    def worker(self) -> Worker | None:
+    def worker(self) -> WorkerView | None:
         """This process's cluster worker while it runs (its members, the units it took and lost);
         ``None`` for an embedded run, and before and after a cluster run."""
         ...

@@ -31,7 +31,7 @@ from egress.errors import SpecError, SpecMismatchError
 from egress.observe import Metrics, StatusTree
 from egress.runtime.cluster.host import ClusterHost
 from egress.runtime.embedded import EmbeddedHost
-from egress.runtime.hosts import Host, HostContext, RunResult
+from egress.runtime.hosts import Host, HostContext, RunResult, WorkerView
 from egress.runtime.jobs import JobSet, Runner
 from egress.runtime.layout import LAYOUT_KEY, layout_mismatch, spec_layout, unreachable_work, unrecorded_mismatch
 from egress.runtime.options import RunOptions
@@ -45,7 +45,6 @@ from egress.throttler import THROTTLER_STATE_NAME, Throttling
 
 if TYPE_CHECKING:
     from egress.observe.server import StatusServer
-    from egress.runtime.cluster.worker import Worker
 
 __all__ = ["DYNAMIC_SPEC_STATUS", "EngineFactory", "Pipeline", "RunResult", "check_state_directory",
            "nats_engine_factory", "shared_sqlite_engine", "sqlite_engine"]
@@ -172,7 +171,7 @@ class Pipeline:
         return await self.status_view.document()
 
     @property
-    def worker(self) -> Worker | None:
+    def worker(self) -> WorkerView | None:
         """The cluster worker while a cluster run runs (``None``: embedded, or not running)."""
         return self.host.worker
 
