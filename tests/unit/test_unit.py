@@ -10,12 +10,6 @@ def test_the_consumer_keys_are_the_computation_id_and_source_colon_id() -> None:
     assert Unit.source("events").key == ("source:events", 0)
 
 
-def test_a_consumer_key_reads_back_as_its_unit() -> None:
-    for unit in (Unit.computation("deliver", 3), Unit.source("events"), Unit.computation("source_like", 1)):
-        assert Unit.of_consumer(*unit.key) == unit
-    assert Unit.of_consumer("source:events", 0).is_source
-
-
 def test_units_sort_by_consumer_key_then_partition() -> None:
     units = [Unit.computation("zeta", 0), Unit.source("events"), Unit.computation("deliver", 1),
              Unit.computation("deliver", 0)]

@@ -3,8 +3,8 @@
 A unit is a computation's partition (run by a partition job) or a source (run by its reader,
 always partition 0). The engine knows a unit by its consumer key and partition, the pair it leases
 and commits under: the computation id, or ``source:<id>`` (:data:`egress.engines.SOURCE_PREFIX`).
-:attr:`Unit.consumer` is the one place that key is made, :meth:`Unit.of_consumer` the one place it
-is read back; the keys are the ones state directories and buckets already hold.
+:attr:`Unit.consumer` is the one place the runtime makes that key; the keys are the ones state
+directories and buckets already hold.
 """
 
 from __future__ import annotations
@@ -36,12 +36,6 @@ class Unit:
     @classmethod
     def source(cls, source_id: str) -> Unit:
         return cls("source", source_id, 0)
-
-    @classmethod
-    def of_consumer(cls, consumer: str, partition: int) -> Unit:
-        """The unit the engine's ``(consumer, partition)`` names (see :attr:`consumer`)."""
-        source_id = consumer.removeprefix(SOURCE_PREFIX)
-        return cls.source(source_id) if source_id != consumer else cls.computation(consumer, partition)
 
     @property
     def consumer(self) -> str:
