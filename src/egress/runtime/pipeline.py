@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import asyncio
 import functools
-import logging
 from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -50,8 +49,6 @@ __all__ = ["DYNAMIC_SPEC_STATUS", "EngineFactory", "Pipeline", "RunResult", "che
            "nats_engine_factory", "shared_sqlite_engine", "sqlite_engine"]
 
 DYNAMIC_SPEC_STATUS = "/dynamic_spec"
-
-logger = logging.getLogger(__name__)
 
 EngineFactory = Callable[[Path, str, RunOptions], Engine]
 """Makes a run's engine, not yet opened, from ``(state directory, pipeline name, run options)``."""
