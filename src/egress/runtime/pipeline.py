@@ -45,7 +45,7 @@ from egress.throttler import THROTTLER_STATE_NAME, Throttling
 if TYPE_CHECKING:
     from egress.observe.server import StatusServer
 
-__all__ = ["DYNAMIC_SPEC_STATUS", "EngineFactory", "Pipeline", "RunResult", "check_state_directory",
+__all__ = ["DYNAMIC_SPEC_STATUS", "EngineFactory", "Pipeline", "check_state_directory",
            "nats_engine_factory", "shared_sqlite_engine", "sqlite_engine"]
 
 DYNAMIC_SPEC_STATUS = "/dynamic_spec"
