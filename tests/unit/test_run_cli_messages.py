@@ -88,7 +88,7 @@ async def test_a_dynamic_spec_changed_while_the_run_starts_is_read_and_its_error
     clock = VirtualClock()
     pipeline = Pipeline(load_plan(spec, dynamic), tmp_path / "state", clock=clock)
     dynamic.write_text("computations: {deliver: {sinks: {http: {parameters: {retry_initial_delay: soon}}}}}\n")
-    watching = asyncio.create_task(pipeline._watch_dynamic_spec())
+    watching = asyncio.create_task(pipeline.dynamic_spec.watch())
     await clock.advance(pipeline.options.dynamic_spec_period)
     pipeline.request_stop()
     await clock.advance(pipeline.options.dynamic_spec_period)

@@ -35,9 +35,10 @@ from egress.observe.status import egress_version
 from egress.runtime import EngineFactory, Pipeline, RunOptions, RunResult, load_plan
 from egress.runtime.cluster.worker import default_worker_id
 from egress.runtime.collector import tune_for_run
+from egress.runtime.dynamic_spec import DYNAMIC_SPEC_STATUS
 from egress.runtime.layout import check_recorded_layout, way_out
 from egress.runtime.options import EngineChoice, parse_engine
-from egress.runtime.pipeline import DYNAMIC_SPEC_STATUS, nats_engine_factory, shared_sqlite_engine, sqlite_engine
+from egress.runtime.pipeline import nats_engine_factory, shared_sqlite_engine, sqlite_engine
 
 app = typer.Typer(add_completion=False, no_args_is_help=True,
                   help="egress: deliver event streams to the outside world, reliably.\n\nExit codes:\n\n"

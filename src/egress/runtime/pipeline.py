@@ -26,29 +26,25 @@ import orjson
 from egress.clock import Clock, RealClock, unless_set
 from egress.connectors.dead_letters import DeadLetterFiles
 from egress.engines import Engine, SqliteEngine, StateLocation
-from egress.errors import SpecError, SpecMismatchError
+from egress.errors import SpecMismatchError
 from egress.observe import Metrics, StatusTree
 from egress.runtime.cluster.host import ClusterHost
+from egress.runtime.dynamic_spec import DynamicSpecFile
 from egress.runtime.embedded import EmbeddedHost
 from egress.runtime.hosts import Host, HostContext, RunResult, WorkerView
 from egress.runtime.jobs import JobSet, Runner
 from egress.runtime.layout import LAYOUT_KEY, layout_mismatch, spec_layout, unreachable_work, unrecorded_mismatch
 from egress.runtime.options import RunOptions
 from egress.runtime.partition_job import PartitionJob
-from egress.runtime.plan import Plan, build_plan
+from egress.runtime.plan import Plan
 from egress.runtime.source_reader import DownstreamProgress, SourceReader
 from egress.runtime.status_view import RunState, StatusView
 from egress.runtime.unit import Unit
-from egress.spec import DynamicSpec, load_document, validate_model
+from egress.spec import DynamicSpec
 from egress.throttler import THROTTLER_STATE_NAME, Throttling
 
 if TYPE_CHECKING:
     from egress.observe.server import StatusServer
-
-__all__ = ["DYNAMIC_SPEC_STATUS", "EngineFactory", "Pipeline", "check_state_directory",
-           "nats_engine_factory", "shared_sqlite_engine", "sqlite_engine"]
-
-DYNAMIC_SPEC_STATUS = "/dynamic_spec"
 
 EngineFactory = Callable[[Path, str, RunOptions], Engine]
 """Makes a run's engine, not yet opened, from ``(state directory, pipeline name, run options)``."""
@@ -136,11 +132,10 @@ class Pipeline:
         self._engine_factory = engine_factory
         self.throttling: Throttling | None = None
         self.dead_letters = DeadLetterFiles()  # shared by the sinks: one writer per dead-letter file
-        self.dynamic_spec_error: str | None = None
-        self.dynamic_spec_version = 0
         self.location: StateLocation | None = None  # where the committed data lives, once run() made its engine
-        # The DynamicSpec file as the plan read it (about now): a change while the run starts is still a change.
-        self._dynamic_spec_read = _modified(plan.dynamic_spec_file) if plan.dynamic_spec_file else None
+        # Made now: a change of the file while the run starts is still a change.
+        self.dynamic_spec = DynamicSpecFile(lambda: self.plan, self._apply_dynamic, self.status, clock=self.clock,
+                                            period=self.options.dynamic_spec_period, stop=self._stop)
         context = HostContext(plan, self.units, self.options, self.clock, self._stop, self.request_stop)
         self.host: Host = EmbeddedHost(context) if worker_id is None else \
             ClusterHost(context, worker_id, status_url=self._status_url)
@@ -161,7 +156,17 @@ class Pipeline:
         return None if self.server is None else f"http://{self.server.address}/status"
 
     def _run_state(self) -> RunState:
-        return RunState(self.stopping, self.plan.dynamic_spec_file, self.dynamic_spec_version, self.dynamic_spec_error)
+        return RunState(self.stopping, self.dynamic_spec.file, self.dynamic_spec.version, self.dynamic_spec.error)
+
+    @property
+    def dynamic_spec_version(self) -> int:
+        """How many reloads of the DynamicSpec file were applied."""
+        return self.dynamic_spec.version
+
+    @property
+    def dynamic_spec_error(self) -> str | None:
+        """Why the last reload of the DynamicSpec file was not applied (``None``: it was)."""
+        return self.dynamic_spec.error
 
     async def status_document(self) -> dict[str, Any]:
         """The JSON of ``/status`` (:meth:`StatusView.document`)."""
@@ -219,7 +224,7 @@ class Pipeline:
         try:
             if self.server is not None:
                 await self.server.start()
-            watcher = asyncio.create_task(self._watch_dynamic_spec())
+            watcher = asyncio.create_task(self.dynamic_spec.watch())
             try:
                 await self.host.run(engine, result)
             finally:
@@ -320,52 +325,11 @@ class Pipeline:
         assert self._engine is not None, "units start only while the pipeline runs"
         return self._engine
 
-    # -- DynamicSpec, applied live --------------------------------------------------------------
-
-    async def _watch_dynamic_spec(self) -> None:
-        """Reload the DynamicSpec file when it changes (checked every ``dynamic_spec_period``)."""
-        path = self.plan.dynamic_spec_file
-        if path is None:
-            return
-        last = self._dynamic_spec_read
-        while not self._stop.is_set():
-            await self.clock.sleep(self.options.dynamic_spec_period)
-            current = _modified(path)
-            if current != last:
-                last = current
-                self.reload_dynamic_spec()
-
-    def reload_dynamic_spec(self) -> bool:
-        """Read, check and apply the DynamicSpec file; returns whether it was applied.
-
-        A file that does not load or validate is reported (status path ``/dynamic_spec`` and
-        ``dynamic_spec_error``) and ignored: the parameters in force stay.
-        """
-        file = self.plan.dynamic_spec_file
-        assert file is not None
-        try:
-            dynamic = validate_model(DynamicSpec, load_document(file), file=file)
-            plan = build_plan(self.plan.spec, dynamic, base_dir=self.plan.base_dir, spec_file=self.plan.spec_file,
-                              dynamic_spec_file=file)
-            if self.throttling is not None:
-                self.throttling.reconfigure(dynamic, file=file)
-        except SpecError as error:
-            self.dynamic_spec_error = f"ignored, the previous DynamicSpec stays in force: {error}"
-            self.status.set_error(DYNAMIC_SPEC_STATUS, 0, self.dynamic_spec_error)
-            return False
-        self.dynamic_spec_error = None
-        self.status.clear_error(DYNAMIC_SPEC_STATUS, 0)
+    def _apply_dynamic(self, plan: Plan, dynamic: DynamicSpec) -> None:
+        """Put a reloaded DynamicSpec in force: the throttling's throttlers (which may refuse it
+        with :class:`SpecError`), the plan, every running job's parameters."""
+        if self.throttling is not None:
+            self.throttling.reconfigure(dynamic, file=plan.dynamic_spec_file)
         self.plan = plan
         for job in self.jobs:
             job.apply_dynamic(plan.computations[job.plan.computation_id])
-        self.dynamic_spec_version += 1
-        return True
-
-
-
-def _modified(path: str) -> tuple[float, int] | None:
-    try:
-        stat = Path(path).stat()
-    except OSError:
-        return None
-    return (stat.st_mtime, stat.st_size)

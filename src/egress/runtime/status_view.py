@@ -11,14 +11,13 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from egress.clock import Clock
 from egress.connectors.dead_letters import DeadLetterFiles
 from egress.engines import Engine, LeaseInfo
 from egress.errors import SpecError
 from egress.observe import Metrics, StatusTree
-from egress.observe.dashboard import Dashboard, graph_document
 from egress.observe.status import egress_version, readiness
 from egress.runtime.hosts import Host, plan_units
 from egress.runtime.jobs import JobSet
@@ -27,6 +26,9 @@ from egress.runtime.plan import Plan
 from egress.runtime.unit import Unit
 from egress.spec.models import Spec
 from egress.throttler.models import validate_dynamic_throttlers
+
+if TYPE_CHECKING:
+    from egress.observe.dashboard import Dashboard
 
 
 @dataclass(frozen=True, slots=True)
@@ -43,6 +45,8 @@ class RunState:
 
 def spec_graph(spec: Spec) -> dict[str, Any]:
     """Sources → computations → sinks of ``spec`` (see :func:`~egress.observe.dashboard.graph_document`)."""
+    from egress.observe.dashboard import graph_document  # with the dashboard only: it imports aiohttp
+
     return graph_document(
         sources={source_id: source.source_class_name for source_id, source in spec.sources.items()},
         computations={cid: (c.input_stream_ids, c.output_stream_ids) for cid, c in spec.computations.items()},
@@ -181,7 +185,10 @@ class StatusView:
                 for stream in streams for partition in range(plan.spec.partition_count)}
 
     def dashboard(self) -> Dashboard:
-        """The dashboard: the ``/status`` document, metrics, graph, stream ends and throttlers' limits."""
+        """The dashboard: the ``/status`` document, metrics, graph, stream ends and throttlers' limits
+        (imports aiohttp: made only for ``--http-port``)."""
+        from egress.observe.dashboard import Dashboard
+
         return Dashboard(self._metrics.registry, self._clock, title=f"pipeline {self._plan().spec.pipeline}",
                          status=self.document, graph=lambda: spec_graph(self._plan().spec),
                          ends=self.stream_ends, limits=lambda: throttler_limits(self._plan()))
