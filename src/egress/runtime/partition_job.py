@@ -440,7 +440,7 @@ class PartitionJob:
             sink.distribute([m for m in messages if m.stream == stream])
 
 
-class _EpochGivenUp(Exception):
+class _EpochGivenUp(Exception):  # not an EgressError: control flow caught in this module, never raised out of it
     """The epoch's process function gave up waiting for quota because the job is stopping."""
 
 

@@ -16,6 +16,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from egress.errors import EgressError
 from egress.firehose import protocol as p
 from egress.firehose.retry import INITIAL_BACKOFF_SECONDS, MAX_BACKOFF_SECONDS, MAX_RETRY_DURATION_SECONDS
 from egress.spec import Duration
@@ -28,7 +29,7 @@ KEY_AS_VALUE = ("access_key must be a reference, {env: VARIABLE} or {file: PATH}
                 "(a spec is not a place for secrets)")
 
 
-class AccessKeyUnavailable(ValueError):
+class AccessKeyUnavailable(EgressError):
     """The referenced environment variable is unset or empty, or the file cannot be read or is empty,
     or the key is over 4096 bytes. The message names the variable or file, never a key."""
 
