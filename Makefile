@@ -24,6 +24,7 @@ demo-cluster: venv
 lint: venv
 	$(VENV)/bin/ruff check src tests examples benchmarks
 	$(VENV)/bin/mypy
+	$(VENV)/bin/lint-imports  # the layers drawn in pyproject.toml [tool.importlinter]
 
 test: lint
 	$(PY) -m pytest
