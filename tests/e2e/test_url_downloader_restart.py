@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from egress.cli.state import state_lines
-from tests.test_url_downloader_support import expected_files, free_port, server_log, write_pipeline
+from tests.url_downloader_support import expected_files, free_port, server_log, write_pipeline
 
 REPO = Path(__file__).resolve().parents[2]
 KILLS = 3

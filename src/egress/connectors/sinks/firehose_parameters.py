@@ -2,7 +2,7 @@
 
 Source: Firehose HTTP endpoint spec (seed 002), Firehose's ``HttpEndpointDestinationConfiguration``
 (``BufferingHints.SizeInMBs`` 1..64 default 5, ``IntervalInSeconds`` 0..900 default 300,
-``RetryOptions.DurationInSeconds`` 0..7200) and issue 6. Units are Firehose's: MiB and whole seconds.
+``RetryOptions.DurationInSeconds`` 0..7200) and ``docs/firehose.md``. Units are Firehose's: MiB and whole seconds.
 The access key is never a value in a spec: only a reference to an environment variable or a file,
 read at every attempt (so a rotated file or variable is picked up by the next attempt).
 """
