@@ -54,9 +54,9 @@ one type. The shape follows httpx: a small tree, named by what went wrong, not b
         ├── RequestRejected       a request fails a rule of the receiver's decision table
         └── ResponseNotAccepted   a sender got a response that is not a conforming success
 
-A class with two bases in the tree says "also a" the second; a built-in base is kept only where
-callers catch the built-in (``except ValueError`` around a quota call, ``except KeyError`` around a
-throttler lookup, as ``dict`` and ``float`` do).
+A class with two bases in the tree says "also a" the second. A built-in base is part of the public
+API where a process function may catch it as Python's own: a negative quota amount is a
+``ValueError`` and an unknown throttler name a ``KeyError``, as for ``float`` and ``dict``.
 
 ``tests/unit/test_errors.py`` checks that this tree and the code agree, class by class and parent by parent.
 """
