@@ -14,6 +14,9 @@ import yaml
 from aiohttp import web
 
 from tests.nats_server import NatsCluster, NatsServer, nats_url, stop_nats_server
+from tests.waiting import eventually, eventually_sync, exited
+
+__all__ = ["eventually", "eventually_sync", "exited"]  # every wait of the tests (tests/waiting.py)
 
 REPO = Path(__file__).resolve().parents[1]
 JANUARY = REPO / "examples" / "http_delivery" / "data" / "flights-2013-01.csv.gz"
