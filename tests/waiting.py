@@ -36,16 +36,28 @@ class _NotYet:
         return "nothing (never polled)"
 
 
-def _fail(what: str, timeout: float, last: object) -> AssertionError:
-    return AssertionError(f"timed out after {timeout:g} s waiting for {what}; last seen: {last!r}")
+def _described(condition: Callable[[], object], what: str | None) -> str:
+    """``what``, or else the condition's source text (a lambda's line), so a failure still says what it awaited."""
+    if what:
+        return what
+    try:
+        return " ".join(inspect.getsource(condition).split())
+    except (OSError, TypeError):
+        return repr(condition)
 
 
-def _abandoned(what: str, unless: Abandon | None) -> AssertionError | None:
+def _fail(condition: Callable[[], object], what: str | None, timeout: float, last: object) -> AssertionError:
+    return AssertionError(f"timed out after {timeout:g} s waiting for {_described(condition, what)}; "
+                          f"last seen: {last!r}")
+
+
+def _abandoned(condition: Callable[[], object], what: str | None, unless: Abandon | None) -> AssertionError | None:
     reason = unless() if unless is not None else None
-    return AssertionError(f"gave up waiting for {what}: {reason}") if reason else None
+    return AssertionError(f"gave up waiting for {_described(condition, what)}: {reason}") if reason else None
 
 
-async def eventually(condition: Callable[[], T | Awaitable[T]], *, what: str, timeout: float = TIMEOUT,  # noqa: ASYNC109
+async def eventually(condition: Callable[[], T | Awaitable[T]], *, what: str | None = None,
+                     timeout: float = TIMEOUT,  # noqa: ASYNC109 - a failure guard of a poll, not a call's timeout
                      interval: float = INTERVAL, ignoring: tuple[type[Exception], ...] = (),
                      unless: Abandon | None = None) -> T:
     """Await until ``condition()`` (a plain or an async callable) returns a truthy value; returns it.
@@ -53,14 +65,14 @@ async def eventually(condition: Callable[[], T | Awaitable[T]], *, what: str, ti
     ``timeout`` and ``interval`` are seconds (real time, the event loop's sleep between polls).
     ``ignoring`` lists exceptions of ``condition()`` that mean "not yet" (a server not yet
     listening). ``unless()``, asked before each poll, returns a reason to stop at once (a process
-    exited) or ``None``. Raises :class:`AssertionError` naming ``what`` and the last value seen, on
-    the timeout or on ``unless``'s reason.
+    exited) or ``None``. Raises :class:`AssertionError` naming ``what`` (by default the
+    condition's source text) and the last value seen, on the timeout or on ``unless``'s reason.
     """
     __tracebackhide__ = True
     deadline = time.monotonic() + timeout
     last: object = _NotYet()
     while True:
-        if (given_up := _abandoned(what, unless)) is not None:
+        if (given_up := _abandoned(condition, what, unless)) is not None:
             raise given_up
         try:
             value = condition()
@@ -73,11 +85,11 @@ async def eventually(condition: Callable[[], T | Awaitable[T]], *, what: str, ti
                 return cast(T, value)
             last = value
         if time.monotonic() > deadline:
-            raise _fail(what, timeout, last)
+            raise _fail(condition, what, timeout, last)
         await asyncio.sleep(interval)
 
 
-def eventually_sync(condition: Callable[[], T], *, what: str, timeout: float = TIMEOUT,
+def eventually_sync(condition: Callable[[], T], *, what: str | None = None, timeout: float = TIMEOUT,
                     interval: float = INTERVAL, ignoring: tuple[type[Exception], ...] = (),
                     unless: Abandon | None = None) -> T:
     """Block until ``condition()`` returns a truthy value; returns it. The arguments and the
@@ -87,7 +99,7 @@ def eventually_sync(condition: Callable[[], T], *, what: str, timeout: float = T
     deadline = time.monotonic() + timeout
     last: object = _NotYet()
     while True:
-        if (given_up := _abandoned(what, unless)) is not None:
+        if (given_up := _abandoned(condition, what, unless)) is not None:
             raise given_up
         try:
             value = condition()
@@ -98,7 +110,7 @@ def eventually_sync(condition: Callable[[], T], *, what: str, timeout: float = T
                 return value
             last = value
         if time.monotonic() > deadline:
-            raise _fail(what, timeout, last)
+            raise _fail(condition, what, timeout, last)
         time.sleep(interval)
 
 

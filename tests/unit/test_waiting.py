@@ -40,3 +40,9 @@ def test_eventually_sync_polls_in_blocking_code() -> None:
     assert eventually_sync(lambda: next(counts) == 2, what="two polls")
     with pytest.raises(AssertionError, match="waiting for nothing; last seen: 0"):
         eventually_sync(lambda: 0, what="nothing", timeout=0.05)
+
+
+async def test_without_what_a_failure_names_the_condition_by_its_source() -> None:
+    pending: list[int] = []
+    with pytest.raises(AssertionError, match=r"waiting for .*lambda: len\(pending\) > 2"):
+        await eventually(lambda: len(pending) > 2, timeout=0.05)
