@@ -46,9 +46,11 @@ def _described(condition: Callable[[], object], what: str | None) -> str:
         return repr(condition)
 
 
-def _fail(condition: Callable[[], object], what: str | None, timeout: float, last: object) -> AssertionError:
+def _fail(condition: Callable[[], object], what: str | None, timeout: float, last: object,
+          details: Callable[[], str] | None) -> AssertionError:
+    told = f"\n{details()}" if details is not None else ""
     return AssertionError(f"timed out after {timeout:g} s waiting for {_described(condition, what)}; "
-                          f"last seen: {last!r}")
+                          f"last seen: {last!r}{told}")
 
 
 def _abandoned(condition: Callable[[], object], what: str | None, unless: Abandon | None) -> AssertionError | None:
@@ -59,21 +61,20 @@ def _abandoned(condition: Callable[[], object], what: str | None, unless: Abando
 async def eventually(condition: Callable[[], T | Awaitable[T]], *, what: str | None = None,
                      timeout: float = TIMEOUT,  # noqa: ASYNC109 - a failure guard of a poll, not a call's timeout
                      interval: float = INTERVAL, ignoring: tuple[type[Exception], ...] = (),
-                     unless: Abandon | None = None) -> T:
+                     unless: Abandon | None = None, details: Callable[[], str] | None = None) -> T:
     """Await until ``condition()`` (a plain or an async callable) returns a truthy value; returns it.
 
     ``timeout`` and ``interval`` are seconds (real time, the event loop's sleep between polls).
     ``ignoring`` lists exceptions of ``condition()`` that mean "not yet" (a server not yet
-    listening). ``unless()``, asked before each poll, returns a reason to stop at once (a process
+    listening). ``unless()``, asked after each unmet poll, returns a reason to stop at once (a process
     exited) or ``None``. Raises :class:`AssertionError` naming ``what`` (by default the
-    condition's source text) and the last value seen, on the timeout or on ``unless``'s reason.
+    condition's source text) and the last value seen, then ``details()`` (a log's tail) when given,
+    on the timeout; or ``unless``'s reason.
     """
     __tracebackhide__ = True
     deadline = time.monotonic() + timeout
     last: object = _NotYet()
     while True:
-        if (given_up := _abandoned(condition, what, unless)) is not None:
-            raise given_up
         try:
             value = condition()
             if inspect.isawaitable(value):
@@ -84,14 +85,16 @@ async def eventually(condition: Callable[[], T | Awaitable[T]], *, what: str | N
             if value:
                 return cast(T, value)
             last = value
+        if (given_up := _abandoned(condition, what, unless)) is not None:
+            raise given_up
         if time.monotonic() > deadline:
-            raise _fail(condition, what, timeout, last)
+            raise _fail(condition, what, timeout, last, details)
         await asyncio.sleep(interval)
 
 
 def eventually_sync(condition: Callable[[], T], *, what: str | None = None, timeout: float = TIMEOUT,
                     interval: float = INTERVAL, ignoring: tuple[type[Exception], ...] = (),
-                    unless: Abandon | None = None) -> T:
+                    unless: Abandon | None = None, details: Callable[[], str] | None = None) -> T:
     """Block until ``condition()`` returns a truthy value; returns it. The arguments and the
     failure are :func:`eventually`'s; between polls the thread sleeps (blocking code only, never
     inside a coroutine)."""
@@ -99,8 +102,6 @@ def eventually_sync(condition: Callable[[], T], *, what: str | None = None, time
     deadline = time.monotonic() + timeout
     last: object = _NotYet()
     while True:
-        if (given_up := _abandoned(condition, what, unless)) is not None:
-            raise given_up
         try:
             value = condition()
         except ignoring as error:
@@ -109,8 +110,10 @@ def eventually_sync(condition: Callable[[], T], *, what: str | None = None, time
             if value:
                 return value
             last = value
+        if (given_up := _abandoned(condition, what, unless)) is not None:
+            raise given_up
         if time.monotonic() > deadline:
-            raise _fail(condition, what, timeout, last)
+            raise _fail(condition, what, timeout, last, details)
         time.sleep(interval)
 
 

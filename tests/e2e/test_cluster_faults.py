@@ -46,10 +46,10 @@ from tests.e2e.conftest import (
     receiver_stats,
     release,
     stop_receiver,
-    wait_until,
 )
 from tests.e2e.test_exactly_once import write_pipeline
 from tests.nats_server import NatsCluster, NatsServer
+from tests.waiting import eventually_sync
 
 pytestmark = pytest.mark.e2e
 
@@ -285,7 +285,7 @@ def test_flights_on_three_workers_lose_nothing_through_20_worker_kills_and_a_nat
     wait_for_deliveries(receiver, 1, workers)
 
     def held() -> None:  # the receiver holds the rest: the kill lands mid-delivery
-        wait_until(lambda: receiver_held(receiver), "the receiver holding a request")
+        eventually_sync(lambda: receiver_held(receiver), what="the receiver holding a request")
 
     def answer_more(number: int) -> None:
         hold_after(receiver, receiver_held(receiver) + ANSWERED_PER_KILL)
@@ -377,7 +377,7 @@ def test_retryable_totals_are_exact_through_20_worker_kills_and_a_nats_restart(
     # they wait RETRY_DELAY before their next attempt, so the restart lands while that work is left
     # (a restart after the last response would prove nothing about state).
     torture(workers, own_nats_server, rng, sample, nats_restart_at=RETRYABLE_NATS_RESTART_AT,
-            before_nats_restart=lambda: wait_until(work_left, "requests committed in retry state"))
+            before_nats_restart=lambda: eventually_sync(work_left, what="requests committed in retry state"))
     workers.wait_all()
     totals, retrying = asyncio.run(committed_totals(own_nats_server.url, loaded))
     print(f"\nseed {SEED}: {EVENTS:,} events over {KEYS} keys, {sum(expected.values()):,} bytes of requests; "
@@ -418,7 +418,8 @@ def test_flights_on_a_three_node_cluster_with_r3_streams_lose_nothing_when_the_l
     watch = LeaseWatch(nats_cluster.urls, pipeline, "to_json", replicas=3)  # from the start: the first hand-overs too
     hold_after(receiver, len(expected) // 5)  # then the rest is held: the node is killed mid-delivery
     workers.start_all()
-    wait_until(lambda: receiver_held(receiver), "the receiver holding a request after a fifth of the flights", 120)
+    eventually_sync(lambda: receiver_held(receiver),
+                    what="the receiver holding a request after a fifth of the flights", timeout=120)
     leader = asyncio.run(stream_leader(nats_cluster.urls[0], f"KV_egress_{pipeline}"))
     node = int(leader.removeprefix("n"))
     before = receiver_count(receiver)

@@ -32,7 +32,7 @@ async def test_eventually_treats_an_ignored_exception_as_not_yet_and_stops_at_a_
     with pytest.raises(AssertionError, match="last seen: ConnectionRefusedError"):
         await eventually(refused, what="a listener", timeout=0.05, ignoring=(OSError,))
     with pytest.raises(AssertionError, match="gave up waiting for a listener: it exited"):
-        await eventually(refused, what="a listener", unless=lambda: "it exited")
+        await eventually(refused, what="a listener", ignoring=(OSError,), unless=lambda: "it exited")
 
 
 def test_eventually_sync_polls_in_blocking_code() -> None:
@@ -46,3 +46,8 @@ async def test_without_what_a_failure_names_the_condition_by_its_source() -> Non
     pending: list[int] = []
     with pytest.raises(AssertionError, match=r"waiting for .*lambda: len\(pending\) > 2"):
         await eventually(lambda: len(pending) > 2, timeout=0.05)
+
+
+def test_a_failure_ends_with_the_details_asked_for_then() -> None:
+    with pytest.raises(AssertionError, match=r"last seen: False\nthe log's tail"):
+        eventually_sync(lambda: False, what="a line", timeout=0.05, details=lambda: "the log's tail")
