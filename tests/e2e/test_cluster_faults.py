@@ -228,11 +228,8 @@ def receiver_held(receiver: Receiver) -> int:
 
 
 def wait_for_deliveries(receiver: Receiver, count: int, workers: Workers, timeout: float = 60.0) -> None:
-    deadline = time.monotonic() + timeout
-    while receiver_count(receiver) < count:
-        if time.monotonic() > deadline:
-            pytest.fail(f"fewer than {count} deliveries within {timeout:g} s:\n{workers.log('w1')}")
-        time.sleep(0.02)
+    eventually_sync(lambda: receiver_count(receiver) >= count, what=f"{count} deliveries", timeout=timeout,
+                    interval=0.02, details=lambda: workers.log("w1"))
 
 
 def check_flights(record: Path, expected: dict[str, int], changes: list[tuple[float, float, int]]) -> Delivery:
@@ -358,10 +355,8 @@ def test_retryable_totals_are_exact_through_20_worker_kills_and_a_nats_restart(
     workers = Workers(spec, own_nats_server.url, tmp_path)
     workers_to_stop.append(workers)
     workers.start_all()
-    deadline = time.monotonic() + 60
-    while not sum(asyncio.run(committed_totals(own_nats_server.url, loaded))[0].values()):  # the first response counted
-        assert time.monotonic() < deadline, f"nothing counted within 60 s:\n{workers.log('w1')}"
-        time.sleep(0.1)
+    eventually_sync(lambda: sum(asyncio.run(committed_totals(own_nats_server.url, loaded))[0].values()),
+                    what="the first response counted", timeout=60, interval=0.1, details=lambda: workers.log("w1"))
     counted: dict[int, int] = {}
     pending: list[int] = []
 

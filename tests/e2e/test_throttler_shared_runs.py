@@ -128,10 +128,8 @@ def test_runs_sharing_one_service_keep_the_envelope_at_the_receiver(tmp_path: Pa
     shared = throttlers(limit, period, 0.25, "100ms", max_grant_amount=2)
     with shared_service(tmp_path, shared) as setup:
         setup.runs = start_runs(tmp_path, setup.receiver, shared, setup.port, runs, messages, partitions=2)
-        deadline = time.monotonic() + 60
-        while len(setup.receiver.record.read_text().splitlines()) < limit * period + limit \
-                and time.monotonic() < deadline:
-            time.sleep(0.05)
+        eventually_sync(lambda: len(setup.receiver.record.read_text().splitlines()) >= limit * period + limit,
+                        what=f"{limit * period + limit:g} requests delivered", timeout=60, interval=0.05)
         setup.kill_service()
         setup.start_service()
         wait_all(setup.runs)
