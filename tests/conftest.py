@@ -80,9 +80,7 @@ async def serve_app() -> AsyncIterator[ServerFactory]:
         site = web.TCPSite(runner, "127.0.0.1", 0)
         await site.start()
         runners.append(runner)
-        server = site._server
-        assert server is not None
-        port = server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+        port = runner.addresses[0][1]  # its one site's bound (host, port)
         return f"http://127.0.0.1:{port}"
 
     yield start
