@@ -24,9 +24,9 @@ import pytest
 import yaml
 
 from egress.cli.state import state_lines
+from tests.conftest import REPO
 from tests.waiting import eventually_sync, exited
 
-REPO = Path(__file__).resolve().parents[2]
 EXAMPLE = REPO / "examples" / "retryable_async_request"
 KILLS = 10
 EVENTS = 60_000

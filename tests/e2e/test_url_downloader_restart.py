@@ -13,10 +13,10 @@ from pathlib import Path
 import pytest
 
 from egress.cli.state import state_lines
+from tests.conftest import REPO
 from tests.test_url_downloader_support import expected_files, free_port, server_log, write_pipeline
 from tests.waiting import eventually_sync, exited
 
-REPO = Path(__file__).resolve().parents[2]
 KILLS = 3
 
 pytestmark = pytest.mark.e2e

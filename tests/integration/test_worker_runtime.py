@@ -28,13 +28,12 @@ from egress.runtime import EngineFactory, Pipeline, RunOptions, RunResult, load_
 from egress.runtime.layout import LAYOUT_KEY
 from egress.runtime.pipeline import nats_engine_factory, shared_sqlite_engine
 from egress.runtime.worker import ClusterSpecError
-from tests.conftest import ServerFactory, payload_spec
+from tests.conftest import REPO, ServerFactory, payload_spec
 from tests.sqlite_pause import pause_outside_write_transaction
 from tests.waiting import eventually
 
 pytestmark = pytest.mark.integration
 
-REPO = Path(__file__).resolve().parents[2]
 TTL = 2.0
 HEARTBEAT = 0.5
 OPTIONS = RunOptions(until_drained=True, lease_ttl=TTL, heartbeat_period=HEARTBEAT, remote_poll_period=0.5,
