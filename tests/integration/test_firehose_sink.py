@@ -662,7 +662,7 @@ async def test_a_closed_batch_waits_for_its_boundary_to_be_committed(serve_app: 
     assert (progress.max_persisted_seq_no, progress.sink_state) == (0, b"[3]")
     sink.committed(SinkProgress())  # an older commit, without this boundary: still nothing may go out
     # A batch is started synchronously (a task at once), so this holds now or never, without waiting.
-    assert sink._running == 0, "a batch went out before its boundary was committed"
+    assert sink.in_flight == 0, "a batch went out before its boundary was committed"
     for _ in range(10):  # turns of the loop, not time
         await asyncio.sleep(0)
     assert endpoint.seen == [], "a batch went out before its boundary was committed"
