@@ -23,7 +23,7 @@ Slot = tuple[str, int]
 
 
 @dataclass(slots=True)
-class Running:
+class StartedUnit:
     """A started unit: its ``runner``, the lease ``epoch`` it runs under and its ``task``."""
 
     runner: Runner
@@ -41,7 +41,7 @@ class JobSet:
         self._make = make
         self._metrics = metrics
         self.on_change = on_change
-        self.running: dict[Unit, Running] = {}
+        self.running: dict[Unit, StartedUnit] = {}
         self._blocked_before: dict[Unit, str] = {}  # the terminal sink error of a unit stopped here
         self.input_finished = False
 
@@ -53,7 +53,7 @@ class JobSet:
     def readers(self) -> list[SourceReader]:
         return [r.runner for r in self.running.values() if isinstance(r.runner, SourceReader)]
 
-    def start(self, unit: Unit, epoch: int) -> Running:
+    def start(self, unit: Unit, epoch: int) -> StartedUnit:
         """Start ``unit`` under the lease held at ``epoch``."""
         runner = self._make(unit)
         if isinstance(runner, PartitionJob):
@@ -62,7 +62,7 @@ class JobSet:
         # The unit's log context (egress.observe.logs): every record its task logs names it.
         task = asyncio.create_task(runner.run(epoch=epoch), name=str(unit),
                                    context=unit_context(unit.consumer, unit.partition))
-        running = self.running[unit] = Running(runner, epoch, task)
+        running = self.running[unit] = StartedUnit(runner, epoch, task)
         self._metrics.partition_owned.labels(unit.consumer, str(unit.partition)).set(1)
         task.add_done_callback(self._ended)
         return running
@@ -92,7 +92,7 @@ class JobSet:
         self.forget(unit)
         return error
 
-    def forget(self, unit: Unit) -> Running | None:
+    def forget(self, unit: Unit) -> StartedUnit | None:
         """Drop ``unit`` from the set (its task has ended or is left to end)."""
         self._metrics.partition_owned.labels(unit.consumer, str(unit.partition)).set(0)
         running = self.running.pop(unit, None)
