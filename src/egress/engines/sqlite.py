@@ -15,7 +15,8 @@ rows stay one row per key. Directories of layout versions 1 and 2 (one row per m
 JSON in version 1) are converted on open, in one transaction, and marked version 3, which an egress
 of version 2 cannot read.
 
-Leases (``leases``: owner and expiry beside ``ownership``'s epoch) and cluster members
+Leases (``leases``: owner and expiry beside ``ownership``'s generation, stored in its column
+``epoch``) and cluster members
 (``members``) are tables of the same database; their TTLs are measured on the engine's clock
 (wall-clock seconds, so that processes sharing the database agree). With ``shared=True`` several
 processes work on one state directory: each write transaction (``BEGIN IMMEDIATE``, one writer at a
@@ -392,22 +393,22 @@ class SqliteEngine:
     def _acquire_sync(self, consumer: str, partition: int) -> int:
         assert self._db is not None
         with self._transaction():
-            epoch = self._next_epoch_sync(consumer, partition)
+            generation = self._next_generation_sync(consumer, partition)
             self._write_lease_sync(consumer, partition, "", None)
-        return epoch
+        return generation
 
-    def _next_epoch_sync(self, consumer: str, partition: int) -> int:
-        """Raise the epoch of ``(consumer, partition)`` (inside a write transaction) and return it."""
+    def _next_generation_sync(self, consumer: str, partition: int) -> int:
+        """Raise the generation of ``(consumer, partition)`` (inside a write transaction) and return it."""
         assert self._db is not None
         self._db.execute(
             "INSERT INTO ownership (consumer, partition, epoch) VALUES (?, ?, 1) "
             "ON CONFLICT (consumer, partition) DO UPDATE SET epoch = epoch + 1",
             (consumer, partition),
         )
-        (epoch,) = self._db.execute(
+        (generation,) = self._db.execute(
             "SELECT epoch FROM ownership WHERE consumer = ? AND partition = ?", (consumer, partition)
         ).fetchone()
-        return int(epoch)
+        return int(generation)
 
     def _write_lease_sync(self, consumer: str, partition: int, owner: str, expires_at: float | None) -> None:
         assert self._db is not None
@@ -418,9 +419,9 @@ class SqliteEngine:
         )
 
     def _held_sync(self, consumer: str, partition: int) -> tuple[int, str, float | None] | None:
-        """``(epoch, owner, expires_at)`` of the live lease of ``(consumer, partition)``, ``None``
+        """``(generation, owner, expires_at)`` of the live lease of ``(consumer, partition)``, ``None``
         when it is lapsed, released or was never taken. Directories of earlier versions have
-        epochs without a lease row: those never lapse, like :meth:`acquire`'s."""
+        generations without a lease row: those never lapse, like :meth:`acquire`'s."""
         assert self._db is not None
         row = self._db.execute(
             "SELECT o.epoch, l.owner, l.expires_at, l.consumer IS NOT NULL FROM ownership o LEFT JOIN leases l "
@@ -429,10 +430,10 @@ class SqliteEngine:
         ).fetchone()
         if row is None:
             return None
-        epoch, owner, expires_at, has_lease = row
+        generation, owner, expires_at, has_lease = row
         if has_lease and expires_at is not None and float(expires_at) <= self._clock.now():
             return None
-        return int(epoch), str(owner or ""), None if expires_at is None else float(expires_at)
+        return int(generation), str(owner or ""), None if expires_at is None else float(expires_at)
 
     async def try_acquire(self, consumer: str, partition: int, owner: str, ttl: float) -> int | None:
         """Take the lease of ``(consumer, partition)`` for ``owner`` until ``ttl`` seconds from now
@@ -446,34 +447,34 @@ class SqliteEngine:
             held = self._held_sync(consumer, partition)
             if held is not None and held[1] not in ("", owner):
                 return None
-            epoch = self._next_epoch_sync(consumer, partition)
+            generation = self._next_generation_sync(consumer, partition)
             self._write_lease_sync(consumer, partition, owner, self._clock.now() + ttl)
-        return epoch
+        return generation
 
-    async def renew(self, consumer: str, partition: int, epoch: int, ttl: float) -> bool:
-        """Make the lease held at ``epoch`` lapse ``ttl`` seconds from now; ``False`` when it is not
-        held at ``epoch`` (lapsed, released or taken). Runs on the engine's one thread, between
+    async def renew(self, consumer: str, partition: int, generation: int, ttl: float) -> bool:
+        """Make the lease held at ``generation`` lapse ``ttl`` seconds from now; ``False`` when it is not
+        held at ``generation`` (lapsed, released or taken). Runs on the engine's one thread, between
         commits, so it never fails one."""
-        return await self._call(self._renew_sync, consumer, partition, epoch, ttl)
+        return await self._call(self._renew_sync, consumer, partition, generation, ttl)
 
-    def _renew_sync(self, consumer: str, partition: int, epoch: int, ttl: float) -> bool:
+    def _renew_sync(self, consumer: str, partition: int, generation: int, ttl: float) -> bool:
         assert self._db is not None
         with self._transaction():
             held = self._held_sync(consumer, partition)
-            if held is None or held[0] != epoch:
+            if held is None or held[0] != generation:
                 return False
             self._write_lease_sync(consumer, partition, held[1], self._clock.now() + ttl)
         return True
 
-    async def release(self, consumer: str, partition: int, epoch: int) -> None:
-        """Let the lease held at ``epoch`` lapse now (a no-op when it is not held at ``epoch``):
-        another owner may take it at once, and commits of ``epoch`` are fenced."""
-        await self._call(self._release_sync, consumer, partition, epoch)
+    async def release(self, consumer: str, partition: int, generation: int) -> None:
+        """Let the lease held at ``generation`` lapse now (a no-op when it is not held at ``generation``):
+        another owner may take it at once, and commits of ``generation`` are fenced."""
+        await self._call(self._release_sync, consumer, partition, generation)
 
-    def _release_sync(self, consumer: str, partition: int, epoch: int) -> None:
+    def _release_sync(self, consumer: str, partition: int, generation: int) -> None:
         with self._transaction():
             held = self._held_sync(consumer, partition)
-            if held is not None and held[0] == epoch:
+            if held is not None and held[0] == generation:
                 self._write_lease_sync(consumer, partition, held[1], _RELEASED)
 
     async def leases(self) -> list[LeaseInfo]:
@@ -488,8 +489,8 @@ class SqliteEngine:
             "SELECT o.consumer, o.partition, l.owner, o.epoch, l.expires_at FROM ownership o LEFT JOIN leases l "
             "ON l.consumer = o.consumer AND l.partition = o.partition "
             "WHERE l.expires_at IS NULL OR l.expires_at > ? ORDER BY o.consumer, o.partition", (now,)).fetchall()
-        return [LeaseInfo(str(c), int(p), str(owner or ""), int(epoch), None if at is None else float(at) - now)
-                for c, p, owner, epoch, at in rows]
+        return [LeaseInfo(str(c), int(p), str(owner or ""), int(generation), None if at is None else float(at) - now)
+                for c, p, owner, generation, at in rows]
 
     # -- Membership --------------------------------------------------------------------------
 
@@ -730,7 +731,7 @@ class SqliteEngine:
 
     def _commit_group_sync(self, commits: list[EpochCommit]) -> list[BaseException | None]:
         """Apply ``commits`` in one transaction; each one's outcome (``None``: applied). A commit
-        refused on its own (stale epoch, unstorable row) is rolled back to its savepoint alone."""
+        refused on its own (stale generation, unstorable row) is rolled back to its savepoint alone."""
         if len(commits) == 1:
             return [self._commit_alone(commits[0])]
         db = self._db
@@ -788,7 +789,7 @@ class SqliteEngine:
     def _apply(self, commit: EpochCommit, offsets: dict[tuple[str, int], int]
                ) -> tuple[dict[tuple[str, int], int], list[tuple[str, int, int, int, bytes]]]:
         """Write ``commit`` inside the open transaction, after its fence check (:class:`FencedError`
-        unless its lease is live at its epoch). Log appends continue ``offsets`` (the ends earlier
+        unless its lease is live at its generation). Log appends continue ``offsets`` (the ends earlier
         commits of the same transaction reached) or the durable end offsets; shared, always the
         ends the database holds inside this transaction. Returns the new end offsets and the log
         batches stored, ``(stream, partition, offset, count, messages)``."""
@@ -797,10 +798,10 @@ class SqliteEngine:
         c, p = commit.consumer, commit.partition
         appended: dict[tuple[str, int], int] = {}
         records: list[tuple[str, int, int, int, bytes]] = []
-        held = self._held_sync(c, p)  # the fence: the lease live and still at this commit's epoch
-        if held is None or held[0] != commit.epoch:
+        held = self._held_sync(c, p)  # the fence: the lease live and still at this commit's generation
+        if held is None or held[0] != commit.generation:
             now = "lapsed or released" if held is None else f"now {held[0]}"
-            raise FencedError(f"{c} partition {p}: epoch {commit.epoch} is stale ({now})")
+            raise FencedError(f"{c} partition {p}: generation {commit.generation} is stale ({now})")
         db.executemany(
             "INSERT INTO positions (consumer, partition, stream, stream_partition, offset) "
             "VALUES (?, ?, ?, ?, ?) ON CONFLICT DO UPDATE SET offset = excluded.offset",

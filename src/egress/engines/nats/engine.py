@@ -98,10 +98,10 @@ sent again after a lost answer must reach the server within it, so ``outage_time
 
 @dataclass(slots=True)
 class _Lease:
-    """A lease this engine took: the revision that took it (the epoch), its latest revision (what
+    """A lease this engine took: the revision that took it (its generation), its latest revision (what
     commits expect: renewals move it) and the worker it names (``""`` for :meth:`acquire`'s)."""
 
-    epoch: int
+    generation: int
     revision: int
     worker: str = ""
 
@@ -448,7 +448,7 @@ class NatsEngine:
 
     async def acquire(self, consumer: str, partition: int) -> int:
         """Take the lease of ``(consumer, partition)`` (a KV update expecting its last revision) and
-        return its new revision, the epoch. The lease records this engine's ``owner`` and
+        return its new revision, the generation. The lease records this engine's ``owner`` and
         ``lease_ttl``; the take-over is unconditional (renewal and expiry come with balancing)."""
         kv = self._kv
         if kv is None:
@@ -475,16 +475,16 @@ class NatsEngine:
         raise NatsEngineError(f"{self.url}: bucket {self.bucket}: the lease of {consumer} partition {partition} "
                               f"changed under every one of {_ACQUIRE_ATTEMPTS} attempts to take it")
 
-    def _fence(self, consumer: str, partition: int, epoch: int) -> int:
-        """The lease revision a commit of ``epoch`` expects: its latest renewal's, or the epoch itself."""
+    def _fence(self, consumer: str, partition: int, generation: int) -> int:
+        """The lease revision a commit of ``generation`` expects: its latest renewal's, or the generation itself."""
         lease = self._leases.get((consumer, partition))
-        return lease.revision if lease is not None and lease.epoch == epoch else epoch
+        return lease.revision if lease is not None and lease.generation == generation else generation
 
     async def try_acquire(self, consumer: str, partition: int, owner: str, ttl: float) -> int | None:
         """Take the lease of ``(consumer, partition)`` for worker ``owner``: a message on its subject
         with ``Nats-TTL`` (``ttl`` rounded up to whole seconds, the server's granularity), expecting
         the subject's last sequence as read, so of two takers one wins. Returns its revision, the
-        epoch; ``None`` while the subject holds another owner's lease (the server removes a lapsed
+        generation; ``None`` while the subject holds another owner's lease (the server removes a lapsed
         one within a second of its TTL). A lease of :meth:`acquire` (no owner, no TTL) is taken over."""
         subject = self._layout.lease(consumer, partition)
         for _ in range(_ACQUIRE_ATTEMPTS):
@@ -505,28 +505,28 @@ class NatsEngine:
                               f"changed under every one of {_ACQUIRE_ATTEMPTS} attempts to take it")
 
     def _lease_record(self, consumer: str, partition: int, worker: str, ttl: float,
-                      epoch: int | None = None) -> bytes:
-        """The JSON of a lease (``records``' module docs); ``epoch`` for a renewal, ``None`` when taking it."""
+                      generation: int | None = None) -> bytes:
+        """The JSON of a lease (``records``' module docs); ``generation`` for a renewal, ``None`` when taking it."""
         now = self._clock.now()
         lease: dict[str, Any] = {"consumer": consumer, "partition": partition, "owner": self.owner, "ttl": ttl,
                                  "worker": worker, "expires_at": now + ttl}
-        if epoch is None:
+        if generation is None:
             lease["acquired_at"] = now
         else:
-            lease.update(epoch=epoch, renewed_at=now)
+            lease.update({records.LEASE_GENERATION: generation, "renewed_at": now})
         return json.dumps(lease).encode()
 
-    async def renew(self, consumer: str, partition: int, epoch: int, ttl: float) -> bool:
-        """Replace the lease held at ``epoch`` by one lapsing ``ttl`` seconds from now, expecting its
-        current revision (which then becomes the fence of this epoch's commits); ``False`` when the
+    async def renew(self, consumer: str, partition: int, generation: int, ttl: float) -> bool:
+        """Replace the lease held at ``generation`` by one lapsing ``ttl`` seconds from now, expecting its
+        current revision (which then becomes the fence of this generation's commits); ``False`` when the
         subject moved on (lapsed and removed by the server, released, or taken). Waits for a commit
         of the same lease in flight, which would otherwise meet the new revision."""
         async with _locked(self._consumer_locks, [(consumer, partition)]):
-            lease = await self._held(consumer, partition, epoch)
+            lease = await self._held(consumer, partition, generation)
             if lease is None:
                 return False
             subject = self._layout.lease(consumer, partition)
-            record = self._lease_record(consumer, partition, lease.worker, ttl, epoch)
+            record = self._lease_record(consumer, partition, lease.worker, ttl, generation)
             revision = await self._publish_lease(
                 Outgoing(subject, record, {**expect_last(lease.revision, subject), **_ttl_headers(ttl)}),
                 f"the renewal of the lease of {consumer} partition {partition}")
@@ -534,21 +534,21 @@ class NatsEngine:
                 return False
             lease.revision = revision
             known = self._leases.get((consumer, partition))
-            if known is None or known.epoch <= epoch:  # not over a lease taken meanwhile
+            if known is None or known.generation <= generation:  # not over a lease taken meanwhile
                 self._leases[(consumer, partition)] = lease
             return True
 
-    async def _held(self, consumer: str, partition: int, epoch: int) -> _Lease | None:
-        """The lease of ``(consumer, partition)`` as this engine took it at ``epoch``, else as stored
-        when it is held at ``epoch`` (another engine instance took it), else ``None``."""
+    async def _held(self, consumer: str, partition: int, generation: int) -> _Lease | None:
+        """The lease of ``(consumer, partition)`` as this engine took it at ``generation``, else as stored
+        when it is held at ``generation`` (another engine instance took it), else ``None``."""
         lease = self._leases.get((consumer, partition))
-        if lease is not None and lease.epoch == epoch:
+        if lease is not None and lease.generation == generation:
             return lease
         stored = await self._js().last(self._layout.lease(consumer, partition))
         if stored is None or _deleted(stored):
             return None
         info = records.lease_info(stored.data, stored.seq, self._clock.now())
-        return _Lease(epoch, stored.seq, info.owner) if info.epoch == epoch else None
+        return _Lease(generation, stored.seq, info.owner) if info.generation == generation else None
 
     async def _publish_lease(self, message: Outgoing, what: str) -> int | None:
         """Publish a lease message; its revision, or ``None`` when the subject's last sequence is
@@ -565,12 +565,12 @@ class NatsEngine:
             return stored.seq
         return None
 
-    async def release(self, consumer: str, partition: int, epoch: int) -> None:
-        """Delete the lease held at ``epoch`` (a KV delete marker expecting its current revision):
-        another owner may take it at once, and this epoch's commits, expecting the revision the
-        marker replaced, are fenced. A no-op when it is not held at ``epoch``."""
+    async def release(self, consumer: str, partition: int, generation: int) -> None:
+        """Delete the lease held at ``generation`` (a KV delete marker expecting its current revision):
+        another owner may take it at once, and this generation's commits, expecting the revision the
+        marker replaced, are fenced. A no-op when it is not held at ``generation``."""
         async with _locked(self._consumer_locks, [(consumer, partition)]):
-            lease = await self._held(consumer, partition, epoch)
+            lease = await self._held(consumer, partition, generation)
             if lease is None:
                 return
             subject = self._layout.lease(consumer, partition)
@@ -663,13 +663,13 @@ class NatsEngine:
         stored = await self._js().last(self._layout.lease(consumer, partition))
         return 0 if stored is None else stored.seq
 
-    async def _refusal(self, consumer: str, partition: int, epoch: int, fence: int,
+    async def _refusal(self, consumer: str, partition: int, lease_generation: int, fence: int,
                        error: JetStreamRequestError) -> Exception:
         """The error to raise for a refused batch: ``FencedError`` when the lease moved on."""
         if error.code == WRONG_LAST_SEQUENCE:
             revision = await self._lease_revision(consumer, partition)
             if revision != fence:
-                return FencedError(f"{consumer} partition {partition}: epoch {epoch} is stale "
+                return FencedError(f"{consumer} partition {partition}: lease generation {lease_generation} is stale "
                                    f"(the lease is at revision {revision})")
         return NatsEngineError(f"{self.url}: bucket {self.bucket}: the commit of {consumer} partition {partition} "
                                f"was refused: {error}")
@@ -812,11 +812,11 @@ class NatsEngine:
 
     async def commit(self, commit: EpochCommit) -> None:
         """Apply ``commit`` as one atomic, fenced batch (plus, for an epoch with more keyed writes
-        than a batch holds, their redo afterwards); raises ``FencedError`` if ``commit.epoch`` is
+        than a batch holds, their redo afterwards); raises ``FencedError`` if ``commit.generation`` is
         not the lease's revision, :class:`NatsEngineError` if the server refuses it otherwise."""
         consumer, partition = commit.consumer, commit.partition
         async with _locked(self._consumer_locks, [(consumer, partition)]):  # renew() and release() too
-            fence = self._fence(consumer, partition, commit.epoch)
+            fence = self._fence(consumer, partition, commit.generation)
             if (consumer, partition) in self._doubtful:
                 raise NatsEngineError(f"{self.url}: bucket {self.bucket}: an earlier commit of {consumer} partition "
                                       f"{partition} failed and may or may not have been stored; load_checkpoint "
@@ -840,17 +840,17 @@ class NatsEngine:
             view, _ = await self._load_view(consumer, partition, with_outbox=False)
             self._views[(consumer, partition)] = view
         if view.redo is not None:
-            await self._apply_redo(consumer, partition, commit.epoch, fence, view)
+            await self._apply_redo(consumer, partition, commit.generation, fence, view)
         slots = sorted({(append[0], append[1]) for append in commit.log_appends})
         async with _locked(self._slot_locks, slots):
             await self._publish_commit(commit, fence, view, slots)
         await self._notify_appends(slots)
         if view.redo is not None:
-            await self._apply_redo(consumer, partition, commit.epoch, fence, view)
+            await self._apply_redo(consumer, partition, commit.generation, fence, view)
         await self._retained(self._trim_outbox(consumer, partition, view))
         checkpoint = view.checkpoint
         if checkpoint.markers > max(self.compaction_markers, checkpoint.compacted):
-            await self._compact(consumer, partition, commit.epoch, fence, view)
+            await self._compact(consumer, partition, commit.generation, fence, view)
 
     async def _retained(self, purge: Awaitable[None]) -> None:
         """Run a purge after a commit: the commit stands whatever happens, and what a failed purge
@@ -888,7 +888,7 @@ class NatsEngine:
             try:
                 last = await self._js().publish_batch(batch, message_id)
             except JetStreamRequestError as error:
-                refusal = await self._refusal(consumer, partition, commit.epoch, fence, error)
+                refusal = await self._refusal(consumer, partition, commit.generation, fence, error)
                 if isinstance(refusal, FencedError) or error.code != WRONG_LAST_SEQUENCE:
                     raise refusal from None
                 for slot in slots:  # another writer appended to one of these log partitions: offsets again
@@ -1005,7 +1005,7 @@ class NatsEngine:
                                       "raise max_payload in nats-server's configuration")
         return groups
 
-    async def _apply_redo(self, consumer: str, partition: int, epoch: int, fence: int, view: _View) -> None:
+    async def _apply_redo(self, consumer: str, partition: int, lease_generation: int, fence: int, view: _View) -> None:
         """Write the pending redo's keyed writes to their own subjects (fenced batches), then purge it."""
         redo = view.redo
         assert redo is not None
@@ -1017,7 +1017,7 @@ class NatsEngine:
             try:
                 await self._js().publish_batch(batch)  # None (stored by an earlier attempt) is as good
             except JetStreamRequestError as error:
-                raise await self._refusal(consumer, partition, epoch, fence, error) from None
+                raise await self._refusal(consumer, partition, lease_generation, fence, error) from None
         await self._js().purge(self._layout.redos(consumer, partition), redo.last_seq + 1)
         view.redo = None
 
@@ -1062,7 +1062,7 @@ class NatsEngine:
         after = 0 if checkpoint is None else checkpoint.seq
         return [redo for redo in await self._js().scan(self._layout.redos(consumer, partition)) if redo.seq > after]
 
-    async def _compact(self, consumer: str, partition: int, epoch: int, fence: int, view: _View) -> None:
+    async def _compact(self, consumer: str, partition: int, lease_generation: int, fence: int, view: _View) -> None:
         """Write the live keys and timers of the consumer partition's generation into a new one
         (fenced batches, invisible until the checkpoint names it), commit the checkpoint naming it
         (fenced), then purge the older generations. A crash in between leaves the old generation
@@ -1083,7 +1083,7 @@ class NatsEngine:
             try:
                 await js.publish_batch(batch, uuid.uuid4().hex)  # None: stored by an earlier attempt, as good
             except JetStreamRequestError as error:
-                raise await self._refusal(consumer, partition, epoch, fence, error) from None
+                raise await self._refusal(consumer, partition, lease_generation, fence, error) from None
         view.checkpoint = checkpoint
         await self._retained(self._purge_generations(consumer, partition, generation))
 
