@@ -88,10 +88,10 @@ def _per_message_layout(tmp_path: Path, version: str) -> Any:
     """An open connection to a new state directory with the tables of layout ``version`` (1 or 2)."""
     import sqlite3
 
-    from egress.engines.sqlite import _SCHEMA
+    from egress.engines.sqlite.schema import SCHEMA
 
     db = sqlite3.connect(tmp_path / "egress.sqlite3")
-    db.executescript(_SCHEMA + PER_MESSAGE_TABLES)
+    db.executescript(SCHEMA + PER_MESSAGE_TABLES)
     with db:
         db.executemany("INSERT INTO meta (key, value) VALUES (?, ?)", [("pipeline", "p"), ("schema_version", version)])
     return db
@@ -259,7 +259,7 @@ async def test_a_lease_of_a_directory_from_before_leases_never_lapses(tmp_path: 
 
 
 def test_the_appends_watch_counts_own_appends_as_seen_unless_another_process_grew_the_slot_before() -> None:
-    from egress.engines.sqlite import _AppendsWatch
+    from egress.engines.sqlite.appends import _AppendsWatch
 
     watch = _AppendsWatch(1, {("a", 0): 5, ("b", 0): 3})
     watch.own({("a", 0): 5, ("c", 0): 0}, {("a", 0): 7, ("c", 0): 2})  # only this process appended
@@ -304,9 +304,9 @@ async def test_rows_read_from_the_tail_belong_to_their_reader(tmp_path: Path) ->
 
 async def test_the_tail_is_bounded_and_older_messages_are_read_from_the_database(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    import egress.engines.sqlite as sqlite_engine
+    import egress.engines.sqlite.log as sqlite_log
 
-    monkeypatch.setattr(sqlite_engine, "TAIL_BYTES", 200)
+    monkeypatch.setattr(sqlite_log, "TAIL_BYTES", 200)
     engine = SqliteEngine(tmp_path, "p")
     await engine.open()
     generation = await engine.acquire("source:s", 0)
@@ -322,7 +322,7 @@ async def test_a_read_continuing_inside_a_batch_decodes_it_no_more(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Epochs of 3 messages reading a batch of 10 decode it once, not once per epoch (from the tail
     and from the database alike)."""
-    import egress.engines.sqlite as sqlite_engine
+    import egress.engines.sqlite.batches as sqlite_batches
 
     decoded: list[bytes] = []
 
@@ -330,7 +330,7 @@ async def test_a_read_continuing_inside_a_batch_decodes_it_no_more(
         decoded.append(blob)
         return unpack_batch(blob)
 
-    monkeypatch.setattr(sqlite_engine, "unpack_batch", counting_unpack)
+    monkeypatch.setattr(sqlite_batches, "unpack_batch", counting_unpack)
     engine = SqliteEngine(tmp_path, "p")
     await engine.open()
     generation = await engine.acquire("source:s", 0)
@@ -350,7 +350,7 @@ async def test_a_read_continuing_inside_a_batch_decodes_it_no_more(
 
 
 def test_batch_rests_keep_at_most_their_limit_of_messages_dropping_the_oldest_first() -> None:
-    from egress.engines.sqlite import BatchRests
+    from egress.engines.sqlite.batches import BatchRests
 
     rests = BatchRests(10)
     rests.keep("in", 0, 4, [[b"m%d" % i] for i in range(4, 10)])  # offsets 4..9: 6 messages
@@ -364,7 +364,7 @@ def test_batch_rests_keep_at_most_their_limit_of_messages_dropping_the_oldest_fi
 
 
 def test_the_tail_answers_only_from_a_contiguous_run_that_reaches_the_durable_end() -> None:
-    from egress.engines.sqlite import LogTail
+    from egress.engines.sqlite.batches import LogTail
 
     tail = LogTail(1 << 20)
     tail.add("in", 0, 0, 2, b"a")
