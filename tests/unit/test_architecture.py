@@ -24,7 +24,6 @@ KNOWN_ROOT_IMPORTERS = {
 }
 KNOWN_LARGE_CLASSES = {  # TODO(lead): H1/H2/H3 areas (split along their roles)
     "egress.connectors.sinks.async_http.AsyncHttpSink",
-    "egress.engines.nats.engine.NatsEngine",
     "egress.runtime.pipeline.Pipeline",
 }
 KNOWN_ENGINE_CHECKS = {"egress.runtime.pipeline"}  # TODO(lead): H1 area (engine capabilities)

@@ -6,11 +6,11 @@ import json
 
 from egress.engines import LeaseInfo, MemberInfo
 from egress.engines.nats import records
-from egress.engines.nats.engine import _ttl_headers
+from egress.engines.nats.jetstream import ttl_headers
 
 
 def test_a_ttl_becomes_whole_seconds_rounded_up_and_at_least_one() -> None:
-    assert [_ttl_headers(ttl)["Nats-TTL"] for ttl in (10.0, 2.5, 0.2, 1.0)] == ["10s", "3s", "1s", "1s"]
+    assert [ttl_headers(ttl)["Nats-TTL"] for ttl in (10.0, 2.5, 0.2, 1.0)] == ["10s", "3s", "1s", "1s"]
 
 
 def test_an_appends_note_reads_back_its_sender_and_slots() -> None:
