@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import uuid
 from typing import Any
 
@@ -13,9 +14,11 @@ from nats.aio.subscription import Subscription
 from nats.errors import Error as NatsClientError
 
 from egress.engines.nats import records
-from egress.engines.nats.connection import NatsConnection, logger
+from egress.engines.nats.connection import NatsConnection
 from egress.engines.nats.errors import NatsEngineError, NatsUnavailableError
 from egress.engines.protocols import AppendsCallback
+
+logger = logging.getLogger(__name__)
 
 
 class NatsAppends(NatsConnection):

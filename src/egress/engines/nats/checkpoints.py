@@ -3,11 +3,12 @@ keyed state, and the views its commits start from."""
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Awaitable
 from typing import Any
 
 from egress.engines.nats import records
-from egress.engines.nats.connection import NatsConnection, logger
+from egress.engines.nats.connection import NatsConnection
 from egress.engines.nats.errors import NatsEngineError, NatsUnavailableError
 from egress.engines.nats.jetstream import Stored
 from egress.engines.nats.records import CheckpointRecord
@@ -15,6 +16,8 @@ from egress.engines.nats.subjects import name_token
 from egress.engines.nats.views import OutboxChunk, Redo, View, latest_records
 from egress.engines.protocols import Checkpoint, KeyedState, OutboxMessage, SinkProgress
 from egress.keys import partition_of
+
+logger = logging.getLogger(__name__)
 
 
 class NatsCheckpoints(NatsConnection):

@@ -4,7 +4,6 @@ closing it, and the JetStream requests every role makes through it."""
 from __future__ import annotations
 
 import json
-import logging
 import os
 import shlex
 import socket
@@ -24,8 +23,6 @@ from egress.engines.nats.jetstream import JetStream, Link
 from egress.engines.nats.subjects import BUCKET_NAME, Layout, default_bucket
 from egress.engines.protocols import StateLocation
 from egress.nats_connections import NatsUnreachableError, close_connection, connect
-
-logger = logging.getLogger(__name__)
 
 LAYOUT_VERSION = 2  # 2: state and timer subjects per consumer partition and generation
 MINIMUM_SERVER = (2, 12)  # atomic batch publish
