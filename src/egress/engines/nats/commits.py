@@ -38,12 +38,16 @@ class NatsCommits(NatsCheckpoints, NatsOwnership, NatsLog, NatsAppends, NatsRete
         self._slot_locks: dict[tuple[str, int], asyncio.Lock] = {}
 
     async def acquire(self, consumer: str, partition: int) -> int:
+        """:meth:`NatsOwnership.acquire`, then this process's view of the consumer partition is
+        forgotten (doubts about an earlier commit too): its next commit starts from what is committed."""
         generation = await super().acquire(consumer, partition)
-        self._views.pop((consumer, partition), None)  # a new owner starts from the committed checkpoint
+        self._views.pop((consumer, partition), None)
         self._doubtful.discard((consumer, partition))
         return generation
 
     async def try_acquire(self, consumer: str, partition: int, owner: str, ttl: float) -> int | None:
+        """:meth:`NatsOwnership.try_acquire`, then, when taken, this process's view of the consumer
+        partition is forgotten: its next commit starts from what is committed."""
         generation = await super().try_acquire(consumer, partition, owner, ttl)
         if generation is not None:
             self._views.pop((consumer, partition), None)
