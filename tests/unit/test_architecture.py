@@ -20,8 +20,6 @@ KNOWN_CYCLE_IMPORTS: set[tuple[str, str]] = set()
 KNOWN_ROOT_IMPORTERS: set[str] = set()
 KNOWN_LARGE_CLASSES = {  # TODO(lead): H1/H2/H3 areas (split along their roles)
     "egress.connectors.sinks.async_http.AsyncHttpSink",
-    "egress.engines.nats.engine.NatsEngine",
-    "egress.engines.sqlite.SqliteEngine",
 }
 KNOWN_ENGINE_CHECKS: set[str] = set()
 

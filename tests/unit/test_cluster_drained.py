@@ -12,11 +12,11 @@ from tests.unit.test_layout import inventory, plan_of
 SOURCE = Unit.source("events_jsonl")
 
 
-def lease(epoch: int, unit: Unit = SOURCE) -> LeaseInfo:
-    return LeaseInfo(unit.consumer, unit.partition, "worker-a", epoch, 5.0)
+def lease(generation: int, unit: Unit = SOURCE) -> LeaseInfo:
+    return LeaseInfo(unit.consumer, unit.partition, "worker-a", generation, 5.0)
 
 
-def test_a_source_is_finished_when_its_flag_is_the_epoch_of_its_live_lease() -> None:
+def test_a_source_is_finished_when_its_flag_is_the_generation_of_its_live_lease() -> None:
     assert source_is_finished("7", SOURCE, [lease(7)])
 
 
