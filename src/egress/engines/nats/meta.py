@@ -7,7 +7,7 @@ from egress.engines.nats.connection import NatsConnection
 from egress.engines.nats.errors import NatsEngineError
 from egress.engines.nats.records import CheckpointRecord
 from egress.engines.nats.views import latest_records
-from egress.engines.protocols import CommittedInventory
+from egress.engines.protocols import SOURCE_PREFIX, CommittedInventory
 
 
 class NatsMeta(NatsConnection):
@@ -46,7 +46,7 @@ class NatsMeta(NatsConnection):
             checkpoint = CheckpointRecord.decode(stored.data)
             acknowledged[(consumer, partition)] = checkpoint.acknowledged
             generations[(consumer, partition)] = (checkpoint.generation, stored.seq)
-            if not consumer.startswith("source:"):
+            if not consumer.startswith(SOURCE_PREFIX):
                 for slot, (offset, _) in checkpoint.positions.items():
                     read_positions.setdefault(slot, []).append(offset)
         outbox: dict[tuple[str, int, str], int] = {}
