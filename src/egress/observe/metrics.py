@@ -182,6 +182,10 @@ class Metrics:
             "egress_epochs_committed", "Epochs committed by partition jobs.",
             ["computation_id"], registry=self.registry,
         )
+        self.timers_fired = Counter(
+            "egress_computation_timers_fired", "Timers fired in committed epochs of a computation.",
+            ["computation_id"], registry=self.registry,
+        )
         sink_counter = _sink_counters(self.registry, "egress_sink_async_http_sink_")
         # Upstream: /sink/async_http_sink/responses{status_code}, /sink/async_http_sink/attempt_failures.
         self.http_sink_requests = sink_counter("requests", "POST attempts started (retries included).")

@@ -86,7 +86,7 @@ class PartitionJob:
         self.caught_up_at = clock.monotonic()
         self._processed = metrics.computation_messages.labels(plan.computation_id)
         self._epochs = metrics.epochs.labels(plan.computation_id)
-        self._timers_fired = _TimersFired(plan.computation_id)
+        self._timers_fired = metrics.timers_fired.labels(plan.computation_id)
         self._throttle_wait = metrics.input_throttle_seconds.labels(plan.computation_id)
         self._dynamic_parameters: Any = plan.dynamic_parameters
         self._step: EpochStep | None = None  # once started
@@ -477,14 +477,3 @@ def _start_function(
             f"{partition}): {type(error).__name__}: {error}") from error
     context = RuntimeContext(clock, partition, plan.parameters, dynamic_parameters, watermark, throttlers)
     return Invoker(plan.computation_id, function, context, store, timers, plan.output_stream_ids, streams)
-
-
-class _TimersFired:
-    """Count of fired timers per computation (kept here until observe grows a metric for it)."""
-
-    def __init__(self, computation_id: str) -> None:
-        self.computation_id = computation_id
-        self.value = 0
-
-    def inc(self, amount: int = 1) -> None:
-        self.value += amount
