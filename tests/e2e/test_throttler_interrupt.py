@@ -110,7 +110,7 @@ def test_ctrl_c_while_a_job_waits_for_quota_commits_the_acknowledged_and_exits_w
     wait_for("the next batch waiting for quota at the controller",
              when(lambda: (metric(port, "egress_throttler_queue_size") or 0) >= 1), 30)
     wait_for("the first batch acknowledged while the next one waits",
-             when(lambda: (metric(port, "egress_sink_async_http_sink_delivered_total") or 0) >= FIRST), 30)
+             when(lambda: (metric(port, "egress_sink_records_delivered_total") or 0) >= FIRST), 30)
     assert (metric(port, "egress_throttler_queue_size") or 0) >= 1, "the next batch got its quota: a longer wait"
     process.send_signal(signal.SIGINT)
     interrupted = time.monotonic()

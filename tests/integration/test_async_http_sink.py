@@ -121,7 +121,7 @@ async def test_null_payloads_are_acknowledged_in_order_without_a_request(serve_a
     sink.distribute(messages([None, "a", None, None]))
     await until(lambda: sink.take_acknowledged().max_persisted_seq_no == 4)
     assert [body for body, _ in recorder.requests] == [b"a"]
-    assert metrics.total("egress_sink_async_http_sink_responses_total") == 1
+    assert metrics.total("egress_sink_responses_total") == 1
     await sink.close()
 
 
@@ -138,7 +138,7 @@ async def test_acknowledgements_advance_only_as_a_contiguous_prefix(serve_app: S
     sink, metrics, _, _ = make_sink(f"{base}/events")
     sink.distribute(messages(["fast-1", "slow", "fast-3", "fast-4"]))
     await until(lambda: len(recorder.requests) == 4)
-    await until(lambda: sink_counter(metrics, "egress_sink_async_http_sink_delivered_total") == 3)  # 1, 3 and 4
+    await until(lambda: sink_counter(metrics, "egress_sink_records_delivered_total") == 3)  # 1, 3 and 4
     assert sink.take_acknowledged().max_persisted_seq_no == 1  # seq 2 is still in flight: nothing past it
     assert sink.unacknowledged == 3
     release.set()
@@ -160,8 +160,8 @@ async def test_transient_failures_are_retried_with_the_same_body_and_key(serve_a
     for body, headers in recorder.requests:
         bodies_by_key.setdefault(headers["Idempotency-Key"], set()).add(body)
     assert all(len(bodies) == 1 for bodies in bodies_by_key.values())
-    assert metrics.value("egress_sink_async_http_sink_responses_total", sink_id="http", status_code="503") == 6
-    assert metrics.value("egress_sink_async_http_sink_retries_total", sink_id="http") == 6
+    assert metrics.value("egress_sink_responses_total", sink_id="http", status_code="503") == 6
+    assert metrics.value("egress_sink_retries_total", sink_id="http") == 6
     assert status.error("/sinks/http/async_http_sink") is None  # cleared once nothing fails
     await sink.close()
 
@@ -178,11 +178,11 @@ async def test_exhausted_retries_are_terminal_and_block_later_messages(serve_app
     assert sink.terminal_error is not None
     assert sink.terminal_error.startswith("Async HTTP POST retry policy exhausted after 3 attempt(s)")
     assert "HTTP status 500" in sink.terminal_error
-    sent = sink_counter(metrics, "egress_sink_async_http_sink_requests_total")
+    sent = sink_counter(metrics, "egress_sink_requests_total")
     sink.distribute(messages(["later-3", "later-4"], first_seq=3))
     for _ in range(10):  # turns of the loop, not time: a request is counted when it is submitted
         await asyncio.sleep(0)
-    assert sink_counter(metrics, "egress_sink_async_http_sink_requests_total") == sent
+    assert sink_counter(metrics, "egress_sink_requests_total") == sent
     assert recorder.attempts[b"message-2".hex().upper()] == 3
     assert not any(body.startswith(b"later") for body, _ in recorder.requests)
     assert sink.take_acknowledged().max_persisted_seq_no == 1
@@ -195,7 +195,7 @@ async def test_connection_refused_acknowledges_nothing(unused_tcp_port: int) -> 
     sink.distribute(messages(["a"]))
     await until(lambda: sink.terminal_error is not None)
     assert sink.take_acknowledged().max_persisted_seq_no == 0
-    assert metrics.value("egress_sink_async_http_sink_attempt_failures_total", sink_id="http") == 2
+    assert metrics.value("egress_sink_attempt_failures_total", sink_id="http") == 2
     assert "curl error 7" in (sink.terminal_error or "")
     await sink.close()
 

@@ -121,7 +121,7 @@ async def test_follows_an_http_to_https_redirect_with_the_tls_client(
     await until(lambda: sink.take_acknowledged().max_persisted_seq_no == 1)
     await sink.close()
     assert [body for body, _ in tls_recorder.requests] == [b"over tls"]
-    assert metrics.value("egress_sink_async_http_sink_responses_total", sink_id="http", status_code="308") == 1
+    assert metrics.value("egress_sink_responses_total", sink_id="http", status_code="308") == 1
 
 
 async def test_tls_verification_is_on_by_default(https_server: tuple[str, Recorder]) -> None:

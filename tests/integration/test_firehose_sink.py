@@ -150,8 +150,8 @@ async def test_delivers_to_the_egress_receiver_with_gzip_key_and_attributes(
     assert first == [v.encode() for v in payloads[:30] if v is not None]
     (second,) = [records for request_id, records in by_id.items() if records is not first]
     assert second == [v.encode() for v in payloads[30:]]
-    assert metrics.value("egress_sink_firehose_http_records_delivered_total", sink_id="firehose") == 49
-    assert metrics.value("egress_sink_firehose_http_responses_total", sink_id="firehose", status_code="200") == 2
+    assert metrics.value("egress_sink_records_delivered_total", sink_id="firehose") == 49
+    assert metrics.value("egress_sink_responses_total", sink_id="firehose", status_code="200") == 2
     assert receiver.stats.by_status == {200: 2}
 
 
@@ -234,7 +234,7 @@ async def test_request_id_is_stable_across_retries_and_instances(serve_app: Serv
     ids = {s.headers["X-Amz-Firehose-Request-Id"] for s in endpoint.seen}
     assert len(endpoint.seen) == 3
     assert ids == {batch_request_id("deliver/firehose", b"message-00000001", b"message-00000003")}
-    assert metrics.value("egress_sink_firehose_http_retries_total", sink_id="firehose") == 2
+    assert metrics.value("egress_sink_retries_total", sink_id="firehose") == 2
 
     # a new instance (a restart before progress was committed) sends the same batch with the same id
     again = StrictEndpoint()
@@ -305,8 +305,8 @@ async def test_non_conforming_success_is_retried(serve_app: ServerFactory, wrong
     await sink.close()
     assert len(endpoint.seen) == 2
     assert len({s.headers["X-Amz-Firehose-Request-Id"] for s in endpoint.seen}) == 1
-    assert metrics.value("egress_sink_firehose_http_retries_total", sink_id="firehose") == 1
-    assert metrics.value("egress_sink_firehose_http_records_delivered_total", sink_id="firehose") == 1
+    assert metrics.value("egress_sink_retries_total", sink_id="firehose") == 1
+    assert metrics.value("egress_sink_records_delivered_total", sink_id="firehose") == 1
 
 
 @pytest.mark.parametrize(("wrong", "code", "message"), [
@@ -327,7 +327,7 @@ async def test_a_non_conforming_answer_is_a_failure_in_the_error_output(
     line, metrics = await one_attempt_to_the_error_output(serve_app, tmp_path, always_wrong)
     assert line["errorCode"] == code
     assert message in line["errorMessage"]
-    assert metrics.value("egress_sink_firehose_http_records_delivered_total", sink_id="firehose") == 0
+    assert metrics.value("egress_sink_records_delivered_total", sink_id="firehose") == 0
 
 
 RAW_HEAD = "HTTP/1.1 200 OK\r\nConnection: keep-alive\r\n"
@@ -387,7 +387,7 @@ async def test_response_headers_as_sent(head: str, accepted: bool) -> None:
         server.close()
         await server.wait_closed()
     assert len(seen) == (1 if accepted else 2)
-    assert metrics.value("egress_sink_firehose_http_retries_total", sink_id="firehose") == (0 if accepted else 1)
+    assert metrics.value("egress_sink_retries_total", sink_id="firehose") == (0 if accepted else 1)
 
 
 async def test_a_chunked_conforming_answer_is_accepted() -> None:
@@ -422,8 +422,8 @@ async def test_413_goes_to_the_error_output_once(serve_app: ServerFactory, tmp_p
     await until(lambda: sink.take_acknowledged().max_persisted_seq_no == 3)  # the batch is handled: its task has ended
     await sink.close()
     assert len(endpoint.seen) == 1
-    assert metrics.value("egress_sink_firehose_http_requests_total", sink_id="firehose") == 1
-    assert metrics.value("egress_sink_firehose_http_retries_total", sink_id="firehose") == 0
+    assert metrics.value("egress_sink_requests_total", sink_id="firehose") == 1
+    assert metrics.value("egress_sink_retries_total", sink_id="firehose") == 0
     lines = [json.loads(line) for line in errors.read_text().splitlines()]
     assert [base64.b64decode(line["rawData"]) for line in lines] == [b"first", b"second"]
     for line in lines:
@@ -433,7 +433,7 @@ async def test_413_goes_to_the_error_output_once(serve_app: ServerFactory, tmp_p
         assert line["errorCode"] == "HttpEndpoint.DestinationException"
         assert json.loads(line["errorMessage"])["errorMessage"] == 'too "large"'
         assert line["attemptEndingTimestamp"] >= line["arrivalTimestamp"] > 1_600_000_000_000
-    assert metrics.value("egress_sink_firehose_http_error_output_records_total", sink_id="firehose") == 2
+    assert metrics.value("egress_sink_error_output_records_total", sink_id="firehose") == 2
 
 
 async def test_retry_duration_zero_means_one_attempt(serve_app: ServerFactory, tmp_path: Path) -> None:
@@ -564,7 +564,7 @@ async def test_progress_is_a_contiguous_prefix_when_a_later_batch_finishes_first
     sink, metrics, _ = make_sink(f"{base}/ingest")
     sink.distribute(messages(["first"]))
     sink.distribute(messages(["second"], first_seq=2))
-    await until(lambda: metrics.value("egress_sink_firehose_http_records_delivered_total", sink_id="firehose") == 1)
+    await until(lambda: metrics.value("egress_sink_records_delivered_total", sink_id="firehose") == 1)
     assert sink.take_acknowledged().max_persisted_seq_no == 0
     assert sink.unacknowledged == 2  # the second batch is handled, but held until the first one is
     release.set()
@@ -619,7 +619,7 @@ async def test_freshness_gauge_and_nulls_not_held_by_the_interval(serve_app: Ser
     clock = VirtualClock(start=1_700_000_000.0)
     sink, metrics, _ = make_sink(f"{base}/ingest", clock=clock,
                                  static={"buffering_hints": {"size_in_mbs": 1, "interval_in_seconds": 60}})
-    age = "egress_sink_firehose_http_oldest_undelivered_record_age_seconds"
+    age = "egress_sink_oldest_undelivered_record_age_seconds"
     sink.distribute(messages([None]))
     assert sink.take_acknowledged().max_persisted_seq_no == 1  # nothing buffered before it: no wait for the interval
     sink.distribute(messages(["a"], first_seq=2))

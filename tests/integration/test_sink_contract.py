@@ -61,7 +61,7 @@ def async_http(url: str, metrics: Metrics) -> tuple[Sink, Callable[[], float]]:
                          AsyncHttpSinkParameters.model_validate({"url": url, "payload_column": "payload"}),
                          AsyncHttpSinkDynamicParameters.model_validate({**FAST, "retry_minimum_delay": "10ms"}),
                          SinkProgress())
-    return sink, lambda: metrics.value("egress_sink_async_http_sink_delivered_total", sink_id="http")
+    return sink, lambda: metrics.value("egress_sink_records_delivered_total", sink_id="http")
 
 
 def firehose_http(url: str, metrics: Metrics) -> tuple[Sink, Callable[[], float]]:
@@ -71,7 +71,7 @@ def firehose_http(url: str, metrics: Metrics) -> tuple[Sink, Callable[[], float]
         "buffering_hints": {"size_in_mbs": 5, "interval_in_seconds": 0}})  # one batch per distribute
     sink = FirehoseHttpSink(context, parameters, FirehoseHttpSinkDynamicParameters.model_validate(FAST),
                             SinkProgress())
-    return sink, lambda: metrics.value("egress_sink_firehose_http_records_delivered_total", sink_id="firehose")
+    return sink, lambda: metrics.value("egress_sink_records_delivered_total", sink_id="firehose")
 
 
 SINK_CLASSES = [pytest.param(async_http, id="async_http"), pytest.param(firehose_http, id="firehose_http")]

@@ -99,7 +99,7 @@ async def test_a_stop_gives_up_the_functions_own_throttle_and_commits_the_acknow
     run = asyncio.create_task(pipeline.run())
     metrics = pipeline.metrics
     await until(lambda: metrics.value("egress_throttler_queue_size") >= 1, "the second epoch waiting for quota")
-    await until(lambda: metrics.value("egress_sink_async_http_sink_delivered_total") >= FIRST,
+    await until(lambda: metrics.value("egress_sink_records_delivered_total") >= FIRST,
                 "the first epoch acknowledged while the second waits")
     assert metrics.value("egress_throttler_queue_size") >= 1, "the second epoch got its quota"
     pipeline.request_stop()

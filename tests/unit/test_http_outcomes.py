@@ -86,7 +86,7 @@ async def test_the_sink_counts_transport_errors_by_class_and_not_statuses() -> N
     h.distribute(["a"])
     await h.clock.advance(100)
     assert h.sink.take_acknowledged().max_persisted_seq_no == 1
-    errors = {kind: h.metrics.value("egress_sink_async_http_sink_transport_errors_total", sink_id="http",
+    errors = {kind: h.metrics.value("egress_sink_transport_errors_total", sink_id="http",
                                     error_class=kind) for kind in ("timeout", "connect")}
     assert errors == {"timeout": 1, "connect": 1}
     assert h.counter("attempt_failures") == 2

@@ -42,7 +42,7 @@ async def test_an_exhausted_delivery_is_dead_lettered_then_acknowledged_and_late
         "error": "Async HTTP POST retry policy exhausted after 3 attempt(s); last error: HTTP status 503",
     }
     assert h.counter("dead_letters") == 1
-    assert h.counter("delivered") == 2
+    assert h.counter("records_delivered") == 2
     assert h.status.error(STATUS) is None  # the dead-lettered delivery no longer shows as failing
 
 

@@ -88,7 +88,7 @@ class Harness:
                                             {"p": p}) for i, p in enumerate(payloads)])
 
     def counter(self, name: str, **labels: str) -> float:
-        return self.metrics.value(f"egress_sink_async_http_sink_{name}_total", sink_id="http", **labels)
+        return self.metrics.value(f"egress_sink_{name}_total", sink_id="http", **labels)
 
 
 def always(status: int, **extra: Any) -> Callable[[Request, int], Outcome]:
@@ -271,7 +271,7 @@ async def test_completes_4096_out_of_order_deliveries_as_a_contiguous_prefix() -
         seen.append(h.sink.take_acknowledged().max_persisted_seq_no)
     assert seen[:17] == [0] * 17  # nothing before the head completes at t = 9
     assert seen[-1] == 4096
-    assert h.counter("delivered") == 4096
+    assert h.counter("records_delivered") == 4096
 
 
 async def test_max_in_flight_bounds_concurrent_deliveries() -> None:
@@ -377,7 +377,7 @@ async def test_deliveries_beyond_the_send_window_wait_without_blocking_behind_fa
     assert [(round(t, 3), r.body) for t, r in h.transport.sent[4:]] == [
         (0.1, f"good-{i}".encode()) for i in range(4)] + [(0.2, f"good-{i}".encode()) for i in range(4, 8)]
     await h.clock.advance(100)
-    assert h.counter("delivered") == 8
+    assert h.counter("records_delivered") == 8
 
 
 async def test_a_throttled_sink_takes_one_unit_per_post_retries_included() -> None:

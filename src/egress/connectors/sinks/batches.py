@@ -73,6 +73,8 @@ class Batch:
     closed: bool = False
     boundary: bool = False  # closed with records: its last_seq is committed sink state until handled
     done: bool = False
+    body: bytes | None = None  # the request body, once encoded for its first attempt
+    attempts: list[Attempt] = field(default_factory=list)  # its failed attempts, for its dead letters
     task: asyncio.Task[None] | None = None
     timer: asyncio.Task[None] | None = None
 
@@ -453,6 +455,7 @@ class BatchedSink:
         its records."""
         batch.done = True
         batch.records, batch.record_ids, batch.record_seqs, batch.arrivals_ms = [], [], [], []
+        batch.body, batch.attempts = None, []
 
     def _acknowledge(self, batch: Batch) -> None:
         """``batch`` is handled (delivered, or its records are durable elsewhere): acknowledge it, in order."""

@@ -157,15 +157,15 @@ class ClientsByScheme(Generic[Client]):
 
 
 class ResponseCounters:
-    """A sink's response metrics: ``responses`` (a counter family labelled by sink id and status code,
-    its children cached per status), ``attempt_failures`` (transport errors before a response) and,
-    when given, ``transport_errors`` (a family labelled by sink id and error class, ``FailureKind``)."""
+    """A sink's response sensors, from the run's sink families (``Metrics.sink``) labelled by ``labels``
+    (its sink id and sink class): ``responses`` by status code (children cached per status),
+    ``attempt_failures`` (no complete response) and ``transport_errors`` by class (``FailureKind``)."""
 
-    def __init__(self, responses: Any, sink_id: str, attempt_failures: Any, transport_errors: Any = None) -> None:
-        self._responses = responses
-        self._sink_id = sink_id
-        self._attempt_failures = attempt_failures
-        self._transport_errors = transport_errors
+    def __init__(self, metrics: Any, labels: tuple[str, ...]) -> None:
+        self._responses = metrics.responses
+        self._labels = labels
+        self._attempt_failures = metrics.attempt_failures.labels(*labels)
+        self._transport_errors = metrics.transport_errors
         self._by_status: dict[int, Any] = {}
         self._by_kind: dict[FailureKind, Any] = {}
 
@@ -181,7 +181,7 @@ class ResponseCounters:
         if status:
             counter = self._by_status.get(status)
             if counter is None:
-                counter = self._by_status[status] = self._responses.labels(self._sink_id, str(status))
+                counter = self._by_status[status] = self._responses.labels(*self._labels, str(status))
             counter.inc(count)
 
     def count_failure(self, failure: AttemptFailure) -> None:
@@ -189,11 +189,10 @@ class ResponseCounters:
         if failure.kind is FailureKind.STATUS:
             return
         self._attempt_failures.inc()
-        if self._transport_errors is not None:
-            counter = self._by_kind.get(failure.kind)
-            if counter is None:
-                counter = self._by_kind[failure.kind] = self._transport_errors.labels(self._sink_id, failure.kind.value)
-            counter.inc()
+        counter = self._by_kind.get(failure.kind)
+        if counter is None:
+            counter = self._by_kind[failure.kind] = self._transport_errors.labels(*self._labels, failure.kind.value)
+        counter.inc()
 
 
 def sink_throttler(context: SinkContext, throttler_id: str | None, class_id: str | None) -> ThrottlerHandle | None:
