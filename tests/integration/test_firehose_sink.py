@@ -467,9 +467,9 @@ class TimedTransport:
         self.inner = curl_transport("http", parameters)
         self.starts: list[float] = []
 
-    async def send(self, request: Request) -> Response:
+    def submit(self, request: Request) -> asyncio.Future[Response]:
         self.starts.append(self.clock.monotonic())
-        return await self.inner.send(request)
+        return self.inner.submit(request)
 
     def close(self) -> None:
         self.inner.close()
