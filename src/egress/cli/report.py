@@ -35,8 +35,8 @@ def snapshot(pipeline: Pipeline) -> dict[str, Any]:
         "messages_processed": int(metrics.total("egress_computation_input_messages_total")),
         **bad_records(metrics),
     }
-    for name, sample in _SINK_COUNTERS.items():
-        values[name] = int(metrics.total(sample))
+    for name, counter in _SINK_COUNTERS.items():
+        values[name] = int(metrics.total(counter))
     values.update(
         responses=dict(sorted(responses.items())),
         responses_2xx=sum(v for k, v in responses.items() if k.startswith("2")),

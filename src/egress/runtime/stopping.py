@@ -23,7 +23,7 @@ def acknowledged_commit(consumer: str, partition: int, epoch: int, sinks: dict[s
                         committed: dict[str, SinkProgress]) -> EpochCommit | None:
     """The commit of what every sink acknowledged since ``committed`` (its progress as last
     committed, by sink id), under lease ``epoch``; ``None`` when no sink advanced."""
-    progress = {sink_id: sink.take_acknowledged() for sink_id, sink in sinks.items()}
+    progress = {sink_id: sink.progress() for sink_id, sink in sinks.items()}
     if not progress or progress == committed:
         return None
     low = min(p.max_persisted_seq_no for p in progress.values())

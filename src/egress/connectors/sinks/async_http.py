@@ -221,7 +221,7 @@ class AsyncHttpSink:
                 waiting_append(delivery)
         self._start_waiting()
         if self._pending and self._pending[0].done:
-            self._context.on_progress()
+            self._report()
 
     def hold(self) -> None:
         """Start no delivery until :meth:`resume` (those running go on, retries included)."""
@@ -238,19 +238,19 @@ class AsyncHttpSink:
         """Deliveries started and not finished (acknowledged or failed for good)."""
         return self._running
 
-    def take_acknowledged(self) -> SinkProgress:
+    def progress(self) -> SinkProgress:
+        return self._progress
+
+    def _report(self) -> None:
         """Advance over the acknowledged deliveries at the head of the queue (in ``seq`` order: one not
-        yet acknowledged stops it) and return the new prefix; those deliveries are released."""
+        yet acknowledged stops it), release them, and report the prefix (``SinkContext.on_progress``)."""
         pending = self._pending
         last: _Delivery | None = None
         while pending and pending[0].done:
             last = pending.popleft()
         if last is not None:
             self._progress = SinkProgress(self._progress.producer_id, last.message_id, last.seq)
-        return self._progress
-
-    def progress(self) -> SinkProgress:
-        return self._progress
+        self._context.on_progress(self._progress)
 
     def committed(self, progress: SinkProgress) -> None:
         """Nothing to do: every delivery starts as soon as its message is distributed."""
@@ -411,7 +411,7 @@ class AsyncHttpSink:
             self._running -= succeeded
             self._sending -= succeeded
             self._delivered.inc(succeeded)
-            self._context.on_progress()
+            self._report()
         if self._waiting:
             self._start_waiting()
 
@@ -495,7 +495,7 @@ class AsyncHttpSink:
         delivery.done = True
         self._delivered.inc()
         self._context.status.clear_error(self._status_path, delivery.seq)
-        self._context.on_progress()
+        self._report()
 
     def _fail(self, delivery: _Delivery, error: str) -> None:
         if self._dead_letters is not None and delivery.body is not None:
@@ -522,7 +522,7 @@ class AsyncHttpSink:
                 later.task.cancel()  # its done callback calls _finished
         for later in ended:
             self._finished(later)
-        self._context.on_progress()
+        self._report()
 
     # -- dead letters ------------------------------------------------------------------------
 
@@ -549,7 +549,7 @@ class AsyncHttpSink:
         delivery.attempts = None
         self._dead_lettered.inc(written.result())
         self._context.status.clear_error(self._status_path, delivery.seq)
-        self._context.on_progress()
+        self._report()
 
 
 def _exhausted(message: str, attempts: int, last_error: AttemptFailure | None) -> str:

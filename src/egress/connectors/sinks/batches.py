@@ -230,10 +230,13 @@ class BatchedSink:
         """Batches started and not finished (acknowledged or failed for good)."""
         return self._running
 
-    def take_acknowledged(self) -> SinkProgress:
-        """Advance over the handled batches at the head (in ``seq`` order: one not yet handled stops it)
-        and return the prefix and, as ``sink_state``, the ends of the closed batches not yet in it
-        (:func:`encode_batch_ends`) and of those still to be re-formed."""
+    def progress(self) -> SinkProgress:
+        return self._progress
+
+    def _report(self) -> None:
+        """Advance over the handled batches at the head (in ``seq`` order: one not yet handled stops it),
+        release them, and report the prefix with, as ``sink_state``, the ends of the closed batches not
+        yet in it (:func:`encode_batch_ends`) and of those still to be re-formed (``SinkContext.on_progress``)."""
         batches = self._batches
         last: Batch | None = None
         while batches and batches[0].done:
@@ -246,10 +249,7 @@ class BatchedSink:
                 self._progress.producer_id, last.last_message_id, last.last_seq)
             self._progress = SinkProgress(persisted.producer_id, persisted.max_persisted_message_id,
                                           persisted.max_persisted_seq_no, encode_batch_ends(ends))
-        return self._progress
-
-    def progress(self) -> SinkProgress:
-        return self._progress
+        self._context.on_progress(self._progress)
 
     def committed(self, progress: SinkProgress) -> None:
         """The batch ends in ``progress.sink_state`` are durable: send the batches they close."""
@@ -419,13 +419,13 @@ class BatchedSink:
             self._waiting.append(batch)
         else:  # sent once the job has committed this boundary (committed())
             self._uncommitted.append(batch)
-            self._context.on_progress()
+            self._report()
 
     # -- sending -----------------------------------------------------------------------------
 
     def _notify_if_acknowledgeable(self) -> None:
         if self._batches and self._batches[0].done:
-            self._context.on_progress()
+            self._report()
 
     def _start_waiting(self) -> None:
         loop = asyncio.get_running_loop()
@@ -451,7 +451,7 @@ class BatchedSink:
     # -- endings -----------------------------------------------------------------------------
 
     def _handled(self, batch: Batch) -> None:
-        """Mark ``batch`` done (:meth:`take_acknowledged` takes it once every earlier one is) and release
+        """Mark ``batch`` done (:meth:`_report` passes it once every earlier one is) and release
         its records."""
         batch.done = True
         batch.records, batch.record_ids, batch.record_seqs, batch.arrivals_ms = [], [], [], []
@@ -461,7 +461,7 @@ class BatchedSink:
         """``batch`` is handled (delivered, or its records are durable elsewhere): acknowledge it, in order."""
         self._handled(batch)
         self._context.status.clear_error(self._status_path, batch.first_seq)
-        self._context.on_progress()
+        self._report()
 
     def _dead_letter(self, batch: Batch, key: str, tried: Sequence[Attempt], error: str) -> None:
         """Append ``batch``'s records to the dead-letter file (:func:`batch_letters`) and acknowledge the
@@ -490,7 +490,7 @@ class BatchedSink:
         for later in self._batches:
             if later.first_seq > batch.first_seq and later.task is not None and not later.task.done():
                 later.task.cancel()
-        self._context.on_progress()
+        self._report()
 
 
 __all__ = ["Batch", "BatchLimits", "BatchedSink", "UnfitRecord", "batch_letters", "decode_batch_ends",
