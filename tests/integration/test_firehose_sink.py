@@ -25,8 +25,9 @@ from egress.connectors.sinks.firehose_parameters import FirehoseHttpSinkDynamicP
 from egress.engines import OutboxMessage, SinkProgress
 from egress.firehose import FirehoseReceiver, FirehoseRequest, ReceiverOptions
 from egress.firehose import protocol as p
-from egress.firehose.retry import backoff_seconds
+from egress.firehose.retry import INITIAL_BACKOFF_SECONDS, JITTER_RATIO, MAX_BACKOFF_SECONDS
 from egress.httpclient import Request, Response
+from egress.httpclient.backoff import DoublingBackoff
 from egress.observe import Metrics, StatusTree
 from tests.conftest import ServerFactory
 
@@ -498,7 +499,8 @@ async def test_backoff_sequence_on_the_virtual_clock(serve_app: ServerFactory, t
     starts = transports[0].starts
     waits = [later - earlier for earlier, later in itertools.pairwise(starts)]
     rng = random.Random(42)
-    expected = [backoff_seconds(n, rng.uniform(-1.0, 1.0)) for n in range(len(waits) + 1)]
+    backoff = DoublingBackoff(INITIAL_BACKOFF_SECONDS, MAX_BACKOFF_SECONDS, JITTER_RATIO)
+    expected = [backoff.seconds(n, rng.uniform(-1.0, 1.0)) for n in range(len(waits) + 1)]
     assert waits == pytest.approx(expected[:len(waits)], abs=1e-6)
     for n, wait in enumerate(waits):
         assert 0.85 * min(120, 2 ** n) <= wait <= 1.15 * min(120, 2 ** n)

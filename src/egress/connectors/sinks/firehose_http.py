@@ -49,8 +49,9 @@ from egress.errors import DeliveryError, SpecError
 from egress.firehose import error_output as eo
 from egress.firehose import protocol as p
 from egress.firehose.errors import ResponseNotAccepted
-from egress.firehose.retry import RetryBudget, draw_backoff
+from egress.firehose.retry import JITTER_RATIO, RetryBudget
 from egress.httpclient import CurlClient, Request, Response
+from egress.httpclient.backoff import DoublingBackoff, draw
 from egress.httpclient.outcomes import AttemptFailure, FailureKind, failure_of, status_failure
 from egress.httpclient.transport import HttpTransport
 from egress.spec import StreamSpec
@@ -119,8 +120,8 @@ class FirehoseRetries:
         if failure.permanent:
             return RetryPlan("policy")
         dynamic = self._dynamic()
-        wait = draw_backoff(self._budget.attempts - 1, self._rng, initial=dynamic.retry_initial_delay,
-                            maximum=dynamic.retry_maximum_delay)
+        backoff = DoublingBackoff(dynamic.retry_initial_delay, dynamic.retry_maximum_delay, JITTER_RATIO)
+        wait = draw(backoff, self._budget.attempts - 1, self._rng)
         if not self._budget.may_retry_after(now, wait):
             return RetryPlan("deadline")
         return RetryPlan(None, now + wait)
