@@ -12,7 +12,7 @@ its records as JSON lines, a JSON array or concatenated (``encoding``), gzip'd w
 has committed, and a new instance re-forms the committed batches exactly, so a batch has the same
 records, body and key after a restart too.
 
-Delivery follows the async HTTP sink's rules per batch (``egress.connectors.sinks.http_attempts``,
+Delivery follows the async HTTP sink's rules per batch, in the same loop (``egress.connectors.sinks.delivery``,
 ``docs/http-sink.md``): a 2xx acknowledges the batch; anything else is retried with the DynamicSpec's
 backoff within ``max_attempt_count`` attempts and ``request_timeout`` (from the batch's first
 attempt), each attempt within ``attempt_timeout``; redirects are followed up to ``max_redirect_count``

@@ -1,5 +1,7 @@
-"""The async HTTP sink's per-attempt rules, as small functions both HTTP sinks call: the async HTTP
-sink (``async_http``, one message per POST) and the batching HTTP sink (``batching_http``, one batch).
+"""The HTTP sinks' per-attempt rules, as small pure functions and helpers that the delivery loop
+(``egress.connectors.sinks.delivery``) and the sinks call: the async HTTP sink (``async_http``, one
+message per POST), the batching HTTP sink (``batching_http``, one batch) and, for its clients and
+response counters, the Firehose sink.
 
 Source: upstream ``TAsyncHttpSink``'s delivery loop (the verdict after a failed attempt, in its order)
 and egress's additions to it (``Retry-After`` pauses per endpoint, redirects, the throttler handle);
