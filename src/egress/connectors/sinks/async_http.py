@@ -24,11 +24,12 @@ from egress.connectors.base import SINKS, SinkContext, single_input_stream
 from egress.connectors.dead_letters import Attempt, DeadLetter, check_dead_letter_path
 from egress.connectors.sinks import http_attempts
 from egress.connectors.sinks.delivery import DeliveryHooks, DeliveryLoop, PolicyRetries
+from egress.connectors.sinks.http_attempts import client_concurrency, curl_transport
 from egress.connectors.sinks.http_parameters import AsyncHttpSinkDynamicParameters, AsyncHttpSinkParameters
 from egress.connectors.sinks.ordering import fresh_messages
 from egress.engines import OutboxMessage, SinkProgress
 from egress.errors import DeliveryError, SpecError
-from egress.httpclient import CurlClient, Request, Response
+from egress.httpclient import Request, Response
 from egress.httpclient.curl import Completions, post_header_lines
 from egress.httpclient.outcomes import AttemptFailure, failure_of
 from egress.httpclient.retry_after import endpoint_of
@@ -41,9 +42,6 @@ SINK_CLASS = "async_http"  # the sink_class label of its metrics
 PAYLOAD_TYPE_ERROR = "Async HTTP payload column must contain a String or null value"
 POLICY_EXHAUSTED = "Async HTTP POST retry policy exhausted"
 DEADLINE_EXHAUSTED = "Async HTTP POST retry deadline exhausted"
-# Concurrent requests of a client that keeps no connections (keep_alive false or
-# max_idle_connections 0): each opens its own, so this bounds sockets and ephemeral ports.
-UNPOOLED_MAX_CONNECTIONS = 64
 # Deliveries about to send or sending, per unit of client concurrency. A delivery waiting for a
 # connection gains nothing from being a task already, and a task costs kilobytes: this bounds the
 # memory of a large backlog. Deliveries pausing between attempts do not count, so a burst of
@@ -53,27 +51,6 @@ SEND_WINDOW_PER_CONNECTION = 4
 
 TransportFactory = Callable[[str, AsyncHttpSinkParameters], HttpTransport]
 _new_tuple = tuple.__new__
-
-
-def client_concurrency(parameters: AsyncHttpSinkParameters) -> int:
-    """Requests one client runs at once: its pool size with keep-alive (see ``docs/http-sink.md``)."""
-    pooled = parameters.keep_alive and parameters.max_idle_connections > 0
-    return parameters.max_idle_connections if pooled else UNPOOLED_MAX_CONNECTIONS
-
-
-def curl_transport(scheme: str, parameters: AsyncHttpSinkParameters) -> HttpTransport:
-    """One libcurl client per scheme per sink instance (upstream: an HTTP and an HTTPS client).
-
-    With keep-alive, the client holds at most ``max_idle_connections`` connections and runs that
-    many requests at once, reusing them; see ``docs/http-sink.md`` for why the pool size is also
-    the concurrency per client.
-    """
-    pooled = parameters.keep_alive and parameters.max_idle_connections > 0
-    return CurlClient(
-        max_connections=client_concurrency(parameters),
-        keep_alive=pooled,
-        ca_file=parameters.tls_ca_file if scheme == "https" else None,
-    )
 
 
 class _Delivery:

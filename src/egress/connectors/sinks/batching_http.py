@@ -34,14 +34,15 @@ from typing import Any, ClassVar
 from egress.connectors.base import SINKS, SinkContext, single_input_stream
 from egress.connectors.dead_letters import check_dead_letter_path
 from egress.connectors.sinks import http_attempts
-from egress.connectors.sinks.async_http import HttpTransport, client_concurrency, curl_transport
 from egress.connectors.sinks.batches import Batch, BatchedSink, BatchLimits, UnfitRecord
 from egress.connectors.sinks.batching_parameters import BatchingHttpSinkDynamicParameters, BatchingHttpSinkParameters
 from egress.connectors.sinks.delivery import NO_DEADLINE, DeliveryHooks, DeliveryLoop, PolicyRetries
+from egress.connectors.sinks.http_attempts import client_concurrency, curl_transport
 from egress.engines import SinkProgress
 from egress.errors import DeliveryError, SpecError
 from egress.httpclient import Request, Response
 from egress.httpclient.outcomes import AttemptFailure
+from egress.httpclient.transport import HttpTransport
 from egress.keys import idempotency_key
 from egress.spec import StreamSpec
 

@@ -19,11 +19,12 @@ from urllib.parse import urlsplit
 from egress.clock import Clock
 from egress.connectors.base import SinkContext
 from egress.connectors.dead_letters import Attempt
-from egress.connectors.sinks.http_parameters import AsyncHttpSinkDynamicParameters
-from egress.httpclient import Response, backoff_seconds
+from egress.connectors.sinks.http_parameters import AsyncHttpSinkDynamicParameters, AsyncHttpSinkParameters
+from egress.httpclient import CurlClient, Response, backoff_seconds
 from egress.httpclient.outcomes import AttemptFailure, FailureKind, failure_of
 from egress.httpclient.redirects import REDIRECT_STATUSES, RedirectError, is_downgrade, resolve_location
 from egress.httpclient.retry_after import retry_after_seconds
+from egress.httpclient.transport import HttpTransport
 from egress.throttler.factory import ThrottlerHandle
 
 # Why an attempt failed when its own deadline came while it followed redirects (both HTTP sinks).
@@ -31,6 +32,10 @@ ATTEMPT_TIMED_OUT = "attempt deadline reached while following redirects"
 
 # response_error's verdict for a 3xx with a Location to follow (compare with ``is``).
 FOLLOW = AttemptFailure(FailureKind.STATUS, "follow redirect")
+
+# Concurrent requests of a client that keeps no connections (keep_alive false or
+# max_idle_connections 0): each opens its own, so this bounds sockets and ephemeral ports.
+UNPOOLED_MAX_CONNECTIONS = 64
 
 Endpoint = tuple[str, str, int]
 
@@ -197,6 +202,27 @@ class ResponseCounters:
         counter.inc()
 
 
+def client_concurrency(parameters: AsyncHttpSinkParameters) -> int:
+    """Requests one client runs at once: its pool size with keep-alive (see ``docs/http-sink.md``)."""
+    pooled = parameters.keep_alive and parameters.max_idle_connections > 0
+    return parameters.max_idle_connections if pooled else UNPOOLED_MAX_CONNECTIONS
+
+
+def curl_transport(scheme: str, parameters: AsyncHttpSinkParameters) -> HttpTransport:
+    """One libcurl client per scheme per sink instance (upstream: an HTTP and an HTTPS client).
+
+    With keep-alive, the client holds at most ``max_idle_connections`` connections and runs that
+    many requests at once, reusing them; see ``docs/http-sink.md`` for why the pool size is also
+    the concurrency per client.
+    """
+    pooled = parameters.keep_alive and parameters.max_idle_connections > 0
+    return CurlClient(
+        max_connections=client_concurrency(parameters),
+        keep_alive=pooled,
+        ca_file=parameters.tls_ca_file if scheme == "https" else None,
+    )
+
+
 def sink_throttler(context: SinkContext, throttler_id: str | None, class_id: str | None) -> ThrottlerHandle | None:
     """The handle of the DynamicSpec throttler ``throttler_id`` for this sink instance (``None`` without
     one). Raises ``ValueError`` when the run has no throttlers."""
@@ -211,5 +237,6 @@ def sink_throttler(context: SinkContext, throttler_id: str | None, class_id: str
     return factory.get_throttler_or_throw(throttler_id)
 
 
-__all__ = ["FOLLOW", "ClientsByScheme", "EndpointPauses", "ResponseCounters", "RetryPlan", "failed_attempt",
+__all__ = ["FOLLOW", "ClientsByScheme", "EndpointPauses", "ResponseCounters", "RetryPlan", "client_concurrency",
+           "curl_transport", "failed_attempt",
            "follow_location", "plan_retry", "response_error", "sink_throttler"]
