@@ -24,6 +24,7 @@ demo-cluster: venv
 lint: venv
 	$(VENV)/bin/ruff check src tests examples benchmarks
 	$(VENV)/bin/mypy
+	$(VENV)/bin/lint-imports  # the layers drawn in pyproject.toml [tool.importlinter]
 
 test: lint
 	$(PY) -m pytest
@@ -35,7 +36,7 @@ bench: venv
 	$(PY) benchmarks/delivery.py
 
 clean:
-	rm -rf $(VENV) .egress .pytest_cache .mypy_cache .ruff_cache
+	rm -rf $(VENV) .egress .pytest_cache .mypy_cache .ruff_cache .import_linter_cache
 
 # The chaos harness: 100 random faults, then the audit (docs/reliability.md);
 # `make chaos CHAOS_ARGS=--cluster` runs the flights on 2 NATS workers.

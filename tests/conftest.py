@@ -14,6 +14,9 @@ import yaml
 from aiohttp import web
 
 from tests.nats_server import NatsCluster, NatsServer, nats_url, stop_nats_server
+from tests.waiting import eventually, eventually_sync, exited
+
+__all__ = ["eventually", "eventually_sync", "exited"]  # every wait of the tests (tests/waiting.py)
 
 REPO = Path(__file__).resolve().parents[1]
 JANUARY = REPO / "examples" / "http_delivery" / "data" / "flights-2013-01.csv.gz"
@@ -77,9 +80,7 @@ async def serve_app() -> AsyncIterator[ServerFactory]:
         site = web.TCPSite(runner, "127.0.0.1", 0)
         await site.start()
         runners.append(runner)
-        server = site._server
-        assert server is not None
-        port = server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+        port = runner.addresses[0][1]  # its one site's bound (host, port)
         return f"http://127.0.0.1:{port}"
 
     yield start

@@ -7,6 +7,7 @@ from typing import Protocol
 
 from egress.clock import VirtualClock
 from egress.connectors.base import LiveSource
+from tests.waiting import eventually
 
 
 class ClockedLiveSource(LiveSource, Protocol):
@@ -23,8 +24,7 @@ async def assert_an_idle_take_waits_on_the_clock(source: ClockedLiveSource) -> N
     try:
         taking = asyncio.create_task(source.take(10, 30.0))
         async with asyncio.timeout(2):
-            while clock.next_deadline() is None:  # noqa: ASYNC110 - until the take waits on the clock
-                await asyncio.sleep(0.01)
+            await eventually(lambda: clock.next_deadline() is not None, what="the take waiting on the clock")
             await clock.advance(30.0)
             assert await taking == []
     finally:

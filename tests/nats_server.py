@@ -29,11 +29,12 @@ import socket
 import subprocess
 import sys
 import tempfile
-import time
 import urllib.error
 import urllib.request
 from collections.abc import Sequence
 from pathlib import Path
+
+from tests.waiting import eventually_sync
 
 URL_VARIABLE = "EGRESS_TEST_NATS_URL"
 READY_TIMEOUT = 30.0  # seconds a (re)started server may take to be ready
@@ -98,22 +99,21 @@ class NatsServer:
         return self
 
     def wait_ready(self, timeout: float = READY_TIMEOUT) -> None:
-        """Return once ``/healthz`` says ok; raise with the server's log if it exits or takes longer."""
-        deadline = time.monotonic() + timeout
-        last = ""
-        while time.monotonic() < deadline:
-            if self.process is None or self.process.poll() is not None:
-                code = None if self.process is None else self.process.returncode
-                raise RuntimeError(f"nats-server {self.name} exited with {code}:\n{self.log.read_text()[-4000:]}")
-            try:
-                with urllib.request.urlopen(f"http://127.0.0.1:{self.monitor_port}/healthz", timeout=2) as answer:
-                    if json.load(answer).get("status") == "ok":
-                        return
-            except (OSError, ValueError, urllib.error.URLError) as error:  # not up yet, or not healthy yet (503)
-                last = str(error)
-            time.sleep(0.05)
-        raise RuntimeError(f"nats-server {self.name} was not ready within {timeout:g} s ({last}):\n"
-                           f"{self.log.read_text()[-4000:]}")
+        """Return once ``/healthz`` says ok; fail with the server's log if it exits or takes longer."""
+
+        def healthy() -> bool:
+            with urllib.request.urlopen(f"http://127.0.0.1:{self.monitor_port}/healthz", timeout=2) as answer:
+                return bool(json.load(answer).get("status") == "ok")
+
+        def gone() -> str | None:
+            if self.process is not None and self.process.poll() is None:
+                return None
+            code = None if self.process is None else self.process.returncode
+            return f"nats-server {self.name} exited with {code}:\n{self.log.read_text()[-4000:]}"
+
+        # OSError, ValueError: not up yet, or not healthy yet (503; urllib's errors are OSErrors)
+        eventually_sync(healthy, what=f"nats-server {self.name} ready", timeout=timeout, interval=0.05,
+                        ignoring=(OSError, ValueError), unless=gone, details=lambda: self.log.read_text()[-4000:])
 
     def kill(self) -> None:
         """SIGKILL the server (by its pid) and reap it: no orderly shutdown, its store as it was."""

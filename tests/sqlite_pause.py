@@ -17,10 +17,10 @@ import asyncio
 import os
 import signal
 import sqlite3
-import time
 from pathlib import Path
 
 from egress.engines.sqlite import DATABASE_NAME
+from tests.waiting import eventually
 
 PROBE_TIMEOUT = 1.0
 """Seconds the probe waits for the write lock: a running writer's transaction takes milliseconds."""
@@ -59,10 +59,8 @@ async def pause_outside_write_transaction(pid: int, state_dir: Path, probe_timeo
     database = state_dir / DATABASE_NAME
     for attempt in range(ATTEMPTS):
         os.kill(pid, signal.SIGSTOP)
-        deadline = time.monotonic() + STOPPED_WITHIN
-        while not stopped(pid):
-            assert time.monotonic() < deadline, f"process {pid} not stopped {STOPPED_WITHIN} s after SIGSTOP"
-            await asyncio.sleep(0.005)
+        await eventually(lambda: stopped(pid), what=f"process {pid} stopped by SIGSTOP", timeout=STOPPED_WITHIN,
+                         interval=0.005)
         if await asyncio.to_thread(write_lock_taken, database, probe_timeout):
             return
         os.kill(pid, signal.SIGCONT)  # let it end its transaction; pause it at another moment

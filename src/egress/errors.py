@@ -9,37 +9,56 @@ one type. The shape follows httpx: a small tree, named by what went wrong, not b
     │   ├── SpecMismatchError     the Spec's layout is not the state directory's (also a StateDirectoryError)
     │   └── ClusterSpecError      a worker's Spec is not the one its cluster's live members run (egress.runtime.worker)
     ├── StateDirectoryError       the state directory cannot be used (busy, another pipeline, unknown version)
-    │   └── StateDirectoryFullError  its filesystem is full (egress.engines.storage_errors)
+    │   └── StateDirectoryFullError  its filesystem is full (raised by egress.engines.storage_errors)
     ├── SourceDataError           a source record does not fit the stream schema (file, line, column)
     ├── SourceChangedError        a source's input is not the one its committed position was read from
     ├── NatsSourceError           the nats source cannot reach its server or stream (egress.connectors.sources.nats)
     ├── NatsUnreachableError      no NATS server answered a first connection within connect_timeout
     │                             (egress.nats_connections); each user raises its own error from it
     ├── HttpSourceError           the http source cannot listen or read its token (egress.connectors.sources.http)
-    ├── RequestBodyError          a request body refused before it was read whole; its status (egress.http_body):
-    │                             BodyTooLargeError 413, BodyTimeoutError 408, UnreadableBodyError 400,
-    │                             ClientClosedError 499
+    ├── RequestBodyError          a request body refused before it was read whole (egress.http_body); its status:
+    │   ├── BodyTooLargeError     413
+    │   ├── BodyTimeoutError      408
+    │   ├── UnreadableBodyError   400
+    │   └── ClientClosedError     499
     ├── ProcessFunctionError      a process function raised (stream, key, message id)
     │   └── RowEncodingError      an emitted value cannot be stored (computation, stream, column, id)
     ├── DeliveryError             a delivery's retry budget is exhausted
-    ├── RedirectError             a Location cannot be followed (egress.httpclient.redirects)
-    ├── FencedError               a commit carried a stale epoch (egress.engines.protocols)
-    ├── EngineUnavailableError    an engine's server gave no usable answer within its outage timeout (retryable;
-    │   │                         egress.engines.protocols); NatsUnavailableError is one too
+    ├── RedirectError             a Location cannot be followed (egress.httpclient.redirects; also a ValueError)
+    ├── AccessKeyUnavailable      a firehose_http sink's access key cannot be read
+    │                             (egress.connectors.sinks.firehose_parameters)
+    ├── FencedError               a commit carried a lease that is no longer the owner's
+    ├── EngineUnavailableError    an engine's server gave no usable answer within its outage timeout (retryable)
+    │   ├── NatsUnavailableError  the NATS engine's outage (egress.engines.nats)
     │   └── MembershipLostError   a cluster worker could not renew its membership (egress.runtime.worker)
     ├── NatsEngineError           the NATS engine cannot reach or use its server (egress.engines.nats)
-    │   ├── NatsUnavailableError  no usable answer within outage_timeout (retryable)
-    │   └── JetStreamRequestError
+    │   └── JetStreamRequestError the server refused a request (its err_code)
+    ├── LineFileBusy              another process holds a line file exclusively (egress.line_files)
     ├── DeadLetterFileError       a dead-letter file cannot be read or written (egress.connectors.dead_letters)
     ├── RedriveError              egress redrive cannot start (egress.runtime.redrive)
-    ├── ThrottlerError            (egress.throttler.errors) QuotaAmountError, UnknownThrottlerError,
-    │                             ThrottlerNotConfiguredError, ControllerUnavailableError,
-    │                             ControllerClosedError, QuotaRequestFailedError,
-    │                             ThrottleInterruptedError, RequestWithdrawnError
-    └── FirehoseError             (egress.firehose.errors) PermanentError (CloudWatchLogsDecodeError),
-                                  TransientError, RequestRejected, ResponseNotAccepted
+    ├── StatusUnavailable         a status endpoint did not answer with /status JSON (egress.cli.status)
+    ├── ThrottlerError            a throttler cannot grant a quota (egress.throttler.errors)
+    │   ├── QuotaAmountError      a negative or non-finite amount (also a ValueError)
+    │   ├── UnknownThrottlerError no throttler of that id (also a KeyError)
+    │   ├── ThrottlerNotConfiguredError  the name is not configured for this client
+    │   ├── ControllerUnavailableError   the controller did not answer (retried by the client)
+    │   ├── ControllerClosedError the controller stopped
+    │   ├── QuotaRequestFailedError      failed for good: past the retry budget, or rejected
+    │   ├── ThrottleInterruptedError     the job stops while a call waits for quota
+    │   ├── RequestWithdrawnError its client asked again or gave up
+    │   └── BadRequestError       a RequestQuota body that is not a quota call (egress.throttler.wire)
+    └── FirehoseError             the Firehose layer (egress.firehose.errors)
+        ├── PermanentError        a handler's records can never be accepted (400)
+        │   └── CloudWatchLogsDecodeError  a CloudWatch Logs subscription record does not decode
+        ├── TransientError        a handler's records could not be stored now (503)
+        ├── RequestRejected       a request fails a rule of the receiver's decision table
+        └── ResponseNotAccepted   a sender got a response that is not a conforming success
 
-``tests/unit/test_errors.py`` checks that this tree and the code agree.
+A class with two bases in the tree says "also a" the second. A built-in base is part of the public
+API where a process function may catch it as Python's own: a negative quota amount is a
+``ValueError`` and an unknown throttler name a ``KeyError``, as for ``float`` and ``dict``.
+
+``tests/unit/test_errors.py`` checks that this tree and the code agree, class by class and parent by parent.
 """
 
 from __future__ import annotations
@@ -182,3 +201,16 @@ class SpecMismatchError(SpecError, StateDirectoryError):
     def in_file(self, file: str | None) -> SpecMismatchError:
         """A copy naming the Spec ``file`` (an engine that finds the mismatch does not know it)."""
         return SpecMismatchError(self.message, path=self.path, file=file, state_dir=self.state_dir)
+
+
+class FencedError(EgressError):
+    """A commit carried a lease that is no longer the owner's (another process took the consumer
+    partition over): nothing of it is stored. Raised by an engine's ``commit``; the job that met
+    it stops, and its unit runs again wherever the lease now is."""
+
+
+class EngineUnavailableError(EgressError):
+    """The engine's server gave no usable answer for longer than the engine's outage timeout.
+    Retryable: what was committed stays committed, and an operation that raised it took effect
+    whole or not at all. A cluster worker stops only the job that met it (the unit is taken again
+    once the server answers), unless its own membership could not be renewed that long."""

@@ -21,11 +21,13 @@ import os
 from collections.abc import Iterator
 from pathlib import Path
 
+from egress.errors import EgressError
+
 FILE_MODE = 0o600  # the lines hold payloads: readable by the owner only
 _TAIL_CHUNK = 64 * 1024
 
 
-class LineFileBusy(OSError):
+class LineFileBusy(EgressError):
     """Another process holds :meth:`LineFile.exclusively` on the file."""
 
 

@@ -11,13 +11,15 @@ import subprocess
 import sys
 import time
 import urllib.request
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
+
+from tests.waiting import eventually_sync, exited
 
 REPO = Path(__file__).resolve().parents[2]
 EXAMPLE = REPO / "examples" / "http_delivery"
@@ -88,28 +90,17 @@ def release(receiver: Receiver) -> None:
     receiver_stats(receiver, "release")
 
 
-def wait_until(condition: Callable[[], object], what: str, timeout: float = 60.0) -> None:
-    """Poll ``condition()`` every 10 ms until it is true; fail naming ``what`` after ``timeout`` s
-    (a failure guard: the wait ends on the condition, not on the time)."""
-    deadline = time.monotonic() + timeout
-    while not condition():
-        if time.monotonic() > deadline:
-            pytest.fail(f"timed out after {timeout:g} s waiting for {what}")
-        time.sleep(0.01)
-
-
 def wait_until_held(receiver: Receiver, process: subprocess.Popen[bytes], log: Path,
                     timeout: float = 60.0) -> dict[str, Any]:
     """Poll the receiver until it holds a request (the run is mid-way: it waits for an answer);
     returns its stats then. Fails if ``process`` exits first."""
-    deadline = time.monotonic() + timeout
-    while not (stats := receiver_stats(receiver))["held"]:
-        if process.poll() is not None:
-            pytest.fail(f"the run exited {process.returncode} before the receiver held a request:\n{log.read_text()}")
-        if time.monotonic() > deadline:
-            pytest.fail(f"the receiver held no request within {timeout:g} s:\n{log.read_text()}")
-        time.sleep(0.01)
-    return stats
+
+    def held() -> dict[str, Any] | None:
+        stats = receiver_stats(receiver)
+        return stats if stats["held"] else None
+
+    return eventually_sync(held, what="the receiver holding a request", timeout=timeout,
+                           unless=exited(process, log), details=log.read_text)
 
 
 @pytest.fixture
@@ -204,10 +195,9 @@ def wait_for_first_request(record: Path, run: int, process: subprocess.Popen[byt
     """Poll the receiver's record until a request of ``run`` appears; returns when it was seen."""
     marker = json.dumps({RUN_HEADER: str(run)})[1:-1].encode()
     offset, tail = 0, b""
-    deadline = time.monotonic() + FIRST_REQUEST_TIMEOUT
-    while time.monotonic() < deadline:
-        if process.poll() is not None:
-            pytest.fail(f"run {run} exited {process.returncode} before sending anything:\n{log.read_text()}")
+
+    def seen() -> float | None:
+        nonlocal offset, tail
         with record.open("rb") as file:
             file.seek(offset)
             chunk = file.read()
@@ -215,7 +205,9 @@ def wait_for_first_request(record: Path, run: int, process: subprocess.Popen[byt
         if marker in tail + chunk:
             return time.time()
         tail = (tail + chunk)[-len(marker):]
-        time.sleep(0.01)
-    pytest.fail(f"run {run} sent no request within {FIRST_REQUEST_TIMEOUT} s:\n{log.read_text()}")
+        return None
+
+    return eventually_sync(seen, what=f"a request of run {run}", timeout=FIRST_REQUEST_TIMEOUT,
+                           unless=exited(process, log), details=log.read_text)
 
 

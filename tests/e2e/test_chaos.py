@@ -16,7 +16,8 @@ from pathlib import Path
 
 import pytest
 
-REPO = Path(__file__).resolve().parents[2]
+from tests.conftest import REPO
+
 SEED = int(os.environ.get("EGRESS_CHAOS_SEED", "20261201"))
 FAULTS = 10
 

@@ -11,7 +11,6 @@ import signal
 import socket
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -29,6 +28,7 @@ from tests.e2e.conftest import (
     wait_until_held,
     write_spec,
 )
+from tests.waiting import eventually_sync, exited
 
 pytestmark = pytest.mark.e2e
 ROWS = 6000  # the demo's first flights: the runs take seconds
@@ -180,11 +180,8 @@ def wait_for_members(state: Path, pipeline: str, count: int, parent: subprocess.
         finally:
             await engine.close()
 
-    deadline = time.monotonic() + 120
-    while asyncio.run(members()) < count:
-        assert parent.poll() is None, log.read_text()
-        assert time.monotonic() < deadline, f"{count} workers did not join within 120 s:\n{log.read_text()}"
-        time.sleep(0.2)
+    eventually_sync(lambda: asyncio.run(members()) >= count, what=f"{count} workers joined", timeout=120,
+                    interval=0.2, unless=exited(parent, log), details=log.read_text)
 
 
 @pytest.mark.timeout(240)

@@ -46,10 +46,10 @@ from tests.e2e.conftest import (
     receiver_stats,
     release,
     stop_receiver,
-    wait_until,
 )
 from tests.e2e.test_exactly_once import write_pipeline
 from tests.nats_server import NatsCluster, NatsServer
+from tests.waiting import eventually_sync
 
 pytestmark = pytest.mark.e2e
 
@@ -228,11 +228,8 @@ def receiver_held(receiver: Receiver) -> int:
 
 
 def wait_for_deliveries(receiver: Receiver, count: int, workers: Workers, timeout: float = 60.0) -> None:
-    deadline = time.monotonic() + timeout
-    while receiver_count(receiver) < count:
-        if time.monotonic() > deadline:
-            pytest.fail(f"fewer than {count} deliveries within {timeout:g} s:\n{workers.log('w1')}")
-        time.sleep(0.02)
+    eventually_sync(lambda: receiver_count(receiver) >= count, what=f"{count} deliveries", timeout=timeout,
+                    interval=0.02, details=lambda: workers.log("w1"))
 
 
 def check_flights(record: Path, expected: dict[str, int], changes: list[tuple[float, float, int]]) -> Delivery:
@@ -285,7 +282,7 @@ def test_flights_on_three_workers_lose_nothing_through_20_worker_kills_and_a_nat
     wait_for_deliveries(receiver, 1, workers)
 
     def held() -> None:  # the receiver holds the rest: the kill lands mid-delivery
-        wait_until(lambda: receiver_held(receiver), "the receiver holding a request")
+        eventually_sync(lambda: receiver_held(receiver), what="the receiver holding a request")
 
     def answer_more(number: int) -> None:
         hold_after(receiver, receiver_held(receiver) + ANSWERED_PER_KILL)
@@ -358,10 +355,8 @@ def test_retryable_totals_are_exact_through_20_worker_kills_and_a_nats_restart(
     workers = Workers(spec, own_nats_server.url, tmp_path)
     workers_to_stop.append(workers)
     workers.start_all()
-    deadline = time.monotonic() + 60
-    while not sum(asyncio.run(committed_totals(own_nats_server.url, loaded))[0].values()):  # the first response counted
-        assert time.monotonic() < deadline, f"nothing counted within 60 s:\n{workers.log('w1')}"
-        time.sleep(0.1)
+    eventually_sync(lambda: sum(asyncio.run(committed_totals(own_nats_server.url, loaded))[0].values()),
+                    what="the first response counted", timeout=60, interval=0.1, details=lambda: workers.log("w1"))
     counted: dict[int, int] = {}
     pending: list[int] = []
 
@@ -377,7 +372,7 @@ def test_retryable_totals_are_exact_through_20_worker_kills_and_a_nats_restart(
     # they wait RETRY_DELAY before their next attempt, so the restart lands while that work is left
     # (a restart after the last response would prove nothing about state).
     torture(workers, own_nats_server, rng, sample, nats_restart_at=RETRYABLE_NATS_RESTART_AT,
-            before_nats_restart=lambda: wait_until(work_left, "requests committed in retry state"))
+            before_nats_restart=lambda: eventually_sync(work_left, what="requests committed in retry state"))
     workers.wait_all()
     totals, retrying = asyncio.run(committed_totals(own_nats_server.url, loaded))
     print(f"\nseed {SEED}: {EVENTS:,} events over {KEYS} keys, {sum(expected.values()):,} bytes of requests; "
@@ -418,7 +413,8 @@ def test_flights_on_a_three_node_cluster_with_r3_streams_lose_nothing_when_the_l
     watch = LeaseWatch(nats_cluster.urls, pipeline, "to_json", replicas=3)  # from the start: the first hand-overs too
     hold_after(receiver, len(expected) // 5)  # then the rest is held: the node is killed mid-delivery
     workers.start_all()
-    wait_until(lambda: receiver_held(receiver), "the receiver holding a request after a fifth of the flights", 120)
+    eventually_sync(lambda: receiver_held(receiver),
+                    what="the receiver holding a request after a fifth of the flights", timeout=120)
     leader = asyncio.run(stream_leader(nats_cluster.urls[0], f"KV_egress_{pipeline}"))
     node = int(leader.removeprefix("n"))
     before = receiver_count(receiver)

@@ -16,7 +16,7 @@ import time
 import urllib.request
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 import pytest
 import yaml
@@ -26,9 +26,9 @@ from egress.throttler.envelope import worst_excess
 from tests.conftest import payload_spec
 from tests.e2e.conftest import REPO, Receiver
 from tests.nats_server import NatsServer
+from tests.waiting import eventually_sync
 
 pytestmark = pytest.mark.e2e
-T = TypeVar("T")
 
 LIMIT, PERIOD, MESSAGES, WORKERS = 10.0, 1.0, 150, 3
 TTL, HEARTBEAT = 2.0, 0.5
@@ -57,16 +57,6 @@ def get(url: str) -> bytes | None:
 def status(port: int) -> dict[str, Any] | None:
     body = get(f"http://127.0.0.1:{port}/status")
     return None if body is None else dict(json.loads(body))
-
-
-def wait_for(what: str, probe: Callable[[], T | None], timeout: float = 60.0) -> T:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        found = probe()
-        if found is not None:
-            return found
-        time.sleep(0.05)
-    pytest.fail(f"{what}: not within {timeout:g} s")
 
 
 def controller_named(port: int) -> str | None:
@@ -153,7 +143,8 @@ def received(receiver: Receiver) -> list[dict[str, Any]]:
 
 
 def wait_for_requests(receiver: Receiver, count: int, what: str, timeout: float = 60.0) -> None:
-    wait_for(what, lambda: True if len(receiver.record.read_text().splitlines()) >= count else None, timeout)
+    eventually_sync(lambda: len(receiver.record.read_text().splitlines()) >= count, what=what, timeout=timeout,
+                    interval=0.05)
 
 
 @pytest.mark.timeout(180)
@@ -163,19 +154,20 @@ def test_the_controllers_worker_killed_mid_run_another_serves_within_one_ttl_and
     processes = dict(zip(ports, egress_processes, strict=True))
     alive = set(ports)
 
-    first = wait_for("a controller elected", lambda: serving(ports, alive))
+    first = eventually_sync(lambda: serving(ports, alive), what="a controller elected", interval=0.05)
     metrics = (get(f"http://127.0.0.1:{ports[first]}/metrics") or b"").decode()
     assert f'egress_throttler_controller{{worker_id="{first}"}} 1.0' in metrics
     others = alive - {first}
     for worker in others:  # every worker's /status names the same controller, once it is up
-        assert wait_for(f"{worker}'s /status", lambda w=worker: controller_named(ports[w])) == first
+        assert eventually_sync(lambda w=worker: controller_named(ports[w]), what=f"{worker}'s /status",
+                               interval=0.05) == first
     wait_for_requests(receiver, MESSAGES // 3, "a third of the messages delivered")
 
     processes[first].send_signal(signal.SIGKILL)
     processes[first].wait()
     killed = time.monotonic()
     alive.discard(first)
-    successor = wait_for("another controller", lambda: serving(ports, alive), timeout=30)
+    successor = eventually_sync(lambda: serving(ports, alive), what="another controller", timeout=30, interval=0.05)
     took = time.monotonic() - killed
     # The lease lapses TTL after the last renewal (NATS rounds up to whole seconds and removes it
     # within a second), then the next try (every 0.5 s) takes it; /status is polled every 50 ms.
@@ -218,20 +210,21 @@ def test_with_fallback_rate_the_endpoint_keeps_receiving_at_about_it_while_nats_
     ports = start_workers(tmp_path, receiver, own_nats_server.url, 200, egress_processes, partitions=8,
                           fallback_rate=FALLBACK)
     alive = set(ports)
-    wait_for("a controller elected", lambda: serving(ports, alive))
+    eventually_sync(lambda: serving(ports, alive), what="a controller elected", interval=0.05)
     wait_for_requests(receiver, 30, "30 requests delivered under the controller")
     # Every worker must have work for the whole outage (its reads wait for NATS): at least its share
     # of it, fallback_rate / workers for OUTAGE seconds, committed and not yet acknowledged.
     share = FALLBACK / WORKERS * OUTAGE + 2
     for worker in ports:
-        wait_for(f"{worker} holding {share:g} messages to send", lambda w=worker: True if unacknowledged(
-            ports[w]) >= share else None, 30)
+        eventually_sync(lambda w=worker: unacknowledged(ports[w]) >= share,
+                        what=f"{worker} holding {share:g} messages to send", timeout=30, interval=0.05)
     own_nats_server.kill()
     down = time.time()
     time.sleep(OUTAGE)
     own_nats_server.start()
     back = time.time()
-    returned = wait_for("a controller after NATS returned", lambda: serving(ports, alive), timeout=30)
+    returned = eventually_sync(lambda: serving(ports, alive), what="a controller after NATS returned", timeout=30,
+                               interval=0.05)
     resumed = time.time() - back
     for worker in alive:
         assert egress_processes[list(ports).index(worker)].wait(timeout=150) == 0, \
@@ -291,13 +284,13 @@ def test_weighted_classes_5_3_1_from_three_workers_share_the_limit_within_the_sf
     ports = start_workers(tmp_path, receiver, nats_server, 90, egress_processes,
                           one_computation_per_class=list(WEIGHTS), limit=limit, max_grant_amount=CHUNK,
                           classes={class_id: {"weight": weight} for class_id, weight in WEIGHTS.items()})
-    controller = wait_for("a controller elected", lambda: serving(ports, set(ports)))
+    controller = eventually_sync(lambda: serving(ports, set(ports)), what="a controller elected", interval=0.05)
 
     def all_backlogged() -> dict[str, tuple[float, float]] | None:
         found = class_metrics(ports[controller])
         return found if all(granted > 0 and pending > 0 for granted, pending in found.values()) else None
 
-    first = wait_for("every class granted and waiting at the controller", all_backlogged)
+    first = eventually_sync(all_backlogged, what="every class granted and waiting at the controller", interval=0.05)
     time.sleep(4.0)
     second = all_backlogged()
     assert second is not None, "a class ran out of work within the measured interval: measure a shorter one"
@@ -378,7 +371,7 @@ def test_the_most_lagging_partition_is_served_first_across_three_workers(
     ports = start_workers(tmp_path, receiver, nats_server, 0, egress_processes, edit=throttled_input(data, others),
                           until_drained=False, limit=LAG_LIMIT, max_grant_amount=1,
                           period=f"{OTHER_MESSAGES / LAG_LIMIT:g}s")
-    controller = wait_for("a controller elected", lambda: serving(ports, set(ports)))
+    controller = eventually_sync(lambda: serving(ports, set(ports)), what="a controller elected", interval=0.05)
 
     def pending() -> tuple[float, float] | None:
         """(requests, units) waiting for a grant at the controller (those granted but not yet
@@ -390,22 +383,26 @@ def test_the_most_lagging_partition_is_served_first_across_three_workers(
     # reach the controller first; once both wait, the second cannot be served before the first's
     # OTHER_MESSAGES units, so the lagging partition's batch joins while it still waits: in arrival
     # order it would be served last.
-    wait_for("both other partitions' batches waiting for quota", lambda: True if (sample(
-        ports[controller], "egress_throttler_queue_size") or 0) >= 2 else None, 30)
+    eventually_sync(lambda: (sample(ports[controller], "egress_throttler_queue_size") or 0) >= 2,
+                    what="both other partitions' batches waiting for quota", timeout=30, interval=0.05)
     with data.open("a") as file:
         file.write("".join(late))
-    previous, joined_with = pending() or (0.0, 0.0), -1.0
-    deadline = time.monotonic() + 30
-    while joined_with < 0 and time.monotonic() < deadline:  # its units raise the units waiting at once
+    previous = pending() or (0.0, 0.0)
+
+    def joined() -> list[float]:  # its units raise the units waiting at once
+        nonlocal previous
         now = pending() or previous
-        if now[1] >= previous[1] + LAGGING_MESSAGES - 1:
-            joined_with = now[0] - 1  # the other requests still waiting for units when it joined
+        raised = now[1] >= previous[1] + LAGGING_MESSAGES - 1
         previous = now
-        time.sleep(0.02)
+        # the other requests still waiting for units when it joined, in a list: 0 of them is an answer too
+        return [now[0] - 1] if raised else []
+
+    [joined_with] = eventually_sync(joined, what="the lagging batch's units waiting for quota", timeout=30,
+                                    interval=0.02)
     assert joined_with >= 1, f"the lagging batch's request joined {joined_with:g} other waiting request(s)"
     joined = time.time()
-    wait_for("every message delivered", lambda: True if len(received(receiver)) >= LAGGING_MESSAGES
-             + 2 * OTHER_MESSAGES else None, 60)
+    eventually_sync(lambda: len(received(receiver)) >= LAGGING_MESSAGES + 2 * OTHER_MESSAGES,
+                    what="every message delivered", timeout=60, interval=0.05)
     for process in egress_processes:
         process.send_signal(signal.SIGINT)
     for worker, process in zip(ports, egress_processes, strict=True):
@@ -442,7 +439,7 @@ def test_a_limit_changed_in_one_workers_dynamic_spec_reaches_the_controller_and_
     slow, fast, messages = 5.0, 20.0, 160
     ports = start_workers(tmp_path, receiver, nats_server, messages, egress_processes, own_dynamic_specs=True,
                           limit=slow)
-    controller = wait_for("a controller elected", lambda: serving(ports, set(ports)))
+    controller = eventually_sync(lambda: serving(ports, set(ports)), what="a controller elected", interval=0.05)
     wait_for_requests(receiver, 20, "20 requests delivered at the first limit")
     changed = sorted(set(ports) - {controller})[0]  # a worker that is not the controller: its file only
     dynamic = tmp_path / f"{changed}-dynamic.yaml"

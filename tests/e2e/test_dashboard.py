@@ -32,6 +32,7 @@ import yaml
 from aiohttp import web
 
 from tests.e2e.conftest import REPO, terminate
+from tests.waiting import eventually_sync, exited
 
 pytestmark = pytest.mark.e2e
 sync_api = pytest.importorskip("playwright.sync_api", reason="playwright is in the dev extras")
@@ -66,7 +67,7 @@ class SwitchableReceiver:
         self._loop.run_until_complete(self._runner.setup())
         site = web.TCPSite(self._runner, "127.0.0.1", 0)
         self._loop.run_until_complete(site.start())
-        self.port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+        self.port = self._runner.addresses[0][1]
         self._started.set()
         self._loop.run_forever()
 
@@ -155,15 +156,8 @@ def get_json(url: str) -> Any:
 
 
 def wait_until_serving(url: str, process: subprocess.Popen[Any], limit: float = 30.0) -> None:
-    deadline = time.monotonic() + limit
-    while time.monotonic() < deadline:
-        assert process.poll() is None, f"exited with {process.returncode}"
-        try:
-            get_json(url)
-            return
-        except OSError:
-            time.sleep(0.1)
-    pytest.fail(f"{url} did not answer within {limit} s")
+    eventually_sync(lambda: [get_json(url)], what=f"{url} answering", timeout=limit, interval=0.1,
+                    ignoring=(OSError,), unless=exited(process))
 
 
 def write_pipeline(folder: Path, url: str) -> tuple[Path, Path]:

@@ -8,7 +8,6 @@ import json
 import signal
 import subprocess
 import sys
-import time
 from collections import Counter
 from pathlib import Path
 
@@ -18,6 +17,7 @@ import yaml
 from egress.connectors.dead_letters import read_dead_letters
 from tests.conftest import payload_spec
 from tests.e2e.conftest import REPO, Receiver, launch_receiver, release, stop_receiver
+from tests.waiting import eventually_sync, exited
 
 pytestmark = pytest.mark.e2e
 
@@ -114,11 +114,8 @@ def test_sigkill_while_dead_letters_are_written_loses_and_duplicates_nothing(
         spec, dynamic = dead_letter_spec(tmp_path, down, messages, attempts=1)
         run = ("run", str(spec), "--dynamic-spec", str(dynamic), "--state-dir", str(tmp_path / "state"), "--quiet")
         first = egress(egress_processes, *run)
-        deadline = time.monotonic() + 60
-        while not (dead.exists() and dead.stat().st_size > 300 * 200):  # a few hundred lines of ~250 bytes
-            assert first.poll() is None, finish(first)[1]
-            assert time.monotonic() < deadline, "no dead letters within 60 s"
-            time.sleep(0.005)
+        eventually_sync(lambda: dead.exists() and dead.stat().st_size > 300 * 200,  # a few hundred lines of ~250 bytes
+                        what="a few hundred dead letters", timeout=60, interval=0.005, unless=exited(first))
         first.send_signal(signal.SIGKILL)
         first.wait()
         release(down)

@@ -68,11 +68,11 @@ from egress.errors import SpecError
 from egress.runtime import load_plan
 from egress.spec import DynamicSpec, load_document, validate_model
 from egress.throttler import validate_dynamic_throttlers
+from tests.conftest import REPO
 from tests.e2e.conftest import launch_receiver, stop_receiver
 from tests.nats_server import NatsServer, free_port
 
 pytestmark = pytest.mark.e2e
-REPO = Path(__file__).resolve().parents[2]
 DOCUMENTS = [REPO / "README.md", *sorted((REPO / "docs").glob("*.md")),
              *sorted((REPO / "examples").glob("*/README.md"))]
 SNIPPET_LANGUAGES = {"sh", "bash", "python", "yaml", "yson", "json"}

@@ -24,8 +24,9 @@ import pytest
 import yaml
 
 from egress.cli.state import state_lines
+from tests.conftest import REPO
+from tests.waiting import eventually_sync, exited
 
-REPO = Path(__file__).resolve().parents[2]
 EXAMPLE = REPO / "examples" / "retryable_async_request"
 KILLS = 10
 EVENTS = 60_000
@@ -84,12 +85,9 @@ def wait_for_progress(state: Path, before: list[dict[str, object]], process: sub
                       log: Path) -> float:
     """Poll the committed state (read-only) until this run has changed it; returns the seconds waited."""
     started = time.monotonic()
-    while time.monotonic() - started < 60:
-        assert process.poll() is None, f"the run ended before the kill:\n{log.read_text()}"
-        if snapshot(state) != before:
-            return time.monotonic() - started
-        time.sleep(0.02)
-    pytest.fail(f"no commit changed the state within 60 s:\n{log.read_text()}")
+    eventually_sync(lambda: snapshot(state) != before, what="a commit changing the state", timeout=60, interval=0.02,
+                    unless=exited(process, log), details=log.read_text)
+    return time.monotonic() - started
 
 
 def totals(state: Path) -> dict[str, int]:

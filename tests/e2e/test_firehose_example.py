@@ -28,10 +28,10 @@ import pytest
 import yaml
 
 from egress.keys import encode_key, partition_of
+from tests.conftest import REPO
 from tests.e2e.conftest import FIREHOSE_ACCESS_KEY, assert_firehose_requests_tile
 
 pytestmark = pytest.mark.e2e
-REPO = Path(__file__).resolve().parents[2]
 EXAMPLE = REPO / "examples" / "firehose_delivery"
 DATA = REPO / "data" / "flights-2013.csv.gz"
 ROWS = 30_000

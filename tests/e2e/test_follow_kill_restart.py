@@ -15,9 +15,10 @@ from pathlib import Path
 import orjson
 import pytest
 
-from tests.e2e.conftest import Receiver, wait_until
+from tests.e2e.conftest import Receiver
 from tests.e2e.live_inputs import kill_restart_then_drain, pass_through_spec
 from tests.e2e.test_kill_restart import load_record
+from tests.waiting import eventually_sync
 
 pytestmark = pytest.mark.e2e
 
@@ -79,8 +80,8 @@ def test_a_followed_file_appended_and_rotated_across_five_sigkills_is_delivered_
     try:
         written = kill_restart_then_drain(
             tmp_path, receiver, lambda run: pass_through_spec(tmp_path, "follow_kill", source, receiver.port, run),
-            writer.stop, lambda run: wait_until(lambda: writer.count >= LINES_PER_RUN * (run + 1),
-                                                f"{LINES_PER_RUN * (run + 1)} lines written"))
+            writer.stop, lambda run: eventually_sync(lambda: writer.count >= LINES_PER_RUN * (run + 1),
+                                                     what=f"{LINES_PER_RUN * (run + 1)} lines written"))
     finally:
         writer.stop()
 

@@ -8,7 +8,6 @@ import os
 import signal
 import subprocess
 import sys
-import time
 import urllib.request
 from collections import Counter
 from pathlib import Path
@@ -19,6 +18,7 @@ import yaml
 
 from tests.conftest import payload_spec
 from tests.e2e.conftest import REPO, Receiver, launch_receiver, stop_receiver
+from tests.waiting import eventually_sync
 
 pytestmark = pytest.mark.e2e
 MESSAGES = 300
@@ -40,19 +40,6 @@ def records(receiver: Receiver) -> list[dict[str, Any]]:
 def get_json(url: str) -> dict[str, Any]:
     with urllib.request.urlopen(url, timeout=5) as answer:
         return json.load(answer)  # type: ignore[no-any-return]
-
-
-def wait_for(condition: Any, limit: float, what: str) -> Any:
-    deadline = time.monotonic() + limit
-    while time.monotonic() < deadline:
-        try:
-            value = condition()
-        except OSError:
-            value = None
-        if value:
-            return value
-        time.sleep(0.1)
-    pytest.fail(f"timed out waiting for {what}")
 
 
 @pytest.mark.timeout(120)
@@ -85,8 +72,8 @@ def test_exhausted_retries_stop_the_sink_until_a_restart_after_the_fix(
     try:
         process = egress_run(egress_processes, spec, dynamic, state, "--http-port", str(unused_tcp_port))
         status_url = f"http://127.0.0.1:{unused_tcp_port}/status"
-        document = wait_for(lambda: "exhausted" in str((d := get_json(status_url))["status"]) and d, 60,
-                            "a terminal error in /status")
+        document = eventually_sync(lambda: "exhausted" in str((d := get_json(status_url))["status"]) and d,
+                                   timeout=60, what="a terminal error in /status", interval=0.1, ignoring=(OSError,))
         error = document["status"]["/sinks/http/async_http_sink"]
         assert error.startswith("Async HTTP POST retry policy exhausted after 3 attempt(s)")
         assert document["partitions"][0]["blocked"]
@@ -95,8 +82,8 @@ def test_exhausted_retries_stop_the_sink_until_a_restart_after_the_fix(
         assert 'egress_status_broken{path="/sinks/http/async_http_sink"} 1.0' in metrics
         # Every delivery started before the terminal failure ends on its own budget (the process says
         # so: no delivery in flight), and none starts after it: what the receiver has now is all it gets.
-        wait_for(lambda: get_json(status_url)["partitions"][0]["in_flight"] == {"http": 0}, 60,
-                 "every delivery to end after the terminal failure")
+        eventually_sync(lambda: get_json(status_url)["partitions"][0]["in_flight"] == {"http": 0}, timeout=60,
+                        what="every delivery to end after the terminal failure", interval=0.1, ignoring=(OSError,))
         seen = len(records(broken))
         process.send_signal(signal.SIGINT)
         assert process.wait(timeout=30) == 1  # stopped cleanly, but a sink is blocked
@@ -135,16 +122,19 @@ def test_a_live_dynamic_spec_change_reaches_a_delivery_already_retrying(
                                                          "retry_maximum_delay": "5s", "retry_jitter_ratio": 0.0})
         process = egress_run(egress_processes, spec, dynamic, tmp_path / "state", "--until-drained",
                              "--http-port", str(unused_tcp_port))
-        wait_for(lambda: receiver.record.exists() and records(receiver), 30, "the first attempt")
+        eventually_sync(lambda: receiver.record.exists() and records(receiver), timeout=30, what="the first attempt",
+                        interval=0.1, ignoring=(OSError,))
         status_url = f"http://127.0.0.1:{unused_tcp_port}/status"
         document = yaml.safe_load(dynamic.read_text())
         document["computations"]["deliver"]["sinks"]["http"]["parameters"]["max_attempt_count"] = "two"
         dynamic.write_text(yaml.safe_dump(document))
-        error = wait_for(lambda: get_json(status_url)["dynamic_spec"]["error"], 10, "the bad file to be reported")
+        error = eventually_sync(lambda: get_json(status_url)["dynamic_spec"]["error"], timeout=10,
+                                what="the bad file to be reported", interval=0.1, ignoring=(OSError,))
         assert "max_attempt_count" in error
         document["computations"]["deliver"]["sinks"]["http"]["parameters"]["max_attempt_count"] = 3
         dynamic.write_text(yaml.safe_dump(document))
-        wait_for(lambda: get_json(status_url)["dynamic_spec"]["version"] == 1, 10, "the fixed file to apply")
+        eventually_sync(lambda: get_json(status_url)["dynamic_spec"]["version"] == 1, timeout=10,
+                        what="the fixed file to apply", interval=0.1, ignoring=(OSError,))
         assert len(records(receiver)) == 1, "the change must land within the 5 s pause"
         assert process.wait(timeout=30) == 0
     finally:

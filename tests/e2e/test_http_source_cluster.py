@@ -11,9 +11,8 @@ import signal
 import socket
 import subprocess
 import sys
-import time
 import urllib.request
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -23,6 +22,7 @@ from tests.e2e.live_inputs import pass_through_spec
 from tests.e2e.test_http_source_kill_restart import Clients
 from tests.e2e.test_kill_restart import load_record
 from tests.nats_server import NatsServer
+from tests.waiting import eventually_sync
 
 pytestmark = pytest.mark.e2e
 
@@ -34,14 +34,6 @@ def free_port() -> int:
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         return int(probe.getsockname()[1])
-
-
-def wait_until(condition: Callable[[], bool], timeout: float, what: str) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        if time.monotonic() > deadline:
-            pytest.fail(f"not within {timeout:g} s: {what}")
-        time.sleep(0.05)
 
 
 def reader_owner(status_port: int) -> str | None:
@@ -82,10 +74,10 @@ def test_events_answered_200_arrive_when_the_worker_listening_is_killed_and_the_
     clients = Clients(f"http://127.0.0.1:{port}/events")
     clients.start()
     try:
-        wait_until(lambda: len(clients.acknowledged) >= 50, 60, "50 events answered 200")
+        eventually_sync(lambda: len(clients.acknowledged) >= 50, timeout=60, what="50 events answered 200")
         # /status is refreshed on its own period: wait until a worker names the reader's owner.
-        wait_until(lambda: (reader_owner(status_ports["a"]) or reader_owner(status_ports["b"])) in WORKERS, 30,
-                   "a worker's /status names the http reader's owner")
+        eventually_sync(lambda: (reader_owner(status_ports["a"]) or reader_owner(status_ports["b"])) in WORKERS,
+                        timeout=30, interval=0.05, what="a worker's /status names the http reader's owner")
         owner = reader_owner(status_ports["a"]) or reader_owner(status_ports["b"])
         assert owner in WORKERS, owner
         survivor = next(w for w in WORKERS if w != owner)
@@ -93,9 +85,10 @@ def test_events_answered_200_arrive_when_the_worker_listening_is_killed_and_the_
         workers[owner].wait(timeout=10)
         before = len(clients.acknowledged)
         # The survivor takes the reader over once the lease expires, and listens on the same port.
-        wait_until(lambda: len(clients.acknowledged) >= before + 50, 60, "50 more answered 200 after the kill")
-        wait_until(lambda: reader_owner(status_ports[survivor]) == survivor, 30,
-                   f"the survivor {survivor}'s /status names it the http reader's owner")
+        eventually_sync(lambda: len(clients.acknowledged) >= before + 50, timeout=60,
+                        what="50 more answered 200 after the kill")
+        eventually_sync(lambda: reader_owner(status_ports[survivor]) == survivor, timeout=30, interval=0.05,
+                        what=f"the survivor {survivor}'s /status names it the http reader's owner")
         acknowledged = set(clients.stop())
         want = {hashlib.sha256(f"event {i}".encode()).hexdigest(): i for i in acknowledged}
 
@@ -103,11 +96,9 @@ def test_events_answered_200_arrive_when_the_worker_listening_is_killed_and_the_
             delivered = {r.body for r in load_record(receiver.record) if 200 <= r.status <= 299}
             return sorted(i for digest, i in want.items() if digest not in delivered)
 
-        deadline = time.monotonic() + 60
-        while missing() and time.monotonic() < deadline:  # the survivor delivers the rest
-            time.sleep(0.1)
-        lost = missing()
-        assert not lost, (f"{len(lost)} of {len(acknowledged)} events answered 200 never arrived, e.g. {lost[:5]}\n"
-                          + (tmp_path / f"{survivor}.log").read_text(errors="replace")[-3000:])
+        eventually_sync(lambda: not missing(), timeout=60, interval=0.1,  # the survivor delivers the rest
+                        what=f"every one of the {len(acknowledged)} events answered 200 to arrive",
+                        details=lambda: f"never arrived, e.g. {missing()[:5]}\n"
+                        + (tmp_path / f"{survivor}.log").read_text(errors="replace")[-3000:])
     finally:
         clients.stop()

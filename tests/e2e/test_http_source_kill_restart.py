@@ -8,7 +8,6 @@ import asyncio
 import hashlib
 import socket
 import threading
-import time
 from pathlib import Path
 
 import aiohttp
@@ -18,6 +17,7 @@ import pytest
 from tests.e2e.conftest import Receiver
 from tests.e2e.live_inputs import kill_restart_then_drain, pass_through_spec
 from tests.e2e.test_kill_restart import load_record
+from tests.waiting import eventually_sync
 
 pytestmark = pytest.mark.e2e
 
@@ -45,12 +45,8 @@ class Clients:
 
     def wait_for_acknowledged(self, count: int, process_log: Path) -> None:
         """Return once ``count`` events were answered 200 (fails after :data:`ACKNOWLEDGED_WITHIN` s)."""
-        deadline = time.monotonic() + ACKNOWLEDGED_WITHIN
-        while len(self.acknowledged) < count:
-            if time.monotonic() > deadline:
-                pytest.fail(f"{len(self.acknowledged)} of {count} events answered 200 within {ACKNOWLEDGED_WITHIN} s:"
-                            f"\n{process_log.read_text()}")
-            time.sleep(0.01)
+        eventually_sync(lambda: len(self.acknowledged) >= count, what=f"{count} events answered 200",
+                        timeout=ACKNOWLEDGED_WITHIN, details=process_log.read_text)
 
     def stop(self) -> set[int]:
         self._stop.set()

@@ -15,9 +15,10 @@ import orjson
 import pytest
 
 from egress.keys import derived_message_id, idempotency_key, source_message_id, source_scope
-from tests.e2e.conftest import Receiver, wait_until
+from tests.e2e.conftest import Receiver
 from tests.e2e.live_inputs import kill_restart_then_drain, pass_through_spec
 from tests.e2e.test_kill_restart import load_record
+from tests.waiting import eventually_sync
 
 pytestmark = pytest.mark.e2e
 
@@ -79,8 +80,8 @@ def test_a_stream_published_into_across_five_sigkills_is_delivered_whole(
             lambda run: pass_through_spec(tmp_path, PIPELINE, {"source_class_name": "nats",
                                                                "parameters": {"url": nats_server, "stream": stream}},
                                           receiver.port, run),
-            publisher.stop, lambda run: wait_until(lambda: publisher.count >= PUBLISHED_PER_RUN * (run + 1),
-                                                   f"{PUBLISHED_PER_RUN * (run + 1)} messages published"))
+            publisher.stop, lambda run: eventually_sync(lambda: publisher.count >= PUBLISHED_PER_RUN * (run + 1),
+                                                        what=f"{PUBLISHED_PER_RUN * (run + 1)} messages published"))
     finally:
         publisher.stop()
 

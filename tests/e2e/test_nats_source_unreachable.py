@@ -25,6 +25,7 @@ import pytest
 from tests.conftest import pass_through_spec
 from tests.e2e.conftest import REPO, Receiver
 from tests.nats_server import NatsServer
+from tests.waiting import eventually_sync, exited
 
 pytestmark = pytest.mark.e2e
 
@@ -65,16 +66,14 @@ def start_run(directory: Path, spec: Path, *options: str) -> tuple[subprocess.Po
 
 def wait_for_line(log: Path, text: str, process: subprocess.Popen[bytes]) -> None:
     """Return once a line of ``log`` holds ``text``; fail if the process exits first or within :data:`GUARD`."""
-    deadline = time.monotonic() + GUARD
-    while time.monotonic() < deadline:
-        if text in log.read_text(errors="replace"):
-            return
-        if process.poll() is not None:
-            pytest.fail(f"egress run exited {process.returncode} before logging {text!r}:\n{log.read_text()}")
-        time.sleep(0.05)
-    process.kill()
-    process.wait()
-    pytest.fail(f"egress run did not log {text!r} within {GUARD:g} s:\n{log.read_text()[-4000:]}")
+    try:
+        eventually_sync(lambda: text in log.read_text(errors="replace"), what=f"egress run logging {text!r}",
+                        timeout=GUARD, interval=0.05, unless=exited(process, log),
+                        details=lambda: log.read_text()[-4000:])
+    except AssertionError:
+        process.kill()
+        process.wait()
+        raise
 
 
 def exit_code(process: subprocess.Popen[bytes], log: Path) -> int:
@@ -133,12 +132,9 @@ async def publish_more(url: str, stream: str, ids: range) -> None:
 
 def wait_for_received(receiver: Receiver, count: int, process: subprocess.Popen[bytes], log: Path) -> None:
     """Return once the receiver recorded ``count`` requests; fail if the run exits first or within :data:`GUARD`."""
-    deadline = time.monotonic() + GUARD
-    while time.monotonic() < deadline and process.poll() is None:
-        if receiver.record.exists() and len(receiver.record.read_text().splitlines()) >= count:
-            return
-        time.sleep(0.05)
-    pytest.fail(f"the receiver did not get {count} requests:\n{log.read_text()[-4000:]}")
+    eventually_sync(lambda: receiver.record.exists() and len(receiver.record.read_text().splitlines()) >= count,
+                    what=f"the receiver getting {count} requests", timeout=GUARD, interval=0.05,
+                    unless=exited(process, log), details=lambda: log.read_text()[-4000:])
 
 
 @contextlib.contextmanager

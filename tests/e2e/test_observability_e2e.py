@@ -9,7 +9,6 @@ import os
 import re
 import subprocess
 import sys
-import time
 import urllib.error
 import urllib.request
 from pathlib import Path
@@ -19,6 +18,7 @@ import pytest
 from egress import Message, OutputCollector, ProcessFunction, RuntimeContext
 from tests.conftest import payload_spec
 from tests.e2e.conftest import REPO, Receiver, terminate
+from tests.waiting import eventually_sync
 
 pytestmark = pytest.mark.e2e
 
@@ -117,12 +117,12 @@ def _status_address(run: subprocess.Popen[str]) -> str:
 
 def _wait_until_not_ready(base: str, limit: float = 30.0) -> None:
     """Until ``/readyz`` answers 503 (the sink is blocked)."""
-    deadline = time.monotonic() + limit
-    while time.monotonic() < deadline:
+
+    def not_ready() -> bool:
         try:
             urllib.request.urlopen(f"{base}readyz", timeout=5).close()
         except urllib.error.HTTPError as error:
-            if error.code == 503:
-                return
-        time.sleep(0.1)
-    pytest.fail("the run did not become not-ready")
+            return error.code == 503
+        return False
+
+    eventually_sync(not_ready, what="the run becoming not-ready (/readyz 503)", timeout=limit, interval=0.1)

@@ -10,7 +10,7 @@ import subprocess
 import sys
 import time
 from collections import Counter
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -20,7 +20,8 @@ import yaml
 
 from tests.conftest import payload_spec
 from tests.e2e.conftest import REPO, Receiver, launch_receiver, terminate
-from tests.e2e.test_cluster_throttler import free_port, get, wait_for
+from tests.e2e.test_cluster_throttler import free_port, get
+from tests.waiting import eventually_sync
 
 pytestmark = pytest.mark.e2e
 
@@ -91,10 +92,6 @@ def metric(port: int, name: str) -> float | None:
                if line.startswith(name) and line[len(name)] in "{ ")
 
 
-def when(condition: Callable[[], bool]) -> Callable[[], bool | None]:
-    return lambda: True if condition() else None
-
-
 @pytest.mark.timeout(120)
 def test_ctrl_c_while_a_job_waits_for_quota_commits_the_acknowledged_and_exits_within_one_epoch(
         tmp_path: Path, slow_receiver: Receiver, egress_processes: list[subprocess.Popen[bytes]]) -> None:
@@ -104,13 +101,14 @@ def test_ctrl_c_while_a_job_waits_for_quota_commits_the_acknowledged_and_exits_w
     process = start(tmp_path, spec, dynamic, port, 1, egress_processes)
     # The first batch takes the full bucket (FIRST messages); while the receiver holds its
     # requests, the next batch is read and waits for quota (MORE / limit = 200 s).
-    wait_for("the first batch granted", when(lambda: (metric(port, "egress_throttler_value_total") or 0) >= FIRST), 30)
+    eventually_sync(lambda: (metric(port, "egress_throttler_value_total") or 0) >= FIRST,
+                    what="the first batch granted", timeout=30, interval=0.05)
     with data.open("ab") as file:
         file.write(rows(FIRST, MORE))
-    wait_for("the next batch waiting for quota at the controller",
-             when(lambda: (metric(port, "egress_throttler_queue_size") or 0) >= 1), 30)
-    wait_for("the first batch acknowledged while the next one waits",
-             when(lambda: (metric(port, "egress_sink_records_delivered_total") or 0) >= FIRST), 30)
+    eventually_sync(lambda: (metric(port, "egress_throttler_queue_size") or 0) >= 1,
+                    what="the next batch waiting for quota at the controller", timeout=30, interval=0.05)
+    eventually_sync(lambda: (metric(port, "egress_sink_records_delivered_total") or 0) >= FIRST,
+                    what="the first batch acknowledged while the next one waits", timeout=30, interval=0.05)
     assert (metric(port, "egress_throttler_queue_size") or 0) >= 1, "the next batch got its quota: a longer wait"
     process.send_signal(signal.SIGINT)
     interrupted = time.monotonic()
@@ -130,7 +128,8 @@ def test_ctrl_c_while_a_job_waits_for_quota_commits_the_acknowledged_and_exits_w
     dynamic_document["throttlers"]["input"] = {"limit": 1000.0, "period": "1s"}
     dynamic.write_text(yaml.safe_dump(dynamic_document))
     process = start(tmp_path, spec, dynamic, port, 2, egress_processes)
-    wait_for("the rest delivered", when(lambda: len(acknowledged(receiver)) >= FIRST + MORE), 30)
+    eventually_sync(lambda: len(acknowledged(receiver)) >= FIRST + MORE, what="the rest delivered", timeout=30,
+                    interval=0.05)
     process.send_signal(signal.SIGINT)
     assert process.wait(timeout=30) == 0, (tmp_path / "run2.log").read_text()
     delivered = Counter(r["body_sha256"] for r in acknowledged(receiver))

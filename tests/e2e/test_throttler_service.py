@@ -48,7 +48,7 @@ async def test_three_clients_share_one_limit_and_survive_a_service_restart(tmp_p
     await runner.setup()
     site = web.TCPSite(runner, "127.0.0.1", 0)
     await site.start()
-    endpoint_port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+    endpoint_port = runner.addresses[0][1]
     process, port = launch(dynamic)
     transports = [HttpTransport(f"http://127.0.0.1:{port}") for _ in range(3)]
     factories = [ThrottlerFactory(t, RealClock(), load_throttlers(dynamic), client_id=f"job{i}")

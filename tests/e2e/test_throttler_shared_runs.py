@@ -22,7 +22,8 @@ import yaml
 
 from egress.throttler.envelope import worst_excess
 from tests.conftest import payload_spec
-from tests.e2e.conftest import REPO, Receiver, launch_receiver, stop_receiver, wait_until
+from tests.e2e.conftest import REPO, Receiver, launch_receiver, stop_receiver
+from tests.waiting import eventually_sync
 
 pytestmark = pytest.mark.e2e
 LIMIT, PERIOD, REQUEST_PERIOD = 40, 1.0, 0.5
@@ -127,10 +128,8 @@ def test_runs_sharing_one_service_keep_the_envelope_at_the_receiver(tmp_path: Pa
     shared = throttlers(limit, period, 0.25, "100ms", max_grant_amount=2)
     with shared_service(tmp_path, shared) as setup:
         setup.runs = start_runs(tmp_path, setup.receiver, shared, setup.port, runs, messages, partitions=2)
-        deadline = time.monotonic() + 60
-        while len(setup.receiver.record.read_text().splitlines()) < limit * period + limit \
-                and time.monotonic() < deadline:
-            time.sleep(0.05)
+        eventually_sync(lambda: len(setup.receiver.record.read_text().splitlines()) >= limit * period + limit,
+                        what=f"{limit * period + limit:g} requests delivered", timeout=60, interval=0.05)
         setup.kill_service()
         setup.start_service()
         wait_all(setup.runs)
@@ -148,8 +147,8 @@ def test_three_runs_share_one_limit_and_survive_a_service_outage(tmp_path: Path)
     with shared_service(tmp_path, shared) as setup:
         setup.runs = start_runs(tmp_path, setup.receiver, shared, setup.port, RUNS, MESSAGES)
         # Granting: a second's worth of the limit arrived, and the rest takes the limit 6.5 s more.
-        wait_until(lambda: len(setup.receiver.record.read_text().splitlines()) >= LIMIT * PERIOD,
-                   f"{LIMIT * PERIOD:g} requests granted and delivered")
+        eventually_sync(lambda: len(setup.receiver.record.read_text().splitlines()) >= LIMIT * PERIOD,
+                        what=f"{LIMIT * PERIOD:g} requests granted and delivered")
         setup.kill_service()
         killed = time.time()
         time.sleep(OUTAGE)

@@ -30,6 +30,7 @@ from egress.throttler.http_transport import HttpTransport
 from egress.throttler.service import load_throttlers
 from egress.throttler.shares import longest_gap, share_range, units_timeline
 from tests.e2e.throttler_support import launch, launch_callers
+from tests.waiting import eventually
 
 pytestmark = pytest.mark.e2e
 
@@ -145,18 +146,23 @@ async def test_a_cancelled_chunked_request_gives_back_all_it_holds_so_the_next_r
         async with aiohttp.ClientSession() as session:
             deadline = time.monotonic() + DEADLINE
 
-            async def until(name: str, quota_class: str, condition: Callable[[float], bool], what: str) -> float:
-                while not condition(value := await metric(session, port, name, quota_class)):
-                    assert time.monotonic() < deadline, what
-                    await asyncio.sleep(0.05)
-                return value
+            async def metric_reaches(name: str, quota_class: str, condition: Callable[[float], bool],
+                                     what: str) -> float:
+                async def reached() -> list[float]:  # the value in a list: a value of 0 may be an answer too
+                    value = await metric(session, port, name, quota_class)
+                    return [value] if condition(value) else []
+
+                found = await eventually(reached, what=what, timeout=max(0.0, deadline - time.monotonic()),
+                                         interval=0.05)
+                return found[0]
 
             # the burst is spent once heavy waits at the service
-            await until("egress_throttler_class_pending_requests", "heavy", lambda n: n >= 1, "heavy never waited")
+            await metric_reaches("egress_throttler_class_pending_requests", "heavy", lambda n: n >= 1, "heavy waiting")
             big = asyncio.create_task(light.throttle(40, timestamp=0.0))
-            await until("egress_throttler_class_granted_total", "light", lambda n: n >= 5, "no light chunk")
+            await metric_reaches("egress_throttler_class_granted_total", "light", lambda n: n >= 5, "a light chunk")
             following = asyncio.create_task(next_light.throttle(3, timestamp=1.0))  # behind big: less lagging
-            await until("egress_throttler_class_pending_requests", "light", lambda n: n >= 2, "not behind big")
+            await metric_reaches("egress_throttler_class_pending_requests", "light", lambda n: n >= 2,
+                                 "light behind big")
             # Heavy takes the tokens as they come; a bound that decays with the time since the last
             # chunk (5 units at 2/s: gone after 2.5 s) gives back nothing from then on. The next light
             # chunk comes 5 s after the first.

@@ -8,15 +8,15 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
 
 from egress.cli.state import state_lines
-from tests.test_url_downloader_support import expected_files, free_port, server_log, write_pipeline
+from tests.conftest import REPO
+from tests.url_downloader_support import expected_files, free_port, server_log, write_pipeline
+from tests.waiting import eventually_sync, exited
 
-REPO = Path(__file__).resolve().parents[2]
 KILLS = 3
 
 pytestmark = pytest.mark.e2e
@@ -56,11 +56,8 @@ def test_killed_and_restarted_it_finishes_every_url_exactly_once(tmp_path: Path)
             process = run(spec, dynamic, state, log, until_drained=False)
             processes.append(process)
             before = len(emitted(state))
-            deadline = time.monotonic() + 60
-            while len(emitted(state)) == before:
-                assert process.poll() is None, log.read_text()
-                assert time.monotonic() < deadline, f"nothing emitted within 60 s:\n{log.read_text()}"
-                time.sleep(0.05)
+            eventually_sync(lambda seen=before: len(emitted(state)) != seen, what="a URL emitted", timeout=60,
+                            interval=0.05, unless=exited(process, log), details=log.read_text)
             os.kill(process.pid, signal.SIGKILL)
             process.wait(timeout=30)
             done = emitted(state)

@@ -17,6 +17,7 @@ from egress.connectors.sinks.http_parameters import AsyncHttpSinkDynamicParamete
 from egress.engines import OutboxMessage, SinkProgress
 from egress.observe import Metrics, StatusTree
 from tests.conftest import ServerFactory
+from tests.waiting import eventually
 
 pytestmark = pytest.mark.integration
 
@@ -72,13 +73,6 @@ def messages(payloads: list[Any], first_seq: int = 1) -> list[OutboxMessage]:
                           {"payload": p}) for i, p in enumerate(payloads)]
 
 
-async def until(condition: Callable[[], bool], limit: float = 10.0) -> None:
-    deadline = asyncio.get_running_loop().time() + limit
-    while not condition():
-        assert asyncio.get_running_loop().time() < deadline, "condition not reached in time"
-        await asyncio.sleep(0.01)
-
-
 async def test_posts_payload_bytes_unchanged_with_the_hex_message_id_as_idempotency_key(
         serve_app: ServerFactory) -> None:
     recorder = Recorder()
@@ -86,7 +80,7 @@ async def test_posts_payload_bytes_unchanged_with_the_hex_message_id_as_idempote
     sink, _, _, _ = make_sink(f"{base}/events", static={"headers": {"X-Pipeline": "flights"}})
     payloads = ['{"origin":"EWR","delay":-3}', "Zürich ✈ 東京", "x" * 100_000, ""]
     sink.distribute(messages(payloads))
-    await until(lambda: sink.progress().max_persisted_seq_no == 4)
+    await eventually(lambda: sink.progress().max_persisted_seq_no == 4)
     assert sorted(body for body, _ in recorder.requests) == sorted(p.encode() for p in payloads)
     by_body = {body: headers for body, headers in recorder.requests}
     headers = by_body[payloads[0].encode()]
@@ -105,7 +99,7 @@ async def test_idempotency_header_can_be_renamed_or_disabled(serve_app: ServerFa
     renamed.distribute(messages(["a"]))
     disabled, _, _, _ = make_sink(f"{base}/events", static={"idempotency_header": ""})
     disabled.distribute(messages(["b"]))
-    await until(lambda: len(recorder.requests) == 2)
+    await eventually(lambda: len(recorder.requests) == 2)
     headers = {body: h for body, h in recorder.requests}
     assert headers[b"a"]["X-Message-Id"] == b"message-1".hex().upper()
     assert "Idempotency-Key" not in headers[b"a"]
@@ -119,7 +113,7 @@ async def test_null_payloads_are_acknowledged_in_order_without_a_request(serve_a
     base = await serve_app(recorder.app())
     sink, metrics, _, _ = make_sink(f"{base}/events")
     sink.distribute(messages([None, "a", None, None]))
-    await until(lambda: sink.progress().max_persisted_seq_no == 4)
+    await eventually(lambda: sink.progress().max_persisted_seq_no == 4)
     assert [body for body, _ in recorder.requests] == [b"a"]
     assert metrics.total("egress_sink_responses_total") == 1
     await sink.close()
@@ -137,12 +131,12 @@ async def test_acknowledgements_advance_only_as_a_contiguous_prefix(serve_app: S
     base = await serve_app(recorder.app())
     sink, metrics, _, _ = make_sink(f"{base}/events")
     sink.distribute(messages(["fast-1", "slow", "fast-3", "fast-4"]))
-    await until(lambda: len(recorder.requests) == 4)
-    await until(lambda: sink_counter(metrics, "egress_sink_records_delivered_total") == 3)  # 1, 3 and 4
+    await eventually(lambda: len(recorder.requests) == 4)
+    await eventually(lambda: sink_counter(metrics, "egress_sink_records_delivered_total") == 3)  # 1, 3 and 4
     assert sink.progress().max_persisted_seq_no == 1  # seq 2 is still in flight: nothing past it
     assert sink.unacknowledged == 3
     release.set()
-    await until(lambda: sink.progress().max_persisted_seq_no == 4)
+    await eventually(lambda: sink.progress().max_persisted_seq_no == 4)
     await sink.close()
 
 
@@ -154,7 +148,7 @@ async def test_transient_failures_are_retried_with_the_same_body_and_key(serve_a
     base = await serve_app(recorder.app())
     sink, metrics, status, _ = make_sink(f"{base}/events")
     sink.distribute(messages(["a", "b", "c"]))
-    await until(lambda: sink.progress().max_persisted_seq_no == 3)
+    await eventually(lambda: sink.progress().max_persisted_seq_no == 3)
     assert set(recorder.attempts.values()) == {3}
     bodies_by_key: dict[str, set[bytes]] = {}
     for body, headers in recorder.requests:
@@ -174,7 +168,7 @@ async def test_exhausted_retries_are_terminal_and_block_later_messages(serve_app
     base = await serve_app(recorder.app())
     sink, metrics, status, _ = make_sink(f"{base}/events", dynamic={"max_attempt_count": 3})
     sink.distribute(messages(["ok-1", "poison"]))
-    await until(lambda: sink.terminal_error is not None)
+    await eventually(lambda: sink.terminal_error is not None)
     assert sink.terminal_error is not None
     assert sink.terminal_error.startswith("Async HTTP POST retry policy exhausted after 3 attempt(s)")
     assert "HTTP status 500" in sink.terminal_error
@@ -193,7 +187,7 @@ async def test_exhausted_retries_are_terminal_and_block_later_messages(serve_app
 async def test_connection_refused_acknowledges_nothing(unused_tcp_port: int) -> None:
     sink, metrics, _, _ = make_sink(f"http://127.0.0.1:{unused_tcp_port}/events", dynamic={"max_attempt_count": 2})
     sink.distribute(messages(["a"]))
-    await until(lambda: sink.terminal_error is not None)
+    await eventually(lambda: sink.terminal_error is not None)
     assert sink.progress().max_persisted_seq_no == 0
     assert metrics.value("egress_sink_attempt_failures_total", sink_id="http") == 2
     assert "curl error 7" in (sink.terminal_error or "")
@@ -205,6 +199,6 @@ async def test_messages_persisted_before_a_restart_are_not_posted_again(serve_ap
     base = await serve_app(recorder.app())
     sink, _, _, _ = make_sink(f"{base}/events", progress=SinkProgress("", b"message-2", 2))
     sink.distribute(messages(["a", "b", "c"]))
-    await until(lambda: sink.progress().max_persisted_seq_no == 3)
+    await eventually(lambda: sink.progress().max_persisted_seq_no == 3)
     assert [body for body, _ in recorder.requests] == [b"c"]
     await sink.close()

@@ -18,7 +18,7 @@ import signal
 import subprocess
 import sys
 from collections import defaultdict
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -28,6 +28,7 @@ import yaml
 from aiohttp import web
 
 from tests.conftest import REPO, payload_spec
+from tests.waiting import eventually, exited
 
 pytestmark = pytest.mark.integration
 
@@ -85,14 +86,6 @@ def flights(start: int, stop: int) -> list[str | None]:
     return [json.dumps({"flight": i, "pad": "x" * 200}) for i in range(start, stop)]
 
 
-async def wait_for(condition: Callable[[], bool], process: subprocess.Popen[bytes], what: str) -> None:
-    deadline = asyncio.get_running_loop().time() + 90
-    while not condition():
-        assert process.poll() is None, process.stderr.read() if process.stderr else b""
-        assert asyncio.get_running_loop().time() < deadline, f"never {what}"
-        await asyncio.sleep(0.02)
-
-
 async def kill(process: subprocess.Popen[bytes]) -> None:
     process.send_signal(signal.SIGKILL)
     await asyncio.to_thread(process.wait, 30)
@@ -132,8 +125,10 @@ async def test_batches_attempted_before_a_sigkill_come_back_whole_under_their_ke
     process = egress_run(spec, dynamic, state)
     try:
         # Every batch of the first run attempted, and one of them retried.
-        await wait_for(lambda: len({k for k, _, _ in found.calls}) >= 6
-                       and len(found.calls) > len({k for k, _, _ in found.calls}), process, "retried")
+        await eventually(lambda: len({k for k, _, _ in found.calls}) >= 6
+                         and len(found.calls) > len({k for k, _, _ in found.calls}),
+                         what="every batch attempted and one retried", timeout=90, interval=0.02,
+                         unless=exited(process))
     finally:
         await kill(process)
     before = bodies_by_key(found)
@@ -166,7 +161,8 @@ async def test_sigkills_mid_delivery_duplicate_only_whole_batches_under_the_same
         found.run = run
         process = egress_run(spec, dynamic, state)
         try:
-            await wait_for(lambda: sum(1 for _, _, r in found.calls if r == found.run) >= 5, process, "delivering")
+            await eventually(lambda: sum(1 for _, _, r in found.calls if r == found.run) >= 5, what="delivering",
+                             timeout=90, interval=0.02, unless=exited(process))
         finally:
             await kill(process)
     found.run = 2

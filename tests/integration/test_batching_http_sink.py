@@ -24,6 +24,7 @@ from egress.observe import Metrics, StatusTree
 from egress.spec import DynamicSpec
 from egress.throttler import Throttling
 from tests.conftest import ServerFactory
+from tests.waiting import eventually
 
 pytestmark = pytest.mark.integration
 
@@ -76,15 +77,16 @@ def messages(count: int, start: int = 1) -> list[OutboxMessage]:
 
 async def drain(sink: BatchingHttpSink, until: Callable[[SinkProgress], bool], limit: float = 30.0) -> SinkProgress:
     """Commit as a partition job does, every 10 ms, until ``until(progress)``."""
-    deadline = asyncio.get_running_loop().time() + limit
-    while True:
+
+    def committed() -> SinkProgress | None:
         progress = sink.progress()
         sink.committed(progress)
         if until(progress):
             return progress
         assert sink.terminal_error is None, sink.terminal_error
-        assert asyncio.get_running_loop().time() < deadline, "not acknowledged in time"
-        await asyncio.sleep(0.01)
+        return None
+
+    return await eventually(committed, what="the batches acknowledged", timeout=limit)
 
 
 async def test_a_503_with_retry_after_pauses_the_batch_which_comes_back_with_its_key_and_body(
@@ -146,10 +148,7 @@ async def test_without_a_dead_letter_file_an_exhausted_batch_stops_the_sink(serv
     try:
         sink.distribute(messages(4))
         sink.committed(sink.progress())
-        deadline = asyncio.get_running_loop().time() + 30
-        while sink.terminal_error is None:
-            assert asyncio.get_running_loop().time() < deadline
-            await asyncio.sleep(0.01)
+        await eventually(lambda: sink.terminal_error is not None, what="the sink stopped", timeout=30)
         assert "Batching HTTP POST retry policy exhausted after 2 attempt(s)" in sink.terminal_error
         assert sink.progress().max_persisted_seq_no == 0
     finally:

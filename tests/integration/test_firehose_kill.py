@@ -30,6 +30,7 @@ import egress.connectors.sinks.firehose_http  # noqa: F401  (registers firehose_
 from egress.firehose import FirehoseReceiver, TransientError
 from tests.conftest import REPO, payload_spec
 from tests.pipelines import Passthrough
+from tests.waiting import eventually, exited
 
 pytestmark = pytest.mark.integration
 
@@ -86,13 +87,10 @@ async def kill_and_rerun(endpoint: Endpoint, spec: Path, dynamic: Path, state: P
     try:
         first = egress_run(spec, dynamic, state)
         started.append(first)
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + 90
-        while not (len({c[0] for c in endpoint.calls}) >= batches
-                   and any(sum(1 for c in endpoint.calls if c[0] == rid) >= 2 for rid, _, _ in endpoint.calls)):
-            assert first.poll() is None, first.stderr.read() if first.stderr else b""
-            assert loop.time() < deadline, "the first run never retried at the endpoint"
-            await asyncio.sleep(0.05)
+        await eventually(lambda: len({c[0] for c in endpoint.calls}) >= batches
+                         and any(sum(1 for c in endpoint.calls if c[0] == rid) >= 2 for rid, _, _ in endpoint.calls),
+                         what="the first run retrying at the endpoint", timeout=90, interval=0.05,
+                         unless=exited(first))
         first.send_signal(signal.SIGKILL)
         await asyncio.to_thread(first.wait, 30)
         endpoint.healed = True

@@ -30,6 +30,7 @@ from egress.httpclient import Request, Response
 from egress.httpclient.backoff import DoublingBackoff
 from egress.observe import Metrics, StatusTree
 from tests.conftest import ServerFactory
+from tests.waiting import eventually
 
 pytestmark = pytest.mark.integration
 
@@ -107,13 +108,6 @@ def messages(payloads: list[Any], first_seq: int = 1) -> list[OutboxMessage]:
                           {"payload": value}) for i, value in enumerate(payloads)]
 
 
-async def until(condition: Callable[[], bool], limit: float = 20.0) -> None:
-    deadline = asyncio.get_running_loop().time() + limit
-    while not condition():
-        assert asyncio.get_running_loop().time() < deadline, "condition not reached in time"
-        await asyncio.sleep(0.01)
-
-
 # --------------------------------------------------------------------------------- against the receiver
 
 
@@ -140,7 +134,7 @@ async def test_delivers_to_the_egress_receiver_with_gzip_key_and_attributes(
             "common_attributes": {"pipeline": "flights"}})
         sink.distribute(messages(payloads[:30]))
         sink.distribute(messages(payloads[30:], first_seq=31))
-        await until(lambda: sink.progress().max_persisted_seq_no == 50)
+        await eventually(lambda: sink.progress().max_persisted_seq_no == 50)
         await sink.close()
     finally:
         await runner.cleanup()
@@ -164,7 +158,7 @@ async def test_exact_headers_and_body(serve_app: ServerFactory) -> None:
     base = await serve_app(endpoint.app())
     sink, _, _ = make_sink(f"{base}/ingest")
     sink.distribute(messages(["hello", "hello world"]))
-    await until(lambda: sink.progress().max_persisted_seq_no == 2)
+    await eventually(lambda: sink.progress().max_persisted_seq_no == 2)
     await sink.close()
     (seen,) = endpoint.seen
     assert seen.records == [b"hello", b"hello world"]
@@ -185,7 +179,7 @@ async def test_batches_respect_the_record_limit_and_the_size_hint(serve_app: Ser
     base = await serve_app(endpoint.app())
     sink, _, _ = make_sink(f"{base}/ingest")
     sink.distribute(messages(["x"] * 25_000))
-    await until(lambda: sink.progress().max_persisted_seq_no == 25_000)
+    await eventually(lambda: sink.progress().max_persisted_seq_no == 25_000)
     assert sorted(len(s.records) for s in endpoint.seen) == [5_000, 10_000, 10_000]
     await sink.close()
 
@@ -194,7 +188,7 @@ async def test_batches_respect_the_record_limit_and_the_size_hint(serve_app: Ser
     big = "y" * 300_000
     sink, _, _ = make_sink(f"{base}/ingest", static={"buffering_hints": {"size_in_mbs": 1, "interval_in_seconds": 0}})
     sink.distribute(messages([big] * 10))
-    await until(lambda: sink.progress().max_persisted_seq_no == 10)
+    await eventually(lambda: sink.progress().max_persisted_seq_no == 10)
     await sink.close()
     assert all(sum(map(len, s.records)) <= 1024 * 1024 for s in sized.seen)
     assert sum(len(s.records) for s in sized.seen) == 10
@@ -212,7 +206,7 @@ async def test_interval_closes_a_partial_batch(serve_app: ServerFactory) -> None
         sink.distribute(messages(["c"], first_seq=3))
         assert endpoint.seen == []
         assert sink.oldest_undelivered_age() == 0.0
-        await until(lambda: sink.progress().max_persisted_seq_no == 3)
+        await eventually(lambda: sink.progress().max_persisted_seq_no == 3)
         assert clock.monotonic() >= 1_700_000_060.0
         await sink.close()
     assert [s.records for s in endpoint.seen] == [[b"a", b"b", b"c"]]
@@ -230,7 +224,7 @@ async def test_request_id_is_stable_across_retries_and_instances(serve_app: Serv
     base = await serve_app(endpoint.app())
     sink, metrics, _ = make_sink(f"{base}/ingest")
     sink.distribute(messages(["a", "b", "c"]))
-    await until(lambda: sink.progress().max_persisted_seq_no == 3)
+    await eventually(lambda: sink.progress().max_persisted_seq_no == 3)
     await sink.close()
     ids = {s.headers["X-Amz-Firehose-Request-Id"] for s in endpoint.seen}
     assert len(endpoint.seen) == 3
@@ -242,7 +236,7 @@ async def test_request_id_is_stable_across_retries_and_instances(serve_app: Serv
     base = await serve_app(again.app())
     sink, _, _ = make_sink(f"{base}/ingest")
     sink.distribute(messages(["a", "b", "c"]))
-    await until(lambda: sink.progress().max_persisted_seq_no == 3)
+    await eventually(lambda: sink.progress().max_persisted_seq_no == 3)
     await sink.close()
     assert {s.headers["X-Amz-Firehose-Request-Id"] for s in again.seen} == ids
 
@@ -286,7 +280,7 @@ async def one_attempt_to_the_error_output(serve_app: ServerFactory, tmp_path: Pa
     errors = tmp_path / "errors.jsonl"
     sink, metrics, _ = make_sink(f"{base}/ingest", static={"retry_duration": 0, "error_output": str(errors)})
     sink.distribute(messages(["only"]))
-    await until(lambda: sink.progress().max_persisted_seq_no == 1)
+    await eventually(lambda: sink.progress().max_persisted_seq_no == 1)
     await sink.close()
     assert len(endpoint.seen) == 1
     (line,) = [json.loads(text) for text in errors.read_text().splitlines()]
@@ -302,7 +296,7 @@ async def test_non_conforming_success_is_retried(serve_app: ServerFactory, wrong
     base = await serve_app(endpoint.app())
     sink, metrics, _ = make_sink(f"{base}/ingest")
     sink.distribute(messages(["a"]))
-    await until(lambda: sink.progress().max_persisted_seq_no == 1)
+    await eventually(lambda: sink.progress().max_persisted_seq_no == 1)
     await sink.close()
     assert len(endpoint.seen) == 2
     assert len({s.headers["X-Amz-Firehose-Request-Id"] for s in endpoint.seen}) == 1
@@ -382,7 +376,7 @@ async def test_response_headers_as_sent(head: str, accepted: bool) -> None:
     try:
         sink, metrics, _ = make_sink(url)
         sink.distribute(messages(["a"]))
-        await until(lambda: sink.progress().max_persisted_seq_no == 1)
+        await eventually(lambda: sink.progress().max_persisted_seq_no == 1)
         await sink.close()
     finally:
         server.close()
@@ -402,7 +396,7 @@ async def test_a_chunked_conforming_answer_is_accepted() -> None:
     try:
         sink, _, _ = make_sink(url)
         sink.distribute(messages(["a"]))
-        await until(lambda: sink.progress().max_persisted_seq_no == 1)
+        await eventually(lambda: sink.progress().max_persisted_seq_no == 1)
         await sink.close()
     finally:
         server.close()
@@ -420,7 +414,8 @@ async def test_413_goes_to_the_error_output_once(serve_app: ServerFactory, tmp_p
     errors = tmp_path / "errors.jsonl"
     sink, metrics, _ = make_sink(f"{base}/ingest", static={"error_output": str(errors)})
     sink.distribute(messages(["first", None, "second"]))
-    await until(lambda: sink.progress().max_persisted_seq_no == 3)  # the batch is handled: its task has ended
+    # the batch is handled: its task has ended
+    await eventually(lambda: sink.progress().max_persisted_seq_no == 3)
     await sink.close()
     assert len(endpoint.seen) == 1
     assert metrics.value("egress_sink_requests_total", sink_id="firehose") == 1
@@ -454,7 +449,7 @@ async def test_without_error_output_an_exhausted_batch_stops_the_sink(serve_app:
     sink, _, _ = make_sink(f"{base}/ingest", static={"retry_duration": 0})
     sink.distribute(messages(["a"]))
     sink.distribute(messages(["b"], first_seq=2))
-    await until(lambda: sink.terminal_error is not None)
+    await eventually(lambda: sink.terminal_error is not None)
     await sink.close()
     assert "HttpEndpoint.DestinationException: HTTP 500: boom" in (sink.terminal_error or "")
     assert sink.progress().max_persisted_seq_no == 0
@@ -494,7 +489,7 @@ async def test_backoff_sequence_on_the_virtual_clock(serve_app: ServerFactory, t
                                dynamic={"retry_initial_delay": "1s", "retry_maximum_delay": "120s"},
                                static={"retry_duration": 600, "error_output": str(tmp_path / "e.jsonl")})
         sink.distribute(messages(["a"]))
-        await until(lambda: sink.progress().max_persisted_seq_no == 1, limit=60)
+        await eventually(lambda: sink.progress().max_persisted_seq_no == 1, timeout=60)
         await sink.close()
     starts = transports[0].starts
     waits = [later - earlier for earlier, later in itertools.pairwise(starts)]
@@ -527,12 +522,12 @@ async def test_url_and_key_change_between_attempts(serve_app: ServerFactory, tmp
     sink, _, status = make_sink(f"{old_base}/ingest", static={"access_key": {"file": str(key_file)}},
                                 dynamic={"retry_initial_delay": "200ms", "retry_maximum_delay": "200ms"})
     sink.distribute(messages(["a"]))
-    await until(lambda: status.error("/sinks/firehose/firehose_http_sink") is not None)
+    await eventually(lambda: status.error("/sinks/firehose/firehose_http_sink") is not None)
     assert "old-key" not in str(status.error("/sinks/firehose/firehose_http_sink"))
     monkeypatch.setenv("FH_NEXT_KEY", "new-key")
     sink.reconfigure(FirehoseHttpSinkDynamicParameters.model_validate(
         {**FAST, "url": f"{new_base}/ingest", "access_key": {"env": "FH_NEXT_KEY"}}))
-    await until(lambda: sink.progress().max_persisted_seq_no == 1)
+    await eventually(lambda: sink.progress().max_persisted_seq_no == 1)
     await sink.close()
     for seen, url in [(s, "old") for s in old.seen] + [(s, "new") for s in new.seen]:
         attempts.append((url, seen.headers["X-Amz-Firehose-Access-Key"]))
@@ -566,11 +561,12 @@ async def test_progress_is_a_contiguous_prefix_when_a_later_batch_finishes_first
     sink, metrics, _ = make_sink(f"{base}/ingest")
     sink.distribute(messages(["first"]))
     sink.distribute(messages(["second"], first_seq=2))
-    await until(lambda: metrics.value("egress_sink_records_delivered_total", sink_id="firehose") == 1)
+    await eventually(
+        lambda: metrics.value("egress_sink_records_delivered_total", sink_id="firehose") == 1)
     assert sink.progress().max_persisted_seq_no == 0
     assert sink.unacknowledged == 2  # the second batch is handled, but held until the first one is
     release.set()
-    await until(lambda: sink.progress().max_persisted_seq_no == 2)
+    await eventually(lambda: sink.progress().max_persisted_seq_no == 2)
     await sink.close()
 
 
@@ -581,7 +577,7 @@ async def test_a_record_over_the_protocol_limit_goes_to_the_error_output_unsent(
     errors = tmp_path / "errors.jsonl"
     sink, _, _ = make_sink(f"{base}/ingest", static={"error_output": str(errors)})
     sink.distribute(messages(["before", "z" * (p.MAX_RECORD_BYTES + 1), "after"]))
-    await until(lambda: sink.progress().max_persisted_seq_no == 3)
+    await eventually(lambda: sink.progress().max_persisted_seq_no == 3)
     await sink.close()
     assert sorted(r for s in endpoint.seen for r in s.records) == [b"after", b"before"]
     (line,) = [json.loads(text) for text in errors.read_text().splitlines()]
@@ -594,8 +590,8 @@ async def test_a_payload_of_the_wrong_type_stops_the_sink(serve_app: ServerFacto
     base = await serve_app(endpoint.app())
     sink, _, _ = make_sink(f"{base}/ingest")
     sink.distribute(messages(["ok", 5, "later"]))
-    await until(lambda: sink.terminal_error is not None)
-    await until(lambda: sink.progress().max_persisted_seq_no == 1)
+    await eventually(lambda: sink.terminal_error is not None)
+    await eventually(lambda: sink.progress().max_persisted_seq_no == 1)
     await sink.close()  # cancels anything still running: nothing after the bad payload may have been sent
     assert [s.records for s in endpoint.seen] == [[b"ok"]]
     assert sink.progress().max_persisted_seq_no == 1
@@ -610,7 +606,7 @@ async def test_close_during_backoff_returns_promptly(serve_app: ServerFactory) -
     base = await serve_app(endpoint.app())
     sink, _, _ = make_sink(f"{base}/ingest", dynamic={"retry_initial_delay": "60s", "retry_maximum_delay": "60s"})
     sink.distribute(messages(["a"]))
-    await until(lambda: len(endpoint.seen) == 1)
+    await eventually(lambda: len(endpoint.seen) == 1)
     await asyncio.wait_for(sink.close(), timeout=10)
     assert sink.progress().max_persisted_seq_no == 0
 
@@ -628,7 +624,7 @@ async def test_freshness_gauge_and_nulls_not_held_by_the_interval(serve_app: Ser
     await clock.advance(30)
     assert metrics.value(age, sink_id="firehose", partition="0") == 30.0
     await clock.advance(30)  # the interval closes the batch
-    await until(lambda: sink.progress().max_persisted_seq_no == 2)
+    await eventually(lambda: sink.progress().max_persisted_seq_no == 2)
     assert metrics.value(age, sink_id="firehose", partition="0") == 0.0
     await sink.close()
     assert [s.records for s in endpoint.seen] == [[b"a"]]
@@ -645,11 +641,11 @@ async def test_flush_sends_the_open_batch_without_waiting_for_the_interval(serve
     sink.distribute(messages(["c"], first_seq=4))
     sink.flush()
     sink.distribute(messages(["d"], first_seq=5))
-    await until(lambda: sink.progress().max_persisted_seq_no == 4)
+    await eventually(lambda: sink.progress().max_persisted_seq_no == 4)
     assert clock.monotonic() == 1_700_000_000.0
     assert sink.unacknowledged == 1  # "d" waits in a new open batch
     sink.flush()
-    await until(lambda: sink.progress().max_persisted_seq_no == 5)
+    await eventually(lambda: sink.progress().max_persisted_seq_no == 5)
     await sink.close()
     assert [s.records for s in endpoint.seen] == [[b"a", b"b", b"c"], [b"d"]]
 
@@ -668,12 +664,12 @@ async def test_a_closed_batch_waits_for_its_boundary_to_be_committed(serve_app: 
     assert (progress.max_persisted_seq_no, progress.sink_state) == (0, b"[3]")
     sink.committed(SinkProgress())  # an older commit, without this boundary: still nothing may go out
     # A batch is started synchronously (a task at once), so this holds now or never, without waiting.
-    assert sink._running == 0, "a batch went out before its boundary was committed"
+    assert sink.in_flight == 0, "a batch went out before its boundary was committed"
     for _ in range(10):  # turns of the loop, not time
         await asyncio.sleep(0)
     assert endpoint.seen == [], "a batch went out before its boundary was committed"
     sink.committed(progress)
-    await until(lambda: sink.progress().max_persisted_seq_no == 3)
+    await eventually(lambda: sink.progress().max_persisted_seq_no == 3)
     assert sink.progress().sink_state == b"", "an acknowledged batch leaves the committed state"
     await sink.close()
     assert [s.records for s in endpoint.seen] == [[b"a", b"b"]]
@@ -691,7 +687,7 @@ async def test_a_new_instance_reforms_the_committed_batches_whatever_the_hints_a
     sink, _, _ = make_sink(f"{base}/ingest", static={"buffering_hints": {"size_in_mbs": 5, "interval_in_seconds": 900}})
     sink.distribute(messages([*first[:3], None, *first[3:]]))
     sink.flush()
-    await until(lambda: len(refusing.seen) >= 2)
+    await eventually(lambda: len(refusing.seen) >= 2)
     state = sink.progress()
     await sink.close()  # the process dies here: nothing acknowledged, the boundary committed
     assert state.max_persisted_seq_no == 0
@@ -705,7 +701,7 @@ async def test_a_new_instance_reforms_the_committed_batches_whatever_the_hints_a
                            static={"buffering_hints": {"size_in_mbs": 1, "interval_in_seconds": 900}})
     sink.distribute(messages([*first[:3], None, *first[3:], *later]))  # the restored outbox and new messages
     sink.flush()
-    await until(lambda: sink.progress().max_persisted_seq_no == 11)
+    await eventually(lambda: sink.progress().max_persisted_seq_no == 11)
     await sink.close()
     sent = {s.headers["X-Amz-Firehose-Request-Id"]: s.records for s in endpoint.seen}
     assert sent[refused_id] == [r.encode() for r in first], "the committed batch, over today's 1 MiB hint"
@@ -730,7 +726,7 @@ async def test_a_refused_key_names_the_status_and_the_fix(serve_app: ServerFacto
     base = await serve_app(endpoint.app())
     sink, _, status = make_sink(f"{base}/ingest", static={"retry_duration": 0})
     sink.distribute(messages(["a"]))
-    await until(lambda: sink.terminal_error is not None)
+    await eventually(lambda: sink.terminal_error is not None)
     await sink.close()
     shown = str(status.error("/sinks/firehose/firehose_http_sink"))
     assert "HTTP 401: " in shown

@@ -33,6 +33,7 @@ from tests import raw_http
 from tests.conftest import ServerFactory, pass_through_spec
 from tests.fuzzing import fuzz
 from tests.live_source_support import assert_an_idle_take_waits_on_the_clock
+from tests.waiting import eventually
 
 pytestmark = pytest.mark.integration
 
@@ -101,14 +102,13 @@ async def run_http(tmp_path: Path, serve_app: ServerFactory) -> AsyncIterator[An
         task = asyncio.create_task(pipeline.run())
         tasks.append((pipeline, task))
         url = f"http://127.0.0.1:{port}/events"
-        async with asyncio.timeout(10):  # until it listens
-            while True:
-                try:
-                    async with session.get(url) as response:  # 405: listening (only POST is routed)
-                        if response.status == 405:
-                            break
-                except aiohttp.ClientConnectionError:
-                    await asyncio.sleep(0.02)
+
+        async def listening() -> bool:
+            async with session.get(url) as response:  # 405: listening (only POST is routed)
+                return response.status == 405
+
+        await eventually(listening, what="the http source listening", interval=0.02,
+                         ignoring=(aiohttp.ClientConnectionError,))
         return Running(pipeline, task, url, session, port)
 
     yield start
@@ -118,12 +118,6 @@ async def run_http(tmp_path: Path, serve_app: ServerFactory) -> AsyncIterator[An
     await session.close()
 
 
-async def wait_for(receiver: Receiver, count: int) -> None:
-    async with asyncio.timeout(10):
-        while receiver.stats.requests < count:  # noqa: ASYNC110 - the receiver has no event to wait on
-            await asyncio.sleep(0.01)
-
-
 async def test_posted_events_are_answered_200_once_committed_and_delivered(run_http: Any) -> None:
     receiver = Receiver()
     running = await run_http(receiver, format="jsonl")
@@ -131,7 +125,7 @@ async def test_posted_events_are_answered_200_once_committed_and_delivered(run_h
     assert (status, answer) == (200, {"accepted": 2})
     # The 200 came after the commit: the events are in the log already.
     assert running.pipeline.metrics.total("egress_source_rows_total") == 2
-    await wait_for(receiver, 2)
+    await eventually(lambda: receiver.stats.requests >= 2, what="two requests delivered")
 
 
 async def test_bad_json_is_400_naming_the_line_and_nothing_of_the_body_is_accepted(run_http: Any) -> None:
@@ -170,7 +164,7 @@ async def test_a_repeated_idempotency_key_is_one_event_also_after_a_restart(run_
     status, answer = await again.post(b'{"id": 1, "payload": "once"}', **{"Idempotency-Key": "k1"})
     assert (status, answer) == (200, {"accepted": 0, "duplicate": True})
     assert (await again.post(b'{"id": 2, "payload": "new"}', **{"Idempotency-Key": "k2"}))[0] == 200
-    await wait_for(receiver, 2)
+    await eventually(lambda: receiver.stats.requests >= 2, what="two requests delivered")
     assert receiver.stats.requests == 2
     assert again.pipeline.metrics.total("egress_source_rows_total") == 1
 
@@ -184,8 +178,7 @@ async def test_events_piling_up_uncommitted_get_429_with_retry_after() -> None:
         async with aiohttp.ClientSession() as session:
             url = f"http://127.0.0.1:{port}/events"
             first = asyncio.create_task(session.post(url, data=b'{"id": 1}'))
-            while source._queued_events == 0:  # noqa: ASYNC110 - until the first request is queued
-                await asyncio.sleep(0.01)
+            await eventually(lambda: source.unread_records() > 0, what="the first request queued")
             async with session.post(url, data=b'{"id": 2}') as response:
                 assert response.status == 429
                 assert response.headers["Retry-After"] == "3"
@@ -229,8 +222,7 @@ async def test_a_stalled_receiver_makes_the_source_answer_429_until_it_recovers_
                 break
             assert status == 429
             await asyncio.sleep(0.05)  # the client's Retry-After, shortened
-        while not receiver.delivered >= set(accepted):  # noqa: ASYNC110 - the receiver has no event to wait on
-            await asyncio.sleep(0.01)
+        await eventually(lambda: receiver.delivered >= set(accepted), what="every accepted event delivered")
     assert running.pipeline.metrics.total("egress_source_rows_total") == len(accepted)
 
 
@@ -305,8 +297,8 @@ async def test_in_a_cluster_the_429_counts_the_partitions_another_worker_runs(
     try:
         async with aiohttp.ClientSession() as session, asyncio.timeout(30):
             # Settled: the reader's worker runs no partition of "deliver", the other both.
-            while not (len(workers[0].readers) == 1 and not workers[0].jobs and len(workers[1].jobs) == 2):  # noqa: ASYNC110
-                await asyncio.sleep(0.05)
+            await eventually(lambda: len(workers[0].readers) == 1 and not workers[0].jobs and len(workers[1].jobs) == 2,
+                             what="the reader's worker runs no partition, the other both", interval=0.05)
             while True:
                 refused, payload = await post_until(session, url, len(accepted), 429)
                 if refused:
@@ -315,8 +307,7 @@ async def test_in_a_cluster_the_429_counts_the_partitions_another_worker_runs(
             assert len(accepted) >= 4
             receiver.recover()
             accepted.append((await post_until(session, url, len(accepted), 200))[1])
-            while not receiver.delivered >= set(accepted):  # noqa: ASYNC110 - the receiver has no event to wait on
-                await asyncio.sleep(0.01)
+            await eventually(lambda: receiver.delivered >= set(accepted), what="every accepted event delivered")
     finally:
         receiver.recover()
         for worker in workers:
@@ -344,9 +335,7 @@ def events(first: int, count: int) -> tuple[bytes, list[str]]:
 async def assert_committed_and_delivered(running: Running, receiver: StallingReceiver, payloads: list[str]) -> None:
     """Exactly ``payloads`` were appended to the log (counted by the source) and all reached the endpoint."""
     assert running.pipeline.metrics.total("egress_source_rows_total") == len(payloads)
-    async with asyncio.timeout(10):
-        while not receiver.delivered >= set(payloads):  # noqa: ASYNC110 - the receiver has no event to wait on
-            await asyncio.sleep(0.01)
+    await eventually(lambda: receiver.delivered >= set(payloads), what="every committed payload delivered")
     assert receiver.delivered == set(payloads)
 
 

@@ -22,6 +22,7 @@ from egress.errors import EgressError
 from egress.keys import encode_key
 from tests.engines.engines import outbox_message
 from tests.nats_server import nats_server_binary
+from tests.waiting import eventually
 
 pytestmark = pytest.mark.integration
 
@@ -239,13 +240,12 @@ async def test_two_processes_appending_to_one_log_partition_keep_its_offsets_den
 async def wait_for_messages_at_most(url: str, engine: NatsEngine, bound: int) -> int:
     """Poll the stream's message count until it is at most ``bound`` (a member's delete marker lapses
     a second after it is written); returns the last count seen."""
-    count = -1
-    for _ in range(100):
-        count = (await stream_info(url, engine)).state.messages
-        if count <= bound:
-            break
-        await asyncio.sleep(0.05)
-    return int(count)
+
+    async def at_most() -> list[int]:  # the count in a list: a count of 0 is a success too
+        count = int((await stream_info(url, engine)).state.messages)
+        return [count] if count <= bound else []
+
+    return (await eventually(at_most, what=f"at most {bound} messages in the stream", interval=0.05))[0]
 
 
 async def churn(engine: NatsEngine, commits: int) -> None:

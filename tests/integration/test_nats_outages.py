@@ -27,6 +27,7 @@ from tests.engines.commit_loop import CONSUMER, expected_after, numbered_commit,
 from tests.engines.engines import PIPELINE
 from tests.integration.nats_commit_loop import engine_on
 from tests.nats_server import NatsCluster, NatsServer
+from tests.waiting import eventually
 
 pytestmark = pytest.mark.integration
 
@@ -258,8 +259,7 @@ async def test_an_outage_longer_than_outage_timeout_raises_nats_unavailable_erro
         server.start()
         with pytest.raises(NatsEngineError, match="may or may not have been stored; load_checkpoint"):
             await engine.commit(numbered_commit(epoch, 2))
-        while not engine.connected:  # noqa: ASYNC110 - nats-py reconnects within a second or so; no event to await
-            await asyncio.sleep(0.02)
+        await eventually(lambda: engine.connected, what="nats-py reconnected", interval=0.02)
         assert (await engine.load_checkpoint(CONSUMER, 0, ["http"])).input_positions == {("in", 0): 1}
         await engine.commit(numbered_commit(epoch, 2))
         assert await observed(engine) == expected_after(2)
@@ -314,8 +314,7 @@ async def _deleted_keys_stay_deleted_through_a_kill(server: NatsServer, *, compa
         assert (len(await state_subjects(server)) <= bound) is compacting
         server.kill()
         server.start()
-        while not engine.connected:  # noqa: ASYNC110 - nats-py reconnects within a second or so; no event to await
-            await asyncio.sleep(0.02)
+        await eventually(lambda: engine.connected, what="nats-py reconnected", interval=0.02)
         keyed = await engine.load_keyed_state("c", 0, 1, [])
         assert (keyed.internal, keyed.timers) == expected
         # A marker with Nats-TTL let the value back once it lapsed: the server's own record says

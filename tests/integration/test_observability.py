@@ -4,8 +4,6 @@
 from __future__ import annotations
 
 import asyncio
-import inspect
-from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
@@ -18,6 +16,7 @@ from egress import Message, OutputCollector, ProcessFunction, RuntimeContext
 from egress.receiver import Receiver, ReceiverConfig
 from egress.runtime import Pipeline, RunOptions, load_plan
 from tests.conftest import ServerFactory, payload_spec
+from tests.waiting import eventually
 
 pytestmark = pytest.mark.integration
 
@@ -70,19 +69,6 @@ async def blocking_spec(tmp_path: Path, serve_app: ServerFactory, count: int,
                         partition_count=partition_count, dynamic_parameters={"max_attempt_count": 2})
 
 
-async def until(condition: Callable[[], bool | Awaitable[bool]], limit: float = 20.0) -> None:
-    """Wait for ``condition()`` (a bool, or awaited) to hold, polled; fail after ``limit`` seconds."""
-    deadline = asyncio.get_running_loop().time() + limit
-    while not await _holds(condition):
-        assert asyncio.get_running_loop().time() < deadline, "condition not reached in time"
-        await asyncio.sleep(0.02)
-
-
-async def _holds(condition: Callable[[], bool | Awaitable[bool]]) -> bool:
-    value = condition()
-    return await value if inspect.isawaitable(value) else value
-
-
 async def get(url: str) -> tuple[int, str]:
     async with aiohttp.ClientSession() as session, session.get(url) as response:
         return response.status, await response.text()
@@ -107,7 +93,7 @@ async def test_the_sinks_of_two_computations_are_separate_series_with_latency_an
                         http_port=0)
     run = asyncio.create_task(pipeline.run())
     try:
-        await until(lambda: pipeline.metrics.total("egress_sink_records_delivered_total") == 80)
+        await eventually(lambda: pipeline.metrics.total("egress_sink_records_delivered_total") == 80)
         assert pipeline.server is not None
         status, text = await get(f"http://{pipeline.server.address}/metrics")
         assert status == 200
@@ -122,7 +108,7 @@ async def test_the_sinks_of_two_computations_are_separate_series_with_latency_an
                 assert sample(text, "egress_partition_unacknowledged", **unit, sink_id="http") is not None
 
         # counted as the jobs take the acknowledgements
-        await until(lambda: pipeline.metrics.total("egress_sink_delivery_latency_seconds_count") == 80)
+        await eventually(lambda: pipeline.metrics.total("egress_sink_delivery_latency_seconds_count") == 80)
         assert pipeline.metrics.value("egress_sink_delivery_latency_seconds_count", computation_id="first") == 40
         assert sample(text, "process_cpu_seconds_total") is not None
     finally:
@@ -137,14 +123,14 @@ async def test_readyz_says_503_with_the_reason_while_a_sink_is_blocked_and_healt
     run = asyncio.create_task(pipeline.run())
     try:
         # `running` turns true when the engine opens, before the status server has bound its port
-        await until(lambda: pipeline.server is not None and pipeline.server.port is not None and pipeline.running)
+        await eventually(lambda: pipeline.server is not None and pipeline.server.port is not None and pipeline.running)
         assert pipeline.server is not None
         address = f"http://{pipeline.server.address}"
 
         async def not_ready() -> bool:
             return (await get(f"{address}/readyz"))[0] == 503
 
-        await until(not_ready)
+        await eventually(not_ready)
         _, text = await get(f"{address}/readyz")
         ready = orjson.loads(text)
         assert ready["ready"] is False
@@ -166,7 +152,7 @@ async def test_readyz_says_200_once_a_run_delivers(tmp_path: Path, serve_app: Se
     pipeline = Pipeline(load_plan(spec, dynamic), tmp_path / "state", http_port=0)
     run = asyncio.create_task(pipeline.run())
     try:
-        await until(lambda: receiver.stats.requests == 5 and pipeline.server is not None)
+        await eventually(lambda: receiver.stats.requests == 5 and pipeline.server is not None)
         assert pipeline.server is not None
         status, text = await get(f"http://{pipeline.server.address}/readyz")
         assert (status, orjson.loads(text)) == (200, {"ready": True, "reasons": []})
@@ -191,7 +177,7 @@ async def test_egress_status_of_any_worker_shows_every_partition_as_its_owner_re
                        and all(job.blocked_error for job in w.jobs) for w in workers) and \
                 sum(len(w.jobs) for w in workers) == 4
 
-        await until(both_block_partitions, limit=60)
+        await eventually(both_block_partitions, timeout=60)
         a = workers[0]
         assert a.server is not None
         url = f"http://{a.server.address}/status"

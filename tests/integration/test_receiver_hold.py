@@ -6,8 +6,6 @@ from __future__ import annotations
 import asyncio
 import json
 import socket
-import time
-from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
@@ -18,17 +16,11 @@ from typer.testing import CliRunner
 from egress.cli.main import app
 from egress.receiver import Receiver, ReceiverConfig, serve
 from tests.conftest import ServerFactory
+from tests.waiting import eventually
 
 pytestmark = pytest.mark.integration
 
 DEADLINE = 30.0  # seconds: a failure guard only, every wait below ends on a positive signal
-
-
-async def eventually(condition: Callable[[], Awaitable[bool]], what: str) -> None:
-    deadline = time.monotonic() + DEADLINE
-    while not await condition():
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        await asyncio.sleep(0.01)
 
 
 async def stats(session: aiohttp.ClientSession, base: str) -> dict[str, Any]:
@@ -60,19 +52,19 @@ async def test_it_answers_hold_after_requests_then_holds_the_rest_until_told_to_
         async def held(count: int) -> bool:
             return int((await stats(session, base))["held"]) == count
 
-        await eventually(lambda: held(3), "three requests held")
+        await eventually(lambda: held(3), what="three requests held")
         counts = await stats(session, base)
         assert (counts["requests"], counts["delivered"], answered(tasks)) == (2, 2, 2)
         assert len(record.read_text().splitlines()) == 2  # a held request is recorded once answered
 
         async with session.post(f"{base}/hold?after=1") as answer:
             assert answer.status == 200
-        await eventually(lambda: held(2), "one held request answered")
+        await eventually(lambda: held(2), what="one held request answered")
 
         async def three_answered() -> bool:
             return answered(tasks) == 3
 
-        await eventually(three_answered, "its answer")
+        await eventually(three_answered, what="its answer")
         assert (await stats(session, base))["requests"] == 3
 
         async with session.post(f"{base}/release") as answer:
@@ -99,7 +91,7 @@ async def test_hold_after_zero_holds_the_first_request_and_a_bad_count_is_a_400(
         async def one_held() -> bool:
             return int((await stats(session, base))["held"]) == 1
 
-        await eventually(one_held, "the request held")
+        await eventually(one_held, what="the request held")
         assert (answered(tasks), (await stats(session, base))["requests"]) == (0, 0)
         async with session.post(f"{base}/release"):
             pass
@@ -120,7 +112,7 @@ async def test_a_stopping_receiver_answers_what_it_holds(tmp_path: Path) -> None
         async def two_held() -> bool:
             return int((await stats(session, base))["held"]) == 2
 
-        await eventually(two_held, "two requests held")
+        await eventually(two_held, what="two requests held")
         stop.set()
         assert await asyncio.wait_for(asyncio.gather(*tasks), DEADLINE) == [200, 200]
     await asyncio.wait_for(server, DEADLINE)

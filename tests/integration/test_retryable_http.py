@@ -15,11 +15,11 @@ from examples.retryable_async_request.service import ATTEMPTS, create_app
 from egress.cli.state import state_lines
 from egress.keys import source_message_id, source_scope
 from egress.runtime import Pipeline, RunOptions, load_plan
-from tests.conftest import ServerFactory
+from tests.conftest import REPO, ServerFactory
 
 pytestmark = pytest.mark.integration
 
-EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "retryable_async_request"
+EXAMPLE = REPO / "examples" / "retryable_async_request"
 MAX_ATTEMPTS = 3
 
 

@@ -24,6 +24,7 @@ from egress.connectors.sinks.http_parameters import AsyncHttpSinkDynamicParamete
 from egress.engines import OutboxMessage, SinkProgress
 from egress.observe import Metrics, StatusTree
 from tests.conftest import ServerFactory
+from tests.waiting import eventually
 
 pytestmark = pytest.mark.integration
 
@@ -82,13 +83,6 @@ def message(seq: int, payload: str) -> OutboxMessage:
     return OutboxMessage(seq, "requests", f"message-{seq}".encode(), b"[]", None, {"payload": payload})
 
 
-async def until(condition: Callable[[], bool], limit: float = 20.0) -> None:
-    deadline = asyncio.get_running_loop().time() + limit
-    while not condition():
-        assert asyncio.get_running_loop().time() < deadline, "condition not reached in time"
-        await asyncio.sleep(0.01)
-
-
 @pytest.mark.parametrize("make", SINK_CLASSES)
 async def test_the_sink_reports_the_contiguous_prefix_and_unacknowledged_counts_what_is_not_in_it(
         serve_app: ServerFactory, make: SinkFactory) -> None:
@@ -100,13 +94,13 @@ async def test_the_sink_reports_the_contiguous_prefix_and_unacknowledged_counts_
         sink.distribute([message(1, "first")])
         sink.distribute([message(2, "second")])
         sink.committed(sink.progress())  # as a partition job commits after distributing
-        await until(lambda: delivered() == 1)  # "second" is acknowledged, "first" still waits
+        await eventually(lambda: delivered() == 1)  # "second" is acknowledged, "first" still waits
         assert reports, "a finished delivery is reported"
         assert reports[-1].max_persisted_seq_no == 0, "the prefix is contiguous"
         assert sink.progress() == reports[-1]
         assert sink.unacknowledged == 2, "an acknowledged message behind an unacknowledged one still counts"
         endpoint.release.set()
-        await until(lambda: delivered() == 2)
+        await eventually(lambda: delivered() == 2)
         reported = reports[-1]
         assert (reported.max_persisted_seq_no, reported.max_persisted_message_id) == (2, b"message-2")
         assert sink.progress() == reported, "progress() is the last report"
@@ -132,7 +126,7 @@ async def test_a_held_sink_starts_no_delivery_until_resumed(serve_app: ServerFac
         assert sink.in_flight == 0, "a held sink starts no delivery"
         sink.resume()
         assert sink.in_flight == 1, "resume starts what was held back at once"
-        await until(lambda: delivered() == 1)
+        await eventually(lambda: delivered() == 1)
         sink.resume()  # not held: nothing changes
         assert sink.progress().max_persisted_seq_no == 1
     finally:

@@ -18,7 +18,8 @@ import pytest
 from egress.runtime import Pipeline, RunOptions, load_plan
 from tests.conftest import ServerFactory, pass_through_spec
 from tests.integration.test_http_source import StallingReceiver
-from tests.integration.test_observability import sample, until
+from tests.integration.test_observability import sample
+from tests.waiting import eventually
 
 pytestmark = pytest.mark.integration
 
@@ -58,10 +59,10 @@ async def test_a_file_sources_unread_records_are_counted_until_it_is_read_and_no
         return None if seen[-1] == 0 and not source["finished"] else seen[-1]  # the last chunk's commit
 
     try:
-        await until(lambda: _above_zero(unread()), limit=30)
+        await eventually(lambda: _above_zero(unread()), timeout=30)
         first = next(n for n in seen if n)
         assert first < 1.5 * RECORDS  # an estimate from the bytes left (later records are longer here)
-        await until(lambda: _is_zero(unread()), limit=30)
+        await eventually(lambda: _is_zero(unread()), timeout=30)
         document = await pipeline.status_document()
         assert document["sources"]["input"]["finished"]
         assert all(n is None or n > 0 for n in seen[:seen.index(0)])  # 0 only once the whole file is read
@@ -99,7 +100,7 @@ async def test_the_http_sources_unread_records_are_the_events_received_and_not_y
         async with aiohttp.ClientSession() as session:
             body = b'{"id": 1, "payload": "a"}\n{"id": 2, "payload": "b"}\n'
             posted = asyncio.create_task(session.post(f"http://127.0.0.1:{port}/events", data=body))
-            await until(lambda: source.unread_records() == 2)
+            await eventually(lambda: source.unread_records() == 2)
             assert len(await source.take(100, 1.0) or []) == 2
             assert source.unread_records() == 2  # taken into the batch being committed: not yet in the log
             source.committed()

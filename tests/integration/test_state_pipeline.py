@@ -19,10 +19,10 @@ from egress.errors import SpecErrors
 from egress.observe import Metrics
 from egress.runtime import Pipeline, RunOptions, load_plan
 from egress.runtime.partition_job import PartitionJob
+from tests.conftest import REPO
 
 pytestmark = pytest.mark.integration
 
-REPO = Path(__file__).resolve().parents[2]
 RETRYABLE = REPO / "examples" / "retryable_async_request"
 URL_DOWNLOADER = REPO / "examples" / "url_downloader"
 

@@ -7,7 +7,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections import Counter
-from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -19,6 +18,7 @@ from egress.engines import SqliteEngine
 from egress.runtime import Pipeline, RunOptions, load_plan
 from egress.throttler import ThrottleInterruptedError
 from tests.conftest import ServerFactory, payload_spec
+from tests.waiting import eventually
 
 pytestmark = pytest.mark.integration
 
@@ -68,15 +68,6 @@ def throttled_spec(tmp_path: Path, url: str, function: str, limit: float) -> tup
     return spec, dynamic
 
 
-async def until(condition: Callable[[], bool], what: str, limit: float = 30.0) -> None:
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + limit
-    while not condition():
-        if loop.time() > deadline:
-            pytest.fail(f"timed out waiting for {what}")
-        await asyncio.sleep(0.02)
-
-
 async def committed(state: Path) -> tuple[int, int]:
     """The committed input position of ``deliver`` partition 0 and its sink's acknowledged seq."""
     engine = SqliteEngine(state, "test_pipeline")
@@ -98,9 +89,10 @@ async def test_a_stop_gives_up_the_functions_own_throttle_and_commits_the_acknow
     pipeline = Pipeline(load_plan(spec, dynamic), state, options=RunOptions(epoch_max_messages=FIRST))
     run = asyncio.create_task(pipeline.run())
     metrics = pipeline.metrics
-    await until(lambda: metrics.value("egress_throttler_queue_size") >= 1, "the second epoch waiting for quota")
-    await until(lambda: metrics.value("egress_sink_records_delivered_total") >= FIRST,
-                "the first epoch acknowledged while the second waits")
+    await eventually(lambda: metrics.value("egress_throttler_queue_size") >= 1,
+                     what="the second epoch waiting for quota")
+    await eventually(lambda: metrics.value("egress_sink_records_delivered_total") >= FIRST,
+                     what="the first epoch acknowledged while the second waits")
     assert metrics.value("egress_throttler_queue_size") >= 1, "the second epoch got its quota"
     pipeline.request_stop()
     try:

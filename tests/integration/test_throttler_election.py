@@ -22,6 +22,7 @@ from egress.runtime.throttler_role import CONTROLLER_ROLE, ControllerElection, c
 from egress.spec import DynamicSpec
 from egress.throttler import Throttling
 from tests.nats_server import NatsServer
+from tests.waiting import eventually
 
 pytestmark = pytest.mark.integration
 
@@ -78,15 +79,6 @@ async def join(nats_server: str, request: pytest.FixtureRequest) -> AsyncIterato
         yield start
 
 
-async def until(condition: Callable[[], bool], within: float = 15.0) -> float:
-    """Wait for ``condition`` (a positive signal); returns the seconds it took."""
-    started = time.monotonic()
-    while not condition():
-        assert time.monotonic() - started < within, "the condition did not come true in time"
-        await asyncio.sleep(0.02)
-    return time.monotonic() - started
-
-
 def die(member: Member) -> Awaitable[Any]:
     """The worker's process is gone: no renewal, no reply, nothing released (SIGKILL's effect)."""
     member.task.cancel()
@@ -96,7 +88,7 @@ def die(member: Member) -> Awaitable[Any]:
 
 async def test_one_worker_is_elected_and_serves_the_clients_of_both(join: Join) -> None:
     first, second = await join("w1"), await join("w2")
-    await until(lambda: first.election.serving or second.election.serving)
+    await eventually(lambda: first.election.serving or second.election.serving)
     await asyncio.sleep(0)
     assert [first.election.serving, second.election.serving].count(True) == 1
     for member in (first, second):
@@ -113,7 +105,7 @@ async def test_one_worker_is_elected_and_serves_the_clients_of_both(join: Join) 
 
 async def test_the_controllers_death_hands_the_lease_to_another_within_one_ttl_and_calls_resume(join: Join) -> None:
     first = await join("w1")
-    await until(lambda: first.election.serving)
+    await eventually(lambda: first.election.serving)
     second = await join("w2")
     factory = second.throttling.factory("c")
     handle = factory.get_throttler_or_throw("q")
@@ -121,7 +113,9 @@ async def test_the_controllers_death_hands_the_lease_to_another_within_one_ttl_a
     await die(first)
     killed = time.monotonic()
     waiting = asyncio.create_task(handle.throttle(100))  # more than it may have prefetched: needs a controller
-    took = await until(lambda: second.election.serving)
+    asked = time.monotonic()
+    await eventually(lambda: second.election.serving)
+    took = time.monotonic() - asked
     # The lease lapses within TTL of the last renewal (NATS rounds it up to whole seconds and
     # removes it within a second), then the next try (0.5 s) takes it.
     assert took <= TTL + 1.0 + 0.5 + 0.5
@@ -136,12 +130,13 @@ async def test_the_controllers_death_hands_the_lease_to_another_within_one_ttl_a
 async def test_a_controller_that_cannot_renew_stops_serving_within_one_ttl_and_another_takes_over(
         join: Join) -> None:
     first = await join("w1")
-    await until(lambda: first.election.serving)
+    await eventually(lambda: first.election.serving)
     second = await join("w2")
     await first.engine.close()  # cut off from the engine: its renewals fail, its NATS clients still work
-    stopped = await until(lambda: not first.election.serving)
-    assert stopped <= TTL + 0.6
-    await until(lambda: second.election.serving)
+    cut = time.monotonic()
+    await eventually(lambda: not first.election.serving)
+    assert time.monotonic() - cut <= TTL + 0.6
+    await eventually(lambda: second.election.serving)
     assert first.throttling.controller is None
     factory = first.throttling.factory("c")
     await asyncio.wait_for(factory.get_throttler_or_throw("q").throttle(1), 10)  # served by the new one
@@ -149,17 +144,19 @@ async def test_a_controller_that_cannot_renew_stops_serving_within_one_ttl_and_a
 
 async def test_an_orderly_stop_releases_the_lease_and_another_takes_it_at_once(join: Join) -> None:
     first = await join("w1")
-    await until(lambda: first.election.serving)
+    await eventually(lambda: first.election.serving)
     second = await join("w2")
     first.task.cancel()
     await asyncio.gather(first.task, return_exceptions=True)
     await first.election.stop()
-    assert await until(lambda: second.election.serving) < 1.5  # the retry period, not the TTL
+    stopped = time.monotonic()
+    await eventually(lambda: second.election.serving)
+    assert time.monotonic() - stopped < 1.5  # the retry period, not the TTL
 
 
 async def test_dynamic_spec_throttlers_reach_the_controller_and_a_new_one_starts_from_them(join: Join) -> None:
     first = await join("w1")
-    await until(lambda: first.election.serving)
+    await eventually(lambda: first.election.serving)
     second = await join("w2")
     changed = DynamicSpec(throttlers={"q": {**QUICK, "limit": 7}, "fresh": QUICK})
     first.throttling.reconfigure(changed)
@@ -171,7 +168,7 @@ async def test_dynamic_spec_throttlers_reach_the_controller_and_a_new_one_starts
     factory = second.throttling.factory("c")
     await asyncio.wait_for(factory.get_throttler_or_throw("fresh").throttle(1), 10)
     await die(first)
-    await until(lambda: second.election.serving)
+    await eventually(lambda: second.election.serving)
     successor = second.throttling.controller
     assert successor is not None
     assert successor.throttler_ids == ["fresh", "q"]
@@ -182,13 +179,15 @@ async def test_a_controller_whose_engine_hangs_through_an_outage_ends_its_term_a
         own_nats_server: NatsServer) -> None:
     async with joining(own_nats_server.url, "egress_el_outage") as start:
         member = await start("w1")
-        await until(lambda: member.election.serving)
+        await eventually(lambda: member.election.serving)
         before = member.throttling.controller
         own_nats_server.kill()  # the engine waits out the outage: renewals hang, they do not fail
-        assert await until(lambda: member.throttling.controller is None) <= TTL + 0.6
+        killed = time.monotonic()
+        await eventually(lambda: member.throttling.controller is None)
+        assert time.monotonic() - killed <= TTL + 0.6
         assert not member.election.serving
         own_nats_server.start()
-        await until(lambda: member.election.serving, within=30)
+        await eventually(lambda: member.election.serving, timeout=30)
         after = member.throttling.controller
         assert after is not None
         assert after is not before  # a new term: closed for one lease, then empty, not the old bucket

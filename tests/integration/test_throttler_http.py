@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -18,16 +18,9 @@ from egress.throttler.errors import ControllerUnavailableError, QuotaAmountError
 from egress.throttler.factory import ThrottlerFactory
 from egress.throttler.http_transport import HttpTransport
 from egress.throttler.service import REPLY_ALLOWANCE, ThrottlerService, load_throttlers
+from tests.waiting import eventually
 
 pytestmark = pytest.mark.integration
-
-
-async def until(condition: Callable[[], bool], limit: float = 10.0) -> None:
-    """Wait for ``condition`` (polled every 10 ms), failing after ``limit`` seconds."""
-    deadline = time.monotonic() + limit
-    while not condition():
-        assert time.monotonic() < deadline, "the condition did not hold in time"
-        await asyncio.sleep(0.01)
 
 
 def write_dynamic(path: Path, throttlers: dict[str, Any]) -> Path:
@@ -80,7 +73,7 @@ async def test_canceled_request_stops_blocking_other_requests(service: Throttler
     # connection) after 0.3 s: the service cancels and refunds it and the small one goes through.
     huge = asyncio.create_task(transport.request_quota("slow", 1000, timestamp=0, quota_class_id=None,
                                                        client_id="a", rpc_timeout=0.3))
-    await until(lambda: service.controller.queue("slow").queue_size == 1)  # the huge one is first in line
+    await eventually(lambda: service.controller.queue("slow").queue_size == 1)  # the huge one is first in line
     started = time.monotonic()
     other = HttpTransport(service.url)
     await other.request_quota("slow", 1, timestamp=1, quota_class_id=None, client_id="b", rpc_timeout=10)
@@ -88,21 +81,14 @@ async def test_canceled_request_stops_blocking_other_requests(service: Throttler
     with pytest.raises(ControllerUnavailableError, match="timed out"):
         await huge
     assert waited < 3.0  # not 1000 s
-    for _ in range(100):
-        if service.controller.queue("slow").queue_size == 0:
-            break
-        await asyncio.sleep(0.01)
-    assert service.controller.queue("slow").queue_size == 0
+    await eventually(lambda: service.controller.queue("slow").queue_size == 0, what="the huge request refunded")
     await transport.aclose()
     await other.aclose()
 
 
 async def test_dynamic_spec_file_is_applied_live(service: ThrottlerService) -> None:
     write_dynamic(service.path, {"q": {"limit": 10}, "fresh": {"limit": 5}})
-    for _ in range(200):
-        if "fresh" in service.controller.throttler_ids:
-            break
-        await asyncio.sleep(0.01)
+    await eventually(lambda: "fresh" in service.controller.throttler_ids, what="the dynamic spec applied")
     assert service.controller.throttler_ids == ["fresh", "q"]
     service.path.write_text("throttlers: {bad: {limit: -1}}")
     assert not service.reload()  # read and refused (what the watcher does every reload_period)
@@ -126,7 +112,7 @@ async def test_service_down_is_unavailable_then_client_resumes(tmp_path: Path) -
     assert client.on_hand == 0  # nothing prefetched: the next call needs a controller
     asked = client.rpc_count
     waiting = asyncio.create_task(handle.throttle(1))
-    await until(lambda: client.controller_away and client.rpc_count >= asked + 2)  # tried, failed, tried again
+    await eventually(lambda: client.controller_away and client.rpc_count >= asked + 2)  # tried, failed, tried again
     assert not waiting.done()  # waits, does not fail
     second = ThrottlerService(dynamic, RealClock(), port=port)
     await second.start()

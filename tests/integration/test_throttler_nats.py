@@ -22,6 +22,7 @@ from egress.throttler.nats_transport import (
     NatsTransport,
     announce_subject,
 )
+from tests.waiting import eventually
 
 pytestmark = pytest.mark.integration
 
@@ -64,10 +65,7 @@ async def waiting_at(controller: ThrottlerController, transport: NatsTransport,
     """A request of 1000 units of "slow" (1/s), once it waits at ``controller``."""
     task = asyncio.create_task(transport.request_quota("slow", 1000, timestamp=0, quota_class_id=None,
                                                        client_id="a", rpc_timeout=rpc_timeout))
-    for _ in range(500):
-        if controller.queue("slow").queue_size == 1:
-            break
-        await asyncio.sleep(0.01)
+    await eventually(lambda: controller.queue("slow").queue_size == 1, what="the request waiting at the controller")
     return task
 
 
@@ -127,11 +125,7 @@ async def test_without_a_controller_calls_wait_and_resume_when_one_serves(
     waiting = asyncio.create_task(factory.get_throttler_or_throw("quick").throttle(1))
     client = factory.client("quick")
     assert client is not None
-    for _ in range(500):  # a positive signal: the client retried at least twice
-        if client.rpc_count >= 2:
-            break
-        await asyncio.sleep(0.01)
-    assert client.rpc_count >= 2
+    await eventually(lambda: client.rpc_count >= 2, what="the client retried at least twice")
     assert not waiting.done()
     serving = NatsQuotaServer(ThrottlerController(specs(), RealClock()), connection, subject)
     await serving.start()
@@ -179,14 +173,10 @@ async def test_a_request_held_by_a_dead_controller_is_retried_once_another_begin
     await transport.aclose()
 
 
-async def queue_size_becomes(controller: ThrottlerController, throttler_id: str, size: int, within: float) -> bool:
-    """Whether the controller's ``queue_size`` of ``throttler_id`` reaches ``size`` within ``within`` s."""
-    deadline = time.monotonic() + within
-    while time.monotonic() < deadline:
-        if controller.queue(throttler_id).queue_size == size:
-            return True
-        await asyncio.sleep(0.01)
-    return False
+async def queue_size_becomes(controller: ThrottlerController, throttler_id: str, size: int, within: float) -> None:
+    """The controller's ``queue_size`` of ``throttler_id`` reaches ``size`` within ``within`` s (or the test fails)."""
+    await eventually(lambda: controller.queue(throttler_id).queue_size == size, timeout=within,
+                     what=f"{throttler_id}'s queue size {size}")
 
 
 async def test_a_request_its_client_gives_up_stops_waiting_at_the_controller_at_once(
@@ -196,12 +186,12 @@ async def test_a_request_its_client_gives_up_stops_waiting_at_the_controller_at_
     handle = factory.get_throttler_or_throw("slow")
     await handle.throttle(1)  # the full bucket
     waiting = asyncio.create_task(handle.throttle(1000))
-    assert await queue_size_becomes(server.controller, "slow", 1, within=5.0)
+    await queue_size_becomes(server.controller, "slow", 1, within=5.0)
     waiting.cancel()  # the job stopped (its partition moved, Ctrl-C): nobody will use the units
     with pytest.raises(asyncio.CancelledError):
         await waiting
     # not its 30 s rpc_timeout: the client withdrew it, and it is refunded
-    assert await queue_size_becomes(server.controller, "slow", 0, within=3.0)
+    await queue_size_becomes(server.controller, "slow", 0, within=3.0)
     await factory.aclose()
     await transport.aclose()
 
@@ -211,7 +201,7 @@ async def test_a_request_asked_again_replaces_the_copy_still_waiting_so_no_dupli
     transport = NatsTransport(connection, server.subject)
     asks = [asyncio.create_task(transport.request_quota(
         "slow", 1000, timestamp=0, quota_class_id=None, client_id="a", rpc_timeout=30, request_id="r1"))]
-    assert await queue_size_becomes(server.controller, "slow", 1, within=5.0)
+    await queue_size_becomes(server.controller, "slow", 1, within=5.0)
     queue = server.controller.queue("slow")
     first_enqueued = {oldest for _, _, oldest in queue.pending().values()} - {None}
     client = await connection.get()
@@ -220,12 +210,10 @@ async def test_a_request_asked_again_replaces_the_copy_still_waiting_so_no_dupli
         await asks[0]
     asks.append(asyncio.create_task(transport.request_quota(  # the retry: the same request, asked again
         "slow", 1000, timestamp=0, quota_class_id=None, client_id="a", rpc_timeout=30, request_id="r1")))
-    deadline = time.monotonic() + 10.0
     # The retry has arrived once the oldest waiting request is not the first copy any more (a
     # positive signal); the controller replaces a copy in one step, so the size is final then.
-    while not {oldest for _, _, oldest in queue.pending().values()} - {None} - first_enqueued:
-        assert time.monotonic() < deadline, "the retry never reached the controller, or the first copy still waits"
-        await asyncio.sleep(0.01)
+    await eventually(lambda: {oldest for _, _, oldest in queue.pending().values()} - {None} - first_enqueued,
+                     what="the retry at the controller in place of the first copy", timeout=10.0)
     assert queue.queue_size == 1
     asks[1].cancel()
     await transport.aclose()

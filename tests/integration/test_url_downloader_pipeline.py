@@ -11,7 +11,7 @@ from examples.url_downloader import serve
 
 from egress.cli.state import state_lines
 from egress.runtime import Pipeline, RunOptions, load_plan
-from tests.test_url_downloader_support import expected_files, free_port, server_log, write_pipeline
+from tests.url_downloader_support import expected_files, free_port, server_log, write_pipeline
 
 pytestmark = pytest.mark.integration
 

@@ -13,7 +13,6 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -29,12 +28,12 @@ from egress.runtime import EngineFactory, Pipeline, RunOptions, RunResult, load_
 from egress.runtime.layout import LAYOUT_KEY
 from egress.runtime.pipeline import nats_engine_factory, shared_sqlite_engine
 from egress.runtime.worker import ClusterSpecError
-from tests.conftest import ServerFactory, payload_spec
+from tests.conftest import REPO, ServerFactory, payload_spec
 from tests.sqlite_pause import pause_outside_write_transaction
+from tests.waiting import eventually
 
 pytestmark = pytest.mark.integration
 
-REPO = Path(__file__).resolve().parents[2]
 TTL = 2.0
 HEARTBEAT = 0.5
 OPTIONS = RunOptions(until_drained=True, lease_ttl=TTL, heartbeat_period=HEARTBEAT, remote_poll_period=0.5,
@@ -98,17 +97,6 @@ def duplicates(receiver: Receiver) -> int:
     return sum(count - 1 for count in receiver.stats.delivered_keys.values())
 
 
-async def until(condition: Callable[[], bool | Awaitable[bool]], within: float, what: str) -> float:
-    """Poll ``condition`` every 20 ms; the seconds it took; fails naming ``what`` after ``within`` seconds."""
-    started = time.monotonic()
-    while time.monotonic() - started < within:
-        value = condition()
-        if value if isinstance(value, bool) else await value:
-            return time.monotonic() - started
-        await asyncio.sleep(0.02)
-    pytest.fail(f"not within {within} s: {what}")
-
-
 def ok(result: RunResult) -> bool:
     return result.ok and result.drained
 
@@ -120,8 +108,8 @@ async def test_two_workers_share_the_pipeline_and_deliver_every_message(
     cluster = make_cluster(tmp_path, engine_name, f"{await serve_app(receiver.app)}/events", count)
     a, b = cluster.worker("worker-a", http_port=0), cluster.worker("worker-b")
     runs = [asyncio.create_task(a.run()), asyncio.create_task(b.run())]
-    await until(lambda: a.worker is not None and len(a.worker.members) == 2 and bool(a.jobs), LOADED,
-                "worker-a sees both members and runs a partition job")
+    await eventually(lambda: a.worker is not None and len(a.worker.members) == 2 and bool(a.jobs), timeout=LOADED,
+                     what="worker-a sees both members and runs a partition job")
     assert a.server is not None
     assert a.server.port is not None
     seen: list[tuple[dict[str, Any], str]] = []
@@ -131,7 +119,7 @@ async def test_two_workers_share_the_pipeline_and_deliver_every_message(
         seen.append(await observed(f"http://127.0.0.1:{a.server.port}"))
         return seen[-1][0]["sources"]["events_jsonl"]["owner"] is not None
 
-    await until(source_owned, LOADED, "/status names the source reader's owner")
+    await eventually(source_owned, timeout=LOADED, what="/status names the source reader's owner")
     status, metrics = seen[-1]
     results = await asyncio.wait_for(asyncio.gather(*runs), 4 * LOADED)
     assert all(ok(r) for r in results), results
@@ -172,12 +160,15 @@ async def test_a_joining_worker_takes_about_half_the_units_by_orderly_hand_over_
     options = dataclasses.replace(OPTIONS, max_unacknowledged=64)
     a = cluster.worker("worker-a", options)
     first = asyncio.create_task(a.run())
-    await until(lambda: len(a.units.running) == UNITS and receiver.stats.requests >= 300, LOADED,
-                "worker-a runs alone")
+    await eventually(lambda: len(a.units.running) == UNITS and receiver.stats.requests >= 300, timeout=LOADED,
+                     what="worker-a runs alone")
     b = cluster.worker("worker-b", options)
     second = asyncio.create_task(b.run())
-    took = await until(lambda: len(b.units.running) in (UNITS // 2, UNITS - UNITS // 2)
-                       and len(a.units.running) + len(b.units.running) == UNITS, LOADED, "worker-b takes its share")
+    started = time.monotonic()
+    await eventually(lambda: len(b.units.running) in (UNITS // 2, UNITS - UNITS // 2)
+                     and len(a.units.running) + len(b.units.running) == UNITS, timeout=LOADED,
+                     what="worker-b takes its share")
+    took = time.monotonic() - started
     print(f"\n{engine_name}: worker-b ran {len(b.units.running)} of {UNITS} units {took:.2f} s after it started")
     results = await asyncio.wait_for(asyncio.gather(first, second), 4 * LOADED)
     assert all(ok(r) for r in results), results
@@ -205,13 +196,15 @@ async def test_a_worker_that_stops_renewing_loses_its_units_within_the_ttl_and_t
         a = subprocess.Popen(cluster.command("worker-a"), cwd=REPO, stdout=output,  # noqa: ASYNC220
                              stderr=subprocess.STDOUT)
     egress_processes.append(a)
-    await until(lambda: owners_of(b.engine, "worker-a", at_least=UNITS // 2), LOADED, "worker-a takes its share")
+    await eventually(lambda: owners_of(b.engine, "worker-a", at_least=UNITS // 2), timeout=LOADED,
+                     what="worker-a takes its share")
     if engine_name == "sqlite":  # a pause inside its write transaction would stall worker-b too (one writer)
         await pause_outside_write_transaction(a.pid, cluster.state)
     else:
         a.send_signal(signal.SIGSTOP)
     stopped = time.monotonic()
-    failover = await until(lambda: len(b.units.running) == UNITS, LOADED, "worker-b runs every unit")
+    await eventually(lambda: len(b.units.running) == UNITS, timeout=LOADED, what="worker-b runs every unit")
+    failover = time.monotonic() - stopped
     print(f"\n{engine_name}: units of a stopped worker running again on the other {failover:.2f} s after SIGSTOP "
           f"(lease TTL {TTL} s, heartbeat {HEARTBEAT} s)")
     assert failover <= TTL + HEARTBEAT + 2.0  # plus one epoch and the NATS TTL's 1 s granularity
@@ -238,7 +231,7 @@ async def test_a_worker_with_another_spec_is_refused_before_it_records_anything(
     cluster = make_cluster(tmp_path, engine_name, f"{await serve_app(receiver.app)}/events", 2000)
     a = cluster.worker("worker-a")
     first = asyncio.create_task(a.run())
-    await until(lambda: bool(a.jobs) and receiver.stats.requests > 0, 30, "worker-a runs")
+    await eventually(lambda: bool(a.jobs) and receiver.stats.requests > 0, timeout=30, what="worker-a runs")
     assert a.engine is not None
     layout = await a.engine.read_meta(LAYOUT_KEY)
     document = yaml.safe_load(cluster.spec.read_text())

@@ -17,8 +17,7 @@ from egress.connectors.sinks.firehose_parameters import (
     FirehoseHttpSinkParameters,
 )
 from egress.runtime import load_plan
-
-REPO = Path(__file__).resolve().parents[2]
+from tests.conftest import REPO
 
 BASE = {"url": "https://example.com/ingest", "payload_column": "payload", "stream_name": "flights"}
 

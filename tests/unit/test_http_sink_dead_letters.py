@@ -25,8 +25,8 @@ def failing_for(*payloads: str, status: int = 503) -> Any:
 async def test_an_exhausted_delivery_is_dead_lettered_then_acknowledged_and_later_messages_go_on(
         tmp_path: Path) -> None:
     path = tmp_path / "dead.jsonl"
-    h = Harness(failing_for("b"), static={"dead_letter_path": str(path)}, dynamic={"max_attempt_count": 3})
-    h.clock._now = 1000.0  # so that attempt times are recognisable
+    h = Harness(failing_for("b"), static={"dead_letter_path": str(path)}, dynamic={"max_attempt_count": 3},
+                start=1000.0)  # so that attempt times are recognisable
     h.distribute(["a", "b", "c"])
     await h.clock.advance(100)
     assert h.sink.terminal_error is None

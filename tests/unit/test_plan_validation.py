@@ -13,6 +13,7 @@ from typer.testing import CliRunner
 from egress.cli.main import app
 from egress.errors import SpecErrors
 from egress.runtime import load_plan
+from tests.conftest import REPO
 
 BASE: dict[str, Any] = {
     "pipeline": "checks",
@@ -165,7 +166,7 @@ def test_cli_prints_one_line_and_writes_no_state(tmp_path: Path, path: tuple[str
 
 
 def test_cli_validate_accepts_the_example(tmp_path: Path) -> None:
-    example = Path(__file__).resolve().parents[2] / "examples" / "http_delivery"
+    example = REPO / "examples" / "http_delivery"
     result = CliRunner().invoke(app, ["validate", str(example / "spec.yaml"), "--dynamic-spec",
                                       str(example / "dynamic_spec.yaml")])
     assert result.exit_code == 0, result.output

@@ -19,6 +19,29 @@ def test_import_egress_loads_no_http_client_and_no_storage_engine() -> None:
     assert loaded == ""
 
 
+def _loaded_by(statement: str) -> list[str]:
+    """The modules a fresh interpreter has loaded after ``statement`` that it had not before."""
+    probe = (f"import sys; before = set(sys.modules); {statement}; "
+             "print(' '.join(sorted(set(sys.modules) - before)))")
+    return subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True).stdout.split()
+
+
+def test_import_egress_alone_loads_only_the_package_and_its_lazy_exports() -> None:
+    loaded = _loaded_by("import egress")
+    assert [m for m in loaded if m.split(".")[0] == "egress"] == ["egress", "egress.lazy"]
+    assert len(loaded) <= 40, loaded  # 31 today: importlib's own and typing's, no third-party library
+
+
+def test_the_process_function_api_loads_no_http_client_no_engine_and_no_cli() -> None:
+    third_party = ("pycurl", "aiohttp", "sqlite3", "nats", "typer", "rich", "yaml", "prometheus_client")
+    egress_heavy = ("egress.engines", "egress.httpclient", "egress.connectors", "egress.cli", "egress.spec")
+    loaded = _loaded_by("from egress import ProcessFunction, Message, RuntimeContext, StateClient")
+    assert [m for m in loaded if m.split(".")[0] in third_party or m.startswith(egress_heavy)] == []
+    assert len([m for m in loaded if m.split(".")[0] == "egress"]) <= 12  # 12 today, of 196 modules
+    loaded = _loaded_by("from egress import ThrottlerHandle")  # the throttler's client, its metrics and models
+    assert [m for m in loaded if m.split(".")[0] in third_party[:6] or m.startswith(egress_heavy[:4])] == []
+
+
 def test_the_lazy_namespaces_still_export_every_name() -> None:
     for package in (egress, egress.runtime, egress.throttler):
         for name in package.__all__:

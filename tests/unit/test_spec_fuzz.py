@@ -22,9 +22,9 @@ from hypothesis import strategies as st
 from typer.testing import Result
 
 from egress.errors import printable
+from tests.conftest import REPO
 from tests.fuzzing import fuzz, invoke
 
-REPO = Path(__file__).resolve().parents[2]
 EXAMPLES = [
     (REPO / "examples" / "http_delivery" / "spec.yaml", REPO / "examples" / "http_delivery" / "dynamic_spec.yaml"),
     (REPO / "examples" / "firehose_delivery" / "spec.yaml",

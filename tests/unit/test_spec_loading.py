@@ -12,8 +12,9 @@ from egress.connectors.sinks.http_parameters import AsyncHttpSinkDynamicParamete
 from egress.errors import SpecError
 from egress.runtime import load_plan
 from egress.spec import load_document, load_dynamic_spec
+from tests.conftest import REPO
 
-DATA = Path(__file__).resolve().parents[1] / "data"
+DATA = REPO / "tests" / "data"
 
 
 def test_seed_000_sink_block_loads_unchanged_inside_a_full_spec() -> None:

@@ -33,7 +33,7 @@ from egress.errors import EgressError, ProcessFunctionError, SourceDataError, Sp
 from egress.observe.logs import add_secret, bind_log_context, secrets_of_spec
 from egress.observe.status import egress_version
 from egress.runtime import EngineFactory, Pipeline, RunOptions, RunResult, load_plan
-from egress.runtime.collector import tune_for_run
+from egress.runtime.garbage_collection import tune_for_run
 from egress.runtime.layout import check_recorded_layout, way_out
 from egress.runtime.options import EngineChoice, parse_engine
 from egress.runtime.pipeline import DYNAMIC_SPEC_STATUS, nats_engine_factory, shared_sqlite_engine, sqlite_engine
@@ -197,7 +197,7 @@ def run(
     pipeline = Pipeline(plan, directory, options=options, http_port=http_port, http_host=http_host,
                         engine_factory=factory, worker_id=member)
 
-    tune_for_run()  # the garbage collector's settings for a run (egress.runtime.collector)
+    tune_for_run()  # the garbage collector's settings for a run (egress.runtime.garbage_collection)
     try:
         result = asyncio.run(_drive(pipeline, quiet))
     except SpecError as error:  # refused before anything ran: the Spec does not fit the directory or the cluster

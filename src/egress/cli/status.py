@@ -22,6 +22,8 @@ from rich.live import Live
 from rich.table import Table
 from rich.text import Text
 
+from egress.errors import EgressError
+
 DEFAULT_URL = "http://127.0.0.1:8000"
 FETCH_TIMEOUT = 5.0  # seconds: a status request answers from memory and a few engine reads
 
@@ -30,7 +32,7 @@ UrlArgument = Annotated[Optional[str], typer.Argument(  # noqa: UP045 - typer ne
          f"/status URL (default: $EGRESS_STATUS_URL, else {DEFAULT_URL}).", show_default=False)]
 
 
-class StatusUnavailable(Exception):
+class StatusUnavailable(EgressError):
     """The status endpoint did not answer with ``/status`` JSON."""
 
 

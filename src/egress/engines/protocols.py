@@ -12,7 +12,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple, Protocol
 
-from egress.errors import EgressError
+# Defined in egress.errors with the rest of the tree; re-exported here, where the engine protocols raise them.
+from egress.errors import EngineUnavailableError as EngineUnavailableError
+from egress.errors import FencedError as FencedError
 
 
 class LogMessage(NamedTuple):
@@ -349,14 +351,3 @@ class Engine(Log, CheckpointStore, Ownership, Membership, Protocol):
         best effort (a notification may be lost): the runtime keeps a slow poll as a backstop.
         An engine whose processes cannot see each other's commits never calls it."""
         ...
-
-
-class FencedError(EgressError, RuntimeError):
-    """A commit carried an epoch that is no longer the owner's (another process took over)."""
-
-
-class EngineUnavailableError(EgressError):
-    """The engine's server gave no usable answer for longer than the engine's outage timeout.
-    Retryable: what was committed stays committed, and an operation that raised it took effect
-    whole or not at all. A cluster worker stops only the job that met it (the unit is taken again
-    once the server answers), unless its own membership could not be renewed that long."""

@@ -31,16 +31,14 @@ class FirehoseASGI:
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         kind = scope["type"]
         if kind == "lifespan":
-            while True:
-                message = await receive()
-                if message["type"] == "lifespan.startup":
-                    await send({"type": "lifespan.startup.complete"})
-                elif message["type"] == "lifespan.shutdown":
-                    await send({"type": "lifespan.shutdown.complete"})
-                    return
-        if kind != "http":
+            await _lifespan(receive, send)
+        elif kind == "http":
+            await self._http(scope, receive, send)
+        else:
             await send({"type": "websocket.close", "code": 1000})
-            return
+
+    async def _http(self, scope: Scope, receive: Receive, send: Send) -> None:
+        """Answer one HTTP request through the receiver's decision table."""
         headers: CIMultiDict[str] = CIMultiDict(
             (name.decode("latin-1"), value.decode("utf-8", "surrogateescape").strip(" \t"))
             for name, value in scope.get("headers", ()))
@@ -49,19 +47,8 @@ class FirehoseASGI:
         if root and path.startswith(root):
             path = path[len(root):] or "/"
 
-        async def received() -> AsyncIterator[bytes]:
-            more = True
-            while more:
-                message = await receive()
-                if message["type"] == "http.disconnect":
-                    raise UnreadableBodyError("the client disconnected before the body ended")
-                more = bool(message.get("more_body", False))
-                body = message.get("body", b"")
-                if body:
-                    yield body
-
         def chunks() -> AsyncIterator[bytes]:
-            return within_deadline(received(), self.receiver.options.body_timeout)
+            return within_deadline(_received(receive), self.receiver.options.body_timeout)
 
         incoming = Incoming(scope["method"], path, _content_length(headers), headers, chunks, lambda: None)
         status, body = await self.receiver.answer(incoming)
@@ -70,6 +57,31 @@ class FirehoseASGI:
             response_headers.append((b"allow", b"POST"))
         await send({"type": "http.response.start", "status": status, "headers": response_headers})
         await send({"type": "http.response.body", "body": b"" if scope["method"] == "HEAD" else body})
+
+
+async def _lifespan(receive: Receive, send: Send) -> None:
+    """Acknowledge the lifespan events until the shutdown."""
+    while True:
+        message = await receive()
+        if message["type"] == "lifespan.startup":
+            await send({"type": "lifespan.startup.complete"})
+        elif message["type"] == "lifespan.shutdown":
+            await send({"type": "lifespan.shutdown.complete"})
+            return
+
+
+async def _received(receive: Receive) -> AsyncIterator[bytes]:
+    """The request body's chunks as the server hands them; raises :class:`UnreadableBodyError` when
+    the client disconnects before the body ended."""
+    more = True
+    while more:
+        message = await receive()
+        if message["type"] == "http.disconnect":
+            raise UnreadableBodyError("the client disconnected before the body ended")
+        more = bool(message.get("more_body", False))
+        body = message.get("body", b"")
+        if body:
+            yield body
 
 
 def _content_length(headers: CIMultiDict[str]) -> int | None:

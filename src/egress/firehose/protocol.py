@@ -54,7 +54,8 @@ MAX_COMMON_ATTRIBUTE_VALUE_CHARS = 1024
 MAX_ERROR_MESSAGE_CHARS = 8192
 PLAUSIBLE_TIMESTAMP_MS = (10**11, 10**14)
 """A response ``timestamp`` outside [1973-03-03, 5138-11-16] in ms is seconds (Telegraf, Alloy, moto and
-LocalStack answer seconds) or micro/nanoseconds: not conforming (docs/firehose.md, issue 6)."""
+LocalStack answer seconds) or micro/nanoseconds: not conforming (``docs/firehose.md``, "Sender: the
+``firehose_http`` sink")."""
 RESPONSE_TIMEOUT_SECONDS = 180.0
 """Firehose waits 3 minutes for a response before it counts the attempt as failed."""
 

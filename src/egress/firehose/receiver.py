@@ -185,12 +185,29 @@ class FirehoseReceiver:
         return status, p.response_body(request_id, int(self._clock.now() * 1000), message)
 
     async def _decide(self, incoming: Incoming, request_id: str) -> tuple[int, str | None, int, int]:
-        options = self.options
-        headers = incoming.headers
+        """The status, message, received bytes and accepted records of one request, in the decision
+        table's order: what the request line and the headers decide, then the body, then the handler.
+        Raises :class:`RequestRejected` for a rule the request fails."""
         if incoming.method != "POST":
-            if incoming.method in ("GET", "HEAD") and incoming.path == options.health_path:
+            if incoming.method in ("GET", "HEAD") and incoming.path == self.options.health_path:
                 return 200, None, 0, 0
             raise RequestRejected(405, p.MSG_METHOD_NOT_ALLOWED)
+        self._check_request_line(incoming, request_id)
+        gzipped = self._check_headers(incoming.headers)
+        body, raw_bytes = await self._read_body(incoming, gzipped=gzipped)
+        records = p.decode_request_body(body, request_id, max_records=self.options.max_records,
+                                        max_record_bytes=self.options.max_record_bytes)
+        attributes_header = incoming.headers.getall(p.HEADER_COMMON_ATTRIBUTES, [])
+        if len(attributes_header) > 1:
+            raise RequestRejected(400, "invalid common attributes header: sent more than once")
+        attributes = p.parse_common_attributes(attributes_header[0]) if attributes_header else {}
+        status, message = await self._handle_records(request_id, records, attributes)
+        return status, message, raw_bytes, len(records) if status == 200 else 0
+
+    def _check_request_line(self, incoming: Incoming, request_id: str) -> None:
+        """Raise :class:`RequestRejected` for a POST to another path (404), a declared body over
+        the cap (413), no request id (400) or an access key not accepted (401)."""
+        options = self.options
         if options.path is not None and incoming.path != options.path:
             raise RequestRejected(404, p.MSG_NOT_FOUND)
         if incoming.content_length is not None and incoming.content_length > options.max_body_bytes:
@@ -198,9 +215,14 @@ class FirehoseReceiver:
         if not request_id:
             raise RequestRejected(400, p.MSG_MISSING_HEADER_REQUEST_ID)
         if self._keys.enabled:
-            given = headers.getall(p.HEADER_ACCESS_KEY, [])
+            given = incoming.headers.getall(p.HEADER_ACCESS_KEY, [])
             if not self._keys.accepts(given[0] if len(given) == 1 else None):
                 raise RequestRejected(401, p.MSG_INVALID_ACCESS_KEY)
+
+    @staticmethod
+    def _check_headers(headers: MultiMapping[str]) -> bool:
+        """Whether the body is gzipped; raises :class:`RequestRejected` for another protocol
+        version (400), content type or content encoding (415)."""
         version = headers.get(p.HEADER_PROTOCOL_VERSION)
         if version is not None and version.strip(_OWS) != p.PROTOCOL_VERSION:
             raise RequestRejected(400, p.MSG_UNSUPPORTED_PROTOCOL_VERSION)
@@ -210,25 +232,23 @@ class FirehoseReceiver:
         encodings = headers.getall("Content-Encoding", [])
         if len(encodings) > 1 or (encodings and encodings[0].strip(_OWS).lower() != "gzip"):
             raise RequestRejected(415, p.MSG_UNSUPPORTED_CONTENT_ENCODING)
-        body, raw_bytes = await self._read_body(incoming, gzipped=bool(encodings))
-        records = p.decode_request_body(body, request_id, max_records=options.max_records,
-                                        max_record_bytes=options.max_record_bytes)
-        attributes_header = headers.getall(p.HEADER_COMMON_ATTRIBUTES, [])
-        if len(attributes_header) > 1:
-            raise RequestRejected(400, "invalid common attributes header: sent more than once")
-        attributes = p.parse_common_attributes(attributes_header[0]) if attributes_header else {}
+        return bool(encodings)
+
+    async def _handle_records(self, request_id: str, records: list[bytes],
+                              attributes: dict[str, str]) -> tuple[int, str | None]:
+        """Call the handler: 200, or 400 / 503 / 500 with the message for what it raised."""
         try:
             await self._handler(request_id, records, attributes)
         except PermanentError as error:
-            return 400, str(error) or "permanent error", raw_bytes, 0
+            return 400, str(error) or "permanent error"
         except TransientError as error:
-            return 503, str(error) or "transient error", raw_bytes, 0
+            return 503, str(error) or "transient error"
         except asyncio.CancelledError:
             raise
         except Exception:
             log.exception("firehose request %.200r: the handler raised", request_id)
-            return 500, "internal error while handling the records", raw_bytes, 0
-        return 200, None, raw_bytes, len(records)
+            return 500, "internal error while handling the records"
+        return 200, None
 
     async def _read_body(self, incoming: Incoming, *, gzipped: bool) -> tuple[bytes, int]:
         """The body, decompressed; and its size as received. Raises RequestRejected 400/413."""

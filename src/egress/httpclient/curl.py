@@ -9,8 +9,8 @@ per turn, not per request). Python does as little per request
 as it can: header lines are kept (by the C ``list.append``, one call per line) only when a request
 asks for a header, and decoded only once the transfer ends, and for ``Retry-After`` only when the
 status is 429 or 503; no per-socket callbacks. Why the event loop rather than a thread of its own:
-``docs/benchmarks.md``, session 4 (the thread cost more CPU per message in wake-ups and GIL hand-offs
-than the loop's turns cost).
+a thread of its own was measured to cost more CPU per message in wake-ups and GIL hand-offs than the
+loop's turns cost (``docs/benchmarks.md``).
 """
 
 from __future__ import annotations

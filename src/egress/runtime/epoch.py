@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from egress.engines import EpochCommit, LogAppend, LogMessage, OutboxMessage, SinkProgress
 from egress.keys import decode_key, derived_message_id, partition_of
 from egress.runtime.api import Message, Timer
-from egress.runtime.invoke import Invoker, Output
+from egress.runtime.invoke import EmittedMessage, Invoker
 from egress.runtime.timers import timer_message_id
 
 _new_tuple = tuple.__new__
@@ -161,7 +161,7 @@ class EpochStep:
         """``commit`` (from :meth:`record`) is durable: its sink progress is the committed one."""
         self.committed_progress = commit.sink_progress
 
-    def _route(self, output: EpochOutput, outputs: list[Output], parent_id: bytes,
+    def _route(self, output: EpochOutput, outputs: list[EmittedMessage], parent_id: bytes,
                event_timestamp: float | None) -> None:
         """Route one call's checked outputs, each with the id derived from ``parent_id`` and its index."""
         for index, emitted in enumerate(outputs):

@@ -51,7 +51,7 @@ _EXACT: dict[str, frozenset[type]] = {
 _Schema = tuple[frozenset[str], list[tuple[str, str, bool, tuple[type, ...], frozenset[type]]], list[str]]
 
 
-class Output(NamedTuple):
+class EmittedMessage(NamedTuple):
     """A checked emitted message: ``stream_id``, ``row`` and its encoded ``key``."""
 
     stream_id: str
@@ -60,8 +60,8 @@ class Output(NamedTuple):
 
 
 _new_output = tuple.__new__
-"""``_new_output(Output, (stream_id, row, key))``: an :class:`Output` without the NamedTuple's
-Python-level ``__new__`` (0.45 against 0.8 µs; once per emitted message)."""
+"""``_new_output(EmittedMessage, (stream_id, row, key))``: an :class:`EmittedMessage` without the
+NamedTuple's Python-level ``__new__`` (0.45 against 0.8 µs; once per emitted message)."""
 
 
 class Invoker:
@@ -175,7 +175,7 @@ class Invoker:
         return (f"{timer.domain} timer at {timer.trigger_timestamp!r} of key {list(timer.key)!r} "
                 f"(partition {self.context.partition})")
 
-    async def message(self, message: Message, encoded_key: bytes) -> list[Output]:
+    async def message(self, message: Message, encoded_key: bytes) -> list[EmittedMessage]:
         """Call ``process_message``; returns the checked outputs."""
         collector = OutputCollector()
         stateful = self._stateful()
@@ -189,7 +189,7 @@ class Invoker:
         # Where it happened is only spelled out when something is wrong: the text costs per message.
         return self._finish(collector, encoded_key, stateful, self._where_message, message)
 
-    async def timer(self, timer: Timer, encoded_key: bytes) -> list[Output]:
+    async def timer(self, timer: Timer, encoded_key: bytes) -> list[EmittedMessage]:
         """Call ``process_timer``; returns the checked outputs."""
         collector = OutputCollector()
         self.store.begin(timer.key)
@@ -211,7 +211,7 @@ class Invoker:
         return bool(self.store.internal or self.store.external)
 
     def _finish(self, collector: OutputCollector, encoded_key: bytes, stateful: bool,
-                describe: Callable[[Any], str], subject: Any) -> list[Output]:
+                describe: Callable[[Any], str], subject: Any) -> list[EmittedMessage]:
         """Check what the call of ``subject`` (a message or timer; ``describe(subject)`` says which,
         in errors only) emitted and set; ``stateful``: the store bracketed the call."""
         if stateful:
@@ -232,7 +232,7 @@ class Invoker:
                 for emitted in collector.messages]
 
     def _checked(self, stream_id: str, row: dict[str, Any], key: tuple[Any, ...] | None,
-                 describe: Callable[[Any], str], subject: Any) -> Output:
+                 describe: Callable[[Any], str], subject: Any) -> EmittedMessage:
         if self._outputs is not None and stream_id not in self._outputs:
             raise ProcessFunctionError(
                 f"computation {self.computation_id!r} emitted to unknown output stream {stream_id!r} while "
@@ -240,7 +240,7 @@ class Invoker:
         schema = self._schemas.get(stream_id) or self._schema(stream_id)
         if schema is None:
             try:
-                return Output(stream_id, row, EMPTY_KEY if key is None else encode_key(key))
+                return EmittedMessage(stream_id, row, EMPTY_KEY if key is None else encode_key(key))
             except TypeError as error:
                 raise self._key_error(stream_id, None, describe(subject), error) from None
         names, columns, group_by = schema
@@ -262,9 +262,10 @@ class Invoker:
                     f"row for stream {stream_id!r}: column {name!r} is {kind}, got {type(value).__name__} "
                     f"({describe(subject)})")
         if key is None and not group_by:
-            return _new_output(Output, (stream_id, row, EMPTY_KEY))
+            return _new_output(EmittedMessage, (stream_id, row, EMPTY_KEY))
         try:
-            return Output(stream_id, row, encode_key(key if key is not None else [row.get(c) for c in group_by]))
+            encoded = encode_key(key if key is not None else [row.get(c) for c in group_by])
+            return EmittedMessage(stream_id, row, encoded)
         except TypeError as error:
             raise self._key_error(stream_id, None if key is not None else group_by, describe(subject), error) from None
 

@@ -28,7 +28,7 @@ def is_source(unit: Unit) -> bool:
 
 
 @dataclass(slots=True)
-class Running:
+class StartedUnit:
     """A started unit: its ``runner``, the lease ``epoch`` it runs under and its ``task``."""
 
     runner: Runner
@@ -45,7 +45,7 @@ class JobSet:
         self._make = make
         self._metrics = metrics
         self.on_change = on_change
-        self.running: dict[Unit, Running] = {}
+        self.running: dict[Unit, StartedUnit] = {}
         self._blocked_before: dict[Unit, str] = {}  # the terminal sink error of a unit stopped here
 
     @property
@@ -56,7 +56,7 @@ class JobSet:
     def readers(self) -> list[SourceReader]:
         return [r.runner for r in self.running.values() if isinstance(r.runner, SourceReader)]
 
-    def start(self, unit: Unit, epoch: int) -> Running:
+    def start(self, unit: Unit, epoch: int) -> StartedUnit:
         """Start ``unit`` under the lease held at ``epoch``."""
         runner = self._make(unit)
         self._blocked_before.pop(unit, None)
@@ -64,7 +64,7 @@ class JobSet:
         # The unit's log context (egress.observe.logs): every record its task logs names it.
         task = asyncio.create_task(runner.run(epoch=epoch), name=f"{consumer}#{partition}",
                                    context=unit_context(consumer, partition))
-        running = self.running[unit] = Running(runner, epoch, task)
+        running = self.running[unit] = StartedUnit(runner, epoch, task)
         self._metrics.partition_owned.labels(consumer, str(partition)).set(1)
         task.add_done_callback(self._ended)
         return running
@@ -94,7 +94,7 @@ class JobSet:
         self.forget(unit)
         return error
 
-    def forget(self, unit: Unit) -> Running | None:
+    def forget(self, unit: Unit) -> StartedUnit | None:
         """Drop ``unit`` from the set (its task has ended or is left to end)."""
         consumer, partition = unit
         self._metrics.partition_owned.labels(consumer, str(partition)).set(0)

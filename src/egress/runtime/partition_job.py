@@ -21,7 +21,7 @@ from typing import Any, TypeVar
 from egress.clock import Clock, event_or_timeout
 from egress.connectors.base import Sink, SinkContext
 from egress.connectors.dead_letters import DeadLetterFiles
-from egress.engines import Engine, EpochCommit, LogMessage, OutboxMessage, SinkProgress
+from egress.engines import AppendsCallback, Engine, EpochCommit, LogMessage, OutboxMessage, SinkProgress
 from egress.errors import ProcessFunctionError
 from egress.observe import Metrics, StatusTree
 from egress.rows import encode_row
@@ -33,7 +33,7 @@ from egress.runtime.invoke import Invoker
 from egress.runtime.options import RunOptions
 from egress.runtime.plan import ComputationPlan, validate_function_parameters
 from egress.runtime.state import StateStore
-from egress.runtime.stopping import acknowledged_commit, commit_acknowledged
+from egress.runtime.stopping import acknowledgements_commit, commit_on_failure
 from egress.runtime.timers import TimerQueue
 from egress.spec import StreamSpec
 from egress.throttler import InputThrottle, ThrottlerFactory, Throttling
@@ -56,7 +56,7 @@ class PartitionJob:
         metrics: Metrics,
         status: StatusTree,
         options: RunOptions,
-        notify_downstream: Any,
+        notify_downstream: AppendsCallback,
         throttling: Throttling | None = None,
         dead_letters: DeadLetterFiles | None = None,
     ) -> None:
@@ -204,14 +204,14 @@ class PartitionJob:
             while await self._epoch(running, stopping=self._stopping(stop)):
                 pass
         except _EpochGivenUp:
-            await self._commit_acknowledged_after_giving_up(running)
+            await self._commit_acknowledgements_after_giving_up(running)
         except Exception as error:
             failure = error
             raise
         finally:
             await self._finish(running, failure)
 
-    async def _start(self, epoch: int | None) -> _Running:
+    async def _start(self, epoch: int | None) -> _JobRun:
         """Acquire the partition unless the caller holds it at ``epoch`` (the lease's fence), load the
         checkpoint and keyed state, create the sinks and the function, and hand the committed but
         unacknowledged outbox to the sinks."""
@@ -235,7 +235,7 @@ class PartitionJob:
                                next_seq=checkpoint.next_seq, watermark=keyed.watermark,
                                committed_progress=dict(checkpoint.sink_progress))
         self._distribute(checkpoint.outbox)
-        return _Running(epoch, self._step, factory, input_throttle)
+        return _JobRun(epoch, self._step, factory, input_throttle)
 
     def _throttlers(self) -> tuple[ThrottlerFactory | None, InputThrottle | None]:
         """The job's throttler factory and its automatic input throttle (``None`` without throttlers)."""
@@ -257,20 +257,20 @@ class PartitionJob:
                 sink_context, sink_plan.parameters, sink_plan.dynamic_parameters, committed[sink_id])
         self.holds.apply(self.sinks.values())
 
-    async def _finish(self, running: _Running, failure: Exception | None = None) -> None:
+    async def _finish(self, running: _JobRun, failure: Exception | None = None) -> None:
         """Close the function, the sinks and the throttler factory (the job stopped or failed). After
         a ``failure``, once the sinks send no more, commit what they acknowledged (``egress.runtime.stopping``)."""
         await running.step.invoker.function.close()
         for sink in self.sinks.values():
             await sink.close()
         if failure is not None:
-            await commit_acknowledged(self._engine, acknowledged_commit(
+            await commit_on_failure(self._engine, acknowledgements_commit(
                 self.plan.computation_id, self.partition, running.epoch, self.sinks,
                 running.step.committed_progress), failure)
         if self._throttling is not None and running.factory is not None:
             await self._throttling.close_factory(running.factory)
 
-    async def _epoch(self, running: _Running, *, stopping: bool) -> bool:
+    async def _epoch(self, running: _JobRun, *, stopping: bool) -> bool:
         """One epoch: read, step, commit, distribute, then wait; False once ``stopping`` is committed."""
         self._wakeup.clear()  # before reading: a wake during this epoch must not be lost
         taken = self._acknowledged_progress()  # after the clear: an acknowledgement is either counted now or wakes
@@ -311,12 +311,12 @@ class PartitionJob:
         return True
 
     @staticmethod
-    def _throttle_given_up(running: _Running) -> bool:
+    def _throttle_given_up(running: _JobRun) -> bool:
         """Whether a ``handle.throttle`` of the process function was given up because the job is
         stopping (:class:`~egress.throttler.ThrottleInterruptedError`) during this epoch."""
         return running.factory is not None and running.factory.interrupted
 
-    async def _commit_acknowledged_after_giving_up(self, running: _Running) -> None:
+    async def _commit_acknowledgements_after_giving_up(self, running: _JobRun) -> None:
         """The way out of an epoch whose process function gave up waiting for quota (the job is
         stopping): its batch, state and timer changes are discarded, like a failed epoch's (the
         batch is processed again by whoever runs the partition next); what the sinks acknowledged
@@ -326,12 +326,12 @@ class PartitionJob:
             if self._stopping(None):
                 break
             await event_or_timeout(self._wakeup, self._clock, max(0.0, self._stop_deadline - self._clock.monotonic()))
-        commit = acknowledged_commit(self.plan.computation_id, self.partition, running.epoch, self.sinks,
+        commit = acknowledgements_commit(self.plan.computation_id, self.partition, running.epoch, self.sinks,
                                      running.step.committed_progress)
         if commit is not None:
             await self._engine.commit(commit)
 
-    async def _throttle_input(self, running: _Running, batch: list[LogMessage]) -> bool:
+    async def _throttle_input(self, running: _JobRun, batch: list[LogMessage]) -> bool:
         """Automatic input throttling (upstream Input.Throttle): the batch waits for quota. False
         when :meth:`stop` came first: the batch got no quota and is not processed (it is read
         again by whoever runs the partition next), so the epoch commits what is acknowledged at once."""
@@ -445,14 +445,15 @@ class PartitionJob:
             sink.distribute([m for m in messages if m.stream == stream])
 
 
-class _EpochGivenUp(Exception):
+class _EpochGivenUp(Exception):  # not an EgressError: control flow caught in this module, never raised out of it
     """The epoch's process function gave up waiting for quota because the job is stopping."""
 
 
 @dataclass(frozen=True, slots=True)
-class _Running:
-    """A started job: its lease ``epoch``, its :class:`EpochStep`, its throttler ``factory`` and
-    automatic ``input_throttle`` (``None`` without throttlers)."""
+class _JobRun:
+    """What one run of a job holds from its start to its end: its lease ``epoch``, its
+    :class:`EpochStep`, its throttler ``factory`` and automatic ``input_throttle`` (``None``
+    without throttlers)."""
 
     epoch: int
     step: EpochStep

@@ -3,7 +3,7 @@
 A job stops on an error (its process function raised, a row did not fit its schema, ...) in the
 middle of an epoch whose batch is not committed. The sinks may have received 2xx answers for
 messages of earlier, committed epochs since the last commit; without a commit of their progress a
-rerun would POST every one of them again. :func:`commit_acknowledged` commits that progress alone:
+rerun would POST every one of them again. :func:`commit_on_failure` commits that progress alone:
 no input position, no outbox, no state or timer change of the failed epoch (those are discarded,
 and the batch is processed again by the next run), so the commit changes nothing but what the
 sinks acknowledged.
@@ -19,7 +19,7 @@ from egress.engines import Engine, EpochCommit, FencedError, SinkProgress
 logger = logging.getLogger(__name__)
 
 
-def acknowledged_commit(consumer: str, partition: int, epoch: int, sinks: dict[str, Sink],
+def acknowledgements_commit(consumer: str, partition: int, epoch: int, sinks: dict[str, Sink],
                         committed: dict[str, SinkProgress]) -> EpochCommit | None:
     """The commit of what every sink acknowledged since ``committed`` (its progress as last
     committed, by sink id), under lease ``epoch``; ``None`` when no sink advanced."""
@@ -30,8 +30,8 @@ def acknowledged_commit(consumer: str, partition: int, epoch: int, sinks: dict[s
     return EpochCommit(consumer, partition, epoch, sink_progress=progress, outbox_acknowledged_seq=low)
 
 
-async def commit_acknowledged(engine: Engine, commit: EpochCommit | None, failure: BaseException) -> None:
-    """Commit ``commit`` (from :func:`acknowledged_commit`) on the way out of a job that stopped on
+async def commit_on_failure(engine: Engine, commit: EpochCommit | None, failure: BaseException) -> None:
+    """Commit ``commit`` (from :func:`acknowledgements_commit`) on the way out of a job that stopped on
     ``failure``; a lease lost (``FencedError``) or a failed commit is logged and noted on
     ``failure``, which stays the error the run reports."""
     if commit is None or isinstance(failure, FencedError):

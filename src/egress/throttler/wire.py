@@ -43,7 +43,7 @@ class QuotaCall(NamedTuple):
     request_id: str = ""
 
 
-class BadRequestError(ValueError):
+class BadRequestError(ThrottlerError):
     """A ``RequestQuota`` body that is not the JSON object :data:`QuotaCall` describes."""
 
 

@@ -2,7 +2,7 @@
 
 Source: Firehose HTTP endpoint spec (seed 002), Firehose's ``HttpEndpointDestinationConfiguration``
 (``BufferingHints.SizeInMBs`` 1..64 default 5, ``IntervalInSeconds`` 0..900 default 300,
-``RetryOptions.DurationInSeconds`` 0..7200) and issue 6. Units are Firehose's: MiB and whole seconds.
+``RetryOptions.DurationInSeconds`` 0..7200) and ``docs/firehose.md``. Units are Firehose's: MiB and whole seconds.
 The access key is never a value in a spec: only a reference to an environment variable or a file,
 read at every attempt (so a rotated file or variable is picked up by the next attempt).
 """
@@ -16,6 +16,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from egress.errors import EgressError
 from egress.firehose import protocol as p
 from egress.firehose.retry import INITIAL_BACKOFF_SECONDS, MAX_BACKOFF_SECONDS, MAX_RETRY_DURATION_SECONDS
 from egress.spec import Duration
@@ -28,7 +29,7 @@ KEY_AS_VALUE = ("access_key must be a reference, {env: VARIABLE} or {file: PATH}
                 "(a spec is not a place for secrets)")
 
 
-class AccessKeyUnavailable(ValueError):
+class AccessKeyUnavailable(EgressError):
     """The referenced environment variable is unset or empty, or the file cannot be read or is empty,
     or the key is over 4096 bytes. The message names the variable or file, never a key."""
 

@@ -379,5 +379,5 @@ _LIMITS = {BodyTooLargeError: "max_body_bytes", BodyTimeoutError: "body_timeout"
 """The parameter a body refusal names (the fix)."""
 
 
-class _Stopping(Exception):
+class _Stopping(Exception):  # not an EgressError: set on a request's future and caught in this module only
     """The run stopped before a request's events were committed."""

@@ -40,7 +40,7 @@ from nats.js.kv import KeyValue
 
 from egress.clock import Clock, RealClock
 from egress.engines.nats import records
-from egress.engines.nats.errors import JetStreamRequestError, NatsEngineError
+from egress.engines.nats.errors import JetStreamRequestError, NatsEngineError, NatsUnavailableError
 from egress.engines.nats.jetstream import (
     MAX_BATCH,
     WRONG_LAST_SEQUENCE,
@@ -327,7 +327,7 @@ class NatsEngine:
         subscribing, self._subscribing = self._subscribing, None
         if subscribing is not None:
             subscribing.cancel()
-            with contextlib.suppress(asyncio.CancelledError, NatsEngineError):
+            with contextlib.suppress(asyncio.CancelledError, NatsEngineError, NatsUnavailableError):
                 await subscribing
         self._appends_subscription = None  # closing the connection ends it
         connection, self._connection = self._connection, None
@@ -857,7 +857,7 @@ class NatsEngine:
         left is purged by a later one."""
         try:
             await purge
-        except NatsEngineError as error:
+        except (NatsEngineError, NatsUnavailableError) as error:
             logger.warning("%s", error)
 
     async def _publish_commit(self, commit: EpochCommit, fence: int, view: _View,

@@ -2,8 +2,7 @@
 
 from __future__ import annotations
 
-from egress.engines.protocols import EngineUnavailableError
-from egress.errors import EgressError
+from egress.errors import EgressError, EngineUnavailableError
 
 
 class NatsEngineError(EgressError):
@@ -11,11 +10,14 @@ class NatsEngineError(EgressError):
     server URL (and the bucket or consumer partition concerned) and the fix."""
 
 
-class NatsUnavailableError(NatsEngineError, EngineUnavailableError):
+class NatsUnavailableError(EngineUnavailableError):
     """The server gave no usable answer for longer than the engine's ``outage_timeout`` (connection
     lost and not back, JetStream not ready, no stream leader). Retryable: what was committed stays
     committed and an operation that raised this either took effect whole or not at all; a job
-    that gets it restarts from its committed checkpoint (``load_checkpoint``) once the server is back."""
+    that gets it restarts from its committed checkpoint (``load_checkpoint``) once the server is back.
+
+    Not a :class:`NatsEngineError`: the runtime catches :class:`~egress.errors.EngineUnavailableError`
+    (any engine's outage) and the engine's own code names both where it handles either."""
 
 
 class JetStreamRequestError(NatsEngineError):

@@ -6,7 +6,7 @@ live from a read to an acknowledgement, milliseconds to seconds. With CPython's 
 (700, 10, 10) a young collection runs every 700 net allocations, finds those objects still alive,
 and promotes them, so the older generations fill with objects about to die and are traversed again
 and again, the third one with every module, class and Spec object of the process. Measured on the
-delivery benchmark (100,000 messages, 4 partitions, nginx; ``docs/benchmarks.md``, session 5):
+delivery benchmark (100,000 messages, 4 partitions, nginx; ``docs/benchmarks.md``):
 1,075-1,109 young, 98-101 middle and 9 full collections took 0.8-1.0 s of CPU, 8-9 % of the run;
 with the settings below, 70 young, 6 middle and 1 full collection took 0.1 s.
 """

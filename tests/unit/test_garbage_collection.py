@@ -1,4 +1,4 @@
-"""``egress run``'s garbage-collector settings (``egress.runtime.collector``)."""
+"""``egress run``'s garbage-collector settings (``egress.runtime.garbage_collection``)."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ import yaml
 from typer.testing import CliRunner
 
 from egress.cli.main import app
-from egress.runtime.collector import OLDER_THRESHOLDS, YOUNG_THRESHOLD, tune_for_run
+from egress.runtime.garbage_collection import OLDER_THRESHOLDS, YOUNG_THRESHOLD, tune_for_run
 from tests.conftest import payload_spec
 
 
