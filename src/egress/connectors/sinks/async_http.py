@@ -24,6 +24,7 @@ from egress.connectors.base import SINKS, SinkContext, single_input_stream
 from egress.connectors.dead_letters import Attempt, DeadLetter, check_dead_letter_path
 from egress.connectors.sinks import http_attempts
 from egress.connectors.sinks.delivery import DeliveryHooks, DeliveryLoop, PolicyRetries
+from egress.connectors.sinks.holding import HeldStarts
 from egress.connectors.sinks.http_attempts import client_concurrency, curl_transport
 from egress.connectors.sinks.http_parameters import AsyncHttpSinkDynamicParameters, AsyncHttpSinkParameters
 from egress.connectors.sinks.ordering import fresh_messages
@@ -73,7 +74,7 @@ class _Delivery:
 
 
 @SINKS.register("NYT::NFlow::TAsyncHttpSink", "async_http")
-class AsyncHttpSink:
+class AsyncHttpSink(HeldStarts):
     """One instance per sink per partition job. See the module docs for the contract."""
 
     parameters_model: ClassVar[type[AsyncHttpSinkParameters]] = AsyncHttpSinkParameters
@@ -199,21 +200,6 @@ class AsyncHttpSink:
         self._start_waiting()
         if self._pending and self._pending[0].done:
             self._report()
-
-    def hold(self) -> None:
-        """Start no delivery until :meth:`resume` (those running go on, retries included)."""
-        self._held = True
-
-    def resume(self) -> None:
-        """Start the deliveries held back by :meth:`hold`."""
-        if self._held:
-            self._held = False
-            self._start_waiting()
-
-    @property
-    def in_flight(self) -> int:
-        """Deliveries started and not finished (acknowledged or failed for good)."""
-        return self._running
 
     def progress(self) -> SinkProgress:
         return self._progress

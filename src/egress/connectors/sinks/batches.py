@@ -34,6 +34,7 @@ from typing import Any, ClassVar
 
 from egress.connectors.base import SinkContext
 from egress.connectors.dead_letters import Attempt, DeadLetter, DeadLetterOutput
+from egress.connectors.sinks.holding import HeldStarts
 from egress.connectors.sinks.ordering import fresh_messages
 from egress.engines import OutboxMessage, SinkProgress
 
@@ -124,7 +125,7 @@ def batch_letters(context: SinkContext, batch: Batch, key: str, tried: Sequence[
             for seq, message_id, record in zip(batch.record_seqs, batch.record_ids, batch.records, strict=True)]
 
 
-class BatchedSink:
+class BatchedSink(HeldStarts):
     """The Sink protocol (``egress.connectors.base.Sink``) for a sink that sends batches; see the
     module docs. A subclass sets ``kind`` and ``payload_type_error``, calls ``__init__`` and implements
     :meth:`_deliver`, which ends by calling :meth:`_acknowledge`, :meth:`_dead_letter` or :meth:`_fail`."""
@@ -214,21 +215,6 @@ class BatchedSink:
             self._close(self._open)
         self._start_waiting()
         self._notify_if_acknowledgeable()
-
-    def hold(self) -> None:
-        """Start no batch until :meth:`resume` (those running go on, retries included)."""
-        self._held = True
-
-    def resume(self) -> None:
-        """Start the batches held back by :meth:`hold`."""
-        if self._held:
-            self._held = False
-            self._start_waiting()
-
-    @property
-    def in_flight(self) -> int:
-        """Batches started and not finished (acknowledged or failed for good)."""
-        return self._running
 
     def progress(self) -> SinkProgress:
         return self._progress
