@@ -23,13 +23,13 @@ from typing import Any, ClassVar
 from egress.connectors.base import SINKS, SinkContext, single_input_stream
 from egress.connectors.dead_letters import Attempt, DeadLetter, check_dead_letter_path
 from egress.connectors.sinks import http_attempts
-from egress.connectors.sinks.delivery import DeliveryHooks, DeliveryLoop, PolicyRetries
+from egress.connectors.sinks.delivery import DeliveryHooks, DeliveryLoop, PolicyRetries, exhausted_error
 from egress.connectors.sinks.holding import HeldStarts
 from egress.connectors.sinks.http_attempts import client_concurrency, curl_transport
 from egress.connectors.sinks.http_parameters import AsyncHttpSinkDynamicParameters, AsyncHttpSinkParameters
 from egress.connectors.sinks.ordering import fresh_messages
 from egress.engines import OutboxMessage, SinkProgress
-from egress.errors import DeliveryError, SpecError
+from egress.errors import SpecError
 from egress.httpclient import Request, Response
 from egress.httpclient.curl import Completions, post_header_lines
 from egress.httpclient.outcomes import AttemptFailure, failure_of
@@ -447,7 +447,7 @@ class AsyncHttpSink(HeldStarts):
 
     def _give_up(self, delivery: _Delivery, exhausted: str, attempts: int, last_error: AttemptFailure | None) -> None:
         reason = POLICY_EXHAUSTED if exhausted == "policy" else DEADLINE_EXHAUSTED
-        self._fail(delivery, _exhausted(reason, attempts, last_error))
+        self._fail(delivery, exhausted_error(reason, attempts, last_error))
 
     def _stopped(self, delivery: _Delivery) -> bool:
         """Whether an earlier delivery failed for good: no later message is POSTed."""
@@ -513,11 +513,6 @@ class AsyncHttpSink(HeldStarts):
         self._dead_lettered.inc(written.result())
         self._context.status.clear_error(self._status_path, delivery.seq)
         self._report()
-
-
-def _exhausted(message: str, attempts: int, last_error: AttemptFailure | None) -> str:
-    """The terminal error of a delivery whose budget ended (upstream's wording)."""
-    return str(DeliveryError(message, attempts=attempts, last_error=last_error.message if last_error else None))
 
 
 # Whether a queued first attempt was dropped (``_Delivery.cancelled``): asked per request, so a C

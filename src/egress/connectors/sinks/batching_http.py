@@ -36,10 +36,10 @@ from egress.connectors.dead_letters import check_dead_letter_path
 from egress.connectors.sinks import http_attempts
 from egress.connectors.sinks.batches import Batch, BatchedSink, BatchLimits, UnfitRecord
 from egress.connectors.sinks.batching_parameters import BatchingHttpSinkDynamicParameters, BatchingHttpSinkParameters
-from egress.connectors.sinks.delivery import NO_DEADLINE, DeliveryHooks, DeliveryLoop, PolicyRetries
+from egress.connectors.sinks.delivery import NO_DEADLINE, DeliveryHooks, DeliveryLoop, PolicyRetries, exhausted_error
 from egress.connectors.sinks.http_attempts import client_concurrency, curl_transport
 from egress.engines import SinkProgress
-from egress.errors import DeliveryError, SpecError
+from egress.errors import SpecError
 from egress.httpclient import Request, Response
 from egress.httpclient.outcomes import AttemptFailure
 from egress.httpclient.transport import HttpTransport
@@ -243,7 +243,7 @@ class BatchingHttpSink(BatchedSink):
         """The batch failed for good: its records to the dead-letter file (then acknowledged), or, with
         none, a terminal failure of this instance."""
         reason = POLICY_EXHAUSTED if exhausted == "policy" else DEADLINE_EXHAUSTED
-        error = str(DeliveryError(reason, attempts=attempts, last_error=last_error.message if last_error else None))
+        error = exhausted_error(reason, attempts, last_error)
         if self._dead_letters is None:
             self._fail(batch, error)
             return

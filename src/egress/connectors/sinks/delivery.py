@@ -31,6 +31,7 @@ from typing import Any, Generic, Protocol, TypeVar
 from egress.clock import Clock
 from egress.connectors.sinks import http_attempts
 from egress.connectors.sinks.http_attempts import EndpointPauses, RetryPlan
+from egress.errors import DeliveryError
 from egress.httpclient import Request, Response
 from egress.httpclient.outcomes import AttemptFailure, FailureKind, sender_failure, status_failure
 from egress.httpclient.redirects import RedirectError
@@ -256,4 +257,10 @@ class DeliveryLoop(Generic[Item]):
 
 NO_DEADLINE = math.inf
 
-__all__ = ["NO_DEADLINE", "DeliveryHooks", "DeliveryLoop", "PolicyRetries", "RetryRules"]
+
+def exhausted_error(reason: str, attempts: int, last_error: AttemptFailure | None) -> str:
+    """The terminal error of a delivery whose budget ended after ``attempts`` attempts, the last failing
+    with ``last_error`` (upstream's wording: ``<reason> after N attempt(s); last error: ...``)."""
+    return str(DeliveryError(reason, attempts=attempts, last_error=last_error.message if last_error else None))
+
+__all__ = ["NO_DEADLINE", "DeliveryHooks", "DeliveryLoop", "PolicyRetries", "RetryRules", "exhausted_error"]
