@@ -56,7 +56,7 @@ audited:
     attempt sent by that run or before its death, and the key sent again after it;
   - ``stop``: the run that sent it again had an attempt of the key in flight (arrived at the
     proxy, not yet answered) while it was SIGSTOPped;
-  - ``handover`` (``--cluster``): the key's ``to_json`` partition changed hands (its lease's epoch,
+  - ``handover`` (``--cluster``): the key's ``to_json`` partition changed hands (its lease's generation,
     :class:`ClusterWatch`) while the key was committed and unacknowledged in its outbox, before
     the second delivery; ``nats`` when that change of hands came with a nats-server restart.
 
@@ -646,7 +646,7 @@ class Schedule:
 
 @dataclass(frozen=True)
 class Change:
-    """A change of hands of a ``to_json`` partition (its lease's epoch changed, or it lapsed and was
+    """A change of hands of a ``to_json`` partition (its lease's generation changed, or it lapsed and was
     taken again) between two polls (wall times), and the keys the old holder left committed and
     unacknowledged in its outbox (unacknowledged at the first poll, or committed after it): what
     the next holder sends again."""
@@ -660,7 +660,7 @@ class Change:
 @dataclass(frozen=True)
 class Poll:
     """One poll of the cluster's committed state: when it started (wall time), each ``to_json``
-    partition's lease (owner, epoch), its committed, unacknowledged outbox keys, the highest outbox
+    partition's lease (owner, generation), its committed, unacknowledged outbox keys, the highest outbox
     seq committed and its outbox chunks (stream sequence → ``(seq, key)`` of each message)."""
 
     started: float
@@ -735,7 +735,7 @@ class ClusterWatch:
         from egress.engines.nats.records import CheckpointRecord
 
         js, layout = engine._js(), engine._layout  # the committed data itself, not load_checkpoint's view
-        leases = {lease.partition: (lease.owner, lease.epoch) for lease in await engine.leases()
+        leases = {lease.partition: (lease.owner, lease.generation) for lease in await engine.leases()
                   if lease.consumer == FLIGHTS_COMPUTATION}
         unacknowledged, last_seq, outboxes = {}, {}, {}
         for partition in leases:

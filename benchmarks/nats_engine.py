@@ -44,28 +44,28 @@ PARTITIONS = 4
 ROW = {"payload": "x" * 180, "carrier": "UA", "flight": 1545}
 
 
-def source_epoch(epoch: int, n: int, size: int) -> EpochCommit:
+def source_epoch(generation: int, n: int, size: int) -> EpochCommit:
     appends: list[LogAppend] = [("events", i % PARTITIONS, b"%d:%d" % (n, i), encode_key([i]), float(n), ROW)
                                 for i in range(size)]
-    return EpochCommit("source:bench", 0, epoch, {("", 0): (n + 1) * size}, log_appends=appends)
+    return EpochCommit("source:bench", 0, generation, {("", 0): (n + 1) * size}, log_appends=appends)
 
 
-def delivery_epoch(consumer: str, epoch: int, n: int, size: int, keyed: bool = False) -> EpochCommit:
+def delivery_epoch(consumer: str, generation: int, n: int, size: int, keyed: bool = False) -> EpochCommit:
     outbox = [OutboxMessage(n * size + i + 1, "requests", b"%d:%d" % (n, i), encode_key([i]), float(n), ROW)
               for i in range(size)]
     return EpochCommit(
-        consumer, 0, epoch, {("events", 0): (n + 1) * size}, outbox=outbox,
+        consumer, 0, generation, {("events", 0): (n + 1) * size}, outbox=outbox,
         sink_progress={"http": SinkProgress("", b"%d" % n, n * size)}, outbox_acknowledged_seq=n * size,
         state_writes={("counts", encode_key([n * size + i])): b"%d" % n for i in range(size)} if keyed else {})
 
 
 async def commits_per_second(engine: Engine, consumer: str, make: Callable[[int, int], EpochCommit],
                              epochs: int, size: int) -> float:
-    epoch = await engine.acquire(consumer, 0)
-    await engine.commit(make(epoch, 0))  # warm: the first commit loads the checkpoint
+    generation = await engine.acquire(consumer, 0)
+    await engine.commit(make(generation, 0))  # warm: the first commit loads the checkpoint
     started = time.perf_counter()
     for n in range(1, epochs + 1):
-        await engine.commit(make(epoch, n))
+        await engine.commit(make(generation, n))
     return epochs * size / (time.perf_counter() - started)
 
 

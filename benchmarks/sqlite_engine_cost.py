@@ -62,8 +62,8 @@ async def one_run(state_dir: Path, chunks: list[list[LogAppend]], partitions: in
     """Drive the engine through the run; the messages delivered."""
     engine = SqliteEngine(state_dir, "bench")
     await engine.open()
-    source_epoch = await engine.acquire(SOURCE, 0)
-    job_epochs = [await engine.acquire(CONSUMER, p) for p in range(partitions)]
+    source_generation = await engine.acquire(SOURCE, 0)
+    job_generations = [await engine.acquire(CONSUMER, p) for p in range(partitions)]
     for partition in range(partitions):
         await engine.load_checkpoint(CONSUMER, partition, ["http"])
     positions = [0] * partitions
@@ -73,7 +73,7 @@ async def one_run(state_dir: Path, chunks: list[list[LogAppend]], partitions: in
     position = 0
     for appends in chunks:
         position += len(appends)
-        await engine.commit(EpochCommit(SOURCE, 0, source_epoch, {("", 0): position}, log_appends=appends))
+        await engine.commit(EpochCommit(SOURCE, 0, source_generation, {("", 0): position}, log_appends=appends))
         for partition in range(partitions):
             while batch := await engine.read("rows", partition, positions[partition], epoch_size):
                 read += len(batch)
@@ -85,7 +85,7 @@ async def one_run(state_dir: Path, chunks: list[list[LogAppend]], partitions: in
                 positions[partition] = batch[-1].offset + 1
                 low = acknowledged[partition]
                 await engine.commit(EpochCommit(
-                    CONSUMER, partition, job_epochs[partition], {("rows", partition): positions[partition]},
+                    CONSUMER, partition, job_generations[partition], {("rows", partition): positions[partition]},
                     outbox=outbox, sink_progress={"http": SinkProgress("", None, low)},
                     outbox_acknowledged_seq=low))
                 acknowledged[partition] = seq - 1  # the sink persists an epoch's messages during the next

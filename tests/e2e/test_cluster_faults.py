@@ -126,7 +126,7 @@ class Workers:
 
 class LeaseWatch:
     """Polls the pipeline's leases (``NatsEngine.leases()``, every 50 ms, in a thread of its own)
-    and records each change of a ``consumer`` partition's epoch as ``(after, before, partition)``:
+    and records each change of a ``consumer`` partition's generation as ``(after, before, partition)``:
     it changed hands between those two wall times."""
 
     def __init__(self, urls: list[str], pipeline: str, consumer: str, replicas: int = 1) -> None:
@@ -149,9 +149,9 @@ class LeaseWatch:
                 now = time.time()
                 for lease in leases:
                     if lease.consumer == self._consumer:
-                        if seen.get(lease.partition, lease.epoch) != lease.epoch:
+                        if seen.get(lease.partition, lease.generation) != lease.generation:
                             self.changes.append((polled, now, lease.partition))
-                        seen[lease.partition] = lease.epoch
+                        seen[lease.partition] = lease.generation
                 polled = now
                 self._polled.set()
                 await asyncio.sleep(0.05)

@@ -43,10 +43,10 @@ def _progress(n: int) -> SinkProgress:
     return SinkProgress("", f"{n - 1}".encode(), (n - 1) * MESSAGES, f"state {n}".encode())
 
 
-def numbered_commit(epoch: int, n: int) -> EpochCommit:
+def numbered_commit(generation: int, n: int) -> EpochCommit:
     """Commit ``n`` (from 1) of ``CONSUMER``: each kind of change, all derived from ``n``."""
     return EpochCommit(
-        CONSUMER, 0, epoch, {INPUT: n},
+        CONSUMER, 0, generation, {INPUT: n},
         log_appends=[(m.stream, m.partition, m.message_id, m.key, m.event_timestamp, m.row)
                      for m in (_log_message(n, i, 0) for i in range(MESSAGES))],
         outbox=_outbox(n),
@@ -94,11 +94,11 @@ async def observed(engine: Engine) -> dict[str, Any]:
 
 async def commit_forever(name: str, directory: Path) -> None:
     engine = await open_engine(name, directory)
-    epoch = await engine.acquire(CONSUMER, 0)
+    generation = await engine.acquire(CONSUMER, 0)
     n = (await engine.load_checkpoint(CONSUMER, 0, [])).input_positions.get(INPUT, 0)
     while True:
         n += 1
-        await engine.commit(numbered_commit(epoch, n))
+        await engine.commit(numbered_commit(generation, n))
         sys.stdout.write(f"{n}\n")
         sys.stdout.flush()
 

@@ -6,7 +6,7 @@ shared=True)`` and runs consumers ``own-<WORKER>`` (only this worker takes it) a
 worker tries to), both partition 0, with leases of :data:`TTL` seconds. Each round it commits, for
 every lease held, commit ``n`` (the next after the committed position): input position ``n`` and
 :data:`APPENDS` log appends to ``("out", 0)`` with message ids ``<consumer>:<n>:<i>``; then renews
-the lease. It prints, flushed, ``acquired <consumer> <epoch> <position>``, ``committed <consumer>
+the lease. It prints, flushed, ``acquired <consumer> <generation> <position>``, ``committed <consumer>
 <n>`` (after the commit returned), ``fenced <consumer>`` (a commit raised ``FencedError``) and
 ``lost <consumer>`` (a renewal returned False).
 """
@@ -39,28 +39,28 @@ def appends(consumer: str, n: int) -> EpochCommit:
 async def work(directory: Path, worker: str) -> None:
     engine = SqliteEngine(directory, PIPELINE, shared=True)
     await engine.open()
-    held: dict[str, tuple[int, int]] = {}  # consumer -> (epoch, committed position)
+    held: dict[str, tuple[int, int]] = {}  # consumer -> (generation, committed position)
     while True:
         for consumer in (f"own-{worker}", "shared"):
             if consumer not in held:
-                epoch = await engine.try_acquire(consumer, 0, worker, TTL)
-                if epoch is None:
+                generation = await engine.try_acquire(consumer, 0, worker, TTL)
+                if generation is None:
                     continue
                 position = (await engine.load_checkpoint(consumer, 0, [])).input_positions.get(("in", 0), 0)
-                held[consumer] = (epoch, position)
-                say(f"acquired {consumer} {epoch} {position}")
-            epoch, position = held[consumer]
+                held[consumer] = (generation, position)
+                say(f"acquired {consumer} {generation} {position}")
+            generation, position = held[consumer]
             commit = appends(consumer, position + 1)
-            commit.epoch = epoch
+            commit.generation = generation
             try:
                 await engine.commit(commit)
             except FencedError:
                 say(f"fenced {consumer}")
                 del held[consumer]
                 continue
-            held[consumer] = (epoch, position + 1)
+            held[consumer] = (generation, position + 1)
             say(f"committed {consumer} {position + 1}")
-            if not await engine.renew(consumer, 0, epoch, TTL):
+            if not await engine.renew(consumer, 0, generation, TTL):
                 say(f"lost {consumer}")
                 del held[consumer]
         await asyncio.sleep(ROUND)

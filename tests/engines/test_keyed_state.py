@@ -18,9 +18,9 @@ def keys_by_partition() -> dict[int, list[bytes]]:
 
 
 async def commit_partition(engine: Engine, consumer: str, partition: int, keys: list[bytes], tag: bytes) -> None:
-    epoch = await engine.acquire(consumer, partition)
+    generation = await engine.acquire(consumer, partition)
     await engine.commit(EpochCommit(
-        consumer, partition, epoch,
+        consumer, partition, generation,
         state_writes={("counts", key): tag + key for key in keys},
         external_state_writes={**{("profiles", key): tag + key for key in keys},
                                **{("secrets", key): b"s" for key in keys}},

@@ -12,9 +12,9 @@ from egress.engines import Engine, EpochCommit, FencedError, LeaseInfo
 from tests.engines.conftest import Workers
 
 
-def commit(epoch: int, n: int, consumer: str = "c") -> EpochCommit:
+def commit(generation: int, n: int, consumer: str = "c") -> EpochCommit:
     """Commit ``n`` of ``consumer`` partition 0: its input position and one log append."""
-    return EpochCommit(consumer, 0, epoch, {("in", 0): n},
+    return EpochCommit(consumer, 0, generation, {("in", 0): n},
                        log_appends=[("out", 0, f"{consumer}{n}".encode(), b'["a"]', None, {"n": n})])
 
 
@@ -23,10 +23,10 @@ async def position(engine: Engine, consumer: str = "c") -> int:
 
 
 async def take(engine: Engine, workers: Workers, owner: str, consumer: str = "c", partition: int = 0) -> int:
-    """The epoch of the lease ``owner`` takes (failing the test when it is refused)."""
-    epoch = await engine.try_acquire(consumer, partition, owner, workers.ttl)
-    assert epoch is not None, f"{owner} could not take {consumer} partition {partition}"
-    return epoch
+    """The generation of the lease ``owner`` takes (failing the test when it is refused)."""
+    generation = await engine.try_acquire(consumer, partition, owner, workers.ttl)
+    assert generation is not None, f"{owner} could not take {consumer} partition {partition}"
+    return generation
 
 
 async def listed(engine: Engine, consumer: str = "c") -> bool:
@@ -35,13 +35,13 @@ async def listed(engine: Engine, consumer: str = "c") -> bool:
 
 async def test_try_acquire_refuses_a_live_lease_of_another_owner(workers: Workers) -> None:
     a, b = await workers.open(), await workers.open()
-    epoch = await take(a, workers, "a")
+    generation = await take(a, workers, "a")
     assert await b.try_acquire("c", 0, "b", workers.ttl) is None
-    await a.commit(commit(epoch, 1))
+    await a.commit(commit(generation, 1))
     assert await position(b) == 1
 
 
-async def test_try_acquire_grants_a_lapsed_lease_with_a_greater_epoch_and_the_old_epoch_is_fenced(
+async def test_try_acquire_grants_a_lapsed_lease_with_a_greater_generation_and_the_old_generation_is_fenced(
         workers: Workers) -> None:
     a, b = await workers.open(), await workers.open()
     old = await take(a, workers, "a")
@@ -63,19 +63,19 @@ async def test_try_acquire_grants_a_lapsed_lease_with_a_greater_epoch_and_the_ol
 
 async def test_a_lapsed_lease_nobody_took_fences_its_commits_and_cannot_be_renewed(workers: Workers) -> None:
     a = await workers.open()
-    epoch = await take(a, workers, "a")
+    generation = await take(a, workers, "a")
 
     async def lapsed() -> bool:
         return not await listed(a)
 
     await workers.until(lapsed)
     with pytest.raises(FencedError):
-        await a.commit(commit(epoch, 1))
-    assert await a.renew("c", 0, epoch, workers.ttl) is False
+        await a.commit(commit(generation, 1))
+    assert await a.renew("c", 0, generation, workers.ttl) is False
     assert await position(a) == 0
 
 
-async def test_try_acquire_of_the_owners_own_lease_gives_a_greater_epoch(workers: Workers) -> None:
+async def test_try_acquire_of_the_owners_own_lease_gives_a_greater_generation(workers: Workers) -> None:
     a = await workers.open()
     first = await take(a, workers, "a")
     second = await take(a, workers, "a")
@@ -129,14 +129,14 @@ async def test_renew_of_a_lease_taken_over_or_released_returns_false(workers: Wo
 
 async def test_commits_and_renewals_of_one_lease_run_concurrently_without_a_fenced_error(workers: Workers) -> None:
     a = await workers.open()
-    epoch = await take(a, workers, "a")
+    generation = await take(a, workers, "a")
 
     async def commits() -> None:
         for n in range(1, 31):
-            await a.commit(commit(epoch, n))
+            await a.commit(commit(generation, n))
 
     async def renewals() -> list[bool]:
-        return [await a.renew("c", 0, epoch, workers.ttl) for _ in range(30)]
+        return [await a.renew("c", 0, generation, workers.ttl) for _ in range(30)]
 
     _, renewed = await asyncio.gather(commits(), renewals())
     assert renewed == [True] * 30
@@ -144,7 +144,7 @@ async def test_commits_and_renewals_of_one_lease_run_concurrently_without_a_fenc
     assert [m.offset for m in await a.read("out", 0, 0, 100)] == list(range(30))
 
 
-async def test_release_lets_another_owner_take_the_lease_at_once_and_fences_the_released_epoch(
+async def test_release_lets_another_owner_take_the_lease_at_once_and_fences_the_released_generation(
         workers: Workers) -> None:
     a, b = await workers.open(), await workers.open()
     released = await take(a, workers, "a")
@@ -159,7 +159,7 @@ async def test_release_lets_another_owner_take_the_lease_at_once_and_fences_the_
     assert await position(a) == 2
 
 
-async def test_release_of_an_epoch_no_longer_held_leaves_the_lease_as_it_is(workers: Workers) -> None:
+async def test_release_of_a_generation_no_longer_held_leaves_the_lease_as_it_is(workers: Workers) -> None:
     a, b = await workers.open(), await workers.open()
     stale = await take(a, workers, "a")
     held = await take(a, workers, "a")
@@ -168,7 +168,7 @@ async def test_release_of_an_epoch_no_longer_held_leaves_the_lease_as_it_is(work
     await a.commit(commit(held, 1))
 
 
-async def test_leases_lists_every_live_lease_with_its_owner_epoch_and_expiry(workers: Workers) -> None:
+async def test_leases_lists_every_live_lease_with_its_owner_generation_and_expiry(workers: Workers) -> None:
     a, b = await workers.open(), await workers.open()
     leased = await take(a, workers, "worker-a")
     acquired = await b.acquire("source:files", 0)
@@ -176,7 +176,7 @@ async def test_leases_lists_every_live_lease_with_its_owner_epoch_and_expiry(wor
     assert await a.renew("c", 0, leased, workers.ttl)
     await b.release("d", 2, released)
     found = await b.leases()
-    assert [(x.consumer, x.partition, x.owner, x.epoch, x.expires_in is None) for x in found] == [
+    assert [(x.consumer, x.partition, x.owner, x.generation, x.expires_in is None) for x in found] == [
         ("c", 0, "worker-a", leased, False), ("source:files", 0, "", acquired, True)]
     expires_in = found[0].expires_in
     assert expires_in is not None

@@ -16,8 +16,8 @@ EVERY_BYTE = bytes(range(256))
 
 async def test_bytes_in_log_and_outbox_rows_read_back_exactly(engine: Engine, reopen: OpenEngine) -> None:
     row = {"payload": EVERY_BYTE, "text": "caf\u00e9", "invalid_utf8": b"\xc3\x28", "none": None}
-    epoch = await engine.acquire("c", 0)
-    await engine.commit(EpochCommit("c", 0, epoch, log_appends=[("out", 0, b"m1", b"[]", None, row)],
+    generation = await engine.acquire("c", 0)
+    await engine.commit(EpochCommit("c", 0, generation, log_appends=[("out", 0, b"m1", b"[]", None, row)],
                                     outbox=[OutboxMessage(1, "requests", b"id1", b"[]", None, row)]))
     await engine.close()
     engine = await reopen()
@@ -31,8 +31,8 @@ async def test_a_row_that_cannot_be_stored_fails_the_commit_naming_it_and_commit
     bad = {"payload": "\udcff"}  # a lone surrogate: no encoding of text can hold it
     good = {"payload": b"\xff"}
     log_row, outbox_row = (bad, good) if where == "log" else (good, bad)
-    epoch = await engine.acquire("to_json", 1)
-    commit = EpochCommit("to_json", 1, epoch, {("flights", 1): 5},
+    generation = await engine.acquire("to_json", 1)
+    commit = EpochCommit("to_json", 1, generation, {("flights", 1): 5},
                          log_appends=[("out", 0, b"\x01", b"[]", None, good),
                                       ("out", 0, b"\x02", b"[]", None, log_row)],
                          outbox=[OutboxMessage(1, "requests", b"\x03", b"[]", None, good),
@@ -46,5 +46,5 @@ async def test_a_row_that_cannot_be_stored_fails_the_commit_naming_it_and_commit
     assert (await engine.load_checkpoint("to_json", 1, ["http"])).input_positions == {}
     assert await engine.read("out", 0, 0, 10) == []
     assert await engine.end_offset("out", 0) == 0
-    await engine.commit(EpochCommit("to_json", 1, epoch, log_appends=[("out", 0, b"\x05", b"[]", None, good)]))
+    await engine.commit(EpochCommit("to_json", 1, generation, log_appends=[("out", 0, b"\x05", b"[]", None, good)]))
     assert [m.offset for m in await engine.read("out", 0, 0, 10)] == [0]  # the failed commit took no offset

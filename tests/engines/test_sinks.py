@@ -11,8 +11,9 @@ OUTBOX = [outbox_message(seq) for seq in (1, 2, 3)]
 
 
 async def test_the_checkpoint_holds_the_outbox_the_slowest_sink_has_not_persisted(engine: Engine) -> None:
-    epoch = await engine.acquire("c", 0)
-    await engine.commit(EpochCommit("c", 0, epoch, outbox=OUTBOX, sink_progress={"http": SinkProgress("", b"id1", 1)}))
+    generation = await engine.acquire("c", 0)
+    await engine.commit(EpochCommit("c", 0, generation, outbox=OUTBOX,
+                                    sink_progress={"http": SinkProgress("", b"id1", 1)}))
     both = await engine.load_checkpoint("c", 0, ["http", "other"])
     assert both.outbox == OUTBOX
     assert both.next_seq == 4
@@ -21,9 +22,9 @@ async def test_the_checkpoint_holds_the_outbox_the_slowest_sink_has_not_persiste
 
 
 async def test_the_outbox_is_trimmed_once_every_sink_persisted_past_a_seq(engine: Engine, reopen: OpenEngine) -> None:
-    epoch = await engine.acquire("c", 0)
-    await engine.commit(EpochCommit("c", 0, epoch, outbox=OUTBOX))
-    await engine.commit(EpochCommit("c", 0, epoch, sink_progress={"http": SinkProgress("", b"id2", 2),
+    generation = await engine.acquire("c", 0)
+    await engine.commit(EpochCommit("c", 0, generation, outbox=OUTBOX))
+    await engine.commit(EpochCommit("c", 0, generation, sink_progress={"http": SinkProgress("", b"id2", 2),
                                                                   "other": SinkProgress("", b"id3", 3)},
                                     outbox_acknowledged_seq=2))
     # A sink with no progress would see seq 1 and 2 again had they been kept: they are gone.
@@ -36,9 +37,9 @@ async def test_the_outbox_is_trimmed_once_every_sink_persisted_past_a_seq(engine
 
 
 async def test_next_seq_continues_after_the_whole_outbox_is_trimmed(engine: Engine, reopen: OpenEngine) -> None:
-    epoch = await engine.acquire("c", 0)
-    await engine.commit(EpochCommit("c", 0, epoch, outbox=OUTBOX))
-    await engine.commit(EpochCommit("c", 0, epoch, sink_progress={"http": SinkProgress("", b"id3", 3)},
+    generation = await engine.acquire("c", 0)
+    await engine.commit(EpochCommit("c", 0, generation, outbox=OUTBOX))
+    await engine.commit(EpochCommit("c", 0, generation, sink_progress={"http": SinkProgress("", b"id3", 3)},
                                     outbox_acknowledged_seq=3))
     await engine.close()
     engine = await reopen()
@@ -48,10 +49,11 @@ async def test_next_seq_continues_after_the_whole_outbox_is_trimmed(engine: Engi
 
 
 async def test_sink_progress_and_sink_state_round_trip(engine: Engine, reopen: OpenEngine) -> None:
-    epoch = await engine.acquire("c", 0)
-    await engine.commit(EpochCommit("c", 0, epoch, sink_progress={"firehose": SinkProgress("", None, 0, b"[3,7]"),
+    generation = await engine.acquire("c", 0)
+    await engine.commit(EpochCommit("c", 0, generation, sink_progress={"firehose": SinkProgress("", None, 0, b"[3,7]"),
                                                                   "http": SinkProgress("producer-1", b"id1", 1)}))
-    await engine.commit(EpochCommit("c", 0, epoch, sink_progress={"firehose": SinkProgress("", b"id3", 3, b"[7]")}))
+    await engine.commit(EpochCommit("c", 0, generation,
+                                    sink_progress={"firehose": SinkProgress("", b"id3", 3, b"[7]")}))
     other = await engine.acquire("c", 1)
     await engine.commit(EpochCommit("c", 1, other, sink_progress={"firehose": SinkProgress("", b"x", 9, b"[]")}))
     await engine.close()

@@ -29,12 +29,12 @@ def engine_on(urls: list[str], bucket: str, replicas: int) -> NatsEngine:
 async def commit_forever(urls: list[str], bucket: str, replicas: int) -> None:
     engine = engine_on(urls, bucket, replicas)
     await engine.open()
-    epoch = await engine.acquire(CONSUMER, 0)
+    generation = await engine.acquire(CONSUMER, 0)
     n = (await engine.load_checkpoint(CONSUMER, 0, [])).input_positions.get(INPUT, 0)
     try:
         while True:
             n += 1
-            await engine.commit(numbered_commit(epoch, n))
+            await engine.commit(numbered_commit(generation, n))
             sys.stdout.write(f"{n}\n")
             sys.stdout.flush()
     except NatsUnavailableError as error:

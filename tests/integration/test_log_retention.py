@@ -98,17 +98,17 @@ async def test_a_stream_is_trimmed_only_past_its_slowest_reader(tmp_path: Path) 
     engine = SqliteEngine(tmp_path / "state", "trim")
     await engine.open()
     try:
-        epoch = {c: await engine.acquire(c, 0) for c in ("a", "b", "source:s")}
+        generation = {c: await engine.acquire(c, 0) for c in ("a", "b", "source:s")}
         for first in range(0, 30, 10):  # three batches of ten
-            await engine.commit(EpochCommit("source:s", 0, epoch["source:s"], {("", 0): first + 10}, log_appends=[
+            await engine.commit(EpochCommit("source:s", 0, generation["source:s"], {("", 0): first + 10}, log_appends=[
                 ("s", 0, b"%d" % i, b"", None, {"n": i}) for i in range(first, first + 10)]))
         assert await engine.trim_log({"s": ["a", "b"]}) == 0  # neither has read anything
-        await engine.commit(EpochCommit("a", 0, epoch["a"], {("s", 0): 30}))
+        await engine.commit(EpochCommit("a", 0, generation["a"], {("s", 0): 30}))
         assert await engine.trim_log({"s": ["a", "b"]}) == 0  # b has no position yet
-        await engine.commit(EpochCommit("b", 0, epoch["b"], {("s", 0): 15}))
+        await engine.commit(EpochCommit("b", 0, generation["b"], {("s", 0): 15}))
         assert await engine.trim_log({"s": ["a", "b"]}) == 1  # the batch b is past; b reads on from 15
         assert [m.offset for m in await engine.read("s", 0, 15, 100)] == list(range(15, 30))
-        await engine.commit(EpochCommit("b", 0, epoch["b"], {("s", 0): 30}))
+        await engine.commit(EpochCommit("b", 0, generation["b"], {("s", 0): 30}))
         assert await engine.trim_log({"s": ["a", "b"]}, keep=15) == 0  # 15 kept: [10, 20) holds the 16th last
         assert await engine.trim_log({"s": ["a", "b"]}, keep=10) == 1  # [10, 20): the last ten are in [20, 30)
         assert await engine.trim_log({"s": ["a", "b"]}) == 0  # the last batch stays: its end is the log's end

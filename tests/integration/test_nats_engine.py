@@ -73,15 +73,15 @@ async def test_the_bucket_is_one_file_stream_keeping_one_message_per_subject(ope
     await open_nats()  # opening again leaves the stream as it is
 
 
-async def test_the_lease_is_a_kv_entry_whose_revision_is_the_epoch(open_nats: Opener, nats_server: str) -> None:
+async def test_the_lease_is_a_kv_entry_whose_revision_is_the_generation(open_nats: Opener, nats_server: str) -> None:
     engine = await open_nats(owner="worker-7", lease_ttl=12.5)
-    epoch = await engine.acquire("source:files", 3)
+    generation = await engine.acquire("source:files", 3)
     connection = await nats.connect(nats_server)
     try:
         entry = await (await connection.jetstream().key_value(engine.bucket)).get("lease.=c291cmNlOmZpbGVz.3")
     finally:
         await connection.close()
-    assert entry.revision == epoch
+    assert entry.revision == generation
     lease = json.loads(entry.value or b"")
     assert (lease["consumer"], lease["partition"], lease["owner"], lease["ttl"]) == (
         "source:files", 3, "worker-7", 12.5)
@@ -90,15 +90,15 @@ async def test_the_lease_is_a_kv_entry_whose_revision_is_the_epoch(open_nats: Op
 async def test_a_lease_of_try_acquire_is_a_kv_entry_with_a_per_message_ttl_naming_its_worker(
         open_nats: Opener, nats_server: str) -> None:
     engine = await open_nats(owner="host:7")
-    epoch = await engine.try_acquire("source:files", 3, "worker-7", 2.5)
-    assert epoch is not None
-    assert await engine.renew("source:files", 3, epoch, 2.5)
+    generation = await engine.try_acquire("source:files", 3, "worker-7", 2.5)
+    assert generation is not None
+    assert await engine.renew("source:files", 3, generation, 2.5)
     stored = await engine._js().last(f"$KV.{engine.bucket}.lease.=c291cmNlOmZpbGVz.3")
     assert stored is not None
     lease = json.loads(stored.data)
     assert (stored.headers["Nats-TTL"], lease["worker"], lease["owner"], lease["epoch"]) == (
-        "3s", "worker-7", "host:7", epoch)
-    assert stored.seq > epoch  # the renewal's revision: the fence from now on
+        "3s", "worker-7", "host:7", generation)
+    assert stored.seq > generation  # the renewal's revision: the fence from now on
 
 
 async def test_a_lease_message_sent_again_after_its_answer_was_lost_reads_back_its_revision(
@@ -133,10 +133,10 @@ async def test_a_bucket_of_another_pipeline_is_refused(open_nats: Opener) -> Non
         await open_nats("payments")
 
 
-def many_keyed_writes(epoch: int, n: int, count: int) -> EpochCommit:
+def many_keyed_writes(generation: int, n: int, count: int) -> EpochCommit:
     keys = [encode_key([f"user{i}"]) for i in range(count)]
     return EpochCommit(
-        "c", 0, epoch, {("in", 0): n}, outbox=[outbox_message(seq) for seq in range(1, 3)],
+        "c", 0, generation, {("in", 0): n}, outbox=[outbox_message(seq) for seq in range(1, 3)],
         state_writes={("counts", key): b"%d" % n for key in keys},
         external_state_writes={("profiles", key): b"p%d" % n for key in keys[:500]},
         timers_set=[(key, float(n), "processing") for key in keys[:500]],
@@ -145,9 +145,9 @@ def many_keyed_writes(epoch: int, n: int, count: int) -> EpochCommit:
 
 async def test_a_commit_with_more_keyed_writes_than_one_batch_holds_lands_whole(open_nats: Opener) -> None:
     engine = await open_nats()
-    epoch = await engine.acquire("c", 0)
+    generation = await engine.acquire("c", 0)
     for n in (1, 2):
-        await engine.commit(many_keyed_writes(epoch, n, 3000))  # 4,000 keyed writes: over a batch's 1,000
+        await engine.commit(many_keyed_writes(generation, n, 3000))  # 4,000 keyed writes: over a batch's 1,000
     keyed = await (await open_nats()).load_keyed_state("c", 0, 1, ["profiles"])
     assert keyed.internal == {"counts": {encode_key([f"user{i}"]): b"2" for i in range(3000)}}
     assert keyed.external == {"profiles": {encode_key([f"user{i}"]): b"p2" for i in range(500)}}
@@ -158,22 +158,22 @@ async def test_a_commit_with_more_keyed_writes_than_one_batch_holds_lands_whole(
 async def test_keyed_writes_committed_but_not_yet_applied_are_loaded_and_applied_by_the_next_owner(
         open_nats: Opener, monkeypatch: pytest.MonkeyPatch) -> None:
     crashing = await open_nats()
-    epoch = await crashing.acquire("c", 0)
-    await crashing.commit(many_keyed_writes(epoch, 1, 1500))
+    generation = await crashing.acquire("c", 0)
+    await crashing.commit(many_keyed_writes(generation, 1, 1500))
 
     async def crash(*args: Any) -> None:
         raise ConnectionResetError("the process died here")
 
     monkeypatch.setattr(crashing, "_apply_redo", crash)  # dies after the atomic batch, before the redo
     with pytest.raises(ConnectionResetError):
-        await crashing.commit(many_keyed_writes(epoch, 2, 1500))
+        await crashing.commit(many_keyed_writes(generation, 2, 1500))
     await crashing.close()
     successor = await open_nats()
     expected = {"counts": {encode_key([f"user{i}"]): b"2" for i in range(1500)}}
     assert (await successor.load_keyed_state("c", 0, 1, [])).internal == expected  # from the redo
     assert (await successor.load_checkpoint("c", 0, [])).input_positions == {("in", 0): 2}
-    epoch = await successor.acquire("c", 0)
-    await successor.commit(EpochCommit("c", 0, epoch, {("in", 0): 3}, state_writes={("counts", b'["x"]'): b"3"}))
+    generation = await successor.acquire("c", 0)
+    await successor.commit(EpochCommit("c", 0, generation, {("in", 0): 3}, state_writes={("counts", b'["x"]'): b"3"}))
     assert await successor._js().scan(successor._layout.all_redos()) == []  # applied and purged
     expected["counts"][b'["x"]'] = b"3"
     assert (await (await open_nats()).load_keyed_state("c", 0, 1, [])).internal == expected
@@ -182,10 +182,10 @@ async def test_keyed_writes_committed_but_not_yet_applied_are_loaded_and_applied
 async def test_the_inventory_counts_outbox_messages_not_acknowledged_and_timers_not_deleted(
         open_nats: Opener) -> None:
     engine = await open_nats()
-    epoch = await engine.acquire("c", 0)
-    await engine.commit(EpochCommit("c", 0, epoch, {("in", 0): 1}, outbox=[outbox_message(s) for s in (1, 2, 3)],
+    generation = await engine.acquire("c", 0)
+    await engine.commit(EpochCommit("c", 0, generation, {("in", 0): 1}, outbox=[outbox_message(s) for s in (1, 2, 3)],
                                     timers_set=[(b'["a"]', 1.0, "processing"), (b'["b"]', 2.0, "event")]))
-    await engine.commit(EpochCommit("c", 0, epoch, {("in", 0): 2}, outbox_acknowledged_seq=2,
+    await engine.commit(EpochCommit("c", 0, generation, {("in", 0): 2}, outbox_acknowledged_seq=2,
                                     timers_deleted=[(b'["a"]', 1.0, "processing")]))
     found = await (await open_nats()).inventory()  # the chunk of seqs 1-3 stays, a's deletion marker too
     assert (found.outbox, found.timers, found.read_positions) == ({("c", 0, "requests"): 1}, {("c", 0): 1},
@@ -195,14 +195,14 @@ async def test_the_inventory_counts_outbox_messages_not_acknowledged_and_timers_
 async def test_the_inventory_counts_timers_committed_but_not_yet_applied(
         open_nats: Opener, monkeypatch: pytest.MonkeyPatch) -> None:
     crashing = await open_nats()
-    epoch = await crashing.acquire("c", 0)
+    generation = await crashing.acquire("c", 0)
 
     async def crash(*args: Any) -> None:
         raise ConnectionResetError("the process died here")
 
     monkeypatch.setattr(crashing, "_apply_redo", crash)  # dies after the atomic batch, before the redo
     with pytest.raises(ConnectionResetError):  # 1,500 timers: over a batch's 1,000, so committed as redo
-        await crashing.commit(EpochCommit("c", 0, epoch, {("in", 0): 1},
+        await crashing.commit(EpochCommit("c", 0, generation, {("in", 0): 1},
                                           timers_set=[(encode_key([i]), 5.0, "processing") for i in range(1500)]))
     assert (await (await open_nats()).inventory()).timers == {("c", 0): 1500}
 
@@ -215,9 +215,9 @@ async def test_metadata_of_any_key_is_read_by_another_process(open_nats: Opener)
 
 async def test_a_fresh_process_reads_the_log_from_any_offset(open_nats: Opener) -> None:
     writer = await open_nats()
-    epoch = await writer.acquire("source:s", 0)
+    generation = await writer.acquire("source:s", 0)
     for start in range(0, 500, 100):
-        await writer.commit(EpochCommit("source:s", 0, epoch, {("", 0): start + 100},
+        await writer.commit(EpochCommit("source:s", 0, generation, {("", 0): start + 100},
                                         log_appends=appends("events", 1, start, 100)))
     reader = await open_nats()
     assert [m.row["i"] for m in await reader.read("events", 1, 250, 120)] == list(range(250, 370))
@@ -228,10 +228,10 @@ async def test_a_fresh_process_reads_the_log_from_any_offset(open_nats: Opener) 
 
 async def test_two_processes_appending_to_one_log_partition_keep_its_offsets_dense(open_nats: Opener) -> None:
     engines = [await open_nats(), await open_nats()]
-    epochs = [await engine.acquire(f"source:{i}", 0) for i, engine in enumerate(engines)]
+    generations = [await engine.acquire(f"source:{i}", 0) for i, engine in enumerate(engines)]
     for round_ in range(6):  # each engine's idea of the end is stale after the other appended
         i = round_ % 2
-        await engines[i].commit(EpochCommit(f"source:{i}", 0, epochs[i],
+        await engines[i].commit(EpochCommit(f"source:{i}", 0, generations[i],
                                             log_appends=appends("events", 0, round_ * 10, 10)))
     messages = await (await open_nats()).read("events", 0, 0, 100)
     assert [(m.offset, m.row["i"]) for m in messages] == [(i, i) for i in range(60)]
@@ -363,12 +363,12 @@ async def test_a_server_lost_after_open_raises_an_egress_error_naming_the_url(tm
                         outage_timeout=1.0)
     try:
         await engine.open()
-        epoch = await engine.acquire("c", 0)
+        generation = await engine.acquire("c", 0)
         server.terminate()
         await server.wait()
         with pytest.raises(NatsUnavailableError, match=f"nats://127.0.0.1:{port}: stream KV_egress_p: .*no usable "
                                                        r"answer for 1 s \(\d+ attempts; .*server is up"):
-            await engine.commit(EpochCommit("c", 0, epoch, {("in", 0): 1}))
+            await engine.commit(EpochCommit("c", 0, generation, {("in", 0): 1}))
         await engine.close()  # and nats-py's reconnecting ends with it (else the event loop never could)
         assert not [task for task in asyncio.all_tasks() if "_attempt_reconnect" in repr(task.get_coro())]
     finally:
@@ -384,7 +384,7 @@ async def test_state_and_timers_read_back_exactly_through_compactions_and_reload
     what a model of the commits holds, after every commit."""
     rng = random.Random(11)
     writer = await open_nats(retention_period=3600, compaction_markers=8)
-    epoch = await writer.acquire("c", 0)
+    generation = await writer.acquire("c", 0)
     state: dict[bytes, bytes] = {}
     timers: set[tuple[bytes, float]] = set()
     for n in range(1, 121):
@@ -403,7 +403,7 @@ async def test_state_and_timers_read_back_exactly_through_compactions_and_reload
         due = sorted(timers)[:rng.randint(0, 3)]
         new = {(encode_key([rng.randrange(60)]), float(n)) for _ in range(rng.randint(0, 3))} - timers
         timers = (timers - set(due)) | new
-        await writer.commit(EpochCommit("c", 0, epoch, {("in", 0): n}, state_writes=writes,
+        await writer.commit(EpochCommit("c", 0, generation, {("in", 0): n}, state_writes=writes,
                                         timers_set=[(key, trigger, "processing") for key, trigger in sorted(new)],
                                         timers_deleted=[(key, trigger, "processing") for key, trigger in due]))
         if n % 7 == 0 or n % 40 == 0:

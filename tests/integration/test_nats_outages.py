@@ -228,12 +228,12 @@ async def test_a_commit_whose_answer_was_lost_is_sent_again_and_applied_once(
     engine = NatsEngine(f"nats://127.0.0.1:{dropper.port}", PIPELINE, bucket=bucket, request_timeout=1)
     await engine.open()
     try:
-        epoch = await engine.acquire(CONSUMER, 0)
-        await engine.commit(numbered_commit(epoch, 1))
+        generation = await engine.acquire(CONSUMER, 0)
+        await engine.commit(numbered_commit(generation, 1))
         dropper.arm()
-        await engine.commit(numbered_commit(epoch, 2))  # stored, answer lost, sent again: refused as a replay
+        await engine.commit(numbered_commit(generation, 2))  # stored, answer lost, sent again: refused as a replay
         assert dropper.dropped == 1
-        await engine.commit(numbered_commit(epoch, 3))
+        await engine.commit(numbered_commit(generation, 3))
         assert await observed(engine) == expected_after(3)
     finally:
         await engine.close()
@@ -249,19 +249,19 @@ async def test_an_outage_longer_than_outage_timeout_raises_nats_unavailable_erro
     engine = NatsEngine(server.url, PIPELINE, bucket=BUCKET, request_timeout=0.5, outage_timeout=1)
     await engine.open()
     try:
-        epoch = await engine.acquire(CONSUMER, 0)
-        await engine.commit(numbered_commit(epoch, 1))
+        generation = await engine.acquire(CONSUMER, 0)
+        await engine.commit(numbered_commit(generation, 1))
         server.kill()
         with pytest.raises(NatsUnavailableError, match=r"no usable answer for 1 s.*what was committed is kept"):
-            await engine.commit(numbered_commit(epoch, 2))
+            await engine.commit(numbered_commit(generation, 2))
         with pytest.raises(NatsUnavailableError):
             await engine.end_offset("out", 0)  # a read asks the server too
         server.start()
         with pytest.raises(NatsEngineError, match="may or may not have been stored; load_checkpoint"):
-            await engine.commit(numbered_commit(epoch, 2))
+            await engine.commit(numbered_commit(generation, 2))
         await eventually(lambda: engine.connected, what="nats-py reconnected", interval=0.02)
         assert (await engine.load_checkpoint(CONSUMER, 0, ["http"])).input_positions == {("in", 0): 1}
-        await engine.commit(numbered_commit(epoch, 2))
+        await engine.commit(numbered_commit(generation, 2))
         assert await observed(engine) == expected_after(2)
     finally:
         await engine.close()
@@ -295,16 +295,17 @@ async def _deleted_keys_stay_deleted_through_a_kill(server: NatsServer, *, compa
                         compaction_markers=compaction_markers)
     await engine.open()
     try:
-        epoch = await engine.acquire("c", 0)
+        generation = await engine.acquire("c", 0)
         kept = {f'["kept-{i}"]'.encode(): b"%d" % i for i in range(3)}
-        await engine.commit(EpochCommit("c", 0, epoch, {("in", 0): 0}, timers_set=[(b'["kept"]', 1.0, "processing")],
+        await engine.commit(EpochCommit("c", 0, generation, {("in", 0): 0},
+                                        timers_set=[(b'["kept"]', 1.0, "processing")],
                                         state_writes={("s", key): value for key, value in kept.items()}))
         for n in range(1, 41):  # 20 keys written, then deleted, 40 times over: the server's recent writes
             keys = [f'["k{n}-{i}"]'.encode() for i in range(20)]
             timers = [(key, float(n), "processing") for key in keys]
-            await engine.commit(EpochCommit("c", 0, epoch, {("in", 0): 2 * n - 1}, timers_set=timers,
+            await engine.commit(EpochCommit("c", 0, generation, {("in", 0): 2 * n - 1}, timers_set=timers,
                                             state_writes={("s", key): b"1" for key in keys}))
-            await engine.commit(EpochCommit("c", 0, epoch, {("in", 0): 2 * n}, timers_deleted=timers,
+            await engine.commit(EpochCommit("c", 0, generation, {("in", 0): 2 * n}, timers_deleted=timers,
                                             state_writes={("s", key): None for key in keys}))
         expected = ({"s": kept}, [(b'["kept"]', 1.0, "processing")])
         keyed = await engine.load_keyed_state("c", 0, 1, [])

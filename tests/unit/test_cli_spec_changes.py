@@ -41,10 +41,10 @@ def written_with(tmp_path: Path, partition_count: int, *, log: bool = False) -> 
         await engine.open()
         await engine.write_meta(LAYOUT_KEY, orjson.dumps(spec_layout(plan)).decode())
         if log:
-            epoch = await engine.acquire("source:events_jsonl", 0)
+            generation = await engine.acquire("source:events_jsonl", 0)
             appends = [("events", i % partition_count, f"m{i}".encode(), f"[{i}]".encode(), None,
                         {"id": i, "payload": p}) for i, p in enumerate(PAYLOADS)]
-            await engine.commit(EpochCommit("source:events_jsonl", 0, epoch, {("", 0): len(PAYLOADS)},
+            await engine.commit(EpochCommit("source:events_jsonl", 0, generation, {("", 0): len(PAYLOADS)},
                                             log_appends=appends))
         await engine.close()
 

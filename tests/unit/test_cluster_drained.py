@@ -11,11 +11,11 @@ from tests.unit.test_layout import inventory, plan_of
 SOURCE = ("source:events_jsonl", 0)
 
 
-def lease(epoch: int, unit: tuple[str, int] = SOURCE) -> LeaseInfo:
-    return LeaseInfo(unit[0], unit[1], "worker-a", epoch, 5.0)
+def lease(generation: int, unit: tuple[str, int] = SOURCE) -> LeaseInfo:
+    return LeaseInfo(unit[0], unit[1], "worker-a", generation, 5.0)
 
 
-def test_a_source_is_finished_when_its_flag_is_the_epoch_of_its_live_lease() -> None:
+def test_a_source_is_finished_when_its_flag_is_the_generation_of_its_live_lease() -> None:
     assert source_is_finished("7", SOURCE, [lease(7)])
 
 

@@ -59,7 +59,7 @@ async def test_timers_fire_before_the_batch_and_outputs_are_routed_with_derived_
         ("audit", partition_of(encode_key(["b"]), 4), derived_message_id(b"id-8", 1))]
     commit = step.record(3, output, {"http": SinkProgress()})
     assert commit is not None
-    assert (commit.consumer, commit.partition, commit.epoch) == ("deliver", 0, 3)
+    assert (commit.consumer, commit.partition, commit.generation) == ("deliver", 0, 3)
     assert commit.input_positions == {("input", 0): 9}
     assert commit.watermark == 60.0  # raised by the first message, not lowered by the second
     assert sorted(t[0] for t in commit.timers_set) == [encode_key(["a"]), encode_key(["b"])]

@@ -6,11 +6,11 @@ import json
 
 from egress.engines import LeaseInfo, MemberInfo
 from egress.engines.nats import records
-from egress.engines.nats.engine import _ttl_headers
+from egress.engines.nats.jetstream import ttl_headers
 
 
 def test_a_ttl_becomes_whole_seconds_rounded_up_and_at_least_one() -> None:
-    assert [_ttl_headers(ttl)["Nats-TTL"] for ttl in (10.0, 2.5, 0.2, 1.0)] == ["10s", "3s", "1s", "1s"]
+    assert [ttl_headers(ttl)["Nats-TTL"] for ttl in (10.0, 2.5, 0.2, 1.0)] == ["10s", "3s", "1s", "1s"]
 
 
 def test_an_appends_note_reads_back_its_sender_and_slots() -> None:
@@ -18,9 +18,9 @@ def test_an_appends_note_reads_back_its_sender_and_slots() -> None:
     assert records.appends_note_slots(note) == ("instance-1", {("out", 3), ("é", 0)})
 
 
-def test_a_lease_record_tells_its_owner_epoch_and_expiry_and_one_of_acquire_has_neither_owner_nor_expiry() -> None:
+def test_a_lease_record_tells_its_owner_generation_and_expiry_and_one_of_acquire_has_neither_owner_nor_expiry() -> None:
     leased = json.dumps({"consumer": "c", "partition": 1, "owner": "h:1", "worker": "w1", "expires_at": 110.0,
-                         "epoch": 5}).encode()
+                         "epoch": 5}).encode()  # the stored key of the generation
     assert records.lease_info(leased, 9, 100.0) == LeaseInfo("c", 1, "w1", 5, 10.0)
     first = json.dumps({"consumer": "c", "partition": 1, "owner": "h:1", "worker": "w1",
                         "expires_at": 110.0}).encode()

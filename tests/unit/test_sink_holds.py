@@ -99,13 +99,13 @@ class MemoryEngine:
     async def try_acquire(self, consumer: str, partition: int, owner: str, ttl: float) -> int:
         return 1
 
-    async def renew(self, consumer: str, partition: int, epoch: int, ttl: float) -> bool:
+    async def renew(self, consumer: str, partition: int, generation: int, ttl: float) -> bool:
         await self.renew_gate.passed()
         assert self.clock is not None
         self.renewals.append(self.clock.monotonic())
         return True
 
-    async def release(self, consumer: str, partition: int, epoch: int) -> None:
+    async def release(self, consumer: str, partition: int, generation: int) -> None:
         pass
 
 
@@ -148,7 +148,7 @@ class Setup:
 async def test_a_commit_that_does_not_complete_holds_new_deliveries_until_it_completes(tmp_path: Path) -> None:
     setup = Setup(tmp_path)
     job = setup.job()
-    run = asyncio.create_task(job.run(epoch=1))
+    run = asyncio.create_task(job.run(generation=1))
     await setup.clock.advance(0)  # the first epoch commits the outbox: the sink starts its window
     assert len(setup.engine.commits) == 1
     assert setup.posts() == [0.0] * WINDOW

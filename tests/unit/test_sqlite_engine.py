@@ -40,8 +40,8 @@ async def test_a_directory_from_before_sink_state_gains_the_column(tmp_path: Pat
 
     engine = SqliteEngine(tmp_path, "p")
     await engine.open()
-    epoch = await engine.acquire("c", 0)
-    await engine.commit(EpochCommit("c", 0, epoch, sink_progress={"http": SinkProgress("", b"id2", 2)}))
+    generation = await engine.acquire("c", 0)
+    await engine.commit(EpochCommit("c", 0, generation, sink_progress={"http": SinkProgress("", b"id2", 2)}))
     await engine.close()
     db = sqlite3.connect(tmp_path / "egress.sqlite3")  # as the previous layout had it: no sink_state column
     db.execute("ALTER TABLE sink_progress DROP COLUMN sink_state")
@@ -88,10 +88,10 @@ def _per_message_layout(tmp_path: Path, version: str) -> Any:
     """An open connection to a new state directory with the tables of layout ``version`` (1 or 2)."""
     import sqlite3
 
-    from egress.engines.sqlite import _SCHEMA
+    from egress.engines.sqlite.schema import SCHEMA
 
     db = sqlite3.connect(tmp_path / "egress.sqlite3")
-    db.executescript(_SCHEMA + PER_MESSAGE_TABLES)
+    db.executescript(SCHEMA + PER_MESSAGE_TABLES)
     with db:
         db.executemany("INSERT INTO meta (key, value) VALUES (?, ?)", [("pipeline", "p"), ("schema_version", version)])
     return db
@@ -121,9 +121,9 @@ async def test_a_directory_of_layout_version_1_opens_and_reads_its_json_rows_bes
     _layout_version_1(tmp_path)
     engine = SqliteEngine(tmp_path, "p")
     await engine.open()
-    epoch = await engine.acquire("c", 0)
-    assert epoch == 4
-    await engine.commit(EpochCommit("c", 0, epoch,
+    generation = await engine.acquire("c", 0)
+    assert generation == 4
+    await engine.commit(EpochCommit("c", 0, generation,
                                     log_appends=[("out", 0, b"\x03", b'["k"]', None, {"payload": b"\xff"})],
                                     outbox=[OutboxMessage(2, "requests", b"\x04", b"[]", None, {"payload": b"\x00"})],
                                     external_state_writes={("/t", b'["j"]'): b"\x81\xa5total\x04"}))
@@ -178,14 +178,14 @@ async def test_a_partly_persisted_outbox_batch_counts_and_resends_only_what_is_b
     until then the persisted part is neither in the inventory nor handed back on load."""
     engine = SqliteEngine(tmp_path, "p")
     await engine.open()
-    epoch = await engine.acquire("c", 0)
+    generation = await engine.acquire("c", 0)
     outbox = [OutboxMessage(seq, "requests", b"id%d" % seq, b"[]", None, {"payload": f"p{seq}"}) for seq in (1, 2, 3)]
-    await engine.commit(EpochCommit("c", 0, epoch, outbox=outbox))
-    await engine.commit(EpochCommit("c", 0, epoch, sink_progress={"http": SinkProgress("", b"id2", 2)},
+    await engine.commit(EpochCommit("c", 0, generation, outbox=outbox))
+    await engine.commit(EpochCommit("c", 0, generation, sink_progress={"http": SinkProgress("", b"id2", 2)},
                                     outbox_acknowledged_seq=2))
     assert (await engine.inventory()).outbox == {("c", 0, "requests"): 1}
     assert (await engine.load_checkpoint("c", 0, ["late"])).outbox == outbox[2:]
-    await engine.commit(EpochCommit("c", 0, epoch, sink_progress={"http": SinkProgress("", b"id3", 3)},
+    await engine.commit(EpochCommit("c", 0, generation, sink_progress={"http": SinkProgress("", b"id3", 3)},
                                     outbox_acknowledged_seq=3))
     assert (await engine.inventory()).outbox == {}
     checkpoint = await engine.load_checkpoint("c", 0, ["http"])
@@ -215,8 +215,8 @@ async def test_shared_engines_open_a_directory_without_its_lock(tmp_path: Path) 
     children = [SqliteEngine(tmp_path, "p", shared=True) for _ in range(2)]
     for child in children:
         await child.open()
-    epoch = await children[0].try_acquire("c", 0, "w0", 10.0)
-    assert epoch is not None
+    generation = await children[0].try_acquire("c", 0, "w0", 10.0)
+    assert generation is not None
     assert await children[1].try_acquire("c", 0, "w1", 10.0) is None
     for child in children:
         await child.close()
@@ -227,11 +227,11 @@ async def test_shared_engines_give_dense_offsets_to_appends_each_commits_to_one_
     engines = [SqliteEngine(tmp_path, "p", shared=True) for _ in range(2)]
     for engine in engines:
         await engine.open()
-    epochs = [await engine.acquire(f"c{i}", 0) for i, engine in enumerate(engines)]
+    generations = [await engine.acquire(f"c{i}", 0) for i, engine in enumerate(engines)]
     for n in range(3):
         for i, engine in enumerate(engines):
             assert await engine.end_offset("out", 0) == 2 * n + i
-            await engine.commit(EpochCommit(f"c{i}", 0, epochs[i], log_appends=[
+            await engine.commit(EpochCommit(f"c{i}", 0, generations[i], log_appends=[
                 ("out", 0, f"{i}:{n}".encode(), b"[]", None, {})]))
     assert [(m.offset, m.message_id) for m in await engines[0].read("out", 0, 0, 10)] == [
         (o, f"{o % 2}:{o // 2}".encode()) for o in range(6)]
@@ -244,22 +244,22 @@ async def test_a_lease_of_a_directory_from_before_leases_never_lapses(tmp_path: 
 
     engine = SqliteEngine(tmp_path, "p")
     await engine.open()
-    epoch = await engine.acquire("c", 0)
+    generation = await engine.acquire("c", 0)
     await engine.close()
     db = sqlite3.connect(tmp_path / "egress.sqlite3")
-    db.execute("DROP TABLE leases")  # as an earlier version left it: an epoch, no lease row
+    db.execute("DROP TABLE leases")  # as an earlier version left it: a generation, no lease row
     db.commit()
     db.close()
     engine = SqliteEngine(tmp_path, "p")
     await engine.open()
-    await engine.commit(EpochCommit("c", 0, epoch, {("in", 0): 1}))
-    assert [(lease.consumer, lease.owner, lease.epoch, lease.expires_in) for lease in await engine.leases()] == [
-        ("c", "", epoch, None)]
+    await engine.commit(EpochCommit("c", 0, generation, {("in", 0): 1}))
+    assert [(lease.consumer, lease.owner, lease.generation, lease.expires_in) for lease in await engine.leases()] == [
+        ("c", "", generation, None)]
     await engine.close()
 
 
 def test_the_appends_watch_counts_own_appends_as_seen_unless_another_process_grew_the_slot_before() -> None:
-    from egress.engines.sqlite import _AppendsWatch
+    from egress.engines.sqlite.appends import _AppendsWatch
 
     watch = _AppendsWatch(1, {("a", 0): 5, ("b", 0): 3})
     watch.own({("a", 0): 5, ("c", 0): 0}, {("a", 0): 7, ("c", 0): 2})  # only this process appended
@@ -279,8 +279,8 @@ async def test_a_batch_just_committed_is_read_from_memory_without_a_query(tmp_pa
 
     engine = SqliteEngine(tmp_path, "p")
     await engine.open()
-    epoch = await engine.acquire("source:s", 0)
-    await engine.commit(EpochCommit("source:s", 0, epoch, {("", 0): 5}, log_appends=_appends("in", 0, 0, 5)))
+    generation = await engine.acquire("source:s", 0)
+    await engine.commit(EpochCommit("source:s", 0, generation, {("", 0): 5}, log_appends=_appends("in", 0, 0, 5)))
     db = sqlite3.connect(tmp_path / "egress.sqlite3")
     with db:
         db.execute("DELETE FROM log_batches")
@@ -294,8 +294,8 @@ async def test_rows_read_from_the_tail_belong_to_their_reader(tmp_path: Path) ->
     reader's (nor a re-read's) copy."""
     engine = SqliteEngine(tmp_path, "p")
     await engine.open()
-    epoch = await engine.acquire("source:s", 0)
-    await engine.commit(EpochCommit("source:s", 0, epoch, {("", 0): 2}, log_appends=_appends("in", 0, 0, 2)))
+    generation = await engine.acquire("source:s", 0)
+    await engine.commit(EpochCommit("source:s", 0, generation, {("", 0): 2}, log_appends=_appends("in", 0, 0, 2)))
     first = await engine.read("in", 0, 0, 10)
     first[0].row["n"] = "changed"
     assert [m.row for m in await engine.read("in", 0, 0, 10)] == [{"n": 0}, {"n": 1}]
@@ -304,14 +304,14 @@ async def test_rows_read_from_the_tail_belong_to_their_reader(tmp_path: Path) ->
 
 async def test_the_tail_is_bounded_and_older_messages_are_read_from_the_database(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    import egress.engines.sqlite as sqlite_engine
+    import egress.engines.sqlite.log as sqlite_log
 
-    monkeypatch.setattr(sqlite_engine, "TAIL_BYTES", 200)
+    monkeypatch.setattr(sqlite_log, "TAIL_BYTES", 200)
     engine = SqliteEngine(tmp_path, "p")
     await engine.open()
-    epoch = await engine.acquire("source:s", 0)
+    generation = await engine.acquire("source:s", 0)
     for first in range(0, 60, 10):
-        await engine.commit(EpochCommit("source:s", 0, epoch, {("", 0): first + 10},
+        await engine.commit(EpochCommit("source:s", 0, generation, {("", 0): first + 10},
                                         log_appends=_appends("in", 0, first, 10)))
     assert engine._tail.bytes <= 200
     assert [m.row["n"] for m in await engine.read("in", 0, 5, 100)] == list(range(5, 60))
@@ -322,7 +322,7 @@ async def test_a_read_continuing_inside_a_batch_decodes_it_no_more(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Epochs of 3 messages reading a batch of 10 decode it once, not once per epoch (from the tail
     and from the database alike)."""
-    import egress.engines.sqlite as sqlite_engine
+    import egress.engines.sqlite.batches as sqlite_batches
 
     decoded: list[bytes] = []
 
@@ -330,11 +330,11 @@ async def test_a_read_continuing_inside_a_batch_decodes_it_no_more(
         decoded.append(blob)
         return unpack_batch(blob)
 
-    monkeypatch.setattr(sqlite_engine, "unpack_batch", counting_unpack)
+    monkeypatch.setattr(sqlite_batches, "unpack_batch", counting_unpack)
     engine = SqliteEngine(tmp_path, "p")
     await engine.open()
-    epoch = await engine.acquire("source:s", 0)
-    await engine.commit(EpochCommit("source:s", 0, epoch, {("", 0): 10}, log_appends=_appends("in", 0, 0, 10)))
+    generation = await engine.acquire("source:s", 0)
+    await engine.commit(EpochCommit("source:s", 0, generation, {("", 0): 10}, log_appends=_appends("in", 0, 0, 10)))
     for reopened in (False, True):
         if reopened:  # the tail is gone: the batch is read from the database
             await engine.close()
@@ -350,7 +350,7 @@ async def test_a_read_continuing_inside_a_batch_decodes_it_no_more(
 
 
 def test_batch_rests_keep_at_most_their_limit_of_messages_dropping_the_oldest_first() -> None:
-    from egress.engines.sqlite import BatchRests
+    from egress.engines.sqlite.batches import BatchRests
 
     rests = BatchRests(10)
     rests.keep("in", 0, 4, [[b"m%d" % i] for i in range(4, 10)])  # offsets 4..9: 6 messages
@@ -364,7 +364,7 @@ def test_batch_rests_keep_at_most_their_limit_of_messages_dropping_the_oldest_fi
 
 
 def test_the_tail_answers_only_from_a_contiguous_run_that_reaches_the_durable_end() -> None:
-    from egress.engines.sqlite import LogTail
+    from egress.engines.sqlite.batches import LogTail
 
     tail = LogTail(1 << 20)
     tail.add("in", 0, 0, 2, b"a")
@@ -407,11 +407,11 @@ async def test_commits_queued_together_are_applied_in_one_transaction_each_behin
     await engine.open()
     stale = await engine.acquire("c", 1)
     await engine.acquire("c", 1)  # taken over: commits under ``stale`` are fenced
-    epochs = {partition: await engine.acquire("c", partition) for partition in (0, 2)}
+    generations = {partition: await engine.acquire("c", partition) for partition in (0, 2)}
     commits = [
-        EpochCommit("c", 0, epochs[0], {("in", 0): 3}, log_appends=_appends("next", 0, 0, 2)),
+        EpochCommit("c", 0, generations[0], {("in", 0): 3}, log_appends=_appends("next", 0, 0, 2)),
         EpochCommit("c", 1, stale, {("in", 1): 9}, log_appends=_appends("next", 0, 100, 1)),
-        EpochCommit("c", 2, epochs[2], {("in", 2): 4}, log_appends=_appends("next", 0, 2, 3),
+        EpochCommit("c", 2, generations[2], {("in", 2): 4}, log_appends=_appends("next", 0, 2, 3),
                     outbox=[OutboxMessage(1, "requests", b"o1", b"[]", None, {"payload": "x"})]),
     ]
     outcomes = await _queued_behind_a_busy_database(engine, commits)
@@ -431,11 +431,11 @@ async def test_an_unstorable_row_in_a_group_refuses_that_commit_alone(tmp_path: 
 
     engine = SqliteEngine(tmp_path, "p")
     await engine.open()
-    epochs = {partition: await engine.acquire("c", partition) for partition in (0, 1)}
+    generations = {partition: await engine.acquire("c", partition) for partition in (0, 1)}
     bad = [("next", 0, b"bad", b"[]", None, {"text": "\ud800"})]
     outcomes = await _queued_behind_a_busy_database(engine, [
-        EpochCommit("c", 0, epochs[0], {("in", 0): 1}, log_appends=bad),
-        EpochCommit("c", 1, epochs[1], {("in", 1): 2}, log_appends=_appends("next", 0, 0, 2)),
+        EpochCommit("c", 0, generations[0], {("in", 0): 1}, log_appends=bad),
+        EpochCommit("c", 1, generations[1], {("in", 1): 2}, log_appends=_appends("next", 0, 0, 2)),
     ])
     assert isinstance(outcomes[0], RowEncodingError)
     assert outcomes[1] is None
@@ -471,12 +471,12 @@ async def test_deleting_an_acknowledged_outbox_batch_does_not_write_its_freed_pa
 
     engine = SqliteEngine(tmp_path, "p")
     await engine.open()
-    epoch = await engine.acquire("c", 0)
+    generation = await engine.acquire("c", 0)
     outbox = [OutboxMessage(seq, "out", b"m%d" % seq, b"[1]", None, {"payload": "x" * 1000}) for seq in range(1, 301)]
-    await engine.commit(EpochCommit("c", 0, epoch, outbox=outbox))
+    await engine.commit(EpochCommit("c", 0, generation, outbox=outbox))
     wal = tmp_path / "egress.sqlite3-wal"
     before = wal.stat().st_size
-    await engine.commit(EpochCommit("c", 0, epoch, sink_progress={"http": SinkProgress("", b"m300", 300)},
+    await engine.commit(EpochCommit("c", 0, generation, sink_progress={"http": SinkProgress("", b"m300", 300)},
                                     outbox_acknowledged_seq=300))
     frames = (wal.stat().st_size - before) // (PAGE_SIZE + 24)
     assert (await engine.load_checkpoint("c", 0, ["http"])).outbox == []

@@ -73,7 +73,8 @@ class EpochCommit:
     """Everything one epoch of one consumer changes, committed atomically or not at all.
 
     ``consumer`` names the computation (or ``source:<id>`` for a source reader) and ``partition``
-    its partition; ``epoch`` is the fence from :class:`Ownership` (a stale owner's commit fails).
+    its partition; ``generation`` is the lease's fence from :class:`Ownership` (a stale owner's
+    commit fails).
     ``input_positions`` maps ``(stream, partition)`` (a source uses ``("", 0)``) to the new
     offset consumed. ``log_appends`` are :data:`LogAppend` tuples, given offsets by the engine in
     list order, continuing each ``(stream, partition)`` densely; ``outbox`` are new output
@@ -89,7 +90,7 @@ class EpochCommit:
 
     consumer: str
     partition: int
-    epoch: int
+    generation: int
     input_positions: dict[tuple[str, int], int] = field(default_factory=dict)
     log_appends: list[LogAppend] = field(default_factory=list)
     outbox: list[OutboxMessage] = field(default_factory=list)
@@ -191,7 +192,7 @@ class CheckpointStore(Protocol):
         ...
 
     async def commit(self, commit: EpochCommit) -> None:
-        """Apply ``commit`` in one transaction; raises ``FencedError`` if ``commit.epoch`` is stale,
+        """Apply ``commit`` in one transaction; raises ``FencedError`` if ``commit.generation`` is stale,
         and :class:`~egress.errors.RowEncodingError` (naming the stream, column and message id) for a
         row holding a value that cannot be stored. Either way nothing of it is applied. Rows read
         back with the same values and types they were committed with (``bytes`` stay ``bytes``)."""
@@ -210,14 +211,14 @@ class LeaseInfo:
 
     ``consumer`` is the computation id or ``source:<id>``; ``partition`` its partition; ``owner``
     the worker id that holds it (``""`` for a lease taken by :meth:`Ownership.acquire`, which names
-    no owner); ``epoch`` the fence its holder commits with; ``expires_in`` the seconds until it
+    no owner); ``generation`` the fence its holder commits with; ``expires_in`` the seconds until it
     lapses as the engine sees it (``None``: it has no TTL and never lapses).
     """
 
     consumer: str
     partition: int
     owner: str
-    epoch: int
+    generation: int
     expires_in: float | None
 
 
@@ -237,36 +238,36 @@ class MemberInfo:
 
 
 class Ownership(Protocol):
-    """Which process runs which partition: a lease whose revision is the epoch fence.
+    """Which process runs which partition: a lease whose generation is the fence.
 
     :meth:`acquire` takes a lease unconditionally and without TTL (the embedded single-process
     runner); :meth:`try_acquire`, :meth:`renew` and :meth:`release` are the cluster's leases with a
     TTL measured by the engine (SQLite: its clock; NATS: the server's per-message TTL, 1 s
-    granularity). Every lease of one ``(consumer, partition)`` has a greater epoch than the ones
+    granularity). Every lease of one ``(consumer, partition)`` has a greater generation than the ones
     before, whichever method took it, and a commit is fenced unless it carries the latest.
     """
 
     async def acquire(self, consumer: str, partition: int) -> int:
-        """Take ``(consumer, partition)`` and return its new epoch (greater than every earlier one)."""
+        """Take ``(consumer, partition)`` and return its new generation (greater than every earlier one)."""
         ...
 
     async def try_acquire(self, consumer: str, partition: int, owner: str, ttl: float) -> int | None:
         """Take the lease of ``(consumer, partition)`` for worker ``owner`` for ``ttl`` seconds when
-        it is free, lapsed, released, or this owner's own; return the new epoch (greater than every
-        earlier one: a commit under an earlier epoch is then :class:`FencedError`). ``None`` while
+        it is free, lapsed, released, or this owner's own; return the new generation (greater than
+        every earlier one: a commit under an earlier generation is then :class:`FencedError`). ``None`` while
         another owner's lease is live."""
         ...
 
-    async def renew(self, consumer: str, partition: int, epoch: int, ttl: float) -> bool:
-        """Extend the lease held at ``epoch`` by ``ttl`` seconds from now; ``False`` when it is no
-        longer held at that epoch (lapsed and taken, taken over, or released): the job must stop, its
-        commits are fenced. A lapsed lease nobody took yet is renewed. Never makes a concurrent commit
-        of the same epoch fail (the engine serialises the two)."""
+    async def renew(self, consumer: str, partition: int, generation: int, ttl: float) -> bool:
+        """Extend the lease held at ``generation`` by ``ttl`` seconds from now; ``False`` when it is
+        no longer held at that generation (lapsed and taken, taken over, or released): the job must
+        stop, its commits are fenced. A lapsed lease nobody took yet is renewed. Never makes a
+        concurrent commit of the same generation fail (the engine serialises the two)."""
         ...
 
-    async def release(self, consumer: str, partition: int, epoch: int) -> None:
+    async def release(self, consumer: str, partition: int, generation: int) -> None:
         """Give the lease up after the job's last commit, so another worker may take it at once; a
-        no-op when it is not held at ``epoch``. Later commits of ``epoch`` are fenced."""
+        no-op when it is not held at ``generation``. Later commits of ``generation`` are fenced."""
         ...
 
     async def leases(self) -> list[LeaseInfo]:

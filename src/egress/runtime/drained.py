@@ -2,7 +2,7 @@
 
 One process's jobs know only their own work; a cluster's ``--until-drained`` ends every worker once
 the pipeline has nothing left anywhere: every source read to the end (its reader sets
-``source_finished.<id>`` in the engine's metadata to the epoch of its lease; a flag of an older
+``source_finished.<id>`` in the engine's metadata to the generation of its lease; a flag of an older
 lease does not count, so a reader that starts again must finish again), and the committed
 inventory shows no log message unread by a computation, no outbox message unacknowledged and no
 pending timer.
@@ -19,10 +19,10 @@ from egress.runtime.plan import Plan
 
 def source_is_finished(flag: str | None, source_unit: Unit, leases: list[LeaseInfo]) -> bool:
     """Whether the source of ``source_unit`` was read to the end under its live lease: ``flag`` is
-    its ``source_finished.<id>`` metadata (the epoch that set it)."""
-    epochs = {(lease.consumer, lease.partition): lease.epoch for lease in leases}
-    epoch = epochs.get(source_unit)
-    return flag is not None and epoch is not None and flag == str(epoch)
+    its ``source_finished.<id>`` metadata (the generation that set it)."""
+    generations = {(lease.consumer, lease.partition): lease.generation for lease in leases}
+    generation = generations.get(source_unit)
+    return flag is not None and generation is not None and flag == str(generation)
 
 
 def outstanding_work(inventory: CommittedInventory, plan: Plan,

@@ -141,8 +141,9 @@ class EpochStep:
                     log_appends((stream_id, partition_of(key, partition_count), message_id, key, timestamp, row))
             positions[(message.stream, partition)] = message.offset + 1
 
-    def record(self, epoch: int, output: EpochOutput, sink_progress: dict[str, SinkProgress]) -> EpochCommit | None:
-        """The commit of ``output`` with the sinks' taken ``sink_progress`` under lease ``epoch``
+    def record(self, generation: int, output: EpochOutput,
+               sink_progress: dict[str, SinkProgress]) -> EpochCommit | None:
+        """The commit of ``output`` with the sinks' taken ``sink_progress`` under lease ``generation``
         (state writes and timer changes taken from the store and the timer queue), or ``None`` when
         the epoch changed nothing."""
         if not (output.messages or output.timers or sink_progress != self.committed_progress):
@@ -151,7 +152,7 @@ class EpochStep:
         state_writes, external_writes = self.invoker.store.take_writes()
         timers_set, timers_deleted = self.invoker.timers.take_changes()
         return EpochCommit(
-            self.invoker.computation_id, self.partition, epoch, dict(self.positions),
+            self.invoker.computation_id, self.partition, generation, dict(self.positions),
             log_appends=output.log_appends, outbox=output.outbox, sink_progress=sink_progress,
             outbox_acknowledged_seq=low, state_writes=state_writes, external_state_writes=external_writes,
             timers_set=timers_set, timers_deleted=timers_deleted,

@@ -29,10 +29,10 @@ def is_source(unit: Unit) -> bool:
 
 @dataclass(slots=True)
 class StartedUnit:
-    """A started unit: its ``runner``, the lease ``epoch`` it runs under and its ``task``."""
+    """A started unit: its ``runner``, the lease ``generation`` it runs under and its ``task``."""
 
     runner: Runner
-    epoch: int
+    generation: int
     task: asyncio.Task[None]
 
 
@@ -56,15 +56,15 @@ class JobSet:
     def readers(self) -> list[SourceReader]:
         return [r.runner for r in self.running.values() if isinstance(r.runner, SourceReader)]
 
-    def start(self, unit: Unit, epoch: int) -> StartedUnit:
-        """Start ``unit`` under the lease held at ``epoch``."""
+    def start(self, unit: Unit, generation: int) -> StartedUnit:
+        """Start ``unit`` under the lease held at ``generation``."""
         runner = self._make(unit)
         self._blocked_before.pop(unit, None)
         consumer, partition = unit
         # The unit's log context (egress.observe.logs): every record its task logs names it.
-        task = asyncio.create_task(runner.run(epoch=epoch), name=f"{consumer}#{partition}",
+        task = asyncio.create_task(runner.run(generation=generation), name=f"{consumer}#{partition}",
                                    context=unit_context(consumer, partition))
-        running = self.running[unit] = StartedUnit(runner, epoch, task)
+        running = self.running[unit] = StartedUnit(runner, generation, task)
         self._metrics.partition_owned.labels(consumer, str(partition)).set(1)
         task.add_done_callback(self._ended)
         return running

@@ -193,12 +193,12 @@ class PartitionJob:
         """The event-time watermark: the largest event timestamp processed so far (seconds)."""
         return None if self._step is None else self._step.watermark
 
-    async def run(self, stop: asyncio.Event | None = None, *, epoch: int | None = None) -> None:
-        """Take the partition at ``epoch`` (a lease the caller holds; ``None``: ``acquire`` it now)
+    async def run(self, stop: asyncio.Event | None = None, *, generation: int | None = None) -> None:
+        """Take the partition at ``generation`` (a lease the caller holds; ``None``: ``acquire`` it now)
         and load its checkpoint, then run epochs until :meth:`stop` is called or ``stop`` is set (the
         epoch that sees it reads nothing, commits what is acknowledged and returns). A commit under a
         lost lease raises :class:`~egress.engines.FencedError`."""
-        running = await self._start(epoch)
+        running = await self._start(generation)
         failure: Exception | None = None
         try:
             while await self._epoch(running, stopping=self._stopping(stop)):
@@ -211,13 +211,13 @@ class PartitionJob:
         finally:
             await self._finish(running, failure)
 
-    async def _start(self, epoch: int | None) -> _JobRun:
-        """Acquire the partition unless the caller holds it at ``epoch`` (the lease's fence), load the
+    async def _start(self, generation: int | None) -> _JobRun:
+        """Acquire the partition unless the caller holds it at ``generation`` (the lease's fence), load the
         checkpoint and keyed state, create the sinks and the function, and hand the committed but
         unacknowledged outbox to the sinks."""
         plan, engine, cid = self.plan, self._engine, self.plan.computation_id
-        if epoch is None:
-            epoch = await engine.acquire(cid, self.partition)
+        if generation is None:
+            generation = await engine.acquire(cid, self.partition)
         checkpoint = await engine.load_checkpoint(cid, self.partition, list(plan.sinks))
         factory, input_throttle = self._throttlers()
         self._create_sinks(checkpoint.sink_progress)
@@ -235,7 +235,7 @@ class PartitionJob:
                                next_seq=checkpoint.next_seq, watermark=keyed.watermark,
                                committed_progress=dict(checkpoint.sink_progress))
         self._distribute(checkpoint.outbox)
-        return _JobRun(epoch, self._step, factory, input_throttle)
+        return _JobRun(generation, self._step, factory, input_throttle)
 
     def _throttlers(self) -> tuple[ThrottlerFactory | None, InputThrottle | None]:
         """The job's throttler factory and its automatic input throttle (``None`` without throttlers)."""
@@ -265,7 +265,7 @@ class PartitionJob:
             await sink.close()
         if failure is not None:
             await commit_on_failure(self._engine, acknowledgements_commit(
-                self.plan.computation_id, self.partition, running.epoch, self.sinks,
+                self.plan.computation_id, self.partition, running.generation, self.sinks,
                 running.step.committed_progress), failure)
         if self._throttling is not None and running.factory is not None:
             await self._throttling.close_factory(running.factory)
@@ -301,7 +301,7 @@ class PartitionJob:
                 running.factory.stopping = None
         if self._throttle_given_up(running):  # the function caught ThrottleInterruptedError: discarded alike
             raise _EpochGivenUp
-        commit = running.step.record(running.epoch, output, self._acknowledged_progress())
+        commit = running.step.record(running.generation, output, self._acknowledged_progress())
         if commit is not None:
             await self._commit(running.step, commit, output)
         self.holds.set(COMMIT, False)  # what was acknowledged while waiting on the engine is committed
@@ -326,7 +326,7 @@ class PartitionJob:
             if self._stopping(None):
                 break
             await event_or_timeout(self._wakeup, self._clock, max(0.0, self._stop_deadline - self._clock.monotonic()))
-        commit = acknowledgements_commit(self.plan.computation_id, self.partition, running.epoch, self.sinks,
+        commit = acknowledgements_commit(self.plan.computation_id, self.partition, running.generation, self.sinks,
                                      running.step.committed_progress)
         if commit is not None:
             await self._engine.commit(commit)
@@ -451,11 +451,11 @@ class _EpochGivenUp(Exception):  # not an EgressError: control flow caught in th
 
 @dataclass(frozen=True, slots=True)
 class _JobRun:
-    """What one run of a job holds from its start to its end: its lease ``epoch``, its
+    """What one run of a job holds from its start to its end: its lease ``generation``, its
     :class:`EpochStep`, its throttler ``factory`` and automatic ``input_throttle`` (``None``
     without throttlers)."""
 
-    epoch: int
+    generation: int
     step: EpochStep
     factory: ThrottlerFactory | None
     input_throttle: InputThrottle | None

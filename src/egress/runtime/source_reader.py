@@ -77,7 +77,7 @@ def downstream_backlog(log_ends: dict[int, int], progress: list[DownstreamProgre
 
 
 def finished_key(source_id: str) -> str:
-    """The engine metadata key a cluster's source reader sets, to the epoch of its lease, once it
+    """The engine metadata key a cluster's source reader sets, to the generation of its lease, once it
     has read its source to the end (``source_finished.<id>``): every worker's drained check reads it."""
     return f"source_finished.{source_id}"
 
@@ -142,13 +142,13 @@ class SourceReader:
     def wake(self) -> None:
         """Nothing to wake: a reader never waits for input."""
 
-    async def run(self, stop: asyncio.Event | None = None, *, epoch: int | None = None) -> None:
-        """Read from the committed position under the lease held at ``epoch`` (``None``: ``acquire``
+    async def run(self, stop: asyncio.Event | None = None, *, generation: int | None = None) -> None:
+        """Read from the committed position under the lease held at ``generation`` (``None``: ``acquire``
         it now) until the source ends, :meth:`stop` is called or ``stop`` is set. At the end, with
-        ``record_finished``, sets :func:`finished_key` to the epoch in the engine's metadata."""
+        ``record_finished``, sets :func:`finished_key` to the generation in the engine's metadata."""
         engine = self._engine
-        if epoch is None:
-            epoch = await engine.acquire(self.consumer, 0)
+        if generation is None:
+            generation = await engine.acquire(self.consumer, 0)
         checkpoint = await engine.load_checkpoint(self.consumer, 0, [])
         position = checkpoint.input_positions.get(POSITION, 0)
         source = self.plan.source_class.create(self.plan.source_id, self.plan.parameters, self.plan.stream,
@@ -158,9 +158,9 @@ class SourceReader:
         self._source = source
         chunker = _Chunker(self.plan.stream.group_by, self.plan.stream_id, self._partition_count, self._scope)
         if isinstance(source, LiveSource):
-            if not await self._read_live(source, chunker, epoch, position, stop):
+            if not await self._read_live(source, chunker, generation, position, stop):
                 return
-            await self._finish(epoch)
+            await self._finish(generation)
             return
         source_state = b""
         if isinstance(source, ResumableSource):
@@ -176,7 +176,7 @@ class SourceReader:
             if not appends:
                 break
             state_writes = source_state_writes(source, source_state)
-            await engine.commit(EpochCommit(self.consumer, 0, epoch, {POSITION: end}, log_appends=appends,
+            await engine.commit(EpochCommit(self.consumer, 0, generation, {POSITION: end}, log_appends=appends,
                                             state_writes=state_writes))
             source_state = state_writes.get(SOURCE_STATE) or source_state
             self._rows.inc(len(appends))
@@ -185,7 +185,7 @@ class SourceReader:
                 self._notify(partition)
         else:
             return
-        await self._finish(epoch)
+        await self._finish(generation)
 
     def _count_bad_records(self, source: object) -> None:
         """Add the records ``source``'s ``on_bad_record`` policy dropped since the last call to the metrics."""
@@ -200,13 +200,13 @@ class SourceReader:
     def _stopping(self, stop: asyncio.Event | None) -> bool:
         return self._stop_requested or (stop is not None and stop.is_set())
 
-    async def _finish(self, epoch: int) -> None:
+    async def _finish(self, generation: int) -> None:
         """The source is read to its end: say so (with ``record_finished``, in the engine's metadata)."""
         if self._record_finished:
-            await self._engine.write_meta(finished_key(self.plan.source_id), str(epoch))
+            await self._engine.write_meta(finished_key(self.plan.source_id), str(generation))
         self.finished = True
 
-    async def _read_live(self, source: LiveSource, chunker: _Chunker, epoch: int, position: int,
+    async def _read_live(self, source: LiveSource, chunker: _Chunker, generation: int, position: int,
                          stop: asyncio.Event | None) -> bool:
         """Read the live ``source`` batch by batch, each batch committed with the position and state
         after it, until stopped (``False``) or, with ``until_drained``, caught up with the input's
@@ -238,7 +238,7 @@ class SourceReader:
                 writes: dict[tuple[str, bytes], bytes | None] = {SOURCE_STATE: state} if state != source_state else {}
                 if isinstance(source, KeyedLiveSource):
                     writes.update(((SOURCE_KEYS, k), v) for k, v in source.take_key_writes().items())
-                await engine.commit(EpochCommit(self.consumer, 0, epoch, {POSITION: position}, log_appends=appends,
+                await engine.commit(EpochCommit(self.consumer, 0, generation, {POSITION: position}, log_appends=appends,
                                                 state_writes=writes))
                 if holding is not None:
                     self._count_appends(appends)

@@ -19,15 +19,15 @@ from egress.engines import Engine, EpochCommit, FencedError, SinkProgress
 logger = logging.getLogger(__name__)
 
 
-def acknowledgements_commit(consumer: str, partition: int, epoch: int, sinks: dict[str, Sink],
+def acknowledgements_commit(consumer: str, partition: int, generation: int, sinks: dict[str, Sink],
                         committed: dict[str, SinkProgress]) -> EpochCommit | None:
     """The commit of what every sink acknowledged since ``committed`` (its progress as last
-    committed, by sink id), under lease ``epoch``; ``None`` when no sink advanced."""
+    committed, by sink id), under lease ``generation``; ``None`` when no sink advanced."""
     progress = {sink_id: sink.progress() for sink_id, sink in sinks.items()}
     if not progress or progress == committed:
         return None
     low = min(p.max_persisted_seq_no for p in progress.values())
-    return EpochCommit(consumer, partition, epoch, sink_progress=progress, outbox_acknowledged_seq=low)
+    return EpochCommit(consumer, partition, generation, sink_progress=progress, outbox_acknowledged_seq=low)
 
 
 async def commit_on_failure(engine: Engine, commit: EpochCommit | None, failure: BaseException) -> None:

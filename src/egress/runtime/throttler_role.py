@@ -130,7 +130,7 @@ class ControllerElection:
 
     ``lease_ttl``, ``renew_period`` and ``retry_period`` are seconds on ``clock``. :meth:`run`
     runs until cancelled; :meth:`stop` then steps down and releases the lease. ``elected`` lists
-    ``(epoch, clock.now())`` of every term this worker began. ``registry`` gets the gauge
+    ``(generation, clock.now())`` of every term this worker began. ``registry`` gets the gauge
     ``egress_throttler_controller{worker_id}`` (1 while this worker serves) and the counter
     ``egress_throttler_controller_terms_total``.
     """
@@ -151,7 +151,7 @@ class ControllerElection:
         self.shared: SharedThrottlers | None = None  # DynamicSpec throttlers spread across the workers
         self._server: NatsQuotaServer | None = None
         self._watchdog: asyncio.Task[None] | None = None
-        self._epoch: int | None = None
+        self._generation: int | None = None
         self._entitled_until = float("-inf")  # monotonic: the lease surely holds until then
         if registry is not None:
             registry.register(_ElectionCollector(self))
@@ -192,21 +192,21 @@ class ControllerElection:
         """Renew the lease held (or lose it), else try to take it; serve while it surely holds."""
         self.throttling.live_workers = max(1, len(await self.engine.members()))  # fallback_rate's divisor
         sent = self.clock.monotonic()
-        if self._epoch is not None:
-            if await self.engine.renew(CONTROLLER_ROLE, 0, self._epoch, self.lease_ttl):
+        if self._generation is not None:
+            if await self.engine.renew(CONTROLLER_ROLE, 0, self._generation, self.lease_ttl):
                 self._entitled_until = sent + self.lease_ttl
             else:
-                self._epoch = None
+                self._generation = None
                 await self._step_down("another worker holds its lease")
-        if self._epoch is None:
+        if self._generation is None:
             sent = self.clock.monotonic()
-            epoch = await self.engine.try_acquire(CONTROLLER_ROLE, 0, self.worker_id, self.lease_ttl)
-            if epoch is not None:
-                self._epoch, self._entitled_until = epoch, sent + self.lease_ttl
-        if self._epoch is not None and self._server is None and self.entitled():
-            await self._serve(self._epoch)
+            generation = await self.engine.try_acquire(CONTROLLER_ROLE, 0, self.worker_id, self.lease_ttl)
+            if generation is not None:
+                self._generation, self._entitled_until = generation, sent + self.lease_ttl
+        if self._generation is not None and self._server is None and self.entitled():
+            await self._serve(self._generation)
 
-    async def _serve(self, epoch: int) -> None:
+    async def _serve(self, generation: int) -> None:
         """Begin a term: a controller closed for one lease, then empty (never full)."""
         controller = ThrottlerController(self.throttling.throttlers, self.clock, assume_restart=True,
                                          allowance=REPLY_ALLOWANCE)
@@ -216,14 +216,15 @@ class ControllerElection:
         except Exception:
             await controller.aclose()
             with contextlib.suppress(Exception):
-                await self.engine.release(CONTROLLER_ROLE, 0, epoch)
-            self._epoch = None
+                await self.engine.release(CONTROLLER_ROLE, 0, generation)
+            self._generation = None
             raise
         self._server = server
         self.throttling.controller = controller
-        self.elected.append((epoch, self.clock.now()))
+        self.elected.append((generation, self.clock.now()))
         self._watchdog = asyncio.get_running_loop().create_task(self._step_down_when_unentitled(server))
-        logger.info("worker %s is the throttler controller (epoch %d) on %s", self.worker_id, epoch, self.subject)
+        logger.info("worker %s is the throttler controller (generation %d) on %s", self.worker_id, generation,
+                    self.subject)
 
     async def _step_down_when_unentitled(self, server: NatsQuotaServer) -> None:
         """End the term once the lease may have lapsed, even while the engine calls of :meth:`run`
@@ -250,11 +251,11 @@ class ControllerElection:
 
     async def stop(self) -> None:
         """Step down and release the lease (another worker takes it within its ``retry_period``)."""
-        epoch, self._epoch = self._epoch, None
+        generation, self._generation = self._generation, None
         await self._step_down("the worker stops")
-        if epoch is not None:
+        if generation is not None:
             try:
-                await self.engine.release(CONTROLLER_ROLE, 0, epoch)
+                await self.engine.release(CONTROLLER_ROLE, 0, generation)
             except Exception as error:
                 logger.warning("the throttler controller lease was not released (%s); it lapses in %g s",
                                error, self.lease_ttl)
@@ -264,7 +265,7 @@ class ControllerElection:
         """``/status``'s ``throttler``: the controller's worker (from the lease) and this worker's part."""
         holder = next((lease for lease in leases if (lease.consumer, lease.partition) == (CONTROLLER_ROLE, 0)), None)
         return {"controller": None if holder is None else holder.owner,
-                "controller_epoch": None if holder is None else holder.epoch,
+                "controller_generation": None if holder is None else holder.generation,
                 "serving_here": self.serving, "subject": self.subject, "terms_here": len(self.elected)}
 
 

@@ -223,7 +223,7 @@ class Worker:
             if unit in self._losing:
                 continue
             sent = self._clock.monotonic()
-            renewed = await self._engine.renew(unit[0], unit[1], running.epoch, self.settings.lease_ttl)
+            renewed = await self._engine.renew(unit[0], unit[1], running.generation, self.settings.lease_ttl)
             if renewed and self._jobs.running.get(unit) is running:
                 self._renewed(unit, sent)
             if not renewed and self._jobs.running.get(unit) is running and unit not in self._handovers:
@@ -254,21 +254,22 @@ class Worker:
             self._handovers[unit] = asyncio.create_task(self._hand_over(unit, self.settings.handover_timeout))
         for unit in sorted(step.take):
             sent = self._clock.monotonic()
-            epoch = await self._engine.try_acquire(unit[0], unit[1], self.settings.worker_id, self.settings.lease_ttl)
-            if epoch is not None:
+            generation = await self._engine.try_acquire(unit[0], unit[1], self.settings.worker_id,
+                                                        self.settings.lease_ttl)
+            if generation is not None:
                 self._deadlines.renewed(unit, sent)
-                self._jobs.start(unit, epoch)
+                self._jobs.start(unit, generation)
                 self.taken.append((unit, self._clock.now()))
 
     async def _hand_over(self, unit: Unit, acknowledgements_within: float = 0.0) -> None:
         """Finish the unit's epoch (after waiting up to ``acknowledgements_within`` seconds for its
         sinks' messages in flight) and commit, then release its lease (a lost lease: nothing to
         release; a release that fails: the lease lapses after its TTL instead)."""
-        epoch = self._jobs.running[unit].epoch
+        generation = self._jobs.running[unit].generation
         error = await self._jobs.stop(unit, acknowledgements_within=acknowledgements_within)
         try:
             if error is None:
-                await self._engine.release(unit[0], unit[1], epoch)
+                await self._engine.release(unit[0], unit[1], generation)
             elif not isinstance(error, FencedError | EngineUnavailableError) and self._failure is None:
                 self._failure = error
         except Exception as failed:

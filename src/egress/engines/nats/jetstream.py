@@ -34,6 +34,7 @@ import contextlib
 import functools
 import json
 import logging
+import math
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from typing import Any, NamedTuple, TypeVar
@@ -77,6 +78,12 @@ _TRANSIENT_CLIENT_ERRORS = (
 _FIRST_RETRY_DELAY = 0.05  # seconds; doubled after each failed attempt up to _LAST_RETRY_DELAY
 _LAST_RETRY_DELAY = 1.0
 
+TOMBSTONE = {"KV-Operation": "DEL"}
+"""Headers of a deleted key: KV's delete marker, without a TTL. It replaces the value (the stream
+keeps one message per subject) and stays while its generation is live: a marker that lapses or is
+purged lets nats-server 2.15.1 bring the replaced value back after a SIGKILL and restart
+(docs/cluster.md, "Retention"). A compaction drops a generation's markers with the generation."""
+
 EXPECTED_LAST_SUBJECT_SEQUENCE = "Nats-Expected-Last-Subject-Sequence"
 EXPECTED_LAST_SUBJECT_SEQUENCE_SUBJECT = "Nats-Expected-Last-Subject-Sequence-Subject"
 
@@ -105,6 +112,17 @@ def expect_last(sequence: int, subject: str) -> dict[str, str]:
     """Headers that make a publish (or a whole batch) fail unless ``subject`` (a filter may have
     wildcards) last had a message at ``sequence`` (0: never one)."""
     return {EXPECTED_LAST_SUBJECT_SEQUENCE: str(sequence), EXPECTED_LAST_SUBJECT_SEQUENCE_SUBJECT: subject}
+
+
+def is_deleted(stored: Stored) -> bool:
+    """Whether ``stored`` is a KV delete or purge marker (a released lease, a member gone)."""
+    return stored.headers.get("KV-Operation") in ("DEL", "PURGE")
+
+
+def ttl_headers(ttl: float) -> dict[str, str]:
+    """The per-message TTL of a message that should live ``ttl`` seconds: whole seconds (the
+    server's granularity), rounded up so that it never lapses early, at least 1."""
+    return {"Nats-TTL": f"{max(1, math.ceil(ttl))}s"}
 
 
 def is_transient(error: BaseException) -> bool:

@@ -17,7 +17,8 @@ from the SQLite engine (``bytes`` stay ``bytes``; a row of JSON, as written befo
 Leases and members are JSON, for ``nats kv get``: a lease ``{"consumer", "partition", "owner"
 (host:pid of the process), "ttl", "acquired_at"}`` plus, for a lease of ``try_acquire``,
 ``"worker"`` (the owner worker id) and ``"expires_at"`` (the lessee's clock, seconds since the Unix
-epoch); a renewal has ``"epoch"`` (the revision that took it) and ``"renewed_at"`` instead of
+epoch); a renewal has ``"epoch"`` (:data:`LEASE_GENERATION`: the revision that took it, the lease's
+generation) and ``"renewed_at"`` instead of
 ``"acquired_at"``; a member ``{"worker_id",
 "spec_digest", "details"}``.
 
@@ -48,6 +49,10 @@ from egress.rows import decode_row, encode_row
 LogEntry = tuple[bytes, bytes, float | None, bytes]
 """A log message as stored in a chunk: ``(message id, key, event timestamp, encoded row)``."""
 
+LEASE_GENERATION = "epoch"
+"""The key of a renewed lease's JSON holding its generation (the revision that took it): the stored
+name, which buckets written before keep."""
+
 pack = ormsgpack.packb
 unpack = ormsgpack.unpackb
 
@@ -69,7 +74,7 @@ def lease_info(record: bytes, revision: int, now: float) -> LeaseInfo:
     lease: dict[str, Any] = json.loads(record)
     expires_at = lease.get("expires_at")
     return LeaseInfo(str(lease["consumer"]), int(lease["partition"]), str(lease.get("worker", "")),
-                     int(lease.get("epoch", revision)),
+                     int(lease.get(LEASE_GENERATION, revision)),
                      None if expires_at is None else max(0.0, float(expires_at) - now))
 
 

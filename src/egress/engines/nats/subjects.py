@@ -12,7 +12,7 @@ subject after ``$KV.<bucket>.``                       holds
 ``metadata.<name>``                                   a metadata value of the pipeline (UTF-8)
 ``lease.<consumer>.<partition>``                      the lease (JSON), with a per-message TTL when
                                                       taken by ``try_acquire``; the revision taking
-                                                      it is the epoch, a renewal's the fence
+                                                      it is the generation, a renewal's the fence
 ``member.<worker id>``                                a live cluster member (JSON), per-message TTL
 ``checkpoint.<consumer>.<partition>``                 positions, sink progress, outbox seqs, watermark
 ``log.<stream>.<partition>.<first offset>``           a chunk of log messages from that offset on

@@ -1,0 +1,300 @@
+"""The committing half of ``CheckpointStore`` on NATS: a commit is one atomic batch fenced by the
+lease (docs/cluster.md tells the protocol), plus the redo of keyed writes a batch cannot hold and
+the compaction of a generation of keyed subjects."""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from dataclasses import replace
+from typing import Any
+
+from egress.engines.nats import records
+from egress.engines.nats.appends import NatsAppends
+from egress.engines.nats.checkpoints import NatsCheckpoints
+from egress.engines.nats.errors import JetStreamRequestError, NatsEngineError
+from egress.engines.nats.jetstream import MAX_BATCH, TOMBSTONE, WRONG_LAST_SEQUENCE, Outgoing, expect_last, is_deleted
+from egress.engines.nats.locks import locked
+from egress.engines.nats.log import NatsLog
+from egress.engines.nats.log_index import Chunk
+from egress.engines.nats.ownership import NatsOwnership
+from egress.engines.nats.records import CheckpointRecord, LogEntry
+from egress.engines.nats.retention import NatsRetention
+from egress.engines.nats.views import OutboxChunk, Redo, View
+from egress.engines.protocols import EpochCommit, FencedError
+from egress.errors import RowEncodingError
+from egress.rows import encode_row, first_unstorable_row_error
+
+_LOG_ATTEMPTS = 20  # commits retried after another writer appended to the same log partition
+
+
+class NatsCommits(NatsCheckpoints, NatsOwnership, NatsLog, NatsAppends, NatsRetention):
+    """:meth:`commit` into the bucket: fenced by the lease (:class:`NatsOwnership`), appending to
+    the log (:class:`NatsLog`), noting its appends (:class:`NatsAppends`), trimming the log now and
+    then (:class:`NatsRetention`)."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._slot_locks: dict[tuple[str, int], asyncio.Lock] = {}
+
+    async def acquire(self, consumer: str, partition: int) -> int:
+        """:meth:`NatsOwnership.acquire`, then this process's view of the consumer partition is
+        forgotten (doubts about an earlier commit too): its next commit starts from what is committed."""
+        generation = await super().acquire(consumer, partition)
+        self._views.pop((consumer, partition), None)
+        self._doubtful.discard((consumer, partition))
+        return generation
+
+    async def try_acquire(self, consumer: str, partition: int, owner: str, ttl: float) -> int | None:
+        """:meth:`NatsOwnership.try_acquire`, then, when taken, this process's view of the consumer
+        partition is forgotten: its next commit starts from what is committed."""
+        generation = await super().try_acquire(consumer, partition, owner, ttl)
+        if generation is not None:
+            self._views.pop((consumer, partition), None)
+        return generation
+
+    async def commit(self, commit: EpochCommit) -> None:
+        """Apply ``commit`` as one atomic, fenced batch (plus, for an epoch with more keyed writes
+        than a batch holds, their redo afterwards); raises ``FencedError`` if ``commit.generation`` is
+        not the lease's revision, :class:`NatsEngineError` if the server refuses it otherwise."""
+        consumer, partition = commit.consumer, commit.partition
+        async with locked(self._consumer_locks, [(consumer, partition)]):  # renew() and release() too
+            fence = self._fence(consumer, partition, commit.generation)
+            if (consumer, partition) in self._doubtful:
+                raise NatsEngineError(f"{self.url}: bucket {self.bucket}: an earlier commit of {consumer} partition "
+                                      f"{partition} failed and may or may not have been stored; load_checkpoint "
+                                      "(restart the job from its committed checkpoint) before committing again")
+            try:
+                await self._commit_locked(commit, fence)
+            except (FencedError, RowEncodingError):  # refused before or by the server: nothing stored
+                raise
+            except BaseException:  # a lost connection, an outage, a cancellation: stored or not, unknown here
+                self._doubtful.add((consumer, partition))
+                self._views.pop((consumer, partition), None)
+                raise
+        if self._clock.monotonic() - self._last_trim >= self.retention_period and not self._trimming:
+            await self._retained(self.trim())
+
+    async def _commit_locked(self, commit: EpochCommit, fence: int) -> None:
+        """:meth:`commit` with the consumer partition's lock held."""
+        consumer, partition = commit.consumer, commit.partition
+        view = self._views.get((consumer, partition))
+        if view is None:
+            view, _ = await self._load_view(consumer, partition, with_outbox=False)
+            self._views[(consumer, partition)] = view
+        if view.redo is not None:
+            await self._apply_redo(consumer, partition, commit.generation, fence, view)
+        slots = sorted({(append[0], append[1]) for append in commit.log_appends})
+        async with locked(self._slot_locks, slots):
+            await self._publish_commit(commit, fence, view, slots)
+        await self._notify_appends(slots)
+        if view.redo is not None:
+            await self._apply_redo(consumer, partition, commit.generation, fence, view)
+        await self._retained(self._trim_outbox(consumer, partition, view))
+        checkpoint = view.checkpoint
+        if checkpoint.markers > max(self.compaction_markers, checkpoint.compacted):
+            await self._compact(consumer, partition, commit.generation, fence, view)
+
+    async def _publish_commit(self, commit: EpochCommit, fence: int, view: View,
+                              slots: list[tuple[str, int]]) -> None:
+        consumer, partition, layout = commit.consumer, commit.partition, self._layout
+        entries = _log_entries(commit)
+        outbox_messages, outbox_chunks = self._outbox_messages(commit)
+        keyed = self._keyed_writes(commit, view.checkpoint.generation)
+        hints = {slot: self._hint(slot, offset) for slot, offset in commit.input_positions.items()}
+        checkpoint = view.checkpoint.updated(commit, hints)
+        markers = sum(deleted for subject, _, deleted in keyed if not subject.startswith(layout.prefix + "external."))
+        checkpoint = replace(checkpoint, markers=checkpoint.markers + markers)
+        head = Outgoing(layout.checkpoint(consumer, partition), checkpoint.encode(),
+                        expect_last(fence, layout.lease(consumer, partition)))
+        message_id = uuid.uuid4().hex  # the same for every batch of this commit: the server stores at most one
+        for _ in range(_LOG_ATTEMPTS):
+            ends = {slot: await self._log_end(slot) for slot in slots}
+            log_messages, log_chunks = self._log_messages(entries, ends)
+            batch = [head, *log_messages, *outbox_messages]
+            redo = len(batch) + len(keyed) > MAX_BATCH
+            batch.extend(self._redo_messages(consumer, partition, keyed) if redo else
+                         [Outgoing(subject, record, TOMBSTONE if deleted else None)
+                          for subject, record, deleted in keyed])
+            if len(batch) > MAX_BATCH:
+                raise NatsEngineError(f"{self.url}: the commit of {consumer} partition {partition} needs {len(batch)} "
+                                      f"messages of up to {self._budget} bytes, over the {MAX_BATCH} of one atomic "
+                                      "batch; lower epoch_max_messages or raise the server's max_payload")
+            try:
+                last = await self._js().publish_batch(batch, message_id)
+            except JetStreamRequestError as error:
+                refusal = await self._refusal(consumer, partition, commit.generation, fence, error)
+                if isinstance(refusal, FencedError) or error.code != WRONG_LAST_SEQUENCE:
+                    raise refusal from None
+                for slot in slots:  # another writer appended to one of these log partitions: offsets again
+                    self._log_ends.pop(slot, None)
+                continue
+            if last is None:  # stored by an attempt whose answer was lost: its sequences come from the server
+                await self._stored_earlier(consumer, partition, view, checkpoint, slots)
+                return
+            first_seq = last - len(batch) + 1
+            for number, chunk in enumerate(log_chunks, first_seq + 1):
+                chunk[1].seq = number
+                self._index(chunk[0]).add(chunk[1])
+                self._log_ends[chunk[0]] = (chunk[1].end, number)
+            for number, outbox_chunk in enumerate(outbox_chunks, first_seq + 1 + len(log_messages)):
+                outbox_chunk.seq = number
+            view.checkpoint = checkpoint
+            view.outbox.extend(outbox_chunks)
+            if redo:
+                view.redo = Redo(keyed, last)
+            return
+        raise NatsEngineError(f"{self.url}: bucket {self.bucket}: the log appends of {consumer} partition {partition} "
+                              f"met another writer's appends {_LOG_ATTEMPTS} times in a row")
+
+    async def _stored_earlier(self, consumer: str, partition: int, view: View, checkpoint: CheckpointRecord,
+                              slots: list[tuple[str, int]]) -> None:
+        """Bring ``view`` and the log ends of ``slots`` up to a commit stored by an earlier attempt of
+        the batch: the checkpoint is the one it carried; the outbox and redo chunks (and the log
+        ends) are read back, their sequences being unknown here."""
+        for slot in slots:
+            self._log_ends.pop(slot, None)
+        stored, _ = await self._load_view(consumer, partition, with_outbox=False)
+        view.checkpoint, view.outbox, view.redo = checkpoint, stored.outbox, stored.redo
+
+    def _log_messages(self, by_slot: dict[tuple[str, int], list[LogEntry]],
+                      ends: dict[tuple[str, int], tuple[int, int]]
+                      ) -> tuple[list[Outgoing], list[tuple[tuple[str, int], Chunk]]]:
+        """The log chunks of the entries of each log partition (:func:`_log_entries`), at offsets
+        from ``ends``; the first chunk of each log partition expects that partition's last chunk to
+        be the one ``ends`` names."""
+        messages: list[Outgoing] = []
+        chunks: list[tuple[tuple[str, int], Chunk]] = []
+        for slot, entries in by_slot.items():
+            first, last_seq = ends[slot]
+            packed = [records.pack(list(entry)) for entry in entries]
+            start = 0
+            for group in self._groups(packed, f"a log message of {slot[0]} partition {slot[1]}"):
+                headers = expect_last(last_seq, self._layout.log_chunks(*slot)) if start == 0 else None
+                messages.append(Outgoing(self._layout.log_chunk(*slot, first + start),
+                                         records.log_chunk(slot[0], slot[1], first + start, group), headers))
+                chunks.append((slot, Chunk(first + start, len(group), 0, entries[start:start + len(group)])))
+                start += len(group)
+        return messages, chunks
+
+    def _outbox_messages(self, commit: EpochCommit) -> tuple[list[Outgoing], list[OutboxChunk]]:
+        """The outbox chunks of ``commit``; raises :class:`~egress.errors.RowEncodingError` for a row
+        that cannot be stored."""
+        consumer, partition, outbox = commit.consumer, commit.partition, commit.outbox
+        try:
+            entries = [records.outbox_entry(message) for message in outbox]
+        except TypeError:
+            raise first_unstorable_row_error(commit.origin, commit.outbox_rows()) from None
+        messages: list[Outgoing] = []
+        chunks: list[OutboxChunk] = []
+        start = 0
+        for group in self._groups(entries, f"an outbox message of {consumer}"):
+            first, last = outbox[start].seq, outbox[start + len(group) - 1].seq
+            messages.append(Outgoing(self._layout.outbox_chunk(consumer, partition, first),
+                                     records.outbox_chunk(group, first)))
+            chunks.append(OutboxChunk(first, last, 0))
+            start += len(group)
+        return messages, chunks
+
+    def _keyed_writes(self, commit: EpochCommit, generation: int) -> list[tuple[str, bytes, bool]]:
+        """``(subject, record, deleted)`` per key the commit writes (state and timers in
+        ``generation``), the last write of a subject winning (timer deletions come before insertions)."""
+        layout, consumer, partition = self._layout, commit.consumer, commit.partition
+        writes: dict[str, tuple[str, bytes, bool]] = {}
+
+        def write(subject: str, record: list[Any], deleted: bool) -> None:
+            writes[subject] = (subject, records.pack(record), deleted)
+
+        for (name, key), value in commit.state_writes.items():
+            write(layout.state(consumer, partition, generation, name, key), [name, key, value], value is None)
+        for (table, key), row in commit.external_state_writes.items():
+            write(layout.external(table, key), [table, key, row], row is None)
+        for timers, deleted in ((commit.timers_deleted, True), (commit.timers_set, False)):
+            for key, trigger, *rest in timers:
+                domain = rest[0] if rest else "processing"
+                write(layout.timer(consumer, partition, generation, key, trigger, domain), [key, trigger, domain],
+                      deleted)
+        for subject, record, _ in writes.values():
+            if len(record) > self._budget:
+                raise NatsEngineError(f"{self.url}: {self._layout.suffix(subject)}: a value of {len(record)} bytes "
+                                      f"is over the server's max_payload; raise max_payload in nats-server's "
+                                      "configuration")
+        return list(writes.values())
+
+    def _redo_messages(self, consumer: str, partition: int, keyed: list[tuple[str, bytes, bool]]) -> list[Outgoing]:
+        entries = [records.redo_entry(self._layout.suffix(subject), record, deleted)
+                   for subject, record, deleted in keyed]
+        return [Outgoing(self._layout.redo(consumer, partition, number), records.redo_chunk(group))
+                for number, group in enumerate(self._groups(entries, f"a keyed write of {consumer}"))]
+
+    def _groups(self, entries: list[bytes], what: str) -> list[list[bytes]]:
+        groups = records.chunked(entries, self._budget)
+        for group in groups:
+            if len(group) == 1 and len(group[0]) > self._budget:
+                raise NatsEngineError(f"{self.url}: {what} is {len(group[0])} bytes, over the server's max_payload; "
+                                      "raise max_payload in nats-server's configuration")
+        return groups
+
+    async def _apply_redo(self, consumer: str, partition: int, lease_generation: int, fence: int, view: View) -> None:
+        """Write the pending redo's keyed writes to their own subjects (fenced batches), then purge it."""
+        redo = view.redo
+        assert redo is not None
+        lease = self._layout.lease(consumer, partition)
+        for start in range(0, len(redo.writes), MAX_BATCH):
+            writes = redo.writes[start:start + MAX_BATCH]
+            batch = [Outgoing(subject, record, TOMBSTONE if deleted else None) for subject, record, deleted in writes]
+            batch[0] = batch[0]._replace(headers={**(batch[0].headers or {}), **expect_last(fence, lease)})
+            try:
+                await self._js().publish_batch(batch)  # None (stored by an earlier attempt) is as good
+            except JetStreamRequestError as error:
+                raise await self._refusal(consumer, partition, lease_generation, fence, error) from None
+        await self._js().purge(self._layout.redos(consumer, partition), redo.last_seq + 1)
+        view.redo = None
+
+    async def _trim_outbox(self, consumer: str, partition: int, view: View) -> None:
+        """Purge the outbox chunks every sink has persisted."""
+        acknowledged = view.checkpoint.acknowledged
+        done = [chunk for chunk in view.outbox if chunk.last <= acknowledged]
+        if not done:
+            return
+        kept = [chunk for chunk in view.outbox if chunk.last > acknowledged]
+        await self._js().purge(self._layout.outbox_chunks(consumer, partition),
+                               kept[0].seq if kept else done[-1].seq + 1)
+        view.outbox = kept
+    async def _compact(self, consumer: str, partition: int, lease_generation: int, fence: int, view: View) -> None:
+        """Write the live keys and timers of the consumer partition's generation into a new one
+        (fenced batches, invisible until the checkpoint names it), commit the checkpoint naming it
+        (fenced), then purge the older generations. A crash in between leaves the old generation
+        live and the new one's subjects unnamed: a later compaction picks a higher generation and
+        purges them."""
+        js, layout, old = self._js(), self._layout, view.checkpoint.generation
+        stored = [*await js.scan(layout.states(consumer, partition, old)),
+                  *await js.scan(layout.timers(consumer, partition, old))]
+        generation = max(js.read_floor, fence) + 1  # above every sequence stored yet: above every generation
+        live = [Outgoing(layout.in_generation(s.subject, generation), s.data) for s in stored if not is_deleted(s)]
+        checkpoint = replace(view.checkpoint, generation=generation, markers=0, compacted=len(live))
+        lease = layout.lease(consumer, partition)
+        head = Outgoing(layout.checkpoint(consumer, partition), checkpoint.encode(), expect_last(fence, lease))
+        groups = [live[start:start + MAX_BATCH - 1] for start in range(0, len(live), MAX_BATCH - 1)] or [[]]
+        for number, group in enumerate(groups, 1):
+            batch = [*group, head] if number == len(groups) else group
+            batch[0] = batch[0]._replace(headers={**(batch[0].headers or {}), **expect_last(fence, lease)})
+            try:
+                await js.publish_batch(batch, uuid.uuid4().hex)  # None: stored by an earlier attempt, as good
+            except JetStreamRequestError as error:
+                raise await self._refusal(consumer, partition, lease_generation, fence, error) from None
+        view.checkpoint = checkpoint
+        await self._retained(self._purge_generations(consumer, partition, generation))
+
+
+def _log_entries(commit: EpochCommit) -> dict[tuple[str, int], list[LogEntry]]:
+    """The log appends of ``commit`` by ``(stream, partition)``, rows encoded (encoded once: a
+    commit meeting another writer's appends is retried with the same entries); raises
+    :class:`~egress.errors.RowEncodingError` for a row that cannot be stored."""
+    by_slot: dict[tuple[str, int], list[LogEntry]] = {}
+    try:
+        for stream, partition, message_id, key, timestamp, row in commit.log_appends:
+            by_slot.setdefault((stream, partition), []).append((message_id, key, timestamp, encode_row(row)))
+    except TypeError:
+        raise first_unstorable_row_error(commit.origin, commit.log_rows()) from None
+    return by_slot

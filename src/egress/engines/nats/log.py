@@ -1,0 +1,112 @@
+"""``Log`` on NATS: log chunks ``log.<stream>.<partition>.<first offset>``, read through what this
+process knows of them (:class:`~egress.engines.nats.log_index.LogIndex`)."""
+
+from __future__ import annotations
+
+import bisect
+from typing import Any
+
+from egress.engines.nats import records
+from egress.engines.nats.connection import NatsConnection
+from egress.engines.nats.jetstream import Stored
+from egress.engines.nats.log_index import Chunk, LogIndex
+from egress.engines.protocols import LogMessage
+from egress.rows import decode_row
+
+
+class NatsLog(NatsConnection):
+    """:class:`~egress.engines.protocols.Log` of the bucket."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._log_ends: dict[tuple[str, int], tuple[int, int]] = {}
+        self._indexes: dict[tuple[str, int], LogIndex] = {}
+
+    async def read(self, stream: str, partition: int, after: int, limit: int) -> list[LogMessage]:
+        messages: list[LogMessage] = []
+        offset = after
+        while len(messages) < limit:
+            chunk = await self._chunk_containing((stream, partition), offset)
+            if chunk is None or chunk.entries is None:
+                break
+            offset = max(offset, chunk.first)  # below a chunk only when retention purged the offsets between
+            start = offset - chunk.first
+            taken = chunk.entries[start:start + limit - len(messages)]
+            if not taken:
+                break
+            messages.extend(LogMessage(stream, partition, offset + i, message_id, key, timestamp, decode_row(row))
+                            for i, (message_id, key, timestamp, row) in enumerate(taken))
+            offset += len(taken)
+        return messages
+
+    async def end_offset(self, stream: str, partition: int) -> int:
+        stored = await self._js().last(self._layout.log_chunks(stream, partition))
+        if stored is None:
+            return 0
+        first, count = records.log_chunk_extent(stored.data)
+        return first + count
+
+    def _index(self, slot: tuple[str, int]) -> LogIndex:
+        index = self._indexes.get(slot)
+        if index is None:
+            index = self._indexes[slot] = LogIndex()
+        return index
+
+    async def _chunk_containing(self, slot: tuple[str, int], offset: int) -> Chunk | None:
+        """The decoded chunk holding ``offset``, or the first stored one after it (retention purged
+        the offsets before), or ``None`` when ``offset`` is at the end."""
+        index = self._index(slot)
+        while True:
+            known = index.floor(offset)
+            if known is None:
+                found = await self._first_chunk_from(slot, offset)
+                if found is None or found.first > offset:
+                    return found
+                continue
+            if offset < known.end:
+                if known.entries is None:
+                    stored = await self._js().get(known.seq)
+                    if stored is None:  # purged meanwhile
+                        return await self._first_chunk_from(slot, offset)
+                    known = self._remember(slot, stored)
+                return known
+            following = await self._js().scan(self._layout.log_chunks(*slot), known.seq + 1, limit=2)
+            if not following:
+                return None
+            for stored in following:
+                self._remember(slot, stored)
+
+    async def _first_chunk_from(self, slot: tuple[str, int], offset: int) -> Chunk | None:
+        """Look a chunk up by the offsets in the stored chunk subjects: the one holding ``offset``,
+        else the first stored (``None`` when there is none)."""
+        firsts = sorted(int(subject.rsplit(".", 1)[1])
+                        for subject in await self._js().subjects(self._layout.log_chunks(*slot)))
+        if not firsts:
+            return None
+        at = bisect.bisect_right(firsts, offset)
+        first = firsts[at - 1] if at else firsts[0]
+        stored = await self._js().last(self._layout.log_chunk(*slot, first))
+        return None if stored is None else self._remember(slot, stored)
+
+    def _remember(self, slot: tuple[str, int], stored: Stored) -> Chunk:
+        first, entries = records.log_chunk_entries(stored.data)
+        return self._index(slot).add(Chunk(first, len(entries), stored.seq, entries))
+
+    async def _log_end(self, slot: tuple[str, int]) -> tuple[int, int]:
+        """``(end offset, sequence of its last chunk)`` of a log partition, as last known here."""
+        end = self._log_ends.get(slot)
+        if end is None:
+            stored = await self._js().last(self._layout.log_chunks(*slot))
+            if stored is None:
+                end = (0, 0)
+            else:
+                first, count = records.log_chunk_extent(stored.data)
+                self._index(slot).add(Chunk(first, count, stored.seq))
+                end = (first + count, stored.seq)
+            self._log_ends[slot] = end
+        return end
+
+    def _hint(self, slot: tuple[str, int], offset: int) -> int:
+        known = self._indexes.get(slot)
+        chunk = None if known is None else known.floor(offset)
+        return 0 if chunk is None else chunk.seq
