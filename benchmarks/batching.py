@@ -206,7 +206,7 @@ class _Answered:
 
 
 async def _feed_sink(records: Sequence[bytes]) -> float:
-    context = SinkContext("deliver", "bulk", 0, RealClock(), Metrics(), StatusTree(), lambda: None)
+    context = SinkContext("deliver", "bulk", 0, RealClock(), Metrics(), StatusTree(), lambda _progress: None)
     parameters = BatchingHttpSinkParameters.model_validate({"url": "http://127.0.0.1:9/bulk",
                                                             "payload_column": "payload", **SINK_PARAMETERS})
     sink = BatchingHttpSink(context, parameters, BatchingHttpSinkDynamicParameters(), SinkProgress(),
@@ -216,11 +216,11 @@ async def _feed_sink(records: Sequence[bytes]) -> float:
     cpu = time.process_time()
     for start in range(0, len(messages), EPOCH):
         sink.distribute(messages[start:start + EPOCH])
-        sink.committed(sink.take_acknowledged())
+        sink.committed(sink.progress())
         await asyncio.sleep(0)
-    while sink.take_acknowledged().max_persisted_seq_no < len(messages):
+    while sink.progress().max_persisted_seq_no < len(messages):
         sink.flush()
-        sink.committed(sink.take_acknowledged())
+        sink.committed(sink.progress())
         await asyncio.sleep(0.001)
     used = time.process_time() - cpu
     await sink.close()

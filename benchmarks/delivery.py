@@ -772,7 +772,7 @@ async def _sink_phase(url: str, by_partition: list[list[Any]], partitions: int, 
 
     def progress(partition: int) -> None:
         sink = sinks[partition]
-        acknowledged[partition] = sink.take_acknowledged().max_persisted_seq_no
+        acknowledged[partition] = sink.progress().max_persisted_seq_no
         if sink.unacknowledged < SINK_CHUNK and fed[partition] < len(by_partition[partition]):
             feed(partition)
         if sum(acknowledged) == total:
@@ -785,7 +785,7 @@ async def _sink_phase(url: str, by_partition: list[list[Any]], partitions: int, 
 
     for partition in range(partitions):
         context = SinkContext("deliver", "http", partition, clock, metrics, status,
-                              lambda partition=partition: progress(partition))  # type: ignore[misc]
+                              lambda _progress, partition=partition: progress(partition))  # type: ignore[misc]
         sinks.append(AsyncHttpSink(context, AsyncHttpSinkParameters.model_validate(parameters),
                                    AsyncHttpSinkDynamicParameters(), SinkProgress()))
     started = time.perf_counter()

@@ -13,7 +13,7 @@ What is measured, on loopback only, with ``egress receiver --protocol firehose``
    ``interval_in_seconds`` 1, ``max_in_flight`` 4, compression level 6, an access key, common
    attributes), fed as a partition job feeds it:
    committed messages in chunks of 2,048 (``RunOptions.epoch_max_messages``), holding back while
-   8,192 or more are unacknowledged (``RunOptions.max_unacknowledged``), ``take_acknowledged()`` after
+   8,192 or more are unacknowledged (``RunOptions.max_unacknowledged``), ``progress()`` after
    every acknowledgement. The figure is payload MiB / wall time from the first ``distribute`` to the
    last acknowledgement, and records / that time. Every phase must deliver every record: the
    receiver's counts of records and record bytes are checked (exit 1 otherwise).
@@ -192,7 +192,8 @@ async def run_sink(records: list[bytes], encoding: str, flush_hook: bool) -> Res
     receiver = start_receiver()
     try:
         wake = asyncio.Event()
-        context = SinkContext("to_record", "firehose", 0, RealClock(), Metrics(), StatusTree(), wake.set)
+        context = SinkContext("to_record", "firehose", 0, RealClock(), Metrics(), StatusTree(),
+                              lambda _progress: wake.set())
         sink = FirehoseHttpSink(context, sink_parameters(receiver.url, encoding),
                                 FirehoseHttpSinkDynamicParameters(), SinkProgress())
         messages = [OutboxMessage(seq, "records", seq.to_bytes(16, "big"), b"[]", None, {"record": record.decode()})
@@ -204,19 +205,19 @@ async def run_sink(records: list[bytes], encoding: str, flush_hook: bool) -> Res
                 if flush_hook:
                     sink.flush()
                 wake.clear()
-                sink.committed(sink.take_acknowledged())  # a job commits the sink's progress and state each epoch
+                sink.committed(sink.progress())  # a job commits the sink's progress and state each epoch
                 if sink.unacknowledged >= MAX_UNACKNOWLEDGED:
                     await wake.wait()
                 if sink.terminal_error:
                     raise SystemExit(f"sink failed: {sink.terminal_error}")
             sink.distribute(messages[first:first + EPOCH_MESSAGES])
-            sink.committed(sink.take_acknowledged())
+            sink.committed(sink.progress())
             await asyncio.sleep(0)
         if flush_hook:
             sink.flush()
-        while sink.take_acknowledged().max_persisted_seq_no < len(messages):
+        while sink.progress().max_persisted_seq_no < len(messages):
             wake.clear()
-            sink.committed(sink.take_acknowledged())
+            sink.committed(sink.progress())
             await wake.wait()
             if sink.terminal_error:
                 raise SystemExit(f"sink failed: {sink.terminal_error}")

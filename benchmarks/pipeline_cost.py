@@ -70,15 +70,15 @@ class InstantSink:
             import asyncio
             self._last = messages[-1]
             self._held += len(messages)
-            asyncio.get_running_loop().call_soon(self._context.on_progress)
+            asyncio.get_running_loop().call_soon(self._acknowledge)
 
-    def take_acknowledged(self) -> Any:
+    def _acknowledge(self) -> None:
         from egress.engines import SinkProgress
         if self._last is not None:
             self._progress = SinkProgress("", self._last.message_id, self._last.seq, b"")
             self._last = None
             self._held = 0
-        return self._progress
+        self._context.on_progress(self._progress)
 
     def progress(self) -> Any:
         return self._progress

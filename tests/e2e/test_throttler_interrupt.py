@@ -107,7 +107,7 @@ def test_ctrl_c_while_a_job_waits_for_quota_commits_the_acknowledged_and_exits_w
         file.write(rows(FIRST, MORE))
     eventually_sync(lambda: (metric(port, "egress_throttler_queue_size") or 0) >= 1,
                     what="the next batch waiting for quota at the controller", timeout=30, interval=0.05)
-    eventually_sync(lambda: (metric(port, "egress_sink_async_http_sink_delivered_total") or 0) >= FIRST,
+    eventually_sync(lambda: (metric(port, "egress_sink_records_delivered_total") or 0) >= FIRST,
                     what="the first batch acknowledged while the next one waits", timeout=30, interval=0.05)
     assert (metric(port, "egress_throttler_queue_size") or 0) >= 1, "the next batch got its quota: a longer wait"
     process.send_signal(signal.SIGINT)

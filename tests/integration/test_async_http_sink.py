@@ -52,7 +52,7 @@ def make_sink(url: str, *, static: dict[str, Any] | None = None, dynamic: dict[s
     metrics = Metrics()
     status = StatusTree()
     changed = asyncio.Event()
-    context = SinkContext("deliver", "http", 0, RealClock(), metrics, status, changed.set)
+    context = SinkContext("deliver", "http", 0, RealClock(), metrics, status, lambda _progress: changed.set())
     sink = AsyncHttpSink(
         context,
         AsyncHttpSinkParameters.model_validate({"url": url, "payload_column": "payload", **(static or {})}),
@@ -80,7 +80,7 @@ async def test_posts_payload_bytes_unchanged_with_the_hex_message_id_as_idempote
     sink, _, _, _ = make_sink(f"{base}/events", static={"headers": {"X-Pipeline": "flights"}})
     payloads = ['{"origin":"EWR","delay":-3}', "Zürich ✈ 東京", "x" * 100_000, ""]
     sink.distribute(messages(payloads))
-    await eventually(lambda: sink.take_acknowledged().max_persisted_seq_no == 4)
+    await eventually(lambda: sink.progress().max_persisted_seq_no == 4)
     assert sorted(body for body, _ in recorder.requests) == sorted(p.encode() for p in payloads)
     by_body = {body: headers for body, headers in recorder.requests}
     headers = by_body[payloads[0].encode()]
@@ -88,7 +88,7 @@ async def test_posts_payload_bytes_unchanged_with_the_hex_message_id_as_idempote
     assert headers["X-Pipeline"] == "flights"
     assert "Content-Type" not in headers  # libcurl's form-urlencoded default must not leak in
     assert "Expect" not in by_body[payloads[2].encode()]
-    assert sink.take_acknowledged() == SinkProgress("", b"message-4", 4)
+    assert sink.progress() == SinkProgress("", b"message-4", 4)
     await sink.close()
 
 
@@ -113,9 +113,9 @@ async def test_null_payloads_are_acknowledged_in_order_without_a_request(serve_a
     base = await serve_app(recorder.app())
     sink, metrics, _, _ = make_sink(f"{base}/events")
     sink.distribute(messages([None, "a", None, None]))
-    await eventually(lambda: sink.take_acknowledged().max_persisted_seq_no == 4)
+    await eventually(lambda: sink.progress().max_persisted_seq_no == 4)
     assert [body for body, _ in recorder.requests] == [b"a"]
-    assert metrics.total("egress_sink_async_http_sink_responses_total") == 1
+    assert metrics.total("egress_sink_responses_total") == 1
     await sink.close()
 
 
@@ -132,11 +132,11 @@ async def test_acknowledgements_advance_only_as_a_contiguous_prefix(serve_app: S
     sink, metrics, _, _ = make_sink(f"{base}/events")
     sink.distribute(messages(["fast-1", "slow", "fast-3", "fast-4"]))
     await eventually(lambda: len(recorder.requests) == 4)
-    await eventually(lambda: sink_counter(metrics, "egress_sink_async_http_sink_delivered_total") == 3)  # 1, 3 and 4
-    assert sink.take_acknowledged().max_persisted_seq_no == 1  # seq 2 is still in flight: nothing past it
+    await eventually(lambda: sink_counter(metrics, "egress_sink_records_delivered_total") == 3)  # 1, 3 and 4
+    assert sink.progress().max_persisted_seq_no == 1  # seq 2 is still in flight: nothing past it
     assert sink.unacknowledged == 3
     release.set()
-    await eventually(lambda: sink.take_acknowledged().max_persisted_seq_no == 4)
+    await eventually(lambda: sink.progress().max_persisted_seq_no == 4)
     await sink.close()
 
 
@@ -148,14 +148,14 @@ async def test_transient_failures_are_retried_with_the_same_body_and_key(serve_a
     base = await serve_app(recorder.app())
     sink, metrics, status, _ = make_sink(f"{base}/events")
     sink.distribute(messages(["a", "b", "c"]))
-    await eventually(lambda: sink.take_acknowledged().max_persisted_seq_no == 3)
+    await eventually(lambda: sink.progress().max_persisted_seq_no == 3)
     assert set(recorder.attempts.values()) == {3}
     bodies_by_key: dict[str, set[bytes]] = {}
     for body, headers in recorder.requests:
         bodies_by_key.setdefault(headers["Idempotency-Key"], set()).add(body)
     assert all(len(bodies) == 1 for bodies in bodies_by_key.values())
-    assert metrics.value("egress_sink_async_http_sink_responses_total", sink_id="http", status_code="503") == 6
-    assert metrics.value("egress_sink_async_http_sink_retries_total", sink_id="http") == 6
+    assert metrics.value("egress_sink_responses_total", sink_id="http", status_code="503") == 6
+    assert metrics.value("egress_sink_retries_total", sink_id="http") == 6
     assert status.error("/sinks/http/async_http_sink") is None  # cleared once nothing fails
     await sink.close()
 
@@ -172,14 +172,14 @@ async def test_exhausted_retries_are_terminal_and_block_later_messages(serve_app
     assert sink.terminal_error is not None
     assert sink.terminal_error.startswith("Async HTTP POST retry policy exhausted after 3 attempt(s)")
     assert "HTTP status 500" in sink.terminal_error
-    sent = sink_counter(metrics, "egress_sink_async_http_sink_requests_total")
+    sent = sink_counter(metrics, "egress_sink_requests_total")
     sink.distribute(messages(["later-3", "later-4"], first_seq=3))
     for _ in range(10):  # turns of the loop, not time: a request is counted when it is submitted
         await asyncio.sleep(0)
-    assert sink_counter(metrics, "egress_sink_async_http_sink_requests_total") == sent
+    assert sink_counter(metrics, "egress_sink_requests_total") == sent
     assert recorder.attempts[b"message-2".hex().upper()] == 3
     assert not any(body.startswith(b"later") for body, _ in recorder.requests)
-    assert sink.take_acknowledged().max_persisted_seq_no == 1
+    assert sink.progress().max_persisted_seq_no == 1
     assert (status.error("/sinks/http/async_http_sink") or "").startswith("Async HTTP POST retry policy exhausted")
     await sink.close()
 
@@ -188,8 +188,8 @@ async def test_connection_refused_acknowledges_nothing(unused_tcp_port: int) -> 
     sink, metrics, _, _ = make_sink(f"http://127.0.0.1:{unused_tcp_port}/events", dynamic={"max_attempt_count": 2})
     sink.distribute(messages(["a"]))
     await eventually(lambda: sink.terminal_error is not None)
-    assert sink.take_acknowledged().max_persisted_seq_no == 0
-    assert metrics.value("egress_sink_async_http_sink_attempt_failures_total", sink_id="http") == 2
+    assert sink.progress().max_persisted_seq_no == 0
+    assert metrics.value("egress_sink_attempt_failures_total", sink_id="http") == 2
     assert "curl error 7" in (sink.terminal_error or "")
     await sink.close()
 
@@ -199,6 +199,6 @@ async def test_messages_persisted_before_a_restart_are_not_posted_again(serve_ap
     base = await serve_app(recorder.app())
     sink, _, _, _ = make_sink(f"{base}/events", progress=SinkProgress("", b"message-2", 2))
     sink.distribute(messages(["a", "b", "c"]))
-    await eventually(lambda: sink.take_acknowledged().max_persisted_seq_no == 3)
+    await eventually(lambda: sink.progress().max_persisted_seq_no == 3)
     assert [body for body, _ in recorder.requests] == [b"c"]
     await sink.close()

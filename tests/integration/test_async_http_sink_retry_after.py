@@ -58,9 +58,9 @@ async def test_a_503_with_retry_after_pauses_the_delivery_and_its_endpoint(
     base = await serve_app(endpoint.app())
     sink, metrics, _, _ = make_sink(f"{base}/events", dynamic=RETRY_AFTER_UP_TO_5S)
     sink.distribute(messages(["first"]))
-    await eventually(lambda: metrics.value("egress_sink_async_http_sink_retry_after_total", sink_id="http") == 1)
+    await eventually(lambda: metrics.value("egress_sink_retry_after_total", sink_id="http") == 1)
     sink.distribute(messages(["second"], first_seq=2))  # a first attempt during the pause: held
-    await eventually(lambda: sink.take_acknowledged().max_persisted_seq_no == 2)
+    await eventually(lambda: sink.progress().max_persisted_seq_no == 2)
     await sink.close()
     first, second = (endpoint.arrivals[f"message-{n}".encode().hex().upper()] for n in (1, 2))
     assert len(first) == 2
@@ -73,7 +73,7 @@ async def test_a_garbage_retry_after_is_counted_and_the_backoff_applies(serve_ap
     base = await serve_app(endpoint.app())
     sink, metrics, _, _ = make_sink(f"{base}/events", dynamic=RETRY_AFTER_UP_TO_5S)
     sink.distribute(messages(["only"]))
-    await eventually(lambda: sink.take_acknowledged().max_persisted_seq_no == 1)
+    await eventually(lambda: sink.progress().max_persisted_seq_no == 1)
     await sink.close()
-    assert metrics.value("egress_sink_async_http_sink_retry_after_invalid_total", sink_id="http") == 1
-    assert metrics.value("egress_sink_async_http_sink_retry_after_total", sink_id="http") == 0
+    assert metrics.value("egress_sink_retry_after_invalid_total", sink_id="http") == 1
+    assert metrics.value("egress_sink_retry_after_total", sink_id="http") == 0

@@ -62,7 +62,8 @@ class Endpoint:
 
 def make_sink(url: str, static: dict[str, Any] | None = None, dynamic: dict[str, Any] | None = None,
               throttling: Throttling | None = None) -> BatchingHttpSink:
-    context = SinkContext("deliver", "bulk", 0, RealClock(), Metrics(), StatusTree(), lambda: None, throttling)
+    context = SinkContext("deliver", "bulk", 0, RealClock(), Metrics(), StatusTree(), lambda _progress: None,
+                          throttling)
     parameters = BatchingHttpSinkParameters.model_validate({"url": url, "payload_column": "p", "max_delay": 0,
                                                             **(static or {})})
     return BatchingHttpSink(context, parameters, BatchingHttpSinkDynamicParameters.model_validate(
@@ -78,7 +79,7 @@ async def drain(sink: BatchingHttpSink, until: Callable[[SinkProgress], bool], l
     """Commit as a partition job does, every 10 ms, until ``until(progress)``."""
 
     def committed() -> SinkProgress | None:
-        progress = sink.take_acknowledged()
+        progress = sink.progress()
         sink.committed(progress)
         if until(progress):
             return progress
@@ -125,7 +126,7 @@ async def test_a_batch_is_dead_lettered_after_the_attempt_cap_and_the_sink_goes_
                      {"max_attempt_count": 3})
     try:
         sink.distribute(messages(2))
-        sink.committed(sink.take_acknowledged())
+        sink.committed(sink.progress())
         await drain(sink, lambda progress: progress.max_persisted_seq_no == 2)
         sink.distribute(messages(2, start=3))  # the next batch is delivered
         await drain(sink, lambda progress: progress.max_persisted_seq_no == 4)
@@ -146,10 +147,10 @@ async def test_without_a_dead_letter_file_an_exhausted_batch_stops_the_sink(serv
                      {"max_attempt_count": 2})
     try:
         sink.distribute(messages(4))
-        sink.committed(sink.take_acknowledged())
+        sink.committed(sink.progress())
         await eventually(lambda: sink.terminal_error is not None, what="the sink stopped", timeout=30)
         assert "Batching HTTP POST retry policy exhausted after 2 attempt(s)" in sink.terminal_error
-        assert sink.take_acknowledged().max_persisted_seq_no == 0
+        assert sink.progress().max_persisted_seq_no == 0
     finally:
         await sink.close()
     first_key = batch_idempotency_key(b"id-0001", b"id-0002")

@@ -64,7 +64,7 @@ async def test_three_partitions_share_a_dead_letter_file_and_every_message_is_de
     assert len(keys) + len(receiver.stats.delivered_keys) == len(payloads)
     assert {letter.partition for letter in letters} == {0, 1, 2}
     assert all(letter.attempts[0].status == 503 and len(letter.attempts) == 1 for letter in letters)
-    assert pipeline.metrics.total("egress_sink_async_http_sink_dead_letters_total") == len(letters)
+    assert pipeline.metrics.total("egress_sink_dead_letters_total") == len(letters)
     status = await pipeline.status_document()
     latest = status["dead_letters"]["latest"]
     assert status["dead_letters"]["written"] == len(letters)
@@ -194,7 +194,7 @@ async def test_firehose_letters_are_redriven_as_their_batches_under_the_same_req
     records = [p.encode() for p in payloads if p is not None]
     assert [letter.payload for letter in letters] == records
     assert len(errors.read_text().splitlines()) == len(records)  # the Firehose-format error output too
-    assert pipeline.metrics.total("egress_sink_firehose_http_dead_letters_total") == len(records)
+    assert pipeline.metrics.total("egress_sink_dead_letters_total") == len(records)
     assert letters[0].attempts[0].status == 503
     assert (letters[0].attempts[0].error or "").startswith("HttpEndpoint.DestinationException: ")
     batches = Counter(letter.idempotency_key for letter in letters)
@@ -244,7 +244,7 @@ async def test_batching_letters_are_redriven_as_their_batches_under_the_same_key
     letters, _ = read_dead_letters(dead)
     records = [p.encode() for p in payloads if p is not None]
     assert [letter.payload for letter in letters] == records
-    assert pipeline.metrics.total("egress_sink_batching_http_dead_letters_total") == len(records)
+    assert pipeline.metrics.total("egress_sink_dead_letters_total") == len(records)
     assert letters[0].attempts[0].status == 500
     batches = Counter(letter.idempotency_key for letter in letters)
     assert batches == Counter({key: len(lines) for key, lines in down.batches})

@@ -25,8 +25,9 @@ from egress.connectors.sinks.firehose_parameters import FirehoseHttpSinkDynamicP
 from egress.engines import OutboxMessage, SinkProgress
 from egress.firehose import FirehoseReceiver, FirehoseRequest, ReceiverOptions
 from egress.firehose import protocol as p
-from egress.firehose.retry import backoff_seconds
+from egress.firehose.retry import INITIAL_BACKOFF_SECONDS, JITTER_RATIO, MAX_BACKOFF_SECONDS
 from egress.httpclient import Request, Response
+from egress.httpclient.backoff import DoublingBackoff
 from egress.observe import Metrics, StatusTree
 from tests.conftest import ServerFactory
 from tests.waiting import eventually
@@ -85,13 +86,13 @@ def make_sink(url: str, *, static: dict[str, Any] | None = None, dynamic: dict[s
     status = StatusTree()
     sinks: list[FirehoseHttpSink] = []
 
-    def commit_at_once() -> None:
-        """A partition job that commits the sink's progress (and batch ends) the moment it is woken."""
+    def commit_at_once(progress: SinkProgress) -> None:
+        """A partition job that commits the sink's progress (and batch ends) the moment it is reported."""
         if sinks:
-            asyncio.get_running_loop().call_soon(lambda: sinks[0].committed(sinks[0].take_acknowledged()))
+            asyncio.get_running_loop().call_soon(lambda: sinks[0].committed(progress))
 
     context = SinkContext("deliver", "firehose", 0, clock or RealClock(), metrics, status,
-                          commit_at_once if commits else lambda: None)
+                          commit_at_once if commits else lambda _progress: None)
     parameters = FirehoseHttpSinkParameters.model_validate({
         "url": url, "payload_column": "payload", "stream_name": "flights",
         "buffering_hints": {"size_in_mbs": 5, "interval_in_seconds": 0}, **(static or {})})
@@ -133,7 +134,7 @@ async def test_delivers_to_the_egress_receiver_with_gzip_key_and_attributes(
             "common_attributes": {"pipeline": "flights"}})
         sink.distribute(messages(payloads[:30]))
         sink.distribute(messages(payloads[30:], first_seq=31))
-        await eventually(lambda: sink.take_acknowledged().max_persisted_seq_no == 50)
+        await eventually(lambda: sink.progress().max_persisted_seq_no == 50)
         await sink.close()
     finally:
         await runner.cleanup()
@@ -144,8 +145,8 @@ async def test_delivers_to_the_egress_receiver_with_gzip_key_and_attributes(
     assert first == [v.encode() for v in payloads[:30] if v is not None]
     (second,) = [records for request_id, records in by_id.items() if records is not first]
     assert second == [v.encode() for v in payloads[30:]]
-    assert metrics.value("egress_sink_firehose_http_records_delivered_total", sink_id="firehose") == 49
-    assert metrics.value("egress_sink_firehose_http_responses_total", sink_id="firehose", status_code="200") == 2
+    assert metrics.value("egress_sink_records_delivered_total", sink_id="firehose") == 49
+    assert metrics.value("egress_sink_responses_total", sink_id="firehose", status_code="200") == 2
     assert receiver.stats.by_status == {200: 2}
 
 
@@ -157,7 +158,7 @@ async def test_exact_headers_and_body(serve_app: ServerFactory) -> None:
     base = await serve_app(endpoint.app())
     sink, _, _ = make_sink(f"{base}/ingest")
     sink.distribute(messages(["hello", "hello world"]))
-    await eventually(lambda: sink.take_acknowledged().max_persisted_seq_no == 2)
+    await eventually(lambda: sink.progress().max_persisted_seq_no == 2)
     await sink.close()
     (seen,) = endpoint.seen
     assert seen.records == [b"hello", b"hello world"]
@@ -178,7 +179,7 @@ async def test_batches_respect_the_record_limit_and_the_size_hint(serve_app: Ser
     base = await serve_app(endpoint.app())
     sink, _, _ = make_sink(f"{base}/ingest")
     sink.distribute(messages(["x"] * 25_000))
-    await eventually(lambda: sink.take_acknowledged().max_persisted_seq_no == 25_000)
+    await eventually(lambda: sink.progress().max_persisted_seq_no == 25_000)
     assert sorted(len(s.records) for s in endpoint.seen) == [5_000, 10_000, 10_000]
     await sink.close()
 
@@ -187,7 +188,7 @@ async def test_batches_respect_the_record_limit_and_the_size_hint(serve_app: Ser
     big = "y" * 300_000
     sink, _, _ = make_sink(f"{base}/ingest", static={"buffering_hints": {"size_in_mbs": 1, "interval_in_seconds": 0}})
     sink.distribute(messages([big] * 10))
-    await eventually(lambda: sink.take_acknowledged().max_persisted_seq_no == 10)
+    await eventually(lambda: sink.progress().max_persisted_seq_no == 10)
     await sink.close()
     assert all(sum(map(len, s.records)) <= 1024 * 1024 for s in sized.seen)
     assert sum(len(s.records) for s in sized.seen) == 10
@@ -205,7 +206,7 @@ async def test_interval_closes_a_partial_batch(serve_app: ServerFactory) -> None
         sink.distribute(messages(["c"], first_seq=3))
         assert endpoint.seen == []
         assert sink.oldest_undelivered_age() == 0.0
-        await eventually(lambda: sink.take_acknowledged().max_persisted_seq_no == 3)
+        await eventually(lambda: sink.progress().max_persisted_seq_no == 3)
         assert clock.monotonic() >= 1_700_000_060.0
         await sink.close()
     assert [s.records for s in endpoint.seen] == [[b"a", b"b", b"c"]]
@@ -223,19 +224,19 @@ async def test_request_id_is_stable_across_retries_and_instances(serve_app: Serv
     base = await serve_app(endpoint.app())
     sink, metrics, _ = make_sink(f"{base}/ingest")
     sink.distribute(messages(["a", "b", "c"]))
-    await eventually(lambda: sink.take_acknowledged().max_persisted_seq_no == 3)
+    await eventually(lambda: sink.progress().max_persisted_seq_no == 3)
     await sink.close()
     ids = {s.headers["X-Amz-Firehose-Request-Id"] for s in endpoint.seen}
     assert len(endpoint.seen) == 3
     assert ids == {batch_request_id("deliver/firehose", b"message-00000001", b"message-00000003")}
-    assert metrics.value("egress_sink_firehose_http_retries_total", sink_id="firehose") == 2
+    assert metrics.value("egress_sink_retries_total", sink_id="firehose") == 2
 
     # a new instance (a restart before progress was committed) sends the same batch with the same id
     again = StrictEndpoint()
     base = await serve_app(again.app())
     sink, _, _ = make_sink(f"{base}/ingest")
     sink.distribute(messages(["a", "b", "c"]))
-    await eventually(lambda: sink.take_acknowledged().max_persisted_seq_no == 3)
+    await eventually(lambda: sink.progress().max_persisted_seq_no == 3)
     await sink.close()
     assert {s.headers["X-Amz-Firehose-Request-Id"] for s in again.seen} == ids
 
@@ -279,7 +280,7 @@ async def one_attempt_to_the_error_output(serve_app: ServerFactory, tmp_path: Pa
     errors = tmp_path / "errors.jsonl"
     sink, metrics, _ = make_sink(f"{base}/ingest", static={"retry_duration": 0, "error_output": str(errors)})
     sink.distribute(messages(["only"]))
-    await eventually(lambda: sink.take_acknowledged().max_persisted_seq_no == 1)
+    await eventually(lambda: sink.progress().max_persisted_seq_no == 1)
     await sink.close()
     assert len(endpoint.seen) == 1
     (line,) = [json.loads(text) for text in errors.read_text().splitlines()]
@@ -295,12 +296,12 @@ async def test_non_conforming_success_is_retried(serve_app: ServerFactory, wrong
     base = await serve_app(endpoint.app())
     sink, metrics, _ = make_sink(f"{base}/ingest")
     sink.distribute(messages(["a"]))
-    await eventually(lambda: sink.take_acknowledged().max_persisted_seq_no == 1)
+    await eventually(lambda: sink.progress().max_persisted_seq_no == 1)
     await sink.close()
     assert len(endpoint.seen) == 2
     assert len({s.headers["X-Amz-Firehose-Request-Id"] for s in endpoint.seen}) == 1
-    assert metrics.value("egress_sink_firehose_http_retries_total", sink_id="firehose") == 1
-    assert metrics.value("egress_sink_firehose_http_records_delivered_total", sink_id="firehose") == 1
+    assert metrics.value("egress_sink_retries_total", sink_id="firehose") == 1
+    assert metrics.value("egress_sink_records_delivered_total", sink_id="firehose") == 1
 
 
 @pytest.mark.parametrize(("wrong", "code", "message"), [
@@ -321,7 +322,7 @@ async def test_a_non_conforming_answer_is_a_failure_in_the_error_output(
     line, metrics = await one_attempt_to_the_error_output(serve_app, tmp_path, always_wrong)
     assert line["errorCode"] == code
     assert message in line["errorMessage"]
-    assert metrics.value("egress_sink_firehose_http_records_delivered_total", sink_id="firehose") == 0
+    assert metrics.value("egress_sink_records_delivered_total", sink_id="firehose") == 0
 
 
 RAW_HEAD = "HTTP/1.1 200 OK\r\nConnection: keep-alive\r\n"
@@ -375,13 +376,13 @@ async def test_response_headers_as_sent(head: str, accepted: bool) -> None:
     try:
         sink, metrics, _ = make_sink(url)
         sink.distribute(messages(["a"]))
-        await eventually(lambda: sink.take_acknowledged().max_persisted_seq_no == 1)
+        await eventually(lambda: sink.progress().max_persisted_seq_no == 1)
         await sink.close()
     finally:
         server.close()
         await server.wait_closed()
     assert len(seen) == (1 if accepted else 2)
-    assert metrics.value("egress_sink_firehose_http_retries_total", sink_id="firehose") == (0 if accepted else 1)
+    assert metrics.value("egress_sink_retries_total", sink_id="firehose") == (0 if accepted else 1)
 
 
 async def test_a_chunked_conforming_answer_is_accepted() -> None:
@@ -395,7 +396,7 @@ async def test_a_chunked_conforming_answer_is_accepted() -> None:
     try:
         sink, _, _ = make_sink(url)
         sink.distribute(messages(["a"]))
-        await eventually(lambda: sink.take_acknowledged().max_persisted_seq_no == 1)
+        await eventually(lambda: sink.progress().max_persisted_seq_no == 1)
         await sink.close()
     finally:
         server.close()
@@ -414,11 +415,11 @@ async def test_413_goes_to_the_error_output_once(serve_app: ServerFactory, tmp_p
     sink, metrics, _ = make_sink(f"{base}/ingest", static={"error_output": str(errors)})
     sink.distribute(messages(["first", None, "second"]))
     # the batch is handled: its task has ended
-    await eventually(lambda: sink.take_acknowledged().max_persisted_seq_no == 3)
+    await eventually(lambda: sink.progress().max_persisted_seq_no == 3)
     await sink.close()
     assert len(endpoint.seen) == 1
-    assert metrics.value("egress_sink_firehose_http_requests_total", sink_id="firehose") == 1
-    assert metrics.value("egress_sink_firehose_http_retries_total", sink_id="firehose") == 0
+    assert metrics.value("egress_sink_requests_total", sink_id="firehose") == 1
+    assert metrics.value("egress_sink_retries_total", sink_id="firehose") == 0
     lines = [json.loads(line) for line in errors.read_text().splitlines()]
     assert [base64.b64decode(line["rawData"]) for line in lines] == [b"first", b"second"]
     for line in lines:
@@ -428,7 +429,7 @@ async def test_413_goes_to_the_error_output_once(serve_app: ServerFactory, tmp_p
         assert line["errorCode"] == "HttpEndpoint.DestinationException"
         assert json.loads(line["errorMessage"])["errorMessage"] == 'too "large"'
         assert line["attemptEndingTimestamp"] >= line["arrivalTimestamp"] > 1_600_000_000_000
-    assert metrics.value("egress_sink_firehose_http_error_output_records_total", sink_id="firehose") == 2
+    assert metrics.value("egress_sink_error_output_records_total", sink_id="firehose") == 2
 
 
 async def test_retry_duration_zero_means_one_attempt(serve_app: ServerFactory, tmp_path: Path) -> None:
@@ -451,7 +452,7 @@ async def test_without_error_output_an_exhausted_batch_stops_the_sink(serve_app:
     await eventually(lambda: sink.terminal_error is not None)
     await sink.close()
     assert "HttpEndpoint.DestinationException: HTTP 500: boom" in (sink.terminal_error or "")
-    assert sink.take_acknowledged().max_persisted_seq_no == 0
+    assert sink.progress().max_persisted_seq_no == 0
 
 
 class TimedTransport:
@@ -462,9 +463,9 @@ class TimedTransport:
         self.inner = curl_transport("http", parameters)
         self.starts: list[float] = []
 
-    async def send(self, request: Request) -> Response:
+    def submit(self, request: Request) -> asyncio.Future[Response]:
         self.starts.append(self.clock.monotonic())
-        return await self.inner.send(request)
+        return self.inner.submit(request)
 
     def close(self) -> None:
         self.inner.close()
@@ -488,12 +489,13 @@ async def test_backoff_sequence_on_the_virtual_clock(serve_app: ServerFactory, t
                                dynamic={"retry_initial_delay": "1s", "retry_maximum_delay": "120s"},
                                static={"retry_duration": 600, "error_output": str(tmp_path / "e.jsonl")})
         sink.distribute(messages(["a"]))
-        await eventually(lambda: sink.take_acknowledged().max_persisted_seq_no == 1, timeout=60)
+        await eventually(lambda: sink.progress().max_persisted_seq_no == 1, timeout=60)
         await sink.close()
     starts = transports[0].starts
     waits = [later - earlier for earlier, later in itertools.pairwise(starts)]
     rng = random.Random(42)
-    expected = [backoff_seconds(n, rng.uniform(-1.0, 1.0)) for n in range(len(waits) + 1)]
+    backoff = DoublingBackoff(INITIAL_BACKOFF_SECONDS, MAX_BACKOFF_SECONDS, JITTER_RATIO)
+    expected = [backoff.seconds(n, rng.uniform(-1.0, 1.0)) for n in range(len(waits) + 1)]
     assert waits == pytest.approx(expected[:len(waits)], abs=1e-6)
     for n, wait in enumerate(waits):
         assert 0.85 * min(120, 2 ** n) <= wait <= 1.15 * min(120, 2 ** n)
@@ -525,7 +527,7 @@ async def test_url_and_key_change_between_attempts(serve_app: ServerFactory, tmp
     monkeypatch.setenv("FH_NEXT_KEY", "new-key")
     sink.reconfigure(FirehoseHttpSinkDynamicParameters.model_validate(
         {**FAST, "url": f"{new_base}/ingest", "access_key": {"env": "FH_NEXT_KEY"}}))
-    await eventually(lambda: sink.take_acknowledged().max_persisted_seq_no == 1)
+    await eventually(lambda: sink.progress().max_persisted_seq_no == 1)
     await sink.close()
     for seen, url in [(s, "old") for s in old.seen] + [(s, "new") for s in new.seen]:
         attempts.append((url, seen.headers["X-Amz-Firehose-Access-Key"]))
@@ -540,7 +542,7 @@ async def test_null_payloads_only_need_no_request(serve_app: ServerFactory) -> N
     base = await serve_app(endpoint.app())
     sink, _, _ = make_sink(f"{base}/ingest")
     sink.distribute(messages([None, None]))
-    assert sink.take_acknowledged().max_persisted_seq_no == 2  # handled at once
+    assert sink.progress().max_persisted_seq_no == 2  # handled at once
     assert sink.unacknowledged == 0
     await sink.close()
     assert endpoint.seen == []
@@ -560,11 +562,11 @@ async def test_progress_is_a_contiguous_prefix_when_a_later_batch_finishes_first
     sink.distribute(messages(["first"]))
     sink.distribute(messages(["second"], first_seq=2))
     await eventually(
-        lambda: metrics.value("egress_sink_firehose_http_records_delivered_total", sink_id="firehose") == 1)
-    assert sink.take_acknowledged().max_persisted_seq_no == 0
+        lambda: metrics.value("egress_sink_records_delivered_total", sink_id="firehose") == 1)
+    assert sink.progress().max_persisted_seq_no == 0
     assert sink.unacknowledged == 2  # the second batch is handled, but held until the first one is
     release.set()
-    await eventually(lambda: sink.take_acknowledged().max_persisted_seq_no == 2)
+    await eventually(lambda: sink.progress().max_persisted_seq_no == 2)
     await sink.close()
 
 
@@ -575,7 +577,7 @@ async def test_a_record_over_the_protocol_limit_goes_to_the_error_output_unsent(
     errors = tmp_path / "errors.jsonl"
     sink, _, _ = make_sink(f"{base}/ingest", static={"error_output": str(errors)})
     sink.distribute(messages(["before", "z" * (p.MAX_RECORD_BYTES + 1), "after"]))
-    await eventually(lambda: sink.take_acknowledged().max_persisted_seq_no == 3)
+    await eventually(lambda: sink.progress().max_persisted_seq_no == 3)
     await sink.close()
     assert sorted(r for s in endpoint.seen for r in s.records) == [b"after", b"before"]
     (line,) = [json.loads(text) for text in errors.read_text().splitlines()]
@@ -589,10 +591,10 @@ async def test_a_payload_of_the_wrong_type_stops_the_sink(serve_app: ServerFacto
     sink, _, _ = make_sink(f"{base}/ingest")
     sink.distribute(messages(["ok", 5, "later"]))
     await eventually(lambda: sink.terminal_error is not None)
-    await eventually(lambda: sink.take_acknowledged().max_persisted_seq_no == 1)
+    await eventually(lambda: sink.progress().max_persisted_seq_no == 1)
     await sink.close()  # cancels anything still running: nothing after the bad payload may have been sent
     assert [s.records for s in endpoint.seen] == [[b"ok"]]
-    assert sink.take_acknowledged().max_persisted_seq_no == 1
+    assert sink.progress().max_persisted_seq_no == 1
     assert "must contain a String or null" in (sink.terminal_error or "")
 
 
@@ -606,7 +608,7 @@ async def test_close_during_backoff_returns_promptly(serve_app: ServerFactory) -
     sink.distribute(messages(["a"]))
     await eventually(lambda: len(endpoint.seen) == 1)
     await asyncio.wait_for(sink.close(), timeout=10)
-    assert sink.take_acknowledged().max_persisted_seq_no == 0
+    assert sink.progress().max_persisted_seq_no == 0
 
 
 async def test_freshness_gauge_and_nulls_not_held_by_the_interval(serve_app: ServerFactory) -> None:
@@ -615,14 +617,14 @@ async def test_freshness_gauge_and_nulls_not_held_by_the_interval(serve_app: Ser
     clock = VirtualClock(start=1_700_000_000.0)
     sink, metrics, _ = make_sink(f"{base}/ingest", clock=clock,
                                  static={"buffering_hints": {"size_in_mbs": 1, "interval_in_seconds": 60}})
-    age = "egress_sink_firehose_http_oldest_undelivered_record_age_seconds"
+    age = "egress_sink_oldest_undelivered_record_age_seconds"
     sink.distribute(messages([None]))
-    assert sink.take_acknowledged().max_persisted_seq_no == 1  # nothing buffered before it: no wait for the interval
+    assert sink.progress().max_persisted_seq_no == 1  # nothing buffered before it: no wait for the interval
     sink.distribute(messages(["a"], first_seq=2))
     await clock.advance(30)
     assert metrics.value(age, sink_id="firehose", partition="0") == 30.0
     await clock.advance(30)  # the interval closes the batch
-    await eventually(lambda: sink.take_acknowledged().max_persisted_seq_no == 2)
+    await eventually(lambda: sink.progress().max_persisted_seq_no == 2)
     assert metrics.value(age, sink_id="firehose", partition="0") == 0.0
     await sink.close()
     assert [s.records for s in endpoint.seen] == [[b"a"]]
@@ -639,11 +641,11 @@ async def test_flush_sends_the_open_batch_without_waiting_for_the_interval(serve
     sink.distribute(messages(["c"], first_seq=4))
     sink.flush()
     sink.distribute(messages(["d"], first_seq=5))
-    await eventually(lambda: sink.take_acknowledged().max_persisted_seq_no == 4)
+    await eventually(lambda: sink.progress().max_persisted_seq_no == 4)
     assert clock.monotonic() == 1_700_000_000.0
     assert sink.unacknowledged == 1  # "d" waits in a new open batch
     sink.flush()
-    await eventually(lambda: sink.take_acknowledged().max_persisted_seq_no == 5)
+    await eventually(lambda: sink.progress().max_persisted_seq_no == 5)
     await sink.close()
     assert [s.records for s in endpoint.seen] == [[b"a", b"b", b"c"], [b"d"]]
 
@@ -658,7 +660,7 @@ async def test_a_closed_batch_waits_for_its_boundary_to_be_committed(serve_app: 
                            static={"buffering_hints": {"size_in_mbs": 1, "interval_in_seconds": 900}})
     sink.distribute(messages(["a", None, "b"]))
     sink.flush()
-    progress = sink.take_acknowledged()
+    progress = sink.progress()
     assert (progress.max_persisted_seq_no, progress.sink_state) == (0, b"[3]")
     sink.committed(SinkProgress())  # an older commit, without this boundary: still nothing may go out
     # A batch is started synchronously (a task at once), so this holds now or never, without waiting.
@@ -667,8 +669,8 @@ async def test_a_closed_batch_waits_for_its_boundary_to_be_committed(serve_app: 
         await asyncio.sleep(0)
     assert endpoint.seen == [], "a batch went out before its boundary was committed"
     sink.committed(progress)
-    await eventually(lambda: sink.take_acknowledged().max_persisted_seq_no == 3)
-    assert sink.take_acknowledged().sink_state == b"", "an acknowledged batch leaves the committed state"
+    await eventually(lambda: sink.progress().max_persisted_seq_no == 3)
+    assert sink.progress().sink_state == b"", "an acknowledged batch leaves the committed state"
     await sink.close()
     assert [s.records for s in endpoint.seen] == [[b"a", b"b"]]
 
@@ -686,7 +688,7 @@ async def test_a_new_instance_reforms_the_committed_batches_whatever_the_hints_a
     sink.distribute(messages([*first[:3], None, *first[3:]]))
     sink.flush()
     await eventually(lambda: len(refusing.seen) >= 2)
-    state = sink.take_acknowledged()
+    state = sink.progress()
     await sink.close()  # the process dies here: nothing acknowledged, the boundary committed
     assert state.max_persisted_seq_no == 0
     assert state.sink_state == b"[7]"
@@ -699,7 +701,7 @@ async def test_a_new_instance_reforms_the_committed_batches_whatever_the_hints_a
                            static={"buffering_hints": {"size_in_mbs": 1, "interval_in_seconds": 900}})
     sink.distribute(messages([*first[:3], None, *first[3:], *later]))  # the restored outbox and new messages
     sink.flush()
-    await eventually(lambda: sink.take_acknowledged().max_persisted_seq_no == 11)
+    await eventually(lambda: sink.progress().max_persisted_seq_no == 11)
     await sink.close()
     sent = {s.headers["X-Amz-Firehose-Request-Id"]: s.records for s in endpoint.seen}
     assert sent[refused_id] == [r.encode() for r in first], "the committed batch, over today's 1 MiB hint"

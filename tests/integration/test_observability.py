@@ -93,13 +93,13 @@ async def test_the_sinks_of_two_computations_are_separate_series_with_latency_an
                         http_port=0)
     run = asyncio.create_task(pipeline.run())
     try:
-        await eventually(lambda: pipeline.metrics.total("egress_sink_async_http_sink_delivered_total") == 80)
+        await eventually(lambda: pipeline.metrics.total("egress_sink_records_delivered_total") == 80)
         assert pipeline.server is not None
         status, text = await get(f"http://{pipeline.server.address}/metrics")
         assert status == 200
         for computation in ("first", "second"):
             labels = {"computation_id": computation, "sink_id": "http"}
-            assert sample(text, "egress_sink_async_http_sink_delivered_total", **labels) == 40
+            assert sample(text, "egress_sink_records_delivered_total", **labels, sink_class="async_http") == 40
             assert sample(text, "egress_sink_attempt_duration_seconds_count", **labels) == 40
             for partition in ("0", "1"):
                 unit = {"computation": computation, "partition": partition}

@@ -79,7 +79,7 @@ async def test_retries_through_injected_failures_lose_nothing(tmp_path: Path, se
     assert result.drained
     assert len(receiver.stats.delivered_keys) == 400
     assert receiver.stats.by_status[503] > 0
-    assert pipeline.metrics.total("egress_sink_async_http_sink_retries_total") == receiver.stats.by_status[503]
+    assert pipeline.metrics.total("egress_sink_retries_total") == receiver.stats.by_status[503]
 
 
 async def test_a_terminal_failure_blocks_the_partition_and_is_reported(tmp_path: Path,

@@ -1,7 +1,8 @@
 """The Sink protocol's contract, the same for every sink class (egress.connectors.base.Sink), against
-a real aiohttp endpoint on loopback: queries change nothing, ``take_acknowledged`` is the one call
-that advances the acknowledged prefix, and ``unacknowledged`` counts the distributed messages not in
-that prefix (acknowledged since or not); a held sink starts no delivery until resumed."""
+a real aiohttp endpoint on loopback: queries change nothing, the sink reports each prefix it advances
+to (``SinkContext.on_progress``, the one direction of acknowledgements), ``progress()`` is the last
+report, and ``unacknowledged`` counts the distributed messages not in it; a held sink starts no
+delivery until resumed."""
 
 from __future__ import annotations
 
@@ -53,26 +54,26 @@ class HoldingEndpoint:
         return app
 
 
-SinkFactory = Callable[[str, Metrics], tuple[Sink, Callable[[], float]]]
+SinkFactory = Callable[[str, Metrics, list[SinkProgress]], tuple[Sink, Callable[[], float]]]
 
 
-def async_http(url: str, metrics: Metrics) -> tuple[Sink, Callable[[], float]]:
-    context = SinkContext("deliver", "http", 0, RealClock(), metrics, StatusTree(), lambda: None)
+def async_http(url: str, metrics: Metrics, reports: list[SinkProgress]) -> tuple[Sink, Callable[[], float]]:
+    context = SinkContext("deliver", "http", 0, RealClock(), metrics, StatusTree(), reports.append)
     sink = AsyncHttpSink(context,
                          AsyncHttpSinkParameters.model_validate({"url": url, "payload_column": "payload"}),
                          AsyncHttpSinkDynamicParameters.model_validate({**FAST, "retry_minimum_delay": "10ms"}),
                          SinkProgress())
-    return sink, lambda: metrics.value("egress_sink_async_http_sink_delivered_total", sink_id="http")
+    return sink, lambda: metrics.value("egress_sink_records_delivered_total", sink_id="http")
 
 
-def firehose_http(url: str, metrics: Metrics) -> tuple[Sink, Callable[[], float]]:
-    context = SinkContext("deliver", "firehose", 0, RealClock(), metrics, StatusTree(), lambda: None)
+def firehose_http(url: str, metrics: Metrics, reports: list[SinkProgress]) -> tuple[Sink, Callable[[], float]]:
+    context = SinkContext("deliver", "firehose", 0, RealClock(), metrics, StatusTree(), reports.append)
     parameters = FirehoseHttpSinkParameters.model_validate({
         "url": url, "payload_column": "payload", "stream_name": "flights",
         "buffering_hints": {"size_in_mbs": 5, "interval_in_seconds": 0}})  # one batch per distribute
     sink = FirehoseHttpSink(context, parameters, FirehoseHttpSinkDynamicParameters.model_validate(FAST),
                             SinkProgress())
-    return sink, lambda: metrics.value("egress_sink_firehose_http_records_delivered_total", sink_id="firehose")
+    return sink, lambda: metrics.value("egress_sink_records_delivered_total", sink_id="firehose")
 
 
 SINK_CLASSES = [pytest.param(async_http, id="async_http"), pytest.param(firehose_http, id="firehose_http")]
@@ -83,27 +84,31 @@ def message(seq: int, payload: str) -> OutboxMessage:
 
 
 @pytest.mark.parametrize("make", SINK_CLASSES)
-async def test_only_take_acknowledged_advances_the_prefix_and_unacknowledged_counts_what_is_not_in_it(
+async def test_the_sink_reports_the_contiguous_prefix_and_unacknowledged_counts_what_is_not_in_it(
         serve_app: ServerFactory, make: SinkFactory) -> None:
     endpoint = HoldingEndpoint()
-    sink, delivered = make(f"{await serve_app(endpoint.app())}/ingest", Metrics())
+    reports: list[SinkProgress] = []
+    sink, delivered = make(f"{await serve_app(endpoint.app())}/ingest", Metrics(), reports)
     try:
         sink.flush()  # in the protocol for every sink; nothing buffered: nothing happens
         sink.distribute([message(1, "first")])
         sink.distribute([message(2, "second")])
-        sink.committed(sink.take_acknowledged())  # as a partition job commits after distributing
+        sink.committed(sink.progress())  # as a partition job commits after distributing
         await eventually(lambda: delivered() == 1)  # "second" is acknowledged, "first" still waits
-        assert sink.progress().max_persisted_seq_no == 0
+        assert reports, "a finished delivery is reported"
+        assert reports[-1].max_persisted_seq_no == 0, "the prefix is contiguous"
+        assert sink.progress() == reports[-1]
         assert sink.unacknowledged == 2, "an acknowledged message behind an unacknowledged one still counts"
-        assert sink.take_acknowledged().max_persisted_seq_no == 0, "the prefix is contiguous"
         endpoint.release.set()
         await eventually(lambda: delivered() == 2)
-        assert sink.unacknowledged == 2, "a query does not take the acknowledged prefix"
-        assert sink.progress().max_persisted_seq_no == 0
-        taken = sink.take_acknowledged()
-        assert (taken.max_persisted_seq_no, taken.max_persisted_message_id) == (2, b"message-2")
-        assert sink.progress() == taken
+        reported = reports[-1]
+        assert (reported.max_persisted_seq_no, reported.max_persisted_message_id) == (2, b"message-2")
+        assert sink.progress() == reported, "progress() is the last report"
         assert sink.unacknowledged == 0
+        count = len(reports)
+        assert sink.progress() == reported, "a query changes nothing"
+        assert sink.unacknowledged == 0
+        assert len(reports) == count, "a query reports nothing"
     finally:
         endpoint.release.set()  # a failed check must not leave the request held
         await sink.close()
@@ -113,16 +118,16 @@ async def test_only_take_acknowledged_advances_the_prefix_and_unacknowledged_cou
 async def test_a_held_sink_starts_no_delivery_until_resumed(serve_app: ServerFactory, make: SinkFactory) -> None:
     endpoint = HoldingEndpoint()
     endpoint.release.set()
-    sink, delivered = make(f"{await serve_app(endpoint.app())}/ingest", Metrics())
+    sink, delivered = make(f"{await serve_app(endpoint.app())}/ingest", Metrics(), [])
     try:
         sink.hold()
         sink.distribute([message(1, "one")])
-        sink.committed(sink.take_acknowledged())  # a batching sink may now send the batch: held, it does not
+        sink.committed(sink.progress())  # a batching sink may now send the batch: held, it does not
         assert sink.in_flight == 0, "a held sink starts no delivery"
         sink.resume()
         assert sink.in_flight == 1, "resume starts what was held back at once"
         await eventually(lambda: delivered() == 1)
         sink.resume()  # not held: nothing changes
-        assert sink.take_acknowledged().max_persisted_seq_no == 1
+        assert sink.progress().max_persisted_seq_no == 1
     finally:
         await sink.close()

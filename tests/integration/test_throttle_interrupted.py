@@ -91,7 +91,7 @@ async def test_a_stop_gives_up_the_functions_own_throttle_and_commits_the_acknow
     metrics = pipeline.metrics
     await eventually(lambda: metrics.value("egress_throttler_queue_size") >= 1,
                      what="the second epoch waiting for quota")
-    await eventually(lambda: metrics.value("egress_sink_async_http_sink_delivered_total") >= FIRST,
+    await eventually(lambda: metrics.value("egress_sink_records_delivered_total") >= FIRST,
                      what="the first epoch acknowledged while the second waits")
     assert metrics.value("egress_throttler_queue_size") >= 1, "the second epoch got its quota"
     pipeline.request_stop()

@@ -41,7 +41,7 @@ class Harness:
         self.clock = clock or VirtualClock(0.0)
         self.metrics = Metrics()
         self.transport = ScriptedTransport(self.clock, script)
-        context = SinkContext("deliver", "bulk", 0, self.clock, self.metrics, StatusTree(), lambda: None)
+        context = SinkContext("deliver", "bulk", 0, self.clock, self.metrics, StatusTree(), lambda _progress: None)
         self.parameters = BatchingHttpSinkParameters.model_validate(
             {"url": URL, "payload_column": "p", "max_delay": 0, **(static or {})})
         self.sink = BatchingHttpSink(context, self.parameters,
@@ -50,7 +50,7 @@ class Harness:
 
     def commit(self) -> SinkProgress:
         """What a partition job does each epoch: take the acknowledged prefix, commit it, tell the sink."""
-        progress = self.sink.take_acknowledged()
+        progress = self.sink.progress()
         self.sink.committed(progress)
         return progress
 
@@ -94,7 +94,7 @@ async def test_a_batch_closes_at_max_events() -> None:
     h.sink.distribute(messages(events(7)))
     await h.settle()
     assert [body.count(b"\n") for body in h.bodies()] == [3, 3, 1]
-    assert h.sink.take_acknowledged().max_persisted_seq_no == 7
+    assert h.sink.progress().max_persisted_seq_no == 7
 
 
 async def test_a_batch_closes_before_its_encoded_body_would_pass_max_bytes() -> None:
@@ -137,7 +137,7 @@ async def test_nulls_are_no_records_and_are_acknowledged_in_order() -> None:
     h.sink.distribute(messages([None, '"a"', None, '"b"', None]))
     await h.settle()
     assert h.bodies() == [b'"a"\n"b"\n']
-    assert h.sink.take_acknowledged().max_persisted_seq_no == 5
+    assert h.sink.progress().max_persisted_seq_no == 5
 
 
 # -- encodings ---------------------------------------------------------------------------------------
@@ -217,7 +217,7 @@ async def test_a_closed_batch_is_sent_only_once_its_boundary_is_committed() -> N
         h.sink.distribute(messages(events(2)))
         await h.clock.sleep(1.0)
         assert h.transport.sent == [], "sent before its boundary was committed"
-        progress = h.sink.take_acknowledged()
+        progress = h.sink.progress()
         assert decode_batch_ends(progress.sink_state) == [2]
         h.sink.committed(progress)
         await h.clock.sleep(0.01)
@@ -242,7 +242,7 @@ async def test_a_new_instance_reforms_the_committed_batches_whatever_the_bounds_
     assert set(before) <= set(after)
     assert all(after[key] == body for key, body in before.items()), "a key came back with another body"
     assert [body.count(b"\n") for body in second.bodies()] == [3, 3, 1, 2]
-    assert second.sink.take_acknowledged().max_persisted_seq_no == 9
+    assert second.sink.progress().max_persisted_seq_no == 9
 
 
 async def test_redrive_reforms_the_letters_of_each_batch_under_its_key() -> None:

@@ -37,7 +37,7 @@ async def test_rates_are_counter_differences_over_the_last_five_seconds() -> Non
     assert (await board.document())["sinks"][0]["rate"] is None  # one sample: no rate yet
     for _ in range(10):
         await clock.advance(1.0)
-        metrics.http_sink_delivered.labels("http").inc(20)
+        metrics.sink.records.labels("http", "async_http").inc(20)
         document = await board.document()
     assert document["sinks"][0]["rate"] == pytest.approx(20.0)
     assert document["sinks"][0]["delivered"] == 200
@@ -59,12 +59,12 @@ async def test_responses_are_counted_by_status_class_per_ten_second_bucket() -> 
     board = dashboard(metrics, clock, [], {})
     await board.document()
     await clock.advance(BUCKET_SECONDS)
-    metrics.http_sink_responses.labels("http", "503").inc(3)
-    metrics.http_sink_responses.labels("http", "500").inc(1)
-    metrics.http_sink_attempt_failures.labels("http").inc(2)
+    metrics.sink.responses.labels("http", "async_http", "503").inc(3)
+    metrics.sink.responses.labels("http", "async_http", "500").inc(1)
+    metrics.sink.attempt_failures.labels("http", "async_http").inc(2)
     await board.document()
     await clock.advance(BUCKET_SECONDS)
-    metrics.http_sink_responses.labels("http", "200").inc(5)
+    metrics.sink.responses.labels("http", "async_http", "200").inc(5)
     sink = (await board.document())["sinks"][0]
     assert sink["responses"] == {"2xx": 5, "5xx": 4}
     assert sink["chart"]["5xx"][-2:] == [4, 0]
@@ -121,7 +121,7 @@ def test_sink_errors_match_the_sink_and_the_computation_where_the_path_names_one
 
 async def test_sink_counters_labelled_by_computation_stay_apart() -> None:
     registry, clock = CollectorRegistry(), VirtualClock()
-    delivered = Counter("egress_sink_async_http_sink_delivered", "", ["computation", "sink_id"], registry=registry)
+    delivered = Counter("egress_sink_records_delivered", "", ["computation", "sink_id"], registry=registry)
     delivered.labels("a", "http").inc(3)
     delivered.labels("b", "http").inc(7)
     graph = graph_document(sources={}, computations={"a": (["s"], []), "b": (["s"], [])}, source_streams={},

@@ -8,7 +8,11 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from egress.firehose.retry import RetryBudget, backoff_seconds, draw_backoff
+from egress.firehose.retry import INITIAL_BACKOFF_SECONDS, JITTER_RATIO, MAX_BACKOFF_SECONDS, RetryBudget
+from egress.httpclient.backoff import DoublingBackoff, draw
+
+FIREHOSE = DoublingBackoff(INITIAL_BACKOFF_SECONDS, MAX_BACKOFF_SECONDS, JITTER_RATIO)
+backoff_seconds = FIREHOSE.seconds
 
 
 def test_backoff_doubles_from_one_second_and_caps_at_two_minutes() -> None:
@@ -34,8 +38,8 @@ def test_bad_arguments(n: int, sample: float) -> None:
 
 
 def test_draw_backoff_is_repeatable_with_a_seed() -> None:
-    assert [draw_backoff(n, random.Random(7)) for n in range(5)] == [draw_backoff(n, random.Random(7))
-                                                                      for n in range(5)]
+    assert [draw(FIREHOSE, n, random.Random(7)) for n in range(5)] == [draw(FIREHOSE, n, random.Random(7))
+                                                                        for n in range(5)]
 
 
 def test_budget_counts_from_the_first_failure_and_excludes_response_waits() -> None:

@@ -85,8 +85,8 @@ async def test_the_sink_counts_transport_errors_by_class_and_not_statuses() -> N
     h = harness_on(MockTransport(lambda request: next(answers)))
     h.distribute(["a"])
     await h.clock.advance(100)
-    assert h.sink.take_acknowledged().max_persisted_seq_no == 1
-    errors = {kind: h.metrics.value("egress_sink_async_http_sink_transport_errors_total", sink_id="http",
+    assert h.sink.progress().max_persisted_seq_no == 1
+    errors = {kind: h.metrics.value("egress_sink_transport_errors_total", sink_id="http",
                                     error_class=kind) for kind in ("timeout", "connect")}
     assert errors == {"timeout": 1, "connect": 1}
     assert h.counter("attempt_failures") == 2
@@ -101,7 +101,7 @@ async def test_dead_letter_attempts_record_the_status_or_the_transport_error(tmp
                    dynamic={"max_attempt_count": 3})
     h.distribute(["a"])
     await h.clock.advance(100)
-    assert h.sink.take_acknowledged().max_persisted_seq_no == 1
+    assert h.sink.progress().max_persisted_seq_no == 1
     [line] = [json.loads(text) for text in path.read_text().splitlines()]
     assert [(attempt["status"], attempt["error"]) for attempt in line["attempts"]] == [
         (503, None), (None, "curl error 56: Connection reset by peer"), (None, "curl error 18: transfer closed")]

@@ -30,7 +30,7 @@ async def test_an_exhausted_delivery_is_dead_lettered_then_acknowledged_and_late
     h.distribute(["a", "b", "c"])
     await h.clock.advance(100)
     assert h.sink.terminal_error is None
-    assert h.sink.take_acknowledged().max_persisted_seq_no == 3
+    assert h.sink.progress().max_persisted_seq_no == 3
     assert h.sink.unacknowledged == 0
     [line] = [json.loads(text) for text in path.read_text().splitlines()]
     assert line.pop("dead_lettered_at") == 1003.0  # at the instant the last permitted attempt failed
@@ -42,7 +42,7 @@ async def test_an_exhausted_delivery_is_dead_lettered_then_acknowledged_and_late
         "error": "Async HTTP POST retry policy exhausted after 3 attempt(s); last error: HTTP status 503",
     }
     assert h.counter("dead_letters") == 1
-    assert h.counter("delivered") == 2
+    assert h.counter("records_delivered") == 2
     assert h.status.error(STATUS) is None  # the dead-lettered delivery no longer shows as failing
 
 
@@ -56,7 +56,7 @@ async def test_a_deadline_exhausted_delivery_records_its_transport_errors(tmp_pa
     assert [(a.time, a.status, a.error) for a in letter.attempts] == [
         (1.0, None, "curl error 28: Operation timed out"), (2.5, None, "curl error 28: Operation timed out")]
     assert letter.error.startswith("Async HTTP POST retry deadline exhausted after 2 attempt(s)")
-    assert h.sink.take_acknowledged().max_persisted_seq_no == 1
+    assert h.sink.progress().max_persisted_seq_no == 1
 
 
 async def test_a_bytes_payload_that_is_not_utf8_is_dead_lettered_byte_for_byte(tmp_path: Path) -> None:
@@ -74,7 +74,7 @@ async def test_a_dead_letter_that_cannot_be_written_blocks_the_partition(tmp_pat
     h = Harness(failing_for("b"), static={"dead_letter_path": str(path)}, dynamic={"max_attempt_count": 1})
     h.distribute(["a", "b", "c"])
     await h.clock.advance(10)
-    assert h.sink.take_acknowledged().max_persisted_seq_no == 1
+    assert h.sink.progress().max_persisted_seq_no == 1
     error = h.sink.terminal_error or ""
     assert error.startswith("Async HTTP POST retry policy exhausted after 1 attempt(s)")
     assert f"cannot be written to the dead-letter file {path}" in error
@@ -85,7 +85,7 @@ async def test_without_dead_letter_path_an_exhausted_delivery_still_blocks() -> 
     h = Harness(failing_for("b"), dynamic={"max_attempt_count": 1})
     h.distribute(["a", "b", "c"])
     await h.clock.advance(10)
-    assert h.sink.take_acknowledged().max_persisted_seq_no == 1
+    assert h.sink.progress().max_persisted_seq_no == 1
     assert h.sink.terminal_error is not None
 
 
@@ -97,7 +97,7 @@ async def test_a_message_dead_lettered_again_after_a_restart_has_one_line(tmp_pa
         h = Harness(always(503), static={"dead_letter_path": str(path)}, dynamic={"max_attempt_count": 1})
         h.distribute(["a", "b"])
         await h.clock.advance(10)
-        assert h.sink.take_acknowledged().max_persisted_seq_no == 2
+        assert h.sink.progress().max_persisted_seq_no == 2
         await h.sink.close()
     assert [letter.seq for letter in read_dead_letters(path)[0]] == [1, 2]
 

@@ -73,7 +73,7 @@ class Harness:
         self.metrics = Metrics()
         self.status = StatusTree()
         self.transport = ScriptedTransport(self.clock, script)
-        context = SinkContext("deliver", "http", 0, self.clock, self.metrics, self.status, lambda: None)
+        context = SinkContext("deliver", "http", 0, self.clock, self.metrics, self.status, lambda _progress: None)
         self.sink = AsyncHttpSink(
             context,
             AsyncHttpSinkParameters.model_validate({"url": "http://receiver.test/events", "payload_column": "p",
@@ -88,7 +88,7 @@ class Harness:
                                             {"p": p}) for i, p in enumerate(payloads)])
 
     def counter(self, name: str, **labels: str) -> float:
-        return self.metrics.value(f"egress_sink_async_http_sink_{name}_total", sink_id="http", **labels)
+        return self.metrics.value(f"egress_sink_{name}_total", sink_id="http", **labels)
 
 
 def always(status: int, **extra: Any) -> Callable[[Request, int], Outcome]:
@@ -101,7 +101,7 @@ async def test_waits_for_promised_delay_before_next_attempt() -> None:
     h.distribute(["a"])
     await h.clock.advance(100)
     assert h.transport.times() == [0.0, 1.0, 3.0, 7.0]
-    assert h.sink.take_acknowledged().max_persisted_seq_no == 1
+    assert h.sink.progress().max_persisted_seq_no == 1
     assert h.counter("retries") == 3
     assert h.counter("responses", status_code="503") == 3
 
@@ -113,7 +113,7 @@ async def test_fails_after_three_attempts_with_the_upstream_message() -> None:
     assert h.transport.times() == [0.0, 1.0, 3.0]
     assert h.sink.terminal_error == ("Async HTTP POST retry policy exhausted after 3 attempt(s); "
                                      "last error: HTTP status 503")
-    assert h.sink.take_acknowledged().max_persisted_seq_no == 0
+    assert h.sink.progress().max_persisted_seq_no == 0
 
 
 async def test_a_delivery_is_terminal_at_the_instant_its_last_permitted_attempt_fails() -> None:
@@ -135,7 +135,7 @@ async def test_a_delivery_is_terminal_at_the_instant_its_last_permitted_attempt_
     assert len(h.transport.sent) == 6
     assert h.sink.terminal_error == terminal
     assert h.status._errors[STATUS][2] == "Async HTTP POST failed: HTTP status 500"  # failed with the head
-    assert h.sink.take_acknowledged().max_persisted_seq_no == 0
+    assert h.sink.progress().max_persisted_seq_no == 0
 
 
 async def test_does_not_schedule_an_attempt_past_the_total_deadline() -> None:
@@ -166,7 +166,7 @@ async def test_reconfiguration_affects_a_delivery_already_retrying() -> None:
     await h.clock.advance(10)
     assert h.transport.times() == [0.0, 1.0, 3.0]
     assert h.sink.terminal_error is None
-    assert h.sink.take_acknowledged().max_persisted_seq_no == 1
+    assert h.sink.progress().max_persisted_seq_no == 1
 
 
 async def test_a_cap_lowered_during_a_pause_ends_the_delivery_when_the_pause_ends() -> None:
@@ -185,7 +185,7 @@ async def test_accepts_every_2xx(status: int) -> None:
     h = Harness(always(status))
     h.distribute(["a"])
     await h.clock.advance(1)
-    assert h.sink.take_acknowledged().max_persisted_seq_no == 1
+    assert h.sink.progress().max_persisted_seq_no == 1
     assert len(h.transport.sent) == 1
 
 
@@ -205,7 +205,7 @@ async def test_retries_transport_and_timeout_failures() -> None:
     await h.clock.advance(100)
     assert h.transport.times() == [0.0, 1.0, 13.0]  # 1 s pause, a 10 s attempt timeout, then 2 s
     assert h.counter("attempt_failures") == 2
-    assert h.sink.take_acknowledged().max_persisted_seq_no == 1
+    assert h.sink.progress().max_persisted_seq_no == 1
 
 
 async def test_a_response_read_failure_is_retried_and_counted_twice() -> None:
@@ -238,7 +238,7 @@ async def test_a_terminal_error_stays_after_a_concurrent_success() -> None:
     h.distribute(["bad", "good"])
     await h.clock.advance(10)
     assert (h.status.error(STATUS) or "").startswith("Async HTTP POST retry policy exhausted")
-    assert h.sink.take_acknowledged().max_persisted_seq_no == 0
+    assert h.sink.progress().max_persisted_seq_no == 0
 
 
 async def test_terminal_head_failure_posts_no_later_message() -> None:
@@ -268,10 +268,10 @@ async def test_completes_4096_out_of_order_deliveries_as_a_contiguous_prefix() -
     seen = []
     for _ in range(20):
         await h.clock.advance(0.5)
-        seen.append(h.sink.take_acknowledged().max_persisted_seq_no)
+        seen.append(h.sink.progress().max_persisted_seq_no)
     assert seen[:17] == [0] * 17  # nothing before the head completes at t = 9
     assert seen[-1] == 4096
-    assert h.counter("delivered") == 4096
+    assert h.counter("records_delivered") == 4096
 
 
 async def test_max_in_flight_bounds_concurrent_deliveries() -> None:
@@ -279,7 +279,7 @@ async def test_max_in_flight_bounds_concurrent_deliveries() -> None:
     h.distribute(["a", "b", "c", "d", "e"])
     await h.clock.advance(10)
     assert h.transport.times() == [0.0, 0.0, 1.0, 1.0, 2.0]
-    assert h.sink.take_acknowledged().max_persisted_seq_no == 5
+    assert h.sink.progress().max_persisted_seq_no == 5
 
 
 def redirecting(chain: dict[str, Outcome]) -> Callable[[Request, int], Outcome]:
@@ -377,7 +377,7 @@ async def test_deliveries_beyond_the_send_window_wait_without_blocking_behind_fa
     assert [(round(t, 3), r.body) for t, r in h.transport.sent[4:]] == [
         (0.1, f"good-{i}".encode()) for i in range(4)] + [(0.2, f"good-{i}".encode()) for i in range(4, 8)]
     await h.clock.advance(100)
-    assert h.counter("delivered") == 8
+    assert h.counter("records_delivered") == 8
 
 
 async def test_a_throttled_sink_takes_one_unit_per_post_retries_included() -> None:
@@ -388,7 +388,7 @@ async def test_a_throttled_sink_takes_one_unit_per_post_retries_included() -> No
     h = Harness(lambda request, n: Outcome(503 if request.body == b"a" and n == 1 else 200))
     throttling = Throttling(DynamicSpec.model_validate({"throttlers": {"endpoint": {"limit": 2, "period": "1s"}}}),
                             h.clock)
-    context = SinkContext("deliver", "http", 0, h.clock, h.metrics, h.status, lambda: None, throttling)
+    context = SinkContext("deliver", "http", 0, h.clock, h.metrics, h.status, lambda _progress: None, throttling)
     sink = AsyncHttpSink(
         context,
         AsyncHttpSinkParameters(url="http://receiver.test/events", payload_column="p", throttler_id="endpoint"),
@@ -399,7 +399,7 @@ async def test_a_throttled_sink_takes_one_unit_per_post_retries_included() -> No
     sink.distribute([OutboxMessage(i + 1, "s", f"m{i}".encode(), b"[]", None, {"p": p})
                      for i, p in enumerate(["a", "b", "c", "d", "e"])])
     async with h.clock.autojumping():
-        while sink.take_acknowledged().max_persisted_seq_no < 5:
+        while sink.progress().max_persisted_seq_no < 5:
             await h.clock.sleep(0.25)
     times = h.transport.times()
     assert len(times) == 6  # five messages and one retry, each a unit of the throttler

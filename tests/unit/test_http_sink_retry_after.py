@@ -36,7 +36,7 @@ async def test_delay_seconds_set_the_next_attempts_delay(status: int) -> None:
     await h.clock.advance(100)
     assert h.transport.times() == [0.0, 7.0]  # the backoff alone would have been 1 s
     assert h.counter("retry_after") == 1
-    assert h.sink.take_acknowledged().max_persisted_seq_no == 1
+    assert h.sink.progress().max_persisted_seq_no == 1
 
 
 async def test_a_retry_after_shorter_than_the_backoff_leaves_the_backoff() -> None:
@@ -132,7 +132,7 @@ async def test_the_pause_is_endpoint_wide_for_retries_and_first_attempts() -> No
     assert {body: h.transport.times(body=body) for body in (b"a", b"b", b"c", b"d")} == {
         b"a": [0.0, 10.0], b"b": [0.0, 10.0], b"c": [10.0], b"d": [0.0, 10.0]}
     assert h.counter("retry_after") == 2
-    assert h.sink.take_acknowledged().max_persisted_seq_no == 4
+    assert h.sink.progress().max_persisted_seq_no == 4
 
 
 async def test_a_first_attempt_held_by_a_pause_starts_its_request_timeout_when_it_starts() -> None:
@@ -147,7 +147,7 @@ async def test_a_first_attempt_held_by_a_pause_starts_its_request_timeout_when_i
     await h.clock.advance(100)
     assert h.transport.times(body=b"b") == [4.0, 5.0, 7.0]
     assert h.sink.terminal_error is None
-    assert h.sink.take_acknowledged().max_persisted_seq_no == 2
+    assert h.sink.progress().max_persisted_seq_no == 2
 
 
 def redirected(targets: dict[bytes, str], paused_once: str, dynamic: dict[str, str] | None = None) -> Harness:
@@ -180,7 +180,7 @@ async def test_other_endpoints_are_unaffected_and_redirects_wait_for_their_targe
     assert h.transport.times(url=URL, body=b"y") == [2.0]
     assert h.transport.times(url=OTHER, body=b"y") == [10.0]
     assert h.transport.times(body=b"x") == [0.0, 0.0, 10.0, 10.0]  # x's own next attempt waits 10 s too
-    assert h.sink.take_acknowledged().max_persisted_seq_no == 4
+    assert h.sink.progress().max_persisted_seq_no == 4
 
 
 async def test_a_redirect_whose_target_pauses_past_the_attempt_deadline_times_out_unsent() -> None:

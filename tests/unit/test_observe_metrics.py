@@ -10,17 +10,18 @@ from egress.observe.metrics import Histogram
 
 def test_two_computations_with_a_sink_of_the_same_name_count_in_separate_series() -> None:
     metrics = Metrics()
-    first = SinkContext("first", "http", 0, VirtualClock(), metrics, StatusTree(), lambda: None)
-    second = SinkContext("second", "http", 0, VirtualClock(), metrics, StatusTree(), lambda: None)
-    first.metrics.http_sink_delivered.labels("http").inc(3)
-    second.metrics.http_sink_delivered.labels("http").inc(5)
-    second.metrics.batching_http.records.labels("http").inc(7)
-    name = "egress_sink_async_http_sink_delivered_total"
-    assert metrics.value(name, computation_id="first", sink_id="http") == 3
-    assert metrics.value(name, computation_id="second", sink_id="http") == 5
-    assert metrics.value(name, sink_id="http") == 8  # a subset of the labels adds the series up
-    assert metrics.value("egress_sink_batching_http_records_delivered_total", computation_id="second") == 7
-    assert 'computation_id="first",sink_id="http"' in metrics.exposition().decode()
+    first = SinkContext("first", "http", 0, VirtualClock(), metrics, StatusTree(), lambda _progress: None)
+    second = SinkContext("second", "http", 0, VirtualClock(), metrics, StatusTree(), lambda _progress: None)
+    first.metrics.sink.records.labels("http", "async_http").inc(3)
+    second.metrics.sink.records.labels("http", "async_http").inc(5)
+    second.metrics.sink.records.labels("http", "batching_http").inc(7)
+    name = "egress_sink_records_delivered_total"
+    assert metrics.value(name, computation_id="first", sink_id="http", sink_class="async_http") == 3
+    assert metrics.value(name, computation_id="second", sink_id="http", sink_class="async_http") == 5
+    assert metrics.value(name, sink_id="http", sink_class="async_http") == 8  # a subset of the labels adds up
+    assert metrics.value(name, computation_id="second", sink_class="batching_http") == 7
+    assert metrics.value(name, sink_id="http") == 15  # one family for every sink class
+    assert 'computation_id="first",sink_class="async_http",sink_id="http"' in metrics.exposition().decode()
 
 
 def test_a_histogram_counts_a_batch_of_observations_in_one_call_into_cumulative_buckets() -> None:
@@ -42,7 +43,7 @@ def test_a_histogram_counts_a_batch_of_observations_in_one_call_into_cumulative_
 
 def test_the_delivery_and_attempt_histograms_carry_the_computation() -> None:
     metrics = Metrics()
-    context = SinkContext("deliver", "http", 0, VirtualClock(), metrics, StatusTree(), lambda: None)
+    context = SinkContext("deliver", "http", 0, VirtualClock(), metrics, StatusTree(), lambda _progress: None)
     context.metrics.attempt_duration.labels("http").observe(0.2)
     metrics.delivery_latency.bound("deliver").labels("http").observe(1.5, 4)
     assert metrics.value("egress_sink_attempt_duration_seconds_count", computation_id="deliver", sink_id="http") == 1

@@ -9,21 +9,15 @@ from rich.table import Table
 from egress.observe import Metrics
 from egress.runtime import Pipeline, RunResult
 
-# The sinks' counters the summary adds up: (async HTTP sink, Firehose sink, batching HTTP sink) sample names.
+# The sinks' counters the summary adds up (every sink class's series of each family).
 _SINK_COUNTERS = {
-    "posts": ("egress_sink_async_http_sink_requests_total", "egress_sink_firehose_http_requests_total",
-              "egress_sink_batching_http_requests_total"),
-    "retries": ("egress_sink_async_http_sink_retries_total", "egress_sink_firehose_http_retries_total",
-                "egress_sink_batching_http_retries_total"),
-    "attempt_failures": ("egress_sink_async_http_sink_attempt_failures_total",
-                         "egress_sink_batching_http_attempt_failures_total"),
-    "delivered": ("egress_sink_async_http_sink_delivered_total", "egress_sink_firehose_http_records_delivered_total",
-                  "egress_sink_batching_http_records_delivered_total"),
-    "dead_letters": ("egress_sink_async_http_sink_dead_letters_total", "egress_sink_firehose_http_dead_letters_total",
-                     "egress_sink_batching_http_dead_letters_total"),
+    "posts": "egress_sink_requests_total",
+    "retries": "egress_sink_retries_total",
+    "attempt_failures": "egress_sink_attempt_failures_total",
+    "delivered": "egress_sink_records_delivered_total",
+    "dead_letters": "egress_sink_dead_letters_total",
 }
-_RESPONSES = ("egress_sink_async_http_sink_responses_total", "egress_sink_firehose_http_responses_total",
-              "egress_sink_batching_http_responses_total")
+_RESPONSES = "egress_sink_responses_total"
 
 
 def snapshot(pipeline: Pipeline) -> dict[str, Any]:
@@ -32,7 +26,7 @@ def snapshot(pipeline: Pipeline) -> dict[str, Any]:
     responses: dict[str, int] = {}
     for family in metrics.registry.collect():
         for sample in family.samples:
-            if sample.name in _RESPONSES:
+            if sample.name == _RESPONSES:
                 code = sample.labels["status_code"]
                 responses[code] = responses.get(code, 0) + int(sample.value)
     unacknowledged = sum(s.unacknowledged for job in pipeline.jobs for s in job.sinks.values())
@@ -41,8 +35,8 @@ def snapshot(pipeline: Pipeline) -> dict[str, Any]:
         "messages_processed": int(metrics.total("egress_computation_input_messages_total")),
         **bad_records(metrics),
     }
-    for name, samples in _SINK_COUNTERS.items():
-        values[name] = int(sum(metrics.total(sample) for sample in samples))
+    for name, counter in _SINK_COUNTERS.items():
+        values[name] = int(metrics.total(counter))
     values.update(
         responses=dict(sorted(responses.items())),
         responses_2xx=sum(v for k, v in responses.items() if k.startswith("2")),

@@ -141,7 +141,11 @@ class SinkContext:
     no throttlers), for sinks that share a global rate; ``dead_letters`` the run's dead-letter files,
     for sinks with a ``dead_letter_path`` (``egress redrive`` gives its own, to learn what failed).
     ``metrics`` are the run's, bound to ``computation_id`` on creation (``Metrics.for_computation``):
-    every sink sensor carries the computation as well as the sink id.
+    every sink sensor carries the computation as well as the sink id. ``on_progress(progress)`` is how
+    the sink reports to its partition job (the one direction of acknowledgements): called with its
+    :meth:`Sink.progress` whenever a delivery finished (acknowledged, or failed for good), the
+    acknowledged prefix advanced or its ``sink_state`` changed; the job commits the last one reported
+    with its next epoch.
     """
 
     computation_id: str
@@ -150,7 +154,7 @@ class SinkContext:
     clock: Clock
     metrics: Metrics
     status: StatusTree
-    on_progress: Callable[[], None]
+    on_progress: Callable[[SinkProgress], None]
     throttling: Throttling | None = None
     dead_letters: DeadLetterFiles = field(default_factory=DeadLetterFiles)
 
@@ -161,28 +165,24 @@ class SinkContext:
 class Sink(Protocol):
     """A sink instance of one partition job (Flow: one per sink per active partition job).
 
-    Queries (:meth:`progress`, :attr:`unacknowledged`, :attr:`terminal_error`) change nothing; the
-    acknowledged prefix advances only in :meth:`take_acknowledged`, the one call that releases
-    acknowledged messages. Both sink classes keep this contract (tests/connectors/test_sink_contract.py).
+    Acknowledgements go one way: the sink advances its acknowledged prefix itself, in ``seq`` order,
+    releases the messages in it and reports it with the wake-up (``SinkContext.on_progress``); the
+    job commits what was reported. Queries (:meth:`progress`, :attr:`unacknowledged`,
+    :attr:`terminal_error`) change nothing. Every sink class keeps this contract
+    (tests/integration/test_sink_contract.py).
     """
 
     def distribute(self, messages: list[OutboxMessage]) -> None:
         """Take committed messages in ``seq`` order; delivery starts now, acknowledgement later."""
         ...
 
-    def take_acknowledged(self) -> SinkProgress:
-        """Advance the acknowledged prefix over every message acknowledged since the last call and
-        return it (with the sink's own ``sink_state``), to commit with the next epoch; the messages
-        in it are released and no longer count in :attr:`unacknowledged`."""
-        ...
-
     def progress(self) -> SinkProgress:
-        """The prefix the last :meth:`take_acknowledged` returned (the one the sink was created with
-        before any); a pure query: an acknowledgement arriving since then is not in it yet."""
+        """The acknowledged prefix (with the sink's own ``sink_state``) as last reported to
+        ``SinkContext.on_progress`` (the one the sink was created with before any report)."""
         ...
 
     def committed(self, progress: SinkProgress) -> None:
-        """``progress`` (a value :meth:`take_acknowledged` returned) is now committed: a sink that
+        """``progress`` (a value the sink reported) is now committed: a sink that
         must not act before its state is durable (the Firehose sink sends a batch only once its
         boundary is committed) may act now."""
         ...
@@ -213,10 +213,9 @@ class Sink(Protocol):
 
     @property
     def unacknowledged(self) -> int:
-        """Distributed messages not in :meth:`progress` (after the prefix the last
-        :meth:`take_acknowledged` returned), acknowledged since or not: what the sink still holds,
-        and what ``max_unacknowledged`` bounds. Changes only in :meth:`distribute` (up) and
-        :meth:`take_acknowledged` (down)."""
+        """Distributed messages not in :meth:`progress`: what the sink still holds, and what
+        ``max_unacknowledged`` bounds. Goes up in :meth:`distribute`, down when the sink reports a
+        prefix that covers them."""
         ...
 
     @property

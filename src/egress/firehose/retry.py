@@ -1,4 +1,5 @@
-"""The sender's retry rules: Firehose's backoff and its ``retry_duration`` budget, pure and clock-driven.
+"""The sender's retry rules: Firehose's backoff parameters (the formula is
+``egress.httpclient.backoff.DoublingBackoff``) and its ``retry_duration`` budget, pure and clock-driven.
 
 Source: Firehose HTTP endpoint spec, "Handling error responses": the first retry waits 1 s, each
 next one doubles, the wait is capped at 2 minutes and jittered by ±15 %:
@@ -10,31 +11,12 @@ it runs out is still awaited (docs/firehose.md, "Sender").
 
 from __future__ import annotations
 
-import random
 from dataclasses import dataclass
 
 INITIAL_BACKOFF_SECONDS = 1.0
-BACKOFF_MULTIPLIER = 2.0
 MAX_BACKOFF_SECONDS = 120.0
 JITTER_RATIO = 0.15
 MAX_RETRY_DURATION_SECONDS = 7200
-
-
-def backoff_seconds(retry_index: int, sample: float, *, initial: float = INITIAL_BACKOFF_SECONDS,
-                    maximum: float = MAX_BACKOFF_SECONDS) -> float:
-    """The wait before retry ``retry_index`` (0 for the first retry), in seconds.
-
-    ``sample`` is the jitter draw in ``[-1, 1]``: the result is ``min(maximum, initial × 2^n) × (1 +
-    0.15 × sample)`` (jitter applies after the cap, as the spec's formula has it). ``initial`` and
-    ``maximum`` default to Firehose's 1 s and 120 s. Raises ``ValueError`` for a negative index or a
-    sample outside ``[-1, 1]``.
-    """
-    if retry_index < 0:
-        raise ValueError(f"retry_index must be >= 0, got {retry_index}")
-    if not -1.0 <= sample <= 1.0:
-        raise ValueError(f"sample must be in [-1, 1], got {sample}")
-    base = maximum if retry_index >= 64 else min(maximum, initial * BACKOFF_MULTIPLIER ** retry_index)
-    return base * (1.0 + JITTER_RATIO * sample)
 
 
 @dataclass
@@ -72,9 +54,3 @@ class RetryBudget:
         ``retry_duration`` 0 never allows a retry.
         """
         return self.retry_duration > 0 and self.elapsed(now) + wait <= self.retry_duration
-
-
-def draw_backoff(retry_index: int, rng: random.Random, *, initial: float = INITIAL_BACKOFF_SECONDS,
-                 maximum: float = MAX_BACKOFF_SECONDS) -> float:
-    """:func:`backoff_seconds` with a fresh uniform sample from ``rng``."""
-    return backoff_seconds(retry_index, rng.uniform(-1.0, 1.0), initial=initial, maximum=maximum)

@@ -71,14 +71,18 @@ CURL_ERROR_KINDS: dict[int, FailureKind] = {
 
 
 class AttemptFailure(NamedTuple):
-    """Why one attempt failed: its ``kind``, the HTTP ``status`` when a response arrived (0 when none
-    did), libcurl's ``curl_code`` (0 when libcurl reported none) and the ``message`` the sink shows
-    (``HTTP status 503``, ``curl error 28: Operation timed out``, ...; also ``str()``)."""
+    """Why one attempt failed, for every HTTP sink: its ``kind``, the HTTP ``status`` when a response
+    arrived (0 when none did), libcurl's ``curl_code`` (0 when libcurl reported none) and the
+    ``message`` the sink shows (``HTTP status 503``, ``curl error 28: Operation timed out``, ...; also
+    ``str()``). A sink whose protocol names its errors gives the name as ``code`` (the Firehose
+    sink's error-output codes) and marks a failure that no retry can mend ``permanent`` (its 413)."""
 
     kind: FailureKind
     message: str
     status: int = 0
     curl_code: int = 0
+    code: str = ""
+    permanent: bool = False
 
     def __str__(self) -> str:
         return self.message

@@ -64,10 +64,9 @@ EndsProvider = Callable[[], Awaitable[dict[tuple[str, int], int]]]
 LimitsProvider = Callable[[], Mapping[str, float | None]]
 GraphProvider = Callable[[], dict[str, Any]]
 
-_SINK_COUNTER = re.compile(r"^egress_sink_(?:async_http_sink|firehose_http|batching_http)_(?P<name>[a-z_]+)_total$")
+_SINK_COUNTER = re.compile(r"^egress_sink_(?P<name>[a-z_]+)_total$")
 _SINK_NAMES = {"requests": "requests", "responses": "responses", "attempt_failures": "attempt_failures",
-               "retries": "retries", "dead_letters": "dead_letters", "delivered": "delivered",
-               "records_delivered": "delivered"}
+               "retries": "retries", "dead_letters": "dead_letters", "records_delivered": "delivered"}
 Key = tuple[str, ...]
 
 

@@ -33,6 +33,9 @@ class ReportsFreshness(Protocol):
     def sink_id(self) -> str: ...
 
     @property
+    def sink_class(self) -> str: ...
+
+    @property
     def partition(self) -> int: ...
 
     def oldest_undelivered_age(self) -> float:
@@ -47,11 +50,12 @@ class _Freshness:
         self.sinks: weakref.WeakSet[ReportsFreshness] = weakref.WeakSet()
 
     def collect(self) -> Iterator[GaugeMetricFamily]:
-        family = GaugeMetricFamily("egress_sink_firehose_http_oldest_undelivered_record_age_seconds",
+        family = GaugeMetricFamily("egress_sink_oldest_undelivered_record_age_seconds",
                                    "Seconds since the oldest unacknowledged record reached the sink (0: none).",
-                                   labels=["computation_id", "sink_id", "partition"])
+                                   labels=["computation_id", "sink_id", "sink_class", "partition"])
         for sink in list(self.sinks):
-            family.add_metric([sink.computation_id, sink.sink_id, str(sink.partition)], sink.oldest_undelivered_age())
+            family.add_metric([sink.computation_id, sink.sink_id, sink.sink_class, str(sink.partition)],
+                              sink.oldest_undelivered_age())
         yield family
 
 
@@ -182,29 +186,11 @@ class Metrics:
             "egress_epochs_committed", "Epochs committed by partition jobs.",
             ["computation_id"], registry=self.registry,
         )
-        sink_counter = _sink_counters(self.registry, "egress_sink_async_http_sink_")
-        # Upstream: /sink/async_http_sink/responses{status_code}, /sink/async_http_sink/attempt_failures.
-        self.http_sink_requests = sink_counter("requests", "POST attempts started (retries included).")
-        self.http_sink_responses = sink_counter("responses", "HTTP responses received, once each.", "status_code")
-        self.http_sink_attempt_failures = sink_counter(
-            "attempt_failures", "Transport errors and timeouts before a response, and body read errors.")
-        self.http_sink_transport_errors = sink_counter(
-            "transport_errors",
-            "Attempt failures without a complete response, by class (egress.httpclient.outcomes.FailureKind).",
-            "error_class")
-        self.http_sink_retries = sink_counter("retries", "Attempts after the first one of a delivery.")
-        self.http_sink_retry_after = sink_counter(
-            "retry_after", "429 and 503 responses whose Retry-After paused their endpoint (RFC 9110 §10.2.3).")
-        self.http_sink_retry_after_invalid = sink_counter(
-            "retry_after_invalid", "Retry-After values that are neither delay-seconds nor an HTTP-date, ignored.")
-        self.http_sink_delivered = sink_counter("delivered", "Messages acknowledged after a 2xx.")
-        self.http_sink_dead_letters = sink_counter(
-            "dead_letters",
-            "Messages written to the dead-letter file (then acknowledged) after their delivery failed for good.")
-        self.http_sink_null_payloads = sink_counter(
-            "skipped_null_payloads", "Messages with a null payload, acknowledged without a request.")
-        self.firehose = _FirehoseSinkMetrics(self.registry)
-        self.batching_http = _BatchingHttpSinkMetrics(self.registry)
+        self.timers_fired = Counter(
+            "egress_computation_timers_fired", "Timers fired in committed epochs of a computation.",
+            ["computation_id"], registry=self.registry,
+        )
+        self.sink = _SinkMetrics(self.registry)
         self.delivery_latency: SinkSensor[HistogramChild] = SinkSensor(Histogram(
             "egress_sink_delivery_latency_seconds",
             "Seconds from the commit of a message to its acknowledgement by its sink (a 2xx, or its dead-letter "
@@ -241,8 +227,7 @@ class Metrics:
         """These sensors as the sinks of ``computation_id`` see them: the same registry and series,
         every sink sensor's ``labels(sink_id, ...)`` labelled by ``computation_id`` first."""
         view = _bind_sinks(self, computation_id)
-        view.firehose = _bind_sinks(self.firehose, computation_id)
-        view.batching_http = _bind_sinks(self.batching_http, computation_id)
+        view.sink = _bind_sinks(self.sink, computation_id)
         return view  # type: ignore[no-any-return]
 
     def value(self, name: str, **labels: str) -> float:
@@ -264,48 +249,52 @@ class Metrics:
         return bytes(generate_latest(self.registry))
 
 
-def _sink_counters(registry: CollectorRegistry, prefix: str) -> Callable[..., SinkSensor[Counter]]:
-    """A maker of one sink class's counters: ``counter(name, text, *labels)`` is ``prefix + name``,
-    labelled by ``computation_id``, ``sink_id`` and ``labels``."""
+SINK_LABELS = ("computation_id", "sink_id", "sink_class")
+"""The labels of every sink sensor family: the sink class (``async_http``, ``batching_http``,
+``firehose_http``) tells the series of one sink apart from another's kind."""
+
+
+def _sink_counters(registry: CollectorRegistry) -> Callable[..., SinkSensor[Counter]]:
+    """A maker of the sinks' counters: ``counter(name, text, *labels)`` is ``egress_sink_`` + ``name``,
+    labelled by :data:`SINK_LABELS` and ``labels``."""
 
     def counter(name: str, text: str, *labels: str) -> SinkSensor[Counter]:
-        return SinkSensor(Counter(f"{prefix}{name}", text, ["computation_id", "sink_id", *labels], registry=registry))
+        return SinkSensor(Counter(f"egress_sink_{name}", text, [*SINK_LABELS, *labels], registry=registry))
 
     return counter
 
 
-class _FirehoseSinkMetrics:
-    """The ``firehose_http`` sink's sensors (``egress_sink_firehose_http_*{computation_id, sink_id}``),
-    and the data freshness gauge, whose sinks add themselves to ``freshness.sinks`` while they run."""
+class _SinkMetrics:
+    """The HTTP sinks' sensors, one family per concept (``egress_sink_*{computation_id, sink_id,
+    sink_class}``): a sink labels them ``labels(sink_id, sink_class, *more)``. Upstream names the async
+    HTTP sink's ``/sink/async_http_sink/responses{status_code}`` and ``.../attempt_failures``. The data
+    freshness gauge is computed at scrape time from the sinks that add themselves to ``freshness.sinks``."""
 
     def __init__(self, registry: CollectorRegistry) -> None:
-        counter = _sink_counters(registry, "egress_sink_firehose_http_")
-
-        self.batches = counter("batches", "Batches sent (first attempts).")
-        self.requests = counter("requests", "Requests sent (attempts, retries included).")
-        self.retries = counter("retries", "Attempts after the first one of a batch.")
-        self.responses = counter("responses", "HTTP responses received, by status.", "status_code")
-        self.records = counter("records_delivered", "Records acknowledged by a conforming 200.")
-        self.bytes = counter("bytes_delivered", "Record bytes (before base64) acknowledged by a conforming 200.")
-        self.error_records = counter("error_output_records", "Records written to the error output.")
-        self.dead_letters = counter("dead_letters", "Records written to the dead-letter file.")
+        counter = _sink_counters(registry)
+        self.requests = counter("requests", "Requests sent: attempts, their retries and redirects.")
+        self.responses = counter("responses", "HTTP responses received, once each, by status.", "status_code")
+        self.attempt_failures = counter(
+            "attempt_failures", "Transport errors and timeouts before a complete response, and body read errors.")
+        self.transport_errors = counter(
+            "transport_errors",
+            "Attempt failures without a complete response, by class (egress.httpclient.outcomes.FailureKind).",
+            "error_class")
+        self.retries = counter("retries", "Attempts after the first one of a delivery (a message or a batch).")
+        self.retry_after = counter(
+            "retry_after", "429 and 503 responses whose Retry-After paused their endpoint (RFC 9110 §10.2.3).")
+        self.retry_after_invalid = counter(
+            "retry_after_invalid", "Retry-After values that are neither delay-seconds nor an HTTP-date, ignored.")
+        self.batches = counter("batches", "Batches sent (first attempts) by a batching sink.")
+        self.records = counter("records_delivered",
+                               "Records acknowledged after a successful attempt (a message is one record).")
+        self.bytes = counter("bytes_delivered", "Bytes acknowledged by a batching sink: its body before gzip "
+                             "(batching_http), its records before base64 (firehose_http).")
+        self.dead_letters = counter(
+            "dead_letters", "Records written to the dead-letter file (then acknowledged) after their delivery "
+            "failed for good.")
+        self.null_payloads = counter(
+            "skipped_null_payloads", "Messages with a null payload, acknowledged without a request.")
+        self.error_records = counter("error_output_records", "Records written to the error output (firehose_http).")
         self.freshness = _Freshness()
         registry.register(self.freshness)
-
-
-class _BatchingHttpSinkMetrics:
-    """The ``batching_http`` sink's sensors (``egress_sink_batching_http_*{computation_id, sink_id}``)."""
-
-    def __init__(self, registry: CollectorRegistry) -> None:
-        counter = _sink_counters(registry, "egress_sink_batching_http_")
-
-        self.batches = counter("batches", "Batches sent (first attempts).")
-        self.requests = counter("requests", "POST attempts started (retries and redirects included).")
-        self.retries = counter("retries", "Attempts after the first one of a batch.")
-        self.responses = counter("responses", "HTTP responses received, by status.", "status_code")
-        self.attempt_failures = counter("attempt_failures", "Transport errors and timeouts before a response.")
-        self.retry_after = counter("retry_after", "429 and 503 responses whose Retry-After paused their endpoint.")
-        self.retry_after_invalid = counter("retry_after_invalid", "Retry-After values that are neither form, ignored.")
-        self.records = counter("records_delivered", "Records acknowledged after a 2xx.")
-        self.bytes = counter("bytes_delivered", "Body bytes (before gzip) acknowledged after a 2xx.")
-        self.dead_letters = counter("dead_letters", "Records written to the dead-letter file.")

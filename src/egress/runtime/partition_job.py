@@ -13,6 +13,7 @@ without I/O; this module is its driver: start, then read, step, commit, distribu
 from __future__ import annotations
 
 import asyncio
+import functools
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any, TypeVar
@@ -78,6 +79,8 @@ class PartitionJob:
         self._sink_streams = {sink.stream_id for sink in plan.sinks.values()}
         self.sinks: dict[str, Sink] = {}
         self.holds = SinkHolds()  # why the sinks start no new delivery now (egress.runtime.holds)
+        # Each sink's acknowledged progress as it last reported it (SinkContext.on_progress).
+        self._reported: dict[str, SinkProgress] = {}
         # While the job waits on the engine (a read, a commit): the sink progress its next commit carries.
         self._awaiting_engine: dict[str, SinkProgress] | None = None
         self.idle = False
@@ -86,7 +89,7 @@ class PartitionJob:
         self.caught_up_at = clock.monotonic()
         self._processed = metrics.computation_messages.labels(plan.computation_id)
         self._epochs = metrics.epochs.labels(plan.computation_id)
-        self._timers_fired = _TimersFired(plan.computation_id)
+        self._timers_fired = metrics.timers_fired.labels(plan.computation_id)
         self._throttle_wait = metrics.input_throttle_seconds.labels(plan.computation_id)
         self._dynamic_parameters: Any = plan.dynamic_parameters
         self._step: EpochStep | None = None  # once started
@@ -117,14 +120,16 @@ class PartitionJob:
         no new delivery, another worker may run the partition now), or it was renewed (``False``)."""
         self.holds.set(LEASE, lapsed)
 
-    def _acknowledged(self) -> None:
-        """A sink's progress (``SinkContext.on_progress``): wake the job, and while it waits on the
-        engine, hold the sinks once they acknowledged beyond what its next commit carries (commit
-        backpressure, ``egress.runtime.holds``): until that commit completes, no delivery starts
-        whose acknowledgement would wait for the commit after it."""
+    def _acknowledged(self, sink_id: str, progress: SinkProgress) -> None:
+        """Sink ``sink_id`` reported ``progress`` (``SinkContext.on_progress``): keep it for the next
+        commit and wake the job; while it waits on the engine, hold the sinks once they acknowledged
+        beyond what its next commit carries (commit backpressure, ``egress.runtime.holds``): until
+        that commit completes, no delivery starts whose acknowledgement would wait for the commit
+        after it."""
+        self._reported[sink_id] = progress
         self.wake()
         if self._awaiting_engine is not None and COMMIT not in self.holds.causes \
-                and acknowledged_beyond(self._take_acknowledged(), self._awaiting_engine):
+                and acknowledged_beyond({sink_id: progress}, self._awaiting_engine):
             self.holds.set(COMMIT, True)
 
     async def _on_engine(self, call: Awaitable[T], carried: dict[str, SinkProgress]) -> T:
@@ -143,7 +148,6 @@ class PartitionJob:
             return True
         if not self._stop_event.is_set():
             return False
-        self._take_acknowledged()
         in_flight = any(sink.terminal_error is None and sink.in_flight for sink in self.sinks.values())
         return not in_flight or self._clock.monotonic() >= self._stop_deadline
 
@@ -244,9 +248,11 @@ class PartitionJob:
     def _create_sinks(self, committed: dict[str, SinkProgress]) -> None:
         """One instance per sink, resuming at its committed progress."""
         cid = self.plan.computation_id
+        self._reported = {sink_id: committed[sink_id] for sink_id in self.plan.sinks}
         for sink_id, sink_plan in self.plan.sinks.items():
             sink_context = SinkContext(cid, sink_id, self.partition, self._clock, self._metrics, self._status,
-                                       self._acknowledged, self._throttling, self._dead_letters)
+                                       functools.partial(self._acknowledged, sink_id), self._throttling,
+                                       self._dead_letters)
             self.sinks[sink_id] = sink_plan.sink_class.create(
                 sink_context, sink_plan.parameters, sink_plan.dynamic_parameters, committed[sink_id])
         self.holds.apply(self.sinks.values())
@@ -267,7 +273,7 @@ class PartitionJob:
     async def _epoch(self, running: _JobRun, *, stopping: bool) -> bool:
         """One epoch: read, step, commit, distribute, then wait; False once ``stopping`` is committed."""
         self._wakeup.clear()  # before reading: a wake during this epoch must not be lost
-        taken = self._take_acknowledged()  # after the clear: an acknowledgement is either counted now or wakes
+        taken = self._acknowledged_progress()  # after the clear: an acknowledgement is either counted now or wakes
         held_back = not stopping and (self._stop_event.is_set() or not self._may_read())
         batch: list[LogMessage] = []
         due: list[DueTimer] = []
@@ -295,7 +301,7 @@ class PartitionJob:
                 running.factory.stopping = None
         if self._throttle_given_up(running):  # the function caught ThrottleInterruptedError: discarded alike
             raise _EpochGivenUp
-        commit = running.step.record(running.generation, output, self._take_acknowledged())
+        commit = running.step.record(running.generation, output, self._acknowledged_progress())
         if commit is not None:
             await self._commit(running.step, commit, output)
         self.holds.set(COMMIT, False)  # what was acknowledged while waiting on the engine is committed
@@ -364,25 +370,24 @@ class PartitionJob:
             return
         if held_back:
             # Input waits for the sinks: close partial batches so they go out now, and read again at
-            # once if the acknowledgements taken now made room (else no wake-up may ever come: every
+            # once if the acknowledgements reported made room (else no wake-up may ever come: every
             # acknowledgement can have arrived before this turn).
             self.flush_sinks()
-            self._take_acknowledged()
             if self._may_read():
                 return
         if len(batch) < self._options.epoch_max_messages and not (
                 self._may_read() and self.timers.has_due(self._clock.now(), self.watermark)):
             await self._wait(self.timers)
 
-    def _take_acknowledged(self) -> dict[str, SinkProgress]:
-        """Every sink's acknowledged prefix, advanced (``Sink.take_acknowledged``), by sink id."""
-        progress = {sink_id: sink.take_acknowledged() for sink_id, sink in self.sinks.items()}
+    def _acknowledged_progress(self) -> dict[str, SinkProgress]:
+        """Every sink's acknowledged progress as last reported, by sink id (a copy: reports go on)."""
+        progress = dict(self._reported)
         self._latency.acknowledged(progress, self._clock.monotonic())
         return progress
 
     def _may_read(self) -> bool:
         """Whether input may be read: no sink blocked, none holding ``max_unacknowledged`` messages
-        (current as of the last :meth:`_take_acknowledged`)."""
+        (as of their last reports)."""
         return all(sink.terminal_error is None and sink.unacknowledged < self._options.max_unacknowledged
                    for sink in self.sinks.values())
 
@@ -478,14 +483,3 @@ def _start_function(
             f"{partition}): {type(error).__name__}: {error}") from error
     context = RuntimeContext(clock, partition, plan.parameters, dynamic_parameters, watermark, throttlers)
     return Invoker(plan.computation_id, function, context, store, timers, plan.output_stream_ids, streams)
-
-
-class _TimersFired:
-    """Count of fired timers per computation (kept here until observe grows a metric for it)."""
-
-    def __init__(self, computation_id: str) -> None:
-        self.computation_id = computation_id
-        self.value = 0
-
-    def inc(self, amount: int = 1) -> None:
-        self.value += amount

@@ -207,7 +207,7 @@ async def _send(target: RedriveTarget, pending: dict[LetterKey, list[DeadLetter]
     throttling = Throttling(dynamic, clock, registry=metrics.registry, throttler_url=throttler_url,
                             file=target.dynamic_spec_file) if dynamic.throttlers or throttler_url else None
     context = SinkContext(target.computation_id, sink_plan.sink_id, 0, clock, metrics, StatusTree(),
-                          acknowledged.set, throttling, failed_again)
+                          lambda _progress: acknowledged.set(), throttling, failed_again)
     # A dead-letter output even when the Spec no longer names one: each letter stands alone.
     parameters = sink_plan.parameters.model_copy(update={"dead_letter_path": str(report.file)})
     sink_class: Any = sink_plan.sink_class
@@ -220,7 +220,7 @@ async def _send(target: RedriveTarget, pending: dict[LetterKey, list[DeadLetter]
         while done < len(sending):
             await acknowledged.wait()
             acknowledged.clear()
-            progress = sink.take_acknowledged()
+            progress = sink.progress()
             sink.committed(progress)
             newly = sending[done:progress.max_persisted_seq_no]
             done = progress.max_persisted_seq_no

@@ -23,7 +23,7 @@ def acknowledgements_commit(consumer: str, partition: int, generation: int, sink
                         committed: dict[str, SinkProgress]) -> EpochCommit | None:
     """The commit of what every sink acknowledged since ``committed`` (its progress as last
     committed, by sink id), under lease ``generation``; ``None`` when no sink advanced."""
-    progress = {sink_id: sink.take_acknowledged() for sink_id, sink in sinks.items()}
+    progress = {sink_id: sink.progress() for sink_id, sink in sinks.items()}
     if not progress or progress == committed:
         return None
     low = min(p.max_persisted_seq_no for p in progress.values())

@@ -19,32 +19,30 @@ import functools
 import operator
 from collections.abc import Callable
 from typing import Any, ClassVar
-from urllib.parse import urlsplit
 
 from egress.connectors.base import SINKS, SinkContext, single_input_stream
 from egress.connectors.dead_letters import Attempt, DeadLetter, check_dead_letter_path
 from egress.connectors.sinks import http_attempts
+from egress.connectors.sinks.delivery import DeliveryHooks, DeliveryLoop, PolicyRetries, exhausted_error
+from egress.connectors.sinks.holding import HeldStarts
+from egress.connectors.sinks.http_attempts import client_concurrency, curl_transport
 from egress.connectors.sinks.http_parameters import AsyncHttpSinkDynamicParameters, AsyncHttpSinkParameters
 from egress.connectors.sinks.ordering import fresh_messages
 from egress.engines import OutboxMessage, SinkProgress
-from egress.errors import DeliveryError, SpecError
-from egress.httpclient import CurlClient, Request, Response
+from egress.errors import SpecError
+from egress.httpclient import Request, Response
 from egress.httpclient.curl import Completions, post_header_lines
-from egress.httpclient.outcomes import AttemptFailure, FailureKind, failure_of, sender_failure, status_failure
-from egress.httpclient.redirects import RedirectError
+from egress.httpclient.outcomes import AttemptFailure, failure_of
 from egress.httpclient.retry_after import endpoint_of
 from egress.httpclient.transport import HttpTransport, submit_many
 from egress.keys import idempotency_key
 from egress.spec import StreamSpec
-from egress.throttler.errors import ThrottlerError
 
 STATUS_SUFFIX = "async_http_sink"
+SINK_CLASS = "async_http"  # the sink_class label of its metrics
 PAYLOAD_TYPE_ERROR = "Async HTTP payload column must contain a String or null value"
 POLICY_EXHAUSTED = "Async HTTP POST retry policy exhausted"
 DEADLINE_EXHAUSTED = "Async HTTP POST retry deadline exhausted"
-# Concurrent requests of a client that keeps no connections (keep_alive false or
-# max_idle_connections 0): each opens its own, so this bounds sockets and ephemeral ports.
-UNPOOLED_MAX_CONNECTIONS = 64
 # Deliveries about to send or sending, per unit of client concurrency. A delivery waiting for a
 # connection gains nothing from being a task already, and a task costs kilobytes: this bounds the
 # memory of a large backlog. Deliveries pausing between attempts do not count, so a burst of
@@ -54,27 +52,6 @@ SEND_WINDOW_PER_CONNECTION = 4
 
 TransportFactory = Callable[[str, AsyncHttpSinkParameters], HttpTransport]
 _new_tuple = tuple.__new__
-
-
-def client_concurrency(parameters: AsyncHttpSinkParameters) -> int:
-    """Requests one client runs at once: its pool size with keep-alive (see ``docs/http-sink.md``)."""
-    pooled = parameters.keep_alive and parameters.max_idle_connections > 0
-    return parameters.max_idle_connections if pooled else UNPOOLED_MAX_CONNECTIONS
-
-
-def curl_transport(scheme: str, parameters: AsyncHttpSinkParameters) -> HttpTransport:
-    """One libcurl client per scheme per sink instance (upstream: an HTTP and an HTTPS client).
-
-    With keep-alive, the client holds at most ``max_idle_connections`` connections and runs that
-    many requests at once, reusing them; see ``docs/http-sink.md`` for why the pool size is also
-    the concurrency per client.
-    """
-    pooled = parameters.keep_alive and parameters.max_idle_connections > 0
-    return CurlClient(
-        max_connections=client_concurrency(parameters),
-        keep_alive=pooled,
-        ca_file=parameters.tls_ca_file if scheme == "https" else None,
-    )
 
 
 class _Delivery:
@@ -97,7 +74,7 @@ class _Delivery:
 
 
 @SINKS.register("NYT::NFlow::TAsyncHttpSink", "async_http")
-class AsyncHttpSink:
+class AsyncHttpSink(HeldStarts):
     """One instance per sink per partition job. See the module docs for the contract."""
 
     parameters_model: ClassVar[type[AsyncHttpSinkParameters]] = AsyncHttpSinkParameters
@@ -148,7 +125,6 @@ class AsyncHttpSink:
         self._parameters = parameters
         self._dynamic = dynamic_parameters
         self._progress = progress
-        self._transport_factory = transport_factory
         self._last_distributed_seq = progress.max_persisted_seq_no
         self._pending: collections.deque[_Delivery] = collections.deque()
         self._waiting: collections.deque[_Delivery] = collections.deque()  # beyond max_in_flight
@@ -158,7 +134,7 @@ class AsyncHttpSink:
         self._terminal: tuple[int, str] | None = None
         self._endpoint = endpoint_of(parameters.url)
         self._resume: asyncio.Task[None] | None = None  # starts first attempts when their endpoint's pause ends
-        self._transports: dict[str, HttpTransport] = {}
+        self._transports = http_attempts.ClientsByScheme(lambda scheme: transport_factory(scheme, parameters))
         self._default_transport: HttpTransport | None = None  # the transport of parameters.url
         self._completions: Completions | None = None  # where first attempts' responses go, in batches
         self._closed = False
@@ -167,23 +143,30 @@ class AsyncHttpSink:
         self._headers = post_header_lines((f"{name}: {value}" for name, value in parameters.headers.items()),
                                           (parameters.idempotency_header,))
         self._idempotency_prefix = f"{parameters.idempotency_header}: " if parameters.idempotency_header else ""
-        self._throttle = http_attempts.sink_throttler(context, parameters.throttler_id, parameters.throttler_class_id)
         self._status_path = f"/sinks/{context.sink_id}/{STATUS_SUFFIX}"
-        sink_id = context.sink_id
-        metrics = context.metrics
-        self._requests = metrics.http_sink_requests.labels(sink_id)
-        self._retries = metrics.http_sink_retries.labels(sink_id)
-        self._delivered = metrics.http_sink_delivered.labels(sink_id)
-        self._attempt_seconds = metrics.attempt_duration.labels(sink_id)
+        labels = (context.sink_id, SINK_CLASS)
+        metrics = context.metrics.sink
+        self._requests = metrics.requests.labels(*labels)
+        self._delivered = metrics.records.labels(*labels)
+        self._attempt_seconds = context.metrics.attempt_duration.labels(context.sink_id)
         # Endpoints that asked to wait (Retry-After), until when.
-        self._pauses = http_attempts.EndpointPauses(context.clock, metrics.http_sink_retry_after.labels(sink_id),
-                                                    metrics.http_sink_retry_after_invalid.labels(sink_id))
+        self._pauses = http_attempts.EndpointPauses(context.clock, metrics.retry_after.labels(*labels),
+                                                    metrics.retry_after_invalid.labels(*labels))
         path = parameters.dead_letter_path
         self._dead_letters = context.dead_letters.open(path) if path is not None else None
-        self._dead_lettered = metrics.http_sink_dead_letters.labels(sink_id)
-        self._responses = http_attempts.ResponseCounters(metrics.http_sink_responses, sink_id,
-                                                         metrics.http_sink_attempt_failures.labels(sink_id),
-                                                         metrics.http_sink_transport_errors)
+        self._dead_lettered = metrics.dead_letters.labels(*labels)
+        self._responses = http_attempts.ResponseCounters(metrics, labels)
+        self._throttle = http_attempts.sink_throttler(context, parameters.throttler_id, parameters.throttler_class_id)
+        self._loop = DeliveryLoop(
+            context.clock, DeliveryHooks(self._request, self._judge, self._attempt_failed, self._give_up,
+                                         self._succeed, self._stopped, self._pause_until),
+            kind="Async HTTP sink", url=lambda: parameters.url, transport=self._transport,
+            dynamic=self._dynamic_parameters, pauses=self._pauses, throttle=self._throttle,
+            max_redirects=parameters.max_redirect_count, requests=self._requests,
+            retries=metrics.retries.labels(*labels), attempt_seconds=self._attempt_seconds)
+
+    def _dynamic_parameters(self) -> AsyncHttpSinkDynamicParameters:
+        return self._dynamic
 
     # -- the Sink protocol -------------------------------------------------------------------
 
@@ -216,36 +199,21 @@ class AsyncHttpSink:
                 waiting_append(delivery)
         self._start_waiting()
         if self._pending and self._pending[0].done:
-            self._context.on_progress()
+            self._report()
 
-    def hold(self) -> None:
-        """Start no delivery until :meth:`resume` (those running go on, retries included)."""
-        self._held = True
+    def progress(self) -> SinkProgress:
+        return self._progress
 
-    def resume(self) -> None:
-        """Start the deliveries held back by :meth:`hold`."""
-        if self._held:
-            self._held = False
-            self._start_waiting()
-
-    @property
-    def in_flight(self) -> int:
-        """Deliveries started and not finished (acknowledged or failed for good)."""
-        return self._running
-
-    def take_acknowledged(self) -> SinkProgress:
+    def _report(self) -> None:
         """Advance over the acknowledged deliveries at the head of the queue (in ``seq`` order: one not
-        yet acknowledged stops it) and return the new prefix; those deliveries are released."""
+        yet acknowledged stops it), release them, and report the prefix (``SinkContext.on_progress``)."""
         pending = self._pending
         last: _Delivery | None = None
         while pending and pending[0].done:
             last = pending.popleft()
         if last is not None:
             self._progress = SinkProgress(self._progress.producer_id, last.message_id, last.seq)
-        return self._progress
-
-    def progress(self) -> SinkProgress:
-        return self._progress
+        self._context.on_progress(self._progress)
 
     def committed(self, progress: SinkProgress) -> None:
         """Nothing to do: every delivery starts as soon as its message is distributed."""
@@ -278,9 +246,7 @@ class AsyncHttpSink:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
         await asyncio.sleep(0)  # let the done callbacks of cancelled first attempts run
-        for transport in self._transports.values():
-            transport.close()
-        self._transports.clear()
+        self._transports.close()
         self._default_transport = None
 
     # -- scheduling --------------------------------------------------------------------------
@@ -318,7 +284,7 @@ class AsyncHttpSink:
         when the pause ends."""
         if not self._pauses:
             return False
-        until = self._pause_end(self._endpoint)
+        until = self._pauses.end(self._endpoint)
         if until is None:
             return False
         if self._resume is None:
@@ -329,10 +295,6 @@ class AsyncHttpSink:
         await self._context.clock.sleep_until(until)
         self._resume = None
         self._start_waiting()  # checks the pause again: a later response may have extended it
-
-    def _pause_end(self, endpoint: tuple[str, str, int]) -> float | None:
-        """The ``clock.monotonic()`` at which ``endpoint``'s pause ends, ``None`` when it has none now."""
-        return self._pauses.end(endpoint)
 
     def _start_first_attempts(self, deliveries: list[_Delivery]) -> None:
         """The first attempts of ``deliveries``, as one batch. Without redirects to follow or a
@@ -403,7 +365,7 @@ class AsyncHttpSink:
                 assert error is not None
                 self._responses.count_failure(error)
                 self._continue(delivery, attempts=1, last_error=error,
-                               retry_after=self._retry_after_of(self._parameters.url, response))
+                               retry_after=self._loop.retry_after_of(self._parameters.url, response))
         if run_length:
             observe(now - run_started, run_length)
         for code, count in statuses.items():
@@ -412,13 +374,16 @@ class AsyncHttpSink:
             self._running -= succeeded
             self._sending -= succeeded
             self._delivered.inc(succeeded)
-            self._context.on_progress()
+            self._report()
         if self._waiting:
             self._start_waiting()
 
     def _continue(self, delivery: _Delivery, *, attempts: int, last_error: AttemptFailure | None,
                   retry_after: float = 0.0) -> None:
-        task = asyncio.get_running_loop().create_task(self._deliver(delivery, attempts, last_error, retry_after))
+        """The attempts of ``delivery`` after the ``attempts`` made (the first-attempt fast path), in a task."""
+        rules = PolicyRetries(self._dynamic_parameters, delivery.started)
+        task = asyncio.get_running_loop().create_task(
+            self._loop.run(delivery, rules, attempts, last_error, retry_after))
         delivery.task = task
         task.add_done_callback(lambda _: self._finished(delivery))
 
@@ -443,167 +408,57 @@ class AsyncHttpSink:
             delivery.pausing = False
             self._sending += 1
 
-    async def _wait_for_endpoint(self, delivery: _Delivery, url: str, deadline: float) -> None:
-        """Wait while the endpoint of ``url`` asked to wait (``Retry-After``), at most until
-        ``deadline`` (``clock.monotonic()`` seconds): no attempt to a pausing endpoint starts."""
-        endpoint = endpoint_of(url)
-        while (until := self._pause_end(endpoint)) is not None and self._context.clock.monotonic() < deadline:
-            await self._pause_until(delivery, min(until, deadline))
-
     def _transport(self, url: str) -> HttpTransport:
         if url is self._parameters.url and self._default_transport is not None:
             return self._default_transport  # every first attempt: no URL parsing per message
-        scheme = urlsplit(url).scheme.lower()
-        transport = self._transports.get(scheme)
-        if transport is None:
-            transport = self._transports[scheme] = self._transport_factory(scheme, self._parameters)
+        transport = self._transports.get(url)
         if url is self._parameters.url:
             self._default_transport = transport
         return transport
 
-    # -- one delivery ------------------------------------------------------------------------
+    # -- one delivery (the hooks of its DeliveryLoop) ----------------------------------------
 
-    def _headers_of(self, delivery: _Delivery) -> tuple[str, ...]:
-        """The header lines of every POST of ``delivery`` (``prepared``: see ``post_header_lines``)."""
-        if not self._idempotency_prefix:
-            return self._headers
-        return (self._idempotency_prefix + idempotency_key(delivery.message_id), *self._headers)
-
-    async def _deliver(self, delivery: _Delivery, attempts: int, last_error: AttemptFailure | None,
-                       retry_after: float = 0.0) -> None:
-        """Attempts until a 2xx or the budget ends (upstream ``TAsyncHttpSink`` delivery loop).
-
-        ``attempts`` were already made (the first-attempt fast path), the last failing with
-        ``last_error`` after asking (``Retry-After``) for ``retry_after`` seconds; the deadline
-        counts from ``delivery.started``.
-        """
+    def _request(self, delivery: _Delivery, url: str, timeout: float) -> Request:
+        """The POST of ``delivery`` to ``url`` (``prepared`` header lines: see ``post_header_lines``)."""
         assert delivery.body is not None
-        clock = self._context.clock
-        headers = self._headers_of(delivery)
-        start = delivery.started
-        redirects = [0]  # counted across all attempts of this delivery
-        while True:
-            if last_error is not None:
-                self._note_attempt(delivery, last_error)
-            if last_error is not None and not await self._pause_after_failure(delivery, attempts, last_error,
-                                                                              retry_after):
-                return
-            dynamic = self._dynamic  # read at every decision: DynamicSpec changes apply live
-            deadline = start + dynamic.request_timeout
-            if attempts >= dynamic.max_attempt_count or clock.monotonic() >= deadline:  # changed while pausing
-                self._fail(delivery, _exhausted(POLICY_EXHAUSTED, attempts, last_error))
-                return
-            if self._pauses:
-                await self._wait_for_endpoint(delivery, self._parameters.url, deadline)
-                if clock.monotonic() >= deadline:  # the endpoint asked to wait past this delivery's deadline
-                    self._fail(delivery,
-                               _exhausted(DEADLINE_EXHAUSTED, attempts, last_error))
-                    return
-            if self._throttle is not None:
-                # The global rate's wait is not part of the attempt: its budget starts once granted.
-                try:
-                    await self._throttle.throttle(1)
-                except ThrottlerError as error:  # the controller stayed away past its retry budget
-                    attempts += 1
-                    last_error, retry_after = sender_failure(FailureKind.THROTTLER, f"throttler: {error}"), 0.0
-                    continue
-            remaining = max(0.0, deadline - clock.monotonic())
-            attempts += 1
-            if attempts > 1:
-                self._retries.inc()
-            last_error, retry_after = await self._attempt(delivery, headers, min(dynamic.attempt_timeout, remaining),
-                                                          redirects)
-            if last_error is None:
-                self._succeed(delivery)
-                return
+        headers = self._headers
+        if self._idempotency_prefix:
+            headers = (self._idempotency_prefix + idempotency_key(delivery.message_id), *headers)
+        return Request(url, delivery.body, headers, timeout=timeout,
+                       capture_location=self._parameters.max_redirect_count > 0,
+                       capture_retry_after=self._dynamic.respect_retry_after, prepared=True, capture_local_port=False)
 
-    async def _pause_after_failure(self, delivery: _Delivery, attempts: int, last_error: AttemptFailure,
-                                   retry_after: float) -> bool:
-        """The verdict after failed attempt number ``attempts``; True once the pause before the next
-        attempt is over, False when the delivery has ended (terminal, or an earlier one was).
-
-        In upstream's order, and at the instant the attempt failed: no attempt left → retry policy
-        exhausted; the next backoff would reach ``request_timeout`` → retry deadline exhausted. Else
-        the pause is the backoff, or the ``retry_after`` seconds the response asked for if longer; a
-        ``Retry-After`` that reaches the deadline is waited out to the deadline, which then ends the
-        delivery with retry deadline exhausted.
-        """
-        self._context.status.set_error(self._status_path, delivery.seq, f"Async HTTP POST failed: {last_error}")
-        clock = self._context.clock
-        plan = http_attempts.plan_retry(self._dynamic, attempts, delivery.started, clock.monotonic(), retry_after)
-        if plan.exhausted is not None:
-            reason = POLICY_EXHAUSTED if plan.exhausted == "policy" else DEADLINE_EXHAUSTED
-            self._fail(delivery, _exhausted(reason, attempts, last_error))
-            return False
-        await self._pause_until(delivery, plan.until)
-        if self._terminal is not None and self._terminal[0] < delivery.seq:
-            return False  # an earlier delivery failed for good: no later message is POSTed
-        if plan.asked_longer and clock.monotonic() >= delivery.started + self._dynamic.request_timeout:
-            self._fail(delivery, _exhausted(DEADLINE_EXHAUSTED, attempts, last_error))
-            return False
-        return True
-
-    async def _attempt(self, delivery: _Delivery, headers: tuple[str, ...], budget: float,
-                       redirects: list[int]) -> tuple[AttemptFailure | None, float]:
-        """One attempt: POST to ``url`` and follow redirects within ``budget`` seconds.
-
-        Returns ``None`` after a 2xx whose body was read completely, else the error that makes the
-        attempt fail, with the seconds its last response asked to wait (``Retry-After``; 0 without).
-        ``redirects[0]`` counts redirects followed across attempts. A request to an endpoint that
-        asked to wait starts only when the pause ends, within ``budget``.
-        """
-        assert delivery.body is not None
-        clock = self._context.clock
-        deadline = clock.monotonic() + budget
-        url = self._parameters.url
-        follow = self._parameters.max_redirect_count > 0
-        while True:
-            if self._pauses:
-                await self._wait_for_endpoint(delivery, url, deadline)
-            remaining = deadline - clock.monotonic()
-            if remaining <= 0:
-                return sender_failure(FailureKind.TIMEOUT, http_attempts.ATTEMPT_TIMED_OUT), 0.0
-            self._requests.inc()
-            sent = clock.monotonic()
-            response = await self._transport(url).submit(
-                Request(url, delivery.body, headers, timeout=remaining, capture_location=follow,
-                        capture_retry_after=self._dynamic.respect_retry_after, prepared=True,
-                        capture_local_port=False))
-            self._attempt_seconds.observe(clock.monotonic() - sent)
-            error = self._judge(response)
-            if error is not http_attempts.FOLLOW:
-                return error, self._retry_after_of(url, response)
-            if redirects[0] >= self._parameters.max_redirect_count:
-                return status_failure(response.status), 0.0
-            assert response.location is not None
-            redirects[0] += 1
-            try:
-                url = http_attempts.follow_location(url, response.location, "Async HTTP sink")
-            except RedirectError as failure:
-                return sender_failure(FailureKind.REDIRECT, str(failure)), 0.0
-            if self._throttle is not None:
-                await self._throttle.throttle(1)  # a redirected POST is a request to the endpoint too
-
-    def _retry_after_of(self, url: str, response: Response) -> float:
-        """The seconds a 429 or 503 from ``url`` asked to wait (``http_attempts.EndpointPauses.asked``), its endpoint
-        paused until then."""
-        return self._pauses.asked(endpoint_of(url), response, self._dynamic)
-
-    def _judge(self, response: Response) -> AttemptFailure | None:
+    def _judge(self, delivery: _Delivery, response: Response) -> AttemptFailure | None:
         """Count ``response`` in the metrics; ``None`` for a complete 2xx, ``http_attempts.FOLLOW`` for a redirect
-        to follow, else why the attempt failed (``http_http_attempts.response_error``)."""
+        to follow, else why the attempt failed (``http_attempts.response_error``)."""
         self._responses.count_status(response.status)
         failure = http_attempts.response_error(response, follow_redirects=self._parameters.max_redirect_count > 0)
         if failure is not None:
             self._responses.count_failure(failure)
         return failure
 
+    def _attempt_failed(self, delivery: _Delivery, failure: AttemptFailure) -> None:
+        """Keep a failed attempt for the dead-letter line (only with a dead-letter file); show the error."""
+        if self._dead_letters is not None:
+            if delivery.attempts is None:
+                delivery.attempts = []
+            delivery.attempts.append(http_attempts.failed_attempt(self._context.clock.now(), failure))
+        self._context.status.set_error(self._status_path, delivery.seq, f"Async HTTP POST failed: {failure}")
+
+    def _give_up(self, delivery: _Delivery, exhausted: str, attempts: int, last_error: AttemptFailure | None) -> None:
+        reason = POLICY_EXHAUSTED if exhausted == "policy" else DEADLINE_EXHAUSTED
+        self._fail(delivery, exhausted_error(reason, attempts, last_error))
+
+    def _stopped(self, delivery: _Delivery) -> bool:
+        """Whether an earlier delivery failed for good: no later message is POSTed."""
+        return self._terminal is not None and self._terminal[0] < delivery.seq
+
     def _succeed(self, delivery: _Delivery) -> None:
         """A delivery whose later attempt succeeded (first attempts: :meth:`_first_attempts_done`)."""
         delivery.done = True
         self._delivered.inc()
         self._context.status.clear_error(self._status_path, delivery.seq)
-        self._context.on_progress()
+        self._report()
 
     def _fail(self, delivery: _Delivery, error: str) -> None:
         if self._dead_letters is not None and delivery.body is not None:
@@ -630,17 +485,9 @@ class AsyncHttpSink:
                 later.task.cancel()  # its done callback calls _finished
         for later in ended:
             self._finished(later)
-        self._context.on_progress()
+        self._report()
 
     # -- dead letters ------------------------------------------------------------------------
-
-    def _note_attempt(self, delivery: _Delivery, failure: AttemptFailure) -> None:
-        """Keep a failed attempt for the dead-letter line (only when there is a dead-letter file)."""
-        if self._dead_letters is None:
-            return
-        if delivery.attempts is None:
-            delivery.attempts = []
-        delivery.attempts.append(http_attempts.failed_attempt(self._context.clock.now(), failure))
 
     def _dead_letter(self, delivery: _Delivery, error: str) -> None:
         """Append ``delivery`` to the dead-letter file; acknowledge it once the line is durable, or
@@ -665,12 +512,7 @@ class AsyncHttpSink:
         delivery.attempts = None
         self._dead_lettered.inc(written.result())
         self._context.status.clear_error(self._status_path, delivery.seq)
-        self._context.on_progress()
-
-
-def _exhausted(message: str, attempts: int, last_error: AttemptFailure | None) -> str:
-    """The terminal error of a delivery whose budget ended (upstream's wording)."""
-    return str(DeliveryError(message, attempts=attempts, last_error=last_error.message if last_error else None))
+        self._report()
 
 
 # Whether a queued first attempt was dropped (``_Delivery.cancelled``): asked per request, so a C

@@ -34,6 +34,7 @@ from typing import Any, ClassVar
 
 from egress.connectors.base import SinkContext
 from egress.connectors.dead_letters import Attempt, DeadLetter, DeadLetterOutput
+from egress.connectors.sinks.holding import HeldStarts
 from egress.connectors.sinks.ordering import fresh_messages
 from egress.engines import OutboxMessage, SinkProgress
 
@@ -73,6 +74,8 @@ class Batch:
     closed: bool = False
     boundary: bool = False  # closed with records: its last_seq is committed sink state until handled
     done: bool = False
+    body: bytes | None = None  # the request body, once encoded for its first attempt
+    attempts: list[Attempt] = field(default_factory=list)  # its failed attempts, for its dead letters
     task: asyncio.Task[None] | None = None
     timer: asyncio.Task[None] | None = None
 
@@ -122,7 +125,7 @@ def batch_letters(context: SinkContext, batch: Batch, key: str, tried: Sequence[
             for seq, message_id, record in zip(batch.record_seqs, batch.record_ids, batch.records, strict=True)]
 
 
-class BatchedSink:
+class BatchedSink(HeldStarts):
     """The Sink protocol (``egress.connectors.base.Sink``) for a sink that sends batches; see the
     module docs. A subclass sets ``kind`` and ``payload_type_error``, calls ``__init__`` and implements
     :meth:`_deliver`, which ends by calling :meth:`_acknowledge`, :meth:`_dead_letter` or :meth:`_fail`."""
@@ -213,25 +216,13 @@ class BatchedSink:
         self._start_waiting()
         self._notify_if_acknowledgeable()
 
-    def hold(self) -> None:
-        """Start no batch until :meth:`resume` (those running go on, retries included)."""
-        self._held = True
+    def progress(self) -> SinkProgress:
+        return self._progress
 
-    def resume(self) -> None:
-        """Start the batches held back by :meth:`hold`."""
-        if self._held:
-            self._held = False
-            self._start_waiting()
-
-    @property
-    def in_flight(self) -> int:
-        """Batches started and not finished (acknowledged or failed for good)."""
-        return self._running
-
-    def take_acknowledged(self) -> SinkProgress:
-        """Advance over the handled batches at the head (in ``seq`` order: one not yet handled stops it)
-        and return the prefix and, as ``sink_state``, the ends of the closed batches not yet in it
-        (:func:`encode_batch_ends`) and of those still to be re-formed."""
+    def _report(self) -> None:
+        """Advance over the handled batches at the head (in ``seq`` order: one not yet handled stops it),
+        release them, and report the prefix with, as ``sink_state``, the ends of the closed batches not
+        yet in it (:func:`encode_batch_ends`) and of those still to be re-formed (``SinkContext.on_progress``)."""
         batches = self._batches
         last: Batch | None = None
         while batches and batches[0].done:
@@ -244,10 +235,7 @@ class BatchedSink:
                 self._progress.producer_id, last.last_message_id, last.last_seq)
             self._progress = SinkProgress(persisted.producer_id, persisted.max_persisted_message_id,
                                           persisted.max_persisted_seq_no, encode_batch_ends(ends))
-        return self._progress
-
-    def progress(self) -> SinkProgress:
-        return self._progress
+        self._context.on_progress(self._progress)
 
     def committed(self, progress: SinkProgress) -> None:
         """The batch ends in ``progress.sink_state`` are durable: send the batches they close."""
@@ -417,13 +405,13 @@ class BatchedSink:
             self._waiting.append(batch)
         else:  # sent once the job has committed this boundary (committed())
             self._uncommitted.append(batch)
-            self._context.on_progress()
+            self._report()
 
     # -- sending -----------------------------------------------------------------------------
 
     def _notify_if_acknowledgeable(self) -> None:
         if self._batches and self._batches[0].done:
-            self._context.on_progress()
+            self._report()
 
     def _start_waiting(self) -> None:
         loop = asyncio.get_running_loop()
@@ -449,16 +437,17 @@ class BatchedSink:
     # -- endings -----------------------------------------------------------------------------
 
     def _handled(self, batch: Batch) -> None:
-        """Mark ``batch`` done (:meth:`take_acknowledged` takes it once every earlier one is) and release
+        """Mark ``batch`` done (:meth:`_report` passes it once every earlier one is) and release
         its records."""
         batch.done = True
         batch.records, batch.record_ids, batch.record_seqs, batch.arrivals_ms = [], [], [], []
+        batch.body, batch.attempts = None, []
 
     def _acknowledge(self, batch: Batch) -> None:
         """``batch`` is handled (delivered, or its records are durable elsewhere): acknowledge it, in order."""
         self._handled(batch)
         self._context.status.clear_error(self._status_path, batch.first_seq)
-        self._context.on_progress()
+        self._report()
 
     def _dead_letter(self, batch: Batch, key: str, tried: Sequence[Attempt], error: str) -> None:
         """Append ``batch``'s records to the dead-letter file (:func:`batch_letters`) and acknowledge the
@@ -487,7 +476,7 @@ class BatchedSink:
         for later in self._batches:
             if later.first_seq > batch.first_seq and later.task is not None and not later.task.done():
                 later.task.cancel()
-        self._context.on_progress()
+        self._report()
 
 
 __all__ = ["Batch", "BatchLimits", "BatchedSink", "UnfitRecord", "batch_letters", "decode_batch_ends",

@@ -12,7 +12,7 @@ its records as JSON lines, a JSON array or concatenated (``encoding``), gzip'd w
 has committed, and a new instance re-forms the committed batches exactly, so a batch has the same
 records, body and key after a restart too.
 
-Delivery follows the async HTTP sink's rules per batch (``egress.connectors.sinks.http_attempts``,
+Delivery follows the async HTTP sink's rules per batch, in the same loop (``egress.connectors.sinks.delivery``,
 ``docs/http-sink.md``): a 2xx acknowledges the batch; anything else is retried with the DynamicSpec's
 backoff within ``max_attempt_count`` attempts and ``request_timeout`` (from the batch's first
 attempt), each attempt within ``attempt_timeout``; redirects are followed up to ``max_redirect_count``
@@ -32,23 +32,23 @@ from collections.abc import Callable
 from typing import Any, ClassVar
 
 from egress.connectors.base import SINKS, SinkContext, single_input_stream
-from egress.connectors.dead_letters import Attempt, check_dead_letter_path
+from egress.connectors.dead_letters import check_dead_letter_path
 from egress.connectors.sinks import http_attempts
-from egress.connectors.sinks.async_http import HttpTransport, client_concurrency, curl_transport
 from egress.connectors.sinks.batches import Batch, BatchedSink, BatchLimits, UnfitRecord
 from egress.connectors.sinks.batching_parameters import BatchingHttpSinkDynamicParameters, BatchingHttpSinkParameters
+from egress.connectors.sinks.delivery import NO_DEADLINE, DeliveryHooks, DeliveryLoop, PolicyRetries, exhausted_error
+from egress.connectors.sinks.http_attempts import client_concurrency, curl_transport
 from egress.engines import SinkProgress
-from egress.errors import DeliveryError, SpecError
+from egress.errors import SpecError
 from egress.httpclient import Request, Response
-from egress.httpclient.outcomes import AttemptFailure, FailureKind, sender_failure, status_failure
-from egress.httpclient.redirects import RedirectError
-from egress.httpclient.retry_after import endpoint_of
+from egress.httpclient.outcomes import AttemptFailure
+from egress.httpclient.transport import HttpTransport
 from egress.keys import idempotency_key
 from egress.spec import StreamSpec
-from egress.throttler.errors import ThrottlerError
 
 KIND = "Batching HTTP sink"
 STATUS_SUFFIX = "batching_http_sink"
+SINK_CLASS = "batching_http"  # the sink_class label of its metrics
 PAYLOAD_TYPE_ERROR = f"{KIND} payload column must contain a String or null value"
 POLICY_EXHAUSTED = "Batching HTTP POST retry policy exhausted"
 DEADLINE_EXHAUSTED = "Batching HTTP POST retry deadline exhausted"
@@ -136,20 +136,23 @@ class BatchingHttpSink(BatchedSink):
         self._json = parameters.encoding != "raw"
         self._json_lines = parameters.encoding == "json_lines"
         self._headers = self._fixed_headers(parameters)
-        self._throttle = http_attempts.sink_throttler(context, parameters.throttler_id, parameters.throttler_class_id)
-        metrics = context.metrics.batching_http
-        sink_id = context.sink_id
-        self._m_batches = metrics.batches.labels(sink_id)
-        self._m_requests = metrics.requests.labels(sink_id)
-        self._m_retries = metrics.retries.labels(sink_id)
-        self._m_records = metrics.records.labels(sink_id)
-        self._m_bytes = metrics.bytes.labels(sink_id)
-        self._m_dead_letters = metrics.dead_letters.labels(sink_id)
-        self._m_attempt_seconds = context.metrics.attempt_duration.labels(sink_id)
-        self._responses = http_attempts.ResponseCounters(metrics.responses, sink_id,
-                                                         metrics.attempt_failures.labels(sink_id))
-        self._pauses = http_attempts.EndpointPauses(context.clock, metrics.retry_after.labels(sink_id),
-                                                    metrics.retry_after_invalid.labels(sink_id))
+        labels = (context.sink_id, SINK_CLASS)
+        metrics = context.metrics.sink
+        self._m_batches = metrics.batches.labels(*labels)
+        self._m_records = metrics.records.labels(*labels)
+        self._m_bytes = metrics.bytes.labels(*labels)
+        self._m_dead_letters = metrics.dead_letters.labels(*labels)
+        self._responses = http_attempts.ResponseCounters(metrics, labels)
+        self._loop = DeliveryLoop(
+            context.clock, DeliveryHooks(self._request, self._judge, self._attempt_failed, self._give_up,
+                                         self._succeed, self._stopped_before, self._pause_until),
+            kind=KIND, url=lambda: parameters.url, transport=self._transports.get, dynamic=lambda: self._dynamic,
+            pauses=http_attempts.EndpointPauses(context.clock, metrics.retry_after.labels(*labels),
+                                                metrics.retry_after_invalid.labels(*labels)),
+            throttle=http_attempts.sink_throttler(context, parameters.throttler_id, parameters.throttler_class_id),
+            max_redirects=parameters.max_redirect_count, requests=metrics.requests.labels(*labels),
+            retries=metrics.retries.labels(*labels),
+            attempt_seconds=context.metrics.attempt_duration.labels(context.sink_id))
 
     @staticmethod
     def _fixed_headers(parameters: BatchingHttpSinkParameters) -> tuple[str, ...]:
@@ -199,135 +202,52 @@ class BatchingHttpSink(BatchedSink):
         return await asyncio.to_thread(_gzip_body, batch.records, parameters.encoding, parameters.compression_level)
 
     async def _deliver(self, batch: Batch) -> None:
-        """Attempts until a 2xx or the budget ends (the async HTTP sink's delivery loop, per batch)."""
-        clock = self._context.clock
-        url = self._parameters.url
-        key = self._batch_key(batch)
-        name = self._parameters.idempotency_header
-        headers = (*self._headers, f"{name}: {key}") if name else self._headers
-        body = await self._body(batch)
-        await self._wait_for_endpoint(url, None)  # a pause before the first attempt does not use the budget
-        started = clock.monotonic()
-        tried: list[Attempt] = []
-        redirects = [0]  # counted across all attempts of this batch
-        attempts, retry_after = 0, 0.0
-        last_error: AttemptFailure | None = None
+        """Attempts until a 2xx or the budget ends (:class:`~egress.connectors.sinks.delivery.DeliveryLoop`).
+        A pause of the endpoint before the first attempt does not use the budget."""
+        batch.body = await self._body(batch)
+        await self._loop.wait_for_endpoint(batch, self._parameters.url, NO_DEADLINE)
         self._m_batches.inc()
-        while True:
-            if last_error is not None:
-                tried.append(http_attempts.failed_attempt(clock.now(), last_error))
-                self._context.status.set_error(self._status_path, batch.first_seq,
-                                               f"Batching HTTP POST of {key} failed: {last_error}")
-                ended = await self._pause_after_failure(batch, attempts, started, retry_after)
-                if ended is not None:
-                    self._give_up(batch, key, tried, ended, attempts, last_error)
-                    return
-                if self._stopped_before(batch):
-                    return  # an earlier batch failed for good: nothing later is POSTed
-            dynamic = self._dynamic  # read at every decision: DynamicSpec changes apply live
-            deadline = started + dynamic.request_timeout
-            if attempts >= dynamic.max_attempt_count or clock.monotonic() >= deadline:  # changed while pausing
-                self._give_up(batch, key, tried, POLICY_EXHAUSTED, attempts, last_error)
-                return
-            if self._pauses:
-                await self._wait_for_endpoint(url, deadline)
-                if clock.monotonic() >= deadline:  # the endpoint asked to wait past this batch's deadline
-                    self._give_up(batch, key, tried, DEADLINE_EXHAUSTED, attempts, last_error)
-                    return
-            if self._throttle is not None:
-                try:  # the global rate's wait is not part of the attempt: its budget starts once granted
-                    await self._throttle.throttle(1)
-                except ThrottlerError as error:  # the controller stayed away past its retry budget
-                    attempts += 1
-                    last_error, retry_after = sender_failure(FailureKind.THROTTLER, f"throttler: {error}"), 0.0
-                    continue
-            attempts += 1
-            if attempts > 1:
-                self._m_retries.inc()
-            budget = min(dynamic.attempt_timeout, max(0.0, deadline - clock.monotonic()))
-            last_error, retry_after = await self._attempt(body, headers, budget, redirects)
-            if last_error is None:
-                self._m_records.inc(len(batch.records))
-                self._m_bytes.inc(batch.body_bytes)
-                self._acknowledge(batch)
-                return
+        await self._loop.run(batch, PolicyRetries(lambda: self._dynamic, self._context.clock.monotonic()))
 
-    async def _pause_after_failure(self, batch: Batch, attempts: int, started: float,
-                                   retry_after: float) -> str | None:
-        """Wait before the next attempt (``http_attempts.plan_retry``); the reason the batch ended instead,
-        if it did."""
-        clock = self._context.clock
-        plan = http_attempts.plan_retry(self._dynamic, attempts, started, clock.monotonic(), retry_after)
-        if plan.exhausted is not None:
-            return POLICY_EXHAUSTED if plan.exhausted == "policy" else DEADLINE_EXHAUSTED
-        while clock.monotonic() < plan.until:
-            await clock.sleep_until(plan.until)
-        if plan.asked_longer and clock.monotonic() >= started + self._dynamic.request_timeout:
-            return DEADLINE_EXHAUSTED
-        return None
+    # -- the hooks of its DeliveryLoop ------------------------------------------------------
 
-    async def _wait_for_endpoint(self, url: str, deadline: float | None) -> None:
-        """Wait while the endpoint of ``url`` asked to wait (``Retry-After``), at most until ``deadline``
-        (``clock.monotonic()`` seconds; ``None``: as long as it asks)."""
-        clock = self._context.clock
-        endpoint = endpoint_of(url)
-        while (until := self._pauses.end(endpoint)) is not None and (deadline is None or clock.monotonic() < deadline):
-            end = until if deadline is None else min(until, deadline)
-            while clock.monotonic() < end:
-                await clock.sleep_until(end)
+    def _request(self, batch: Batch, url: str, timeout: float) -> Request:
+        name = self._parameters.idempotency_header
+        headers = (*self._headers, f"{name}: {self._batch_key(batch)}") if name else self._headers
+        assert batch.body is not None
+        return Request(url, batch.body, headers, timeout=timeout,
+                       capture_location=self._parameters.max_redirect_count > 0,
+                       capture_retry_after=self._dynamic.respect_retry_after)
 
-    async def _attempt(self, body: bytes, headers: tuple[str, ...], budget: float,
-                       redirects: list[int]) -> tuple[AttemptFailure | None, float]:
-        """One attempt: POST ``body`` to ``url`` and follow redirects within ``budget`` seconds.
-
-        Returns ``None`` after a 2xx whose body was read completely, else the error that makes the
-        attempt fail, with the seconds its last response asked to wait (``Retry-After``; 0 without).
-        ``redirects[0]`` counts redirects followed across attempts.
-        """
-        clock = self._context.clock
-        deadline = clock.monotonic() + budget
-        url = self._parameters.url
-        maximum = self._parameters.max_redirect_count
-        while True:
-            if self._pauses:
-                await self._wait_for_endpoint(url, deadline)
-            remaining = deadline - clock.monotonic()
-            if remaining <= 0:
-                return sender_failure(FailureKind.TIMEOUT, http_attempts.ATTEMPT_TIMED_OUT), 0.0
-            self._m_requests.inc()
-            sent = clock.monotonic()
-            response = await self._transports.get(url).submit(
-                Request(url, body, headers, timeout=remaining, capture_location=maximum > 0,
-                        capture_retry_after=self._dynamic.respect_retry_after))
-            self._m_attempt_seconds.observe(clock.monotonic() - sent)
-            error = self._judge(response)
-            if error is not http_attempts.FOLLOW:
-                return error, self._pauses.asked(endpoint_of(url), response, self._dynamic)
-            if redirects[0] >= maximum:
-                return status_failure(response.status), 0.0
-            assert response.location is not None
-            redirects[0] += 1
-            try:
-                url = http_attempts.follow_location(url, response.location, KIND)
-            except RedirectError as failure:
-                return sender_failure(FailureKind.REDIRECT, str(failure)), 0.0
-            if self._throttle is not None:
-                await self._throttle.throttle(1)  # a redirected POST is a request to the endpoint too
-
-    def _judge(self, response: Response) -> AttemptFailure | None:
+    def _judge(self, batch: Batch, response: Response) -> AttemptFailure | None:
         """Count ``response`` in the metrics and judge it (``http_attempts.response_error``)."""
         self._responses.count(response)
         return http_attempts.response_error(response, follow_redirects=self._parameters.max_redirect_count > 0)
 
-    def _give_up(self, batch: Batch, key: str, tried: list[Attempt], reason: str, attempts: int,
-                 last_error: AttemptFailure | None) -> None:
+    def _attempt_failed(self, batch: Batch, failure: AttemptFailure) -> None:
+        batch.attempts.append(http_attempts.failed_attempt(self._context.clock.now(), failure))
+        self._context.status.set_error(self._status_path, batch.first_seq,
+                                       f"Batching HTTP POST of {self._batch_key(batch)} failed: {failure}")
+
+    def _succeed(self, batch: Batch) -> None:
+        self._m_records.inc(len(batch.records))
+        self._m_bytes.inc(batch.body_bytes)
+        self._acknowledge(batch)
+
+    async def _pause_until(self, batch: Batch, when: float) -> None:
+        clock = self._context.clock
+        while clock.monotonic() < when:
+            await clock.sleep_until(when)
+
+    def _give_up(self, batch: Batch, exhausted: str, attempts: int, last_error: AttemptFailure | None) -> None:
         """The batch failed for good: its records to the dead-letter file (then acknowledged), or, with
         none, a terminal failure of this instance."""
-        error = str(DeliveryError(reason, attempts=attempts, last_error=last_error.message if last_error else None))
+        reason = POLICY_EXHAUSTED if exhausted == "policy" else DEADLINE_EXHAUSTED
+        error = exhausted_error(reason, attempts, last_error)
         if self._dead_letters is None:
             self._fail(batch, error)
             return
-        self._dead_letter(batch, key, tried, error)
+        self._dead_letter(batch, self._batch_key(batch), batch.attempts, error)
 
     def _count_dead_letters(self, lines: int) -> None:
         self._m_dead_letters.inc(lines)

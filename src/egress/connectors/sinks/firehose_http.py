@@ -32,40 +32,35 @@ import hashlib
 import random
 import uuid
 from collections.abc import Callable
-from dataclasses import dataclass
-from typing import ClassVar, Protocol
+from typing import ClassVar
 
 from egress.connectors.base import SINKS, SinkContext, single_input_stream
 from egress.connectors.dead_letters import Attempt, DeadLetter, check_dead_letter_path
 from egress.connectors.sinks.batches import Batch, BatchedSink, BatchLimits, redrive_progress_of
+from egress.connectors.sinks.delivery import NO_DEADLINE, DeliveryHooks, DeliveryLoop
 from egress.connectors.sinks.firehose_parameters import (
-    AccessKeyReference,
     AccessKeyUnavailable,
     FirehoseHttpSinkDynamicParameters,
     FirehoseHttpSinkParameters,
 )
-from egress.connectors.sinks.http_attempts import ClientsByScheme
+from egress.connectors.sinks.http_attempts import ClientsByScheme, ResponseCounters, RetryPlan
 from egress.engines import SinkProgress
 from egress.errors import DeliveryError, SpecError
 from egress.firehose import error_output as eo
 from egress.firehose import protocol as p
 from egress.firehose.errors import ResponseNotAccepted
-from egress.firehose.retry import RetryBudget, draw_backoff
+from egress.firehose.retry import JITTER_RATIO, RetryBudget
 from egress.httpclient import CurlClient, Request, Response
+from egress.httpclient.backoff import DoublingBackoff, draw
+from egress.httpclient.outcomes import AttemptFailure, FailureKind, failure_of, status_failure
+from egress.httpclient.transport import HttpTransport
 from egress.spec import StreamSpec
 
 STATUS_SUFFIX = "firehose_http_sink"
+SINK_CLASS = "firehose_http"  # the sink_class label of its metrics
 PAYLOAD_TYPE_ERROR = "Firehose HTTP sink payload column must contain a String or null value"
 MIB = 1024 * 1024
 BODY_FRAME_BYTES = 1024  # requestId, timestamp and braces around the records, generously
-
-
-class HttpTransport(Protocol):
-    """What the sink needs of an HTTP client (``egress.httpclient.CurlClient`` in production)."""
-
-    async def send(self, request: Request) -> Response: ...
-
-    def close(self) -> None: ...
 
 
 TransportFactory = Callable[[str, FirehoseHttpSinkParameters], HttpTransport]
@@ -86,20 +81,50 @@ def batch_request_id(sink_key: str, first_message_id: bytes, last_message_id: by
     return str(uuid.UUID(bytes=digest, version=4))
 
 
-@dataclass(frozen=True, slots=True)
-class _Failure:
-    code: str
-    message: str
-    permanent: bool = False
-    status: int = 0  # the HTTP status that failed the attempt (0: no response)
+def describe(failure: AttemptFailure) -> str:
+    """For the status tree and the console: the status, the message, and a hint when the endpoint
+    refused the access key."""
+    text = f"HTTP {failure.status}: {failure.message[:500]}" if failure.status else failure.message[:500]
+    if failure.status in (401, 403):
+        text += " (the endpoint refused the access key: check the sink's access_key and its variable or file)"
+    return text
 
-    def describe(self) -> str:
-        """For the status tree and the console: the status, the message, and a hint when the
-        endpoint refused the access key."""
-        text = f"HTTP {self.status}: {self.message[:500]}" if self.status else self.message[:500]
-        if self.status in (401, 403):
-            text += " (the endpoint refused the access key: check the sink's access_key and its variable or file)"
-        return text
+
+class FirehoseRetries:
+    """Firehose's rules for one batch: retries within ``retry_duration`` (:class:`RetryBudget`, which
+    does not count the time spent waiting for responses) with Firehose's backoff (``retry_initial_delay``
+    and ``retry_maximum_delay`` read at each retry); a permanent failure (a 413) is not retried."""
+
+    __slots__ = ("_budget", "_dynamic", "_response_timeout", "_rng")
+
+    def __init__(self, retry_duration: float, response_timeout: float, rng: random.Random,
+                 dynamic: Callable[[], FirehoseHttpSinkDynamicParameters]) -> None:
+        self._budget = RetryBudget(retry_duration)
+        self._response_timeout = response_timeout
+        self._rng = rng
+        self._dynamic = dynamic
+
+    def deadline(self) -> float:
+        return NO_DEADLINE
+
+    def budget_over(self, attempts: int, now: float) -> bool:
+        return False
+
+    def attempt_timeout(self, now: float) -> float:
+        return self._response_timeout
+
+    def attempt_finished(self, started: float, ended: float, *, failed: bool) -> None:
+        self._budget.attempt_finished(started, ended, failed=failed)
+
+    def after_failure(self, attempts: int, failure: AttemptFailure, retry_after: float, now: float) -> RetryPlan:
+        if failure.permanent:
+            return RetryPlan("policy")
+        dynamic = self._dynamic()
+        backoff = DoublingBackoff(dynamic.retry_initial_delay, dynamic.retry_maximum_delay, JITTER_RATIO)
+        wait = draw(backoff, self._budget.attempts - 1, self._rng)
+        if not self._budget.may_retry_after(now, wait):
+            return RetryPlan("deadline")
+        return RetryPlan(None, now + wait)
 
 
 @SINKS.register("firehose_http", "NYT::NFlow::TFirehoseHttpSink")
@@ -168,17 +193,23 @@ class FirehoseHttpSink(BatchedSink):
         self._sink_key = f"{context.computation_id}/{context.sink_id}"
         self._attributes = parameters.common_attributes_header
         self._errors = eo.ErrorOutput(parameters.error_output) if parameters.error_output else None
-        self._metrics = context.metrics.firehose
-        self._metrics.freshness.sinks.add(self)
-        sink_id = context.sink_id
-        self._m_batches = self._metrics.batches.labels(sink_id)
-        self._m_requests = self._metrics.requests.labels(sink_id)
-        self._m_retries = self._metrics.retries.labels(sink_id)
-        self._m_records = self._metrics.records.labels(sink_id)
-        self._m_bytes = self._metrics.bytes.labels(sink_id)
-        self._m_error_records = self._metrics.error_records.labels(sink_id)
-        self._m_dead_letters = self._metrics.dead_letters.labels(sink_id)
-        self._m_attempt_seconds = context.metrics.attempt_duration.labels(sink_id)
+        labels = (context.sink_id, SINK_CLASS)
+        metrics = context.metrics.sink
+        self._freshness = metrics.freshness
+        self._freshness.sinks.add(self)
+        self._m_batches = metrics.batches.labels(*labels)
+        self._m_records = metrics.records.labels(*labels)
+        self._m_bytes = metrics.bytes.labels(*labels)
+        self._m_error_records = metrics.error_records.labels(*labels)
+        self._m_dead_letters = metrics.dead_letters.labels(*labels)
+        self._responses = ResponseCounters(metrics, labels)
+        self._loop = DeliveryLoop(
+            context.clock, DeliveryHooks(self._request, self._judge, self._attempt_failed, self._give_up,
+                                         self._succeed, self._stopped_before, self._pause_until),
+            kind=self.kind, url=lambda: self._dynamic.url or parameters.url, transport=self._transports.get,
+            dynamic=lambda: self._dynamic, pauses=None, throttle=None, max_redirects=0,
+            requests=metrics.requests.labels(*labels), retries=metrics.retries.labels(*labels),
+            attempt_seconds=context.metrics.attempt_duration.labels(context.sink_id))
 
     @property
     def computation_id(self) -> str:
@@ -187,6 +218,10 @@ class FirehoseHttpSink(BatchedSink):
     @property
     def sink_id(self) -> str:
         return self._context.sink_id
+
+    @property
+    def sink_class(self) -> str:
+        return SINK_CLASS
 
     @property
     def partition(self) -> int:
@@ -206,7 +241,7 @@ class FirehoseHttpSink(BatchedSink):
 
     def _closed(self) -> None:
         self._transports.close()
-        self._metrics.freshness.sinks.discard(self)
+        self._freshness.sinks.discard(self)
 
     def reconfigure(self, dynamic_parameters: FirehoseHttpSinkDynamicParameters) -> None:
         """Apply new dynamic parameters (URL, access key, backoff scale) from the next attempt on."""
@@ -222,77 +257,67 @@ class FirehoseHttpSink(BatchedSink):
     # -- one batch ---------------------------------------------------------------------------
 
     async def _deliver(self, batch: Batch) -> None:
-        """Attempts until a conforming 200, a 413, or the end of ``retry_duration``."""
+        """Attempts until a conforming 200, a 413, or the end of ``retry_duration``
+        (:class:`~egress.connectors.sinks.delivery.DeliveryLoop` with :class:`FirehoseRetries`)."""
         clock = self._context.clock
         parameters = self._parameters
         if batch.oversized:
-            self._give_up(batch, 0, _Failure(eo.RECORD_TOO_LARGE, f"a record is larger than {p.MAX_RECORD_BYTES} "
-                                                                  "bytes, the protocol's limit", permanent=True), [])
+            self._give_up(batch, "policy", 0, AttemptFailure(
+                FailureKind.OTHER, f"a record is larger than {p.MAX_RECORD_BYTES} bytes, the protocol's limit",
+                code=eo.RECORD_TOO_LARGE, permanent=True))
             return
-        request_id = self._batch_key(batch)
-        gzip_body = parameters.content_encoding == "gzip"
-        body = await asyncio.to_thread(_encode, request_id, int(clock.now() * 1000), batch.records,
-                                       parameters.compression_level if gzip_body else 0)
-        budget = RetryBudget(float(parameters.retry_duration))
-        tried: list[Attempt] = []  # the failed attempts, for dead letters
+        level = parameters.compression_level if parameters.content_encoding == "gzip" else 0
+        batch.body = await asyncio.to_thread(_encode, self._batch_key(batch), int(clock.now() * 1000), batch.records,
+                                             level)
         self._m_batches.inc()
-        while True:
-            dynamic = self._dynamic  # read before every attempt: DynamicSpec changes apply live
-            url = dynamic.url or parameters.url
-            reference = dynamic.access_key or parameters.access_key
-            started = clock.monotonic()
-            failure = await self._attempt(url, reference, request_id, body, gzip_body)
-            finished = clock.monotonic()
-            self._m_attempt_seconds.observe(finished - started)
-            budget.attempt_finished(started, finished, failed=failure is not None)
-            if failure is None:
-                self._succeed(batch)
-                return
-            tried.append(Attempt(clock.now(), failure.status or None, f"{failure.code}: {failure.message[:500]}"))
-            self._context.status.set_error(self._status_path, batch.first_seq,
-                                           f"Firehose HTTP request {request_id} failed: {failure.describe()}")
-            if failure.permanent:
-                self._give_up(batch, budget.attempts, failure, tried)
-                return
-            dynamic = self._dynamic
-            wait = draw_backoff(budget.attempts - 1, self._rng, initial=dynamic.retry_initial_delay,
-                                maximum=dynamic.retry_maximum_delay)
-            if not budget.may_retry_after(clock.monotonic(), wait):
-                self._give_up(batch, budget.attempts, failure, tried)
-                return
-            await clock.sleep(wait)
-            if self._stopped_before(batch):
-                return  # an earlier batch failed for good: nothing later is sent
-            self._m_retries.inc()
+        rules = FirehoseRetries(float(parameters.retry_duration), parameters.response_timeout, self._rng,
+                                lambda: self._dynamic)
+        await self._loop.run(batch, rules)
 
-    async def _attempt(self, url: str, reference: AccessKeyReference | None, request_id: str, body: bytes,
-                       gzip_body: bool) -> _Failure | None:
-        """One POST; ``None`` for a conforming 200, else why it failed."""
+    # -- the hooks of its DeliveryLoop ------------------------------------------------------
+
+    def _request(self, batch: Batch, url: str, timeout: float) -> Request | AttemptFailure:
+        """The request of an attempt, with the access key read now (a rotated key file applies to the next
+        attempt); the failure of the attempt when the key cannot be read."""
+        reference = self._dynamic.access_key or self._parameters.access_key
         try:
             key = reference.resolve() if reference is not None else None
         except AccessKeyUnavailable as error:
-            return _Failure(eo.DESTINATION_EXCEPTION, str(error))
-        headers = p.request_headers(request_id, source_arn=self._parameters.arn, access_key=key,
-                                    common_attributes=self._attributes, gzip_body=gzip_body)
+            return AttemptFailure(FailureKind.OTHER, str(error), code=eo.DESTINATION_EXCEPTION)
+        assert batch.body is not None
+        headers = p.request_headers(self._batch_key(batch), source_arn=self._parameters.arn, access_key=key,
+                                    common_attributes=self._attributes,
+                                    gzip_body=self._parameters.content_encoding == "gzip")
         lines = tuple(f"{name}: {value}" for name, value in headers.items())
-        self._m_requests.inc()
-        response = await self._transports.get(url).send(
-            Request(url, body, lines, timeout=self._parameters.response_timeout, capture_body=True,
-                    capture_headers=True))
-        if response.status:
-            self._metrics.responses.labels(self._context.sink_id, str(response.status)).inc()
-        return _judge(response, request_id)
+        return Request(url, batch.body, lines, timeout=self._parameters.response_timeout, capture_body=True,
+                       capture_headers=True)
+
+    def _judge(self, batch: Batch, response: Response) -> AttemptFailure | None:
+        self._responses.count(response)
+        return judge(response, self._batch_key(batch))
+
+    def _attempt_failed(self, batch: Batch, failure: AttemptFailure) -> None:
+        clock = self._context.clock
+        batch.attempts.append(Attempt(clock.now(), failure.status or None, f"{failure.code}: {failure.message[:500]}"))
+        self._context.status.set_error(self._status_path, batch.first_seq,
+                                       f"Firehose HTTP request {self._batch_key(batch)} failed: {describe(failure)}")
+
+    async def _pause_until(self, batch: Batch, when: float) -> None:
+        clock = self._context.clock
+        while clock.monotonic() < when:
+            await clock.sleep_until(when)
 
     def _succeed(self, batch: Batch) -> None:
         self._m_records.inc(len(batch.records))
         self._m_bytes.inc(batch.data_bytes)
         self._acknowledge(batch)
 
-    def _give_up(self, batch: Batch, attempts: int, failure: _Failure, tried: list[Attempt]) -> None:
+    def _give_up(self, batch: Batch, exhausted: str, attempts: int, failure: AttemptFailure | None) -> None:
         """Error output and dead letters, whichever are set (then the batch counts as handled, once they
         are durable), or a terminal failure with neither."""
+        assert failure is not None  # Firehose's rules end a batch only after a failed attempt
         error = str(DeliveryError("Firehose HTTP delivery failed", attempts=attempts,
-                                  last_error=f"{failure.code}: {failure.describe()}"))
+                                  last_error=f"{failure.code}: {describe(failure)}"))
         if self._errors is None and self._dead_letters is None:
             self._fail(batch, error)
             return
@@ -309,7 +334,7 @@ class FirehoseHttpSink(BatchedSink):
             self._acknowledge(batch)
             return
         # The dead letters of the batch's records: its request id is their idempotency key.
-        self._dead_letter(batch, self._batch_key(batch), tried, error)
+        self._dead_letter(batch, self._batch_key(batch), batch.attempts, error)
 
     def _count_dead_letters(self, lines: int) -> None:
         self._m_dead_letters.inc(lines)
@@ -320,37 +345,40 @@ def _encode(request_id: str, timestamp_ms: int, records: list[bytes], gzip_level
     return p.gzip_compress(body, gzip_level) if gzip_level else body
 
 
-def _judge(response: Response, request_id: str) -> _Failure | None:
+def judge(response: Response, request_id: str) -> AttemptFailure | None:
     """Firehose's acceptance rule applied to one response (docs/firehose.md, "Sender").
 
     ``None`` only for a conforming 200 (:func:`egress.firehose.protocol.check_response` on the status,
-    the Content-Type and Content-Encoding headers and the body). Otherwise a :class:`_Failure` with the
-    error-output code: no response → ``RequestTimeout`` (curl error 28) or ``ConnectionFailed``; a body
-    over 1 MiB → ``ResponseTooLarge``; a 413 → ``DestinationException``, permanent; a 200 that does not
-    conform → ``InvalidResponseFromDestination``; any other status → ``DestinationException``. The
-    message is the response body (cut to 8,192 characters) or, when there is none to show (a gzip'd
-    body is not shown), the reason.
+    the Content-Type and Content-Encoding headers and the body). Otherwise the failure, with the
+    error-output code as ``code``: no response → ``RequestTimeout`` (curl error 28) or
+    ``ConnectionFailed``; a body over 1 MiB → ``ResponseTooLarge``; a 413 → ``DestinationException``,
+    permanent; a 200 that does not conform → ``InvalidResponseFromDestination``; any other status →
+    ``DestinationException``. The message is the response body (cut to 8,192 characters) or, when
+    there is none to show (a gzip'd body is not shown), the reason.
     """
-    if response.status == 0:
-        error = response.error or "no response"
-        code = eo.REQUEST_TIMEOUT if "curl error 28" in error else eo.CONNECTION_FAILED
-        return _Failure(code, error)
-    body = response.body or b""
     status = response.status
-    if response.error is not None:
-        return _Failure(eo.DESTINATION_EXCEPTION, f"HTTP {status}: {response.error}")
+    failure = failure_of(response) if response.error is not None else None
+    if status == 0:
+        if failure is None:
+            return AttemptFailure(FailureKind.OTHER, "no response", code=eo.CONNECTION_FAILED)
+        return failure._replace(code=eo.REQUEST_TIMEOUT if "curl error 28" in failure.message else eo.CONNECTION_FAILED)
+    if failure is not None:  # a body read failed after the status
+        return failure._replace(message=f"HTTP {status}: {response.error}", status=0, code=eo.DESTINATION_EXCEPTION)
+    body = response.body or b""
     if status == 413:
-        return _Failure(eo.DESTINATION_EXCEPTION, _text(body) or "HTTP 413", permanent=True, status=status)
+        return status_failure(status)._replace(message=_text(body) or "HTTP 413", code=eo.DESTINATION_EXCEPTION,
+                                               permanent=True)
     if len(body) > p.MAX_RESPONSE_BODY_BYTES:
-        return _Failure(eo.RESPONSE_TOO_LARGE, f"response body of {len(body)} bytes is over 1 MiB", status=status)
+        return status_failure(status)._replace(message=f"response body of {len(body)} bytes is over 1 MiB",
+                                               code=eo.RESPONSE_TOO_LARGE)
     headers = response.headers or {}
     try:
         p.check_response(response.status, body, request_id, content_type=headers.get("content-type"),
                          content_encoding=headers.get("content-encoding"))
     except ResponseNotAccepted as error:
         if status != 200:
-            return _Failure(eo.DESTINATION_EXCEPTION, _text(body) or error.reason, status=status)
-        return _Failure(eo.INVALID_RESPONSE, _text(error.body) or error.reason, status=status)
+            return status_failure(status)._replace(message=_text(body) or error.reason, code=eo.DESTINATION_EXCEPTION)
+        return status_failure(status)._replace(message=_text(error.body) or error.reason, code=eo.INVALID_RESPONSE)
     return None
 
 

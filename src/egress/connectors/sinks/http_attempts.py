@@ -1,5 +1,7 @@
-"""The async HTTP sink's per-attempt rules, as small functions both HTTP sinks call: the async HTTP
-sink (``async_http``, one message per POST) and the batching HTTP sink (``batching_http``, one batch).
+"""The HTTP sinks' per-attempt rules, as small pure functions and helpers that the delivery loop
+(``egress.connectors.sinks.delivery``) and the sinks call: the async HTTP sink (``async_http``, one
+message per POST), the batching HTTP sink (``batching_http``, one batch) and, for its clients and
+response counters, the Firehose sink.
 
 Source: upstream ``TAsyncHttpSink``'s delivery loop (the verdict after a failed attempt, in its order)
 and egress's additions to it (``Retry-After`` pauses per endpoint, redirects, the throttler handle);
@@ -17,11 +19,12 @@ from urllib.parse import urlsplit
 from egress.clock import Clock
 from egress.connectors.base import SinkContext
 from egress.connectors.dead_letters import Attempt
-from egress.connectors.sinks.http_parameters import AsyncHttpSinkDynamicParameters
-from egress.httpclient import Response, backoff_seconds
+from egress.connectors.sinks.http_parameters import AsyncHttpSinkDynamicParameters, AsyncHttpSinkParameters
+from egress.httpclient import CurlClient, Response, backoff_seconds
 from egress.httpclient.outcomes import AttemptFailure, FailureKind, failure_of
 from egress.httpclient.redirects import REDIRECT_STATUSES, RedirectError, is_downgrade, resolve_location
 from egress.httpclient.retry_after import retry_after_seconds
+from egress.httpclient.transport import HttpTransport
 from egress.throttler.factory import ThrottlerHandle
 
 # Why an attempt failed when its own deadline came while it followed redirects (both HTTP sinks).
@@ -29,6 +32,10 @@ ATTEMPT_TIMED_OUT = "attempt deadline reached while following redirects"
 
 # response_error's verdict for a 3xx with a Location to follow (compare with ``is``).
 FOLLOW = AttemptFailure(FailureKind.STATUS, "follow redirect")
+
+# Concurrent requests of a client that keeps no connections (keep_alive false or
+# max_idle_connections 0): each opens its own, so this bounds sockets and ephemeral ports.
+UNPOOLED_MAX_CONNECTIONS = 64
 
 Endpoint = tuple[str, str, int]
 
@@ -157,15 +164,15 @@ class ClientsByScheme(Generic[Client]):
 
 
 class ResponseCounters:
-    """A sink's response metrics: ``responses`` (a counter family labelled by sink id and status code,
-    its children cached per status), ``attempt_failures`` (transport errors before a response) and,
-    when given, ``transport_errors`` (a family labelled by sink id and error class, ``FailureKind``)."""
+    """A sink's response sensors, from the run's sink families (``Metrics.sink``) labelled by ``labels``
+    (its sink id and sink class): ``responses`` by status code (children cached per status),
+    ``attempt_failures`` (no complete response) and ``transport_errors`` by class (``FailureKind``)."""
 
-    def __init__(self, responses: Any, sink_id: str, attempt_failures: Any, transport_errors: Any = None) -> None:
-        self._responses = responses
-        self._sink_id = sink_id
-        self._attempt_failures = attempt_failures
-        self._transport_errors = transport_errors
+    def __init__(self, metrics: Any, labels: tuple[str, ...]) -> None:
+        self._responses = metrics.responses
+        self._labels = labels
+        self._attempt_failures = metrics.attempt_failures.labels(*labels)
+        self._transport_errors = metrics.transport_errors
         self._by_status: dict[int, Any] = {}
         self._by_kind: dict[FailureKind, Any] = {}
 
@@ -181,7 +188,7 @@ class ResponseCounters:
         if status:
             counter = self._by_status.get(status)
             if counter is None:
-                counter = self._by_status[status] = self._responses.labels(self._sink_id, str(status))
+                counter = self._by_status[status] = self._responses.labels(*self._labels, str(status))
             counter.inc(count)
 
     def count_failure(self, failure: AttemptFailure) -> None:
@@ -189,11 +196,31 @@ class ResponseCounters:
         if failure.kind is FailureKind.STATUS:
             return
         self._attempt_failures.inc()
-        if self._transport_errors is not None:
-            counter = self._by_kind.get(failure.kind)
-            if counter is None:
-                counter = self._by_kind[failure.kind] = self._transport_errors.labels(self._sink_id, failure.kind.value)
-            counter.inc()
+        counter = self._by_kind.get(failure.kind)
+        if counter is None:
+            counter = self._by_kind[failure.kind] = self._transport_errors.labels(*self._labels, failure.kind.value)
+        counter.inc()
+
+
+def client_concurrency(parameters: AsyncHttpSinkParameters) -> int:
+    """Requests one client runs at once: its pool size with keep-alive (see ``docs/http-sink.md``)."""
+    pooled = parameters.keep_alive and parameters.max_idle_connections > 0
+    return parameters.max_idle_connections if pooled else UNPOOLED_MAX_CONNECTIONS
+
+
+def curl_transport(scheme: str, parameters: AsyncHttpSinkParameters) -> HttpTransport:
+    """One libcurl client per scheme per sink instance (upstream: an HTTP and an HTTPS client).
+
+    With keep-alive, the client holds at most ``max_idle_connections`` connections and runs that
+    many requests at once, reusing them; see ``docs/http-sink.md`` for why the pool size is also
+    the concurrency per client.
+    """
+    pooled = parameters.keep_alive and parameters.max_idle_connections > 0
+    return CurlClient(
+        max_connections=client_concurrency(parameters),
+        keep_alive=pooled,
+        ca_file=parameters.tls_ca_file if scheme == "https" else None,
+    )
 
 
 def sink_throttler(context: SinkContext, throttler_id: str | None, class_id: str | None) -> ThrottlerHandle | None:
@@ -210,5 +237,6 @@ def sink_throttler(context: SinkContext, throttler_id: str | None, class_id: str
     return factory.get_throttler_or_throw(throttler_id)
 
 
-__all__ = ["FOLLOW", "ClientsByScheme", "EndpointPauses", "ResponseCounters", "RetryPlan", "failed_attempt",
+__all__ = ["FOLLOW", "ClientsByScheme", "EndpointPauses", "ResponseCounters", "RetryPlan", "client_concurrency",
+           "curl_transport", "failed_attempt",
            "follow_location", "plan_retry", "response_error", "sink_throttler"]
