@@ -107,9 +107,9 @@ from aiohttp import ClientError, ClientSession, ClientTimeout, TCPConnector, web
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from tests.e2e.test_exactly_once import totals  # noqa: E402
-from tests.e2e.test_exactly_once import write_pipeline as write_retryable  # noqa: E402
-from tests.e2e.test_kill_restart import read_in_flight  # noqa: E402
+from tests.e2e.runtime.test_exactly_once import totals  # noqa: E402
+from tests.e2e.runtime.test_exactly_once import write_pipeline as write_retryable  # noqa: E402
+from tests.e2e.runtime.test_kill_restart import read_in_flight  # noqa: E402
 
 from egress.cli.state import state_lines  # noqa: E402
 from egress.keys import encode_key, partition_of  # noqa: E402

@@ -16,8 +16,8 @@ What one run measures (issue 5's list), printing one line each and one comparabl
    (20 workers per class each asking 100 units in a loop) for 60 s on the virtual clock; measured shares, and
    the largest deviation ``|W_i - (w_i/Σw)·W|`` over every interval between two grants against the
    SFQ bound ``m·(1 + n·w_i/Σw)``. These are the controller's chunks; what prefetching clients' callers
-   get (every window's share, the longest gap) is measured by ``tests/unit/test_throttler_saturation.py``
-   and ``tests/e2e/test_throttler_weighted_saturation.py`` with :mod:`egress.throttler.shares`.
+   get (every window's share, the longest gap) is measured by ``tests/unit/throttler/test_saturation.py``
+   and ``tests/e2e/throttler/test_weighted_saturation.py`` with :mod:`egress.throttler.shares`.
 4. ``utilisation``: the same run, (granted − initial burst) / (limit · 60 s). Target >= 99 %.
 5. ``waking class``: ``bulk`` idles while ``vip`` is backlogged for 30 s, then wakes; seconds to its
    first grant against ``n·m/limit``.

@@ -169,7 +169,7 @@ class Sink(Protocol):
     releases the messages in it and reports it with the wake-up (``SinkContext.on_progress``); the
     job commits what was reported. Queries (:meth:`progress`, :attr:`unacknowledged`,
     :attr:`terminal_error`) change nothing. Every sink class keeps this contract
-    (tests/integration/test_sink_contract.py).
+    (tests/integration/connectors/sinks/test_contract.py).
     """
 
     def distribute(self, messages: list[OutboxMessage]) -> None:

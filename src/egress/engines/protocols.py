@@ -364,7 +364,7 @@ class Engine(Log, CheckpointStore, Ownership, Membership, Protocol):
 # ``isinstance(engine, Capability)`` on these runtime-checkable protocols (an engine has it when
 # it has the members, so an engine declares nothing), never ``isinstance`` on a concrete engine
 # class. Such a check proves only that the members exist, not their signatures: the runtime's
-# tests on each engine (``tests/integration/test_log_retention.py``, the cluster tests) use them.
+# tests on each engine (``tests/integration/runtime/test_retention.py``, the cluster tests) use them.
 
 
 @runtime_checkable

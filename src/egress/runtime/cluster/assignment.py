@@ -17,7 +17,7 @@ those capacities (neither a unit nor a member would rather have the other's part
 No assignment can have both exact balance and "a join moves only units to the new member" for every
 set of members (with 3 units and enough member ids, two units always share a member among some
 three); this one keeps the balance exact and moves few units between old members on a join (on
-average about one, against U/(N+1) moved to the joiner; ``tests/unit/test_assignment.py``).
+average about one, against U/(N+1) moved to the joiner; ``tests/unit/runtime/test_assignment.py``).
 """
 
 from __future__ import annotations
