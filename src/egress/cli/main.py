@@ -432,6 +432,9 @@ def receiver(
         min=0, help="Answer the first N requests, then hold every further one unanswered until POST /release "
                     "(POST /hold?after=M answers M more).")] = None,
     idempotency_header: Annotated[str, typer.Option(help="The header that carries the key.")] = "Idempotency-Key",
+    verify_secret: Annotated[Optional[Path], typer.Option(  # noqa: UP045
+        help="Check every request's Standard Webhooks signature with the whsec_ secrets of this file (one per "
+             "line); a request without a valid one is answered 401 and counted in signature_failures.")] = None,
     protocol: Annotated[str, typer.Option(
         help="generic (record any request) or firehose (a strict Amazon Data Firehose HTTP endpoint).")] = "generic",
     access_key_env: Annotated[Optional[list[str]], typer.Option(  # noqa: UP045
@@ -462,9 +465,10 @@ def receiver(
 
     from egress.receiver import ReceiverConfig, serve  # aiohttp: only for this command
 
+    verify_keys = _verify_keys(verify_secret)
     config = ReceiverConfig(fail_rate=fail_rate, fail_status=fail_status, delay=delay, fail_first=fail_first,
                             idempotency_header=idempotency_header, record=record, seed=seed,
-                            hold_after=hold_after)
+                            hold_after=hold_after, verify_keys=verify_keys)
     if port == 0:
         with socket.socket() as probe:
             probe.bind((host, 0))
@@ -491,6 +495,19 @@ def receiver(
         asyncio.run(main())
     except OSError as error:
         _fail(f"cannot listen on {host}:{port}: {error.strerror}")
+
+
+def _verify_keys(path: Path | None) -> tuple[bytes, ...]:
+    """The keys of ``egress receiver --verify-secret FILE`` (none without it)."""
+    if path is None:
+        return ()
+    from egress.errors import SpecError
+    from egress.webhook_signatures import read_secrets
+
+    try:
+        return read_secrets(file=str(path))
+    except SpecError as error:
+        raise typer.BadParameter(error.message, param_hint="--verify-secret") from None
 
 
 def main() -> None:

@@ -12,5 +12,6 @@ SOURCES.declare("egress.connectors.sources.nats", "nats", "NYT::NFlow::TNatsSour
 SINKS.declare("egress.connectors.sinks.async_http", "NYT::NFlow::TAsyncHttpSink", "async_http")
 SINKS.declare("egress.connectors.sinks.batching_http", "batching_http", "NYT::NFlow::TBatchingHttpSink")
 SINKS.declare("egress.connectors.sinks.firehose_http", "firehose_http", "NYT::NFlow::TFirehoseHttpSink")
+SINKS.declare("egress.connectors.sinks.webhook_http", "webhook_http", "NYT::NFlow::TWebhookHttpSink")
 
 __all__ = ["SINKS", "SOURCES", "Registry", "SinkContext", "SourceRecord", "sinks", "sources"]

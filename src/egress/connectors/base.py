@@ -9,7 +9,7 @@ the runtime validates before anything runs.
 from __future__ import annotations
 
 import importlib
-from collections.abc import Callable, Iterator
+from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar, Protocol, runtime_checkable
@@ -140,6 +140,9 @@ class SinkContext:
     ``throttling`` is the process's :class:`egress.throttler.Throttling` (``None`` when the run has
     no throttlers), for sinks that share a global rate; ``dead_letters`` the run's dead-letter files,
     for sinks with a ``dead_letter_path`` (``egress redrive`` gives its own, to learn what failed).
+    ``read_outbox(after_seq, last_seq)``, when the engine can (``engines.OutboxReader``), reads the
+    partition's committed outbox messages with ``after_seq < seq <= last_seq`` again, in ``seq`` order:
+    a sink that leaves a backlog in the outbox rather than in memory (``webhook_http``) reads it back.
     ``metrics`` are the run's, bound to ``computation_id`` on creation (``Metrics.for_computation``):
     every sink sensor carries the computation as well as the sink id. ``on_progress(progress)`` is how
     the sink reports to its partition job (the one direction of acknowledgements): called with its
@@ -157,6 +160,7 @@ class SinkContext:
     on_progress: Callable[[SinkProgress], None]
     throttling: Throttling | None = None
     dead_letters: DeadLetterFiles = field(default_factory=DeadLetterFiles)
+    read_outbox: Callable[[int, int], Awaitable[list[OutboxMessage]]] | None = None
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "metrics", self.metrics.for_computation(self.computation_id))

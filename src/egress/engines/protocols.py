@@ -380,6 +380,17 @@ class LogRetention(Protocol):
 
 
 @runtime_checkable
+class OutboxReader(Protocol):
+    """An engine that reads a range of a partition's committed outbox again (SQLite), so a sink may
+    leave a backlog there rather than in memory (``SinkContext.read_outbox``, the webhook sink)."""
+
+    async def read_outbox(self, consumer: str, partition: int, after_seq: int, last_seq: int) -> list[OutboxMessage]:
+        """The committed outbox messages of ``(consumer, partition)`` with ``after_seq < seq <=
+        last_seq`` that are not trimmed yet, in ``seq`` order."""
+        ...
+
+
+@runtime_checkable
 class MessageBus(Protocol):
     """An engine on a message bus its workers can also talk over (NATS): the cluster's throttler
     controller is elected among the workers and served on the bus (``egress.runtime.cluster``)."""

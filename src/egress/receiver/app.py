@@ -11,6 +11,11 @@ every further one unanswered; ``POST /hold?after=M`` answers M more (those held 
 again; ``POST /release`` answers the held and every later request. Both answer the stats, whose
 ``held`` counts the requests held now. A held request is recorded when it is answered, with the
 time it was read; held requests are answered when the receiver stops.
+
+With ``verify_keys`` (``egress receiver --verify-secret FILE``) every request must carry a valid
+Standard Webhooks signature by one of the keys, its timestamp within 5 minutes
+(``egress.webhook_signatures.verify``, constant-time comparisons); one that does not is answered
+``401`` with the reason, counted in ``signature_failures`` and not delivered.
 """
 
 from __future__ import annotations
@@ -29,6 +34,7 @@ from aiohttp import web
 
 from egress.http_body import DEFAULT_BODY_TIMEOUT, RequestBodyError, closing, read_body
 from egress.http_expect import expect_handler
+from egress.webhook_signatures import DEFAULT_TOLERANCE, verify
 
 STATS_PATH = "/stats"
 HOLD_PATH = "/hold"
@@ -57,6 +63,8 @@ class ReceiverConfig:
     hold_after: int | None = None
     max_body_bytes: int = 64 * 1024 * 1024
     body_timeout: float = DEFAULT_BODY_TIMEOUT
+    verify_keys: tuple[bytes, ...] = ()
+    verify_tolerance: float = DEFAULT_TOLERANCE
 
 
 class Hold:
@@ -101,6 +109,8 @@ class ReceiverStats:
     bytes_received: int = 0
     first_request_at: float | None = None
     last_request_at: float | None = None
+    signature_failures: int = 0
+    verified: int = 0
 
     def as_json(self, held: int = 0) -> dict[str, Any]:
         duplicates = sum(count - 1 for count in self.delivered_keys.values())
@@ -116,6 +126,8 @@ class ReceiverStats:
             "first_request_at": self.first_request_at,
             "last_request_at": self.last_request_at,
             "held": held,
+            "signature_failures": self.signature_failures,
+            "verified": self.verified,
         }
 
 
@@ -171,6 +183,12 @@ class Receiver:
         now = time.time()
         await self.hold.turn()
         stats = self.stats
+        if config.verify_keys:
+            refused = verify(config.verify_keys, request.headers, body, time.time(), config.verify_tolerance)
+            if refused is not None:
+                stats.signature_failures += 1
+                return web.Response(status=401, text=f"signature refused: {refused}\n")
+            stats.verified += 1
         if config.delay > 0:
             await asyncio.sleep(config.delay)
         status = 200

@@ -21,7 +21,7 @@ from typing import Any, TypeVar
 from egress.clock import Clock, event_or_timeout
 from egress.connectors.base import Sink, SinkContext
 from egress.connectors.dead_letters import DeadLetterFiles
-from egress.engines import AppendsCallback, Engine, EpochCommit, LogMessage, OutboxMessage, SinkProgress
+from egress.engines import AppendsCallback, Engine, EpochCommit, LogMessage, OutboxMessage, OutboxReader, SinkProgress
 from egress.errors import ProcessFunctionError
 from egress.observe import Metrics, StatusTree
 from egress.rows import encode_row
@@ -249,10 +249,14 @@ class PartitionJob:
         """One instance per sink, resuming at its committed progress."""
         cid = self.plan.computation_id
         self._reported = {sink_id: committed[sink_id] for sink_id in self.plan.sinks}
+        engine = self._engine
+        # A sink may leave a backlog in the committed outbox and read it back (the webhook sink).
+        read_outbox = (functools.partial(engine.read_outbox, cid, self.partition)
+                       if isinstance(engine, OutboxReader) else None)
         for sink_id, sink_plan in self.plan.sinks.items():
             sink_context = SinkContext(cid, sink_id, self.partition, self._clock, self._metrics, self._status,
                                        functools.partial(self._acknowledged, sink_id), self._throttling,
-                                       self._dead_letters)
+                                       self._dead_letters, read_outbox)
             self.sinks[sink_id] = sink_plan.sink_class.create(
                 sink_context, sink_plan.parameters, sink_plan.dynamic_parameters, committed[sink_id])
         self.holds.apply(self.sinks.values())

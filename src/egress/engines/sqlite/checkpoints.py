@@ -49,6 +49,20 @@ class SqliteCheckpoints(SqliteConnection):
         high = max([int(last_seq or 0), *(p.max_persisted_seq_no for p in progress.values())])
         return Checkpoint(positions, progress, outbox, high + 1)
 
+    async def read_outbox(self, consumer: str, partition: int, after_seq: int, last_seq: int) -> list[OutboxMessage]:
+        """The committed outbox messages with ``after_seq < seq <= last_seq`` (``OutboxReader``)."""
+        return await self._read_call(self._read_outbox_sync, consumer, partition, after_seq, last_seq)
+
+    def _read_outbox_sync(self, consumer: str, partition: int, after_seq: int, last_seq: int) -> list[OutboxMessage]:
+        assert self._db is not None
+        return sorted(
+            (OutboxMessage(seq, stream, *entry)
+             for stream, blob in self._db.execute(
+                 "SELECT stream, messages FROM outbox_batches WHERE consumer = ? AND partition = ? AND last_seq > ? "
+                 "AND first_seq <= ?", (consumer, partition, after_seq, last_seq))
+             for seq, *entry in unpack_batch(blob) if after_seq < seq <= last_seq),
+            key=lambda message: message.seq)
+
     async def load_keyed_state(self, consumer: str, partition: int, partition_count: int,
                                external_tables: list[str]) -> KeyedState:
         return await self._read_call(self._load_keyed_state_sync, consumer, partition, partition_count, external_tables)

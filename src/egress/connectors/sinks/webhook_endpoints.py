@@ -1,0 +1,186 @@
+"""The per-endpoint bookkeeping of the ``webhook_http`` sink: one :class:`Endpoint` per (partition,
+endpoint) with its own queue, acknowledged prefix, breaker, client and delivery loop; the committed
+``sink_state`` that records each endpoint's prefix; and the scrape-time gauges of every endpoint.
+
+The sink's committed progress is two-fold: ``max_persisted_seq_no`` is the partition-wide prefix
+(every message at or below it is acknowledged, whichever endpoint it went to: the outbox is trimmed
+to it), and ``sink_state`` maps each endpoint that acknowledged beyond it to its own prefix (the
+last ``seq`` up to which all of that endpoint's messages are acknowledged). A restart skips a
+message whose endpoint's prefix covers it, and sends the rest again with the same ``webhook-id``.
+"""
+
+from __future__ import annotations
+
+import array
+import asyncio
+import collections
+import weakref
+from collections.abc import Iterator
+from typing import TYPE_CHECKING, Any, ClassVar
+
+import ormsgpack
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+
+from egress.connectors.sinks.webhook_breaker import STATE_CODES, Breaker
+from egress.connectors.sinks.webhook_parameters import BreakerSpec, EndpointDefaults, EndpointSpec
+from egress.errors import SpecError
+from egress.httpclient.curl import post_header_lines
+from egress.webhook_signatures import ID_HEADER, SIGNATURE_HEADER, TIMESTAMP_HEADER, read_secrets
+
+if TYPE_CHECKING:
+    from egress.connectors.sinks.delivery import DeliveryLoop
+
+
+class Delivery:
+    """One message to one endpoint: ``seq``, ``message_id``, ``key`` (per-key order), ``body``
+    (``None``: a null payload, acknowledged in order without a request)."""
+
+    __slots__ = ("admitted", "attempts", "body", "done", "endpoint", "key", "message_id", "seq", "started")
+
+    def __init__(self, endpoint: Endpoint, seq: int, message_id: bytes, key: bytes, body: bytes | None) -> None:
+        self.endpoint = endpoint
+        self.seq = seq
+        self.message_id = message_id
+        self.key = key
+        self.body = body
+        self.done = body is None
+        self.admitted = False  # the breaker let its next attempt go and no outcome came back yet
+        self.started = 0.0  # clock.monotonic() when distributed (the latency's origin)
+        self.attempts: list[Any] | None = None  # failed attempts, for a dead-letter line only
+
+
+class Endpoint:
+    """One endpoint of one sink instance. ``config`` is its entry (``None``: the table has no entry
+    of that name: its messages wait, shown in ``/status``)."""
+
+    def __init__(self, name: str, config: EndpointSpec | None, breaker: BreakerSpec, acked: int) -> None:
+        self.name = name
+        self.config: EndpointSpec | None = None
+        self.keys: tuple[bytes, ...] = ()
+        self.header_lines: tuple[str, ...] = ()
+        self.breaker = Breaker(breaker)
+        self.pending: collections.deque[Delivery] = collections.deque()  # in memory, seq order
+        self.waiting: collections.deque[Delivery] = collections.deque()  # not started yet, seq order
+        self.spilled = array.array("q")  # seqs after ``pending`` left in the outbox, in order
+        self.refilling = False
+        self.running = 0
+        self.busy_keys: set[bytes] = set()
+        self.acked = acked  # the endpoint's acknowledged prefix: every message of it up to this seq is
+        self.delivered = 0
+        self.loop: DeliveryLoop[Delivery] | None = None
+        self.transports: Any = None
+        self.retired_transports: list[Any] = []  # every client set made for it (a reconfigure makes one)
+        self.changed = asyncio.Event()
+        self.configure(config)
+
+    def configure(self, config: EndpointSpec | None) -> None:
+        """Apply an entry (live). A raised ``resume`` resumes a paused breaker; the secrets are read
+        again (a file that cannot be read now keeps the keys read before, shown by the caller)."""
+        old = self.config
+        self.config = config
+        if config is None:
+            self.wake()
+            return
+        if old is not None and config.resume > old.resume:
+            self.breaker.resume()
+        try:
+            self.keys = read_secrets(file=config.secret_file, env=config.secret_env)
+        except SpecError:
+            if old is None:
+                raise
+        added = (ID_HEADER, TIMESTAMP_HEADER, SIGNATURE_HEADER) if self.keys else ()
+        self.header_lines = post_header_lines((f"{name}: {value}" for name, value in config.headers.items()), added)
+        self.wake()
+
+    def wake(self) -> None:
+        """Wake every delivery waiting for the breaker or the configuration."""
+        self.changed.set()
+        self.changed = asyncio.Event()
+
+    def first_unacknowledged(self) -> int | None:
+        """The smallest ``seq`` of this endpoint not acknowledged yet (``None``: none)."""
+        pending = self.pending
+        while pending and pending[0].done:
+            self.acked = pending.popleft().seq
+        if pending:
+            return pending[0].seq
+        return self.spilled[0] if self.spilled else None
+
+    @property
+    def backlog(self) -> int:
+        """Messages not acknowledged yet: in memory and left in the outbox."""
+        return sum(1 for d in self.pending if not d.done) + len(self.spilled)
+
+
+def endpoint_config(name: str, table: dict[str, EndpointSpec], defaults: EndpointDefaults,
+                    by_url: bool) -> EndpointSpec | None:
+    """The entry of endpoint ``name``: the table's, or, for ``url_column`` (``by_url``), the
+    defaults with ``name`` as the URL (``None`` when that URL is not one the sink can call)."""
+    if not by_url:
+        return table.get(name)
+    try:
+        return EndpointSpec(url=name, **defaults.model_dump())
+    except ValueError:
+        return None
+
+
+def encode_state(prefixes: dict[str, int]) -> bytes:
+    """The committed ``sink_state``: endpoint name → its acknowledged prefix (MessagePack)."""
+    return ormsgpack.packb(prefixes) if prefixes else b""
+
+
+def decode_state(state: bytes) -> dict[str, int]:
+    """:func:`encode_state`'s inverse (``b""``: no endpoint beyond the partition-wide prefix)."""
+    if not state:
+        return {}
+    decoded = ormsgpack.unpackb(state)
+    if not isinstance(decoded, dict):
+        raise ValueError("webhook sink state is not a map of endpoint prefixes")
+    return {str(name): int(seq) for name, seq in decoded.items()}
+
+
+class EndpointGauges:
+    """Scrape-time families of every webhook endpoint of a registry's sinks:
+    ``egress_webhook_endpoint_state`` (0 closed, 1 half-open, 2 open, 3 paused),
+    ``egress_webhook_endpoint_backlog`` (messages not acknowledged),
+    ``egress_webhook_endpoint_delivered_total`` and ``egress_webhook_endpoint_opened_total`` (times
+    its breaker opened), labelled ``computation_id, sink_id, partition, endpoint``."""
+
+    _by_registry: ClassVar[weakref.WeakKeyDictionary[Any, EndpointGauges]] = weakref.WeakKeyDictionary()
+
+    def __init__(self) -> None:
+        self.sinks: weakref.WeakSet[Any] = weakref.WeakSet()
+
+    @classmethod
+    def of(cls, registry: Any) -> EndpointGauges:
+        """The collector of ``registry``, registered on first use."""
+        gauges = cls._by_registry.get(registry)
+        if gauges is None:
+            gauges = cls._by_registry[registry] = cls()
+            registry.register(gauges)
+        return gauges
+
+    def collect(self) -> Iterator[Any]:
+        labels = ["computation_id", "sink_id", "partition", "endpoint"]
+        state = GaugeMetricFamily("egress_webhook_endpoint_state", "Breaker state of a webhook endpoint: "
+                                  "0 closed, 1 half-open, 2 open, 3 paused.", labels=labels)
+        backlog = GaugeMetricFamily("egress_webhook_endpoint_backlog", "Messages of a webhook endpoint not "
+                                    "acknowledged yet (in memory and left in the outbox).", labels=labels)
+        delivered = CounterMetricFamily("egress_webhook_endpoint_delivered", "Messages a webhook endpoint "
+                                        "acknowledged (2xx) in this run.", labels=labels)
+        opened = CounterMetricFamily("egress_webhook_endpoint_opened", "Times the breaker of a webhook "
+                                     "endpoint opened in this run.", labels=labels)
+        for sink in list(self.sinks):
+            for row in sink.endpoint_rows():
+                values = [row["computation_id"], row["sink_id"], str(row["partition"]), row["endpoint"]]
+                state.add_metric(values, STATE_CODES[row["state"]])
+                backlog.add_metric(values, row["backlog"])
+                delivered.add_metric(values, row["delivered"])
+                opened.add_metric(values, row["opened"])
+        yield from (state, backlog, delivered, opened)
+
+    def describe(self) -> Iterator[Any]:
+        return iter(())
+
+
+__all__ = ["Delivery", "Endpoint", "EndpointGauges", "decode_state", "encode_state", "endpoint_config"]

@@ -1,0 +1,505 @@
+"""The webhook sink (``webhook_http``): one stream fanned out to many endpoints, each isolated.
+
+Each committed message names its endpoint (``endpoint_column``: an entry of the DynamicSpec's
+endpoint table; or ``url_column``: the URL). Per (partition, endpoint) the sink keeps its own
+queue, acknowledged prefix, client, ``max_in_flight``, ``Retry-After`` pauses, throttler and
+circuit breaker (``webhook_breaker``), so a failing or slow endpoint holds back only its own
+messages. Within an endpoint, messages of one key go one at a time in ``seq`` order (a later one
+starts once the earlier is acknowledged); messages of other keys may overtake a waiting one.
+
+Every request is signed per Standard Webhooks (``egress.webhook_signatures``; ``webhook-id`` is the
+message's idempotency key, the same after a restart). A delivery that exhausts the retry rules of
+the async HTTP sink is dead-lettered with ``dead_letter_path``, else tried again after
+``retry_maximum_delay``: it holds its endpoint, never the partition. Committed progress, restart
+and memory: ``webhook_endpoints`` and ``docs/webhooks.md``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Iterable
+from typing import Any, ClassVar
+
+from egress.clock import event_or_timeout
+from egress.connectors.base import SINKS, SinkContext, single_input_stream
+from egress.connectors.dead_letters import DeadLetter, check_dead_letter_path
+from egress.connectors.sinks import http_attempts
+from egress.connectors.sinks.delivery import DeliveryHooks, DeliveryLoop, PolicyRetries, exhausted_error
+from egress.connectors.sinks.ordering import fresh_messages
+from egress.connectors.sinks.webhook_endpoints import (
+    Delivery,
+    Endpoint,
+    EndpointGauges,
+    decode_state,
+    encode_state,
+    endpoint_config,
+)
+from egress.connectors.sinks.webhook_parameters import WebhookSinkDynamicParameters, WebhookSinkParameters
+from egress.engines import OutboxMessage, SinkProgress
+from egress.errors import SpecError
+from egress.httpclient import CurlClient, Request, Response
+from egress.httpclient.outcomes import AttemptFailure
+from egress.keys import idempotency_key
+from egress.spec import StreamSpec
+from egress.webhook_signatures import signature_lines
+
+SINK_CLASS = "webhook_http"
+STATUS_SUFFIX = "webhook"
+POLICY_EXHAUSTED = "Webhook POST retry policy exhausted"
+DEADLINE_EXHAUSTED = "Webhook POST retry deadline exhausted"
+
+
+@SINKS.register("webhook_http", "NYT::NFlow::TWebhookHttpSink")
+class WebhookHttpSink:
+    """One instance per sink per partition job; see the module docs."""
+
+    parameters_model: ClassVar[type[WebhookSinkParameters]] = WebhookSinkParameters
+    dynamic_parameters_model: ClassVar[type[WebhookSinkDynamicParameters]] = WebhookSinkDynamicParameters
+
+    @classmethod
+    def check(cls, parameters: WebhookSinkParameters, input_streams: dict[str, StreamSpec]) -> list[SpecError]:
+        """One input stream with the payload column (string) and the endpoint or URL column (string)."""
+        stream = single_input_stream("Webhook HTTP sink", input_streams)
+        if isinstance(stream, SpecError):
+            return [stream]
+        types = {column.name: column.type for column in stream.columns}
+        problems: list[SpecError] = []
+        named = [("payload_column", parameters.payload_column),
+                 ("endpoint_column" if parameters.endpoint_column else "url_column",
+                  parameters.endpoint_column or parameters.url_column or "")]
+        for field, column in named:
+            if types.get(column) != "string":
+                problems.append(SpecError(f'Webhook HTTP sink {field} "{column}" must be a String column of the '
+                                          f"input stream (columns: {', '.join(types) or 'none'})",
+                                          path=f"parameters/{field}"))
+        return problems + check_dead_letter_path(parameters.dead_letter_path)
+
+    @classmethod
+    def create(cls, context: SinkContext, parameters: WebhookSinkParameters,
+               dynamic_parameters: WebhookSinkDynamicParameters, progress: SinkProgress) -> WebhookHttpSink:
+        return cls(context, parameters, dynamic_parameters, progress)
+
+    def __init__(self, context: SinkContext, parameters: WebhookSinkParameters,
+                 dynamic_parameters: WebhookSinkDynamicParameters, progress: SinkProgress) -> None:
+        self._context = context
+        self._parameters = parameters
+        self._dynamic = dynamic_parameters
+        self._progress = progress
+        self._committed_prefixes = decode_state(progress.sink_state)
+        self._last_distributed_seq = progress.max_persisted_seq_no
+        self._endpoints: dict[str, Endpoint] = {}
+        self._tasks: set[asyncio.Task[None]] = set()
+        self._held = False
+        self._closed = False
+        self._report_scheduled = False
+        self._by_url = parameters.url_column is not None
+        self._column = parameters.url_column or parameters.endpoint_column or ""
+        self._read_outbox = context.read_outbox  # None: every backlog stays in memory
+        self._status_prefix = f"/sinks/{context.sink_id}/{STATUS_SUFFIX}/"
+        labels = (context.sink_id, SINK_CLASS)
+        metrics = context.metrics.sink
+        self._labels = labels
+        self._requests = metrics.requests.labels(*labels)
+        self._retries = metrics.retries.labels(*labels)
+        self._delivered = metrics.records.labels(*labels)
+        self._dead_lettered = metrics.dead_letters.labels(*labels)
+        self._attempt_seconds = context.metrics.attempt_duration.labels(context.sink_id)
+        self._responses = http_attempts.ResponseCounters(metrics, labels)
+        path = parameters.dead_letter_path
+        self._dead_letters = context.dead_letters.open(path) if path is not None else None
+        self._hooks = DeliveryHooks(self._request, self._judge, self._attempt_failed, self._give_up,
+                                    self._succeed, self._stopped, self._pause_until)
+        EndpointGauges.of(context.metrics.registry).sinks.add(self)
+
+    def _dynamic_parameters(self) -> WebhookSinkDynamicParameters:
+        return self._dynamic
+
+    # -- the Sink protocol -------------------------------------------------------------------
+
+    def distribute(self, messages: list[OutboxMessage]) -> None:
+        """Queue committed messages on their endpoints and start what may start. A message its
+        endpoint's committed prefix covers (``sink_state``) is skipped: it was acknowledged before
+        a restart. Raises ``ValueError`` for a ``seq`` not above the last distributed one."""
+        messages = fresh_messages(messages, self._progress.max_persisted_seq_no, self._last_distributed_seq)
+        if not messages:
+            return
+        self._last_distributed_seq = messages[-1].seq
+        touched = self._queue(messages)
+        for endpoint in touched:
+            self._start(endpoint)
+        self._schedule_report()
+
+    def _queue(self, messages: Iterable[OutboxMessage], *, refill: Endpoint | None = None) -> set[Endpoint]:
+        column, payload_column = self._column, self._parameters.payload_column
+        cap = self._parameters.max_buffered_per_endpoint if self._read_outbox is not None else None
+        now = self._context.clock.monotonic()
+        touched: set[Endpoint] = set()
+        for message in messages:
+            name = message.row.get(column)
+            if not isinstance(name, str):
+                continue  # a null endpoint: acknowledged without a request, as a null payload
+            endpoint = refill or self._endpoint(name)
+            if message.seq <= endpoint.acked:
+                continue
+            touched.add(endpoint)
+            if refill is None and cap is not None and (endpoint.spilled or len(endpoint.pending) >= cap):
+                endpoint.spilled.append(message.seq)  # its row stays in the outbox until it is read again
+                continue
+            payload = message.row.get(payload_column)
+            body = payload.encode() if isinstance(payload, str) else payload if isinstance(payload, bytes) else None
+            delivery = Delivery(endpoint, message.seq, message.message_id, message.key, body)
+            delivery.started = now
+            endpoint.pending.append(delivery)
+            if not delivery.done:
+                endpoint.waiting.append(delivery)
+        return touched
+
+    def _endpoint(self, name: str) -> Endpoint:
+        endpoint = self._endpoints.get(name)
+        if endpoint is None:
+            dynamic = self._dynamic
+            config = endpoint_config(name, dynamic.endpoints, dynamic.defaults, self._by_url)
+            acked = max(self._committed_prefixes.get(name, 0), self._progress.max_persisted_seq_no)
+            endpoint = self._endpoints[name] = Endpoint(name, config, dynamic.breaker, acked)
+            self._attach(endpoint)
+            self._show_configuration(endpoint)
+        return endpoint
+
+    def _attach(self, endpoint: Endpoint) -> None:
+        """Its clients, pauses, throttler and delivery loop."""
+        context, parameters = self._context, self._parameters
+        metrics = context.metrics.sink
+        config = endpoint.config
+        endpoint.transports = http_attempts.ClientsByScheme(lambda scheme: CurlClient(
+            max_connections=config.max_in_flight if config else 1, keep_alive=parameters.keep_alive,
+            ca_file=parameters.tls_ca_file if scheme == "https" else None))
+        endpoint.retired_transports.append(endpoint.transports)  # closed with the sink
+        pauses = http_attempts.EndpointPauses(context.clock, metrics.retry_after.labels(*self._labels),
+                                              metrics.retry_after_invalid.labels(*self._labels))
+        throttle = (http_attempts.sink_throttler(context, config.throttler_id, config.throttler_class_id)
+                    if config is not None else None)
+        endpoint.loop = DeliveryLoop(
+            context.clock, self._hooks, kind="Webhook HTTP sink",
+            url=lambda: endpoint.config.url if endpoint.config else "", transport=endpoint.transports.get,
+            dynamic=self._dynamic_parameters, pauses=pauses, throttle=throttle, max_redirects=0,
+            requests=self._requests, retries=self._retries, attempt_seconds=self._attempt_seconds)
+
+    def progress(self) -> SinkProgress:
+        return self._progress
+
+    def _schedule_report(self) -> None:
+        """Report once per event-loop turn, however many acknowledgements it brought."""
+        if not self._report_scheduled:
+            self._report_scheduled = True
+            asyncio.get_running_loop().call_soon(self._report)
+
+    def _report(self) -> None:
+        """The partition-wide prefix (below every endpoint's first unacknowledged message) and each
+        endpoint's own prefix beyond it, reported to the job (``SinkContext.on_progress``)."""
+        self._report_scheduled = False
+        low = self._last_distributed_seq
+        for endpoint in self._endpoints.values():
+            first = endpoint.first_unacknowledged()
+            if first is not None and first - 1 < low:
+                low = first - 1
+        prefixes = {name: e.acked for name, e in self._endpoints.items() if e.acked > low}
+        progress = SinkProgress(self._progress.producer_id, None, max(low, self._progress.max_persisted_seq_no),
+                                encode_state(prefixes))
+        if progress != self._progress:
+            self._progress = progress
+            self._context.on_progress(progress)
+
+    def committed(self, progress: SinkProgress) -> None:
+        """Nothing to do: deliveries start when distributed."""
+
+    def flush(self) -> None:
+        """Nothing to do: nothing is buffered for a batch."""
+
+    def hold(self) -> None:
+        """Start no delivery until :meth:`resume` (those running go on, retries included)."""
+        self._held = True
+
+    def resume(self) -> None:
+        if self._held:
+            self._held = False
+            for endpoint in self._endpoints.values():
+                self._start(endpoint)
+
+    @property
+    def in_flight(self) -> int:
+        return sum(endpoint.running for endpoint in self._endpoints.values())
+
+    @property
+    def unacknowledged(self) -> int:
+        """Messages held in memory and not acknowledged. With an outbox reader, an endpoint whose
+        breaker is not closed does not count: its memory is bounded by ``max_buffered_per_endpoint``
+        and it must not stop the partition's input for the others."""
+        now = self._context.clock.monotonic()
+        spills = self._read_outbox is not None
+        return sum(len(e.pending) for e in self._endpoints.values()
+                   if not (spills and e.breaker.state(now) != "closed"))
+
+    @property
+    def terminal_error(self) -> str | None:
+        """Always ``None``: a failing endpoint holds back only its own messages."""
+        return None
+
+    def reconfigure(self, dynamic_parameters: WebhookSinkDynamicParameters) -> None:
+        """Apply a new DynamicSpec: endpoint entries (URL, headers, secrets, ``resume``), breaker
+        and retry rules, live; endpoints whose entry appeared start their waiting messages."""
+        self._dynamic = dynamic_parameters
+        for endpoint in self._endpoints.values():
+            endpoint.breaker.spec = dynamic_parameters.breaker
+            endpoint.configure(endpoint_config(endpoint.name, dynamic_parameters.endpoints,
+                                               dynamic_parameters.defaults, self._by_url))
+            self._attach(endpoint)  # a new max_in_flight or throttler; running deliveries keep theirs
+            self._show_configuration(endpoint)
+            self._start(endpoint)
+
+    def resume_endpoint(self, name: str) -> bool:
+        """Close the breaker of endpoint ``name`` (``egress endpoint resume``); False when unknown here."""
+        endpoint = self._endpoints.get(name)
+        if endpoint is None:
+            return False
+        endpoint.breaker.resume()
+        endpoint.wake()
+        self._show_breaker(endpoint)
+        self._start(endpoint)
+        return True
+
+    async def close(self) -> None:
+        self._closed = True
+        tasks = list(self._tasks)
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        for endpoint in self._endpoints.values():
+            for transports in endpoint.retired_transports:
+                transports.close()
+
+    # -- scheduling --------------------------------------------------------------------------
+
+    def _start(self, endpoint: Endpoint) -> None:
+        """Start waiting deliveries of ``endpoint`` in order, up to its ``max_in_flight``, skipping
+        (not starting) one whose key has an earlier delivery running."""
+        config = endpoint.config
+        if self._held or self._closed or config is None or not endpoint.waiting:
+            return
+        limit, busy = config.max_in_flight, endpoint.busy_keys
+        skipped: list[Delivery] = []
+        waiting = endpoint.waiting
+        while waiting and endpoint.running < limit:
+            delivery = waiting.popleft()
+            if delivery.key in busy:
+                skipped.append(delivery)
+                continue
+            busy.add(delivery.key)
+            endpoint.running += 1
+            task = asyncio.get_running_loop().create_task(self._deliver(delivery))
+            self._tasks.add(task)
+            task.add_done_callback(self._tasks.discard)
+        waiting.extendleft(reversed(skipped))
+
+    async def _deliver(self, delivery: Delivery) -> None:
+        """Deliveries of one message until it is acknowledged (or dead-lettered): each is the loop's
+        attempts under the retry rules; between them, ``retry_maximum_delay`` and the breaker."""
+        endpoint, clock = delivery.endpoint, self._context.clock
+        try:
+            while not _done(delivery):
+                await self._admitted(delivery)
+                assert endpoint.loop is not None
+                await endpoint.loop.run(delivery, PolicyRetries(self._dynamic_parameters, clock.monotonic()))
+                if _done(delivery):  # the loop's hooks set it
+                    break
+                if self._dead_letters is not None and await self._dead_letter(delivery):
+                    break
+                await clock.sleep(self._dynamic.retry_maximum_delay)
+        finally:
+            self._finished(delivery)
+
+    def _finished(self, delivery: Delivery) -> None:
+        endpoint = delivery.endpoint
+        endpoint.running -= 1
+        endpoint.busy_keys.discard(delivery.key)
+        if delivery.admitted:
+            delivery.admitted = False
+            endpoint.breaker.release()
+        if self._closed:
+            return
+        if delivery.done:
+            self._schedule_report()
+            self._refill(endpoint)
+        self._start(endpoint)
+
+    async def _admitted(self, delivery: Delivery) -> None:
+        """Wait until the endpoint is configured and its breaker lets an attempt go."""
+        endpoint, clock = delivery.endpoint, self._context.clock
+        while True:
+            now = clock.monotonic()
+            if endpoint.config is not None and endpoint.breaker.admit(now):
+                delivery.admitted = True
+                return
+            until = endpoint.breaker.wait_until(now) if endpoint.config is not None else float("inf")
+            changed = endpoint.changed
+            if until == float("inf"):
+                await changed.wait()
+            else:
+                await event_or_timeout(changed, clock, max(0.0, until - now))
+            self._show_breaker(endpoint)
+
+    def _refill(self, endpoint: Endpoint) -> None:
+        """Read back from the outbox the next messages of an endpoint whose backlog was left there,
+        once half of what it may keep in memory is free."""
+        cap = self._parameters.max_buffered_per_endpoint
+        if endpoint.refilling or not endpoint.spilled or len(endpoint.pending) > cap // 2 or self._read_outbox is None:
+            return
+        endpoint.refilling = True
+        task = asyncio.get_running_loop().create_task(self._read_back(endpoint, cap - len(endpoint.pending)))
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def _read_back(self, endpoint: Endpoint, room: int) -> None:
+        try:
+            assert self._read_outbox is not None
+            chunk = endpoint.spilled[:room]
+            wanted = set(chunk)
+            messages = await self._read_outbox(chunk[0] - 1, chunk[-1])
+            taken = [m for m in messages if m.seq in wanted]
+            del endpoint.spilled[:len(chunk)]
+            self._queue(taken, refill=endpoint)
+        finally:
+            endpoint.refilling = False
+        if not self._closed:
+            self._start(endpoint)
+            self._schedule_report()
+
+    # -- one delivery (the hooks of the endpoint's DeliveryLoop) -----------------------------
+
+    def _request(self, delivery: Delivery, url: str, timeout: float) -> Request:
+        """The signed POST: ``webhook-id`` (the idempotency key), ``webhook-timestamp`` (now, integer
+        seconds), ``webhook-signature`` (one ``v1,`` per secret), the endpoint's headers."""
+        endpoint = delivery.endpoint
+        assert delivery.body is not None
+        lines = endpoint.header_lines
+        key = idempotency_key(delivery.message_id)
+        if endpoint.keys:
+            lines = (*signature_lines(endpoint.keys, key, int(self._context.clock.now()), delivery.body), *lines)
+        if self._parameters.idempotency_header:
+            lines = (f"{self._parameters.idempotency_header}: {key}", *lines)
+        return Request(url, delivery.body, lines, timeout=timeout,
+                       capture_retry_after=self._dynamic.respect_retry_after, prepared=True, capture_local_port=False)
+
+    def _judge(self, delivery: Delivery, response: Response) -> AttemptFailure | None:
+        """Count ``response``, feed the endpoint's breaker; ``None`` for a complete 2xx."""
+        self._responses.count_status(response.status)
+        failure = http_attempts.response_error(response, follow_redirects=False)
+        if failure is not None:
+            self._responses.count_failure(failure)
+        endpoint = delivery.endpoint
+        delivery.admitted = False
+        before = endpoint.breaker.state(self._context.clock.monotonic())
+        endpoint.breaker.record(self._context.clock.monotonic(), failed=failure is not None)
+        if endpoint.breaker.state(self._context.clock.monotonic()) != before:
+            endpoint.wake()
+            self._show_breaker(endpoint)
+        return failure
+
+    def _attempt_failed(self, delivery: Delivery, failure: AttemptFailure) -> None:
+        if self._dead_letters is not None:
+            if delivery.attempts is None:
+                delivery.attempts = []
+            delivery.attempts.append(http_attempts.failed_attempt(self._context.clock.now(), failure))
+        self._context.status.set_error(self._status_path(delivery.endpoint), delivery.seq,
+                                       f"Webhook POST to {delivery.endpoint.name} failed: {failure}")
+
+    def _give_up(self, delivery: Delivery, exhausted: str, attempts: int, last_error: AttemptFailure | None) -> None:
+        """The retry rules ended: the message is dead-lettered or tried again later (:meth:`_deliver`)."""
+        reason = POLICY_EXHAUSTED if exhausted == "policy" else DEADLINE_EXHAUSTED
+        if delivery.admitted:
+            delivery.admitted = False
+            delivery.endpoint.breaker.release()
+        self._context.status.set_error(self._status_path(delivery.endpoint), delivery.seq,
+                                       f"{exhausted_error(reason, attempts, last_error)}; tried again in "
+                                       f"{self._dynamic.retry_maximum_delay:g} s")
+
+    def _stopped(self, delivery: Delivery) -> bool:
+        return self._closed
+
+    def _succeed(self, delivery: Delivery) -> None:
+        delivery.done = True
+        delivery.body = None
+        delivery.attempts = None
+        delivery.endpoint.delivered += 1
+        self._delivered.inc()
+        self._context.status.clear_error(self._status_path(delivery.endpoint), delivery.seq)
+
+    async def _pause_until(self, delivery: Delivery, when: float) -> None:
+        """The backoff pause, then the breaker's say."""
+        clock = self._context.clock
+        while clock.monotonic() < when:
+            await clock.sleep_until(when)
+        await self._admitted(delivery)
+
+    # -- dead letters ------------------------------------------------------------------------
+
+    async def _dead_letter(self, delivery: Delivery) -> bool:
+        """Write the letter; True once it is durable (the message is then acknowledged)."""
+        assert self._dead_letters is not None
+        assert delivery.body is not None
+        context = self._context
+        error = context.status.error(self._status_path(delivery.endpoint)) or "Webhook POST failed"
+        letter = DeadLetter(context.computation_id, context.sink_id, context.partition, delivery.seq,
+                            delivery.message_id, idempotency_key(delivery.message_id), delivery.body,
+                            tuple(delivery.attempts or ()), error, context.clock.now())
+        try:
+            self._dead_lettered.inc(await self._dead_letters.append([letter]))
+        except Exception as failure:
+            context.status.set_error(self._status_path(delivery.endpoint), delivery.seq,
+                                     f"{error}; and it cannot be written to the dead-letter file: {failure}")
+            return False
+        delivery.done = True
+        delivery.body = None
+        context.status.clear_error(self._status_path(delivery.endpoint), delivery.seq)
+        return True
+
+    # -- status ------------------------------------------------------------------------------
+
+    def _status_path(self, endpoint: Endpoint) -> str:
+        return self._status_prefix + endpoint.name
+
+    def _show_configuration(self, endpoint: Endpoint) -> None:
+        path = self._status_path(endpoint) + "/configuration"
+        if endpoint.config is None:
+            what = "URL" if self._by_url else "endpoint"
+            self._context.status.set_error(path, 0, f"{what} {endpoint.name!r} is not in the DynamicSpec's "
+                                                    "endpoint table (or not a URL): its messages wait; add it")
+        else:
+            self._context.status.clear_error(path, 0)
+
+    def _show_breaker(self, endpoint: Endpoint) -> None:
+        path = self._status_path(endpoint) + "/breaker"
+        state = endpoint.breaker.state(self._context.clock.monotonic())
+        if state == "closed":
+            self._context.status.clear_error(path, 0)
+        elif state == "paused":
+            self._context.status.set_error(path, 0, f"paused by its breaker (backlog {endpoint.backlog}); resume "
+                                                    f"with `egress endpoint resume {endpoint.name}` or by raising "
+                                                    "its resume in the DynamicSpec")
+        else:
+            self._context.status.set_error(path, 0, f"circuit {state.replace('_', '-')} (backlog {endpoint.backlog})")
+
+    def endpoint_rows(self) -> list[dict[str, Any]]:
+        """Each endpoint's state, backlog and counts (metrics, ``/status``)."""
+        context, now = self._context, self._context.clock.monotonic()
+        return [{"computation_id": context.computation_id, "sink_id": context.sink_id,
+                 "partition": context.partition, "endpoint": name, "state": e.breaker.state(now),
+                 "backlog": e.backlog, "acknowledged_seq": e.acked, "delivered": e.delivered,
+                 "opened": e.breaker.opened, "configured": e.config is not None}
+                for name, e in self._endpoints.items()]
+
+
+def _done(delivery: Delivery) -> bool:
+    return delivery.done
+
+
+__all__ = ["WebhookHttpSink", "WebhookSinkDynamicParameters", "WebhookSinkParameters"]
