@@ -22,6 +22,7 @@ from rich.console import Console
 from rich.live import Live
 from rich.text import Text
 
+from egress.cli.endpoint import endpoint_app
 from egress.cli.exit_codes import EXIT_CODES
 from egress.cli.output import LogFormatChoice, LogFormatOption, LogLevelChoice, LogLevelOption, Output, start_output
 from egress.cli.redrive import redrive_command
@@ -47,6 +48,7 @@ console = Console(stderr=True, soft_wrap=True)
 output = Output(console)  # replaced by a command's --log-format
 app.add_typer(throttler_app, name="throttler")
 app.add_typer(state_app, name="state")
+app.add_typer(endpoint_app, name="endpoint")
 app.command(name="redrive")(redrive_command)
 app.command(name="status")(status_command)
 
@@ -435,6 +437,9 @@ def receiver(
     verify_secret: Annotated[Optional[Path], typer.Option(  # noqa: UP045
         help="Check every request's Standard Webhooks signature with the whsec_ secrets of this file (one per "
              "line); a request without a valid one is answered 401 and counted in signature_failures.")] = None,
+    fail_path: Annotated[Optional[list[str]], typer.Option(  # noqa: UP045
+        help="Answer every request to this path with --fail-status (an endpoint that is down; repeat it; "
+             "POST /fail-path?path=P[&up=1] changes it while running).")] = None,
     protocol: Annotated[str, typer.Option(
         help="generic (record any request) or firehose (a strict Amazon Data Firehose HTTP endpoint).")] = "generic",
     access_key_env: Annotated[Optional[list[str]], typer.Option(  # noqa: UP045
@@ -468,7 +473,7 @@ def receiver(
     verify_keys = _verify_keys(verify_secret)
     config = ReceiverConfig(fail_rate=fail_rate, fail_status=fail_status, delay=delay, fail_first=fail_first,
                             idempotency_header=idempotency_header, record=record, seed=seed,
-                            hold_after=hold_after, verify_keys=verify_keys)
+                            hold_after=hold_after, verify_keys=verify_keys, fail_paths=set(fail_path or ()))
     if port == 0:
         with socket.socket() as probe:
             probe.bind((host, 0))

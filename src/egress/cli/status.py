@@ -119,6 +119,8 @@ def render(document: dict[str, Any], url: str) -> RenderableType:
     """The status of one instance (or cluster) as rich renderables: a header, the partitions, the
     sources, the errors in full, dead letters, and the cluster's members."""
     parts: list[RenderableType] = [_header(document, url), _partitions(document)]
+    if any(p.get("endpoints") for p in document.get("partitions", [])):
+        parts.append(_endpoints(document))
     if document.get("sources"):
         parts.append(_sources(document))
     parts.append(_errors(document))
@@ -160,6 +162,34 @@ def _partitions(document: dict[str, Any]) -> Table:
             _number(partition.get("input_lag")), "-" if seconds is None else f"{seconds:,.1f}",
             "-" if unacknowledged is None else ", ".join(f"{sink}: {n:,}" for sink, n in unacknowledged.items()),
             Text(partition.get("blocked") or "", style="red"))
+    return table
+
+
+ENDPOINT_STYLES = {"closed": "green", "half_open": "yellow", "open": "red", "paused": "bold red"}
+
+
+def _endpoints(document: dict[str, Any]) -> Table:
+    """The webhook sinks' endpoints: one row per (computation, sink, endpoint), partitions summed,
+    the worst state shown (paused > open > half-open > closed)."""
+    order = list(ENDPOINT_STYLES)
+    rows: dict[tuple[str, str, str], dict[str, Any]] = {}
+    for partition in document.get("partitions", []):
+        for sink_id, endpoints in (partition.get("endpoints") or {}).items():
+            for row in endpoints:
+                key = (str(partition["computation"]), sink_id, str(row["endpoint"]))
+                seen = rows.setdefault(key, {"state": "closed", "backlog": 0, "delivered": 0, "partitions": 0})
+                if order.index(row["state"]) > order.index(seen["state"]):
+                    seen["state"] = row["state"]
+                seen["backlog"] += row["backlog"]
+                seen["delivered"] += row["delivered"]
+                seen["partitions"] += 1
+    table = Table(title="webhook endpoints", title_justify="left")
+    for column in ("computation", "sink", "endpoint", "state", "backlog", "delivered", "partitions"):
+        table.add_column(column, justify="right" if column in ("backlog", "delivered", "partitions") else "left")
+    for (computation, sink_id, name), row in sorted(rows.items()):
+        table.add_row(computation, sink_id, name, Text(row["state"].replace("_", "-"),
+                                                       style=ENDPOINT_STYLES[row["state"]]),
+                      f"{row['backlog']:,}", f"{row['delivered']:,}", str(row["partitions"]))
     return table
 
 

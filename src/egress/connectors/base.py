@@ -234,6 +234,19 @@ class Sink(Protocol):
     async def close(self) -> None: ...
 
 
+@runtime_checkable
+class FansOut(Protocol):
+    """A sink that delivers to many endpoints (``webhook_http``): ``/status`` shows each endpoint's
+    row (``endpoint``, ``state``, ``backlog``, ``acknowledged_seq``, ``delivered``, ...) and
+    ``egress endpoint resume NAME`` reaches :meth:`resume_endpoint`."""
+
+    def endpoint_rows(self) -> list[dict[str, Any]]: ...
+
+    def resume_endpoint(self, name: str) -> bool:
+        """Resume endpoint ``name`` (its breaker closed); False when this instance does not know it."""
+        ...
+
+
 class SinkClass(Protocol):
     parameters_model: ClassVar[type[BaseModel]]
     dynamic_parameters_model: ClassVar[type[BaseModel]]

@@ -25,13 +25,17 @@ from egress.observe.status import readiness
 
 StatusProvider = Callable[[], Awaitable[dict[str, Any]]]
 Refresh = Callable[[], Awaitable[None]]
+ResumeEndpoint = Callable[[str], Awaitable[int]]
 
 
 def status_application(metrics: Metrics, status: StatusProvider, refresh: Refresh | None = None,
-                       dashboard: Dashboard | None = None) -> web.Application:
+                       dashboard: Dashboard | None = None,
+                       resume_endpoint: ResumeEndpoint | None = None) -> web.Application:
     """An aiohttp application serving ``metrics`` (after ``refresh()`` updated the gauges computed on
     demand) and the JSON from ``status()``; with ``dashboard``, its page at ``/`` and its
-    ``/dashboard.json`` (:mod:`egress.observe.dashboard`)."""
+    ``/dashboard.json`` (:mod:`egress.observe.dashboard`); with ``resume_endpoint``, ``POST
+    /endpoints/{name}/resume`` (``egress endpoint resume``), answering ``{"resumed": N}`` (the sink
+    instances that knew it; 404 when none did)."""
 
     async def get_metrics(request: web.Request) -> web.Response:
         if refresh is not None:
@@ -57,6 +61,12 @@ def status_application(metrics: Metrics, status: StatusProvider, refresh: Refres
         app.router.add_get(path, handler, expect_handler=expect_handler)
     if dashboard is not None:
         dashboard.add_routes(app)
+    if resume_endpoint is not None:
+        async def post_resume(request: web.Request) -> web.Response:
+            resumed = await resume_endpoint(request.match_info["name"])
+            return web.json_response({"resumed": resumed}, status=200 if resumed else 404)
+
+        app.router.add_post("/endpoints/{name}/resume", post_resume, expect_handler=expect_handler)
     allowed = {resource.canonical: "GET, HEAD" for resource in app.router.resources()}
     app.router.add_route("*", "/{tail:.*}", unrouted_handler(allowed), expect_handler=expect_handler)
     return app
@@ -66,8 +76,9 @@ class StatusServer:
     """Starts and stops :func:`status_application` on ``host:port`` (port 0 picks a free one)."""
 
     def __init__(self, metrics: Metrics, status: StatusProvider, host: str = "127.0.0.1", port: int = 0,
-                 refresh: Refresh | None = None, dashboard: Dashboard | None = None) -> None:
-        self._app = status_application(metrics, status, refresh, dashboard)
+                 refresh: Refresh | None = None, dashboard: Dashboard | None = None,
+                 resume_endpoint: ResumeEndpoint | None = None) -> None:
+        self._app = status_application(metrics, status, refresh, dashboard, resume_endpoint)
         self._host = host
         self._port = port
         self._runner: web.AppRunner | None = None

@@ -12,6 +12,9 @@ again; ``POST /release`` answers the held and every later request. Both answer t
 ``held`` counts the requests held now. A held request is recorded when it is answered, with the
 time it was read; held requests are answered when the receiver stops.
 
+``fail_paths`` (``--fail-path``) are paths answered ``fail_status`` (an endpoint that is down);
+``POST /fail-path?path=P`` adds one on a running receiver, ``POST /fail-path?path=P&up=1`` removes it.
+
 With ``verify_keys`` (``egress receiver --verify-secret FILE``) every request must carry a valid
 Standard Webhooks signature by one of the keys, its timestamp within 5 minutes
 (``egress.webhook_signatures.verify``, constant-time comparisons); one that does not is answered
@@ -39,6 +42,7 @@ from egress.webhook_signatures import DEFAULT_TOLERANCE, verify
 STATS_PATH = "/stats"
 HOLD_PATH = "/hold"
 RELEASE_PATH = "/release"
+FAIL_PATH = "/fail-path"
 
 
 @dataclass
@@ -65,6 +69,7 @@ class ReceiverConfig:
     body_timeout: float = DEFAULT_BODY_TIMEOUT
     verify_keys: tuple[bytes, ...] = ()
     verify_tolerance: float = DEFAULT_TOLERANCE
+    fail_paths: set[str] = field(default_factory=set)
 
 
 class Hold:
@@ -144,6 +149,7 @@ class Receiver:
         self.app.router.add_get(STATS_PATH, self._stats, expect_handler=expect_handler)
         self.app.router.add_post(HOLD_PATH, self._hold, expect_handler=expect_handler)
         self.app.router.add_post(RELEASE_PATH, self._release, expect_handler=expect_handler)
+        self.app.router.add_post(FAIL_PATH, self._fail_path, expect_handler=expect_handler)
         self.app.router.add_route("*", "/{tail:.*}", self._receive, expect_handler=expect_handler)
         self.app.on_startup.append(self._open)
         self.app.on_cleanup.append(self._close)
@@ -174,6 +180,17 @@ class Receiver:
         self.hold.answer_more(None)
         return await self._stats(request)
 
+    async def _fail_path(self, request: web.Request) -> web.Response:
+        path = request.query.get("path", "")
+        if not path.startswith("/"):
+            return web.Response(status=400, text=f"path={path!r}: give the path to fail, e.g. "
+                                                 f"{FAIL_PATH}?path=/hooks/a (add &up=1 to answer it again)\n")
+        if request.query.get("up") == "1":
+            self.config.fail_paths.discard(path)
+        else:
+            self.config.fail_paths.add(path)
+        return await self._stats(request)
+
     async def _receive(self, request: web.Request) -> web.Response:
         config = self.config
         try:
@@ -193,6 +210,8 @@ class Receiver:
             await asyncio.sleep(config.delay)
         status = 200
         if config.fail_rate > 0 and self._random.random() < config.fail_rate:
+            status = config.fail_status
+        if config.fail_paths and request.path in config.fail_paths:
             status = config.fail_status
         key = request.headers.get(config.idempotency_header)
         if key is not None and config.fail_first:

@@ -150,7 +150,7 @@ class Pipeline:
 
         view = self.status_view
         return StatusServer(self.metrics, view.document, http_host, http_port, refresh=view.refresh_gauges,
-                            dashboard=view.dashboard())
+                            dashboard=view.dashboard(), resume_endpoint=view.resume_endpoint)
 
     def _status_url(self) -> str | None:
         return None if self.server is None else f"http://{self.server.address}/status"

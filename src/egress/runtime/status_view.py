@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from egress.clock import Clock
+from egress.connectors.base import FansOut
 from egress.connectors.dead_letters import DeadLetterFiles
 from egress.engines import Engine, LeaseInfo
 from egress.errors import SpecError
@@ -144,6 +145,10 @@ class StatusView:
             entry: dict[str, Any] = {"computation": unit.name, "partition": unit.partition,
                                      "owner": owners.get(unit.key), "input_lag": lag, "input_lag_seconds": None}
             if job is not None:
+                endpoints = {sink_id: sink.endpoint_rows() for sink_id, sink in job.sinks.items()
+                             if isinstance(sink, FansOut)}
+                if endpoints:
+                    entry["endpoints"] = endpoints
                 entry.update(unacknowledged={sink_id: sink.unacknowledged for sink_id, sink in job.sinks.items()},
                              in_flight={sink_id: sink.in_flight for sink_id, sink in job.sinks.items()},
                              held=sorted(job.holds.causes), blocked=job.blocked_error,
@@ -156,6 +161,16 @@ class StatusView:
         if lag is None:
             return None
         return max(0.0, self._clock.monotonic() - job.caught_up_at) if lag else 0.0
+
+    async def resume_endpoint(self, name: str) -> int:
+        """``egress endpoint resume NAME``: resume endpoint ``name`` in every fan-out sink instance
+        this process runs; how many knew it."""
+        resumed = 0
+        for job in self._units.jobs_by_unit().values():
+            for sink in job.sinks.values():
+                if isinstance(sink, FansOut) and sink.resume_endpoint(name):
+                    resumed += 1
+        return resumed
 
     async def refresh_gauges(self) -> None:
         """Before a scrape of ``/metrics``: the unread records of each source read here, the input lag
