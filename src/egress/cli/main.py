@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import asyncio
+import base64
 import contextlib
 import contextvars
 import functools
@@ -510,9 +511,12 @@ def _verify_keys(path: Path | None) -> tuple[bytes, ...]:
     from egress.webhook_signatures import read_secrets
 
     try:
-        return read_secrets(file=str(path))
+        keys = read_secrets(file=str(path))
     except SpecError as error:
         raise typer.BadParameter(error.message, param_hint="--verify-secret") from None
+    for key in keys:
+        add_secret("whsec_" + base64.b64encode(key).decode())
+    return keys
 
 
 def main() -> None:

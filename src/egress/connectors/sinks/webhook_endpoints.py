@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import array
 import asyncio
+import base64
 import collections
 import weakref
 from collections.abc import Iterator
@@ -25,7 +26,8 @@ from egress.connectors.sinks.webhook_breaker import STATE_CODES, Breaker
 from egress.connectors.sinks.webhook_parameters import BreakerSpec, EndpointDefaults, EndpointSpec
 from egress.errors import SpecError
 from egress.httpclient.curl import post_header_lines
-from egress.webhook_signatures import ID_HEADER, SIGNATURE_HEADER, TIMESTAMP_HEADER, read_secrets
+from egress.observe.logs import add_secret
+from egress.webhook_signatures import ID_HEADER, SECRET_PREFIX, SIGNATURE_HEADER, TIMESTAMP_HEADER, read_secrets
 
 if TYPE_CHECKING:
     from egress.connectors.sinks.delivery import DeliveryLoop
@@ -88,6 +90,10 @@ class Endpoint:
         except SpecError:
             if old is None:
                 raise
+        for key in self.keys:  # redacted from every log line, in the forms a secret is written
+            encoded = base64.b64encode(key).decode()
+            add_secret(encoded)
+            add_secret(SECRET_PREFIX + encoded)
         added = (ID_HEADER, TIMESTAMP_HEADER, SIGNATURE_HEADER) if self.keys else ()
         self.header_lines = post_header_lines((f"{name}: {value}" for name, value in config.headers.items()), added)
         self.wake()

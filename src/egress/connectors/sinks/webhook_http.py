@@ -47,6 +47,9 @@ SINK_CLASS = "webhook_http"
 STATUS_SUFFIX = "webhook"
 POLICY_EXHAUSTED = "Webhook POST retry policy exhausted"
 DEADLINE_EXHAUSTED = "Webhook POST retry deadline exhausted"
+# Seconds between progress reports: well below an epoch period, so a commit is never later for it,
+# and long enough that a report (a visit of every endpoint) is not paid per acknowledgement.
+REPORT_INTERVAL = 0.005
 
 
 @SINKS.register("webhook_http", "NYT::NFlow::TWebhookHttpSink")
@@ -188,20 +191,25 @@ class WebhookHttpSink:
         return self._progress
 
     def _schedule_report(self) -> None:
-        """Report once per event-loop turn, however many acknowledgements it brought."""
+        """Report at most once per :data:`REPORT_INTERVAL`, however many acknowledgements came: a
+        report visits every endpoint (the partition-wide prefix is a minimum over them)."""
         if not self._report_scheduled:
             self._report_scheduled = True
-            asyncio.get_running_loop().call_soon(self._report)
+            asyncio.get_running_loop().call_later(REPORT_INTERVAL, self._report)
 
     def _report(self) -> None:
         """The partition-wide prefix (below every endpoint's first unacknowledged message) and each
         endpoint's own prefix beyond it, reported to the job (``SinkContext.on_progress``)."""
         self._report_scheduled = False
+        if self._closed:
+            return
         low = self._last_distributed_seq
         for endpoint in self._endpoints.values():
             first = endpoint.first_unacknowledged()
             if first is not None and first - 1 < low:
                 low = first - 1
+            if endpoint.spilled and not endpoint.refilling:
+                self._refill(endpoint)  # e.g. room freed by null payloads, which start no delivery
         prefixes = {name: e.acked for name, e in self._endpoints.items() if e.acked > low}
         progress = SinkProgress(self._progress.producer_id, None, max(low, self._progress.max_persisted_seq_no),
                                 encode_state(prefixes))
@@ -351,6 +359,7 @@ class WebhookHttpSink:
         """Read back from the outbox the next messages of an endpoint whose backlog was left there,
         once half of what it may keep in memory is free."""
         cap = self._parameters.max_buffered_per_endpoint
+        endpoint.first_unacknowledged()  # releases the acknowledged head: its room counts
         if endpoint.refilling or not endpoint.spilled or len(endpoint.pending) > cap // 2 or self._read_outbox is None:
             return
         endpoint.refilling = True
