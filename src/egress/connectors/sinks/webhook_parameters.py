@@ -15,6 +15,7 @@ from egress.connectors.sinks.http_parameters import (
     AsyncHttpSinkParameters,
     _AtLeastOnceOnly,
 )
+from egress.errors import SpecError
 from egress.httpclient.redirects import normalise_url
 from egress.spec import Duration
 from egress.spec.urls import endpoint_url_problem
@@ -76,7 +77,10 @@ class EndpointDefaults(BaseModel):
             raise ValueError("throttler_class_id needs throttler_id")
         # Read now, so a missing file or a malformed secret is the DynamicSpec's error (it is then
         # ignored, the endpoint keeps its secrets); the keys themselves are not kept in the model.
-        read_secrets(file=self.secret_file, env=self.secret_env)
+        try:
+            read_secrets(file=self.secret_file, env=self.secret_env)
+        except SpecError as error:  # a ValueError for pydantic: the message gets the entry's path
+            raise ValueError(error.message) from None
         return self
 
 

@@ -22,13 +22,21 @@ from typing import Any
 
 import pytest
 import yaml
+from examples.webhooks.functions import FlightToWebhook
 
 from egress.connectors.sinks.webhook_endpoints import decode_state
 from egress.engines.sqlite import read_outbox
 from egress.keys import idempotency_key
-from examples.webhooks.functions import FlightToWebhook
-from tests.e2e.conftest import REPO, Receiver, hold_after, launch_receiver, receiver_stats, release, stop_receiver
-from tests.e2e.conftest import wait_until_held
+from tests.e2e.conftest import (
+    REPO,
+    Receiver,
+    hold_after,
+    launch_receiver,
+    receiver_stats,
+    release,
+    stop_receiver,
+    wait_until_held,
+)
 
 pytestmark = pytest.mark.e2e
 
@@ -127,7 +135,8 @@ def test_sigkill_with_endpoints_at_different_positions_then_every_event_arrives_
     finally:
         stop_receiver(receiver)
 
-    assert stats["signature_failures"] == 0 and stats["verified"] == stats["requests"]
+    assert stats["signature_failures"] == 0
+    assert stats["verified"] == stats["requests"]
     records = [json.loads(line) for line in (tmp_path / "received.jsonl").read_text().splitlines()]
     delivered = [r for r in records if r["status"] == 200]
     by_key: dict[str, list[dict[str, Any]]] = defaultdict(list)

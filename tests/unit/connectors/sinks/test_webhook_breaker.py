@@ -1,0 +1,78 @@
+"""The webhook endpoint breaker (pure, on given times) and the committed per-endpoint state."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from egress.connectors.sinks.webhook_breaker import Breaker
+from egress.connectors.sinks.webhook_endpoints import decode_state, encode_state
+from egress.connectors.sinks.webhook_parameters import BreakerSpec, WebhookSinkDynamicParameters, WebhookSinkParameters
+
+SPEC = BreakerSpec.model_validate({"window": "10s", "minimum_requests": 4, "failure_ratio": 0.5, "open_for": "5s",
+                                    "half_open_probes": 1, "disable_after": "30s"})
+
+
+def test_it_opens_only_with_the_minimum_count_and_the_failure_ratio_in_the_window() -> None:
+    breaker = Breaker(SPEC)
+    for t in (0.0, 1.0, 2.0):
+        breaker.record(t, failed=True)
+    assert breaker.state(2.5) == "closed"  # 3 failures < minimum_requests
+    breaker.record(20.0, failed=False)  # the window has moved: the old failures no longer count
+    for t in (20.1, 20.2):
+        breaker.record(t, failed=True)
+    assert breaker.state(20.3) == "closed"  # 2 of 3 in the window, still fewer than 4
+    breaker.record(20.4, failed=True)
+    assert breaker.state(20.5) == "open"
+    assert not breaker.admit(21.0)
+    assert breaker.wait_until(21.0) == pytest.approx(25.4)
+
+
+def test_half_open_lets_one_probe_go_a_success_closes_and_a_failure_opens_again() -> None:
+    breaker = Breaker(SPEC)
+    for t in (0.0, 0.1, 0.2, 0.3):
+        breaker.record(t, failed=True)
+    assert breaker.state(5.3) == "half_open"
+    assert breaker.admit(5.3)
+    assert not breaker.admit(5.3)  # one probe at a time
+    assert breaker.wait_until(5.3) == math.inf
+    breaker.record(5.4, failed=True)
+    assert breaker.state(5.5) == "open"
+    assert breaker.admit(10.4)
+    breaker.record(10.5, failed=False)
+    assert breaker.state(10.6) == "closed"
+    assert breaker.opened == 2
+
+
+def test_not_closed_for_disable_after_it_is_paused_until_resumed() -> None:
+    breaker = Breaker(SPEC)
+    for t in (0.0, 0.1, 0.2, 0.3):
+        breaker.record(t, failed=True)
+    now = 0.3
+    while now < 30.0:  # each probe fails
+        now += 5.0
+        if breaker.admit(now):
+            breaker.record(now, failed=True)
+    assert breaker.state(now) == "paused"
+    assert not breaker.admit(now + 100)
+    assert breaker.wait_until(now + 100) == math.inf
+    breaker.resume()
+    assert breaker.admit(now + 100)
+
+
+def test_the_committed_state_round_trips_and_is_empty_without_endpoints_ahead() -> None:
+    assert encode_state({}) == b""
+    assert decode_state(b"") == {}
+    assert decode_state(encode_state({"acme": 17, "https://x.example/a": 3})) == {"acme": 17, "https://x.example/a": 3}
+
+
+def test_parameters_need_one_endpoint_column_and_secrets_by_reference(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    with pytest.raises(ValueError, match="exactly one of endpoint_column and url_column"):
+        WebhookSinkParameters.model_validate({"payload_column": "p"})
+    with pytest.raises(ValueError, match="secret file .* cannot be read"):
+        WebhookSinkDynamicParameters.model_validate(
+            {"endpoints": {"a": {"url": "http://127.0.0.1:9/", "secret_file": str(tmp_path / "missing")}}})
+    with pytest.raises(ValueError, match="must not set webhook-id"):
+        WebhookSinkDynamicParameters.model_validate(
+            {"endpoints": {"a": {"url": "http://127.0.0.1:9/", "headers": {"Webhook-Id": "x"}}}})
