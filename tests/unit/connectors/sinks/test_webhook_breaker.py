@@ -70,7 +70,7 @@ def test_the_committed_state_round_trips_and_is_empty_without_endpoints_ahead() 
 def test_parameters_need_one_endpoint_column_and_secrets_by_reference(tmp_path) -> None:  # type: ignore[no-untyped-def]
     with pytest.raises(ValueError, match="exactly one of endpoint_column and url_column"):
         WebhookSinkParameters.model_validate({"payload_column": "p"})
-    with pytest.raises(ValueError, match="secret file .* cannot be read"):
+    with pytest.raises(ValueError, match=r"secret file .* cannot be read"):
         WebhookSinkDynamicParameters.model_validate(
             {"endpoints": {"a": {"url": "http://127.0.0.1:9/", "secret_file": str(tmp_path / "missing")}}})
     with pytest.raises(ValueError, match="must not set webhook-id"):
