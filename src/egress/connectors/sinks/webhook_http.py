@@ -491,11 +491,12 @@ class WebhookHttpSink:
         if state == "closed":
             self._context.status.clear_error(path, 0)
         elif state == "paused":
-            self._context.status.set_error(path, 0, f"paused by its breaker (backlog {endpoint.backlog}); resume "
+            self._context.status.set_error(path, 0, f"paused by its breaker (backlog {endpoint.backlog} then); resume "
                                                     f"with `egress endpoint resume {endpoint.name}` or by raising "
                                                     "its resume in the DynamicSpec")
         else:
-            self._context.status.set_error(path, 0, f"circuit {state.replace('_', '-')} (backlog {endpoint.backlog})")
+            self._context.status.set_error(
+                path, 0, f"circuit {state.replace('_', '-')} (backlog {endpoint.backlog} when it changed)")
 
     def endpoint_rows(self) -> list[dict[str, Any]]:
         """Each endpoint's state, backlog and counts (metrics, ``/status``)."""
