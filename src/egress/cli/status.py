@@ -169,26 +169,15 @@ ENDPOINT_STYLES = {"closed": "green", "half_open": "yellow", "open": "red", "pau
 
 
 def _endpoints(document: dict[str, Any]) -> Table:
-    """The webhook sinks' endpoints: one row per (computation, sink, endpoint), partitions summed,
-    the worst state shown (paused > open > half-open > closed)."""
-    order = list(ENDPOINT_STYLES)
-    rows: dict[tuple[str, str, str], dict[str, Any]] = {}
-    for partition in document.get("partitions", []):
-        for sink_id, endpoints in (partition.get("endpoints") or {}).items():
-            for row in endpoints:
-                key = (str(partition["computation"]), sink_id, str(row["endpoint"]))
-                seen = rows.setdefault(key, {"state": "closed", "backlog": 0, "delivered": 0, "partitions": 0})
-                if order.index(row["state"]) > order.index(seen["state"]):
-                    seen["state"] = row["state"]
-                seen["backlog"] += row["backlog"]
-                seen["delivered"] += row["delivered"]
-                seen["partitions"] += 1
+    """The webhook sinks' endpoints, partitions summed (``egress.observe.dashboard.endpoint_summary``)."""
+    from egress.observe.dashboard import endpoint_summary
+
     table = Table(title="webhook endpoints", title_justify="left")
     for column in ("computation", "sink", "endpoint", "state", "backlog", "delivered", "partitions"):
         table.add_column(column, justify="right" if column in ("backlog", "delivered", "partitions") else "left")
-    for (computation, sink_id, name), row in sorted(rows.items()):
-        table.add_row(computation, sink_id, name, Text(row["state"].replace("_", "-"),
-                                                       style=ENDPOINT_STYLES[row["state"]]),
+    for row in endpoint_summary(document.get("partitions", [])):
+        table.add_row(row["computation"], row["sink_id"], row["endpoint"],
+                      Text(row["state"].replace("_", "-"), style=ENDPOINT_STYLES[row["state"]]),
                       f"{row['backlog']:,}", f"{row['delivered']:,}", str(row["partitions"]))
     return table
 

@@ -83,6 +83,29 @@ class Sample:
         return frozenset((key[1], key[2]) for key in self.values if key[0] == "sink")
 
 
+ENDPOINT_STATES = ("closed", "half_open", "open", "paused")
+"""Webhook endpoint states, from the best to the worst (``egress.connectors.sinks.webhook_breaker``)."""
+
+
+def endpoint_summary(partitions: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The webhook endpoints of ``/status`` → ``partitions[].endpoints``, one row per (computation,
+    sink, endpoint) with its partitions summed: the worst ``state`` (paused > open > half-open >
+    closed), ``backlog`` and ``delivered`` totals and how many ``partitions`` report it; sorted."""
+    rows: dict[tuple[str, str, str], dict[str, Any]] = {}
+    for partition in partitions:
+        for sink_id, endpoints in (partition.get("endpoints") or {}).items():
+            for endpoint in endpoints:
+                key = (str(partition["computation"]), str(sink_id), str(endpoint["endpoint"]))
+                row = rows.setdefault(key, {"computation": key[0], "sink_id": key[1], "endpoint": key[2],
+                                            "state": "closed", "backlog": 0, "delivered": 0, "partitions": 0})
+                if ENDPOINT_STATES.index(endpoint["state"]) > ENDPOINT_STATES.index(row["state"]):
+                    row["state"] = endpoint["state"]
+                row["backlog"] += endpoint["backlog"]
+                row["delivered"] += endpoint["delivered"]
+                row["partitions"] += 1
+    return [rows[key] for key in sorted(rows)]
+
+
 def _computation_label(labels: Mapping[str, str]) -> str:
     """The computation a sink sample belongs to; ``""`` when its metric has no such label."""
     return labels.get("computation") or labels.get("computation_id") or ""
@@ -242,6 +265,7 @@ class Dashboard:
                         for source_id, source in status.get("sources", {}).items()],
             "partitions": [self._partition(entry, sample) for entry in status.get("partitions", [])],
             "sinks": self._sinks(graph, status.get("status", {}), sample),
+            "endpoints": endpoint_summary(status.get("partitions", [])),
             "throttlers": self._throttlers(sample),
             "status": status.get("status", {}),
             "worker": status.get("worker"),

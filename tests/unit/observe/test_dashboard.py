@@ -183,3 +183,21 @@ def test_the_page_names_no_other_host() -> None:
     for name in ("index.html", "dashboard.js", "dashboard.css"):
         text = static.joinpath(name).read_text()
         assert re.findall(r"(?:https?:)?//[\w.-]+", text.replace("http://www.w3.org/2000/svg", "")) == [], name
+
+
+async def test_webhook_endpoints_are_summed_over_partitions_with_the_worst_state() -> None:
+    def row(endpoint: str, state: str, backlog: int, delivered: int) -> dict[str, Any]:
+        return {"endpoint": endpoint, "state": state, "backlog": backlog, "delivered": delivered}
+
+    partitions = [
+        {"computation": "deliver", "partition": 0, "endpoints": {"hooks": [row("acme", "closed", 0, 5),
+                                                                             row("globex", "open", 7, 1)]}},
+        {"computation": "deliver", "partition": 1, "endpoints": {"hooks": [row("globex", "paused", 3, 2)]}},
+        {"computation": "deliver", "partition": 2},
+    ]
+    document = await dashboard(Metrics(), VirtualClock(), partitions, {}).document()
+    assert document["endpoints"] == [
+        {"computation": "deliver", "sink_id": "hooks", "endpoint": "acme", "state": "closed", "backlog": 0,
+         "delivered": 5, "partitions": 1},
+        {"computation": "deliver", "sink_id": "hooks", "endpoint": "globex", "state": "paused", "backlog": 10,
+         "delivered": 3, "partitions": 2}]

@@ -174,6 +174,23 @@ function sourcesTable(doc) {
     el("thead", {}, el("tr", {}, head.map((h) => el("th", {}, h)))), el("tbody", {}, body));
 }
 
+// -- webhook endpoints ----------------------------------------------------------------------------
+
+function endpointsTable(doc) {
+  const head = ["Sink", "Endpoint", "State", "Backlog", "Delivered", "Partitions"];
+  const body = (doc.endpoints || []).map((e) => {
+    const cells = [
+      ["Sink", `${e.computation}/${e.sink_id}`, "sink"], ["Endpoint", e.endpoint, "name"],
+      ["State", e.state.replace("_", "-"), "state"], ["Backlog", number(e.backlog), "backlog"],
+      ["Delivered", number(e.delivered), "delivered"], ["Partitions", String(e.partitions), "partitions"],
+    ];
+    return el("tr", {"data-endpoint": e.endpoint, "data-state": e.state},
+      cells.map(([label, text, name]) => el("td", {"data-label": label, class: name}, text)));
+  });
+  return el("table", {class: "partitions endpoints"},
+    el("thead", {}, el("tr", {}, head.map((h) => el("th", {}, h)))), el("tbody", {}, body));
+}
+
 // -- partitions -----------------------------------------------------------------------------------
 
 function partitionsTable(doc) {
@@ -305,6 +322,8 @@ function render(doc) {
   replace("partitions", ...partitionsTable(doc));
   show("sinks-section", doc.sinks.length > 0);
   replace("sinks", ...doc.sinks.map((sink) => sinkCard(sink, doc.bucket_seconds)));
+  show("endpoints-section", (doc.endpoints || []).length > 0);
+  replace("endpoints", endpointsTable(doc));
   show("throttlers-section", doc.throttlers.length > 0);
   replace("throttlers", ...doc.throttlers.map(throttlerCard));
   document.body.dataset.renders = String(Number(document.body.dataset.renders || 0) + 1);
