@@ -67,7 +67,8 @@ def status_application(metrics: Metrics, status: StatusProvider, refresh: Refres
             return web.json_response({"resumed": resumed}, status=200 if resumed else 404)
 
         app.router.add_post("/endpoints/{name}/resume", post_resume, expect_handler=expect_handler)
-    allowed = {resource.canonical: "GET, HEAD" for resource in app.router.resources()}
+    allowed = {resource.canonical: "POST" if resource.canonical.startswith("/endpoints/") else "GET, HEAD"
+               for resource in app.router.resources()}
     app.router.add_route("*", "/{tail:.*}", unrouted_handler(allowed), expect_handler=expect_handler)
     return app
 

@@ -16,6 +16,7 @@ import signal
 import sqlite3
 import subprocess
 import sys
+import urllib.request
 from collections import defaultdict
 from pathlib import Path
 from typing import Any, ClassVar
@@ -27,6 +28,7 @@ from examples.webhooks.functions import FlightToWebhook
 from egress.connectors.sinks.webhook_endpoints import decode_state
 from egress.engines.sqlite import read_outbox
 from egress.keys import idempotency_key
+from egress.observe.dashboard import endpoint_summary
 from tests.e2e.conftest import (
     REPO,
     Receiver,
@@ -37,6 +39,7 @@ from tests.e2e.conftest import (
     stop_receiver,
     wait_until_held,
 )
+from tests.nats_server import free_port
 
 pytestmark = pytest.mark.e2e
 
@@ -121,8 +124,22 @@ def test_sigkill_with_endpoints_at_different_positions_then_every_event_arrives_
         command = [sys.executable, "-m", "egress", "run", str(spec), "--dynamic-spec", str(dynamic),
                    "--state-dir", str(state), "--quiet"]
         hold_after(receiver, 300)
-        first = run(command, tmp_path / "run0.log", egress_processes, env)
+        status_port = free_port()
+        first = run([*command, "--http-port", str(status_port)], tmp_path / "run0.log", egress_processes, env)
         wait_until_held(receiver, first, tmp_path / "run0.log")
+        with urllib.request.urlopen(f"http://127.0.0.1:{status_port}/status", timeout=10) as answer:
+            endpoints = endpoint_summary(json.load(answer)["partitions"])
+        down = next(row for row in endpoints if row["endpoint"] == DOWN)
+        assert down["backlog"] > 0, endpoints  # /status shows each endpoint
+        assert down["delivered"] == 0, endpoints
+        resumed = subprocess.run([sys.executable, "-m", "egress", "endpoint", "resume", DOWN,
+                                  f"127.0.0.1:{status_port}"], cwd=REPO, capture_output=True, text=True, timeout=30)
+        assert resumed.returncode == 0, resumed.stderr
+        assert "resumed in" in resumed.stdout
+        unknown = subprocess.run([sys.executable, "-m", "egress", "endpoint", "resume", "nobody",
+                                  f"127.0.0.1:{status_port}"], cwd=REPO, capture_output=True, text=True, timeout=30)
+        assert unknown.returncode == 1
+        assert "knows endpoint 'nobody'" in unknown.stderr
         os.kill(first.pid, signal.SIGKILL)
         first.wait(timeout=30)
         owed, prefixes = owed_at_kill(state)
