@@ -1,6 +1,6 @@
 """``egress run`` with the webhook sink of ``examples/webhooks`` against ``egress receiver
 --verify-secret``, SIGKILLed mid-run while one airline's endpoint is down (the endpoints stand at
-different positions), then run to the end: every event delivered, signed, in order per key within
+different positions; its backlog beyond 8 messages left in the SQLite outbox), then run to the end: every event delivered, signed, in order per key within
 its endpoint, and duplicates only of messages the committed state still owed at the kill."""
 
 from __future__ import annotations
@@ -77,6 +77,8 @@ def write_specs(directory: Path, port: int) -> tuple[Path, Path]:
     spec = yaml.safe_load((EXAMPLE / "spec.yaml").read_text())
     spec["sources"]["flights_csv"]["parameters"]["path"] = str(DATA)
     spec["computations"][COMPUTATION]["processing_function_parameters"]["max_day"] = MAX_DAY
+    # A small memory bound: the down airline's backlog is left in SQLite's outbox and read back.
+    spec["computations"][COMPUTATION]["sinks"][SINK]["parameters"]["max_buffered_per_endpoint"] = 8
     dynamic = yaml.safe_load((EXAMPLE / "dynamic_spec.yaml").read_text())
     parameters = dynamic["computations"][COMPUTATION]["sinks"][SINK]["parameters"]
     parameters["breaker"] = {"window": "10s", "minimum_requests": 3, "failure_ratio": 0.5, "open_for": "300ms"}
@@ -128,7 +130,10 @@ def test_sigkill_with_endpoints_at_different_positions_then_every_event_arrives_
         first = run([*command, "--http-port", str(status_port)], tmp_path / "run0.log", egress_processes, env)
         wait_until_held(receiver, first, tmp_path / "run0.log")
         with urllib.request.urlopen(f"http://127.0.0.1:{status_port}/status", timeout=10) as answer:
-            endpoints = endpoint_summary(json.load(answer)["partitions"])
+            partitions = json.load(answer)["partitions"]
+        endpoints = endpoint_summary(partitions)
+        assert any(row["in_outbox"] for p in partitions for rows in (p.get("endpoints") or {}).values()
+                   for row in rows if row["endpoint"] == DOWN), "the down airline's backlog is left in the outbox"
         down = next(row for row in endpoints if row["endpoint"] == DOWN)
         assert down["backlog"] > 0, endpoints  # /status shows each endpoint
         assert down["delivered"] == 0, endpoints
