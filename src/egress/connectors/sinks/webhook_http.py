@@ -503,8 +503,8 @@ class WebhookHttpSink:
         context, now = self._context, self._context.clock.monotonic()
         return [{"computation_id": context.computation_id, "sink_id": context.sink_id,
                  "partition": context.partition, "endpoint": name, "state": e.breaker.state(now),
-                 "backlog": e.backlog, "in_outbox": len(e.spilled), "acknowledged_seq": e.acked, "delivered": e.delivered,
-                 "opened": e.breaker.opened, "configured": e.config is not None}
+                 "backlog": e.backlog, "in_outbox": len(e.spilled), "acknowledged_seq": e.acked,
+                 "delivered": e.delivered, "opened": e.breaker.opened, "configured": e.config is not None}
                 for name, e in self._endpoints.items()]
 
 

@@ -1,7 +1,8 @@
 """``egress run`` with the webhook sink of ``examples/webhooks`` against ``egress receiver
 --verify-secret``, SIGKILLed mid-run while one airline's endpoint is down (the endpoints stand at
-different positions; its backlog beyond 8 messages left in the SQLite outbox), then run to the end: every event delivered, signed, in order per key within
-its endpoint, and duplicates only of messages the committed state still owed at the kill."""
+different positions; its backlog beyond 8 messages left in the SQLite outbox), then run to the
+end: every event delivered, signed, in order per key within its endpoint, and duplicates only of
+messages the committed state still owed at the kill."""
 
 from __future__ import annotations
 
