@@ -119,8 +119,9 @@ def downstream_backlog(log_ends: dict[int, int], progress: list[DownstreamProgre
 def finished_key(source_id: str, partition: int = 0) -> str:
     """The engine metadata key a cluster's source reader sets, to the generation of its lease, once it
     has read its share of the source to the end (``source_finished.<id>`` for partition 0,
-    ``source_finished.<id>.<partition>`` for the others): every worker's drained check reads them."""
-    return f"source_finished.{source_id}" if partition == 0 else f"source_finished.{source_id}.{partition}"
+    ``source_finished#<partition>.<id>`` for the others: a source id may hold any character, so the
+    partition goes before it): every worker's drained check reads them."""
+    return f"source_finished.{source_id}" if partition == 0 else f"source_finished#{partition}.{source_id}"
 
 
 class SourceReader:

@@ -74,6 +74,12 @@ def test_each_reader_commits_its_state_under_a_key_of_its_own_partition(readers:
     assert len({finished_key("events", k) for k in range(readers)}) == readers
 
 
+def test_a_readers_finished_flag_never_is_another_sources() -> None:
+    """Source ids may hold dots: ``a`` partition 1 and ``a.1`` partition 0 have flags of their own."""
+    flags = [finished_key("a", 1), finished_key("a.1"), finished_key("a", 11), finished_key("a.1", 1)]
+    assert len(set(flags)) == len(flags)
+
+
 def test_the_plan_has_one_unit_per_reader_partition(tmp_path: Path) -> None:
     spec = tmp_path / "spec.yaml"
     spec.write_text(yaml.safe_dump(spec_document(tmp_path)))

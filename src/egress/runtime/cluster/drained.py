@@ -2,11 +2,10 @@
 
 One process's jobs know only their own work; a cluster's ``--until-drained`` ends every worker once
 the pipeline has nothing left anywhere: every source read to the end by each of its readers (reader
-partition ``k`` sets ``source_finished.<id>``, ``.<id>.<k>`` for k > 0, in the engine's metadata to
-the generation of its lease; a flag of an older lease does not count, so a reader that starts again
-must finish again), and the committed
-inventory shows no log message unread by a computation, no outbox message unacknowledged and no
-pending timer.
+partition ``k`` sets ``source_finished.<id>``, ``source_finished#<k>.<id>`` for k > 0, in the
+engine's metadata to the generation of its lease; a flag of an older lease does not count, so a
+reader that starts again must finish again), and the committed inventory shows no log message
+unread by a computation, no outbox message unacknowledged and no pending timer.
 """
 
 from __future__ import annotations
