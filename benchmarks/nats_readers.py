@@ -8,7 +8,10 @@ async HTTP sink) POSTing to ``egress receiver``. Phases:
 
 * ``w1-r1``: one worker, ``readers: 1`` (the floor of this run);
 * ``w2-r1``: two workers, ``readers: 1``: the reader's worker reads every event and delivers half;
-* ``w2-r2``: two workers, ``readers: 2``: each reads half and delivers half.
+* ``w2-r2``: two workers, ``readers: 2``: each reads half and delivers half;
+* ``read-w1-r1``, ``read-w2-r2``: the same without the computation (the Spec has none): the readers
+  alone, moving the stream into the engine's log, so a worker's CPU is its readers' (and the
+  runtime's fixed part).
 
 For each phase: every event delivered (distinct idempotency keys at the receiver, or exit 1), CPU µs
 per message of each process (``os.wait4``'s rusage for the workers, ``/proc`` for the nats-server),
@@ -16,7 +19,7 @@ the rows each worker's readers read (``--report``), and the rate with one core p
 (messages ÷ the busiest process's CPU seconds): what more cores give. The machine may be shared:
 compare CPU, not wall rates.
 
-    python benchmarks/nats_readers.py                      # 30,000 messages, the three phases
+    python benchmarks/nats_readers.py                      # 30,000 messages, every phase
     python benchmarks/nats_readers.py --messages 100000 --phases w2-r1,w2-r2
 """
 
@@ -46,8 +49,9 @@ from tests.nats_server import NatsServer  # noqa: E402
 from cluster import ClusterResult, describe, process_cpu, wait_all  # noqa: E402
 from delivery import ReceiverTarget, stop_process  # noqa: E402
 
-PHASES = {"w1-r1": (1, 1), "w2-r1": (2, 1), "w2-r2": (2, 2)}
-"""Phase → (workers, readers)."""
+PHASES = {"w1-r1": (1, 1, True), "w2-r1": (2, 1, True), "w2-r2": (2, 2, True),
+          "read-w1-r1": (1, 1, False), "read-w2-r2": (2, 2, False)}
+"""Phase → (workers, readers, whether a computation delivers the events)."""
 PARTITIONS = 2  # the stream's partitions: partition(2, 1)
 KEYS = 1000
 
@@ -70,7 +74,7 @@ async def fill(url: str, messages: int) -> None:
     await client.close()
 
 
-def write_spec(phase: Path, source_url: str, receiver_url: str, readers: int) -> Path:
+def write_spec(phase: Path, source_url: str, receiver_url: str, readers: int, deliver: bool) -> Path:
     subject = "orders.{partition}.*" if readers > 1 else "orders.>"
     spec = {
         "pipeline": "nats_readers",
@@ -87,13 +91,16 @@ def write_spec(phase: Path, source_url: str, receiver_url: str, readers: int) ->
             "sinks": {"http": {"sink_class_name": "async_http", "input_stream_ids": ["requests"],
                                "parameters": {"url": receiver_url, "payload_column": "payload"}}}}},
     }
+    if not deliver:
+        spec["computations"] = {}
+        del spec["streams"]["requests"]
     path = phase / "spec.yaml"
     path.write_text(yaml.safe_dump(spec))
     return path
 
 
-def run_phase(name: str, workers: int, readers: int, messages: int, target: ReceiverTarget, work: Path,
-              timeout: float) -> ClusterResult:
+def run_phase(name: str, messages: int, target: ReceiverTarget, work: Path, timeout: float) -> ClusterResult:
+    workers, readers, deliver = PHASES[name]
     phase = work / name
     shutil.rmtree(phase, ignore_errors=True)
     phase.mkdir(parents=True)
@@ -103,7 +110,7 @@ def run_phase(name: str, workers: int, readers: int, messages: int, target: Rece
     logs = []
     try:
         asyncio.run(fill(server.url, messages))
-        spec = write_spec(phase, server.url, target.url, readers)
+        spec = write_spec(phase, server.url, target.url, readers, deliver)
         load = os.getloadavg()[0]
         server_cpu = process_cpu(server.pid)
         started = time.perf_counter()
@@ -127,13 +134,20 @@ def run_phase(name: str, workers: int, readers: int, messages: int, target: Rece
             log.close()
         server.stop()
     stats = target.finish()
-    result = ClusterResult(name, messages, seconds, stats["distinct_keys"], stats["requests"], cpu, [], load)
+    delivered = stats["distinct_keys"] if deliver else sum(reports_rows(phase, processes))
+    result = ClusterResult(name, messages, seconds, delivered, stats["requests"], cpu, [], load)
     for worker, process in processes.items():
         report_path = phase / f"report-{worker}.json"
         report = json.loads(report_path.read_text()) if report_path.exists() else {}
         result.notes.append(f"{worker}: exit {process.returncode}, {report.get('posts', 0):,} POSTs, "
                             f"{report.get('rows_read', 0):,} rows read by its readers")
     return result
+
+
+def reports_rows(phase: Path, processes: dict[str, subprocess.Popen[bytes]]) -> list[int]:
+    """The rows each worker's readers read, from its ``--report``."""
+    reports = [phase / f"report-{worker}.json" for worker in processes]
+    return [json.loads(path.read_text()).get("rows_read", 0) if path.exists() else 0 for path in reports]
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -154,10 +168,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         work.mkdir(parents=True, exist_ok=True)
         try:
             for name in phases:
-                workers, readers = PHASES[name]
+                workers, readers, deliver = PHASES[name]
                 target.start()
-                print(f"{name}: {workers} worker(s), readers: {readers} ...", flush=True)
-                result = run_phase(name, workers, readers, args.messages, target, work, args.timeout)
+                print(f"{name}: {workers} worker(s), readers: {readers}{'' if deliver else ', no computation'} ...",
+                      flush=True)
+                result = run_phase(name, args.messages, target, work, args.timeout)
                 results.append(result)
                 for line in [*describe(result), *result.notes]:
                     print("  " + line, flush=True)
