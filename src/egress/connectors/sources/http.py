@@ -32,13 +32,14 @@ import os
 from collections import deque
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any, ClassVar, Literal
+from typing import TYPE_CHECKING, Annotated, Any, ClassVar, Literal, Protocol
 
 from pydantic import BaseModel, ConfigDict, Field
 
 from egress.clock import Clock, RealClock, event_or_timeout
 from egress.connectors.base import SOURCES, SourceRecord
 from egress.connectors.sources.bad_records import BadRecordParameters, check_bad_record_parameters
+from egress.connectors.sources.http_fast import IngestProtocol, json_answer
 from egress.connectors.sources.live import CountedPosition, referenced_file_errors
 from egress.connectors.sources.schema import json_row, parse_timestamp, record_error
 from egress.errors import EgressError, SourceDataError, SpecError
@@ -108,11 +109,23 @@ class HttpSourceParameters(BadRecordParameters):
         return self.path
 
 
+class _Waiter(Protocol):
+    """Who waits for a request's commit: the aiohttp handler's future, or the lean path's connection
+    (:class:`~egress.connectors.sources.http_fast.IngestProtocol`)."""
+
+    def done(self) -> bool: ...
+
+    def set_result(self, result: None, /) -> None: ...
+
+    def set_exception(self, exception: BaseException, /) -> None: ...
+
+
 @dataclass(slots=True)
 class _Request:
     rows: list[tuple[dict[str, Any], float | None]]
     key: str | None
-    answered: asyncio.Future[None]
+    answered: _Waiter
+    duplicates: list[asyncio.Future[None]] | None = None  # requests of the same key waiting for this one
 
 
 @SOURCES.register("http", "NYT::NFlow::THttpSource")
@@ -134,10 +147,13 @@ class HttpSource(CountedPosition):
         self._arrived = asyncio.Event()
         self._taken: list[_Request] = []
         self._keys: dict[str, float] = {}  # committed keys → accepted at (seconds since the epoch)
-        self._pending_keys: dict[str, asyncio.Future[None]] = {}
+        self._pending_keys: dict[str, _Request] = {}
         self._key_writes: dict[bytes, bytes | None] = {}
         self._position = 0
         self._runner: web.AppRunner | None = None
+        self._server: asyncio.Server | None = None
+        self._connections: set[IngestProtocol] = set()
+        self._answers: dict[int, bytes] = {}  # events accepted → the 200 saying so
         self._until_caught_up = False
         self._backlog = 0  # committed events not yet delivered downstream, as the reader last said
         self._clock: Clock = RealClock()
@@ -199,15 +215,28 @@ class HttpSource(CountedPosition):
                              expect_handler=expect_handler)  # no 500 for a non-UTF-8 Expect, on any path
         runner = web.AppRunner(app, access_log=None, handle_signals=False)
         await runner.setup()
+        aiohttp_protocol = runner.server
+        assert aiohttp_protocol is not None
+        stopping = json_answer(503, "Service Unavailable",
+                               {"error": "egress stopped before the events were committed: send again"},
+                               f"Retry-After: {parameters.retry_after}", "Connection: close")
+
+        def connection() -> IngestProtocol:
+            protocol = IngestProtocol(self, aiohttp_protocol, parameters.path, parameters.max_body_bytes,
+                                      parameters.body_timeout, stopping)
+            self._connections.add(protocol)
+            return protocol
+
         try:
-            await web.TCPSite(runner, parameters.host, parameters.port).start()
+            self._server = await asyncio.get_running_loop().create_server(
+                connection, parameters.host, parameters.port, reuse_address=True, backlog=1024)
         except OSError as error:
             await runner.cleanup()
             raise HttpSourceError(f"http source {self.source_id!r}: cannot listen on {parameters.host}:"
                                   f"{parameters.port} ({error.strerror or error}): free the port or change "
                                   "parameters/port") from None
         self._runner = runner
-        host, port = runner.addresses[0][:2]
+        host, port = self._server.sockets[0].getsockname()[:2]
         log.info("http source %r listening on http://%s:%d%s (POST)", self.source_id, host, port, parameters.path)
 
     async def take(self, limit: int, wait: float) -> list[SourceRecord] | None:
@@ -243,6 +272,9 @@ class HttpSource(CountedPosition):
                     self._keys[request.key] = now
             if not request.answered.done():
                 request.answered.set_result(None)
+            for duplicate in request.duplicates or ():
+                if not duplicate.done():
+                    duplicate.set_result(None)
         self._taken = []
 
     def unread_records(self) -> int:
@@ -253,9 +285,15 @@ class HttpSource(CountedPosition):
     async def close(self) -> None:
         """Stop listening; requests not committed are answered ``503`` (the client sends again)."""
         for request in [*self._taken, *self._queue]:
-            if not request.answered.done():
-                request.answered.set_exception(_Stopping())
+            for waiter in [request.answered, *(request.duplicates or ())]:
+                if not waiter.done():
+                    waiter.set_exception(_Stopping())
         self._taken, self._queue = [], deque()
+        if self._server is not None:
+            server, self._server = self._server, None
+            server.close()
+            for protocol in list(self._connections):
+                protocol.close()
         if self._runner is not None:
             runner, self._runner = self._runner, None
             await runner.cleanup()
@@ -279,7 +317,11 @@ class HttpSource(CountedPosition):
                 return web.json_response({"accepted": 0, "duplicate": True})
             pending = self._pending_keys.get(key)
             if pending is not None:
-                return await self._answer(asyncio.shield(pending), 0, duplicate=True)
+                waiter: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+                if pending.duplicates is None:
+                    pending.duplicates = []
+                pending.duplicates.append(waiter)
+                return await self._answer(waiter, 0, duplicate=True)
         try:
             rows = self._rows(body)
         except SourceDataError as error:
@@ -291,12 +333,59 @@ class HttpSource(CountedPosition):
             return web.json_response({"error": f"egress is holding back ({refusal}): retry later"}, status=429,
                                      headers={"Retry-After": str(parameters.retry_after)})
         answered: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._enqueue(rows, key, answered)
+        return await self._answer(answered, len(rows))
+
+    def _enqueue(self, rows: list[tuple[dict[str, Any], float | None]], key: str | None, waiter: _Waiter) -> None:
+        request = _Request(rows, key, waiter)
         if key is not None:
-            self._pending_keys[key] = answered
-        self._queue.append(_Request(rows, key, answered))
+            self._pending_keys[key] = request
+        self._queue.append(request)
         self._queued_events += len(rows)
         self._arrived.set()
-        return await self._answer(answered, len(rows))
+
+    # -- the lean path (egress.connectors.sources.http_fast) -----------------------------------
+
+    def accept_plain(self, waiter: IngestProtocol, body: bytes, key: str | None, authorization: bytes | None
+                     ) -> tuple[bool, bytes] | None:
+        """A plain POST's ``body``, as :meth:`_receive` takes it: ``(now, answer)`` (a duplicate's
+        ``200`` now; a ``200`` once ``waiter`` is told of the commit), or ``None`` for aiohttp to
+        answer (401, a key being committed, 400, 429: the rare answers, built one way only)."""
+        if self._token is not None and not self._authorized_value(authorization):
+            return None
+        if key is not None:
+            if key in self._keys:
+                return True, _DUPLICATE
+            if key in self._pending_keys:
+                return None
+        try:
+            rows = self._rows(body)
+        except SourceDataError:
+            return None
+        count = len(rows)
+        if not count:
+            return True, self._accepted(0)
+        if self._holding_back(count) is not None:
+            return None
+        self._enqueue(rows, key, waiter)
+        return False, self._accepted(count)
+
+    def connection_closed(self, protocol: IngestProtocol) -> None:
+        """``protocol``'s connection closed, or was handed over to aiohttp."""
+        self._connections.discard(protocol)
+
+    def _accepted(self, count: int) -> bytes:
+        answer = self._answers.get(count)
+        if answer is None:
+            answer = json_answer(200, "OK", {"accepted": count})
+            if len(self._answers) < 1024:
+                self._answers[count] = answer
+        return answer
+
+    def _authorized_value(self, header: bytes | None) -> bool:
+        scheme, _, token = (header or b"").partition(b" ")
+        assert self._token is not None
+        return scheme.lower() == b"bearer" and hmac.compare_digest(token.strip(), self._token)
 
     async def _answer(self, answered: asyncio.Future[None], count: int, duplicate: bool = False) -> web.Response:
         try:
@@ -374,6 +463,9 @@ class HttpSource(CountedPosition):
                                       "fix parameters/bearer_token_file") from None
         return None
 
+
+_DUPLICATE = json_answer(200, "OK", {"accepted": 0, "duplicate": True})
+"""The answer to a key already committed (``_answer``'s, as bytes)."""
 
 _LIMITS = {BodyTooLargeError: "max_body_bytes", BodyTimeoutError: "body_timeout"}
 """The parameter a body refusal names (the fix)."""
