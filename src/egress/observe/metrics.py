@@ -202,7 +202,8 @@ class Metrics:
             ["computation_id", "sink_id"], self.registry))
         self.partition_owned = Gauge(
             "egress_partition_owned", "1 while this process runs the unit (a computation partition, or "
-            "source:<id> partition 0), 0 once it stopped.", ["computation", "partition"], registry=self.registry,
+            "a source reader: source:<id> and its partition), 0 once it stopped.", ["computation", "partition"],
+            registry=self.registry,
         )
         self.partition_input_lag = Gauge(
             "egress_partition_input_lag", "Input messages of a partition this process runs not yet processed "

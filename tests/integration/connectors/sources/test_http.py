@@ -265,15 +265,16 @@ async def post_until(session: aiohttp.ClientSession, url: str, event_id: int, wa
 
 
 def reader_alone(prefixes: list[str]) -> list[str]:
-    """Two worker ids (``PREFIX-n``) under which the assignment gives the source reader's worker (the
-    first) no partition of the computation: both partitions run in the other worker."""
+    """Worker ids (``PREFIX-n``) under which the assignment gives the source reader's worker (the
+    first) no partition of the computation: both partitions run in the others (with three workers,
+    as the assignment balances each computation's partitions: two of them get one each)."""
     units = [Unit.source("input"), Unit.computation("deliver", 0), Unit.computation("deliver", 1)]
     for number in range(1000):
         names = [f"{prefix}-{number}" for prefix in prefixes]
         owners = assign(units, names)
         reader = owners[Unit.source("input")]
         if all(owner != reader for unit, owner in owners.items() if unit.name == "deliver"):
-            return [reader, next(name for name in names if name != reader)]
+            return [reader, *(name for name in names if name != reader)]
     raise AssertionError("no such worker ids")
 
 
@@ -289,7 +290,7 @@ async def test_in_a_cluster_the_429_counts_the_partitions_another_worker_runs(
     # not known here, but the log it leaves unread then grows, and that is counted.
     options = RunOptions(max_unacknowledged=2, lease_ttl=2.0, heartbeat_period=0.5, remote_poll_period=0.2,
                          drained_check_period=0.2)
-    names = reader_alone(["worker-a", "worker-b"])
+    names = reader_alone(["worker-a", "worker-b", "worker-c"])
     workers = [Pipeline(load_plan(spec), tmp_path / f"state-{name}", options=options,
                         engine_factory=nats_engine_factory([nats_server]), worker_id=name) for name in names]
     runs = [asyncio.create_task(worker.run()) for worker in workers]
@@ -297,9 +298,10 @@ async def test_in_a_cluster_the_429_counts_the_partitions_another_worker_runs(
     accepted: list[str] = []
     try:
         async with aiohttp.ClientSession() as session, asyncio.timeout(30):
-            # Settled: the reader's worker runs no partition of "deliver", the other both.
-            await eventually(lambda: len(workers[0].readers) == 1 and not workers[0].jobs and len(workers[1].jobs) == 2,
-                             what="the reader's worker runs no partition, the other both", interval=0.05)
+            # Settled: the reader's worker runs no partition of "deliver", the others both.
+            await eventually(lambda: len(workers[0].readers) == 1 and not workers[0].jobs
+                             and sum(len(worker.jobs) for worker in workers[1:]) == 2,
+                             what="the reader's worker runs no partition, the others both", interval=0.05)
             while True:
                 refused, payload = await post_until(session, url, len(accepted), 429)
                 if refused:
