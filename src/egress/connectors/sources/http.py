@@ -26,6 +26,7 @@ window holds across restarts.
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import hmac
 import logging
 import os
@@ -37,7 +38,7 @@ from typing import TYPE_CHECKING, Annotated, Any, ClassVar, Literal, Protocol
 from pydantic import BaseModel, ConfigDict, Field
 
 from egress.clock import Clock, RealClock, event_or_timeout
-from egress.connectors.base import SOURCES, SourceRecord
+from egress.connectors.base import READERS_LIMIT, SOURCES, SourceRecord
 from egress.connectors.sources.bad_records import BadRecordParameters, check_bad_record_parameters
 from egress.connectors.sources.http_fast import IngestProtocol, json_answer
 from egress.connectors.sources.live import CountedPosition, referenced_file_errors
@@ -52,7 +53,7 @@ from egress.http_body import (
     read_body,
 )
 from egress.http_expect import expect_handler, unrouted_handler
-from egress.keys import decode_key, encode_key
+from egress.keys import decode_key, encode_key, partition_of
 from egress.lazy import lazy_module
 from egress.spec import StreamSpec
 from egress.spec.sizes import size_within
@@ -84,7 +85,9 @@ class HttpSourceParameters(BadRecordParameters):
     ``429``'s ``Retry-After``); ``bearer_token_env`` or ``bearer_token_file`` (a token by reference);
     ``idempotency_window`` (seconds a committed ``Idempotency-Key`` is remembered; 0: not at all);
     ``body_timeout`` (seconds a body may take to arrive whole, from the end of its headers; then
-    ``408``); ``timestamp_column``. ``on_bad_record`` is not used: a bad body is answered ``400``."""
+    ``408``); ``timestamp_column``; ``readers`` (1 to 1024): how many readers accept at once, reader
+    ``k`` on ``port + k`` (units ``source:<id>`` partitions ``0 .. readers-1``, spread over a
+    cluster's workers; see the module). ``on_bad_record`` is not used: a bad body is answered ``400``."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
@@ -102,6 +105,7 @@ class HttpSourceParameters(BadRecordParameters):
     bearer_token_file: str | None = None
     idempotency_window: float = Field(default=300.0, ge=0)
     body_timeout: float = Field(default=DEFAULT_BODY_TIMEOUT, gt=0)
+    readers: int = Field(default=1, ge=1, le=READERS_LIMIT)
 
     @property
     def reads(self) -> str:
@@ -157,6 +161,23 @@ class HttpSource(CountedPosition):
         self._until_caught_up = False
         self._backlog = 0  # committed events not yet delivered downstream, as the reader last said
         self._clock: Clock = RealClock()
+        self._partition, self._readers = 0, 1
+        self._entries: dict[str, bytes] = {}  # key → its state entry's key, with several readers (:meth:`_key_entry`)
+
+    @classmethod
+    def reader_count(cls, parameters: HttpSourceParameters) -> int:
+        """``readers`` (``egress.connectors.base.reader_count``)."""
+        return parameters.readers
+
+    def read_partition(self, index: int, count: int) -> None:
+        """Be reader ``index`` of ``count``: listen on ``port + index``, number events in source
+        partition ``index``, keep the keys this reader commits (``PartitionedSource``)."""
+        self._partition, self._readers = index, count
+
+    @property
+    def port(self) -> int:
+        """The port this reader listens on: ``port + k`` for reader ``k`` (``0``: any free one)."""
+        return self.parameters.port + self._partition if self.parameters.port else 0
 
     @classmethod
     def check(cls, parameters: HttpSourceParameters, stream: StreamSpec, base_dir: Path) -> list[SpecError]:
@@ -176,6 +197,10 @@ class HttpSource(CountedPosition):
             errors.append(SpecError("give bearer_token_env or bearer_token_file, not both",
                                     path="parameters/bearer_token_file"))
         errors += referenced_file_errors(base_dir, "bearer_token_file", parameters.bearer_token_file)
+        if parameters.port and parameters.port + parameters.readers - 1 > 65535:
+            errors.append(SpecError(f"readers {parameters.readers} listen on ports {parameters.port} to "
+                                    f"{parameters.port + parameters.readers - 1}, past 65535: lower parameters/port",
+                                    path="parameters/readers"))
         return errors
 
     @classmethod
@@ -185,8 +210,11 @@ class HttpSource(CountedPosition):
     # -- LiveSource --------------------------------------------------------------------------
 
     def restore_keys(self, entries: dict[bytes, bytes]) -> None:
-        """The committed idempotency keys (``source_keys`` state: key → accepted-at seconds)."""
+        """The committed idempotency keys (``source_keys`` state: key → accepted-at seconds; an entry's
+        key is ``encode_key([key])``, or with several readers ``encode_key([key, salt])``, see
+        :meth:`_key_entry`)."""
         self._keys = {str(decode_key(key)[0]): float(value) for key, value in entries.items()}
+        self._entries = {str(decode_key(key)[0]): key for key in entries} if self._readers > 1 else {}
 
     def use_clock(self, clock: Clock) -> None:
         """The run's clock: the idle wait of :meth:`take` and the idempotency keys' times."""
@@ -229,11 +257,12 @@ class HttpSource(CountedPosition):
 
         try:
             self._server = await asyncio.get_running_loop().create_server(
-                connection, parameters.host, parameters.port, reuse_address=True, backlog=1024)
+                connection, parameters.host, self.port, reuse_address=True, backlog=1024)
         except OSError as error:
             await runner.cleanup()
+            reader = f" (reader {self._partition}: port + {self._partition})" if self._readers > 1 else ""
             raise HttpSourceError(f"http source {self.source_id!r}: cannot listen on {parameters.host}:"
-                                  f"{parameters.port} ({error.strerror or error}): free the port or change "
+                                  f"{self.port}{reader} ({error.strerror or error}): free the port or change "
                                   "parameters/port") from None
         self._runner = runner
         host, port = self._server.sockets[0].getsockname()[:2]
@@ -251,16 +280,39 @@ class HttpSource(CountedPosition):
         records: list[SourceRecord] = []
         now = self._clock.now()
         self._expire_keys(now)
+        partition, keyed_ids = self._partition, self._readers > 1
         while self._queue and (not records or len(records) + len(self._queue[0].rows) <= limit):
             request = self._queue.popleft()
             self._queued_events -= len(request.rows)
-            for row, timestamp in request.rows:
-                records.append(SourceRecord(self._position, row, timestamp))
-                self._position += 1
+            if keyed_ids and request.key is not None:
+                records += (SourceRecord(keyed_position(request.key, line), row, timestamp, KEYED_PARTITION)
+                            for line, (row, timestamp) in enumerate(request.rows))
+                self._position += len(request.rows)
+            else:
+                for row, timestamp in request.rows:
+                    records.append(SourceRecord(self._position, row, timestamp, partition))
+                    self._position += 1
             if request.key is not None and self.parameters.idempotency_window > 0:
-                self._key_writes[encode_key([request.key])] = repr(now).encode()
+                self._key_writes[self._key_entry(request.key)] = repr(now).encode()
             self._taken.append(request)
         return records
+
+    def _key_entry(self, key: str) -> bytes:
+        """The state entry's key of idempotency key ``key``: ``encode_key([key])``; with several
+        readers, reader ``k`` loads back only entries whose key hashes to ``k``
+        (``partition_of(entry, readers) == k``), so a salt is appended until it does (about
+        ``readers`` hashes, once per key)."""
+        if self._readers == 1:
+            return encode_key([key])
+        entry = self._entries.get(key)
+        if entry is None:
+            salt = 0
+            entry = encode_key([key, salt])
+            while partition_of(entry, self._readers) != self._partition:
+                salt += 1
+                entry = encode_key([key, salt])
+            self._entries[key] = entry
+        return entry
 
     def committed(self) -> None:
         """The batch taken last is durable: answer its requests ``200``."""
@@ -444,7 +496,8 @@ class HttpSource(CountedPosition):
         window = self.parameters.idempotency_window
         for key in [k for k, at in self._keys.items() if now - at > window]:
             del self._keys[key]
-            self._key_writes[encode_key([key])] = None
+            self._key_writes[self._key_entry(key)] = None
+            self._entries.pop(key, None)
 
     def _bearer_token(self) -> bytes | None:
         parameters = self.parameters
@@ -462,6 +515,20 @@ class HttpSource(CountedPosition):
                 raise HttpSourceError(f"http source {self.source_id!r}: cannot read {path} ({error.strerror}): "
                                       "fix parameters/bearer_token_file") from None
         return None
+
+
+KEYED_PARTITION = 0xFFFFFFFF
+"""The source partition of the ids of keyed events when several readers accept (:func:`keyed_position`)."""
+
+
+def keyed_position(key: str, line: int) -> int:
+    """The id position of event ``line`` (0-based) of the request with ``Idempotency-Key`` ``key``
+    when several readers accept: ``blake2b(key, line)[:8]`` as a u64, in source partition
+    :data:`KEYED_PARTITION`. So a key accepted by two readers (a client sending again through the
+    balancer to another worker before the first answered) is one message id, delivered under one
+    idempotency key, whichever reader committed it and how often."""
+    return int.from_bytes(hashlib.blake2b(f"{line}\n{key}".encode("utf-8", "surrogateescape"),
+                                          digest_size=8).digest(), "big")
 
 
 _DUPLICATE = json_answer(200, "OK", {"accepted": 0, "duplicate": True})
