@@ -41,6 +41,7 @@ from egress.clock import Clock, RealClock, event_or_timeout
 from egress.connectors.base import READERS_LIMIT, SOURCES, SourceRecord
 from egress.connectors.sources.bad_records import BadRecordParameters, check_bad_record_parameters
 from egress.connectors.sources.http_fast import IngestProtocol, json_answer
+from egress.connectors.sources.http_peers import FORWARDED, Peers, key_home
 from egress.connectors.sources.live import CountedPosition, referenced_file_errors
 from egress.connectors.sources.schema import json_row, parse_timestamp, record_error
 from egress.errors import EgressError, SourceDataError, SpecError
@@ -162,6 +163,7 @@ class HttpSource(CountedPosition):
         self._backlog = 0  # committed events not yet delivered downstream, as the reader last said
         self._clock: Clock = RealClock()
         self._partition, self._readers = 0, 1
+        self._peers: Peers | None = None  # with several readers: sends a keyed request to its key's home
         self._entries: dict[str, bytes] = {}  # key → its state entry's key, with several readers (:meth:`_key_entry`)
 
     @classmethod
@@ -173,6 +175,17 @@ class HttpSource(CountedPosition):
         """Be reader ``index`` of ``count``: listen on ``port + index``, number events in source
         partition ``index``, keep the keys this reader commits (``PartitionedSource``)."""
         self._partition, self._readers = index, count
+        if count > 1:
+            parameters = self.parameters
+            self._peers = Peers(parameters.host, parameters.port, parameters.path, index, parameters.retry_after,
+                                parameters.body_timeout + 30.0)
+
+    def _elsewhere(self, key: str | None, forwarded: bool) -> int | None:
+        """The home reader of ``key`` when it is another reader (``http_peers``), else ``None``."""
+        if key is None or self._readers == 1 or forwarded:
+            return None
+        home = key_home(key, self._readers)
+        return None if home == self._partition else home
 
     @property
     def port(self) -> int:
@@ -197,6 +210,9 @@ class HttpSource(CountedPosition):
             errors.append(SpecError("give bearer_token_env or bearer_token_file, not both",
                                     path="parameters/bearer_token_file"))
         errors += referenced_file_errors(base_dir, "bearer_token_file", parameters.bearer_token_file)
+        if parameters.readers > 1 and not parameters.port:
+            errors.append(SpecError(f"readers {parameters.readers} listen on port + k each and send a keyed request "
+                                    "to its key's reader there: give a port (not 0)", path="parameters/port"))
         if parameters.port and parameters.port + parameters.readers - 1 > 65535:
             errors.append(SpecError(f"readers {parameters.readers} listen on ports {parameters.port} to "
                                     f"{parameters.port + parameters.readers - 1}, past 65535: lower parameters/port",
@@ -349,6 +365,8 @@ class HttpSource(CountedPosition):
         if self._runner is not None:
             runner, self._runner = self._runner, None
             await runner.cleanup()
+        if self._peers is not None:
+            await self._peers.close()
 
     # -- requests ----------------------------------------------------------------------------
 
@@ -364,6 +382,10 @@ class HttpSource(CountedPosition):
             return closing(web.json_response({"error": f"{error} ({parameter})" if parameter else str(error)},
                                              status=error.status))
         key = request.headers.get("Idempotency-Key")
+        home = self._elsewhere(key, FORWARDED in request.headers)
+        if home is not None:
+            assert self._peers is not None
+            return await self._peers.forward(request, body, home)
         if key is not None:
             if key in self._keys:
                 return web.json_response({"accepted": 0, "duplicate": True})
@@ -406,6 +428,8 @@ class HttpSource(CountedPosition):
         if self._token is not None and not self._authorized_value(authorization):
             return None
         if key is not None:
+            if self._readers > 1 and key_home(key, self._readers) != self._partition:
+                return None  # aiohttp's path sends it on to its home (or, forwarded to here, accepts it)
             if key in self._keys:
                 return True, _DUPLICATE
             if key in self._pending_keys:

@@ -3,12 +3,15 @@
 Three ``egress run --engine nats://…`` workers run one pipeline whose ``http`` source has three
 readers (``readers: 3``: reader ``k`` listens on ``port + k``, each reader a unit the assignment
 gives a worker of its own); nginx balances the clients' POSTs over the three ports
-(``tests/nginx.py``: ``upstream`` with ``proxy_next_upstream``). Clients post events with an
-``Idempotency-Key`` each, sending an event again under its key until it is answered 200. The worker
+(``tests/nginx.py``: ``upstream`` with ``proxy_next_upstream``, round robin, so most keyed requests
+reach a reader that is not their key's and are sent on to it: ``egress.connectors.sources.http_peers``).
+Clients post events with an ``Idempotency-Key`` each, sending an event again under its key until it
+is answered 200. The worker
 holding a reader is SIGKILLed mid-ingest: nginx sends its clients' requests to the others at once
 (a refused or broken connection is tried on the next worker), and a survivor takes its reader
 over when the lease expires. Every event answered 200 arrives, each under the one delivery key its
-``Idempotency-Key`` gives whichever worker accepted it (none under two keys)."""
+``Idempotency-Key`` gives (none under two keys), and a key answered once is a duplicate on every
+reader."""
 
 from __future__ import annotations
 
@@ -19,6 +22,7 @@ import subprocess
 import sys
 import threading
 import time
+import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -112,6 +116,15 @@ class KeyedClients:
                 await asyncio.sleep(0.05)
 
 
+def post_again(port: int, event: int) -> tuple[int, object]:
+    """POST event ``event`` again, under its key, straight to the reader on ``port``."""
+    request = urllib.request.Request(f"http://127.0.0.1:{port}/events", method="POST",
+                                     data=orjson.dumps({"id": event, "payload": f"event {event}"}),
+                                     headers={"Idempotency-Key": f"event-{event}"})
+    with urllib.request.urlopen(request, timeout=30) as answer:
+        return answer.status, orjson.loads(answer.read())
+
+
 @pytest.fixture
 def workers() -> Iterator[dict[str, subprocess.Popen[bytes]]]:
     started: dict[str, subprocess.Popen[bytes]] = {}
@@ -165,6 +178,10 @@ def test_every_worker_accepts_behind_nginx_and_a_killed_workers_clients_lose_no_
         eventually_sync(lambda: set(reader_owners(status_ports[survivors[0]]) or [victim]) <= set(survivors),
                         timeout=60, interval=0.1, what="the survivors holding all three readers")
         answered = clients.stop()
+        # A key answered once is a duplicate on every reader, whichever worker holds it now.
+        sample = sorted(answered)[:: max(1, len(answered) // 10)]
+        repeats = {(event, k): post_again(port + k, event) for event in sample for k in range(READERS)}
+        assert all(answer == (200, {"accepted": 0, "duplicate": True}) for answer in repeats.values()), repeats
 
         scope = source_scope(PIPELINE, SOURCE, "/events")
         want = {idempotency_key(derived_message_id(source_message_id(

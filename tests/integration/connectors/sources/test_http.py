@@ -456,10 +456,20 @@ async def test_a_body_written_in_pieces_split_anywhere_has_every_line_accepted_o
 # -- one connection, several requests (the lean path and its hand-over to aiohttp) ------------------
 
 def read_answers(port: int, data: bytes, count: int) -> list[raw_http.Answer]:
-    """Write ``data`` (several requests) at once on one connection, then read ``count`` answers."""
-    with raw_http.connect(port) as connection:
+    """Write ``data`` (several requests) at once on one connection, then read ``count`` answers from
+    one buffered reader (answers arriving in one segment are read one after another; each framed by
+    its ``Content-Length``, as the source frames every answer)."""
+    with raw_http.connect(port) as connection, connection.makefile("rb") as stream:
         connection.sendall(data)
-        return [raw_http.read_answer(connection) for _ in range(count)]
+        answers = []
+        for _ in range(count):
+            status = int(stream.readline().split()[1])
+            headers = {}
+            while (line := stream.readline()) not in (b"\r\n", b""):
+                name, _, value = line.decode("latin-1").partition(":")
+                headers[name.strip().lower()] = value.strip()
+            answers.append(raw_http.Answer(status, headers, stream.read(int(headers["content-length"]))))
+        return answers
 
 
 async def test_pipelined_requests_on_one_connection_are_answered_in_order_each_once_committed(
