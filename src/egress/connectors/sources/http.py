@@ -15,8 +15,18 @@ delivered downstream, ``egress.runtime.source_reader.downstream_backlog``) or mo
 ``max_pending_events`` wait for their commit, ``503`` when the run stops before the events were
 committed.
 
+Serving: a plain POST is parsed and answered from bytes (:mod:`egress.connectors.sources.http_fast`);
+every other request, and every answer but a ``200``, is aiohttp's (the connection handed over).
+
+Several readers (``readers: N``): reader ``k`` listens on ``port + k`` under its own unit and lease,
+so every worker of a cluster accepts behind a balancer; a keyed request is accepted only by its
+key's home reader and sent on there from any other (:mod:`egress.connectors.sources.http_peers`),
+so a key is a duplicate on every worker.
+
 Position: the number of events accepted so far; an event's id is
-``source_message_id(scope(pipeline, source id, path), 0, position)``. A client may send
+``source_message_id(scope(pipeline, source id, path), k, position)`` for reader ``k`` (0 with one
+reader); with several readers a keyed event's is ``source_message_id(scope, KEYED_PARTITION,
+keyed_position(key, line))``, the same whichever reader commits it. A client may send
 ``Idempotency-Key``: a key already committed within ``idempotency_window`` (or being committed) is
 answered ``200`` without a second event. The keys commit with the events (internal state
 ``source_keys`` of the reader, one entry per key, deleted once older than the window), so the
