@@ -1,9 +1,19 @@
-"""Ingest rate of the live inputs beside a file, on the same pipeline, in one run.
+"""Ingest rate and cost of the live inputs beside a file, on the same pipeline, in one run.
 
 The pipeline of ``benchmarks/latency.py`` (2 partitions, SQLite state, pass-through, async HTTP
-sink to an in-process endpoint that answers 200 at once) is fed ``--events`` events (default
-20,000) by each input in turn, and the time until the source reader has committed all of them
-into the log (``egress_source_rows_total``) is measured:
+sink) is fed ``--events`` events (default 20,000) by each input in turn. The sink's endpoint is
+out of the egress process: nginx answering every POST ``200`` at once (``tests/nginx.py``), or,
+without nginx, a Python endpoint in a process of its own. Measured per input:
+
+* the rate: events from the feed's start until the source reader has committed all of them into
+  the log (``egress_source_rows_total``);
+* the CPU of the egress process per event from the feed's start until all of them are delivered
+  to the endpoint (``egress_sink_records_delivered_total``): in to out, the whole relay;
+* for ``http`` (and ``file`` beside it), an ``ingest only`` phase: the same pipeline but its
+  computation drops every message (``tests.pipelines:Drops``), the CPU until all are in the log:
+  what the source, its commits and the jobs reading the log cost, no delivery.
+
+Inputs (``--inputs``, default all three):
 
 * ``file``: a ``jsonl`` file of the events, read one-shot;
 * ``http``: 64 concurrent clients POSTing one event each, a request only counting once answered
@@ -11,12 +21,13 @@ into the log (``egress_source_rows_total``) is measured:
   their CPU is not the pipeline's; a ``429`` is sent again after a short pause (counted);
 * ``nats``: the events published to a JetStream stream beforehand, read by the ``nats`` source.
 
-Printed: events/s per input, the ratio to the file, CPU µs per event of this process (the pipeline
-and the in-process endpoint) and, for ``http``, of the clients' process, and the load average (the
-figures of a shared machine are only comparable within one run). Starts its own nats-server unless
-``--url`` names one. Run from the repository root::
+Printed: events/s per input, the ratio to the file, CPU µs per event of the egress process and,
+for ``http``, of the clients' process, and the load average (the figures of a shared machine are
+only comparable within one run). Starts its own nats-server unless ``--url`` names one. With
+``--profile FILE``, the ``http`` phase runs under cProfile (written to FILE; its CPU figure is then
+the profiler's, not comparable). Run from the repository root::
 
-    python benchmarks/ingest.py
+    python benchmarks/ingest.py [--events N] [--inputs http] [--profile out.prof]
 """
 
 from __future__ import annotations
@@ -25,6 +36,8 @@ import argparse
 import asyncio
 import os
 import resource
+import socket
+import subprocess
 import sys
 import tempfile
 import time
@@ -35,12 +48,14 @@ from typing import Any
 
 import aiohttp
 import orjson
+import yaml
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from benchmarks.latency import free_port, start_arrivals, write_spec  # noqa: E402
+from benchmarks.latency import free_port, write_spec  # noqa: E402
 from tests.nats_server import nats_url, stop_nats_server  # noqa: E402
+from tests.nginx import Nginx, answering_config, nginx_binary  # noqa: E402
 
 from egress.runtime import Pipeline, load_plan  # noqa: E402
 
@@ -58,18 +73,37 @@ def children_cpu() -> float:
 
 
 async def rate(name: str, folder: Path, receiver: str, source: dict[str, Any], events: int,
-               feed: Callable[[], Awaitable[None]] | None = None) -> float:
-    """Events/s from the pipeline's start (or ``feed``'s) until all ``events`` are in the log."""
+               feed: Callable[[], Awaitable[None]] | None = None, profile: str | None = None,
+               deliver: bool = True) -> float:
+    """Events/s from the pipeline's start (or ``feed``'s) until all ``events`` are in the log; CPU
+    of this process until all are delivered (``deliver``), or, when the computation drops every
+    message (``deliver=False``: the ingest alone), until all are in the log."""
     spec, dynamic = write_spec(folder, receiver, source)
+    if not deliver:
+        document = yaml.safe_load(spec.read_text())
+        document["computations"]["deliver"]["processing_function"] = "tests.pipelines:Drops"
+        spec.write_text(yaml.safe_dump(document))
     pipeline = Pipeline(load_plan(spec, dynamic), folder / "state")
     running = asyncio.create_task(pipeline.run())
     if feed is not None:
         await asyncio.sleep(1.0)  # listening
+    profiler = None
+    if profile is not None:
+        import cProfile
+
+        profiler = cProfile.Profile(time.process_time)
+        profiler.enable()
     started, cpu, clients_cpu = time.perf_counter(), time.process_time(), children_cpu()
     feeding = asyncio.create_task(feed()) if feed is not None else None
     while pipeline.metrics.total("egress_source_rows_total") < events:  # noqa: ASYNC110 - a counter, no event
-        await asyncio.sleep(0.01)
-    elapsed, cpu = time.perf_counter() - started, time.process_time() - cpu
+        await asyncio.sleep(0.1)  # a poll collects every sensor (about 1 ms of CPU): seldom
+    elapsed = time.perf_counter() - started
+    while deliver and pipeline.metrics.total("egress_sink_records_delivered_total") < events:  # noqa: ASYNC110
+        await asyncio.sleep(0.1)  # a poll collects every sensor (about 1 ms of CPU): seldom
+    cpu = time.process_time() - cpu
+    if profiler is not None:
+        profiler.disable()
+        profiler.dump_stats(profile)
     if feeding is not None:
         await feeding
     clients_cpu = children_cpu() - clients_cpu
@@ -108,52 +142,117 @@ async def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--events", type=int, default=20_000)
     parser.add_argument("--url", help="a running nats-server with JetStream (default: start one)")
+    parser.add_argument("--inputs", default="file,http,nats", help="comma-separated: file, http, nats")
+    parser.add_argument("--profile", help="run the http phase under cProfile, its stats to this file")
     parser.add_argument("--post-to", help=argparse.SUPPRESS)  # the clients' process
+    parser.add_argument("--answer-on", type=int, help=argparse.SUPPRESS)  # the endpoint's process, without nginx
     args = parser.parse_args()
     events = args.events
+    inputs = set(args.inputs.split(","))
     if args.post_to:
         await post_events(args.post_to, events, CLIENTS)
         return
-    _, runner, receiver = await start_arrivals()
-    url = args.url or nats_url()
+    if args.answer_on:
+        await answer(args.answer_on)
+        return
+    url = args.url or nats_url() if "nats" in inputs else None
     figures: dict[str, float] = {}
-    try:
-        with tempfile.TemporaryDirectory() as directory:
-            root = Path(directory)
-            data = root / "events.jsonl"
-            data.write_bytes(b"".join(event(i) + b"\n" for i in range(events)))
-            figures["file"] = await rate("file", root / "file", receiver,
-                                         {"source_class_name": "jsonl", "parameters": {"path": str(data)}}, events)
-
-            port = free_port()
-
-            async def post_all() -> None:
-                clients = await asyncio.create_subprocess_exec(
-                    sys.executable, __file__, "--post-to", f"http://127.0.0.1:{port}/events", "--events", str(events))
-                assert await clients.wait() == 0, "the clients failed"
-
-            figures["http"] = await rate("http", root / "http", receiver,
-                                         {"source_class_name": "http", "parameters": {"port": port}}, events, post_all)
-
-            import nats
-
-            client = await nats.connect(url)
-            js = client.jetstream()
-            stream = f"ingest_{uuid.uuid4().hex[:8]}"
-            await js.add_stream(name=stream, subjects=[f"{stream}.>"])
-            acks = [await js.publish(f"{stream}.x", event(i)) for i in range(events)]
-            assert len(acks) == events
-            figures["nats"] = await rate("nats", root / "nats", receiver,
-                                         {"source_class_name": "nats", "parameters": {"url": url, "stream": stream}},
-                                         events)
-            await js.delete_stream(stream)
-            await client.close()
-    finally:
-        await runner.cleanup()
-        if args.url is None:
-            stop_nats_server()
-    print("ingest: " + " | ".join(f"{name} {value:,.0f} events/s ({value / figures['file']:.2f}x file)"
+    with tempfile.TemporaryDirectory() as directory:
+        root = Path(directory)
+        endpoint, receiver = start_endpoint(root / "endpoint")
+        try:
+            await measure(root, receiver, events, inputs, url, args.profile, figures)
+        finally:
+            stop_endpoint(endpoint)
+            if "nats" in inputs and args.url is None:
+                stop_nats_server()
+    print("ingest: " + " | ".join(f"{name} {value:,.0f} events/s"
+                                  + (f" ({value / figures['file']:.2f}x file)" if "file" in figures else "")
                                   for name, value in figures.items()))
+
+
+def start_endpoint(folder: Path) -> tuple[Nginx | subprocess.Popen[bytes], str]:
+    """The sink's endpoint in another process: nginx answering 200, else this script's ``--answer-on``."""
+    port = free_port()
+    if nginx_binary() is not None:
+        return Nginx(folder, port, answering_config(port)).start(), f"http://127.0.0.1:{port}/events"
+    print("nginx is not installed: the endpoint is a Python process (apt-get install nginx for the figures "
+          "of docs/benchmarks.md)", file=sys.stderr)
+    process = subprocess.Popen([sys.executable, __file__, "--answer-on", str(port)])
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=0.5).close()
+            break
+        except OSError:
+            time.sleep(0.05)
+    return process, f"http://127.0.0.1:{port}/events"
+
+
+def stop_endpoint(endpoint: Nginx | subprocess.Popen[bytes]) -> None:
+    if isinstance(endpoint, Nginx):
+        endpoint.stop()
+    else:
+        endpoint.terminate()
+        endpoint.wait(10)
+
+
+async def answer(port: int) -> None:
+    """An endpoint answering every POST 200 (the fallback without nginx), until terminated."""
+    from aiohttp import web
+
+    async def receive(request: web.Request) -> web.Response:
+        await request.read()
+        return web.Response()
+
+    app = web.Application()
+    app.router.add_post("/events", receive)
+    runner = web.AppRunner(app, access_log=None)
+    await runner.setup()
+    await web.TCPSite(runner, "127.0.0.1", port).start()
+    await asyncio.Event().wait()
+
+
+async def measure(root: Path, receiver: str, events: int, inputs: set[str], url: str | None, profile: str | None,
+                  figures: dict[str, float]) -> None:
+    """The phases named in ``inputs``, their events/s into ``figures``."""
+    if "file" in inputs:
+        data = root / "events.jsonl"
+        data.write_bytes(b"".join(event(i) + b"\n" for i in range(events)))
+        figures["file"] = await rate("file", root / "file", receiver,
+                                     {"source_class_name": "jsonl", "parameters": {"path": str(data)}}, events)
+    if "http" in inputs:
+
+        port = free_port()
+
+        async def post_all() -> None:
+            clients = await asyncio.create_subprocess_exec(
+                sys.executable, __file__, "--post-to", f"http://127.0.0.1:{port}/events", "--events", str(events))
+            assert await clients.wait() == 0, "the clients failed"
+
+        figures["http"] = await rate("http", root / "http", receiver,
+                                     {"source_class_name": "http", "parameters": {"port": port}}, events, post_all,
+                                     profile)
+        if "file" in inputs:
+            await rate("file, ingest only", root / "file-ingest", receiver,
+                       {"source_class_name": "jsonl", "parameters": {"path": str(root / "events.jsonl")}}, events,
+                       deliver=False)
+        await rate("http, ingest only", root / "http-ingest", receiver,
+                   {"source_class_name": "http", "parameters": {"port": port}}, events, post_all, deliver=False)
+    if "nats" in inputs:
+        import nats
+
+        client = await nats.connect(url)
+        js = client.jetstream()
+        stream = f"ingest_{uuid.uuid4().hex[:8]}"
+        await js.add_stream(name=stream, subjects=[f"{stream}.>"])
+        acks = [await js.publish(f"{stream}.x", event(i)) for i in range(events)]
+        assert len(acks) == events
+        figures["nats"] = await rate("nats", root / "nats", receiver,
+                                     {"source_class_name": "nats", "parameters": {"url": url, "stream": stream}},
+                                     events)
+        await js.delete_stream(stream)
+        await client.close()
 
 
 if __name__ == "__main__":

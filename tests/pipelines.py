@@ -122,3 +122,10 @@ class PassthroughToRegular(PassthroughToVip):
 
 class PassthroughToBulk(PassthroughToVip):
     stream = "requests_bulk"
+
+
+class Drops(ProcessFunction):
+    """Emits nothing: a pipeline that only ingests (``benchmarks/ingest.py``'s ingest-only phases)."""
+
+    async def process_message(self, message: Message, output: OutputCollector, ctx: RuntimeContext) -> None:
+        return None

@@ -19,9 +19,15 @@ partitions reaches the receiver), waits for the other workers to end (the pipeli
 prints the delivery report: 0 missing; the duplicates are the messages a
 partition's worker had sent but not yet committed as acknowledged when the partition changed hands
 (the kill, and the hand-overs as the workers joined), which the next owner sends again under the
-same idempotency key. Exits 1 if a message is missing or a worker failed.
+same idempotency key.
 
-    python examples/cluster/demo.py [--workers 3] [--lease-ttl 3] [--rows N] [--keep DIR]
+Then the ingest part (``examples/cluster/ingest.py``): the same workers' command runs a webhook
+relay whose ``http`` source has one reader per worker, behind nginx; clients POST
+``--ingest-events`` events through nginx, one worker is SIGKILLed mid-ingest, and the report gives
+what each worker accepted and delivered, the failover, and 0 events answered 200 missing.
+Exits 1 if a message is missing or a worker failed.
+
+    python examples/cluster/demo.py [--workers 3] [--lease-ttl 3] [--rows N] [--ingest-events N] [--keep DIR]
 """
 
 from __future__ import annotations
@@ -58,6 +64,7 @@ from egress.keys import (  # noqa: E402
     source_message_id,
     source_scope,
 )
+from examples.cluster import ingest  # noqa: E402
 from examples.http_delivery.demo import DATA, free_port, start_receiver  # noqa: E402
 
 EXAMPLE = ROOT / "examples" / "http_delivery"
@@ -214,6 +221,8 @@ def main() -> int:
                         help="seconds a worker's leases outlive it (default 3; egress run's default is 10)")
     parser.add_argument("--rows", type=int, help="deliver only the first ROWS flights (a shorter demo)")
     parser.add_argument("--keep", type=Path, help="keep the spec, logs, reports and request record in this folder")
+    parser.add_argument("--ingest-events", type=int, default=1500,
+                        help="webhook events POSTed through nginx in the ingest part (default 1500; 0: skip it)")
     args = parser.parse_args()
     if args.workers < 2:
         parser.error("--workers: at least 2 (one is killed, another takes over)")
@@ -278,7 +287,8 @@ def main() -> int:
         for process in processes.values():
             stop(process)
         stop(receiver)
-        stop(server)
+        if server.poll() is not None or sys.exc_info()[0] is not None:
+            stop(server)
     missing = len(set(keys) - delivered_keys(record))
     failed = {worker: process.returncode for worker, process in processes.items()
               if worker != victim and process.returncode != 0}
@@ -299,12 +309,25 @@ def main() -> int:
         print(f"  {name:<42} {value:>10,}" if isinstance(value, int) else f"  {name:<42} {value:>10}")
     for worker in failed:
         print(f"\n{worker} exited {failed[worker]}:\n{(work / f'{worker}.log').read_text(errors='replace')[-2000:]}")
+    ingested = True
+    if args.ingest_events:
+        ingest_leases = Leases(url, ingest.PIPELINE)
+        try:
+            ingested = ingest.run_ingest(work, url, args.workers, args.lease_ttl, args.ingest_events,
+                                         lambda p, r: start_receiver(p, r, 0.0), stop, ingest_leases.owners,
+                                         delivered_keys)
+        finally:
+            ingest_leases.close()
+            stop(server)
+    else:
+        stop(server)
     if args.keep:
         print(f"\nspec, logs, reports and request record kept in {work}")
     else:
         shutil.rmtree(work, ignore_errors=True)
-    ok = missing == 0 and not failed
-    print("\nOK: every message arrived" if ok else f"\nFAILED: {missing} missing, workers failed: {failed}")
+    ok = missing == 0 and not failed and ingested
+    print("\nOK: every message arrived" if ok else f"\nFAILED: {missing} missing, workers failed: {failed}, "
+          f"every event answered 200 through nginx delivered: {ingested}")
     return 0 if ok else 1
 
 

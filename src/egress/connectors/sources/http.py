@@ -15,8 +15,18 @@ delivered downstream, ``egress.runtime.source_reader.downstream_backlog``) or mo
 ``max_pending_events`` wait for their commit, ``503`` when the run stops before the events were
 committed.
 
+Serving: a plain POST is parsed and answered from bytes (:mod:`egress.connectors.sources.http_fast`);
+every other request, and every answer but a ``200``, is aiohttp's (the connection handed over).
+
+Several readers (``readers: N``): reader ``k`` listens on ``port + k`` under its own unit and lease,
+so every worker of a cluster accepts behind a balancer; a keyed request is accepted only by its
+key's home reader and sent on there from any other (:mod:`egress.connectors.sources.http_peers`),
+so a key is a duplicate on every worker.
+
 Position: the number of events accepted so far; an event's id is
-``source_message_id(scope(pipeline, source id, path), 0, position)``. A client may send
+``source_message_id(scope(pipeline, source id, path), k, position)`` for reader ``k`` (0 with one
+reader); with several readers a keyed event's is ``source_message_id(scope, KEYED_PARTITION,
+keyed_position(key, line))``, the same whichever reader commits it. A client may send
 ``Idempotency-Key``: a key already committed within ``idempotency_window`` (or being committed) is
 answered ``200`` without a second event. The keys commit with the events (internal state
 ``source_keys`` of the reader, one entry per key, deleted once older than the window), so the
@@ -26,19 +36,22 @@ window holds across restarts.
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import hmac
 import logging
 import os
 from collections import deque
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any, ClassVar, Literal
+from typing import TYPE_CHECKING, Annotated, Any, ClassVar, Literal, Protocol
 
 from pydantic import BaseModel, ConfigDict, Field
 
 from egress.clock import Clock, RealClock, event_or_timeout
-from egress.connectors.base import SOURCES, SourceRecord
+from egress.connectors.base import READERS_LIMIT, SOURCES, SourceRecord
 from egress.connectors.sources.bad_records import BadRecordParameters, check_bad_record_parameters
+from egress.connectors.sources.http_fast import IngestProtocol, json_answer
+from egress.connectors.sources.http_peers import FORWARDED, Peers, key_home
 from egress.connectors.sources.live import CountedPosition, referenced_file_errors
 from egress.connectors.sources.schema import json_row, parse_timestamp, record_error
 from egress.errors import EgressError, SourceDataError, SpecError
@@ -51,7 +64,7 @@ from egress.http_body import (
     read_body,
 )
 from egress.http_expect import expect_handler, unrouted_handler
-from egress.keys import decode_key, encode_key
+from egress.keys import decode_key, encode_key, partition_of
 from egress.lazy import lazy_module
 from egress.spec import StreamSpec
 from egress.spec.sizes import size_within
@@ -83,7 +96,9 @@ class HttpSourceParameters(BadRecordParameters):
     ``429``'s ``Retry-After``); ``bearer_token_env`` or ``bearer_token_file`` (a token by reference);
     ``idempotency_window`` (seconds a committed ``Idempotency-Key`` is remembered; 0: not at all);
     ``body_timeout`` (seconds a body may take to arrive whole, from the end of its headers; then
-    ``408``); ``timestamp_column``. ``on_bad_record`` is not used: a bad body is answered ``400``."""
+    ``408``); ``timestamp_column``; ``readers`` (1 to 1024): how many readers accept at once, reader
+    ``k`` on ``port + k`` (units ``source:<id>`` partitions ``0 .. readers-1``, spread over a
+    cluster's workers; see the module). ``on_bad_record`` is not used: a bad body is answered ``400``."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
@@ -101,6 +116,7 @@ class HttpSourceParameters(BadRecordParameters):
     bearer_token_file: str | None = None
     idempotency_window: float = Field(default=300.0, ge=0)
     body_timeout: float = Field(default=DEFAULT_BODY_TIMEOUT, gt=0)
+    readers: int = Field(default=1, ge=1, le=READERS_LIMIT)
 
     @property
     def reads(self) -> str:
@@ -108,11 +124,23 @@ class HttpSourceParameters(BadRecordParameters):
         return self.path
 
 
+class _Waiter(Protocol):
+    """Who waits for a request's commit: the aiohttp handler's future, or the lean path's connection
+    (:class:`~egress.connectors.sources.http_fast.IngestProtocol`)."""
+
+    def done(self) -> bool: ...
+
+    def set_result(self, result: None, /) -> None: ...
+
+    def set_exception(self, exception: BaseException, /) -> None: ...
+
+
 @dataclass(slots=True)
 class _Request:
     rows: list[tuple[dict[str, Any], float | None]]
     key: str | None
-    answered: asyncio.Future[None]
+    answered: _Waiter
+    duplicates: list[asyncio.Future[None]] | None = None  # requests of the same key waiting for this one
 
 
 @SOURCES.register("http", "NYT::NFlow::THttpSource")
@@ -134,13 +162,45 @@ class HttpSource(CountedPosition):
         self._arrived = asyncio.Event()
         self._taken: list[_Request] = []
         self._keys: dict[str, float] = {}  # committed keys → accepted at (seconds since the epoch)
-        self._pending_keys: dict[str, asyncio.Future[None]] = {}
+        self._pending_keys: dict[str, _Request] = {}
         self._key_writes: dict[bytes, bytes | None] = {}
         self._position = 0
         self._runner: web.AppRunner | None = None
+        self._server: asyncio.Server | None = None
+        self._connections: set[IngestProtocol] = set()
+        self._answers: dict[int, bytes] = {}  # events accepted → the 200 saying so
         self._until_caught_up = False
         self._backlog = 0  # committed events not yet delivered downstream, as the reader last said
         self._clock: Clock = RealClock()
+        self._partition, self._readers = 0, 1
+        self._peers: Peers | None = None  # with several readers: sends a keyed request to its key's home
+        self._entries: dict[str, bytes] = {}  # key → its state entry's key, with several readers (:meth:`_key_entry`)
+
+    @classmethod
+    def reader_count(cls, parameters: HttpSourceParameters) -> int:
+        """``readers`` (``egress.connectors.base.reader_count``)."""
+        return parameters.readers
+
+    def read_partition(self, index: int, count: int) -> None:
+        """Be reader ``index`` of ``count``: listen on ``port + index``, number events in source
+        partition ``index``, keep the keys this reader commits (``PartitionedSource``)."""
+        self._partition, self._readers = index, count
+        if count > 1:
+            parameters = self.parameters
+            self._peers = Peers(parameters.host, parameters.port, parameters.path, index, parameters.retry_after,
+                                parameters.body_timeout + 30.0)
+
+    def _elsewhere(self, key: str | None, forwarded: bool) -> int | None:
+        """The home reader of ``key`` when it is another reader (``http_peers``), else ``None``."""
+        if key is None or self._readers == 1 or forwarded:
+            return None
+        home = key_home(key, self._readers)
+        return None if home == self._partition else home
+
+    @property
+    def port(self) -> int:
+        """The port this reader listens on: ``port + k`` for reader ``k`` (``0``: any free one)."""
+        return self.parameters.port + self._partition if self.parameters.port else 0
 
     @classmethod
     def check(cls, parameters: HttpSourceParameters, stream: StreamSpec, base_dir: Path) -> list[SpecError]:
@@ -160,6 +220,13 @@ class HttpSource(CountedPosition):
             errors.append(SpecError("give bearer_token_env or bearer_token_file, not both",
                                     path="parameters/bearer_token_file"))
         errors += referenced_file_errors(base_dir, "bearer_token_file", parameters.bearer_token_file)
+        if parameters.readers > 1 and not parameters.port:
+            errors.append(SpecError(f"readers {parameters.readers} listen on port + k each and send a keyed request "
+                                    "to its key's reader there: give a port (not 0)", path="parameters/port"))
+        if parameters.port and parameters.port + parameters.readers - 1 > 65535:
+            errors.append(SpecError(f"readers {parameters.readers} listen on ports {parameters.port} to "
+                                    f"{parameters.port + parameters.readers - 1}, past 65535: lower parameters/port",
+                                    path="parameters/readers"))
         return errors
 
     @classmethod
@@ -169,8 +236,11 @@ class HttpSource(CountedPosition):
     # -- LiveSource --------------------------------------------------------------------------
 
     def restore_keys(self, entries: dict[bytes, bytes]) -> None:
-        """The committed idempotency keys (``source_keys`` state: key → accepted-at seconds)."""
+        """The committed idempotency keys (``source_keys`` state: key → accepted-at seconds; an entry's
+        key is ``encode_key([key])``, or with several readers ``encode_key([key, salt])``, see
+        :meth:`_key_entry`)."""
         self._keys = {str(decode_key(key)[0]): float(value) for key, value in entries.items()}
+        self._entries = {str(decode_key(key)[0]): key for key in entries} if self._readers > 1 else {}
 
     def use_clock(self, clock: Clock) -> None:
         """The run's clock: the idle wait of :meth:`take` and the idempotency keys' times."""
@@ -199,15 +269,29 @@ class HttpSource(CountedPosition):
                              expect_handler=expect_handler)  # no 500 for a non-UTF-8 Expect, on any path
         runner = web.AppRunner(app, access_log=None, handle_signals=False)
         await runner.setup()
+        aiohttp_protocol = runner.server
+        assert aiohttp_protocol is not None
+        stopping = json_answer(503, "Service Unavailable",
+                               {"error": "egress stopped before the events were committed: send again"},
+                               f"Retry-After: {parameters.retry_after}", "Connection: close")
+
+        def connection() -> IngestProtocol:
+            protocol = IngestProtocol(self, aiohttp_protocol, parameters.path, parameters.max_body_bytes,
+                                      parameters.body_timeout, stopping)
+            self._connections.add(protocol)
+            return protocol
+
         try:
-            await web.TCPSite(runner, parameters.host, parameters.port).start()
+            self._server = await asyncio.get_running_loop().create_server(
+                connection, parameters.host, self.port, reuse_address=True, backlog=1024)
         except OSError as error:
             await runner.cleanup()
+            reader = f" (reader {self._partition}: port + {self._partition})" if self._readers > 1 else ""
             raise HttpSourceError(f"http source {self.source_id!r}: cannot listen on {parameters.host}:"
-                                  f"{parameters.port} ({error.strerror or error}): free the port or change "
+                                  f"{self.port}{reader} ({error.strerror or error}): free the port or change "
                                   "parameters/port") from None
         self._runner = runner
-        host, port = runner.addresses[0][:2]
+        host, port = self._server.sockets[0].getsockname()[:2]
         log.info("http source %r listening on http://%s:%d%s (POST)", self.source_id, host, port, parameters.path)
 
     async def take(self, limit: int, wait: float) -> list[SourceRecord] | None:
@@ -222,16 +306,39 @@ class HttpSource(CountedPosition):
         records: list[SourceRecord] = []
         now = self._clock.now()
         self._expire_keys(now)
+        partition, keyed_ids = self._partition, self._readers > 1
         while self._queue and (not records or len(records) + len(self._queue[0].rows) <= limit):
             request = self._queue.popleft()
             self._queued_events -= len(request.rows)
-            for row, timestamp in request.rows:
-                records.append(SourceRecord(self._position, row, timestamp))
-                self._position += 1
+            if keyed_ids and request.key is not None:
+                records += (SourceRecord(keyed_position(request.key, line), row, timestamp, KEYED_PARTITION)
+                            for line, (row, timestamp) in enumerate(request.rows))
+                self._position += len(request.rows)
+            else:
+                for row, timestamp in request.rows:
+                    records.append(SourceRecord(self._position, row, timestamp, partition))
+                    self._position += 1
             if request.key is not None and self.parameters.idempotency_window > 0:
-                self._key_writes[encode_key([request.key])] = repr(now).encode()
+                self._key_writes[self._key_entry(request.key)] = repr(now).encode()
             self._taken.append(request)
         return records
+
+    def _key_entry(self, key: str) -> bytes:
+        """The state entry's key of idempotency key ``key``: ``encode_key([key])``; with several
+        readers, reader ``k`` loads back only entries whose key hashes to ``k``
+        (``partition_of(entry, readers) == k``), so a salt is appended until it does (about
+        ``readers`` hashes, once per key)."""
+        if self._readers == 1:
+            return encode_key([key])
+        entry = self._entries.get(key)
+        if entry is None:
+            salt = 0
+            entry = encode_key([key, salt])
+            while partition_of(entry, self._readers) != self._partition:
+                salt += 1
+                entry = encode_key([key, salt])
+            self._entries[key] = entry
+        return entry
 
     def committed(self) -> None:
         """The batch taken last is durable: answer its requests ``200``."""
@@ -243,6 +350,9 @@ class HttpSource(CountedPosition):
                     self._keys[request.key] = now
             if not request.answered.done():
                 request.answered.set_result(None)
+            for duplicate in request.duplicates or ():
+                if not duplicate.done():
+                    duplicate.set_result(None)
         self._taken = []
 
     def unread_records(self) -> int:
@@ -253,12 +363,20 @@ class HttpSource(CountedPosition):
     async def close(self) -> None:
         """Stop listening; requests not committed are answered ``503`` (the client sends again)."""
         for request in [*self._taken, *self._queue]:
-            if not request.answered.done():
-                request.answered.set_exception(_Stopping())
+            for waiter in [request.answered, *(request.duplicates or ())]:
+                if not waiter.done():
+                    waiter.set_exception(_Stopping())
         self._taken, self._queue = [], deque()
+        if self._server is not None:
+            server, self._server = self._server, None
+            server.close()
+            for protocol in list(self._connections):
+                protocol.close()
         if self._runner is not None:
             runner, self._runner = self._runner, None
             await runner.cleanup()
+        if self._peers is not None:
+            await self._peers.close()
 
     # -- requests ----------------------------------------------------------------------------
 
@@ -274,12 +392,20 @@ class HttpSource(CountedPosition):
             return closing(web.json_response({"error": f"{error} ({parameter})" if parameter else str(error)},
                                              status=error.status))
         key = request.headers.get("Idempotency-Key")
+        home = self._elsewhere(key, FORWARDED in request.headers)
+        if home is not None:
+            assert self._peers is not None
+            return await self._peers.forward(request, body, home)
         if key is not None:
             if key in self._keys:
                 return web.json_response({"accepted": 0, "duplicate": True})
             pending = self._pending_keys.get(key)
             if pending is not None:
-                return await self._answer(asyncio.shield(pending), 0, duplicate=True)
+                waiter: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+                if pending.duplicates is None:
+                    pending.duplicates = []
+                pending.duplicates.append(waiter)
+                return await self._answer(waiter, 0, duplicate=True)
         try:
             rows = self._rows(body)
         except SourceDataError as error:
@@ -291,12 +417,61 @@ class HttpSource(CountedPosition):
             return web.json_response({"error": f"egress is holding back ({refusal}): retry later"}, status=429,
                                      headers={"Retry-After": str(parameters.retry_after)})
         answered: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._enqueue(rows, key, answered)
+        return await self._answer(answered, len(rows))
+
+    def _enqueue(self, rows: list[tuple[dict[str, Any], float | None]], key: str | None, waiter: _Waiter) -> None:
+        request = _Request(rows, key, waiter)
         if key is not None:
-            self._pending_keys[key] = answered
-        self._queue.append(_Request(rows, key, answered))
+            self._pending_keys[key] = request
+        self._queue.append(request)
         self._queued_events += len(rows)
         self._arrived.set()
-        return await self._answer(answered, len(rows))
+
+    # -- the lean path (egress.connectors.sources.http_fast) -----------------------------------
+
+    def accept_plain(self, waiter: IngestProtocol, body: bytes, key: str | None, authorization: bytes | None
+                     ) -> tuple[bool, bytes] | None:
+        """A plain POST's ``body``, as :meth:`_receive` takes it: ``(now, answer)`` (a duplicate's
+        ``200`` now; a ``200`` once ``waiter`` is told of the commit), or ``None`` for aiohttp to
+        answer (401, a key being committed, 400, 429: the rare answers, built one way only)."""
+        if self._token is not None and not self._authorized_value(authorization):
+            return None
+        if key is not None:
+            if self._readers > 1 and key_home(key, self._readers) != self._partition:
+                return None  # aiohttp's path sends it on to its home (or, forwarded to here, accepts it)
+            if key in self._keys:
+                return True, _DUPLICATE
+            if key in self._pending_keys:
+                return None
+        try:
+            rows = self._rows(body)
+        except SourceDataError:
+            return None
+        count = len(rows)
+        if not count:
+            return True, self._accepted(0)
+        if self._holding_back(count) is not None:
+            return None
+        self._enqueue(rows, key, waiter)
+        return False, self._accepted(count)
+
+    def connection_closed(self, protocol: IngestProtocol) -> None:
+        """``protocol``'s connection closed, or was handed over to aiohttp."""
+        self._connections.discard(protocol)
+
+    def _accepted(self, count: int) -> bytes:
+        answer = self._answers.get(count)
+        if answer is None:
+            answer = json_answer(200, "OK", {"accepted": count})
+            if len(self._answers) < 1024:
+                self._answers[count] = answer
+        return answer
+
+    def _authorized_value(self, header: bytes | None) -> bool:
+        scheme, _, token = (header or b"").partition(b" ")
+        assert self._token is not None
+        return scheme.lower() == b"bearer" and hmac.compare_digest(token.strip(), self._token)
 
     async def _answer(self, answered: asyncio.Future[None], count: int, duplicate: bool = False) -> web.Response:
         try:
@@ -355,7 +530,8 @@ class HttpSource(CountedPosition):
         window = self.parameters.idempotency_window
         for key in [k for k, at in self._keys.items() if now - at > window]:
             del self._keys[key]
-            self._key_writes[encode_key([key])] = None
+            self._key_writes[self._key_entry(key)] = None
+            self._entries.pop(key, None)
 
     def _bearer_token(self) -> bytes | None:
         parameters = self.parameters
@@ -374,6 +550,23 @@ class HttpSource(CountedPosition):
                                       "fix parameters/bearer_token_file") from None
         return None
 
+
+KEYED_PARTITION = 0xFFFFFFFF
+"""The source partition of the ids of keyed events when several readers accept (:func:`keyed_position`)."""
+
+
+def keyed_position(key: str, line: int) -> int:
+    """The id position of event ``line`` (0-based) of the request with ``Idempotency-Key`` ``key``
+    when several readers accept: ``blake2b(key, line)[:8]`` as a u64, in source partition
+    :data:`KEYED_PARTITION`. So a key accepted by two readers (a client sending again through the
+    balancer to another worker before the first answered) is one message id, delivered under one
+    idempotency key, whichever reader committed it and how often."""
+    return int.from_bytes(hashlib.blake2b(f"{line}\n{key}".encode("utf-8", "surrogateescape"),
+                                          digest_size=8).digest(), "big")
+
+
+_DUPLICATE = json_answer(200, "OK", {"accepted": 0, "duplicate": True})
+"""The answer to a key already committed (``_answer``'s, as bytes)."""
 
 _LIMITS = {BodyTooLargeError: "max_body_bytes", BodyTimeoutError: "body_timeout"}
 """The parameter a body refusal names (the fix)."""

@@ -451,3 +451,60 @@ async def test_a_body_written_in_pieces_split_anywhere_has_every_line_accepted_o
 
     await asyncio.to_thread(post_split)
     await assert_committed_and_delivered(running, receiver, sent)
+
+
+# -- one connection, several requests (the lean path and its hand-over to aiohttp) ------------------
+
+def read_answers(port: int, data: bytes, count: int) -> list[raw_http.Answer]:
+    """Write ``data`` (several requests) at once on one connection, then read ``count`` answers from
+    one buffered reader (answers arriving in one segment are read one after another; each framed by
+    its ``Content-Length``, as the source frames every answer)."""
+    with raw_http.connect(port) as connection, connection.makefile("rb") as stream:
+        connection.sendall(data)
+        answers = []
+        for _ in range(count):
+            status = int(stream.readline().split()[1])
+            headers = {}
+            while (line := stream.readline()) not in (b"\r\n", b""):
+                name, _, value = line.decode("latin-1").partition(":")
+                headers[name.strip().lower()] = value.strip()
+            answers.append(raw_http.Answer(status, headers, stream.read(int(headers["content-length"]))))
+        return answers
+
+
+async def test_pipelined_requests_on_one_connection_are_answered_in_order_each_once_committed(
+        run_http: Any) -> None:
+    receiver = recording()
+    running = await run_http(receiver, format="jsonl")
+    bodies = [events(10 * n, n + 1) for n in range(4)]
+    data = b"".join(raw_http.with_length("/events", body) for body, _ in bodies)
+    answers = await asyncio.to_thread(read_answers, running.port, data, len(bodies))
+    assert [accepted(answer) for answer in answers] == [(200, {"accepted": n + 1}) for n in range(4)]
+    await assert_committed_and_delivered(running, receiver, [p for _, payloads in bodies for p in payloads])
+
+
+async def test_a_connection_turning_to_a_chunked_request_is_served_on_by_aiohttp_with_nothing_lost(
+        run_http: Any) -> None:
+    """A plain request, then one the lean path does not take (chunked), then plain ones again: the
+    connection is handed over with the bytes it had, every answer in order, every event once."""
+    receiver = recording()
+    running = await run_http(receiver, format="jsonl")
+    (first, p1), (second, p2), (third, p3) = events(1, 2), events(5, 3), events(9, 1)
+    data = (raw_http.with_length("/events", first)
+            + raw_http.chunked_head("/events") + raw_http.chunk(second) + raw_http.chunk(b"")
+            + raw_http.with_length("/events", third))
+    answers = await asyncio.to_thread(read_answers, running.port, data, 3)
+    assert [accepted(answer) for answer in answers] == [(200, {"accepted": 2}), (200, {"accepted": 3}),
+                                                        (200, {"accepted": 1})]
+    await assert_committed_and_delivered(running, receiver, p1 + p2 + p3)
+
+
+async def test_a_key_posted_twice_on_one_connection_is_one_event_and_a_duplicate_answer(run_http: Any) -> None:
+    receiver = recording()
+    running = await run_http(receiver, format="jsonl")
+    body, payloads = events(1, 1)
+    request = raw_http.with_length("/events", body, [("Idempotency-Key", "k-1")])
+    answers = await asyncio.to_thread(read_answers, running.port, request + request, 2)
+    assert [accepted(answer) for answer in answers] == [(200, {"accepted": 1}),
+                                                        (200, {"accepted": 0, "duplicate": True})]
+    await assert_committed_and_delivered(running, receiver, payloads)

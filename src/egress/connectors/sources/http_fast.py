@@ -1,0 +1,268 @@
+"""The http source's lean path: a plain POST of a whole body is parsed and answered from bytes.
+
+aiohttp builds a request object, a task, a stream reader, header multidicts, deadline contexts, a
+response object and its headers for every POST: most of the http source's CPU per event
+(``docs/benchmarks.md``, session 9). :class:`IngestProtocol` is the source's listening protocol:
+for a request that is plainly ``POST <path> HTTP/1.1`` with a ``Content-Length`` and none of the
+headers that change its framing or meaning (``Transfer-Encoding``, ``Expect``,
+``Content-Encoding``, ``Upgrade``, a ``Connection`` other than ``keep-alive``/``close``), it finds the
+body in the bytes received, gives it to the source (:meth:`Ingest.accept_plain`) and, once the
+source answers, writes a prebuilt ``200``. Anything else — another method, path or version,
+a body over ``max_body_bytes``, a refusal the source would answer (bad JSON, 401, 429), a key whose
+first copy is still being committed, or bytes that do not parse — hands the connection over to
+aiohttp's protocol as it stands (:meth:`asyncio.Transport.set_protocol`, the bytes received
+replayed), which answers exactly as it does for every request without this path. So the answers
+are aiohttp's, and only the common case is shortened.
+
+One request at a time per connection: bytes of a pipelined next request wait (reading paused)
+until the pending one is answered, so answers keep the requests' order. A body not whole when its
+headers end waits at most ``body_timeout`` seconds (the loop's clock, as :mod:`egress.http_body`),
+then ``408`` and the connection closes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import Callable
+from typing import Protocol
+
+READ_AHEAD = 1 << 16
+"""Bytes a connection may buffer beyond its pending request before reading pauses, and the largest
+header block the lean path parses (a larger one goes to aiohttp, which answers it)."""
+
+_PLAIN_CONNECTION = (b"keep-alive", b"close")
+_HANDED_OVER = frozenset((b"transfer-encoding", b"expect", b"content-encoding", b"upgrade", b"te", b"trailer"))
+
+
+def json_answer(status: int, reason: str, document: dict[str, object], *extra: str) -> bytes:
+    """A whole HTTP/1.1 answer: ``status reason``, a JSON body (``json.dumps``, as aiohttp's
+    ``json_response``), and ``extra`` header lines."""
+    body = json.dumps(document).encode()
+    head = [f"HTTP/1.1 {status} {reason}", "Content-Type: application/json; charset=utf-8",
+            f"Content-Length: {len(body)}", *extra]
+    return ("\r\n".join(head) + "\r\n\r\n").encode() + body
+
+
+class Ingest(Protocol):
+    """What :class:`IngestProtocol` needs of the source."""
+
+    def accept_plain(self, waiter: IngestProtocol, body: bytes, key: str | None, authorization: bytes | None
+                     ) -> tuple[bool, bytes] | None:
+        """Take ``body`` (``key``: its ``Idempotency-Key``, ``authorization`` that header's value):
+        ``(now, answer)``, the answer to write now (a duplicate's) or once ``waiter`` is told the
+        events are committed (:meth:`IngestProtocol.set_result`); ``None`` to hand the request over
+        to aiohttp (a refusal it answers, a key still being committed)."""
+
+    def connection_closed(self, protocol: IngestProtocol) -> None:
+        """``protocol``'s connection is gone (it is no longer to be closed at the stop)."""
+
+
+class IngestProtocol(asyncio.Protocol):
+    """One connection to the http source (see the module). ``fallback`` makes aiohttp's protocol
+    for a connection handed over; ``stopping``: the ``503`` written when the run stops before a
+    pending request's events were committed."""
+
+    __slots__ = (
+        "_answer",
+        "_authorization",
+        "_body_timeout",
+        "_buffer",
+        "_close_after",
+        "_fallback",
+        "_handed_over",
+        "_head_end",
+        "_key",
+        "_length",
+        "_max_bytes",
+        "_paused",
+        "_pending",
+        "_request_line",
+        "_source",
+        "_stopping",
+        "_timer",
+        "_transport",
+    )
+
+    def __init__(self, source: Ingest, fallback: Callable[[], asyncio.Protocol], path: str, max_bytes: int,
+                 body_timeout: float, stopping: bytes) -> None:
+        self._source = source
+        self._fallback = fallback
+        self._request_line = f"POST {path} HTTP/1.1".encode()
+        self._max_bytes = max_bytes
+        self._body_timeout = body_timeout
+        self._answer = b""  # the pending request's answer once committed
+        self._stopping = stopping
+        self._transport: asyncio.Transport | None = None
+        self._buffer = b""
+        self._pending = False
+        self._paused = False
+        self._close_after = False
+        self._handed_over = False
+        self._timer: asyncio.TimerHandle | None = None
+        self._head_end = -1  # where the headers of the request being read end (-1: not yet seen)
+        self._length = 0
+        self._key: str | None = None
+        self._authorization: bytes | None = None
+
+    # -- asyncio.Protocol --------------------------------------------------------------------
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        assert isinstance(transport, asyncio.Transport)
+        self._transport = transport
+
+    def data_received(self, data: bytes) -> None:
+        self._buffer += data
+        if self._pending:
+            if not self._paused and len(self._buffer) > READ_AHEAD and self._transport is not None:
+                self._paused = True
+                self._transport.pause_reading()
+            return
+        self._next()
+
+    def eof_received(self) -> bool | None:
+        return None  # close: no request follows, an answer pending goes nowhere
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._cancel_timer()
+        self._transport = None
+        self._source.connection_closed(self)
+
+    # -- the waiter of a pending request ------------------------------------------------------
+
+    def done(self) -> bool:
+        """No request of this connection waits for its answer."""
+        return not self._pending
+
+    def set_result(self, _: None) -> None:
+        """The pending request's events are committed: answer ``200`` and read the next request."""
+        self._reply(self._answer)
+
+    def set_exception(self, _: BaseException) -> None:
+        """The run stops before the pending request's events were committed: ``503``, then close."""
+        self._close_after = True
+        self._reply(self._stopping)
+
+    def close(self) -> None:
+        """Close the connection (the run stops)."""
+        if self._transport is not None:
+            self._transport.close()
+
+    # -- parsing -----------------------------------------------------------------------------
+
+    def _reply(self, answer: bytes) -> None:
+        self._pending = False
+        transport = self._transport
+        if transport is None or transport.is_closing():
+            return
+        transport.write(answer)
+        if self._close_after:
+            transport.close()
+            return
+        if self._paused:
+            self._paused = False
+            transport.resume_reading()
+        if self._buffer:
+            self._next()
+
+    def _next(self) -> None:
+        """Parse what is buffered: answer, wait for more bytes, or hand the connection over."""
+        buffer = self._buffer
+        if self._head_end < 0:
+            end = buffer.find(b"\r\n\r\n")
+            if end < 0:
+                if len(buffer) > READ_AHEAD:
+                    self._hand_over()
+                return
+            if not self._head(buffer[:end]):
+                self._hand_over()
+                return
+            self._head_end = end + 4
+        whole = self._head_end + self._length
+        if len(buffer) < whole:
+            if self._timer is None:
+                self._timer = asyncio.get_running_loop().call_later(self._body_timeout, self._timed_out)
+            return
+        self._cancel_timer()
+        body = buffer[self._head_end:whole]
+        taken = self._source.accept_plain(self, body, self._key, self._authorization)
+        if taken is None:
+            self._hand_over()
+            return
+        self._buffer = buffer[whole:]
+        self._head_end = -1
+        self._pending = True  # until answered: _reply clears it and reads on
+        now, answer = taken
+        if now:
+            self._reply(answer)
+        else:
+            self._answer = answer
+
+    def _head(self, head: bytes) -> bool:
+        """Read the request line and headers of ``head``; ``False``: not a plain POST (aiohttp's)."""
+        lines = head.split(b"\r\n")
+        if lines[0] != self._request_line:
+            return False
+        self._length, self._key, self._authorization, self._close_after = -1, None, None, False
+        for line in lines[1:]:
+            name, colon, value = line.partition(b":")
+            if not colon or not name or name[-1:] in b" \t" or name[:1] in b" \t":
+                return False  # an obsolete fold, or a malformed header: aiohttp answers 400
+            if not self._header(name.lower(), value.strip(b" \t")):
+                return False
+        # No length (aiohttp frames the body), or one over the limit (aiohttp answers 413).
+        return 0 <= self._length <= self._max_bytes
+
+    def _header(self, name: bytes, value: bytes) -> bool:
+        """Note one header; ``False``: the request is not plain."""
+        if name == b"content-length":
+            if self._length >= 0 or not value.isdigit():
+                return False
+            self._length = int(value)
+        elif name == b"idempotency-key":
+            if self._key is not None:
+                return False
+            self._key = value.decode("utf-8", "surrogateescape")
+        elif name == b"authorization":
+            self._authorization = value
+        elif name == b"connection":
+            value = value.lower()
+            if value not in _PLAIN_CONNECTION:
+                return False
+            self._close_after = value == b"close"
+        elif name in _HANDED_OVER:
+            return False
+        return True
+
+    def _timed_out(self) -> None:
+        self._timer = None
+        transport = self._transport
+        if transport is not None and not transport.is_closing():
+            transport.write(json_answer(408, "Request Timeout", {
+                "error": f"the body did not arrive whole within {self._body_timeout:g} s (body_timeout)"},
+                "Connection: close"))
+            transport.close()
+
+    def _cancel_timer(self) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+
+    def _hand_over(self) -> None:
+        """From now on aiohttp serves this connection, starting with the bytes buffered."""
+        self._cancel_timer()
+        transport = self._transport
+        if transport is None or self._handed_over:
+            return
+        self._handed_over = True
+        protocol = self._fallback()
+        transport.set_protocol(protocol)
+        self._source.connection_closed(self)
+        protocol.connection_made(transport)
+        buffer, self._buffer = self._buffer, b""
+        if self._paused:
+            self._paused = False
+            transport.resume_reading()
+        if buffer:
+            protocol.data_received(buffer)
+
