@@ -6,9 +6,10 @@ code calls ``await client.send(request)``, or ``submit_many`` with a :class:`Com
 responses in batches; the loop's driver (:class:`_LoopDriver`) runs the transfers with ``perform`` in
 turns on the event loop itself, and hands completions back in batches (one callback per destination
 per turn, not per request). Python does as little per request
-as it can: header lines are kept (by the C ``list.append``, one call per line) only when a request
-asks for a header, and decoded only once the transfer ends, and for ``Retry-After`` only when the
-status is 429 or 503; no per-socket callbacks. Why the event loop rather than a thread of its own:
+as it can: ``Retry-After`` is read from libcurl once a 429 or 503 transfer ended
+(``egress.httpclient.header_api``), with no header callback; other headers are kept (by the C
+``list.append``, one call per line) only when a request asks for one, and decoded only once the
+transfer ends; no per-socket callbacks. Why the event loop rather than a thread of its own:
 a thread of its own was measured to cost more CPU per message in wake-ups and GIL hand-offs than the
 loop's turns cost (``docs/benchmarks.md``).
 """
