@@ -6,9 +6,10 @@ code calls ``await client.send(request)``, or ``submit_many`` with a :class:`Com
 responses in batches; the loop's driver (:class:`_LoopDriver`) runs the transfers with ``perform`` in
 turns on the event loop itself, and hands completions back in batches (one callback per destination
 per turn, not per request). Python does as little per request
-as it can: header lines are kept (by the C ``list.append``, one call per line) only when a request
-asks for a header, and decoded only once the transfer ends, and for ``Retry-After`` only when the
-status is 429 or 503; no per-socket callbacks. Why the event loop rather than a thread of its own:
+as it can: ``Retry-After`` is read from libcurl once a 429 or 503 transfer ended
+(``egress.httpclient.header_api``), with no header callback; other headers are kept (by the C
+``list.append``, one call per line) only when a request asks for one, and decoded only once the
+transfer ends; no per-socket callbacks. Why the event loop rather than a thread of its own:
 a thread of its own was measured to cost more CPU per message in wake-ups and GIL hand-offs than the
 loop's turns cost (``docs/benchmarks.md``).
 """
@@ -24,6 +25,8 @@ from typing import Any, ClassVar, NamedTuple
 
 import pycurl
 
+from egress.httpclient.header_api import AVAILABLE as HEADER_API
+from egress.httpclient.header_api import final_header
 from egress.httpclient.retry_after import RETRY_AFTER_STATUSES
 
 
@@ -283,7 +286,9 @@ class CurlClient:
             headers = request.headers if request.prepared else post_header_lines(request.headers)
             handle.setopt(pycurl.HTTPHEADER, headers)
         capture_body = request.capture_body
-        wants_headers = request.capture_location or request.capture_headers or request.capture_retry_after
+        # Retry-After alone is read from libcurl once the transfer ends (header_api), not line by line.
+        wants_headers = request.capture_location or request.capture_headers or (
+            request.capture_retry_after and not HEADER_API)
         capture = self._captures.get(handle)
         if not (capture_body or wants_headers):
             if capture is not None and (capture.body_on or capture.headers_on):
@@ -310,10 +315,15 @@ class CurlClient:
         local_port = max(0, handle.getinfo(pycurl.LOCAL_PORT) or 0) if request.capture_local_port else 0
         self._spare_handles.append(handle)
         if capture is None or (capture.retry_after_only and status not in RETRY_AFTER_STATUSES):
+            retry_after = None
+            if status in RETRY_AFTER_STATUSES and request.capture_retry_after:
+                retry_after = final_header(handle, b"Retry-After")  # only with HEADER_API: else captured
             # tuple.__new__: a Response without the NamedTuple's Python-level __new__ (per request)
-            response = _new_tuple(Response, (status, error, None, None, None, local_port, None, code))
+            response = _new_tuple(Response, (status, error, None, None, None, local_port, retry_after, code))
         else:
             location, headers, retry_after = capture.headers(status)
+            if HEADER_API and request.capture_retry_after and status in RETRY_AFTER_STATUSES:
+                retry_after = final_header(handle, b"Retry-After")
             body = b"".join(capture.chunks) if request.capture_body else None
             response = Response(status, error, body, location, headers, local_port, retry_after, code)
         batch = batches.get(id(completions))

@@ -6,11 +6,14 @@ import asyncio
 import os
 import resource
 from collections.abc import Iterator
+from urllib.parse import quote
 
 import pytest
 from aiohttp import web
+from multidict import CIMultiDict
 
 from egress.httpclient import CurlClient, Request
+from egress.httpclient import curl as curl_module
 from egress.httpclient.outcomes import FailureKind, failure_of
 from tests.conftest import ServerFactory
 
@@ -291,6 +294,65 @@ async def test_retry_after_is_kept_only_for_a_429_or_503_that_asked_for_it(serve
     assert all(r.headers is None and r.location is None for r in answers.values())
     assert unasked.retry_after is None
     assert (with_location.retry_after, with_location.location) == ("120", None)
+
+
+@pytest.mark.parametrize("header_api", [True, False], ids=["libcurl header API", "header callback"])
+async def test_retry_after_is_the_final_responses_last_value_whether_read_from_libcurl_or_by_callback(
+        serve_app: ServerFactory, monkeypatch: pytest.MonkeyPatch, header_api: bool) -> None:
+    """libcurl's ``curl_easy_header`` after the transfer (no per-line callback) and the header
+    callback (the fallback where the header API cannot be proven) give the same values: the last of
+    repeated headers, a date as sent, nothing for a later exchange on the same handle without one."""
+    if header_api and not curl_module.HEADER_API:
+        pytest.skip("libcurl's header API is not available with this pycurl")
+    monkeypatch.setattr(curl_module, "HEADER_API", header_api)
+
+    async def handle(request: web.Request) -> web.Response:
+        values = request.query.getall("after", [])
+        headers = CIMultiDict(("Retry-After", value) for value in values)
+        return web.Response(status=int(request.query["status"]), headers=headers, body=b"busy")
+
+    app = web.Application()
+    app.router.add_post("/", handle)
+    base = await serve_app(app)
+    client = CurlClient(max_connections=1)  # one easy handle: each answer must be its own exchange's
+    date = "Sun, 06 Nov 1994 08:49:37 GMT"
+    try:
+        repeated = await client.send(Request(f"{base}/?status=503&after=1&after=2", b"", capture_retry_after=True))
+        dated = await client.send(Request(f"{base}/?status=429&after={quote(date)}", b"", capture_retry_after=True))
+        absent = await client.send(Request(f"{base}/?status=503", b"", capture_retry_after=True))
+        other = await client.send(Request(f"{base}/?status=500&after=9", b"", capture_retry_after=True))
+        with_body = await client.send(Request(f"{base}/?status=503&after=5", b"", capture_retry_after=True,
+                                              capture_body=True))
+    finally:
+        client.close()
+    assert [r.retry_after for r in (repeated, dated, absent, other)] == ["2", date, None, None]
+    assert (with_body.retry_after, with_body.body) == ("5", b"busy")
+    assert all(r.headers is None and r.location is None for r in (repeated, dated, absent, other, with_body))
+
+
+async def test_retry_after_alone_sets_no_header_callback_when_libcurl_keeps_the_headers(
+        serve_app: ServerFactory) -> None:
+    """The sinks ask every request for ``Retry-After``: with libcurl's header API no handle gets a
+    capture (no header callback, no Python call per header line), and a 503's value still arrives."""
+    if not curl_module.HEADER_API:
+        pytest.skip("libcurl's header API is not available with this pycurl")
+
+    async def handle(request: web.Request) -> web.Response:
+        status = int(request.query["status"])
+        return web.Response(status=status, headers={"Retry-After": "3"} if status == 503 else {})
+
+    app = web.Application()
+    app.router.add_post("/", handle)
+    base = await serve_app(app)
+    client = CurlClient(max_connections=2)
+    try:
+        answers = await asyncio.gather(*(client.send(Request(f"{base}/?status={status}", b"", capture_retry_after=True))
+                                         for status in (200, 503, 200, 503)))
+        captures = dict(client._captures)
+    finally:
+        client.close()
+    assert [r.retry_after for r in answers] == [None, "3", None, "3"]
+    assert captures == {}
 
 
 async def test_one_handle_keeps_exactly_what_each_request_asks_for(serve_app: ServerFactory) -> None:
