@@ -40,6 +40,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import urllib.request
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -110,6 +111,29 @@ def process_cpu(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / CLOCK_TICKS  # utime, stime: fields 14 and 15 of stat(5)
 
 
+def server_counters(server: NatsServer) -> dict[str, int]:
+    """The server's traffic so far (``/varz``: messages and bytes in and out, every client) and its
+    JetStream API requests (``/jsz``)."""
+    def monitor(path: str) -> dict[str, object]:
+        with urllib.request.urlopen(f"http://127.0.0.1:{server.monitor_port}/{path}", timeout=5) as answer:
+            found: dict[str, object] = json.load(answer)
+            return found
+
+    varz, jsz = monitor("varz"), monitor("jsz")
+    api = jsz.get("api")
+    counters = {name: int(str(varz.get(name, 0))) for name in ("in_msgs", "out_msgs", "in_bytes", "out_bytes")}
+    counters["api"] = int(str(api.get("total", 0))) if isinstance(api, dict) else 0
+    return counters
+
+
+def traffic_note(before: dict[str, int], after: dict[str, int], count: int) -> str:
+    """What the server handled per 1,000 messages of the phase."""
+    per = {name: (after[name] - before.get(name, 0)) * 1000 / max(count, 1) for name in after}
+    return (f"nats-server per 1,000 messages: {per['in_msgs']:,.1f} messages in, {per['out_msgs']:,.1f} out, "
+            f"{per['in_bytes'] / 1024:,.0f} KiB in, {per['out_bytes'] / 1024:,.0f} KiB out, "
+            f"{per['api']:,.1f} JetStream API requests")
+
+
 def run_embedded(target: ReceiverTarget, bodies: Sequence[bytes], count: int, partitions: int, work: Path,
                  timeout: float) -> ClusterResult:
     """``benchmarks/delivery.py``'s egress phase as it is (one embedded process)."""
@@ -156,6 +180,7 @@ def run_workers(target: ReceiverTarget, count: int, workers: int, work: Path, ti
     logs = []
     try:
         server_cpu = process_cpu(server.pid)
+        traffic = server_counters(server)
         started = time.perf_counter()
         for index in range(1, workers + 1):
             worker = f"w{index}"
@@ -172,6 +197,7 @@ def run_workers(target: ReceiverTarget, count: int, workers: int, work: Path, ti
         cpu = wait_all(processes, timeout)
         seconds = time.perf_counter() - started
         cpu["nats-server"] = process_cpu(server.pid) - server_cpu
+        traffic_after = server_counters(server)
     finally:
         for process in processes.values():
             if process.poll() is None:
@@ -180,7 +206,8 @@ def run_workers(target: ReceiverTarget, count: int, workers: int, work: Path, ti
             log.close()
         server.stop()
     stats = target.finish()
-    result = ClusterResult(name, count, seconds, stats["distinct_keys"], stats["requests"], cpu, [], load)
+    result = ClusterResult(name, count, seconds, stats["distinct_keys"], stats["requests"], cpu,
+                           [traffic_note(traffic, traffic_after, count)], load)
     for worker, process in processes.items():
         if process.returncode != 0:
             tail = (phase / f"{worker}.log").read_text(errors="replace").strip()[-1500:]
