@@ -1,32 +1,38 @@
-"""Cluster throughput (issue 11): the 100,000-message delivery of ``benchmarks/delivery.py``, in one
-run, embedded (SQLite), on NATS JetStream with 1 worker, and on NATS with 2 workers.
+"""Cluster throughput and cost (issues 11 and 24): the 100,000-message delivery of
+``benchmarks/delivery.py``, in one run, embedded (SQLite) and on NATS JetStream with 1, 2 and 4
+workers.
 
 Everything but the engine is ``benchmarks/delivery.py``'s egress phase, through its own helpers: the
 same flight payloads (``build_bodies``), the same JSONL source, identity process function and Spec
 (``run_egress`` writes them for the embedded phase; the NATS phases reuse that Spec with the
-receiver's new URL), the async HTTP sink with its default parameters, ``partition_count`` 4, and
-the same endpoint, ``egress receiver`` (``ReceiverTarget``, restarted before each phase so its
-``/stats`` count that phase alone).
+endpoint's new URL), the async HTTP sink with its default parameters, ``partition_count`` 4. The
+endpoint (``--target``) is nginx answering 200 to every POST by default (``NginxTarget``: one
+nginx worker, keys with a 2xx counted from its access log), or ``egress receiver``
+(``ReceiverTarget``, Python: it takes a core of its own on a machine of two), restarted before
+each phase so its count is that phase's alone.
 
 * ``embedded``: ``egress run SPEC --until-drained`` (``run_egress``), one process.
 * ``nats-N``: a fresh ``nats-server -js`` (from the venv, loopback, a temporary store) and N
   processes ``egress run SPEC --engine nats://… --worker-id wI --until-drained``, started together;
   timed from the first spawn to the last exit (every worker ends once the pipeline is drained).
 
-For each phase: messages delivered (distinct idempotency keys at the receiver; every phase must
+For each phase: messages delivered (distinct idempotency keys at the endpoint; every phase must
 deliver all, or the script exits 1), msg/s, and CPU µs per message counting every egress process
 (``os.wait4``'s rusage: all threads) plus the nats-server (``/proc/<pid>/stat`` before and after),
-with the breakdown per process. Targets: NATS 1 worker >= 0.5 × embedded; 2 workers >= 1.3 × 1
-worker. The machine may have fewer cores than processes (2 workers + nats-server + the receiver):
-for each NATS phase the script also prints the rate the CPU cost alone would allow with one core
-per process (messages ÷ the busiest process's CPU seconds). Each process also pays a fixed CPU
-cost whatever the messages (interpreter and imports, joining, the hand-over when the second worker
-joins, leaving: about 1.4 CPU-s at load 10): each NATS phase is run again on ``--fixed-messages``
-messages, and the script prints each process's CPU per message without that fixed part and the
-rate it allows with one core per process, which is what more cores give on a long run.
+with the breakdown per process, and what the server handled per 1,000 messages (``/varz``,
+``/jsz``). The machine may have fewer cores than processes: for each NATS phase the script also
+prints the rate the CPU cost alone would allow with one core per process (messages ÷ the busiest
+process's CPU seconds). Targets: issue 11's (NATS 1 worker >= 0.5 × embedded's msg/s; 2 workers
+>= 1.3 × 1 worker's) and issue 24's: each NATS phase's CPU per message <= 1.25 × embedded's; with
+one core per process nats-2 >= 1.8 × nats-1 and nats-4 >= 3.2 × nats-1 (these need a source read
+by several readers: one reader is one process's work whatever the workers). Each process also
+pays a fixed CPU cost whatever the messages (interpreter and imports, joining, the hand-over when
+another worker joins, leaving): each NATS phase is run again on ``--fixed-messages`` messages, and
+the script prints each process's CPU per message without that fixed part and the rate it allows
+with one core per process, which is what more cores give on a long run.
 
-    python benchmarks/cluster.py                          # embedded, nats-1, nats-2 (+ their fixed cost)
-    python benchmarks/cluster.py --messages 20000 --phases embedded,nats-1
+    python benchmarks/cluster.py                          # embedded, nats-1, nats-2, nats-4 (+ fixed costs)
+    python benchmarks/cluster.py --messages 20000 --phases embedded,nats-1 --target receiver
     python benchmarks/cluster.py --messages 30000 --profile   # + each worker under py-spy --gil
 """
 
@@ -56,8 +62,11 @@ from tests.nats_server import NatsServer  # noqa: E402
 
 from delivery import (  # noqa: E402
     PROFILE_RATE,
+    NginxTarget,
     ReceiverTarget,
+    Target,
     build_bodies,
+    find_or_install_nginx,
     profile_summary,
     run_egress,
     stop_process,
@@ -65,6 +74,12 @@ from delivery import (  # noqa: E402
 
 TARGETS = (("nats-1", "embedded", 0.5), ("nats-2", "nats-1", 1.3))
 """(phase, the phase it is compared with, lowest ratio of their msg/s): issue 11's targets."""
+CORE_TARGETS = (("nats-2", "nats-1", 1.8), ("nats-4", "nats-1", 3.2))
+"""(phase, the phase it is compared with, lowest ratio of their rates with one core per process):
+issue 24's scaling targets."""
+COST_TARGET = 1.25
+"""Issue 24: a NATS phase's CPU per message (every process) at most this many times embedded's."""
+PHASES = ("embedded", "nats-1", "nats-2", "nats-4")
 CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
 POLL = 0.05  # seconds between two checks for exited workers
 
@@ -134,7 +149,7 @@ def traffic_note(before: dict[str, int], after: dict[str, int], count: int) -> s
             f"{per['api']:,.1f} JetStream API requests")
 
 
-def run_embedded(target: ReceiverTarget, bodies: Sequence[bytes], count: int, partitions: int, work: Path,
+def run_embedded(target: Target, bodies: Sequence[bytes], count: int, partitions: int, work: Path,
                  timeout: float) -> ClusterResult:
     """``benchmarks/delivery.py``'s egress phase as it is (one embedded process)."""
     load = os.getloadavg()[0]
@@ -161,7 +176,7 @@ def nats_spec(work: Path, phase: Path, url: str, first: int | None = None) -> Pa
     return path
 
 
-def run_workers(target: ReceiverTarget, count: int, workers: int, work: Path, timeout: float,
+def run_workers(target: Target, count: int, workers: int, work: Path, timeout: float,
                 profile: bool = False, first: int | None = None) -> ClusterResult:
     """A fresh nats-server and ``workers`` egress processes on one pipeline until it is drained; with
     ``profile``, each worker under ``py-spy record --gil --threads -f raw`` (the thread holding the
@@ -281,13 +296,37 @@ def describe(result: ClusterResult) -> list[str]:
     return lines
 
 
+def verdicts(results: dict[str, ClusterResult]) -> list[str]:
+    """Issue 24's targets, printed: each NATS phase's CPU per message against embedded's, and the
+    rates with one core per process against nats-1's."""
+    summary: list[str] = []
+    embedded = results.get("embedded")
+    for name, result in results.items():
+        if name.startswith("nats-") and embedded is not None and embedded.cpu_per_message > 0:
+            ratio = result.cpu_per_message / embedded.cpu_per_message
+            mark = "PASS" if ratio <= COST_TARGET else "MISS"
+            print(f"  CPU per message {name} / embedded: {ratio:.2f}   target <= {COST_TARGET:g}   {mark}")
+            summary.append(f"cost {name}/embedded {ratio:.2f} (<= {COST_TARGET:g} {mark})")
+    for phase, other, bound in CORE_TARGETS:
+        if phase in results and other in results and results[other].core_bound_rate() > 0:
+            ratio = results[phase].core_bound_rate() / results[other].core_bound_rate()
+            mark = "PASS" if ratio >= bound else "MISS"
+            print(f"  one core per process {phase} / {other}: {ratio:.2f}   target >= {bound:g}   {mark}")
+            summary.append(f"cores {phase}/{other} {ratio:.2f} (>= {bound:g} {mark})")
+    return summary
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--messages", type=int, default=100_000, help="messages per phase (default 100,000)")
     parser.add_argument("--partitions", type=int, default=4, help="partition_count of the Spec (default 4)")
-    parser.add_argument("--phases", default="embedded,nats-1,nats-2",
-                        help="comma-separated subset of embedded,nats-1,nats-2 (embedded always runs first: its "
+    parser.add_argument("--phases", default=",".join(PHASES),
+                        help=f"comma-separated subset of {','.join(PHASES)} (embedded always runs first: its "
                              "Spec is the others'); default all")
+    parser.add_argument("--target", choices=("nginx", "receiver"), default="nginx",
+                        help="the endpoint: nginx answering 200 to every POST, keys counted from its access log "
+                             "(default; one worker process, far from being the bottleneck), or egress receiver "
+                             "(Python: it takes a core of its own)")
     parser.add_argument("--timeout", type=float, default=900.0, help="seconds allowed per phase (default 900)")
     parser.add_argument("--fixed-messages", type=int, default=300,
                         help="after the NATS phases, run each again on this many messages to measure each "
@@ -298,7 +337,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--keep", type=Path, help="keep the Specs, states, logs and reports here")
     args = parser.parse_args(argv)
     phases = [p.strip() for p in args.phases.split(",") if p.strip()]
-    unknown = set(phases) - {"embedded", "nats-1", "nats-2"}
+    unknown = set(phases) - set(PHASES)
     if unknown:
         parser.error(f"--phases: unknown {', '.join(sorted(unknown))}")
     began = time.time()
@@ -308,11 +347,16 @@ def main(argv: Sequence[str] | None = None) -> int:
           f"{os.getloadavg()[0]:.2f}", flush=True)
     results: dict[str, ClusterResult] = {}
     fixed_results: dict[str, ClusterResult] = {}
-    target = ReceiverTarget()
     failed: str | None = None
     with tempfile.TemporaryDirectory(prefix="egress-cluster-bench-") as temporary:
         work = args.keep or Path(temporary)
         work.mkdir(parents=True, exist_ok=True)
+        target: Target = ReceiverTarget()
+        if args.target == "nginx":
+            binary = find_or_install_nginx()
+            if binary is None:
+                parser.error("--target nginx: no nginx binary (install nginx-light, or use --target receiver)")
+            target = NginxTarget(binary, work)
         try:
             for phase in ["embedded", *(p for p in phases if p != "embedded")]:
                 target.start()
@@ -362,6 +406,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                       f"{results[other].breakdown()} µs/msg; with one core per process the ratio would be "
                       f"{projected:.2f}")
             summary.append(f"{phase}/{other} {ratio:.2f} (>= {bound:g} {mark})")
+    summary += verdicts(results)
     lost = [name for name, result in [*results.items(), *fixed_results.items()] if not result.complete]
     if failed is not None:
         print(f"FAILED: {failed}")
