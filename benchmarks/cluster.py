@@ -39,9 +39,11 @@ with one core per process, which is what more cores give on a long run.
 from __future__ import annotations
 
 import argparse
+import asyncio
 import json
 import os
 import shutil
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -58,8 +60,10 @@ ROOT = HERE.parent
 sys.path.insert(0, str(HERE))
 sys.path.insert(0, str(ROOT))
 
+from tests.delay_proxy import DelayProxy  # noqa: E402
 from tests.nats_server import NatsServer  # noqa: E402
 
+from cluster_latency import describe_latency, run_latency  # noqa: E402
 from delivery import (  # noqa: E402
     PROFILE_RATE,
     NginxTarget,
@@ -177,19 +181,29 @@ def nats_spec(work: Path, phase: Path, url: str, first: int | None = None) -> Pa
 
 
 def run_workers(target: Target, count: int, workers: int, work: Path, timeout: float,
-                profile: bool = False, first: int | None = None) -> ClusterResult:
+                profile: bool = False, first: int | None = None, rtt: float | None = None) -> ClusterResult:
     """A fresh nats-server and ``workers`` egress processes on one pipeline until it is drained; with
     ``profile``, each worker under ``py-spy record --gil --threads -f raw`` (the thread holding the
     GIL: py-spy takes a thread waiting in epoll or on a queue for a running one on this machine),
     its samples summed up in the result's notes; with ``first``, on the source's
-    first ``first`` records (``count``) only."""
-    name = f"nats-{workers}" + ("" if first is None else "-fixed")
+    first ``first`` records (``count``) only; with ``rtt`` (seconds), the workers reach the server
+    through a :class:`~tests.delay_proxy.DelayProxy` adding ``rtt / 2`` each way (the round trip
+    measured through it is in the notes)."""
+    name = f"nats-{workers}" + ("" if first is None else "-fixed") + ("" if rtt is None else f"-rtt{rtt * 1e3:g}ms")
     phase = work / name
     shutil.rmtree(phase, ignore_errors=True)
     phase.mkdir(parents=True)
     spec = nats_spec(work, phase, target.url, first)
     server = NatsServer(phase / "nats").start()
     assert server.pid is not None
+    proxy = None if rtt is None else DelayProxy(server.port, rtt / 2)
+    engine_url = server.url
+    notes: list[str] = []
+    if proxy is not None:
+        proxy.start()
+        engine_url = proxy.url
+        notes.append(f"through a delaying proxy: {rtt * 1e3:g} ms asked, round trip measured "
+                     f"{measured_rtt(engine_url) * 1e3:.2f} ms (median of 20 NATS PINGs)")
     load = os.getloadavg()[0]
     processes: dict[str, subprocess.Popen[bytes]] = {}
     logs = []
@@ -201,7 +215,7 @@ def run_workers(target: Target, count: int, workers: int, work: Path, timeout: f
             worker = f"w{index}"
             log = open(phase / f"{worker}.log", "wb")  # noqa: SIM115 - closed below, after the process ends
             logs.append(log)
-            command = [sys.executable, "-m", "egress", "run", str(spec), "--engine", server.url, "--worker-id",
+            command = [sys.executable, "-m", "egress", "run", str(spec), "--engine", engine_url, "--worker-id",
                        worker, "--state-dir", str(phase / f"state-{worker}"), "--until-drained", "--quiet",
                        "--report", str(phase / f"report-{worker}.json")]
             if profile:
@@ -219,10 +233,12 @@ def run_workers(target: Target, count: int, workers: int, work: Path, timeout: f
                 stop_process(process)
         for log in logs:
             log.close()
+        if proxy is not None:
+            proxy.stop()
         server.stop()
     stats = target.finish()
     result = ClusterResult(name, count, seconds, stats["distinct_keys"], stats["requests"], cpu,
-                           [traffic_note(traffic, traffic_after, count)], load)
+                           [*notes, traffic_note(traffic, traffic_after, count)], load)
     for worker, process in processes.items():
         if process.returncode != 0:
             tail = (phase / f"{worker}.log").read_text(errors="replace").strip()[-1500:]
@@ -234,6 +250,25 @@ def run_workers(target: Target, count: int, workers: int, work: Path, timeout: f
         if profile and (phase / f"profile-{worker}.txt").exists():
             result.notes += profile_notes(worker, phase / f"profile-{worker}.txt", count)
     return result
+
+
+def measured_rtt(url: str) -> float:
+    """The median of 20 round trips (a NATS PING answered by a PONG) to the server at ``url``, seconds."""
+    import nats  # only the latency phases need it
+
+    async def ping() -> float:
+        connection = await nats.connect(url)
+        try:
+            times = []
+            for _ in range(20):
+                started = time.perf_counter()
+                await connection.flush()
+                times.append(time.perf_counter() - started)
+            return statistics.median(times)
+        finally:
+            await connection.close()
+
+    return asyncio.run(ping())
 
 
 def profile_notes(worker: str, raw: Path, count: int) -> list[str]:
@@ -302,7 +337,7 @@ def verdicts(results: dict[str, ClusterResult]) -> list[str]:
     summary: list[str] = []
     embedded = results.get("embedded")
     for name, result in results.items():
-        if name.startswith("nats-") and embedded is not None and embedded.cpu_per_message > 0:
+        if name in PHASES and name != "embedded" and embedded is not None and embedded.cpu_per_message > 0:
             ratio = result.cpu_per_message / embedded.cpu_per_message
             mark = "PASS" if ratio <= COST_TARGET else "MISS"
             print(f"  CPU per message {name} / embedded: {ratio:.2f}   target <= {COST_TARGET:g}   {mark}")
@@ -313,6 +348,28 @@ def verdicts(results: dict[str, ClusterResult]) -> list[str]:
             mark = "PASS" if ratio >= bound else "MISS"
             print(f"  one core per process {phase} / {other}: {ratio:.2f}   target >= {bound:g}   {mark}")
             summary.append(f"cores {phase}/{other} {ratio:.2f} (>= {bound:g} {mark})")
+    return summary
+
+
+def rtt_verdict(results: dict[float, ClusterResult], latencies: dict[float, list[float]],
+                partitions: int) -> list[str]:
+    """The --rtt-ms phases side by side, and issue 24's target: the rate at the largest round trip
+    at least half the rate at the smallest."""
+    summary: list[str] = []
+    for rtt, result in sorted(results.items()):
+        line = (f"rtt {rtt * 1e3:g} ms: {result.rate:,.0f} msg/s, {result.rate / partitions:,.0f} per partition, "
+                f"CPU {result.cpu_per_message:,.0f} µs/msg")
+        if rtt in latencies:
+            line += "; " + describe_latency(rtt, latencies[rtt]).split(": ", 1)[1]
+        print("  " + line)
+        summary.append(f"rtt {rtt * 1e3:g} ms {result.rate:,.0f} msg/s")
+    if len(results) > 1:
+        low, high = results[min(results)], results[max(results)]
+        ratio = high.rate / low.rate if low.rate else 0.0
+        mark = "PASS" if ratio >= 0.5 else "MISS"
+        print(f"  rate at rtt {max(results) * 1e3:g} ms / at {min(results) * 1e3:g} ms: {ratio:.2f}   target >= 0.5   "
+              f"{mark}")
+        summary.append(f"rtt {max(results) * 1e3:g}/{min(results) * 1e3:g} {ratio:.2f} (>= 0.5 {mark})")
     return summary
 
 
@@ -334,6 +391,15 @@ def main(argv: Sequence[str] | None = None) -> int:
                              "message without it (default 300; 0: skip)")
     parser.add_argument("--profile", action="store_true",
                         help="run each NATS worker under py-spy (slower) and print where its CPU goes")
+    parser.add_argument("--rtt-ms", default="",
+                        help="comma-separated round trips in ms (e.g. 0,1,5): after the other phases, for each, "
+                             "nats-1 again with the workers reaching the server through a delaying proxy "
+                             "(rate per partition), and the end-to-end latency of events sent one at a time "
+                             "(benchmarks/cluster_latency.py); target: the rate at the largest >= half the "
+                             "rate at the smallest")
+    parser.add_argument("--rtt-workers", type=int, default=1, help="workers of the --rtt-ms phases (default 1)")
+    parser.add_argument("--latency-events", type=int, default=100,
+                        help="events per latency measurement of --rtt-ms (default 100)")
     parser.add_argument("--keep", type=Path, help="keep the Specs, states, logs and reports here")
     args = parser.parse_args(argv)
     phases = [p.strip() for p in args.phases.split(",") if p.strip()]
@@ -347,6 +413,8 @@ def main(argv: Sequence[str] | None = None) -> int:
           f"{os.getloadavg()[0]:.2f}", flush=True)
     results: dict[str, ClusterResult] = {}
     fixed_results: dict[str, ClusterResult] = {}
+    rtt_results: dict[float, ClusterResult] = {}
+    latencies: dict[float, list[float]] = {}
     failed: str | None = None
     with tempfile.TemporaryDirectory(prefix="egress-cluster-bench-") as temporary:
         work = args.keep or Path(temporary)
@@ -379,6 +447,18 @@ def main(argv: Sequence[str] | None = None) -> int:
                 print(f"{fixed.name}: {fixed.delivered:,}/{fixed.messages:,} delivered, load average {fixed.load:.2f}")
                 for line in fixed_cost(results[phase], fixed):
                     print("  " + line, flush=True)
+            rtts = [float(value) / 1e3 for value in args.rtt_ms.split(",") if value.strip()]
+            for rtt in rtts:
+                target.start()
+                result = run_workers(target, args.messages, args.rtt_workers, work, args.timeout, rtt=rtt)
+                results[result.name] = result
+                rtt_results[rtt] = result
+                for line in describe(result):
+                    print("  " + line, flush=True)
+                for note in result.notes:
+                    print(f"    {note}", flush=True)
+                latencies[rtt] = run_latency(work, rtt, args.latency_events)
+                print("  " + describe_latency(rtt, latencies[rtt]), flush=True)
         except RuntimeError as error:
             failed = str(error)
         finally:
@@ -407,6 +487,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                       f"{projected:.2f}")
             summary.append(f"{phase}/{other} {ratio:.2f} (>= {bound:g} {mark})")
     summary += verdicts(results)
+    summary += rtt_verdict(rtt_results, latencies, args.partitions)
     lost = [name for name, result in [*results.items(), *fixed_results.items()] if not result.complete]
     if failed is not None:
         print(f"FAILED: {failed}")
