@@ -121,6 +121,32 @@ class KeyedLiveSource(LiveSource, Protocol):
         ...
 
 
+@runtime_checkable
+class PartitionedSource(Protocol):
+    """A source read by several readers at once, each a unit of its own (``source:<id>``,
+    partitions ``0 .. count-1``, each with its own lease, position and state): its class says how
+    many from its parameters (:func:`reader_count`), and the reader of partition ``index`` calls
+    :meth:`read_partition` on the instance it creates before anything else, so it reads only its
+    share of the input (a ``nats`` source the subjects of its JetStream partition, followed files
+    the files whose inode hashes to it)."""
+
+    def read_partition(self, index: int, count: int) -> None:
+        """Read only share ``index`` (``0 .. count-1``) of the input from now on."""
+        ...
+
+
+READERS_LIMIT = 1024
+"""The most readers a source may have (a ``readers`` parameter above it is refused)."""
+
+
+def reader_count(source_class: Any, parameters: Any) -> int:
+    """How many readers (units ``source:<id>`` partitions ``0 .. n-1``) read a source of
+    ``source_class`` with ``parameters``: the class's ``reader_count(parameters)`` when it has one,
+    else 1. A count above 1 needs a class whose instances are :class:`PartitionedSource`."""
+    count = getattr(source_class, "reader_count", None)
+    return 1 if count is None else int(count(parameters))
+
+
 class SourceClass(Protocol):
     parameters_model: ClassVar[type[BaseModel]]
 

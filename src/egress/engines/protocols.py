@@ -200,8 +200,9 @@ class CheckpointStore(Protocol):
 
 
 SOURCE_PREFIX = "source:"
-"""Consumers named ``source:<id>`` are source readers (partition 0); every other consumer but a
-role's is a computation. ``egress.runtime.unit.Unit.consumer`` makes these keys."""
+"""Consumers named ``source:<id>`` are source readers (partition: the reader's, 0 for a source
+with one reader); every other consumer but a role's is a computation.
+``egress.runtime.unit.Unit.consumer`` makes these keys."""
 
 ROLE_PREFIX = "role:"
 """Consumers named ``role:<name>`` are leases of a role, not of a job (the cluster's throttler

@@ -53,8 +53,8 @@ class RunResult:
 
 
 def plan_units(plan: Plan) -> list[Unit]:
-    """Every unit of ``plan``'s Spec: each source reader, then each computation's partitions."""
-    units = [Unit.source(source_id) for source_id in plan.sources]
+    """Every unit of ``plan``'s Spec: each source's reader partitions, then each computation's partitions."""
+    units = [Unit.source(source_id, k) for source_id, source in plan.sources.items() for k in range(source.readers)]
     units += [Unit.computation(cid, p) for cid in plan.computations for p in range(plan.spec.partition_count)]
     return units
 

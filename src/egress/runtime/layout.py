@@ -15,7 +15,8 @@ The layout, in the Spec's own paths:
   it, rows are stored by column name) and ``streams/<id>/group_by``;
 - ``sources/<id>/``: ``source_class_name`` (aliases of one class are equal), ``output_stream_id``
   and ``parameters/path`` (what a file source reads, as the Spec names it; ``parameters/stream``
-  for a ``nats`` source);
+  for a ``nats`` source) and ``parameters/readers`` when a source has more than one reader (each
+  reader's position and state count in its share of the input);
 - ``computations/<id>/``: ``computation_class_name``, ``input_stream_ids``,
   ``output_stream_ids``, and per sink ``sinks/<id>/sink_class_name`` and ``input_stream_ids``.
 
@@ -70,9 +71,12 @@ def spec_layout(plan: Plan) -> dict[str, Any]:
     for source_id, source in spec.sources.items():
         entry: dict[str, Any] = {"source_class_name": SOURCES.canonical_name(source.source_class_name),
                                  "output_stream_id": source.output_stream_id}
-        reads = plan.sources[source_id].reads
-        if reads:
-            entry["parameters"] = {plan.sources[source_id].reads_parameter: reads}
+        planned = plan.sources[source_id]
+        parameters: dict[str, Any] = {planned.reads_parameter: planned.reads} if planned.reads else {}
+        if planned.readers > 1:  # a reader's position and state count in its share of the input only
+            parameters["readers"] = planned.readers
+        if parameters:
+            entry["parameters"] = parameters
         sources[source_id] = entry
     return {
         "partition_count": spec.partition_count,

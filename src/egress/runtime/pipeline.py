@@ -294,7 +294,7 @@ class Pipeline:
             return SourceReader(source, self._require_engine(), self.plan.base_dir, spec.partition_count, self.metrics,
                                 self.options, notify, spec.pipeline, record_finished=self.host.shared,
                                 downstream=functools.partial(self._downstream_progress, source.stream_id),
-                                clock=self.clock)
+                                clock=self.clock, partition=unit.partition)
         return PartitionJob(
             self.plan.computations[unit.name], unit.partition, streams=spec.streams,
             partition_count=spec.partition_count, engine=self._require_engine(), clock=self.clock,

@@ -16,6 +16,7 @@ from typing import Any
 from pydantic import BaseModel
 
 from egress.connectors import SINKS, SOURCES, Registry
+from egress.connectors.base import READERS_LIMIT, reader_count
 from egress.errors import SpecError, SpecErrors
 from egress.runtime.api import MapFunction, ProcessFunction, map_output_stream
 from egress.spec import DynamicSpec, Spec, StreamSpec, load_document, validate_model
@@ -26,11 +27,16 @@ logger = logging.getLogger("egress.spec")
 
 @dataclass(frozen=True)
 class SourcePlan:
+    """A checked source: its class and validated parameters, the stream it writes, and ``readers``,
+    how many reader units read it (``source:<id>`` partitions ``0 .. readers-1``; the class decides
+    from its parameters, ``egress.connectors.base.reader_count``)."""
+
     source_id: str
     source_class: Any
     parameters: Any
     stream_id: str
     stream: StreamSpec
+    readers: int = 1
 
     @property
     def reads(self) -> str:
@@ -179,7 +185,12 @@ class _PlanBuilder:
             self.errors.extend(e.at(file=self.spec_file, prefix=at)
                                for e in source_class.check(parameters, stream, self.base_dir))
             self.errors.extend(unset_environment(source.parameters, f"{at}/parameters", self.spec_file))
-            sources[source_id] = SourcePlan(source_id, source_class, parameters, source.output_stream_id, stream)
+            readers = reader_count(source_class, parameters)
+            if not 1 <= readers <= READERS_LIMIT:
+                self.problem(f"a source has 1 to {READERS_LIMIT} readers, not {readers}", f"{at}/parameters/readers")
+                continue
+            sources[source_id] = SourcePlan(source_id, source_class, parameters, source.output_stream_id, stream,
+                                            readers)
         return sources
 
     def computations(self) -> dict[str, ComputationPlan]:

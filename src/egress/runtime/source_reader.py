@@ -4,23 +4,46 @@ Each chunk of records is appended to the log partitions of their keys in the sam
 that commits the source position, so a crash never loses or doubles a record. A
 :class:`~egress.connectors.base.ResumableSource` also commits its source state in that transaction
 (internal state :data:`SOURCE_STATE` of the consumer ``source:<id>``, so every engine keeps it).
+
+A source read by ``n`` readers (``SourcePlan.readers``) has one reader per partition ``0 .. n-1``
+of the unit ``source:<id>``, each with its own lease, position, state and finished marker; the
+source instance of reader ``k`` is told its share (``PartitionedSource.read_partition(k, n)``).
+With one reader every key is the one of a single-reader source.
 """
 
 from __future__ import annotations
 
 import asyncio
+import functools
 import itertools
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import NamedTuple
 
 from egress.clock import Clock, RealClock, unless_set
-from egress.connectors.base import SOURCE_KEYS, KeyedLiveSource, LiveSource, ResumableSource, Source, SourceRecord
+from egress.connectors.base import (
+    SOURCE_KEYS,
+    KeyedLiveSource,
+    LiveSource,
+    PartitionedSource,
+    ResumableSource,
+    Source,
+    SourceRecord,
+)
 from egress.connectors.sources.chunks import ChunkedSource, RecordChunk, chunks_of
 from egress.connectors.sources.live import HoldsBack, UsesClock
 from egress.connectors.sources.unread import unread_records
 from egress.engines import Engine, EpochCommit, LogAppend
-from egress.keys import encode_keys, partitions_of, source_message_id, source_message_ids, source_scope
+from egress.keys import (
+    EMPTY_KEY,
+    encode_key,
+    encode_keys,
+    partition_of,
+    partitions_of,
+    source_message_id,
+    source_message_ids,
+    source_scope,
+)
 from egress.observe import Metrics
 from egress.runtime.options import RunOptions
 from egress.runtime.plan import SourcePlan
@@ -29,22 +52,38 @@ from egress.runtime.unit import Unit
 POSITION = ("", 0)
 INLINE_KEYING = 256
 """Live records a reader keys on the event loop at most; a larger batch is keyed on a worker thread."""
-SOURCE_STATE = ("source", b"[]")
-"""Where a source reader commits its source's own state: ``(state name, encoded key)`` (the empty
-key, ``encode_key([])``, so every reader of keyed state can decode it)."""
+SOURCE_STATE = ("source", EMPTY_KEY)
+"""Where the reader of a source with one reader commits its source's own state: ``(state name,
+encoded key)`` (the empty key, ``encode_key([])``, so every reader of keyed state can decode it);
+:func:`source_state_key` gives the key of each reader of a source with several."""
 
 
-async def load_source_state(engine: Engine, consumer: str) -> bytes:
-    """The source state committed by source reader ``consumer`` (``b""`` before any)."""
-    state = await engine.load_keyed_state(consumer, 0, 1, [])
-    name, key = SOURCE_STATE
+@functools.lru_cache(maxsize=1024)
+def source_state_key(partition: int, readers: int) -> tuple[str, bytes]:
+    """Where reader ``partition`` of a source with ``readers`` readers commits its source state:
+    :data:`SOURCE_STATE` for a single reader; else the first key ``encode_key([i])``, i = 0, 1, …,
+    with ``partition_of(key, readers) == partition``: engines load a partition's share of keyed state
+    by its keys' partition, and each reader loads its own (``load_keyed_state(consumer, partition,
+    readers)``)."""
+    if readers == 1:
+        return SOURCE_STATE
+    key = next(key for i in itertools.count() if partition_of(key := encode_key([i]), readers) == partition)
+    return (SOURCE_STATE[0], key)
+
+
+async def load_source_state(engine: Engine, consumer: str, partition: int = 0, readers: int = 1) -> bytes:
+    """The source state committed by reader ``partition`` of ``consumer`` (``b""`` before any)."""
+    state = await engine.load_keyed_state(consumer, partition, readers, [])
+    name, key = source_state_key(partition, readers)
     return state.internal.get(name, {}).get(key, b"")
 
 
-def source_state_writes(source: Source, committed: bytes) -> dict[tuple[str, bytes], bytes | None]:
-    """The state write that commits ``source``'s state when it changed since ``committed``."""
+def source_state_writes(source: Source, committed: bytes, where: tuple[str, bytes] = SOURCE_STATE
+                        ) -> dict[tuple[str, bytes], bytes | None]:
+    """The state write (at ``where``, :func:`source_state_key`) that commits ``source``'s state when it
+    changed since ``committed``."""
     if isinstance(source, ResumableSource) and source.source_state != committed:
-        return {SOURCE_STATE: source.source_state}
+        return {where: source.source_state}
     return {}
 
 
@@ -77,16 +116,18 @@ def downstream_backlog(log_ends: dict[int, int], progress: list[DownstreamProgre
     return max(by_computation.values(), default=0)
 
 
-def finished_key(source_id: str) -> str:
+def finished_key(source_id: str, partition: int = 0) -> str:
     """The engine metadata key a cluster's source reader sets, to the generation of its lease, once it
-    has read its source to the end (``source_finished.<id>``): every worker's drained check reads it."""
-    return f"source_finished.{source_id}"
+    has read its share of the source to the end (``source_finished.<id>`` for partition 0,
+    ``source_finished.<id>.<partition>`` for the others): every worker's drained check reads them."""
+    return f"source_finished.{source_id}" if partition == 0 else f"source_finished.{source_id}.{partition}"
 
 
 class SourceReader:
-    """Reads ``plan``'s source from its committed position; ``notify(partition)`` is called for
-    each partition that received messages, after the commit. Message ids are scoped to
-    ``pipeline``, the source and its file (``egress.keys.source_scope``)."""
+    """Reads reader ``partition``'s share (``0 .. plan.readers-1``) of ``plan``'s source from its
+    committed position; ``notify(partition)`` is called for each log partition that received
+    messages, after the commit. Message ids are scoped to ``pipeline``, the source and its file
+    (``egress.keys.source_scope``)."""
 
     def __init__(
         self,
@@ -102,10 +143,14 @@ class SourceReader:
         record_finished: bool = False,
         downstream: Downstream | None = None,
         clock: Clock | None = None,
+        partition: int = 0,
     ) -> None:
         self.plan = plan
         self._scope = source_scope(pipeline, plan.source_id, plan.reads)
-        self.consumer = Unit.source(plan.source_id).consumer
+        self.partition = partition
+        self.unit = Unit.source(plan.source_id, partition)
+        self.consumer = self.unit.consumer
+        self._state_key = source_state_key(partition, plan.readers)
         self._engine = engine
         self._base_dir = base_dir
         self._partition_count = partition_count
@@ -149,11 +194,13 @@ class SourceReader:
         ``record_finished``, sets :func:`finished_key` to the generation in the engine's metadata."""
         engine = self._engine
         if generation is None:
-            generation = await engine.acquire(self.consumer, 0)
-        checkpoint = await engine.load_checkpoint(self.consumer, 0, [])
+            generation = await engine.acquire(self.consumer, self.partition)
+        checkpoint = await engine.load_checkpoint(self.consumer, self.partition, [])
         position = checkpoint.input_positions.get(POSITION, 0)
         source = self.plan.source_class.create(self.plan.source_id, self.plan.parameters, self.plan.stream,
                                                self._base_dir)
+        if isinstance(source, PartitionedSource):
+            source.read_partition(self.partition, self.plan.readers)
         if isinstance(source, UsesClock):
             source.use_clock(self._clock)
         self._source = source
@@ -165,7 +212,7 @@ class SourceReader:
             return
         source_state = b""
         if isinstance(source, ResumableSource):
-            source_state = await load_source_state(engine, self.consumer)
+            source_state = await load_source_state(engine, self.consumer, self.partition, self.plan.readers)
             source.resume(source_state)
         count = self._options.source_chunk
         chunks = (source.record_chunks(position, count) if isinstance(source, ChunkedSource)
@@ -176,10 +223,10 @@ class SourceReader:
             appends, touched, end = await asyncio.to_thread(chunker.take, chunks)
             if not appends:
                 break
-            state_writes = source_state_writes(source, source_state)
-            await engine.commit(EpochCommit(self.consumer, 0, generation, {POSITION: end}, log_appends=appends,
-                                            state_writes=state_writes))
-            source_state = state_writes.get(SOURCE_STATE) or source_state
+            state_writes = source_state_writes(source, source_state, self._state_key)
+            await engine.commit(EpochCommit(self.consumer, self.partition, generation, {POSITION: end},
+                                            log_appends=appends, state_writes=state_writes))
+            source_state = state_writes.get(self._state_key) or source_state
             self._rows.inc(len(appends))
             self._count_bad_records(source)
             for partition in touched:
@@ -204,7 +251,7 @@ class SourceReader:
     async def _finish(self, generation: int) -> None:
         """The source is read to its end: say so (with ``record_finished``, in the engine's metadata)."""
         if self._record_finished:
-            await self._engine.write_meta(finished_key(self.plan.source_id), str(generation))
+            await self._engine.write_meta(finished_key(self.plan.source_id, self.partition), str(generation))
         self.finished = True
 
     async def _read_live(self, source: LiveSource, chunker: _Chunker, generation: int, position: int,
@@ -214,8 +261,8 @@ class SourceReader:
         end as it was at the start (``True``). A batch waits at most one ``epoch_period`` for its
         first record, so a new record is committed within about one epoch of arriving."""
         engine = self._engine
-        keyed = await engine.load_keyed_state(self.consumer, 0, 1, [])
-        name, key = SOURCE_STATE
+        keyed = await engine.load_keyed_state(self.consumer, self.partition, self.plan.readers, [])
+        name, key = self._state_key
         source_state = keyed.internal.get(name, {}).get(key, b"")
         if isinstance(source, KeyedLiveSource):
             source.restore_keys(keyed.internal.get(SOURCE_KEYS, {}))
@@ -236,11 +283,12 @@ class SourceReader:
                     continue
                 appends, touched = await self._keyed(chunker, records)
                 position, state = source.position, source.source_state
-                writes: dict[tuple[str, bytes], bytes | None] = {SOURCE_STATE: state} if state != source_state else {}
+                writes: dict[tuple[str, bytes], bytes | None] = {self._state_key: state} if state != source_state \
+                    else {}
                 if isinstance(source, KeyedLiveSource):
                     writes.update(((SOURCE_KEYS, k), v) for k, v in source.take_key_writes().items())
-                await engine.commit(EpochCommit(self.consumer, 0, generation, {POSITION: position}, log_appends=appends,
-                                                state_writes=writes))
+                await engine.commit(EpochCommit(self.consumer, self.partition, generation, {POSITION: position},
+                                                log_appends=appends, state_writes=writes))
                 if holding is not None:
                     self._count_appends(appends)
                 source.committed()
@@ -264,8 +312,9 @@ class SourceReader:
         return await asyncio.to_thread(chunker.take_live, records)
 
     async def _load_log_ends(self) -> None:
-        """The end offsets of the source's stream, once: from then on this reader, the stream's only
-        writer (its lease fences any other), counts its own appends (:meth:`_count_appends`)."""
+        """The end offsets of the source's stream: from then on this reader counts its own appends
+        (:meth:`_count_appends`); the stream's only writer when its source has one reader (its lease
+        fences any other), else loaded again every ``remote_poll_period`` (:meth:`_tell_backlog`)."""
         stream = self.plan.stream_id
         self._log_ends = {p: await self._engine.end_offset(stream, p) for p in range(self._partition_count)}
 
@@ -281,7 +330,11 @@ class SourceReader:
         progress = self._downstream()
         remote = [(job.computation_id, job.partition) for job in progress if job.read_offset is None]
         now = self._clock.monotonic()
-        if remote and (self._remote_read_at is None or now - self._remote_read_at >= self._options.remote_poll_period):
+        due = self._remote_read_at is None or now - self._remote_read_at >= self._options.remote_poll_period
+        if due and self.plan.readers > 1:  # the other readers append too: the stream's ends from the engine
+            self._remote_read_at = now
+            await self._load_log_ends()
+        if remote and due:
             self._remote_read_at = now
             stream = self.plan.stream_id
             for computation, partition in remote:

@@ -113,18 +113,27 @@ class StatusView:
 
     async def _sources(self, engine: Engine | None, plan: Plan, owners: dict[tuple[str, int], str],
                        leases: list[LeaseInfo]) -> dict[str, dict[str, Any]]:
-        """Each source: read to the end (in a cluster, by whichever worker: its ``source_finished``
-        flag of the live lease) and its reader's owner."""
-        readers = {reader.plan.source_id: reader for reader in self._units.readers}
+        """Each source: read to the end by every reader (in a cluster, by whichever worker: the
+        ``source_finished`` flags of the live leases), the owner of its reader partition 0, and with
+        several readers ``owners``, each partition's; ``unread_records`` summed over the readers that
+        run here (``None`` while one of them cannot tell, or some run elsewhere)."""
+        readers: dict[str, list[Any]] = {}
+        for reader in self._units.readers:
+            readers.setdefault(reader.plan.source_id, []).append(reader)
         sources: dict[str, dict[str, Any]] = {}
-        for source_id in plan.sources:
-            reader = readers.get(source_id)
-            finished = reader is not None and reader.finished
+        for source_id, source in plan.sources.items():
+            here = readers.get(source_id, [])
+            finished = len(here) == source.readers and all(reader.finished for reader in here)
             if engine is not None and not finished:
                 finished = await self._host.source_finished(engine, source_id, leases)
-            sources[source_id] = {"finished": finished, "owner": owners.get(Unit.source(source_id).key),
-                                  "unread_records": 0 if finished else
-                                  (reader.unread_records() if reader is not None else None)}
+            unread = [reader.unread_records() for reader in here]
+            entry: dict[str, Any] = {
+                "finished": finished, "owner": owners.get(Unit.source(source_id).key),
+                "unread_records": 0 if finished else (
+                    sum(unread) if len(here) == source.readers and None not in unread else None)}
+            if source.readers > 1:
+                entry["owners"] = [owners.get(Unit.source(source_id, k).key) for k in range(source.readers)]
+            sources[source_id] = entry
         return sources
 
     async def _partitions(self, engine: Engine | None, plan: Plan,

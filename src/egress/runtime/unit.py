@@ -1,8 +1,9 @@
 """A unit of work: what one lease covers and one task runs.
 
-A unit is a computation's partition (run by a partition job) or a source (run by its reader,
-always partition 0). The engine knows a unit by its consumer key and partition, the pair it leases
-and commits under: the computation id, or ``source:<id>`` (:data:`egress.engines.SOURCE_PREFIX`).
+A unit is a computation's partition (run by a partition job) or a source's reader partition (run
+by a source reader: partitions ``0 .. n-1`` of a source read by ``n`` readers, 0 alone for most).
+The engine knows a unit by its consumer key and partition, the pair it leases and commits under:
+the computation id, or ``source:<id>`` (:data:`egress.engines.SOURCE_PREFIX`).
 :attr:`Unit.consumer` is the one place the runtime makes that key; the keys are the ones state
 directories and buckets already hold.
 """
@@ -22,8 +23,8 @@ UnitKind = Literal["computation", "source"]
 @dataclass(frozen=True, slots=True)
 class Unit:
     """``kind`` ``"computation"`` (``name`` the computation id, ``partition`` its partition) or
-    ``"source"`` (``name`` the source id, ``partition`` 0). Units sort by ``(consumer, partition)``,
-    the engine's order of its leases."""
+    ``"source"`` (``name`` the source id, ``partition`` its reader's, 0 for a source with one
+    reader). Units sort by ``(consumer, partition)``, the engine's order of its leases."""
 
     kind: UnitKind
     name: str
@@ -34,8 +35,8 @@ class Unit:
         return cls("computation", computation_id, partition)
 
     @classmethod
-    def source(cls, source_id: str) -> Unit:
-        return cls("source", source_id, 0)
+    def source(cls, source_id: str, partition: int = 0) -> Unit:
+        return cls("source", source_id, partition)
 
     @property
     def consumer(self) -> str:

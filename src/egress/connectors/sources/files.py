@@ -26,7 +26,7 @@ from typing import IO, Any, ClassVar, TypeVar
 import orjson
 from pydantic import ConfigDict, Field
 
-from egress.connectors.base import SOURCES, SourceRecord
+from egress.connectors.base import READERS_LIMIT, SOURCES, SourceRecord
 from egress.connectors.sources.bad_records import (
     BadRecordParameters,
     BadRecords,
@@ -34,7 +34,7 @@ from egress.connectors.sources.bad_records import (
     check_bad_record_parameters,
 )
 from egress.connectors.sources.chunks import RecordChunk
-from egress.connectors.sources.follow import FollowedFiles
+from egress.connectors.sources.follow import FollowedFiles, has_magic
 from egress.connectors.sources.identity import FileIdentity, changed_error, check_record_count
 from egress.connectors.sources.schema import (
     JsonRows,
@@ -54,13 +54,16 @@ class FileSourceParameters(BadRecordParameters):
     """``path`` (relative paths are relative to the Spec file's folder), the optional
     ``timestamp_column`` giving each message's event time, and ``follow``: tail the file (or every
     file of a glob ``path``) as it grows and follow its rotation (``egress.connectors.sources.follow``);
-    ``on_bad_record`` and ``dead_letter_path`` (``egress.connectors.sources.bad_records``)."""
+    ``on_bad_record`` and ``dead_letter_path`` (``egress.connectors.sources.bad_records``);
+    ``readers`` (1 to 1024; above 1 only with ``follow: true`` and a glob ``path``): how many readers
+    share the files, each following those whose inode hashes to it."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     path: str = Field(min_length=1)
     timestamp_column: str | None = None
     follow: bool = False
+    readers: int = Field(default=1, ge=1, le=READERS_LIMIT)
 
 
 class CsvSourceParameters(FileSourceParameters):
@@ -181,9 +184,18 @@ class _FileSource(WithBadRecords):
     kind: ClassVar[str] = ""
 
     @classmethod
+    def reader_count(cls, parameters: Any) -> int:
+        """``readers`` (``egress.connectors.base.reader_count``)."""
+        return int(parameters.readers)
+
+    @classmethod
     def check(cls, parameters: Any, stream: StreamSpec, base_dir: Path) -> list[SpecError]:
         errors = check_bad_record_parameters(parameters, base_dir)
         path = base_dir / parameters.path
+        if parameters.readers > 1 and not (parameters.follow and has_magic(parameters.path)):
+            errors.append(SpecError(f"readers: {parameters.readers} shares the files of a glob among readers: it "
+                                    "needs follow: true and a glob path (e.g. logs/*.jsonl), or readers: 1",
+                                    path="parameters/readers"))
         if parameters.follow:
             errors += check_followed(path)
         elif not path.is_file():

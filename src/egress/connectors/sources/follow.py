@@ -23,6 +23,11 @@ rotated siblings (``app.log.*``, not ``.gz``) that are none of the committed fil
 its end and dropped lately (the state keeps the last :data:`DROPPED_KEPT` identities), and that were
 modified after the newest modification the state has seen (``seen_mtime_ns``, so a rotated file of
 before is not read again), oldest first.
+
+With ``readers: N`` (a glob ``path`` only) the files are shared among N readers, each its own unit
+with its own committed state: reader ``k`` takes a new file when its inode hashes to ``k``
+(:func:`file_share`; the inode, not the name, so a file renamed within the glob stays with its
+reader), and numbers its files ``k, k+N, k+2N, …``, so message ids never collide between readers.
 """
 
 from __future__ import annotations
@@ -46,6 +51,7 @@ from egress.connectors.sources.live import HeldFailure
 from egress.connectors.sources.schema import CsvPlan, csv_plan, csv_row, data_error, json_row, timestamp_of
 from egress.connectors.sources.unread import estimate
 from egress.errors import SourceChangedError, SourceDataError
+from egress.keys import partition_of
 from egress.spec import StreamSpec
 
 READ_BYTES = 1 << 20
@@ -55,6 +61,12 @@ DROPPED_KEPT = 16
 one of them is not read again after a restart."""
 
 log = logging.getLogger(__name__)
+
+
+def file_share(inode: int, readers: int) -> int:
+    """The reader (``0 .. readers-1``) that follows the file of ``inode``: a hash of the inode, the
+    same on every worker that sees the file."""
+    return partition_of(b"%d" % inode, readers)
 
 
 @dataclass(slots=True)
@@ -78,7 +90,7 @@ class FollowedFile:
         return FileIdentity(self.inode, self.length, self.fingerprint)
 
 
-def _has_magic(pattern: str) -> bool:
+def has_magic(pattern: str) -> bool:
     """Whether ``pattern`` is a glob (``*``, ``?``, ``[``) rather than one path."""
     return glob.has_magic(pattern)
 
@@ -98,6 +110,7 @@ class FollowedFiles(HeldFailure, WithBadRecords):
         self._files: dict[int, FollowedFile] = {}
         self._descriptors: dict[int, int] = {}
         self._next_number = 0
+        self._share, self._readers = 0, 1  # this reader's share of the files (read_partition)
         self._position = 0
         self._until_caught_up = False
         self._nulls = frozenset(getattr(parameters, "null_values", ()))
@@ -105,6 +118,12 @@ class FollowedFiles(HeldFailure, WithBadRecords):
         self._matched_paths: set[str] = set()
         self._seen_mtime_ns = 0  # the newest modification time of a file when lines were read from it
         self._dropped: list[FileIdentity] = []  # of the files dropped last
+
+    def read_partition(self, index: int, count: int) -> None:
+        """Follow only the files whose inode hashes to ``index`` of ``count``
+        (``egress.connectors.base.PartitionedSource``), numbered ``index, index+count, …``."""
+        self._share, self._readers = index, count
+        self._next_number = index
 
     # -- LiveSource --------------------------------------------------------------------------
 
@@ -185,7 +204,7 @@ class FollowedFiles(HeldFailure, WithBadRecords):
                 continue
             self._files[followed.number] = followed
             self._descriptors[followed.number] = descriptor
-        if "seen_mtime_ns" in document and not _has_magic(self.pattern):
+        if "seen_mtime_ns" in document and not has_magic(self.pattern):
             self._seen_mtime_ns = int(document["seen_mtime_ns"])
             self._add_rotated_while_down()
 
@@ -239,7 +258,7 @@ class FollowedFiles(HeldFailure, WithBadRecords):
     def _scan(self) -> None:
         """Match the pattern: new files get a number; a file rewritten in place starts again under a
         new number; files no longer matched keep their descriptor until read to the end."""
-        paths = sorted(glob.glob(self.pattern)) if _has_magic(self.pattern) else [self.pattern]
+        paths = sorted(glob.glob(self.pattern)) if has_magic(self.pattern) else [self.pattern]
         self._matched_paths = set(paths)
         by_inode = {f.inode: f for f in self._files.values()}
         for path in paths:
@@ -252,6 +271,9 @@ class FollowedFiles(HeldFailure, WithBadRecords):
             if known is not None and known.identity.change(descriptor) is None and stat.st_size >= known.offset:
                 known.path = path
                 os.close(descriptor)
+                continue
+            if known is None and self._readers > 1 and file_share(stat.st_ino, self._readers) != self._share:
+                os.close(descriptor)  # another reader's
                 continue
             if known is not None:  # same inode, other first bytes or shorter: rewritten or truncated
                 self._drop(known.number)
@@ -269,7 +291,7 @@ class FollowedFiles(HeldFailure, WithBadRecords):
     def _add(self, path: str, descriptor: int) -> None:
         identity = FileIdentity.of(descriptor)
         followed = FollowedFile(self._next_number, path, identity.inode, identity.length, identity.fingerprint)
-        self._next_number += 1
+        self._next_number += self._readers
         self._files[followed.number] = followed
         self._descriptors[followed.number] = descriptor
 

@@ -15,6 +15,15 @@ file, or environment variables holding a token or a user and password; never in 
 
 The stream must keep a message until egress has read it (retention limits that drop unread
 messages drop them for egress too).
+
+``readers: N`` reads the stream with N readers (units ``source:<id>`` partitions ``0 .. N-1``, spread
+over a cluster's workers), each its own consumer on its share of the subjects: ``subject`` holds the
+token ``{partition}``, which reader ``k`` replaces by ``k`` (``orders.{partition}.*`` → reader 1
+filters ``orders.1.*``). The stream makes those partitions itself with JetStream's deterministic
+subject mapping, a subject transform ``orders.*`` → ``orders.{{partition(N,1)}}.{{wildcard(1)}}``,
+so a publisher puts its event's key in the hashed token (``orders.<key>``) and every event of a key
+is read, in order, by one reader (``docs/sources.md``). Message ids stay the stream sequence's:
+unique whichever reader reads a message.
 """
 
 from __future__ import annotations
@@ -26,7 +35,7 @@ from urllib.parse import urlsplit
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from egress.connectors.base import SOURCES, SourceRecord
+from egress.connectors.base import READERS_LIMIT, SOURCES, SourceRecord
 from egress.connectors.sources.bad_records import (
     BadRecordParameters,
     BadRecords,
@@ -44,6 +53,8 @@ if TYPE_CHECKING:  # nats-py is imported when a nats source starts: `import egre
     from nats.aio.msg import Msg
     from nats.js import JetStreamContext
 
+PARTITION_TOKEN = "{partition}"
+"""The token of a ``subject`` that each of several readers replaces by its partition number."""
 CONSUMER_INACTIVE_THRESHOLD = 60.0
 """Seconds after which the server removes the ephemeral consumer of a reader that went away."""
 
@@ -61,7 +72,9 @@ class NatsSourceParameters(BadRecordParameters):
     credentials by reference: ``credentials_file`` (a NATS ``.creds`` file, relative to the Spec's
     folder), or ``token_env``, or ``user_env`` with ``password_env`` (names of environment variables);
     ``connect_timeout`` in seconds; ``on_bad_record`` and ``dead_letter_path``
-    (``egress.connectors.sources.bad_records``)."""
+    (``egress.connectors.sources.bad_records``); ``readers`` (1 to 1024): how many readers share the
+    stream, each reading the subjects ``subject`` names with its partition number in place of the
+    token ``{partition}`` (module docstring)."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
@@ -78,6 +91,7 @@ class NatsSourceParameters(BadRecordParameters):
     user_env: str | None = None
     password_env: str | None = None
     connect_timeout: float = Field(default=5.0, gt=0)
+    readers: int = Field(default=1, ge=1, le=READERS_LIMIT)
 
     @property
     def reads(self) -> str:
@@ -87,6 +101,12 @@ class NatsSourceParameters(BadRecordParameters):
     @property
     def reads_parameter(self) -> str:
         return "stream"
+
+    def partition_subject(self, partition: int) -> str | None:
+        """The subject filter of reader ``partition`` (``None``: the whole stream)."""
+        if self.subject is None:
+            return None
+        return self.subject.replace(PARTITION_TOKEN, str(partition))
 
     def special_columns(self) -> list[str]:
         """The columns filled from the message rather than from its JSON."""
@@ -115,6 +135,16 @@ class NatsSource(CountedPosition, HeldFailure, WithBadRecords):
         self._end: int | None = None
         self._caught_up = False
         self._pending: int | None = None  # the consumer's pending messages after the last fetch
+        self._filter = parameters.partition_subject(0)
+
+    @classmethod
+    def reader_count(cls, parameters: NatsSourceParameters) -> int:
+        """``readers`` (``egress.connectors.base.reader_count``)."""
+        return parameters.readers
+
+    def read_partition(self, index: int, count: int) -> None:
+        """Read the subjects of partition ``index`` only (``egress.connectors.base.PartitionedSource``)."""
+        self._filter = self.parameters.partition_subject(index)
 
     @classmethod
     def check(cls, parameters: NatsSourceParameters, stream: StreamSpec, base_dir: Path) -> list[SpecError]:
@@ -151,6 +181,7 @@ class NatsSource(CountedPosition, HeldFailure, WithBadRecords):
                 errors.append(SpecError(f"format raw fills only the payload, subject and header columns; required "
                                         f"column(s) {', '.join(others)} would always be null",
                                         path="parameters/format"))
+        errors += _partition_errors(parameters)
         errors += referenced_file_errors(base_dir, "credentials_file", parameters.credentials_file)
         if parameters.password_env is not None and parameters.user_env is None:
             errors.append(SpecError("password_env needs user_env", path="parameters/user_env"))
@@ -300,7 +331,7 @@ class NatsSource(CountedPosition, HeldFailure, WithBadRecords):
         assert self._js is not None
         parameters = self.parameters
         config = ConsumerConfig(deliver_policy=DeliverPolicy.BY_START_SEQUENCE, opt_start_seq=max(1, self._position),
-                                ack_policy=AckPolicy.NONE, filter_subject=parameters.subject,
+                                ack_policy=AckPolicy.NONE, filter_subject=self._filter,
                                 inactive_threshold=CONSUMER_INACTIVE_THRESHOLD, mem_storage=True, num_replicas=1)
         consumer = await self._js.add_consumer(parameters.stream, config)
         self._subscription = await self._js.pull_subscribe_bind(consumer.name, stream=parameters.stream)
@@ -332,3 +363,23 @@ class NatsSource(CountedPosition, HeldFailure, WithBadRecords):
                 raise record_error(where, parameters.timestamp_column,
                                    f"cannot parse {value!r} as a timestamp ({error})") from None
         return SourceRecord(sequence, row, timestamp)
+
+
+def _partition_errors(parameters: NatsSourceParameters) -> list[SpecError]:
+    """``readers`` above 1 needs a ``subject`` whose token ``{partition}`` tells the readers apart;
+    the token is a whole token of the subject."""
+    subject = parameters.subject
+    example = "e.g. orders.{partition}.* over a stream that maps orders.* to orders.{{partition(N,1)}}.{{wildcard(1)}}"
+    if subject is None:
+        if parameters.readers > 1:
+            return [SpecError(f"readers: {parameters.readers} needs a subject holding the token {PARTITION_TOKEN} "
+                              f"({example}; docs/sources.md)", path="parameters/subject")]
+        return []
+    tokens = subject.split(".")
+    if PARTITION_TOKEN in subject and (subject.count(PARTITION_TOKEN) > 1 or PARTITION_TOKEN not in tokens):
+        return [SpecError(f"{PARTITION_TOKEN} must be one whole token of the subject, once ({example})",
+                          path="parameters/subject")]
+    if parameters.readers > 1 and PARTITION_TOKEN not in tokens:
+        return [SpecError(f"readers: {parameters.readers} needs the token {PARTITION_TOKEN} in the subject, where "
+                          f"the stream's partition number is ({example}; docs/sources.md)", path="parameters/subject")]
+    return []

@@ -1,9 +1,10 @@
 """Whether a cluster's whole pipeline is drained, as any worker can tell from the engine alone.
 
 One process's jobs know only their own work; a cluster's ``--until-drained`` ends every worker once
-the pipeline has nothing left anywhere: every source read to the end (its reader sets
-``source_finished.<id>`` in the engine's metadata to the generation of its lease; a flag of an older
-lease does not count, so a reader that starts again must finish again), and the committed
+the pipeline has nothing left anywhere: every source read to the end by each of its readers (reader
+partition ``k`` sets ``source_finished.<id>``, ``.<id>.<k>`` for k > 0, in the engine's metadata to
+the generation of its lease; a flag of an older lease does not count, so a reader that starts again
+must finish again), and the committed
 inventory shows no log message unread by a computation, no outbox message unacknowledged and no
 pending timer.
 """
@@ -18,8 +19,9 @@ from egress.runtime.unit import Unit
 
 
 def source_is_finished(flag: str | None, source_unit: Unit, leases: list[LeaseInfo]) -> bool:
-    """Whether the source of ``source_unit`` was read to the end under its live lease: ``flag`` is
-    its ``source_finished.<id>`` metadata (the generation that set it)."""
+    """Whether reader ``source_unit`` read its share of the source to the end under its live lease:
+    ``flag`` is its ``source_finished`` metadata (``source_reader.finished_key``: the generation that
+    set it)."""
     generations = {(lease.consumer, lease.partition): lease.generation for lease in leases}
     generation = generations.get(source_unit.key)
     return flag is not None and generation is not None and flag == str(generation)

@@ -81,8 +81,12 @@ class ClusterHost:
             await self.election.stop()
 
     async def source_finished(self, engine: Engine, source_id: str, leases: list[LeaseInfo]) -> bool:
-        """By whichever worker: the ``source_finished`` flag of the reader's live lease."""
-        return source_is_finished(await engine.read_meta(finished_key(source_id)), Unit.source(source_id), leases)
+        """By whichever worker: the ``source_finished`` flag of each reader partition's live lease."""
+        for partition in range(self._context.plan.sources[source_id].readers):
+            flag = await engine.read_meta(finished_key(source_id, partition))
+            if not source_is_finished(flag, Unit.source(source_id, partition), leases):
+                return False
+        return True
 
     async def describe(self, engine: Engine | None, leases: list[LeaseInfo]) -> dict[str, Any]:
         members = [] if engine is None else await engine.members()
