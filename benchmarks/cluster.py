@@ -84,6 +84,9 @@ issue 24's scaling targets."""
 COST_TARGET = 1.25
 """Issue 24: a NATS phase's CPU per message (every process) at most this many times embedded's."""
 PHASES = ("embedded", "nats-1", "nats-2", "nats-4")
+SOURCE_FILES = 16
+"""Files the NATS phases' source is dealt into with ``--readers workers`` (several per reader: the
+files source gives each file to a reader by a hash of its inode)."""
 CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
 POLL = 0.05  # seconds between two checks for exited workers
 
@@ -163,17 +166,32 @@ def run_embedded(target: Target, bodies: Sequence[bytes], count: int, partitions
     return result
 
 
-def nats_spec(work: Path, phase: Path, url: str, first: int | None = None) -> Path:
+def nats_spec(work: Path, phase: Path, url: str, first: int | None = None, readers: int = 0,
+              files: int = SOURCE_FILES) -> Path:
     """The embedded phase's Spec (written by ``run_egress``) with the receiver's current ``url``;
-    with ``first``, reading a copy of its source's first ``first`` records only."""
+    with ``first``, reading a copy of its source's first ``first`` records only; with ``readers``,
+    its records dealt round-robin into ``files`` files, read as a followed glob by ``readers``
+    readers (the files source shares a glob's files among its readers: one reader's records pass
+    through one process whatever the workers)."""
     spec = yaml.safe_load((work / "embedded" / "spec.yaml").read_text())
     spec["computations"]["deliver"]["sinks"]["http"]["parameters"]["url"] = url
+    parameters = spec["sources"]["payloads"]["parameters"]
     if first is not None:
-        parameters = spec["sources"]["payloads"]["parameters"]
         with open(parameters["path"], "rb") as source:
             records = [line for _, line in zip(range(first), source, strict=False)]
         parameters["path"] = str(phase / "payloads.jsonl")
         (phase / "payloads.jsonl").write_bytes(b"".join(records))
+    if readers:
+        folder = phase / "source"
+        folder.mkdir()
+        outs = [open(folder / f"part-{number:02d}.jsonl", "wb") for number in range(files)]  # noqa: SIM115
+        with open(parameters["path"], "rb") as source:
+            for number, line in enumerate(source):
+                outs[number % files].write(line)
+        for out in outs:
+            out.close()
+        spec["sources"]["payloads"]["parameters"] = {"path": str(folder / "*.jsonl"), "follow": True,
+                                                     "readers": readers}
     path = phase / "spec.yaml"
     path.write_text(yaml.safe_dump(spec, sort_keys=False))
     shutil.copy(work / "embedded" / "functions.py", phase / "functions.py")
@@ -181,19 +199,21 @@ def nats_spec(work: Path, phase: Path, url: str, first: int | None = None) -> Pa
 
 
 def run_workers(target: Target, count: int, workers: int, work: Path, timeout: float,
-                profile: bool = False, first: int | None = None, rtt: float | None = None) -> ClusterResult:
+                profile: bool = False, first: int | None = None, rtt: float | None = None,
+                partitioned: bool = False) -> ClusterResult:
     """A fresh nats-server and ``workers`` egress processes on one pipeline until it is drained; with
     ``profile``, each worker under ``py-spy record --gil --threads -f raw`` (the thread holding the
     GIL: py-spy takes a thread waiting in epoll or on a queue for a running one on this machine),
     its samples summed up in the result's notes; with ``first``, on the source's
     first ``first`` records (``count``) only; with ``rtt`` (seconds), the workers reach the server
     through a :class:`~tests.delay_proxy.DelayProxy` adding ``rtt / 2`` each way (the round trip
-    measured through it is in the notes)."""
+    measured through it is in the notes); with ``partitioned``, the source is read by as many
+    readers as there are workers (:func:`nats_spec`)."""
     name = f"nats-{workers}" + ("" if first is None else "-fixed") + ("" if rtt is None else f"-rtt{rtt * 1e3:g}ms")
     phase = work / name
     shutil.rmtree(phase, ignore_errors=True)
     phase.mkdir(parents=True)
-    spec = nats_spec(work, phase, target.url, first)
+    spec = nats_spec(work, phase, target.url, first, workers if partitioned else 0)
     server = NatsServer(phase / "nats").start()
     assert server.pid is not None
     proxy = None if rtt is None else DelayProxy(server.port, rtt / 2)
@@ -391,6 +411,9 @@ def main(argv: Sequence[str] | None = None) -> int:
                              "message without it (default 300; 0: skip)")
     parser.add_argument("--profile", action="store_true",
                         help="run each NATS worker under py-spy (slower) and print where its CPU goes")
+    parser.add_argument("--source-readers", choices=("workers", "one"), default="workers",
+                        help=f"the NATS phases' source: dealt into {SOURCE_FILES} files read as a followed glob by "
+                             "as many readers as workers (default), or the embedded phase's one file and reader")
     parser.add_argument("--rtt-ms", default="",
                         help="comma-separated round trips in ms (e.g. 0,1,5): after the other phases, for each, "
                              "nats-1 again with the workers reaching the server through a delaying proxy "
@@ -403,6 +426,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--keep", type=Path, help="keep the Specs, states, logs and reports here")
     args = parser.parse_args(argv)
     phases = [p.strip() for p in args.phases.split(",") if p.strip()]
+    partitioned = args.source_readers == "workers"
     unknown = set(phases) - set(PHASES)
     if unknown:
         parser.error(f"--phases: unknown {', '.join(sorted(unknown))}")
@@ -433,7 +457,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                     result = run_embedded(target, bodies, args.messages, args.partitions, work, args.timeout)
                 else:
                     result = run_workers(target, args.messages, int(phase.split("-")[1]), work, args.timeout,
-                                         args.profile)
+                                         args.profile, partitioned=partitioned)
                 results[phase] = result
                 for line in describe(result):
                     print("  " + line, flush=True)
@@ -442,7 +466,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             for phase in [p for p in results if p != "embedded" and 0 < args.fixed_messages < args.messages]:
                 target.start()
                 fixed = run_workers(target, args.fixed_messages, int(phase.split("-")[1]), work, args.timeout,
-                                    first=args.fixed_messages)
+                                    first=args.fixed_messages, partitioned=partitioned)
                 fixed_results[phase] = fixed
                 print(f"{fixed.name}: {fixed.delivered:,}/{fixed.messages:,} delivered, load average {fixed.load:.2f}")
                 for line in fixed_cost(results[phase], fixed):
@@ -450,7 +474,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             rtts = [float(value) / 1e3 for value in args.rtt_ms.split(",") if value.strip()]
             for rtt in rtts:
                 target.start()
-                result = run_workers(target, args.messages, args.rtt_workers, work, args.timeout, rtt=rtt)
+                result = run_workers(target, args.messages, args.rtt_workers, work, args.timeout, rtt=rtt,
+                                     partitioned=partitioned)
                 results[result.name] = result
                 rtt_results[rtt] = result
                 for line in describe(result):
