@@ -86,8 +86,9 @@ class NatsCommits(NatsCheckpoints, NatsOwnership, NatsLog, NatsAppends, NatsRete
             await self._apply_redo(consumer, partition, commit.generation, fence, view)
         slots = sorted({(append[0], append[1]) for append in commit.log_appends})
         async with locked(self._slot_locks, slots):
-            await self._publish_commit(commit, fence, view, slots)
-        await self._notify_appends(slots)
+            written = await self._publish_commit(commit, fence, view, slots)
+        await self._notify_appends(slots, [(slot[0], slot[1], chunk.first, chunk.count, chunk.seq)
+                                           for slot, chunk in written])
         if view.redo is not None:
             await self._apply_redo(consumer, partition, commit.generation, fence, view)
         await self._retained(self._trim_outbox(consumer, partition, view))
@@ -96,7 +97,9 @@ class NatsCommits(NatsCheckpoints, NatsOwnership, NatsLog, NatsAppends, NatsRete
             await self._compact(consumer, partition, commit.generation, fence, view)
 
     async def _publish_commit(self, commit: EpochCommit, fence: int, view: View,
-                              slots: list[tuple[str, int]]) -> None:
+                              slots: list[tuple[str, int]]) -> list[tuple[tuple[str, int], Chunk]]:
+        """Publish the commit's batch; returns the log chunks it stored with their sequences (none
+        when an earlier attempt had stored it: their sequences are unknown here)."""
         consumer, partition, layout = commit.consumer, commit.partition, self._layout
         entries = _log_entries(commit)
         outbox_messages, outbox_chunks = self._outbox_messages(commit)
@@ -131,7 +134,7 @@ class NatsCommits(NatsCheckpoints, NatsOwnership, NatsLog, NatsAppends, NatsRete
                 continue
             if last is None:  # stored by an attempt whose answer was lost: its sequences come from the server
                 await self._stored_earlier(consumer, partition, view, checkpoint, slots)
-                return
+                return []
             first_seq = last - len(batch) + 1
             for number, chunk in enumerate(log_chunks, first_seq + 1):
                 chunk[1].seq = number
@@ -143,7 +146,7 @@ class NatsCommits(NatsCheckpoints, NatsOwnership, NatsLog, NatsAppends, NatsRete
             view.outbox.extend(outbox_chunks)
             if redo:
                 view.redo = Redo(keyed, last)
-            return
+            return log_chunks
         raise NatsEngineError(f"{self.url}: bucket {self.bucket}: the log appends of {consumer} partition {partition} "
                               f"met another writer's appends {_LOG_ATTEMPTS} times in a row")
 

@@ -88,6 +88,14 @@ class NatsLog(NatsConnection):
         stored = await self._js().last(self._layout.log_chunk(*slot, first))
         return None if stored is None else self._remember(slot, stored)
 
+    def _chunks_noted(self, chunks: list[records.NotedChunk]) -> None:
+        """Index the log chunks another instance's appends note names (stream sequence, offsets):
+        a read reaching them gets each by its sequence, not by searching the stream for the next
+        chunk of its subject (which costs the server a walk over the messages after the last one
+        known). A note is at most once: a chunk it missed is searched for as before."""
+        for stream, partition, first, count, seq in chunks:
+            self._index((stream, partition)).add(Chunk(first, count, seq))
+
     def _remember(self, slot: tuple[str, int], stored: Stored) -> Chunk:
         first, entries = records.log_chunk_entries(stored.data)
         return self._index(slot).add(Chunk(first, len(entries), stored.seq, entries))

@@ -11,8 +11,9 @@ from the SQLite engine (``bytes`` stay ``bytes``; a row of JSON, as written befo
 * keyed record: ``[name, key, value or None]`` (state: state name; external: table) or, for a
   timer, ``[key, trigger, domain]``.
 * redo chunk: ``[[subject without the bucket prefix, keyed record, deleted]]``.
-* appends note (core NATS, not stored): ``[sender, [[stream, partition]]]``, ``sender`` the
-  committing engine's instance id.
+* appends note (core NATS, not stored): ``[sender, [[stream, partition]], [[stream, partition,
+  first offset, count, stream sequence]]]``, ``sender`` the committing engine's instance id, the
+  third item the log chunks the commit stored (a note without it names the slots only).
 
 Leases and members are JSON, for ``nats kv get``: a lease ``{"consumer", "partition", "owner"
 (host:pid of the process), "ttl", "acquired_at"}`` plus, for a lease of ``try_acquire``,
@@ -57,15 +58,26 @@ pack = ormsgpack.packb
 unpack = ormsgpack.unpackb
 
 
-def appends_note(sender: str, slots: Iterable[tuple[str, int]]) -> bytes:
-    """The note a commit with log appends to ``slots`` publishes (see the module docs)."""
-    return pack([sender, sorted([stream, partition] for stream, partition in slots)])
+NotedChunk = tuple[str, int, int, int, int]
+"""A log chunk an appends note names: ``(stream, partition, first offset, count, stream sequence)``."""
+
+
+def appends_note(sender: str, slots: Iterable[tuple[str, int]], chunks: Iterable[NotedChunk] = ()) -> bytes:
+    """The note a commit with log appends to ``slots`` (its log ``chunks``) publishes (see the module docs)."""
+    return pack([sender, sorted([stream, partition] for stream, partition in slots), [list(c) for c in chunks]])
 
 
 def appends_note_slots(data: bytes) -> tuple[str, set[tuple[str, int]]]:
     """``(sender, slots)`` of an appends note."""
-    sender, slots = unpack(data)
+    sender, slots, *_ = unpack(data)
     return str(sender), {(str(stream), int(partition)) for stream, partition in slots}
+
+
+def appends_note_chunks(data: bytes) -> list[NotedChunk]:
+    """The log chunks an appends note names (none for a note that names its slots only)."""
+    _, _, *rest = unpack(data)
+    return [(str(stream), int(partition), int(first), int(count), int(seq))
+            for stream, partition, first, count, seq in (rest[0] if rest else [])]
 
 
 def lease_info(record: bytes, revision: int, now: float) -> LeaseInfo:

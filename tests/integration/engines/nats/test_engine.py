@@ -226,6 +226,35 @@ async def test_a_fresh_process_reads_the_log_from_any_offset(open_nats: Opener) 
     assert await reader.end_offset("events", 1) == 500
 
 
+async def test_a_reader_that_heard_an_appends_note_gets_the_new_chunk_by_its_sequence_without_a_search(
+        open_nats: Opener, monkeypatch: pytest.MonkeyPatch) -> None:
+    writer, reader = await open_nats(), await open_nats()
+    heard = asyncio.Event()
+    reader.on_appends(lambda slots: heard.set())
+    generation = await writer.acquire("source:s", 0)
+    await writer.commit(EpochCommit("source:s", 0, generation, {("", 0): 100}, log_appends=appends("events", 1, 0, 100)))
+    assert [m.offset for m in await reader.read("events", 1, 0, 100)] == list(range(100))
+
+    async def commit_until_heard() -> bool:  # the reader may subscribe after the first notes went out
+        end = await writer.end_offset("events", 1)
+        await writer.commit(EpochCommit("source:s", 0, generation, {("", 0): end + 100},
+                                        log_appends=appends("events", 1, end, 100)))
+        return heard.is_set()
+
+    await eventually(commit_until_heard, what="the reader hears an appends note", interval=0.05)
+    heard.clear()  # subscribed: the note of the next commit reaches it
+    await commit_until_heard()
+    await asyncio.wait_for(heard.wait(), 30)
+    end = await writer.end_offset("events", 1)
+
+    async def no_search(*_: object, **__: object) -> None:
+        raise AssertionError("the reader searched the stream for a chunk the note named")
+
+    monkeypatch.setattr(reader._js(), "scan", no_search)
+    monkeypatch.setattr(reader._js(), "subjects", no_search)
+    assert [m.offset for m in await reader.read("events", 1, end - 100, 100)] == list(range(end - 100, end))
+
+
 async def test_two_processes_appending_to_one_log_partition_keep_its_offsets_dense(open_nats: Opener) -> None:
     engines = [await open_nats(), await open_nats()]
     generations = [await engine.acquire(f"source:{i}", 0) for i, engine in enumerate(engines)]
