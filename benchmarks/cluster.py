@@ -63,6 +63,7 @@ sys.path.insert(0, str(ROOT))
 from tests.delay_proxy import DelayProxy  # noqa: E402
 from tests.nats_server import NatsServer  # noqa: E402
 
+from cluster_failover import FailoverResult, run_failover  # noqa: E402
 from cluster_latency import describe_latency, run_latency  # noqa: E402
 from delivery import (  # noqa: E402
     PROFILE_RATE,
@@ -393,6 +394,23 @@ def rtt_verdict(results: dict[float, ClusterResult], latencies: dict[float, list
     return summary
 
 
+def run_failover_phase(work: Path, args: argparse.Namespace, partitioned: bool) -> FailoverResult:
+    """:func:`~cluster_failover.run_failover` of ``--failover-rtt-ms`` with ``--rtt-workers`` workers,
+    to an ``egress receiver`` of its own (it holds requests: nginx cannot)."""
+    phase = work / f"failover-rtt{args.failover_rtt_ms:g}ms"
+    shutil.rmtree(phase, ignore_errors=True)
+    phase.mkdir(parents=True)
+    receiver = ReceiverTarget()
+    receiver.start()
+    try:
+        workers = max(2, args.rtt_workers)
+        spec = nats_spec(work, phase, receiver.url, None, workers if partitioned else 0)
+        return run_failover(receiver.url, spec, phase, args.messages, workers, args.failover_rtt_ms / 1e3,
+                            args.timeout)
+    finally:
+        receiver.stop()
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--messages", type=int, default=100_000, help="messages per phase (default 100,000)")
@@ -420,6 +438,10 @@ def main(argv: Sequence[str] | None = None) -> int:
                              "(rate per partition), and the end-to-end latency of events sent one at a time "
                              "(benchmarks/cluster_latency.py); target: the rate at the largest >= half the "
                              "rate at the smallest")
+    parser.add_argument("--failover-rtt-ms", type=float, default=None,
+                        help="then a 3-node NATS cluster (R3) with this round trip between nodes and to the "
+                             "workers, the stream leader's node SIGKILLed mid-run (benchmarks/cluster_failover.py); "
+                             "target: 0 lost")
     parser.add_argument("--rtt-workers", type=int, default=1, help="workers of the --rtt-ms phases (default 1)")
     parser.add_argument("--latency-events", type=int, default=100,
                         help="events per latency measurement of --rtt-ms (default 100)")
@@ -440,6 +462,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     rtt_results: dict[float, ClusterResult] = {}
     latencies: dict[float, list[float]] = {}
     failed: str | None = None
+    failover: FailoverResult | None = None
     with tempfile.TemporaryDirectory(prefix="egress-cluster-bench-") as temporary:
         work = args.keep or Path(temporary)
         work.mkdir(parents=True, exist_ok=True)
@@ -484,6 +507,9 @@ def main(argv: Sequence[str] | None = None) -> int:
                     print(f"    {note}", flush=True)
                 latencies[rtt] = run_latency(work, rtt, args.latency_events)
                 print("  " + describe_latency(rtt, latencies[rtt]), flush=True)
+            if args.failover_rtt_ms is not None:
+                failover = run_failover_phase(work, args, partitioned)
+                print("  " + failover.describe(args.failover_rtt_ms / 1e3), flush=True)
         except RuntimeError as error:
             failed = str(error)
         finally:
@@ -514,6 +540,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     summary += verdicts(results)
     summary += rtt_verdict(rtt_results, latencies, args.partitions)
     lost = [name for name, result in [*results.items(), *fixed_results.items()] if not result.complete]
+    if failover is not None:
+        print("  " + failover.describe(args.failover_rtt_ms / 1e3))
+        summary.append(f"failover lost {failover.lost:,} (target 0 {'PASS' if failover.lost == 0 else 'MISS'})")
+        if failover.lost:
+            lost.append("failover")
     if failed is not None:
         print(f"FAILED: {failed}")
     if lost:
