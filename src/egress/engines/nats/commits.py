@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import uuid
+from collections.abc import Sequence
 from dataclasses import replace
 from typing import Any
 
@@ -170,14 +171,13 @@ class NatsCommits(NatsCheckpoints, NatsOwnership, NatsLog, NatsAppends, NatsRete
         chunks: list[tuple[tuple[str, int], Chunk]] = []
         for slot, entries in by_slot.items():
             first, last_seq = ends[slot]
-            packed = [records.pack(list(entry)) for entry in entries]
-            start = 0
-            for group in self._groups(packed, f"a log message of {slot[0]} partition {slot[1]}"):
+            for start, end in self._sized(entries, [records.log_entry_size(e) for e in entries],
+                                          f"a log message of {slot[0]} partition {slot[1]}"):
                 headers = expect_last(last_seq, self._layout.log_chunks(*slot)) if start == 0 else None
+                group = entries[start:end]
                 messages.append(Outgoing(self._layout.log_chunk(*slot, first + start),
                                          records.log_chunk(slot[0], slot[1], first + start, group), headers))
-                chunks.append((slot, Chunk(first + start, len(group), 0, entries[start:start + len(group)])))
-                start += len(group)
+                chunks.append((slot, Chunk(first + start, len(group), 0, group)))
         return messages, chunks
 
     def _outbox_messages(self, commit: EpochCommit) -> tuple[list[Outgoing], list[OutboxChunk]]:
@@ -185,18 +185,17 @@ class NatsCommits(NatsCheckpoints, NatsOwnership, NatsLog, NatsAppends, NatsRete
         that cannot be stored."""
         consumer, partition, outbox = commit.consumer, commit.partition, commit.outbox
         try:
-            entries = [records.outbox_entry(message) for message in outbox]
+            entries = [records.outbox_entry_of(message) for message in outbox]
         except TypeError:
             raise first_unstorable_row_error(commit.origin, commit.outbox_rows()) from None
         messages: list[Outgoing] = []
         chunks: list[OutboxChunk] = []
-        start = 0
-        for group in self._groups(entries, f"an outbox message of {consumer}"):
-            first, last = outbox[start].seq, outbox[start + len(group) - 1].seq
+        for start, end in self._sized(entries, [records.outbox_entry_size(e) for e in entries],
+                                      f"an outbox message of {consumer}"):
+            first, last = outbox[start].seq, outbox[end - 1].seq
             messages.append(Outgoing(self._layout.outbox_chunk(consumer, partition, first),
-                                     records.outbox_chunk(group, first)))
+                                     records.outbox_chunk(entries[start:end], first)))
             chunks.append(OutboxChunk(first, last, 0))
-            start += len(group)
         return messages, chunks
 
     def _keyed_writes(self, commit: EpochCommit, generation: int) -> list[tuple[str, bytes, bool]]:
@@ -229,6 +228,18 @@ class NatsCommits(NatsCheckpoints, NatsOwnership, NatsLog, NatsAppends, NatsRete
                    for subject, record, deleted in keyed]
         return [Outgoing(self._layout.redo(consumer, partition, number), records.redo_chunk(group))
                 for number, group in enumerate(self._groups(entries, f"a keyed write of {consumer}"))]
+
+    def _sized(self, entries: Sequence[Any], sizes: list[int], what: str) -> list[tuple[int, int]]:
+        """``(start, end)`` of the chunks of ``entries`` (``sizes``: at least each one's packed size)
+        within the budget of a message; raises :class:`NatsEngineError` for an entry alone over it."""
+        groups = records.size_groups(sizes, self._budget)
+        for start, end in groups:
+            if end == start + 1 and sizes[start] > self._budget:
+                size = len(records.pack(entries[start]))
+                if size > self._budget:
+                    raise NatsEngineError(f"{self.url}: {what} is {size} bytes, over the server's max_payload; "
+                                          "raise max_payload in nats-server's configuration")
+        return groups
 
     def _groups(self, entries: list[bytes], what: str) -> list[list[bytes]]:
         groups = records.chunked(entries, self._budget)

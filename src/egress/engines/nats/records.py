@@ -106,8 +106,52 @@ def array(items: Sequence[bytes]) -> bytes:
     return packer.pack_array_header(len(items)) + b"".join(items)  # type: ignore[no-any-return]
 
 
-def log_chunk(stream: str, partition: int, first: int, entries: Sequence[bytes]) -> bytes:
-    return array([pack(stream), pack(partition), pack(first), pack(len(entries)), array(entries)])
+def log_chunk(stream: str, partition: int, first: int, entries: Sequence[LogEntry]) -> bytes:
+    """A log chunk of ``entries`` (rows encoded), packed whole (sized beforehand with
+    :func:`log_entry_size`)."""
+    return pack([stream, partition, first, len(entries), entries])
+
+
+ENTRY_FRAMING = 48
+"""Bytes of MessagePack a log or outbox chunk entry takes at most besides its byte and text
+strings (its array header, their headers, a seq, a float or nil): chunks are sized from the strings'
+lengths plus this, then packed whole in one call (half the CPU of packing each entry alone)."""
+
+
+def log_entry_size(entry: LogEntry) -> int:
+    """At least the packed size of a log chunk entry."""
+    return len(entry[0]) + len(entry[1]) + len(entry[3]) + ENTRY_FRAMING
+
+
+OutboxEntry = tuple[int, str, bytes, bytes, float | None, bytes]
+"""An outbox message as stored in a chunk: ``(seq, stream, message id, key, event timestamp, encoded row)``."""
+
+
+def outbox_entry_of(message: OutboxMessage) -> OutboxEntry:
+    """One outbox message as a chunk entry; raises ``TypeError`` for a row
+    :func:`~egress.rows.encode_row` cannot store."""
+    return (message.seq, message.stream, message.message_id, message.key, message.event_timestamp,
+            encode_row(message.row))
+
+
+def outbox_entry_size(entry: OutboxEntry) -> int:
+    """At least the packed size of an outbox chunk entry (a text string: up to 4 bytes a character)."""
+    return 4 * len(entry[1]) + len(entry[2]) + len(entry[3]) + len(entry[5]) + ENTRY_FRAMING
+
+
+def size_groups(sizes: Sequence[int], budget: int) -> list[tuple[int, int]]:
+    """``(start, end)`` of consecutive groups of ``sizes`` totalling at most ``budget`` each (an
+    item larger than ``budget`` alone in its group; the caller checks its real size)."""
+    groups: list[tuple[int, int]] = []
+    start, total = 0, 0
+    for index, size in enumerate(sizes):
+        if index > start and total + size > budget:
+            groups.append((start, index))
+            start, total = index, 0
+        total += size
+    if start < len(sizes):
+        groups.append((start, len(sizes)))
+    return groups
 
 
 def log_chunk_entries(data: bytes) -> tuple[int, list[LogEntry]]:
@@ -126,15 +170,9 @@ def log_chunk_extent(data: bytes) -> tuple[int, int]:
     return int(unpacker.unpack()), int(unpacker.unpack())
 
 
-def outbox_entry(message: OutboxMessage) -> bytes:
-    """One outbox message packed as a chunk entry; raises ``TypeError`` for a row
-    :func:`~egress.rows.encode_row` cannot store."""
-    return pack([message.seq, message.stream, message.message_id, message.key, message.event_timestamp,
-                 encode_row(message.row)])
-
-
-def outbox_chunk(entries: Sequence[bytes], first: int) -> bytes:
-    return array([pack(first), pack(len(entries)), array(entries)])
+def outbox_chunk(entries: Sequence[OutboxEntry], first: int) -> bytes:
+    """An outbox chunk of ``entries``, packed whole (sized beforehand with :func:`outbox_entry_size`)."""
+    return pack([first, len(entries), entries])
 
 
 def outbox_chunk_messages(data: bytes) -> list[OutboxMessage]:
