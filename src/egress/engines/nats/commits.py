@@ -131,7 +131,8 @@ class NatsCommits(NatsCheckpoints, NatsOwnership, NatsLog, NatsAppends, NatsRete
                 if isinstance(refusal, FencedError) or error.code != WRONG_LAST_SEQUENCE:
                     raise refusal from None
                 for slot in slots:  # another writer appended to one of these log partitions: offsets again
-                    self._log_ends.pop(slot, None)
+                    if self._log_ends.get(slot) == ends[slot]:  # unless its appends note told the new end
+                        self._log_ends.pop(slot, None)
                 continue
             if last is None:  # stored by an attempt whose answer was lost: its sequences come from the server
                 await self._stored_earlier(consumer, partition, view, checkpoint, slots)
@@ -140,7 +141,7 @@ class NatsCommits(NatsCheckpoints, NatsOwnership, NatsLog, NatsAppends, NatsRete
             for number, chunk in enumerate(log_chunks, first_seq + 1):
                 chunk[1].seq = number
                 self._index(chunk[0]).add(chunk[1])
-                self._log_ends[chunk[0]] = (chunk[1].end, number)
+                self._advance_log_end(chunk[0], chunk[1].end, number)  # a note may have told a later one
             for number, outbox_chunk in enumerate(outbox_chunks, first_seq + 1 + len(log_messages)):
                 outbox_chunk.seq = number
             view.checkpoint = checkpoint
