@@ -233,7 +233,8 @@ async def test_a_reader_that_heard_an_appends_note_gets_the_new_chunk_by_its_seq
     heard = asyncio.Event()
     reader.on_appends(lambda slots: heard.set())
     generation = await writer.acquire("source:s", 0)
-    await writer.commit(EpochCommit("source:s", 0, generation, {("", 0): 100}, log_appends=appends("events", 1, 0, 100)))
+    await writer.commit(EpochCommit("source:s", 0, generation, {("", 0): 100},
+                                    log_appends=appends("events", 1, 0, 100)))
     assert [m.offset for m in await reader.read("events", 1, 0, 100)] == list(range(100))
 
     async def commit_until_heard() -> bool:  # the reader may subscribe after the first notes went out

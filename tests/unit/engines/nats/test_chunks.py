@@ -40,7 +40,7 @@ def test_a_log_chunk_reads_back_its_first_offset_count_and_entries() -> None:
 
 
 def test_an_outbox_chunk_reads_back_its_messages_and_range() -> None:
-    messages = [OutboxMessage(7 + i, "requests", b"m%d" % i, b"[%d]" % i, None, {"payload": "p%d" % i})
+    messages = [OutboxMessage(7 + i, "requests", b"m%d" % i, b"[%d]" % i, None, {"payload": f"p{i}"})
                 for i in range(3)]
     chunk = records.outbox_chunk([records.outbox_entry_of(m) for m in messages], 7)
     assert records.outbox_chunk_messages(chunk) == messages
