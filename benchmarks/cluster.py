@@ -1,45 +1,54 @@
-"""Cluster throughput (issue 11): the 100,000-message delivery of ``benchmarks/delivery.py``, in one
-run, embedded (SQLite), on NATS JetStream with 1 worker, and on NATS with 2 workers.
+"""Cluster throughput and cost (issues 11 and 24): the 100,000-message delivery of
+``benchmarks/delivery.py``, in one run, embedded (SQLite) and on NATS JetStream with 1, 2 and 4
+workers.
 
 Everything but the engine is ``benchmarks/delivery.py``'s egress phase, through its own helpers: the
 same flight payloads (``build_bodies``), the same JSONL source, identity process function and Spec
 (``run_egress`` writes them for the embedded phase; the NATS phases reuse that Spec with the
-receiver's new URL), the async HTTP sink with its default parameters, ``partition_count`` 4, and
-the same endpoint, ``egress receiver`` (``ReceiverTarget``, restarted before each phase so its
-``/stats`` count that phase alone).
+endpoint's new URL), the async HTTP sink with its default parameters, ``partition_count`` 4. The
+endpoint (``--target``) is nginx answering 200 to every POST by default (``NginxTarget``: one
+nginx worker, keys with a 2xx counted from its access log), or ``egress receiver``
+(``ReceiverTarget``, Python: it takes a core of its own on a machine of two), restarted before
+each phase so its count is that phase's alone.
 
 * ``embedded``: ``egress run SPEC --until-drained`` (``run_egress``), one process.
 * ``nats-N``: a fresh ``nats-server -js`` (from the venv, loopback, a temporary store) and N
   processes ``egress run SPEC --engine nats://… --worker-id wI --until-drained``, started together;
   timed from the first spawn to the last exit (every worker ends once the pipeline is drained).
 
-For each phase: messages delivered (distinct idempotency keys at the receiver; every phase must
+For each phase: messages delivered (distinct idempotency keys at the endpoint; every phase must
 deliver all, or the script exits 1), msg/s, and CPU µs per message counting every egress process
 (``os.wait4``'s rusage: all threads) plus the nats-server (``/proc/<pid>/stat`` before and after),
-with the breakdown per process. Targets: NATS 1 worker >= 0.5 × embedded; 2 workers >= 1.3 × 1
-worker. The machine may have fewer cores than processes (2 workers + nats-server + the receiver):
-for each NATS phase the script also prints the rate the CPU cost alone would allow with one core
-per process (messages ÷ the busiest process's CPU seconds). Each process also pays a fixed CPU
-cost whatever the messages (interpreter and imports, joining, the hand-over when the second worker
-joins, leaving: about 1.4 CPU-s at load 10): each NATS phase is run again on ``--fixed-messages``
-messages, and the script prints each process's CPU per message without that fixed part and the
-rate it allows with one core per process, which is what more cores give on a long run.
+with the breakdown per process, and what the server handled per 1,000 messages (``/varz``,
+``/jsz``). The machine may have fewer cores than processes: for each NATS phase the script also
+prints the rate the CPU cost alone would allow with one core per process (messages ÷ the busiest
+process's CPU seconds). Targets: issue 11's (NATS 1 worker >= 0.5 × embedded's msg/s; 2 workers
+>= 1.3 × 1 worker's) and issue 24's: each NATS phase's CPU per message <= 1.25 × embedded's; with
+one core per process nats-2 >= 1.8 × nats-1 and nats-4 >= 3.2 × nats-1 (these need a source read
+by several readers: one reader is one process's work whatever the workers). Each process also
+pays a fixed CPU cost whatever the messages (interpreter and imports, joining, the hand-over when
+another worker joins, leaving): each NATS phase is run again on ``--fixed-messages`` messages, and
+the script prints each process's CPU per message without that fixed part and the rate it allows
+with one core per process, which is what more cores give on a long run.
 
-    python benchmarks/cluster.py                          # embedded, nats-1, nats-2 (+ their fixed cost)
-    python benchmarks/cluster.py --messages 20000 --phases embedded,nats-1
+    python benchmarks/cluster.py                          # embedded, nats-1, nats-2, nats-4 (+ fixed costs)
+    python benchmarks/cluster.py --messages 20000 --phases embedded,nats-1 --target receiver
     python benchmarks/cluster.py --messages 30000 --profile   # + each worker under py-spy --gil
 """
 
 from __future__ import annotations
 
 import argparse
+import asyncio
 import json
 import os
 import shutil
+import statistics
 import subprocess
 import sys
 import tempfile
 import time
+import urllib.request
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -51,12 +60,18 @@ ROOT = HERE.parent
 sys.path.insert(0, str(HERE))
 sys.path.insert(0, str(ROOT))
 
+from tests.delay_proxy import DelayProxy  # noqa: E402
 from tests.nats_server import NatsServer  # noqa: E402
 
+from cluster_failover import FailoverResult, run_failover  # noqa: E402
+from cluster_latency import describe_latency, run_latency  # noqa: E402
 from delivery import (  # noqa: E402
     PROFILE_RATE,
+    NginxTarget,
     ReceiverTarget,
+    Target,
     build_bodies,
+    find_or_install_nginx,
     profile_summary,
     run_egress,
     stop_process,
@@ -64,6 +79,15 @@ from delivery import (  # noqa: E402
 
 TARGETS = (("nats-1", "embedded", 0.5), ("nats-2", "nats-1", 1.3))
 """(phase, the phase it is compared with, lowest ratio of their msg/s): issue 11's targets."""
+CORE_TARGETS = (("nats-2", "nats-1", 1.8), ("nats-4", "nats-1", 3.2))
+"""(phase, the phase it is compared with, lowest ratio of their rates with one core per process):
+issue 24's scaling targets."""
+COST_TARGET = 1.25
+"""Issue 24: a NATS phase's CPU per message (every process) at most this many times embedded's."""
+PHASES = ("embedded", "nats-1", "nats-2", "nats-4")
+SOURCE_FILES = 16
+"""Files the NATS phases' source is dealt into with ``--readers workers`` (several per reader: the
+files source gives each file to a reader by a hash of its inode)."""
 CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
 POLL = 0.05  # seconds between two checks for exited workers
 
@@ -110,7 +134,30 @@ def process_cpu(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / CLOCK_TICKS  # utime, stime: fields 14 and 15 of stat(5)
 
 
-def run_embedded(target: ReceiverTarget, bodies: Sequence[bytes], count: int, partitions: int, work: Path,
+def server_counters(server: NatsServer) -> dict[str, int]:
+    """The server's traffic so far (``/varz``: messages and bytes in and out, every client) and its
+    JetStream API requests (``/jsz``)."""
+    def monitor(path: str) -> dict[str, object]:
+        with urllib.request.urlopen(f"http://127.0.0.1:{server.monitor_port}/{path}", timeout=5) as answer:
+            found: dict[str, object] = json.load(answer)
+            return found
+
+    varz, jsz = monitor("varz"), monitor("jsz")
+    api = jsz.get("api")
+    counters = {name: int(str(varz.get(name, 0))) for name in ("in_msgs", "out_msgs", "in_bytes", "out_bytes")}
+    counters["api"] = int(str(api.get("total", 0))) if isinstance(api, dict) else 0
+    return counters
+
+
+def traffic_note(before: dict[str, int], after: dict[str, int], count: int) -> str:
+    """What the server handled per 1,000 messages of the phase."""
+    per = {name: (after[name] - before.get(name, 0)) * 1000 / max(count, 1) for name in after}
+    return (f"nats-server per 1,000 messages: {per['in_msgs']:,.1f} messages in, {per['out_msgs']:,.1f} out, "
+            f"{per['in_bytes'] / 1024:,.0f} KiB in, {per['out_bytes'] / 1024:,.0f} KiB out, "
+            f"{per['api']:,.1f} JetStream API requests")
+
+
+def run_embedded(target: Target, bodies: Sequence[bytes], count: int, partitions: int, work: Path,
                  timeout: float) -> ClusterResult:
     """``benchmarks/delivery.py``'s egress phase as it is (one embedded process)."""
     load = os.getloadavg()[0]
@@ -120,48 +167,76 @@ def run_embedded(target: ReceiverTarget, bodies: Sequence[bytes], count: int, pa
     return result
 
 
-def nats_spec(work: Path, phase: Path, url: str, first: int | None = None) -> Path:
+def nats_spec(work: Path, phase: Path, url: str, first: int | None = None, readers: int = 0,
+              files: int = SOURCE_FILES) -> Path:
     """The embedded phase's Spec (written by ``run_egress``) with the receiver's current ``url``;
-    with ``first``, reading a copy of its source's first ``first`` records only."""
+    with ``first``, reading a copy of its source's first ``first`` records only; with ``readers``,
+    its records dealt round-robin into ``files`` files, read as a followed glob by ``readers``
+    readers (the files source shares a glob's files among its readers: one reader's records pass
+    through one process whatever the workers)."""
     spec = yaml.safe_load((work / "embedded" / "spec.yaml").read_text())
     spec["computations"]["deliver"]["sinks"]["http"]["parameters"]["url"] = url
+    parameters = spec["sources"]["payloads"]["parameters"]
     if first is not None:
-        parameters = spec["sources"]["payloads"]["parameters"]
         with open(parameters["path"], "rb") as source:
             records = [line for _, line in zip(range(first), source, strict=False)]
         parameters["path"] = str(phase / "payloads.jsonl")
         (phase / "payloads.jsonl").write_bytes(b"".join(records))
+    if readers:
+        folder = phase / "source"
+        folder.mkdir()
+        outs = [open(folder / f"part-{number:02d}.jsonl", "wb") for number in range(files)]  # noqa: SIM115
+        with open(parameters["path"], "rb") as source:
+            for number, line in enumerate(source):
+                outs[number % files].write(line)
+        for out in outs:
+            out.close()
+        spec["sources"]["payloads"]["parameters"] = {"path": str(folder / "*.jsonl"), "follow": True,
+                                                     "readers": readers}
     path = phase / "spec.yaml"
     path.write_text(yaml.safe_dump(spec, sort_keys=False))
     shutil.copy(work / "embedded" / "functions.py", phase / "functions.py")
     return path
 
 
-def run_workers(target: ReceiverTarget, count: int, workers: int, work: Path, timeout: float,
-                profile: bool = False, first: int | None = None) -> ClusterResult:
+def run_workers(target: Target, count: int, workers: int, work: Path, timeout: float,
+                profile: bool = False, first: int | None = None, rtt: float | None = None,
+                partitioned: bool = False) -> ClusterResult:
     """A fresh nats-server and ``workers`` egress processes on one pipeline until it is drained; with
     ``profile``, each worker under ``py-spy record --gil --threads -f raw`` (the thread holding the
     GIL: py-spy takes a thread waiting in epoll or on a queue for a running one on this machine),
     its samples summed up in the result's notes; with ``first``, on the source's
-    first ``first`` records (``count``) only."""
-    name = f"nats-{workers}" + ("" if first is None else "-fixed")
+    first ``first`` records (``count``) only; with ``rtt`` (seconds), the workers reach the server
+    through a :class:`~tests.delay_proxy.DelayProxy` adding ``rtt / 2`` each way (the round trip
+    measured through it is in the notes); with ``partitioned``, the source is read by as many
+    readers as there are workers (:func:`nats_spec`)."""
+    name = f"nats-{workers}" + ("" if first is None else "-fixed") + ("" if rtt is None else f"-rtt{rtt * 1e3:g}ms")
     phase = work / name
     shutil.rmtree(phase, ignore_errors=True)
     phase.mkdir(parents=True)
-    spec = nats_spec(work, phase, target.url, first)
+    spec = nats_spec(work, phase, target.url, first, workers if partitioned else 0)
     server = NatsServer(phase / "nats").start()
     assert server.pid is not None
+    proxy = None if rtt is None else DelayProxy(server.port, rtt / 2)
+    engine_url = server.url
+    notes: list[str] = []
+    if proxy is not None:
+        proxy.start()
+        engine_url = proxy.url
+        notes.append(f"through a delaying proxy: {rtt * 1e3:g} ms asked, round trip measured "
+                     f"{measured_rtt(engine_url) * 1e3:.2f} ms (median of 20 NATS PINGs)")
     load = os.getloadavg()[0]
     processes: dict[str, subprocess.Popen[bytes]] = {}
     logs = []
     try:
         server_cpu = process_cpu(server.pid)
+        traffic = server_counters(server)
         started = time.perf_counter()
         for index in range(1, workers + 1):
             worker = f"w{index}"
             log = open(phase / f"{worker}.log", "wb")  # noqa: SIM115 - closed below, after the process ends
             logs.append(log)
-            command = [sys.executable, "-m", "egress", "run", str(spec), "--engine", server.url, "--worker-id",
+            command = [sys.executable, "-m", "egress", "run", str(spec), "--engine", engine_url, "--worker-id",
                        worker, "--state-dir", str(phase / f"state-{worker}"), "--until-drained", "--quiet",
                        "--report", str(phase / f"report-{worker}.json")]
             if profile:
@@ -172,15 +247,19 @@ def run_workers(target: ReceiverTarget, count: int, workers: int, work: Path, ti
         cpu = wait_all(processes, timeout)
         seconds = time.perf_counter() - started
         cpu["nats-server"] = process_cpu(server.pid) - server_cpu
+        traffic_after = server_counters(server)
     finally:
         for process in processes.values():
             if process.poll() is None:
                 stop_process(process)
         for log in logs:
             log.close()
+        if proxy is not None:
+            proxy.stop()
         server.stop()
     stats = target.finish()
-    result = ClusterResult(name, count, seconds, stats["distinct_keys"], stats["requests"], cpu, [], load)
+    result = ClusterResult(name, count, seconds, stats["distinct_keys"], stats["requests"], cpu,
+                           [*notes, traffic_note(traffic, traffic_after, count)], load)
     for worker, process in processes.items():
         if process.returncode != 0:
             tail = (phase / f"{worker}.log").read_text(errors="replace").strip()[-1500:]
@@ -192,6 +271,25 @@ def run_workers(target: ReceiverTarget, count: int, workers: int, work: Path, ti
         if profile and (phase / f"profile-{worker}.txt").exists():
             result.notes += profile_notes(worker, phase / f"profile-{worker}.txt", count)
     return result
+
+
+def measured_rtt(url: str) -> float:
+    """The median of 20 round trips (a NATS PING answered by a PONG) to the server at ``url``, seconds."""
+    import nats  # only the latency phases need it
+
+    async def ping() -> float:
+        connection = await nats.connect(url)
+        try:
+            times = []
+            for _ in range(20):
+                started = time.perf_counter()
+                await connection.flush()
+                times.append(time.perf_counter() - started)
+            return statistics.median(times)
+        finally:
+            await connection.close()
+
+    return asyncio.run(ping())
 
 
 def profile_notes(worker: str, raw: Path, count: int) -> list[str]:
@@ -254,13 +352,76 @@ def describe(result: ClusterResult) -> list[str]:
     return lines
 
 
+def verdicts(results: dict[str, ClusterResult]) -> list[str]:
+    """Issue 24's targets, printed: each NATS phase's CPU per message against embedded's, and the
+    rates with one core per process against nats-1's."""
+    summary: list[str] = []
+    embedded = results.get("embedded")
+    for name, result in results.items():
+        if name in PHASES and name != "embedded" and embedded is not None and embedded.cpu_per_message > 0:
+            ratio = result.cpu_per_message / embedded.cpu_per_message
+            mark = "PASS" if ratio <= COST_TARGET else "MISS"
+            print(f"  CPU per message {name} / embedded: {ratio:.2f}   target <= {COST_TARGET:g}   {mark}")
+            summary.append(f"cost {name}/embedded {ratio:.2f} (<= {COST_TARGET:g} {mark})")
+    for phase, other, bound in CORE_TARGETS:
+        if phase in results and other in results and results[other].core_bound_rate() > 0:
+            ratio = results[phase].core_bound_rate() / results[other].core_bound_rate()
+            mark = "PASS" if ratio >= bound else "MISS"
+            print(f"  one core per process {phase} / {other}: {ratio:.2f}   target >= {bound:g}   {mark}")
+            summary.append(f"cores {phase}/{other} {ratio:.2f} (>= {bound:g} {mark})")
+    return summary
+
+
+def rtt_verdict(results: dict[float, ClusterResult], latencies: dict[float, list[float]],
+                partitions: int) -> list[str]:
+    """The --rtt-ms phases side by side, and issue 24's target: the rate at the largest round trip
+    at least half the rate at the smallest."""
+    summary: list[str] = []
+    for rtt, result in sorted(results.items()):
+        line = (f"rtt {rtt * 1e3:g} ms: {result.rate:,.0f} msg/s, {result.rate / partitions:,.0f} per partition, "
+                f"CPU {result.cpu_per_message:,.0f} µs/msg")
+        if rtt in latencies:
+            line += "; " + describe_latency(rtt, latencies[rtt]).split(": ", 1)[1]
+        print("  " + line)
+        summary.append(f"rtt {rtt * 1e3:g} ms {result.rate:,.0f} msg/s")
+    if len(results) > 1:
+        low, high = results[min(results)], results[max(results)]
+        ratio = high.rate / low.rate if low.rate else 0.0
+        mark = "PASS" if ratio >= 0.5 else "MISS"
+        print(f"  rate at rtt {max(results) * 1e3:g} ms / at {min(results) * 1e3:g} ms: {ratio:.2f}   target >= 0.5   "
+              f"{mark}")
+        summary.append(f"rtt {max(results) * 1e3:g}/{min(results) * 1e3:g} {ratio:.2f} (>= 0.5 {mark})")
+    return summary
+
+
+def run_failover_phase(work: Path, args: argparse.Namespace, partitioned: bool) -> FailoverResult:
+    """:func:`~cluster_failover.run_failover` of ``--failover-rtt-ms`` with ``--rtt-workers`` workers,
+    to an ``egress receiver`` of its own (it holds requests: nginx cannot)."""
+    phase = work / f"failover-rtt{args.failover_rtt_ms:g}ms"
+    shutil.rmtree(phase, ignore_errors=True)
+    phase.mkdir(parents=True)
+    receiver = ReceiverTarget()
+    receiver.start()
+    try:
+        workers = max(2, args.rtt_workers)
+        spec = nats_spec(work, phase, receiver.url, None, workers if partitioned else 0)
+        return run_failover(receiver.url, spec, phase, args.messages, workers, args.failover_rtt_ms / 1e3,
+                            args.timeout)
+    finally:
+        receiver.stop()
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--messages", type=int, default=100_000, help="messages per phase (default 100,000)")
     parser.add_argument("--partitions", type=int, default=4, help="partition_count of the Spec (default 4)")
-    parser.add_argument("--phases", default="embedded,nats-1,nats-2",
-                        help="comma-separated subset of embedded,nats-1,nats-2 (embedded always runs first: its "
+    parser.add_argument("--phases", default=",".join(PHASES),
+                        help=f"comma-separated subset of {','.join(PHASES)} (embedded always runs first: its "
                              "Spec is the others'); default all")
+    parser.add_argument("--target", choices=("nginx", "receiver"), default="nginx",
+                        help="the endpoint: nginx answering 200 to every POST, keys counted from its access log "
+                             "(default; one worker process, far from being the bottleneck), or egress receiver "
+                             "(Python: it takes a core of its own)")
     parser.add_argument("--timeout", type=float, default=900.0, help="seconds allowed per phase (default 900)")
     parser.add_argument("--fixed-messages", type=int, default=300,
                         help="after the NATS phases, run each again on this many messages to measure each "
@@ -268,10 +429,27 @@ def main(argv: Sequence[str] | None = None) -> int:
                              "message without it (default 300; 0: skip)")
     parser.add_argument("--profile", action="store_true",
                         help="run each NATS worker under py-spy (slower) and print where its CPU goes")
+    parser.add_argument("--source-readers", choices=("workers", "one"), default="workers",
+                        help=f"the NATS phases' source: dealt into {SOURCE_FILES} files read as a followed glob by "
+                             "as many readers as workers (default), or the embedded phase's one file and reader")
+    parser.add_argument("--rtt-ms", default="",
+                        help="comma-separated round trips in ms (e.g. 0,1,5): after the other phases, for each, "
+                             "nats-1 again with the workers reaching the server through a delaying proxy "
+                             "(rate per partition), and the end-to-end latency of events sent one at a time "
+                             "(benchmarks/cluster_latency.py); target: the rate at the largest >= half the "
+                             "rate at the smallest")
+    parser.add_argument("--failover-rtt-ms", type=float, default=None,
+                        help="then a 3-node NATS cluster (R3) with this round trip between nodes and to the "
+                             "workers, the stream leader's node SIGKILLed mid-run (benchmarks/cluster_failover.py); "
+                             "target: 0 lost")
+    parser.add_argument("--rtt-workers", type=int, default=1, help="workers of the --rtt-ms phases (default 1)")
+    parser.add_argument("--latency-events", type=int, default=100,
+                        help="events per latency measurement of --rtt-ms (default 100)")
     parser.add_argument("--keep", type=Path, help="keep the Specs, states, logs and reports here")
     args = parser.parse_args(argv)
     phases = [p.strip() for p in args.phases.split(",") if p.strip()]
-    unknown = set(phases) - {"embedded", "nats-1", "nats-2"}
+    partitioned = args.source_readers == "workers"
+    unknown = set(phases) - set(PHASES)
     if unknown:
         parser.error(f"--phases: unknown {', '.join(sorted(unknown))}")
     began = time.time()
@@ -281,11 +459,19 @@ def main(argv: Sequence[str] | None = None) -> int:
           f"{os.getloadavg()[0]:.2f}", flush=True)
     results: dict[str, ClusterResult] = {}
     fixed_results: dict[str, ClusterResult] = {}
-    target = ReceiverTarget()
+    rtt_results: dict[float, ClusterResult] = {}
+    latencies: dict[float, list[float]] = {}
     failed: str | None = None
+    failover: FailoverResult | None = None
     with tempfile.TemporaryDirectory(prefix="egress-cluster-bench-") as temporary:
         work = args.keep or Path(temporary)
         work.mkdir(parents=True, exist_ok=True)
+        target: Target = ReceiverTarget()
+        if args.target == "nginx":
+            binary = find_or_install_nginx()
+            if binary is None:
+                parser.error("--target nginx: no nginx binary (install nginx-light, or use --target receiver)")
+            target = NginxTarget(binary, work)
         try:
             for phase in ["embedded", *(p for p in phases if p != "embedded")]:
                 target.start()
@@ -294,7 +480,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                     result = run_embedded(target, bodies, args.messages, args.partitions, work, args.timeout)
                 else:
                     result = run_workers(target, args.messages, int(phase.split("-")[1]), work, args.timeout,
-                                         args.profile)
+                                         args.profile, partitioned=partitioned)
                 results[phase] = result
                 for line in describe(result):
                     print("  " + line, flush=True)
@@ -303,11 +489,27 @@ def main(argv: Sequence[str] | None = None) -> int:
             for phase in [p for p in results if p != "embedded" and 0 < args.fixed_messages < args.messages]:
                 target.start()
                 fixed = run_workers(target, args.fixed_messages, int(phase.split("-")[1]), work, args.timeout,
-                                    first=args.fixed_messages)
+                                    first=args.fixed_messages, partitioned=partitioned)
                 fixed_results[phase] = fixed
                 print(f"{fixed.name}: {fixed.delivered:,}/{fixed.messages:,} delivered, load average {fixed.load:.2f}")
                 for line in fixed_cost(results[phase], fixed):
                     print("  " + line, flush=True)
+            rtts = [float(value) / 1e3 for value in args.rtt_ms.split(",") if value.strip()]
+            for rtt in rtts:
+                target.start()
+                result = run_workers(target, args.messages, args.rtt_workers, work, args.timeout, rtt=rtt,
+                                     partitioned=partitioned)
+                results[result.name] = result
+                rtt_results[rtt] = result
+                for line in describe(result):
+                    print("  " + line, flush=True)
+                for note in result.notes:
+                    print(f"    {note}", flush=True)
+                latencies[rtt] = run_latency(work, rtt, args.latency_events)
+                print("  " + describe_latency(rtt, latencies[rtt]), flush=True)
+            if args.failover_rtt_ms is not None:
+                failover = run_failover_phase(work, args, partitioned)
+                print("  " + failover.describe(args.failover_rtt_ms / 1e3), flush=True)
         except RuntimeError as error:
             failed = str(error)
         finally:
@@ -335,7 +537,14 @@ def main(argv: Sequence[str] | None = None) -> int:
                       f"{results[other].breakdown()} µs/msg; with one core per process the ratio would be "
                       f"{projected:.2f}")
             summary.append(f"{phase}/{other} {ratio:.2f} (>= {bound:g} {mark})")
+    summary += verdicts(results)
+    summary += rtt_verdict(rtt_results, latencies, args.partitions)
     lost = [name for name, result in [*results.items(), *fixed_results.items()] if not result.complete]
+    if failover is not None:
+        print("  " + failover.describe(args.failover_rtt_ms / 1e3))
+        summary.append(f"failover lost {failover.lost:,} (target 0 {'PASS' if failover.lost == 0 else 'MISS'})")
+        if failover.lost:
+            lost.append("failover")
     if failed is not None:
         print(f"FAILED: {failed}")
     if lost:

@@ -68,11 +68,13 @@ class NatsAppends(NatsConnection):
         async def on_note(message: Msg) -> None:
             try:
                 sender, slots = records.appends_note_slots(message.data)
+                chunks = records.appends_note_chunks(message.data)
             except (ValueError, TypeError) as error:
                 logger.warning("NATS %s: %s: an unreadable appends note: %s", self.url, message.subject, error)
                 return
             if sender == self._instance:
                 return
+            self._chunks_noted(chunks)
             for callback in list(self._appends_callbacks):
                 try:
                     callback(slots)
@@ -83,12 +85,18 @@ class NatsAppends(NatsConnection):
             self._appends_subscription = await connection.subscribe(self._layout.appends, cb=on_note)
             await connection.flush(timeout=max(1, round(self.request_timeout)))
 
-    async def _notify_appends(self, slots: list[tuple[str, int]]) -> None:
-        """Tell other instances which log partitions a commit grew (best effort: the commit stands)."""
+    def _chunks_noted(self, chunks: list[records.NotedChunk]) -> None:
+        """Another instance stored these log chunks (from its appends note): the log's reader
+        (:class:`~egress.engines.nats.log.NatsLog`) learns where they are."""
+
+    async def _notify_appends(self, slots: list[tuple[str, int]], chunks: list[records.NotedChunk]) -> None:
+        """Tell other instances which log partitions a commit grew and where its log ``chunks`` are
+        stored, so that their reads fetch each by its sequence rather than search the stream for it
+        (best effort: the commit stands)."""
         connection = self._connection
         if connection is None or not slots:
             return
         try:
-            await connection.publish(self._layout.appends, records.appends_note(self._instance, slots))
+            await connection.publish(self._layout.appends, records.appends_note(self._instance, slots, chunks))
         except (NatsClientError, OSError) as error:
             logger.debug("NATS %s: an appends note was not sent: %s", self.url, error)

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import uuid
+from collections.abc import Sequence
 from dataclasses import replace
 from typing import Any
 
@@ -86,8 +87,9 @@ class NatsCommits(NatsCheckpoints, NatsOwnership, NatsLog, NatsAppends, NatsRete
             await self._apply_redo(consumer, partition, commit.generation, fence, view)
         slots = sorted({(append[0], append[1]) for append in commit.log_appends})
         async with locked(self._slot_locks, slots):
-            await self._publish_commit(commit, fence, view, slots)
-        await self._notify_appends(slots)
+            written = await self._publish_commit(commit, fence, view, slots)
+        await self._notify_appends(slots, [(slot[0], slot[1], chunk.first, chunk.count, chunk.seq)
+                                           for slot, chunk in written])
         if view.redo is not None:
             await self._apply_redo(consumer, partition, commit.generation, fence, view)
         await self._retained(self._trim_outbox(consumer, partition, view))
@@ -96,7 +98,9 @@ class NatsCommits(NatsCheckpoints, NatsOwnership, NatsLog, NatsAppends, NatsRete
             await self._compact(consumer, partition, commit.generation, fence, view)
 
     async def _publish_commit(self, commit: EpochCommit, fence: int, view: View,
-                              slots: list[tuple[str, int]]) -> None:
+                              slots: list[tuple[str, int]]) -> list[tuple[tuple[str, int], Chunk]]:
+        """Publish the commit's batch; returns the log chunks it stored with their sequences (none
+        when an earlier attempt had stored it: their sequences are unknown here)."""
         consumer, partition, layout = commit.consumer, commit.partition, self._layout
         entries = _log_entries(commit)
         outbox_messages, outbox_chunks = self._outbox_messages(commit)
@@ -127,23 +131,24 @@ class NatsCommits(NatsCheckpoints, NatsOwnership, NatsLog, NatsAppends, NatsRete
                 if isinstance(refusal, FencedError) or error.code != WRONG_LAST_SEQUENCE:
                     raise refusal from None
                 for slot in slots:  # another writer appended to one of these log partitions: offsets again
-                    self._log_ends.pop(slot, None)
+                    if self._log_ends.get(slot) == ends[slot]:  # unless its appends note told the new end
+                        self._log_ends.pop(slot, None)
                 continue
             if last is None:  # stored by an attempt whose answer was lost: its sequences come from the server
                 await self._stored_earlier(consumer, partition, view, checkpoint, slots)
-                return
+                return []
             first_seq = last - len(batch) + 1
             for number, chunk in enumerate(log_chunks, first_seq + 1):
                 chunk[1].seq = number
                 self._index(chunk[0]).add(chunk[1])
-                self._log_ends[chunk[0]] = (chunk[1].end, number)
+                self._advance_log_end(chunk[0], chunk[1].end, number)  # a note may have told a later one
             for number, outbox_chunk in enumerate(outbox_chunks, first_seq + 1 + len(log_messages)):
                 outbox_chunk.seq = number
             view.checkpoint = checkpoint
             view.outbox.extend(outbox_chunks)
             if redo:
                 view.redo = Redo(keyed, last)
-            return
+            return log_chunks
         raise NatsEngineError(f"{self.url}: bucket {self.bucket}: the log appends of {consumer} partition {partition} "
                               f"met another writer's appends {_LOG_ATTEMPTS} times in a row")
 
@@ -167,14 +172,13 @@ class NatsCommits(NatsCheckpoints, NatsOwnership, NatsLog, NatsAppends, NatsRete
         chunks: list[tuple[tuple[str, int], Chunk]] = []
         for slot, entries in by_slot.items():
             first, last_seq = ends[slot]
-            packed = [records.pack(list(entry)) for entry in entries]
-            start = 0
-            for group in self._groups(packed, f"a log message of {slot[0]} partition {slot[1]}"):
+            for start, end in self._sized(entries, [records.log_entry_size(e) for e in entries],
+                                          f"a log message of {slot[0]} partition {slot[1]}"):
                 headers = expect_last(last_seq, self._layout.log_chunks(*slot)) if start == 0 else None
+                group = entries[start:end]
                 messages.append(Outgoing(self._layout.log_chunk(*slot, first + start),
                                          records.log_chunk(slot[0], slot[1], first + start, group), headers))
-                chunks.append((slot, Chunk(first + start, len(group), 0, entries[start:start + len(group)])))
-                start += len(group)
+                chunks.append((slot, Chunk(first + start, len(group), 0, group)))
         return messages, chunks
 
     def _outbox_messages(self, commit: EpochCommit) -> tuple[list[Outgoing], list[OutboxChunk]]:
@@ -182,18 +186,17 @@ class NatsCommits(NatsCheckpoints, NatsOwnership, NatsLog, NatsAppends, NatsRete
         that cannot be stored."""
         consumer, partition, outbox = commit.consumer, commit.partition, commit.outbox
         try:
-            entries = [records.outbox_entry(message) for message in outbox]
+            entries = [records.outbox_entry_of(message) for message in outbox]
         except TypeError:
             raise first_unstorable_row_error(commit.origin, commit.outbox_rows()) from None
         messages: list[Outgoing] = []
         chunks: list[OutboxChunk] = []
-        start = 0
-        for group in self._groups(entries, f"an outbox message of {consumer}"):
-            first, last = outbox[start].seq, outbox[start + len(group) - 1].seq
+        for start, end in self._sized(entries, [records.outbox_entry_size(e) for e in entries],
+                                      f"an outbox message of {consumer}"):
+            first, last = outbox[start].seq, outbox[end - 1].seq
             messages.append(Outgoing(self._layout.outbox_chunk(consumer, partition, first),
-                                     records.outbox_chunk(group, first)))
+                                     records.outbox_chunk(entries[start:end], first)))
             chunks.append(OutboxChunk(first, last, 0))
-            start += len(group)
         return messages, chunks
 
     def _keyed_writes(self, commit: EpochCommit, generation: int) -> list[tuple[str, bytes, bool]]:
@@ -226,6 +229,18 @@ class NatsCommits(NatsCheckpoints, NatsOwnership, NatsLog, NatsAppends, NatsRete
                    for subject, record, deleted in keyed]
         return [Outgoing(self._layout.redo(consumer, partition, number), records.redo_chunk(group))
                 for number, group in enumerate(self._groups(entries, f"a keyed write of {consumer}"))]
+
+    def _sized(self, entries: Sequence[Any], sizes: list[int], what: str) -> list[tuple[int, int]]:
+        """``(start, end)`` of the chunks of ``entries`` (``sizes``: at least each one's packed size)
+        within the budget of a message; raises :class:`NatsEngineError` for an entry alone over it."""
+        groups = records.size_groups(sizes, self._budget)
+        for start, end in groups:
+            if end == start + 1 and sizes[start] > self._budget:
+                size = len(records.pack(entries[start]))
+                if size > self._budget:
+                    raise NatsEngineError(f"{self.url}: {what} is {size} bytes, over the server's max_payload; "
+                                          "raise max_payload in nats-server's configuration")
+        return groups
 
     def _groups(self, entries: list[bytes], what: str) -> list[list[bytes]]:
         groups = records.chunked(entries, self._budget)

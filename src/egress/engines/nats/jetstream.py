@@ -3,10 +3,11 @@ publish, direct gets (one message, or every message of a filter from a sequence 
 of a filter, and purge of a filter below a sequence.
 
 Atomic batch publish follows ADR-50 (nats-server 2.12+): every message carries ``Nats-Batch-Id``
-and ``Nats-Batch-Sequence`` (1, 2, …); the first is a request (the server answers with an empty
-message, or an error), the middle ones are plain publishes, the last carries
+and ``Nats-Batch-Sequence`` (1, 2, …); all but the last are plain publishes, the last carries
 ``Nats-Batch-Commit: 1`` and gets the PubAck (``seq`` of the last message; the batch's messages
-have the ``count`` sequences up to it). A batch is stored whole or not at all; at most
+have the ``count`` sequences up to it) or the error that made the server abandon the batch (any
+message's failed expectation: measured on 2.15.1, the same answer as when the first message is a
+request, which only adds a round trip). A batch is stored whole or not at all; at most
 :data:`MAX_BATCH` messages. Direct gets (``$JS.API.DIRECT.GET.<stream>``, ADR-31) need the
 stream's ``allow_direct``; a batch get ends with a ``204 EOB`` status message carrying
 ``Nats-Num-Pending``.
@@ -274,11 +275,21 @@ class JetStream:
         sent again while the server cannot answer (:meth:`retrying`): then the answer to an
         earlier attempt may have been lost after the server stored it, and the replay is refused
         as a duplicate; ``None`` is returned then: an attempt of this batch is stored, at
-        sequences this call does not know."""
+        sequences this call does not know.
+
+        One message goes as a plain publish, atomic by itself and with the same expectations: a
+        batch on a stream of one replica in file storage costs the server a store of its own on
+        disk (a directory, a synced file, removed at the end), most of its CPU per commit. Its
+        replay comes back as a duplicate carrying the stored sequence, which is returned; the
+        server checks a plain publish's expected sequences before its id, so a replay after the
+        lease moved on is refused as :data:`WRONG_LAST_SEQUENCE` (the caller's fence check then
+        says fenced, and the new owner has the commit)."""
         message_id = message_id or uuid.uuid4().hex
         first = messages[0]
         headers = {**(first.headers or {}), "Nats-Msg-Id": message_id}
         messages = [first._replace(headers=headers), *messages[1:]]
+        if len(messages) == 1:
+            return await self.publish(messages[0])
         what = f"an atomic batch of {len(messages)} messages"
         try:
             async with self.answering(what):
@@ -289,6 +300,9 @@ class JetStream:
             raise
 
     async def _publish_batch(self, messages: Sequence[Outgoing]) -> int:
+        """Every message but the last as a plain publish (in order on the one connection; the
+        server reports a refusal of any of them in its answer to the last), the last as the
+        request that commits the batch: one round trip per batch."""
         batch_id = uuid.uuid4().hex  # per attempt: a batch abandoned half-sent must not merge with its retry
         last = len(messages)
         for index, message in enumerate(messages, 1):
@@ -302,13 +316,7 @@ class JetStream:
                 seq = int(_answer(reply.data)["seq"])
                 self.observed(seq)
                 return seq
-            if index == 1:
-                reply = await self._nc.request(message.subject, message.payload, timeout=self.timeout,
-                                               headers=headers)
-                if reply.data:
-                    _answer(reply.data)
-            else:
-                await self._nc.publish(message.subject, message.payload, headers=headers)
+            await self._nc.publish(message.subject, message.payload, headers=headers)
         raise ValueError("an atomic batch needs at least one message")
 
     async def publish(self, message: Outgoing) -> int:

@@ -88,6 +88,25 @@ class NatsLog(NatsConnection):
         stored = await self._js().last(self._layout.log_chunk(*slot, first))
         return None if stored is None else self._remember(slot, stored)
 
+    def _chunks_noted(self, chunks: list[records.NotedChunk]) -> None:
+        """Index the log chunks another instance's appends note names (stream sequence, offsets):
+        a read reaching them gets each by its sequence, not by searching the stream for the next
+        chunk of its subject (which costs the server a walk over the messages after the last one
+        known); and a writer to the same log partition knows its new end before its next append
+        (else that append is refused, and the end read back whole: the last chunk). A note is at
+        most once, and may come late: a chunk it missed is searched for as before, and an end it
+        gives that is not the last makes an append fail its expectation and read the end again."""
+        for stream, partition, first, count, seq in chunks:
+            slot = (stream, partition)
+            self._index(slot).add(Chunk(first, count, seq))
+            self._advance_log_end(slot, first + count, seq)
+
+    def _advance_log_end(self, slot: tuple[str, int], end: int, seq: int) -> None:
+        """Record ``(end, seq)`` as the log partition's end unless a later chunk is known already."""
+        known = self._log_ends.get(slot)
+        if known is None or seq > known[1]:
+            self._log_ends[slot] = (end, seq)
+
     def _remember(self, slot: tuple[str, int], stored: Stored) -> Chunk:
         first, entries = records.log_chunk_entries(stored.data)
         return self._index(slot).add(Chunk(first, len(entries), stored.seq, entries))

@@ -18,6 +18,7 @@ import pytest
 
 from egress.engines import ROLE_PREFIX, EpochCommit, FencedError, LogAppend, MemberInfo, SinkProgress
 from egress.engines.nats import NatsEngine, NatsEngineError, NatsUnavailableError
+from egress.engines.nats.errors import JetStreamRequestError
 from egress.errors import EgressError
 from egress.keys import encode_key
 from tests.engines.engines import outbox_message
@@ -224,6 +225,72 @@ async def test_a_fresh_process_reads_the_log_from_any_offset(open_nats: Opener) 
     assert [m.offset for m in await reader.read("events", 1, 10, 3)] == [10, 11, 12]
     assert await reader.read("events", 1, 500, 10) == []
     assert await reader.end_offset("events", 1) == 500
+
+
+async def test_a_reader_that_heard_an_appends_note_gets_the_new_chunk_by_its_sequence_without_a_search(
+        open_nats: Opener, monkeypatch: pytest.MonkeyPatch) -> None:
+    writer, reader = await open_nats(), await open_nats()
+    heard = asyncio.Event()
+    reader.on_appends(lambda slots: heard.set())
+    generation = await writer.acquire("source:s", 0)
+    await writer.commit(EpochCommit("source:s", 0, generation, {("", 0): 100},
+                                    log_appends=appends("events", 1, 0, 100)))
+    assert [m.offset for m in await reader.read("events", 1, 0, 100)] == list(range(100))
+
+    async def commit_until_heard() -> bool:  # the reader may subscribe after the first notes went out
+        end = await writer.end_offset("events", 1)
+        await writer.commit(EpochCommit("source:s", 0, generation, {("", 0): end + 100},
+                                        log_appends=appends("events", 1, end, 100)))
+        return heard.is_set()
+
+    await eventually(commit_until_heard, what="the reader hears an appends note", interval=0.05)
+    heard.clear()  # subscribed: the note of the next commit reaches it
+    await commit_until_heard()
+    await asyncio.wait_for(heard.wait(), 30)
+    end = await writer.end_offset("events", 1)
+
+    async def no_search(*_: object, **__: object) -> None:
+        raise AssertionError("the reader searched the stream for a chunk the note named")
+
+    monkeypatch.setattr(reader._js(), "scan", no_search)
+    monkeypatch.setattr(reader._js(), "subjects", no_search)
+    assert [m.offset for m in await reader.read("events", 1, end - 100, 100)] == list(range(end - 100, end))
+
+
+async def test_a_writer_that_heard_another_writers_appends_note_appends_after_it_at_the_first_attempt(
+        open_nats: Opener, monkeypatch: pytest.MonkeyPatch) -> None:
+    first, second = await open_nats(), await open_nats()
+    heard = asyncio.Event()
+    second.on_appends(lambda slots: heard.set())
+    generations = [await first.acquire("source:a", 0), await second.acquire("source:b", 0)]
+    await second.commit(EpochCommit("source:b", 0, generations[1], log_appends=appends("events", 0, 0, 10)))
+    offset = 10
+
+    async def first_appends_until_heard() -> bool:  # the second may subscribe after the first notes went out
+        nonlocal offset
+        await first.commit(EpochCommit("source:a", 0, generations[0], log_appends=appends("events", 0, offset, 10)))
+        offset += 10
+        return heard.is_set()
+
+    await eventually(first_appends_until_heard, what="the second writer hears an appends note", interval=0.05)
+    heard.clear()
+    await first_appends_until_heard()
+    await asyncio.wait_for(heard.wait(), 30)
+    refused: list[int] = []
+    publish_batch = second._js().publish_batch
+
+    async def counting(*args: Any, **kwargs: Any) -> int | None:
+        try:
+            return await publish_batch(*args, **kwargs)
+        except JetStreamRequestError as error:
+            refused.append(error.code)
+            raise
+
+    monkeypatch.setattr(second._js(), "publish_batch", counting)
+    await second.commit(EpochCommit("source:b", 0, generations[1], log_appends=appends("events", 0, offset, 10)))
+    assert refused == []
+    messages = await (await open_nats()).read("events", 0, 0, offset + 10)
+    assert [m.offset for m in messages] == list(range(offset + 10))
 
 
 async def test_two_processes_appending_to_one_log_partition_keep_its_offsets_dense(open_nats: Opener) -> None:

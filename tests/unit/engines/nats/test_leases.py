@@ -18,6 +18,15 @@ def test_an_appends_note_reads_back_its_sender_and_slots() -> None:
     assert records.appends_note_slots(note) == ("instance-1", {("out", 3), ("é", 0)})
 
 
+def test_an_appends_note_reads_back_the_log_chunks_it_names_and_a_note_of_slots_only_names_none() -> None:
+    note = records.appends_note("instance-1", [("out", 3)], [("out", 3, 4096, 1000, 77)])
+    assert records.appends_note_chunks(note) == [("out", 3, 4096, 1000, 77)]
+    assert records.appends_note_slots(note) == ("instance-1", {("out", 3)})
+    slots_only = records.pack(["instance-1", [["out", 3]]])
+    assert records.appends_note_chunks(slots_only) == []
+    assert records.appends_note_slots(slots_only) == ("instance-1", {("out", 3)})
+
+
 def test_a_lease_record_tells_its_owner_generation_and_expiry_and_one_of_acquire_has_neither_owner_nor_expiry() -> None:
     leased = json.dumps({"consumer": "c", "partition": 1, "owner": "h:1", "worker": "w1", "expires_at": 110.0,
                          "epoch": 5}).encode()  # the stored key of the generation
