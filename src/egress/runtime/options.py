@@ -8,7 +8,11 @@ from dataclasses import dataclass
 @dataclass(frozen=True)
 class RunOptions:
     """``epoch_max_messages``: input messages one epoch takes at most; ``epoch_period`` (seconds):
-    the pause that gathers acknowledgements before a commit when input is not backlogged;
+    how long a partition job woken by acknowledgements alone gathers them before it commits them
+    (epochs are adaptive: input, a stop, a sink state to commit or room to read start the next epoch
+    at once, ``egress.runtime.partition_job``); ``live_poll_period`` (seconds): how long a live
+    source's batch waits for its first record before its reader looks again (a followed file's
+    poll period; a new record of the http or nats source ends the wait at once);
     ``max_unacknowledged``: messages a sink instance may hold unacknowledged before its partition
     job stops reading input (bounds memory; upstream bounds it by epoch size instead);
     ``source_chunk``: records a source reader commits at once; ``until_drained``: stop once every
@@ -32,6 +36,7 @@ class RunOptions:
 
     epoch_max_messages: int = 2048
     epoch_period: float = 0.05
+    live_poll_period: float = 0.05
     max_unacknowledged: int = 8192
     source_chunk: int = 4096
     until_drained: bool = False

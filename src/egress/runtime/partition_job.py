@@ -8,6 +8,14 @@ to fresh sink instances, which resend it with the same message ids (at-least-onc
 
 The epoch itself (invoke, route, the commit record) is :class:`egress.runtime.epoch.EpochStep`,
 without I/O; this module is its driver: start, then read, step, commit, distribute and wait.
+
+Epochs are adaptive: an epoch ends as soon as its input is drained, and the next one starts at once
+when something waits for it (input arrived, a sink's state to commit, room to read again, a stop,
+a due timer): a lone event is committed and handed to the sinks within one commit of its arrival,
+whatever ``epoch_period``. Under load the batches grow by themselves: an epoch starts when the
+previous commit is done and takes everything that arrived meanwhile, up to ``epoch_max_messages``.
+Only acknowledgements, which nothing waits for, are gathered for up to ``epoch_period`` into one
+commit.
 """
 
 from __future__ import annotations
@@ -73,7 +81,11 @@ class PartitionJob:
         self._status = status
         self._options = options
         self._notify_downstream = notify_downstream
-        self._wakeup = asyncio.Event()
+        self._wakeup = asyncio.Event()  # anything for the next epoch: input, acknowledgements, a stop
+        # Something waits for the next epoch (input, a stop, a sink state to commit, room to read):
+        # it starts at once; acknowledgements alone wait up to epoch_period to share a commit.
+        self._waiting = asyncio.Event()
+        self._held_back = False  # the last epoch read nothing because the sinks held too much
         self._stop_deadline = float("-inf")  # until when a requested stop waits for acknowledgements
         self._stop_event = asyncio.Event()  # set by stop(): also gives up a wait for throttler quota
         self._sink_streams = {sink.stream_id for sink in plan.sinks.values()}
@@ -99,8 +111,10 @@ class PartitionJob:
         self.timers = TimerQueue()
 
     def wake(self) -> None:
+        """Input arrived (or every source ended, or a stop): the next epoch starts at once."""
         self.idle = False
         self._wakeup.set()
+        self._waiting.set()
 
     def stop(self, *, acknowledgements_within: float = 0.0) -> None:
         """Stop this job after its current epoch: the epoch that sees it reads nothing, commits what
@@ -125,9 +139,16 @@ class PartitionJob:
         commit and wake the job; while it waits on the engine, hold the sinks once they acknowledged
         beyond what its next commit carries (commit backpressure, ``egress.runtime.holds``): until
         that commit completes, no delivery starts whose acknowledgement would wait for the commit
-        after it."""
+        after it. The next epoch starts at once when the report changes the sink's state (a batching
+        sink sends a batch only once its boundary is committed) or makes room to read input again
+        that waited for the sinks; else it gathers acknowledgements for up to ``epoch_period``."""
+        previous = self._reported.get(sink_id)
         self._reported[sink_id] = progress
-        self.wake()
+        self.idle = False
+        self._wakeup.set()
+        if (previous is not None and progress.sink_state != previous.sink_state) \
+                or (self._held_back and self._may_read()):
+            self._waiting.set()
         if self._awaiting_engine is not None and COMMIT not in self.holds.causes \
                 and acknowledged_beyond({sink_id: progress}, self._awaiting_engine):
             self.holds.set(COMMIT, True)
@@ -277,8 +298,9 @@ class PartitionJob:
     async def _epoch(self, running: _JobRun, *, stopping: bool) -> bool:
         """One epoch: read, step, commit, distribute, then wait; False once ``stopping`` is committed."""
         self._wakeup.clear()  # before reading: a wake during this epoch must not be lost
+        self._waiting.clear()
         taken = self._acknowledged_progress()  # after the clear: an acknowledgement is either counted now or wakes
-        held_back = not stopping and (self._stop_event.is_set() or not self._may_read())
+        held_back = self._held_back = not stopping and (self._stop_event.is_set() or not self._may_read())
         batch: list[LogMessage] = []
         due: list[DueTimer] = []
         if not stopping and not held_back:
@@ -421,8 +443,9 @@ class PartitionJob:
         return [message for got in reads.values() for message in got]
 
     async def _wait(self, timers: TimerQueue) -> None:
-        """Sleep until woken or until the next processing-time timer is due; after a wake, a little
-        longer, so that one commit gathers many acknowledgements."""
+        """Sleep until woken or until the next processing-time timer is due. After a wake by
+        acknowledgements alone, up to ``epoch_period`` longer (until something waits for the next
+        epoch, or the next timer is due), so that one commit gathers many of them."""
         if self.input_finished:
             self.flush_sinks()  # caught up with a finished input: no message is coming to fill a batch
         if not self._wakeup.is_set():
@@ -435,7 +458,13 @@ class PartitionJob:
                 self.idle = False
                 return
         self.idle = False
-        await self._clock.sleep(self._options.epoch_period)
+        if self._waiting.is_set():
+            return
+        linger = self._options.epoch_period
+        trigger = timers.next_processing_trigger() if self._may_read() else None
+        if trigger is not None:
+            linger = min(linger, max(0.0, trigger - self._clock.now()))
+        await event_or_timeout(self._waiting, self._clock, linger)
 
     async def _timer_came_first(self, seconds: float) -> bool:
         """Wait for a wake or ``seconds`` on the clock, whichever comes first; True for the clock."""

@@ -259,8 +259,8 @@ class SourceReader:
                          stop: asyncio.Event | None) -> bool:
         """Read the live ``source`` batch by batch, each batch committed with the position and state
         after it, until stopped (``False``) or, with ``until_drained``, caught up with the input's
-        end as it was at the start (``True``). A batch waits at most one ``epoch_period`` for its
-        first record, so a new record is committed within about one epoch of arriving."""
+        end as it was at the start (``True``). A batch waits at most one ``live_poll_period`` for
+        its first record."""
         engine = self._engine
         keyed = await engine.load_keyed_state(self.consumer, self.partition, self.plan.readers, [])
         name, key = self._state_key
@@ -277,7 +277,7 @@ class SourceReader:
             while not self._stopping(stop):
                 if holding is not None:
                     await self._tell_backlog(holding)
-                records = await source.take(self._options.source_chunk, self._options.epoch_period)
+                records = await source.take(self._options.source_chunk, self._options.live_poll_period)
                 if records is None:
                     return True
                 if not records and source.position == position and source.source_state == source_state:
