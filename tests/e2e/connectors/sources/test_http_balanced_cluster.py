@@ -23,7 +23,6 @@ import sys
 import threading
 import time
 import urllib.request
-from collections.abc import Iterator
 from pathlib import Path
 
 import aiohttp
@@ -123,16 +122,6 @@ def post_again(port: int, event: int) -> tuple[int, object]:
                                      headers={"Idempotency-Key": f"event-{event}"})
     with urllib.request.urlopen(request, timeout=30) as answer:
         return answer.status, orjson.loads(answer.read())
-
-
-@pytest.fixture
-def workers() -> Iterator[dict[str, subprocess.Popen[bytes]]]:
-    started: dict[str, subprocess.Popen[bytes]] = {}
-    yield started
-    for process in started.values():
-        if process.poll() is None:
-            process.kill()
-            process.wait()
 
 
 @pytest.mark.timeout(240)

@@ -12,7 +12,6 @@ import socket
 import subprocess
 import sys
 import urllib.request
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -44,16 +43,6 @@ def reader_owner(status_port: int) -> str | None:
     except OSError:
         return None
     return str(owner) if owner is not None else None
-
-
-@pytest.fixture
-def workers() -> Iterator[dict[str, subprocess.Popen[bytes]]]:
-    started: dict[str, subprocess.Popen[bytes]] = {}
-    yield started
-    for process in started.values():
-        if process.poll() is None:
-            process.kill()
-            process.wait()
 
 
 @pytest.mark.timeout(120)

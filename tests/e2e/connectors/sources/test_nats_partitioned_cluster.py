@@ -17,7 +17,6 @@ import threading
 import time
 import urllib.request
 import uuid
-from collections.abc import Iterator
 from pathlib import Path
 
 import nats
@@ -100,16 +99,6 @@ def reader_owners(port: int) -> list[str | None] | None:
     source = document["sources"]["input"]  # type: ignore[index]
     owners: list[str | None] = source["owners"]  # type: ignore[index]
     return owners
-
-
-@pytest.fixture
-def workers() -> Iterator[dict[str, subprocess.Popen[bytes]]]:
-    started: dict[str, subprocess.Popen[bytes]] = {}
-    yield started
-    for process in started.values():
-        if process.poll() is None:
-            process.kill()
-            process.wait()
 
 
 @pytest.mark.timeout(180)
