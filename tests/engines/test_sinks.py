@@ -1,9 +1,10 @@
 """Conformance, the outbox and sink progress: the outbox waits for the slowest sink and is trimmed
-once every sink persisted past a seq; sink progress and sink state round-trip."""
+once every sink persisted past a seq; a range of it is read again (``OutboxReader``); sink progress
+and sink state round-trip."""
 
 from __future__ import annotations
 
-from egress.engines import Engine, EpochCommit, SinkProgress
+from egress.engines import Engine, EpochCommit, OutboxReader, SinkProgress
 from tests.engines.conftest import OpenEngine
 from tests.engines.engines import outbox_message
 
@@ -65,3 +66,25 @@ async def test_sink_progress_and_sink_state_round_trip(engine: Engine, reopen: O
     }
     assert (await engine.load_checkpoint("c", 1, ["firehose"])).sink_progress == {
         "firehose": SinkProgress("", b"x", 9, b"[]")}
+
+
+async def test_a_range_of_the_committed_outbox_is_read_again_until_it_is_trimmed(
+        engine: Engine, reopen: OpenEngine) -> None:
+    assert isinstance(engine, OutboxReader)  # every engine lets a sink leave a backlog in the outbox
+    generation = await engine.acquire("c", 0)
+    later = [outbox_message(seq) for seq in (4, 5, 6)]
+    await engine.commit(EpochCommit("c", 0, generation, outbox=OUTBOX))
+    await engine.commit(EpochCommit("c", 0, generation, outbox=later))
+    other = await engine.acquire("c", 1)
+    await engine.commit(EpochCommit("c", 1, other, outbox=[outbox_message(1)]))
+    assert await engine.read_outbox("c", 0, 0, 6) == OUTBOX + later
+    assert await engine.read_outbox("c", 0, 2, 4) == [OUTBOX[2], later[0]]  # across two commits
+    assert await engine.read_outbox("c", 0, 6, 9) == []
+    await engine.commit(EpochCommit("c", 0, generation, sink_progress={"http": SinkProgress("", b"id3", 3)},
+                                    outbox_acknowledged_seq=3))
+    assert await engine.read_outbox("c", 0, 0, 6) == later  # the trimmed prefix is gone
+    await engine.close()
+    engine = await reopen()
+    assert isinstance(engine, OutboxReader)
+    assert await engine.read_outbox("c", 0, 4, 6) == later[1:]  # from storage alone, no commit yet
+    assert await engine.read_outbox("c", 1, 0, 6) == [outbox_message(1)]

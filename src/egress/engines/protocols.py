@@ -382,7 +382,7 @@ class LogRetention(Protocol):
 
 @runtime_checkable
 class OutboxReader(Protocol):
-    """An engine that reads a range of a partition's committed outbox again (SQLite), so a sink may
+    """An engine that reads a range of a partition's committed outbox again (SQLite, NATS), so a sink may
     leave a backlog there rather than in memory (``SinkContext.read_outbox``, the webhook sink)."""
 
     async def read_outbox(self, consumer: str, partition: int, after_seq: int, last_seq: int) -> list[OutboxMessage]:

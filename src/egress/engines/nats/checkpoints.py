@@ -41,6 +41,28 @@ class NatsCheckpoints(NatsConnection):
         return Checkpoint({slot: offset for slot, (offset, _) in record.positions.items()}, progress,
                           [message for message in outbox if message.seq > low], next_seq)
 
+    async def read_outbox(self, consumer: str, partition: int, after_seq: int, last_seq: int) -> list[OutboxMessage]:
+        """The committed outbox messages of ``(consumer, partition)`` with ``after_seq < seq <=
+        last_seq`` not trimmed yet, in seq order (``OutboxReader``): only the chunks whose seq range
+        meets the range are fetched, by stream sequence, from the view this process commits from (or
+        one loaded for the call); a chunk trimmed meanwhile is skipped, its messages being
+        acknowledged by every sink."""
+        view = self._views.get((consumer, partition))
+        if view is None or (consumer, partition) in self._doubtful:
+            view, _ = await self._load_view(consumer, partition, with_outbox=False)
+        js = self._js()
+        messages: list[OutboxMessage] = []
+        for chunk in list(view.outbox):
+            if chunk.last <= after_seq or chunk.first > last_seq:
+                continue
+            stored = await js.get(chunk.seq)
+            if stored is None:
+                continue
+            messages.extend(message for message in records.outbox_chunk_messages(stored.data)
+                            if after_seq < message.seq <= last_seq)
+        messages.sort(key=lambda message: message.seq)
+        return messages
+
     async def load_keyed_state(self, consumer: str, partition: int, partition_count: int,
                                external_tables: list[str]) -> KeyedState:
         js, layout = self._js(), self._layout
