@@ -19,7 +19,7 @@ from egress.connectors.sources.nats import NatsSourceError
 from egress.errors import SourceDataError, SpecErrors
 from egress.keys import derived_message_id, idempotency_key, source_message_id, source_scope
 from egress.runtime import Pipeline, RunOptions, RunResult, load_plan
-from tests.conftest import ServerFactory, pass_through_spec
+from tests.conftest import ServerFactory, eventually, pass_through_spec
 
 pytestmark = pytest.mark.integration
 
@@ -93,6 +93,10 @@ async def test_messages_published_while_the_pipeline_runs_are_delivered_once_wit
     await collector.wait_for(5)
     await publish(js, stream, 5, 5)  # live: published after the start, read by the same run
     await collector.wait_for(10)
+    # Stopped once every response is back: a stop does not wait for deliveries in flight, whose
+    # acknowledgements it cannot commit (they would be sent again: at least once, not this test's point).
+    await eventually(lambda: pipeline.metrics.total("egress_sink_responses_total") >= 10,
+                     what="the sink received the 10 responses")
     pipeline.request_stop()
     assert (await running).ok
 
