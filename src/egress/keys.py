@@ -98,6 +98,16 @@ def partition_of(encoded_key: bytes, partition_count: int) -> int:
     return int.from_bytes(digest, "big") % partition_count
 
 
+def key_in_partition(values: Sequence[Any], partition: int, partition_count: int) -> bytes:
+    """The first ``encode_key([*values, i])``, i = 0, 1, …, that :func:`partition_of` gives to
+    ``partition``: a key for an entry that must load back with a partition's share of keyed state
+    (engines load it by each key's partition). About ``partition_count`` hashes on average."""
+    salt = 0
+    while partition_of(key := encode_key([*values, salt]), partition_count) != partition:
+        salt += 1
+    return key
+
+
 def partitions_of(encoded_keys: Iterable[bytes], partition_count: int) -> list[int]:
     """:func:`partition_of` of each of ``encoded_keys`` (a source's chunk)."""
     return [partition_of(key, partition_count) for key in encoded_keys]

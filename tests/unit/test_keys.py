@@ -3,6 +3,7 @@ from egress.keys import (
     derived_message_id,
     encode_key,
     idempotency_key,
+    key_in_partition,
     partition_of,
     source_message_id,
     source_scope,
@@ -119,3 +120,14 @@ def test_the_batch_forms_give_the_keys_partitions_and_ids_of_the_one_at_a_time_f
         encode_keys([{"id": 1}, {"id": 2**64}], ["id"])
     positions = [0, 1, 255, 70_000, 2**40]
     assert source_message_ids("s", 3, positions) == [source_message_id("s", 3, p) for p in positions]
+
+
+def test_key_in_partition_is_the_first_salted_key_that_hashes_to_the_partition() -> None:
+    for count in (2, 3, 7):
+        for partition in range(count):
+            key = key_in_partition(["k"], partition, count)
+            assert partition_of(key, count) == partition
+            salt = decode_key(key)[1]
+            assert key == encode_key(["k", salt])
+            assert all(partition_of(encode_key(["k", earlier]), count) != partition for earlier in range(salt))
+    assert key_in_partition([], 0, 1) == encode_key([0])

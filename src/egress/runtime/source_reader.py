@@ -36,9 +36,8 @@ from egress.connectors.sources.unread import unread_records
 from egress.engines import Engine, EpochCommit, LogAppend
 from egress.keys import (
     EMPTY_KEY,
-    encode_key,
     encode_keys,
-    partition_of,
+    key_in_partition,
     partitions_of,
     source_message_id,
     source_message_ids,
@@ -61,14 +60,13 @@ encoded key)`` (the empty key, ``encode_key([])``, so every reader of keyed stat
 @functools.lru_cache(maxsize=1024)
 def source_state_key(partition: int, readers: int) -> tuple[str, bytes]:
     """Where reader ``partition`` of a source with ``readers`` readers commits its source state:
-    :data:`SOURCE_STATE` for a single reader; else the first key ``encode_key([i])``, i = 0, 1, …,
-    with ``partition_of(key, readers) == partition``: engines load a partition's share of keyed state
+    :data:`SOURCE_STATE` for a single reader; else ``key_in_partition([], partition, readers)``
+    (the first ``encode_key([i])`` that hashes to ``partition``): engines load a partition's share of keyed state
     by its keys' partition, and each reader loads its own (``load_keyed_state(consumer, partition,
     readers)``)."""
     if readers == 1:
         return SOURCE_STATE
-    key = next(key for i in itertools.count() if partition_of(key := encode_key([i]), readers) == partition)
-    return (SOURCE_STATE[0], key)
+    return (SOURCE_STATE[0], key_in_partition([], partition, readers))
 
 
 async def load_source_state(engine: Engine, consumer: str, partition: int = 0, readers: int = 1) -> bytes:

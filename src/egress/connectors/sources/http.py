@@ -64,7 +64,7 @@ from egress.http_body import (
     read_body,
 )
 from egress.http_expect import expect_handler, unrouted_handler
-from egress.keys import decode_key, encode_key, partition_of
+from egress.keys import decode_key, encode_key, key_in_partition
 from egress.lazy import lazy_module
 from egress.spec import StreamSpec
 from egress.spec.sizes import size_within
@@ -332,12 +332,7 @@ class HttpSource(CountedPosition):
             return encode_key([key])
         entry = self._entries.get(key)
         if entry is None:
-            salt = 0
-            entry = encode_key([key, salt])
-            while partition_of(entry, self._readers) != self._partition:
-                salt += 1
-                entry = encode_key([key, salt])
-            self._entries[key] = entry
+            entry = self._entries[key] = key_in_partition([key], self._partition, self._readers)
         return entry
 
     def committed(self) -> None:
