@@ -32,6 +32,7 @@ import pytest
 from egress.connectors.sources.http import KEYED_PARTITION, keyed_position
 from egress.keys import derived_message_id, idempotency_key, source_message_id, source_scope
 from tests.e2e.conftest import REPO, Receiver
+from tests.e2e.connectors.sources.conftest import wait_until_delivered
 from tests.e2e.connectors.sources.test_nats_partitioned_cluster import reader_owners
 from tests.e2e.live_inputs import pass_through_spec
 from tests.e2e.runtime.test_kill_restart import load_record
@@ -177,15 +178,8 @@ def test_every_worker_accepts_behind_nginx_and_a_killed_workers_clients_lose_no_
             scope, KEYED_PARTITION, keyed_position(f"event-{i}", 0)), 0)): hashlib.sha256(f"event {i}".encode()
                                                                                        ).hexdigest()
                 for i in answered}
-
-        def missing() -> list[str]:
-            keys = {r.key for r in load_record(receiver.record) if 200 <= r.status <= 299}
-            return sorted(want.keys() - keys)
-
-        eventually_sync(lambda: not missing(), timeout=90, interval=0.2,
-                        what=f"every one of the {len(answered)} events answered 200 to arrive",
-                        details=lambda: f"{len(missing())} never arrived, e.g. {missing()[:5]}\n"
-                        + (tmp_path / f"{survivors[0]}.log").read_text(errors="replace")[-3000:])
+        wait_until_delivered(receiver, want, f"every one of the {len(answered)} events answered 200 to arrive",
+                             tmp_path / f"{survivors[0]}.log")
     finally:
         clients.stop()
         nginx.stop()

@@ -26,6 +26,7 @@ from nats.js.api import StreamConfig, SubjectTransform
 
 from egress.keys import derived_message_id, idempotency_key, source_message_id, source_scope
 from tests.e2e.conftest import REPO, Receiver
+from tests.e2e.connectors.sources.conftest import wait_until_delivered
 from tests.e2e.connectors.sources.test_http_cluster import free_port
 from tests.e2e.live_inputs import pass_through_spec
 from tests.e2e.runtime.test_kill_restart import load_record
@@ -147,15 +148,8 @@ def test_a_partitioned_nats_source_loses_nothing_when_a_worker_holding_a_reader_
         scope = source_scope(PIPELINE, SOURCE, stream)
         want = {idempotency_key(derived_message_id(source_message_id(scope, 0, i + 1), 0)):
                 hashlib.sha256(f"order {i}".encode()).hexdigest() for i in range(published)}
-
-        def missing() -> list[str]:
-            keys = {r.key for r in load_record(receiver.record) if 200 <= r.status <= 299}
-            return sorted(want.keys() - keys)
-
-        eventually_sync(lambda: not missing(), timeout=90, interval=0.2,
-                        what=f"every one of the {published} published events to arrive",
-                        details=lambda: f"{len(missing())} never arrived, e.g. {missing()[:5]}\n"
-                        + (tmp_path / f"{survivor}.log").read_text(errors="replace")[-3000:])
+        wait_until_delivered(receiver, want, f"every one of the {published} published events to arrive",
+                             tmp_path / f"{survivor}.log")
     finally:
         publisher.stop()
 
