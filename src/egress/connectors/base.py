@@ -20,6 +20,7 @@ from egress.clock import Clock
 from egress.connectors.dead_letters import DeadLetterFiles
 from egress.engines import OutboxMessage, SinkProgress
 from egress.errors import SpecError
+from egress.line_chunks import LineChunk
 from egress.observe import Metrics, StatusTree
 from egress.spec import StreamSpec
 from egress.throttler import Throttling
@@ -258,6 +259,21 @@ class Sink(Protocol):
         ...
 
     async def close(self) -> None: ...
+
+
+@runtime_checkable
+class ChunkSink(Protocol):
+    """A sink that takes committed messages as a chunk of lines (the byte-chunk path,
+    ``docs/architecture.md``): the records of one column, kept as bytes, never made rows."""
+
+    def takes_chunks(self, column: str) -> bool:
+        """Whether :meth:`distribute_chunk` applies to payloads in ``column`` with this sink's parameters."""
+        ...
+
+    def distribute_chunk(self, first_seq: int, chunk: LineChunk) -> None:
+        """:meth:`Sink.distribute` of messages ``first_seq`` .. ``first_seq + chunk.count - 1``, each
+        record of ``chunk`` the payload of its message (id ``chunk.message_id(i)``)."""
+        ...
 
 
 @runtime_checkable

@@ -30,19 +30,22 @@ from egress.connectors.base import (
     Source,
     SourceRecord,
 )
-from egress.connectors.sources.chunks import ChunkedSource, RecordChunk, chunks_of
+from egress.connectors.sources.chunks import ChunkedSource, LineChunkSource, RecordChunk, chunks_of
 from egress.connectors.sources.live import HoldsBack, UsesClock
 from egress.connectors.sources.unread import unread_records
-from egress.engines import Engine, EpochCommit, LogAppend
+from egress.engines import Engine, EpochCommit, LineChunkLog, LogAppend, LogChunk
 from egress.keys import (
     EMPTY_KEY,
     encode_keys,
     key_in_partition,
+    partition_of,
     partitions_of,
     source_message_id,
+    source_message_id_prefix,
     source_message_ids,
     source_scope,
 )
+from egress.line_chunks import LineChunk
 from egress.observe import Metrics
 from egress.runtime.options import RunOptions
 from egress.runtime.plan import SourcePlan
@@ -76,7 +79,7 @@ async def load_source_state(engine: Engine, consumer: str, partition: int = 0, r
     return state.internal.get(name, {}).get(key, b"")
 
 
-def source_state_writes(source: Source, committed: bytes, where: tuple[str, bytes] = SOURCE_STATE
+def source_state_writes(source: object, committed: bytes, where: tuple[str, bytes] = SOURCE_STATE
                         ) -> dict[tuple[str, bytes], bytes | None]:
     """The state write (at ``where``, :func:`source_state_key`) that commits ``source``'s state when it
     changed since ``committed``."""
@@ -213,6 +216,10 @@ class SourceReader:
         if isinstance(source, ResumableSource):
             source_state = await load_source_state(engine, self.consumer, self.partition, self.plan.readers)
             source.resume(source_state)
+        if isinstance(source, LineChunkSource) and self._takes_line_chunks():
+            if await self._read_line_chunks(source, generation, position, source_state, stop):
+                await self._finish(generation)
+            return
         count = self._options.source_chunk
         chunks = (source.record_chunks(position, count) if isinstance(source, ChunkedSource)
                   else chunks_of(source.records(position), count))
@@ -233,6 +240,36 @@ class SourceReader:
         else:
             return
         await self._finish(generation)
+
+    def _takes_line_chunks(self) -> bool:
+        """Whether this reader stores chunks of lines as one log row each (the byte-chunk path,
+        ``docs/architecture.md``): an engine that can, one reader, and a stream without ``group_by``
+        (every record's key is ``[]``, so a chunk's records share one partition)."""
+        return isinstance(self._engine, LineChunkLog) and not self.plan.stream.group_by and self.plan.readers == 1
+
+    async def _read_line_chunks(self, source: LineChunkSource, generation: int, position: int, source_state: bytes,
+                                stop: asyncio.Event | None) -> bool:
+        """Commit each chunk of lines of ``source`` from ``position`` as one log row (``LogChunk``), with
+        the position after it and the source state; ``True`` once the source is read to its end."""
+        chunks = source.line_chunks(position)
+        prefix = source_message_id_prefix(self._scope, 0)
+        column, stream = source.line_column, self.plan.stream_id
+        partition = partition_of(EMPTY_KEY, self._partition_count)
+        while not self._stopping(stop):
+            item = await asyncio.to_thread(next, chunks, None)  # reading and checking off the event loop
+            if item is None:
+                return True
+            data, first, count = item
+            state_writes = source_state_writes(source, source_state, self._state_key)
+            chunk = LineChunk(data, count, prefix, first, column)
+            await self._engine.commit(EpochCommit(self.consumer, self.partition, generation, {POSITION: first + count},
+                                                  state_writes=state_writes,
+                                                  log_chunks=[LogChunk(stream, partition, chunk)]))
+            source_state = state_writes.get(self._state_key) or source_state
+            self._rows.inc(count)
+            self._count_bad_records(source)
+            self._notify(partition)
+        return False
 
     def _count_bad_records(self, source: object) -> None:
         """Add the records ``source``'s ``on_bad_record`` policy dropped since the last call to the metrics."""
