@@ -15,6 +15,10 @@ What is measured, in one run, on loopback only:
    otherwise its defaults (``max_delay`` 1 s, ``max_in_flight`` = the pool, 8 per partition). Figure:
    records / wall time from spawn to exit (start-up, reading the source into the log, every commit
    and every POST); CPU: user + system time of the egress process, all its threads (``wait4``).
+   ``egress bytes`` (issue 25): the same records and sink through the byte-chunk path
+   (``docs/architecture.md``, "Byte chunks"): ``records.jsonl`` (the records, one per line) read by
+   the ``lines`` source into a one-column stream without ``group_by`` (so one partition delivers,
+   as the floor's one loop does), ``egress:IdentityMap``, the sink with ``payload_column: line``.
 3. ``raw pycurl``: the same records, grouped by partition as egress groups them and cut at 1 MiB of
    JSON lines as the sink cuts them, bodies built before the clock starts, POSTed with their
    ``Idempotency-Key`` by ``benchmarks/delivery.py``'s CurlMulti loop with as many in flight as egress

@@ -75,17 +75,25 @@ def nth_line_end(data: bytes, start: int, lines: int) -> int:
     return end
 
 
-def lines_fitting(data: bytes, start: int, room_bytes: int, room_records: int) -> tuple[int, int]:
+def lines_fitting(data: bytes, start: int, room_bytes: int, room_records: int,
+                  lines_left: int | None = None) -> tuple[int, int]:
     """The longest run of whole lines of ``data`` from offset ``start`` (a line start) that is at most
     ``room_bytes`` bytes (newlines included) and ``room_records`` lines: ``(end offset, lines)``;
-    ``(start, 0)`` when not even the first line fits."""
+    ``(start, 0)`` when not even the first line fits. ``lines_left``, when given, is the number of
+    lines from ``start`` to the end (then the smaller side of a cut is the one counted)."""
     if room_bytes <= 0 or room_records <= 0:
         return start, 0
-    limit = min(len(data), start + room_bytes)
+    size = len(data)
+    if lines_left is not None and size - start <= room_bytes and lines_left <= room_records:
+        return size, lines_left  # the rest fits whole: nothing to count
+    limit = min(size, start + room_bytes)
     end = data.rfind(b"\n", start, limit) + 1
     if end <= start:
         return start, 0
-    lines = data.count(b"\n", start, end)
+    if lines_left is not None and size - end < end - start:
+        lines = lines_left - data.count(b"\n", end)
+    else:
+        lines = data.count(b"\n", start, end)
     if lines > room_records:
         end, lines = nth_line_end(data, start, room_records), room_records
     return end, lines

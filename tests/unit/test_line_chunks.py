@@ -39,6 +39,7 @@ def test_lines_fitting_is_the_longest_run_of_whole_lines_within_both_bounds(
     first = data.draw(st.integers(0, len(records) - 1))
     start = nth_line_end(chunk.data, 0, first) if first else 0
     end, lines = lines_fitting(chunk.data, start, room_bytes, room_records)
+    assert lines_fitting(chunk.data, start, room_bytes, room_records, len(records) - first) == (end, lines)
     sizes = [len(r) + 1 for r in records[first:]]
     expected = 0
     while expected < len(sizes) and expected < room_records and sum(sizes[:expected + 1]) <= room_bytes:

@@ -255,17 +255,18 @@ class SourceReader:
         prefix = source_message_id_prefix(self._scope, 0)
         column, stream = source.line_column, self.plan.stream_id
         partition = partition_of(EMPTY_KEY, self._partition_count)
+        checked = False  # the file's identity, its source state, is known once it is open and then stays
         while not self._stopping(stop):
             item = await asyncio.to_thread(next, chunks, None)  # reading and checking off the event loop
             if item is None:
                 return True
             data, first, count = item
-            state_writes = source_state_writes(source, source_state, self._state_key)
+            state_writes = {} if checked else source_state_writes(source, source_state, self._state_key)
             chunk = LineChunk(data, count, prefix, first, column)
             await self._engine.commit(EpochCommit(self.consumer, self.partition, generation, {POSITION: first + count},
                                                   state_writes=state_writes,
                                                   log_chunks=[LogChunk(stream, partition, chunk)]))
-            source_state = state_writes.get(self._state_key) or source_state
+            checked = True
             self._rows.inc(count)
             self._count_bad_records(source)
             self._notify(partition)

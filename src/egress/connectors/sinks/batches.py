@@ -102,7 +102,10 @@ class Batch:
 
     def line_body(self) -> bytes:
         """The lines as one body: each record and its newline (the JSON-lines encoding)."""
-        return b"".join(run.chunk.data[run.start:run.end] for run in self.lines)
+        runs = self.lines
+        if len(runs) == 1 and runs[0].start == 0 and runs[0].end == len(runs[0].chunk.data):
+            return runs[0].chunk.data  # a whole chunk: its bytes as they are
+        return b"".join([memoryview(run.chunk.data)[run.start:run.end] for run in runs])  # one copy
 
     def expand_lines(self) -> None:
         """Make the lines ``records``, ``record_ids`` and ``record_seqs`` (for dead letters, per record)."""
@@ -299,7 +302,7 @@ class BatchedSink(HeldStarts):
             if batch is None:
                 batch = self._new_batch(timer=True)
             end, lines = lines_fitting(data, start, limits.max_bytes - limits.frame_bytes - batch.body_bytes,
-                                       limits.max_records - batch.line_count)
+                                       limits.max_records - batch.line_count, count - index)
             if not lines:
                 if batch.line_count:
                     self._close(batch)

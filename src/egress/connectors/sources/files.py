@@ -447,10 +447,15 @@ class LinesSource(_FileSource):
                 data, carry = data[:cut], data[cut:]
                 if not data:
                     continue  # no newline yet: a line longer than a read
-                data.decode()  # all of it UTF-8, checked in C (UnicodeDecodeError: unreadable)
-                if data.startswith(b"\n") or b"\n\n" in data:  # empty lines are no records
-                    data = b"".join(line + b"\n" for line in data.split(b"\n") if line)
-                count = data.count(b"\n")
+                if not data.isascii():
+                    data.decode()  # all of it UTF-8, checked in C (UnicodeDecodeError: unreadable)
+                # One pass in C gives both the records and whether an empty line is among them.
+                lines = data.split(b"\n")
+                lines.pop()  # after the last newline
+                count = len(lines)
+                if b"" in lines:  # empty lines are no records
+                    data = b"".join(line + b"\n" for line in lines if line)
+                    count = data.count(b"\n")
                 if count and position + count > start_position:
                     if position < start_position:
                         data = data[nth_line_end(data, 0, start_position - position):]

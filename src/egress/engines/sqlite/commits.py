@@ -10,9 +10,10 @@ from typing import Any
 
 from egress.engines.protocols import EpochCommit, FencedError, OutboxMessage
 from egress.engines.sqlite.appends import SqliteAppends
+from egress.engines.sqlite.log import FRESH_CHUNKS
 from egress.engines.sqlite.ownership import SqliteOwnership
 from egress.errors import RowEncodingError
-from egress.line_chunks import ChunkReference, pack_chunk, pack_reference
+from egress.line_chunks import ChunkReference, LineChunk, pack_chunk, pack_reference
 from egress.rows import first_unstorable_row_error, pack_batch
 
 
@@ -25,6 +26,9 @@ class SqliteCommits(SqliteAppends, SqliteOwnership):
         self._queue_lock = threading.Lock()
         self._queued: list[tuple[EpochCommit, asyncio.Future[None]]] = []
         self._draining = False
+        # Chunks of lines of the transaction in progress by id() of their stored blob (alive in the
+        # transaction's records): a committed one is kept as the object (SqliteLog._fresh_chunks).
+        self._pending_chunks: dict[int, LineChunk] = {}
 
     async def commit(self, commit: EpochCommit) -> None:
         # Group commit: commits that queue while the database thread is busy (several partition
@@ -47,6 +51,7 @@ class SqliteCommits(SqliteAppends, SqliteOwnership):
                 if not group:
                     self._draining = False
                     return
+            self._pending_chunks.clear()  # a transaction that failed left its own
             try:
                 outcomes = self._commit_group_sync([commit for commit, _ in group])
             except BaseException as error:  # every committer must hear of it, none may hang
@@ -106,8 +111,15 @@ class SqliteCommits(SqliteAppends, SqliteOwnership):
                     starts.setdefault((stream, partition), offset)  # a group's commits continue each other
                 self._appends_watch.own(starts, appended)
             return
+        fresh, pending = self._fresh_chunks, self._pending_chunks
         for record in records:
             self._tail.add(*record)
+            chunk = pending.get(id(record[4])) if pending else None
+            if chunk is not None:
+                fresh[record[:3]] = chunk
+                while len(fresh) > FRESH_CHUNKS:
+                    del fresh[next(iter(fresh))]
+        pending.clear()
         self._end_offsets.update(appended)
 
     def _apply(self, commit: EpochCommit, offsets: dict[tuple[str, int], int]
@@ -182,7 +194,9 @@ class SqliteCommits(SqliteAppends, SqliteOwnership):
             if offset is None:
                 offset = self._end_offset_sync(stream, partition)
             appended[slot] = offset + chunk.count
-            rows.append((stream, partition, offset, chunk.count, pack_chunk(chunk)))
+            blob = pack_chunk(chunk)
+            rows.append((stream, partition, offset, chunk.count, blob))
+            self._pending_chunks[id(blob)] = chunk  # kept as the object once committed (_published)
         db.executemany("INSERT INTO log_batches (stream, partition, offset, count, messages) VALUES (?, ?, ?, ?, ?)",
                        rows)
         records.extend(rows)

@@ -9,13 +9,15 @@ from typing import Any
 from egress.engines.protocols import ChunkAt, LogMessage
 from egress.engines.sqlite.batches import BatchRests, LogTail, batch_messages, entry_messages
 from egress.engines.sqlite.connection import SqliteConnection
-from egress.line_chunks import is_packed, unpack_chunk
+from egress.line_chunks import LineChunk, is_packed, unpack_chunk
 
 TAIL_BYTES = 4 * 1024 * 1024
 """How many bytes of just-committed log batches an engine keeps for readers in the same process
 (:class:`LogTail`): a downstream job reads them without a SELECT (4 MiB: ~12,000 messages of
 ~330 bytes, three source chunks; a reader further behind reads the database, and 16 MiB held
 for it cost 12 MB of peak RSS draining a backlog)."""
+FRESH_CHUNKS = 4
+"""How many just-committed chunks of lines an engine keeps as objects for readers in the same process."""
 RESTS_MESSAGES = 4096
 """How many decoded log messages an engine keeps for reads that continue inside a batch an earlier
 read stopped in (:class:`BatchRests`): epochs of a few hundred messages read batches of a
@@ -34,8 +36,12 @@ class SqliteLog(SqliteConnection):
         self._end_offsets: dict[tuple[str, int], int] = {}
         self._tail = LogTail(TAIL_BYTES)
         self._rests = BatchRests(RESTS_MESSAGES)
+        # Unshared only: the chunks of lines this process committed last, as the objects committed
+        # (immutable), so that reading one back copies nothing; by (stream, partition, offset).
+        self._fresh_chunks: dict[tuple[str, int, int], LineChunk] = {}
 
     def _close_sync(self) -> None:
+        self._fresh_chunks.clear()
         self._tail = LogTail(TAIL_BYTES)
         self._rests.clear()
         super()._close_sync()
@@ -106,7 +112,7 @@ class SqliteLog(SqliteConnection):
             if position >= end:
                 break
             if is_packed(blob):
-                chunk = unpack_chunk(blob)
+                chunk = self._fresh_chunks.get((stream, partition, offset)) or unpack_chunk(blob)
                 if offset + chunk.count > position:
                     items.append(ChunkAt(position, chunk.tail(position - offset)))
                     position = offset + chunk.count
