@@ -322,7 +322,7 @@ class PartitionJob:
                 batch = await self._on_engine(self._read(running.step.positions), taken)
             else:  # the byte-chunk path: chunks pass as references, anything else as rows
                 chunks, batch = self._chunks.split(await self._on_engine(
-                    self._chunks.read(running.step.positions, self._options.epoch_max_messages), taken))
+                    self._chunks.read(running.step.positions, self._chunk_room()), taken))
             if len(batch) + sum(at.chunk.count for at in chunks) < self._options.epoch_max_messages:
                 self.caught_up_at = self._clock.monotonic()
             # Timers are taken after the wait for quota: a wait given up takes (and commits as fired) none.
@@ -422,8 +422,11 @@ class PartitionJob:
         if held_back:
             # Input waits for the sinks: close partial batches so they go out now, and read again at
             # once if the acknowledgements reported made room (else no wake-up may ever come: every
-            # acknowledgement can have arrived before this turn).
-            self.flush_sinks()
+            # acknowledgement can have arrived before this turn). On the byte-chunk path a partial
+            # batch waits while every sink has deliveries in flight: their acknowledgements wake the
+            # job, which reads more lines into it (full 1 MiB bodies), or flushes once none is left.
+            if self._chunks is None or not all(sink.in_flight for sink in self.sinks.values()):
+                self.flush_sinks()
             if self._may_read():
                 return
         if read < self._options.epoch_max_messages and not (
@@ -441,6 +444,13 @@ class PartitionJob:
         (as of their last reports)."""
         return all(sink.terminal_error is None and sink.unacknowledged < self._options.max_unacknowledged
                    for sink in self.sinks.values())
+
+    def _chunk_room(self) -> int:
+        """How many messages the byte-chunk path reads at most: what the sinks may still take before
+        ``max_unacknowledged``, at least ``epoch_max_messages`` (chunks are read whole, so an epoch
+        takes every chunk that fits, and its one commit covers them all)."""
+        held = max((sink.unacknowledged for sink in self.sinks.values()), default=0)
+        return max(self._options.epoch_max_messages, self._options.max_unacknowledged - held)
 
     def flush_sinks(self) -> None:
         """Ask the sinks to send what they buffer now (``Sink.flush``; the Firehose sink's open batch):
