@@ -86,8 +86,8 @@ COST_TARGET = 1.25
 """Issue 24: a NATS phase's CPU per message (every process) at most this many times embedded's."""
 PHASES = ("embedded", "nats-1", "nats-2", "nats-4")
 SOURCE_FILES = 16
-"""Files the NATS phases' source is dealt into with ``--readers workers`` (several per reader: the
-files source gives each file to a reader by a hash of its inode)."""
+"""Files the NATS phases' source is dealt into with ``--source-readers workers`` (several per reader:
+the files source's reader 0 deals them, the same count to each reader of 1, 2 or 4)."""
 CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
 POLL = 0.05  # seconds between two checks for exited workers
 

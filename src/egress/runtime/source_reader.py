@@ -7,7 +7,8 @@ that commits the source position, so a crash never loses or doubles a record. A
 
 A source read by ``n`` readers (``SourcePlan.readers``) has one reader per partition ``0 .. n-1``
 of the unit ``source:<id>``, each with its own lease, position, state and finished marker; the
-source instance of reader ``k`` is told its share (``PartitionedSource.read_partition(k, n)``).
+source instance of reader ``k`` is told its share (``PartitionedSource.read_partition(k, n)``),
+and of a :class:`~egress.connectors.base.DealtSource` how to load reader 0's committed deals.
 With one reader every key is the one of a single-reader source.
 """
 
@@ -23,6 +24,7 @@ from typing import NamedTuple
 from egress.clock import Clock, RealClock, unless_set
 from egress.connectors.base import (
     SOURCE_KEYS,
+    DealtSource,
     KeyedLiveSource,
     LiveSource,
     PartitionedSource,
@@ -200,6 +202,8 @@ class SourceReader:
                                                self._base_dir)
         if isinstance(source, PartitionedSource):
             source.read_partition(self.partition, self.plan.readers)
+        if isinstance(source, DealtSource):
+            source.deal_from(functools.partial(load_source_state, engine, self.consumer, readers=self.plan.readers))
         if isinstance(source, UsesClock):
             source.use_clock(self._clock)
         self._source = source
