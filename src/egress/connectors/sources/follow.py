@@ -96,6 +96,9 @@ class FollowedFiles(HeldFailure, WithBadRecords):
     """A :class:`~egress.connectors.base.LiveSource` over the files ``path`` names (a path or a glob),
     ``kind`` ``csv`` or ``jsonl``, converting each line as the one-shot source of that kind does."""
 
+    takes_ahead = True
+    """Its reader reads the next batch while the batch before commits (``live.TakesAhead``)."""
+
     def __init__(self, kind: str, path: Path, parameters: Any, stream: StreamSpec, source_id: str,
                  bad_records: BadRecords) -> None:
         self.kind = kind
