@@ -1,9 +1,9 @@
 """Cluster throughput and cost (issues 11 and 24): the delivery of ``benchmarks/delivery.py``
 (300,000 messages by default: the data set has 336,776 flights), in one run, embedded (SQLite)
 and on NATS JetStream with 1, 2 and 4 workers. Each process pays about a CPU second whatever the
-messages (the interpreter and its imports, joining, leaving): at 100,000 messages that was a quarter of nats-4's CPU, so the
-default run is long enough for the steady state to dominate, and the fixed part is measured
-apart (``--fixed-messages``).
+messages (the interpreter and its imports, joining, leaving): at 100,000 messages that was a
+quarter of nats-4's CPU, so the default run is long enough for the steady state to dominate, and
+the fixed part is measured apart (``--fixed-messages``).
 
 Everything but the engine is ``benchmarks/delivery.py``'s egress phase, through its own helpers: the
 same flight payloads (``build_bodies``), the same JSONL source, identity process function and Spec
