@@ -129,10 +129,21 @@ class PartitionedSource(Protocol):
     many from its parameters (:func:`reader_count`), and the reader of partition ``index`` calls
     :meth:`read_partition` on the instance it creates before anything else, so it reads only its
     share of the input (a ``nats`` source the subjects of its JetStream partition, followed files
-    the files whose inode hashes to it)."""
+    the files reader 0 dealt to it, :class:`DealtSource`)."""
 
     def read_partition(self, index: int, count: int) -> None:
         """Read only share ``index`` (``0 .. count-1``) of the input from now on."""
+        ...
+
+
+@runtime_checkable
+class DealtSource(Protocol):
+    """A :class:`PartitionedSource` whose reader 0 deals the input among the readers (followed
+    files: each new file to the reader with the fewest) and commits the deals in its source state:
+    every reader's runner calls :meth:`deal_from` before it starts."""
+
+    def deal_from(self, reader_state: Callable[[int], Awaitable[bytes]]) -> None:
+        """``reader_state(k)``: reader ``k``'s committed source state (``b""`` before its first commit)."""
         ...
 
 

@@ -7,7 +7,8 @@ that commits the source position, so a crash never loses or doubles a record. A
 
 A source read by ``n`` readers (``SourcePlan.readers``) has one reader per partition ``0 .. n-1``
 of the unit ``source:<id>``, each with its own lease, position, state and finished marker; the
-source instance of reader ``k`` is told its share (``PartitionedSource.read_partition(k, n)``).
+source instance of reader ``k`` is told its share (``PartitionedSource.read_partition(k, n)``),
+and of a :class:`~egress.connectors.base.DealtSource` how to load reader 0's committed deals.
 With one reader every key is the one of a single-reader source.
 """
 
@@ -23,6 +24,7 @@ from typing import NamedTuple
 from egress.clock import Clock, RealClock, unless_set
 from egress.connectors.base import (
     SOURCE_KEYS,
+    DealtSource,
     KeyedLiveSource,
     LiveSource,
     PartitionedSource,
@@ -31,7 +33,7 @@ from egress.connectors.base import (
     SourceRecord,
 )
 from egress.connectors.sources.chunks import ChunkedSource, LineChunkSource, RecordChunk, chunks_of
-from egress.connectors.sources.live import HoldsBack, UsesClock
+from egress.connectors.sources.live import HoldsBack, TakesAhead, UsesClock
 from egress.connectors.sources.unread import unread_records
 from egress.engines import Engine, EpochCommit, LineChunkLog, LogAppend, LogChunk
 from egress.keys import (
@@ -203,6 +205,8 @@ class SourceReader:
                                                self._base_dir)
         if isinstance(source, PartitionedSource):
             source.read_partition(self.partition, self.plan.readers)
+        if isinstance(source, DealtSource):
+            source.deal_from(functools.partial(load_source_state, engine, self.consumer, readers=self.plan.readers))
         if isinstance(source, UsesClock):
             source.use_clock(self._clock)
         self._source = source
@@ -296,7 +300,10 @@ class SourceReader:
         """Read the live ``source`` batch by batch, each batch committed with the position and state
         after it, until stopped (``False``) or, with ``until_drained``, caught up with the input's
         end as it was at the start (``True``). A batch waits at most one ``live_poll_period`` for
-        its first record."""
+        its first record. A :class:`~egress.connectors.sources.live.TakesAhead` source's next batch
+        is taken and keyed while the batch before commits (a far engine's round trip overlaps the
+        reading); the commits stay one after the other, in order, each fenced, so what is committed
+        is always a prefix of what was read, and a stop or a failure commits the batch in flight first."""
         engine = self._engine
         keyed = await engine.load_keyed_state(self.consumer, self.partition, self.plan.readers, [])
         name, key = self._state_key
@@ -306,37 +313,63 @@ class SourceReader:
         holding = source if isinstance(source, HoldsBack) and self._downstream is not None else None
         if holding is not None:
             await self._load_log_ends()
+        ahead = isinstance(source, TakesAhead) and source.takes_ahead
+        in_flight: asyncio.Task[None] | None = None  # the batch before, committing while this one is read
         try:
             if not await unless_set(source.start(position, source_state, self._options.until_drained), self._stopped,
                                     stop):
                 return False
+            caught_up = False
             while not self._stopping(stop):
                 if holding is not None:
                     await self._tell_backlog(holding)
                 records = await source.take(self._options.source_chunk, self._options.live_poll_period)
                 if records is None:
-                    return True
+                    caught_up = True
+                    break
                 if not records and source.position == position and source.source_state == source_state:
                     continue
                 appends, touched = await self._keyed(chunker, records)
-                position, state = source.position, source.source_state
-                writes: dict[tuple[str, bytes], bytes | None] = {self._state_key: state} if state != source_state \
-                    else {}
-                if isinstance(source, KeyedLiveSource):
-                    writes.update(((SOURCE_KEYS, k), v) for k, v in source.take_key_writes().items())
-                await engine.commit(EpochCommit(self.consumer, self.partition, generation, {POSITION: position},
-                                                log_appends=appends, state_writes=writes))
-                if holding is not None:
-                    self._count_appends(appends)
-                source.committed()
-                source_state = state
-                self._rows.inc(len(appends))
-                self._count_bad_records(source)
-                for partition in touched:
-                    self._notify(partition)
-            return False
+                position, committed_state, source_state = source.position, source_state, source.source_state
+                commit = self._live_commit(source, generation, appends, committed_state)
+                if in_flight is not None:  # commits stay one after the other, in order, each fenced
+                    await in_flight
+                    in_flight = None
+                if ahead:
+                    in_flight = asyncio.create_task(self._commit_live(source, holding, commit, touched))
+                else:
+                    await self._commit_live(source, holding, commit, touched)
+            if in_flight is not None:
+                await in_flight
+                in_flight = None
+            return caught_up
         finally:
+            if in_flight is not None:  # failed: the batch taken before is committed all the same
+                await asyncio.gather(in_flight, return_exceptions=True)
             await source.close()
+
+    def _live_commit(self, source: LiveSource, generation: int, appends: list[LogAppend], committed_state: bytes
+                     ) -> EpochCommit:
+        """The commit of the batch just taken: its appends, the source's position, its state when it
+        changed since ``committed_state``, and a keyed source's entries."""
+        state = source.source_state
+        writes: dict[tuple[str, bytes], bytes | None] = {self._state_key: state} if state != committed_state else {}
+        if isinstance(source, KeyedLiveSource):
+            writes.update(((SOURCE_KEYS, k), v) for k, v in source.take_key_writes().items())
+        return EpochCommit(self.consumer, self.partition, generation, {POSITION: source.position},
+                           log_appends=appends, state_writes=writes)
+
+    async def _commit_live(self, source: LiveSource, holding: HoldsBack | None, commit: EpochCommit,
+                           touched: set[int]) -> None:
+        """Commit one batch of a live source, then tell the source and wake the log's readers."""
+        await self._engine.commit(commit)
+        if holding is not None:
+            self._count_appends(commit.log_appends)
+        source.committed()
+        self._rows.inc(len(commit.log_appends))
+        self._count_bad_records(source)
+        for partition in touched:
+            self._notify(partition)
 
     @staticmethod
     async def _keyed(chunker: _Chunker, records: list[SourceRecord]) -> tuple[list[LogAppend], set[int]]:

@@ -57,7 +57,7 @@ class FileSourceParameters(BadRecordParameters):
     file of a glob ``path``) as it grows and follow its rotation (``egress.connectors.sources.follow``);
     ``on_bad_record`` and ``dead_letter_path`` (``egress.connectors.sources.bad_records``);
     ``readers`` (1 to 1024; above 1 only with ``follow: true`` and a glob ``path``): how many readers
-    share the files, each following those whose inode hashes to it."""
+    share the files, reader 0 dealing each to the reader with the fewest (``shares``)."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
