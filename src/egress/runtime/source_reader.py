@@ -201,15 +201,7 @@ class SourceReader:
             generation = await engine.acquire(self.consumer, self.partition)
         checkpoint = await engine.load_checkpoint(self.consumer, self.partition, [])
         position = checkpoint.input_positions.get(POSITION, 0)
-        source = self.plan.source_class.create(self.plan.source_id, self.plan.parameters, self.plan.stream,
-                                               self._base_dir)
-        if isinstance(source, PartitionedSource):
-            source.read_partition(self.partition, self.plan.readers)
-        if isinstance(source, DealtSource):
-            source.deal_from(functools.partial(load_source_state, engine, self.consumer, readers=self.plan.readers))
-        if isinstance(source, UsesClock):
-            source.use_clock(self._clock)
-        self._source = source
+        source = self._source = self._open_source()
         chunker = _Chunker(self.plan.stream.group_by, self.plan.stream_id, self._partition_count, self._scope)
         if isinstance(source, LiveSource):
             if not await self._read_live(source, chunker, generation, position, stop):
@@ -244,6 +236,21 @@ class SourceReader:
         else:
             return
         await self._finish(generation)
+
+    def _open_source(self) -> Source | LiveSource:
+        """This reader's source, told the capabilities it declares: its partition of the input, where
+        reader 0 deals files from, the clock."""
+        plan = self.plan
+        source: Source | LiveSource = plan.source_class.create(plan.source_id, plan.parameters, plan.stream,
+                                                               self._base_dir)
+        if isinstance(source, PartitionedSource):
+            source.read_partition(self.partition, self.plan.readers)
+        if isinstance(source, DealtSource):
+            source.deal_from(functools.partial(load_source_state, self._engine, self.consumer,
+                                               readers=self.plan.readers))
+        if isinstance(source, UsesClock):
+            source.use_clock(self._clock)
+        return source
 
     def _takes_line_chunks(self) -> bool:
         """Whether this reader stores chunks of lines as one log row each (the byte-chunk path,
