@@ -182,6 +182,12 @@ class Metrics:
             "Seconds input batches waited for throttler quota (upstream Input.Throttle).",
             ["computation_id"], registry=self.registry,
         )
+        self.epoch_part_seconds = Counter(
+            "egress_epoch_part_seconds",
+            "Seconds partition jobs' epochs spent in each part: read, Input.Throttle, process, commit, deliver "
+            "(egress.observe.epoch_parts; the dashboard's Epoch parts chart).",
+            ["computation_id", "part"], registry=self.registry,
+        )
         self.epochs = Counter(
             "egress_epochs_committed", "Epochs committed by partition jobs.",
             ["computation_id"], registry=self.registry,

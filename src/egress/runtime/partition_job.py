@@ -32,6 +32,8 @@ from egress.connectors.dead_letters import DeadLetterFiles
 from egress.engines import AppendsCallback, Engine, EpochCommit, LogMessage, OutboxMessage, OutboxReader, SinkProgress
 from egress.errors import ProcessFunctionError
 from egress.observe import Metrics, StatusTree
+from egress.observe.epoch_parts import COMMIT as COMMIT_PART
+from egress.observe.epoch_parts import DELIVER, PROCESS, READ, THROTTLE, EpochParts
 from egress.rows import encode_row
 from egress.runtime.api import InitContext, RuntimeContext
 from egress.runtime.delivery_latency import DeliveryLatency
@@ -103,6 +105,7 @@ class PartitionJob:
         self._epochs = metrics.epochs.labels(plan.computation_id)
         self._timers_fired = metrics.timers_fired.labels(plan.computation_id)
         self._throttle_wait = metrics.input_throttle_seconds.labels(plan.computation_id)
+        self._parts = EpochParts(clock, metrics.epoch_part_seconds, plan.computation_id, partition)
         self._dynamic_parameters: Any = plan.dynamic_parameters
         self._step: EpochStep | None = None  # once started
         latency = metrics.delivery_latency.bound(plan.computation_id)
@@ -303,8 +306,11 @@ class PartitionJob:
         held_back = self._held_back = not stopping and (self._stop_event.is_set() or not self._may_read())
         batch: list[LogMessage] = []
         due: list[DueTimer] = []
+        parts = self._parts  # each part's time (egress.observe.epoch_parts)
+        parts.begin()
         if not stopping and not held_back:
             batch = await self._on_engine(self._read(running.step.positions), taken)
+            parts.mark(READ)
             if len(batch) < self._options.epoch_max_messages:
                 self.caught_up_at = self._clock.monotonic()
             # Timers are taken after the wait for quota: a wait given up takes (and commits as fired) none.
@@ -327,10 +333,13 @@ class PartitionJob:
                 running.factory.stopping = None
         if self._throttle_given_up(running):  # the function caught ThrottleInterruptedError: discarded alike
             raise _EpochGivenUp
+        parts.mark(PROCESS)
         commit = running.step.record(running.generation, output, self._acknowledged_progress())
         if commit is not None:
             await self._commit(running.step, commit, output)
         self.holds.set(COMMIT, False)  # what was acknowledged while waiting on the engine is committed
+        parts.end(messages=len(batch), timers=len(due),
+                  outputs=0 if commit is None else len(commit.outbox) + len(commit.log_appends))
         if stopping:
             return False
         await self._pause(batch, held_back=held_back)
@@ -370,14 +379,17 @@ class PartitionJob:
         size = sum(len(encode_row(m.row)) for m in batch) if bytes_id is not None else 0
         waited = await throttle.wait_unless(self._stop_event, len(batch), size, timestamp=running.step.lag_timestamp)
         if waited is None:
+            self._parts.skip()
             return False
         self._throttle_wait.inc(waited)
+        self._parts.waited(THROTTLE, waited)
         return True
 
     async def _commit(self, step: EpochStep, commit: EpochCommit, output: EpochOutput) -> None:
         """Commit the epoch, then tell the sinks and hand them the new outbox; wake downstream jobs.
         While the commit is in flight, acknowledgements beyond it hold the sinks (:meth:`_acknowledged`)."""
         await self._on_engine(self._engine.commit(commit), commit.sink_progress)
+        self._parts.mark(COMMIT_PART)
         self._epochs.inc()
         self._processed.inc(output.messages)
         self._timers_fired.inc(output.timers)
@@ -388,6 +400,7 @@ class PartitionJob:
         self._latency.committed(commit.outbox, self._clock.monotonic())
         if commit.log_appends:
             self._notify_downstream({(s, p) for s, p, *_ in commit.log_appends})
+        self._parts.mark(DELIVER)
 
     async def _pause(self, batch: list[LogMessage], *, held_back: bool) -> None:
         """Wait before the next epoch unless there is more to do at once."""
