@@ -28,6 +28,7 @@ from egress.engines.protocols import (
     Ownership,
     SinkProgress,
     StateLocation,
+    TraceContexts,
 )
 from egress.engines.sqlite import SqliteEngine
 
@@ -70,4 +71,5 @@ __all__ = [
     "SinkProgress",
     "SqliteEngine",
     "StateLocation",
+    "TraceContexts",
 ]

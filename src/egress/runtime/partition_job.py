@@ -45,6 +45,7 @@ from egress.runtime.plan import ComputationPlan, validate_function_parameters
 from egress.runtime.state import StateStore
 from egress.runtime.stopping import acknowledgements_commit, commit_on_failure
 from egress.runtime.timers import TimerQueue
+from egress.runtime.trace_contexts import CarriedContexts
 from egress.spec import StreamSpec
 from egress.throttler import InputThrottle, ThrottlerFactory, Throttling
 
@@ -112,6 +113,7 @@ class PartitionJob:
         self._latency = DeliveryLatency({sink_id: sink.stream_id for sink_id, sink in plan.sinks.items()},
                                         {sink_id: latency.labels(sink_id) for sink_id in plan.sinks})
         self.timers = TimerQueue()
+        self._carried: CarriedContexts | None = None  # tracing on: trace contexts through the log
 
     def wake(self) -> None:
         """Input arrived (or every source ended, or a stop): the next epoch starts at once."""
@@ -244,6 +246,7 @@ class PartitionJob:
             generation = await engine.acquire(cid, self.partition)
         checkpoint = await engine.load_checkpoint(cid, self.partition, list(plan.sinks))
         factory, input_throttle = self._throttlers()
+        self._carried = CarriedContexts.of(engine, cid, self.partition)
         self._create_sinks(checkpoint.sink_progress)
         store = StateStore(self.partition, self._partition_count)
         self.timers = TimerQueue()
@@ -258,6 +261,8 @@ class PartitionJob:
                                logged_streams=plan.logged_streams, positions=positions,
                                next_seq=checkpoint.next_seq, watermark=keyed.watermark,
                                committed_progress=dict(checkpoint.sink_progress))
+        if self._carried is not None:
+            await self._carried.load(checkpoint.outbox)
         self._distribute(checkpoint.outbox)
         return _JobRun(generation, self._step, factory, input_throttle)
 
@@ -280,7 +285,8 @@ class PartitionJob:
         for sink_id, sink_plan in self.plan.sinks.items():
             sink_context = SinkContext(cid, sink_id, self.partition, self._clock, self._metrics, self._status,
                                        functools.partial(self._acknowledged, sink_id), self._throttling,
-                                       self._dead_letters, read_outbox)
+                                       self._dead_letters, read_outbox,
+                                       None if self._carried is None else self._carried.by_seq)
             self.sinks[sink_id] = sink_plan.sink_class.create(
                 sink_context, sink_plan.parameters, sink_plan.dynamic_parameters, committed[sink_id])
         self.holds.apply(self.sinks.values())
@@ -388,12 +394,16 @@ class PartitionJob:
     async def _commit(self, step: EpochStep, commit: EpochCommit, output: EpochOutput) -> None:
         """Commit the epoch, then tell the sinks and hand them the new outbox; wake downstream jobs.
         While the commit is in flight, acknowledgements beyond it hold the sinks (:meth:`_acknowledged`)."""
+        if self._carried is not None:  # tracing on: outputs carry their input's trace context
+            commit = self._carried.inherit(commit)
         await self._on_engine(self._engine.commit(commit), commit.sink_progress)
         self._parts.mark(COMMIT_PART)
         self._epochs.inc()
         self._processed.inc(output.messages)
         self._timers_fired.inc(output.timers)
         step.committed(commit)
+        if self._carried is not None:
+            self._carried.committed(commit)
         for sink_id, sink in self.sinks.items():
             sink.committed(commit.sink_progress[sink_id])
         self._distribute(commit.outbox)
@@ -453,7 +463,10 @@ class PartitionJob:
                 more = await self._engine.read(stream, partition, positions[(stream, partition)] + share, room)
                 got.extend(more)
                 room -= len(more)
-        return [message for got in reads.values() for message in got]
+        batch = [message for got in reads.values() for message in got]
+        if self._carried is not None:  # tracing on: the batch's trace contexts
+            await self._carried.read(batch)
+        return batch
 
     async def _wait(self, timers: TimerQueue) -> None:
         """Sleep until woken or until the next processing-time timer is due. After a wake by

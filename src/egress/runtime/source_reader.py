@@ -46,6 +46,7 @@ from egress.keys import (
 from egress.observe import Metrics
 from egress.runtime.options import RunOptions
 from egress.runtime.plan import SourcePlan
+from egress.runtime.trace_contexts import log_traces_of
 from egress.runtime.unit import Unit
 
 POSITION = ("", 0)
@@ -287,7 +288,8 @@ class SourceReader:
                 if isinstance(source, KeyedLiveSource):
                     writes.update(((SOURCE_KEYS, k), v) for k, v in source.take_key_writes().items())
                 await engine.commit(EpochCommit(self.consumer, self.partition, generation, {POSITION: position},
-                                                log_appends=appends, state_writes=writes))
+                                                log_appends=appends, state_writes=writes,
+                                                log_traces=log_traces_of(records)))
                 if holding is not None:
                     self._count_appends(appends)
                 source.committed()

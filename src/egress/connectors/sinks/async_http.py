@@ -36,6 +36,7 @@ from egress.httpclient.outcomes import AttemptFailure, failure_of
 from egress.httpclient.retry_after import endpoint_of
 from egress.httpclient.transport import HttpTransport, submit_many
 from egress.keys import idempotency_key
+from egress.observe import tracing as _tracing
 from egress.spec import StreamSpec
 
 STATUS_SUFFIX = "async_http_sink"
@@ -163,7 +164,9 @@ class AsyncHttpSink(HeldStarts):
             kind="Async HTTP sink", url=lambda: parameters.url, transport=self._transport,
             dynamic=self._dynamic_parameters, pauses=self._pauses, throttle=self._throttle,
             max_redirects=parameters.max_redirect_count, requests=self._requests,
-            retries=metrics.retries.labels(*labels), attempt_seconds=self._attempt_seconds)
+            retries=metrics.retries.labels(*labels), attempt_seconds=self._attempt_seconds,
+            trace=self._trace_of, propagate=parameters.propagate_trace_context)
+        self._sampled: set[int] = set()  # tracing on: seqs sampled at their start (spans in the loop)
 
     def _dynamic_parameters(self) -> AsyncHttpSinkDynamicParameters:
         return self._dynamic
@@ -256,6 +259,7 @@ class AsyncHttpSink(HeldStarts):
             return
         limit = self._parameters.max_in_flight
         fast = not (self._parameters.max_redirect_count or self._throttle is not None)
+        sampling = None if _tracing.active is None else _tracing.active.sampling
         first: list[_Delivery] = []
         # One reading of the clock and of the pause for all: nothing here awaits, so neither changes.
         now = self._context.clock.monotonic()
@@ -270,13 +274,38 @@ class AsyncHttpSink(HeldStarts):
             running += 1
             sending += 1
             delivery.started = now
-            if fast:
+            if fast and (sampling is None or not self._sample(delivery, sampling)):
                 first.append(delivery)
             else:
                 self._continue(delivery, attempts=0, last_error=None)
         self._running, self._sending = running, sending
         if first:
             self._start_first_attempts(first)
+
+    def _sample(self, delivery: _Delivery, sampling: _tracing.Sampling) -> bool:
+        """Tracing on: whether ``delivery``'s attempts are sampled (then they take the loop, which
+        makes their spans, instead of the first-attempt batch path)."""
+        contexts = self._context.trace_contexts
+        if not sampling.child(contexts.get(delivery.seq) if contexts else None):
+            return False
+        self._sampled.add(delivery.seq)
+        return True
+
+    def _trace_of(self, delivery: _Delivery) -> tuple[str | None, bool, dict[str, Any]]:
+        """What the delivery loop traces of ``delivery`` (``delivery.TraceOf``): sampled when
+        :meth:`_sample` chose it, or (a sink whose first attempts take the loop anyway) now."""
+        contexts = self._context.trace_contexts
+        carried = contexts.get(delivery.seq) if contexts else None
+        if delivery.seq in self._sampled:
+            self._sampled.discard(delivery.seq)
+            sampled = True
+        else:
+            tracing = _tracing.active
+            sampled = tracing is not None and tracing.sampling.child(carried)
+        context = self._context
+        return carried, sampled, {"egress.computation_id": context.computation_id, "egress.sink_id": context.sink_id,
+                                  "egress.partition": context.partition, "egress.seq": delivery.seq,
+                                  "egress.idempotency_key": idempotency_key(delivery.message_id)}
 
     def _first_attempts_paused(self) -> bool:
         """Whether the configured endpoint asked to wait (``Retry-After``). While it does, deliveries
@@ -313,9 +342,12 @@ class AsyncHttpSink(HeldStarts):
         self._requests.inc(len(deliveries))
         prefix, headers = self._idempotency_prefix, self._headers
         requests: list[tuple[Request, _Delivery]] = []
+        carried = self._context.trace_contexts if self._parameters.propagate_trace_context else None
         for delivery in deliveries:
             delivery.first_attempt = True
             lines = (prefix + idempotency_key(delivery.message_id), *headers) if prefix else headers
+            if carried and delivery.seq in carried:  # tracing on: the message's origin trace, not sampled here
+                lines = (*lines, *_tracing.headers_of_context(carried[delivery.seq]))
             # tuple.__new__: a Request without the NamedTuple's Python-level __new__ and its keywords
             # (per message); the fields in Request's order: url, body, headers, timeout, capture_body,
             # capture_location, capture_headers, method, capture_retry_after, prepared, capture_local_port.

@@ -1,0 +1,63 @@
+"""Trace contexts on SQLite (``TraceContexts``): the W3C contexts some messages carry from their source
+event, in ``log_traces`` (by stream, partition, offset) and ``outbox_traces`` (by consumer, partition,
+seq), written in the commit's transaction, deleted with the log batches and outbox messages they
+belong to. Empty unless a run traced: a commit carrying no context writes nothing here."""
+
+from __future__ import annotations
+
+from egress.engines.protocols import EpochCommit
+from egress.engines.sqlite.connection import SqliteConnection
+
+
+class SqliteTraces(SqliteConnection):
+    """:meth:`read_log_traces`, :meth:`read_outbox_traces`, and the commit's part (:meth:`_apply_traces`)."""
+
+    async def read_log_traces(self, stream: str, partition: int, first: int, end: int) -> dict[int, str]:
+        return await self._read_call(self._read_log_traces_sync, stream, partition, first, end)
+
+    def _read_log_traces_sync(self, stream: str, partition: int, first: int, end: int) -> dict[int, str]:
+        assert self._db is not None
+        return {int(offset): str(context) for offset, context in self._db.execute(
+            "SELECT offset, context FROM log_traces WHERE stream = ? AND partition = ? AND offset >= ? AND offset < ?",
+            (stream, partition, first, end))}
+
+    async def read_outbox_traces(self, consumer: str, partition: int, after_seq: int) -> dict[int, str]:
+        return await self._read_call(self._read_outbox_traces_sync, consumer, partition, after_seq)
+
+    def _read_outbox_traces_sync(self, consumer: str, partition: int, after_seq: int) -> dict[int, str]:
+        assert self._db is not None
+        return {int(seq): str(context) for seq, context in self._db.execute(
+            "SELECT seq, context FROM outbox_traces WHERE consumer = ? AND partition = ? AND seq > ?",
+            (consumer, partition, after_seq))}
+
+    def _apply_traces(self, commit: EpochCommit, appended: dict[tuple[str, int], int]) -> None:
+        """Store ``commit``'s contexts inside its transaction; ``appended`` holds each log partition's
+        end after the commit's appends (the offset of an append counts back from it). The outbox
+        trim deletes the contexts of the outbox messages trimmed."""
+        db = self._db
+        assert db is not None
+        if commit.log_traces:
+            counts: dict[tuple[str, int], int] = {}
+            for stream, partition, *_ in commit.log_appends:
+                counts[(stream, partition)] = counts.get((stream, partition), 0) + 1
+            next_offset = {slot: appended[slot] - count for slot, count in counts.items()}
+            rows = []
+            for index, (stream, partition, *_) in enumerate(commit.log_appends):
+                offset = next_offset[(stream, partition)]
+                next_offset[(stream, partition)] = offset + 1
+                context = commit.log_traces.get(index)
+                if context is not None:
+                    rows.append((stream, partition, offset, context))
+            db.executemany("INSERT OR REPLACE INTO log_traces (stream, partition, offset, context) "
+                           "VALUES (?, ?, ?, ?)", rows)
+        if commit.outbox_traces:
+            db.executemany("INSERT OR REPLACE INTO outbox_traces (consumer, partition, seq, context) VALUES "
+                           "(?, ?, ?, ?)", [(commit.consumer, commit.partition, seq, context)
+                                            for seq, context in commit.outbox_traces.items()])
+        if commit.outbox_acknowledged_seq is not None and (commit.outbox_traces or self._traced_outbox):
+            db.execute("DELETE FROM outbox_traces WHERE consumer = ? AND partition = ? AND seq <= ?",
+                       (commit.consumer, commit.partition, commit.outbox_acknowledged_seq))
+        if commit.outbox_traces:
+            self._traced_outbox = True
+
+    _traced_outbox = False  # this engine stored an outbox context: its outbox trims delete contexts too
