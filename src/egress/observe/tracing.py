@@ -63,7 +63,7 @@ class Sampling:
         """Whether a span under ``parent`` (a carried context, ``None``: a root) is sampled."""
         if parent is None or not self.follows_parent:
             return self.root()
-        return parent[53:55] in ("01", "03")  # the traceparent's flags: sampled
+        return parent[54] in "13579bdf"  # the traceparent's flags: bit 0, sampled
 
     @classmethod
     def from_environment(cls, environ: Mapping[str, str]) -> Sampling:

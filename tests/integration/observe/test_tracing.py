@@ -88,3 +88,117 @@ async def test_an_epoch_is_a_span_with_one_child_per_part_and_input_throttle_las
     assert sum(span.seconds for span in throttled) == pytest.approx(waited, abs=1e-6)
     assert pipeline.metrics.value("egress_epoch_part_seconds_total", computation_id="deliver",
                                   part="Input.Throttle") == pytest.approx(waited, abs=1e-9)
+
+
+TRACE = "4bf92f3577b34da6a3ce929d0e0e4736"
+SAMPLED = f"00-{TRACE}-00f067aa0ba902b7-01"
+NOT_SAMPLED = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-00"
+
+
+class HoldingEndpoint(Endpoint):
+    """Keeps each request's traceparent by body; while ``holding``, holds requests unanswered."""
+
+    def __init__(self, *, holding: bool = False) -> None:
+        super().__init__()
+        self.by_body: dict[str, str | None] = {}
+        self.holding = holding
+        self.held = 0
+        self.released = asyncio.Event()
+
+    async def handle(self, request: web.Request) -> web.Response:
+        body = (await request.read()).decode()
+        if self.holding:
+            self.held += 1
+            await self.released.wait()
+            return web.Response(status=503)
+        self.by_body[body] = request.headers.get("traceparent")
+        return web.Response(text="ok")
+
+
+async def run_http_pipeline(tmp_path: Path, endpoint_url: str, port: int) -> tuple[Pipeline, asyncio.Task[object]]:
+    from tests.conftest import pass_through_spec
+
+    spec = pass_through_spec(tmp_path / "spec.yaml", "tracing_test",
+                             {"source_class_name": "http", "parameters": {"port": port}}, endpoint_url)
+    pipeline = Pipeline(load_plan(spec), tmp_path / "state")
+    task: asyncio.Task[object] = asyncio.create_task(pipeline.run())
+    return pipeline, task
+
+
+async def post_events(port: int, events: list[tuple[str, dict[str, str]]]) -> None:
+    import aiohttp
+
+    from tests.waiting import eventually
+
+    async with aiohttp.ClientSession() as session:
+        url = f"http://127.0.0.1:{port}/events"
+
+        async def listening() -> bool:
+            async with session.get(url) as response:  # 405: listening (only POST is routed)
+                return response.status == 405
+
+        await eventually(listening, what="the http source listening", interval=0.02,
+                         ignoring=(aiohttp.ClientConnectionError,))
+        for number, (payload, headers) in enumerate(events):
+            body = f'{{"id": {number}, "payload": "{payload}"}}'
+            async with session.post(url, data=body, headers=headers) as response:
+                assert response.status == 200, await response.text()
+
+
+async def test_the_endpoint_receives_the_trace_of_the_event_the_http_source_received(
+        tmp_path: Path, serve_app: ServerFactory, otlp: tuple[OtlpReceiver, Callable[[], object]]) -> None:
+    from tests.integration.connectors.sources.test_http import free_port
+    from tests.waiting import eventually
+
+    receiver, flush = otlp
+    endpoint = HoldingEndpoint()
+    port = free_port()
+    pipeline, task = await run_http_pipeline(tmp_path, f"{await serve_app(endpoint.app())}/events", port)
+    await post_events(port, [("sampled", {"traceparent": SAMPLED, "tracestate": "vendor=1"}),
+                             ("unsampled", {"traceparent": NOT_SAMPLED}),
+                             ("untraced", {})])
+    await eventually(lambda: len(endpoint.by_body) == 3, what="three deliveries")
+    pipeline.request_stop()
+    await task
+    await flush()
+
+    # The event's trace goes on at the endpoint: the same trace id, the parent the delivery attempt's span.
+    sent = endpoint.by_body["sampled"]
+    assert sent is not None and sent[3:35] == TRACE and sent.endswith("-01")
+    attempts = [s for s in receiver.named("delivery attempt") if s.trace_id == TRACE]
+    assert len(attempts) == 1
+    attempt = attempts[0]
+    assert sent[36:52] == attempt.span_id and attempt.parent_span_id == "00f067aa0ba902b7"
+    assert attempt.attributes["egress.attempt"] == 1
+    assert attempt.attributes["http.response.status_code"] == 200
+    assert attempt.attributes["egress.sink_id"] == "http"
+    assert len(attempt.attributes["egress.idempotency_key"]) > 0
+    # Not sampled upstream (parentbased sampler): no span, the context sent on as it came.
+    assert endpoint.by_body["unsampled"] == NOT_SAMPLED
+    assert not [s for s in receiver.spans if s.trace_id == NOT_SAMPLED[3:35]]
+    # No context: a trace of its own (every root sampled here).
+    untraced = endpoint.by_body["untraced"]
+    assert untraced is not None and untraced[3:35] not in (TRACE, NOT_SAMPLED[3:35])
+
+
+async def test_a_message_keeps_its_events_trace_across_a_restart(
+        tmp_path: Path, serve_app: ServerFactory, otlp: tuple[OtlpReceiver, Callable[[], object]]) -> None:
+    from tests.integration.connectors.sources.test_http import free_port
+    from tests.waiting import eventually
+
+    holding = HoldingEndpoint(holding=True)
+    port = free_port()
+    pipeline, task = await run_http_pipeline(tmp_path, f"{await serve_app(holding.app())}/events", port)
+    await post_events(port, [("sampled", {"traceparent": SAMPLED})])
+    await eventually(lambda: holding.held == 1, what="the first delivery held by the endpoint")
+    pipeline.request_stop()  # committed, not acknowledged: the next run sends it again
+    await task
+    holding.released.set()
+
+    endpoint = HoldingEndpoint()
+    second, task = await run_http_pipeline(tmp_path, f"{await serve_app(endpoint.app())}/events", free_port())
+    await eventually(lambda: "sampled" in endpoint.by_body, what="the delivery of the restarted run")
+    second.request_stop()
+    await task
+    sent = endpoint.by_body["sampled"]
+    assert sent is not None and sent[3:35] == TRACE
