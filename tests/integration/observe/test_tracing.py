@@ -164,11 +164,14 @@ async def test_the_endpoint_receives_the_trace_of_the_event_the_http_source_rece
 
     # The event's trace goes on at the endpoint: the same trace id, the parent the delivery attempt's span.
     sent = endpoint.by_body["sampled"]
-    assert sent is not None and sent[3:35] == TRACE and sent.endswith("-01")
+    assert sent is not None
+    assert sent[3:35] == TRACE
+    assert sent.endswith("-01")
     attempts = [s for s in receiver.named("delivery attempt") if s.trace_id == TRACE]
     assert len(attempts) == 1
     attempt = attempts[0]
-    assert sent[36:52] == attempt.span_id and attempt.parent_span_id == "00f067aa0ba902b7"
+    assert sent[36:52] == attempt.span_id
+    assert attempt.parent_span_id == "00f067aa0ba902b7"
     assert attempt.attributes["egress.attempt"] == 1
     assert attempt.attributes["http.response.status_code"] == 200
     assert attempt.attributes["egress.sink_id"] == "http"
@@ -178,7 +181,8 @@ async def test_the_endpoint_receives_the_trace_of_the_event_the_http_source_rece
     assert not [s for s in receiver.spans if s.trace_id == NOT_SAMPLED[3:35]]
     # No context: a trace of its own (every root sampled here).
     untraced = endpoint.by_body["untraced"]
-    assert untraced is not None and untraced[3:35] not in (TRACE, NOT_SAMPLED[3:35])
+    assert untraced is not None
+    assert untraced[3:35] not in (TRACE, NOT_SAMPLED[3:35])
 
 
 async def test_a_message_keeps_its_events_trace_across_a_restart(
@@ -201,4 +205,5 @@ async def test_a_message_keeps_its_events_trace_across_a_restart(
     second.request_stop()
     await task
     sent = endpoint.by_body["sampled"]
-    assert sent is not None and sent[3:35] == TRACE
+    assert sent is not None
+    assert sent[3:35] == TRACE

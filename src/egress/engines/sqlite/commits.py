@@ -133,7 +133,8 @@ class SqliteCommits(SqliteAppends, SqliteOwnership, SqliteTraces):
         self._apply_outbox(commit)
         self._apply_state(commit)
         self._apply_timers(commit)
-        if commit.log_traces or commit.outbox_traces or self._traced_outbox:
+        if commit.log_traces or commit.outbox_traces or (commit.outbox_acknowledged_seq is not None
+                                                          and self._outbox_traced()):
             self._apply_traces(commit, appended)
         return appended, records
 

@@ -54,10 +54,18 @@ class SqliteTraces(SqliteConnection):
             db.executemany("INSERT OR REPLACE INTO outbox_traces (consumer, partition, seq, context) VALUES "
                            "(?, ?, ?, ?)", [(commit.consumer, commit.partition, seq, context)
                                             for seq, context in commit.outbox_traces.items()])
-        if commit.outbox_acknowledged_seq is not None and (commit.outbox_traces or self._traced_outbox):
+        if commit.outbox_acknowledged_seq is not None and (commit.outbox_traces or self._outbox_traced()):
             db.execute("DELETE FROM outbox_traces WHERE consumer = ? AND partition = ? AND seq <= ?",
                        (commit.consumer, commit.partition, commit.outbox_acknowledged_seq))
         if commit.outbox_traces:
             self._traced_outbox = True
 
-    _traced_outbox = False  # this engine stored an outbox context: its outbox trims delete contexts too
+    def _outbox_traced(self) -> bool:
+        """Whether outbox contexts may be stored (then outbox trims delete theirs): looked up once, then
+        known from this engine's own commits (another process's first context: at its own trims)."""
+        if self._traced_outbox is None:
+            assert self._db is not None
+            self._traced_outbox = self._db.execute("SELECT 1 FROM outbox_traces LIMIT 1").fetchone() is not None
+        return self._traced_outbox
+
+    _traced_outbox: bool | None = None  # unknown until the first commit asks (_outbox_traced)
