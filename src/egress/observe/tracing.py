@@ -143,10 +143,16 @@ class Tracing:
         return made
 
     def start(self, name: str, start: float, *, parent: Any = None, attributes: Mapping[str, Any] | None = None,
-              service: str | None = None) -> Any:
-        """A span ``name`` started at ``start`` (clock seconds), ended by :func:`end`."""
+              service: str | None = None, links: Sequence[str] = ()) -> Any:
+        """A span ``name`` started at ``start`` (clock seconds), ended by :func:`end`; ``links`` are
+        carried contexts it is linked to (a batch's messages' traces)."""
+        made_links = None
+        if links:
+            from opentelemetry.trace import Link
+
+            made_links = [Link(_span_context(context)) for context in links]
         return self.tracer(service).start_span(name, context=parent_context(parent), attributes=attributes,
-                                               start_time=nanoseconds(start))
+                                               start_time=nanoseconds(start), links=made_links)
 
     def flush(self, timeout_millis: int = 10_000) -> None:
         """Export every finished span now (the batch processor exports every few seconds otherwise)."""

@@ -88,6 +88,14 @@ async def test_an_epoch_is_a_span_with_one_child_per_part_and_input_throttle_las
     assert sum(span.seconds for span in throttled) == pytest.approx(waited, abs=1e-6)
     assert pipeline.metrics.value("egress_epoch_part_seconds_total", computation_id="deliver",
                                   part="Input.Throttle") == pytest.approx(waited, abs=1e-9)
+    # The controller's decisions are spans of their own service, as long as each request's queue wait.
+    decisions = receiver.named("RequestQuota")
+    assert decisions
+    assert {span.service for span in decisions} == {"egress-throttler"}
+    assert {span.attributes["egress.throttler_id"] for span in decisions} == {"rows"}
+    for span in decisions:
+        assert span.seconds == pytest.approx(span.attributes["egress.queue_wait_seconds"], abs=1e-6)
+    assert max(span.attributes["egress.queue_wait_seconds"] for span in decisions) > 0
 
 
 TRACE = "4bf92f3577b34da6a3ce929d0e0e4736"
@@ -207,3 +215,42 @@ async def test_a_message_keeps_its_events_trace_across_a_restart(
     sent = endpoint.by_body["sampled"]
     assert sent is not None
     assert sent[3:35] == TRACE
+
+
+async def test_a_batch_is_a_span_over_its_attempts_whose_context_its_requests_carry(
+        tmp_path: Path, serve_app: ServerFactory, otlp: tuple[OtlpReceiver, Callable[[], object]]) -> None:
+    receiver, flush = otlp
+    endpoint = Endpoint()
+    base = await serve_app(endpoint.app())
+    spec, dynamic = payload_spec(tmp_path, f"{base}/events", [f"p{i}" for i in range(20)],
+                                 sink_parameters={"max_events": 10, "max_delay": "0s"})
+    document = yaml.safe_load(spec.read_text())
+    document["computations"]["deliver"]["sinks"]["http"]["sink_class_name"] = "batching_http"
+    spec.write_text(yaml.safe_dump(document))
+    pipeline = Pipeline(load_plan(spec, dynamic), tmp_path / "state", options=RunOptions(until_drained=True))
+    assert (await pipeline.run()).drained
+    await flush()
+
+    batches = receiver.named("batch")
+    assert sum(span.attributes["egress.records"] for span in batches) == 20
+    assert len(endpoint.traceparents) == len(batches)
+    for batch in batches:
+        [attempt] = receiver.children(batch)
+        assert attempt.name == "delivery attempt"
+        assert attempt.attributes["http.response.status_code"] == 200
+        assert any(sent is not None and sent[3:35] == batch.trace_id and sent[36:52] == attempt.span_id
+                   for sent in endpoint.traceparents)
+
+
+async def test_with_propagate_trace_context_false_no_request_carries_a_traceparent(
+        tmp_path: Path, serve_app: ServerFactory, otlp: tuple[OtlpReceiver, Callable[[], object]]) -> None:
+    receiver, flush = otlp
+    endpoint = Endpoint()
+    base = await serve_app(endpoint.app())
+    spec, dynamic = payload_spec(tmp_path, f"{base}/events", [f"p{i}" for i in range(5)],
+                                 sink_parameters={"propagate_trace_context": False})
+    pipeline = Pipeline(load_plan(spec, dynamic), tmp_path / "state", options=RunOptions(until_drained=True))
+    assert (await pipeline.run()).drained
+    await flush()
+    assert endpoint.traceparents == [None] * 5
+    assert len(receiver.named("delivery attempt")) == 5  # still traced, only not sent on
