@@ -297,7 +297,8 @@ def test_pipeline_page_shows_each_computations_epoch_parts_beside_the_graph(
         expect(page.locator('[data-epoch-parts="audit"] rect[data-part="Input.Throttle"]')).to_have_count(1)
         graph = page.locator("#graph-section").bounding_box()
         parts = page.locator("#epoch-parts-section").bounding_box()
-        assert graph is not None and parts is not None
+        assert graph is not None
+        assert parts is not None
         assert parts["x"] >= graph["x"] + graph["width"] - 1, (graph, parts)  # beside it, on its right
         assert abs(parts["y"] - graph["y"]) < 2, (graph, parts)
         shoot(page, screenshots, "epoch-parts")

@@ -4,6 +4,7 @@ refusing unknown tracing options with the fix."""
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -67,7 +68,7 @@ def test_a_sampler_egress_does_not_know_is_refused_naming_the_variable_and_the_f
 
 
 def test_an_endpoint_that_is_not_an_http_url_is_refused_with_an_example() -> None:
-    with pytest.raises(TracingConfigError, match="--otlp-endpoint http://127.0.0.1:4318"):
+    with pytest.raises(TracingConfigError, match=re.escape("--otlp-endpoint http://127.0.0.1:4318")):
         tracing.configure("127.0.0.1:4318", environ={})
 
 
