@@ -120,8 +120,7 @@ class Tracing:
             self._providers.append(made)
             return made.get_tracer("egress")
 
-        self._tracers = {service_name: provider(service_name),
-                         THROTTLER_SERVICE_NAME: provider(THROTTLER_SERVICE_NAME)}
+        self._tracers = {name: provider(name) for name in dict.fromkeys((service_name, THROTTLER_SERVICE_NAME))}
         self._service = service_name
 
     def tracer(self, service: str | None = None) -> Any:

@@ -463,10 +463,9 @@ class PartitionJob:
                 more = await self._engine.read(stream, partition, positions[(stream, partition)] + share, room)
                 got.extend(more)
                 room -= len(more)
-        batch = [message for got in reads.values() for message in got]
         if self._carried is not None:  # tracing on: the batch's trace contexts
-            await self._carried.read(batch)
-        return batch
+            await self._carried.read(reads)
+        return [message for got in reads.values() for message in got]
 
     async def _wait(self, timers: TimerQueue) -> None:
         """Sleep until woken or until the next processing-time timer is due. After a wake by

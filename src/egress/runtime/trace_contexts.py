@@ -16,7 +16,7 @@ An engine without ``TraceContexts`` carries nothing; with tracing off none of th
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 from egress.connectors.base import SourceRecord
 from egress.engines import Engine, EpochCommit, LogMessage, OutboxMessage, TraceContexts
@@ -58,25 +58,21 @@ class CarriedContexts:
             self.by_seq.update(await self._engine.read_outbox_traces(self._consumer, self._partition,
                                                                      outbox[0].seq - 1))
 
-    async def read(self, batch: list[LogMessage]) -> None:
-        """The contexts of an epoch's input ``batch``."""
-        self._inputs.clear()
-        if not batch:
-            return
-        ranges: dict[tuple[str, int], list[int]] = {}
-        for message in batch:
-            span = ranges.get((message.stream, message.partition))
-            if span is None:
-                ranges[(message.stream, message.partition)] = [message.offset, message.offset + 1]
-            else:
-                span[1] = message.offset + 1
-        found: dict[tuple[str, int, int], str] = {}
-        for (stream, partition), (first, end) in ranges.items():
-            for offset, context in (await self._engine.read_log_traces(stream, partition, first, end)).items():
-                found[(stream, partition, offset)] = context
-        if found:
-            self._inputs = {m.message_id: found[(m.stream, m.partition, m.offset)] for m in batch
-                            if (m.stream, m.partition, m.offset) in found}
+    async def read(self, reads: Mapping[tuple[str, int], list[LogMessage]]) -> None:
+        """The contexts of an epoch's input: ``reads`` are its messages by ``(stream, partition)``,
+        consecutive offsets each (one engine call per slot, nothing per message without contexts)."""
+        self._inputs = {}
+        for (stream, partition), messages in reads.items():
+            if not messages:
+                continue
+            first = messages[0].offset
+            found = await self._engine.read_log_traces(stream, partition, first, messages[-1].offset + 1)
+            for offset, context in found.items():
+                index = offset - first
+                if index < len(messages) and messages[index].offset == offset:  # dense, unless a purge cut in
+                    self._inputs[messages[index].message_id] = context
+                else:
+                    self._inputs.update((m.message_id, context) for m in messages if m.offset == offset)
 
     def inherit(self, commit: EpochCommit) -> EpochCommit:
         """``commit`` with the contexts its outputs inherit from their input messages."""

@@ -28,6 +28,7 @@ from egress.connectors.sinks.holding import HeldStarts
 from egress.connectors.sinks.http_attempts import client_concurrency, curl_transport
 from egress.connectors.sinks.http_parameters import AsyncHttpSinkDynamicParameters, AsyncHttpSinkParameters
 from egress.connectors.sinks.ordering import fresh_messages
+from egress.connectors.sinks.sink_traces import SinkTraces
 from egress.engines import OutboxMessage, SinkProgress
 from egress.errors import SpecError
 from egress.httpclient import Request, Response
@@ -165,8 +166,9 @@ class AsyncHttpSink(HeldStarts):
             dynamic=self._dynamic_parameters, pauses=self._pauses, throttle=self._throttle,
             max_redirects=parameters.max_redirect_count, requests=self._requests,
             retries=metrics.retries.labels(*labels), attempt_seconds=self._attempt_seconds,
-            trace=self._trace_of, propagate=parameters.propagate_trace_context)
-        self._sampled: set[int] = set()  # tracing on: seqs sampled at their start (spans in the loop)
+            trace=lambda delivery: self._traces.trace_of(delivery.seq, delivery.message_id),
+            propagate=parameters.propagate_trace_context)
+        self._traces = SinkTraces(context, propagate=parameters.propagate_trace_context)  # tracing on only
 
     def _dynamic_parameters(self) -> AsyncHttpSinkDynamicParameters:
         return self._dynamic
@@ -274,38 +276,15 @@ class AsyncHttpSink(HeldStarts):
             running += 1
             sending += 1
             delivery.started = now
-            if fast and (sampling is None or not self._sample(delivery, sampling)):
+            if fast:
                 first.append(delivery)
+                if sampling is not None:
+                    self._traces.sample(delivery.seq, sampling)
             else:
                 self._continue(delivery, attempts=0, last_error=None)
         self._running, self._sending = running, sending
         if first:
             self._start_first_attempts(first)
-
-    def _sample(self, delivery: _Delivery, sampling: _tracing.Sampling) -> bool:
-        """Tracing on: whether ``delivery``'s attempts are sampled (then they take the loop, which
-        makes their spans, instead of the first-attempt batch path)."""
-        contexts = self._context.trace_contexts
-        if not sampling.child(contexts.get(delivery.seq) if contexts else None):
-            return False
-        self._sampled.add(delivery.seq)
-        return True
-
-    def _trace_of(self, delivery: _Delivery) -> tuple[str | None, bool, dict[str, Any]]:
-        """What the delivery loop traces of ``delivery`` (``delivery.TraceOf``): sampled when
-        :meth:`_sample` chose it, or (a sink whose first attempts take the loop anyway) now."""
-        contexts = self._context.trace_contexts
-        carried = contexts.get(delivery.seq) if contexts else None
-        if delivery.seq in self._sampled:
-            self._sampled.discard(delivery.seq)
-            sampled = True
-        else:
-            tracing = _tracing.active
-            sampled = tracing is not None and tracing.sampling.child(carried)
-        context = self._context
-        return carried, sampled, {"egress.computation_id": context.computation_id, "egress.sink_id": context.sink_id,
-                                  "egress.partition": context.partition, "egress.seq": delivery.seq,
-                                  "egress.idempotency_key": idempotency_key(delivery.message_id)}
 
     def _first_attempts_paused(self) -> bool:
         """Whether the configured endpoint asked to wait (``Retry-After``). While it does, deliveries
@@ -337,17 +316,17 @@ class AsyncHttpSink(HeldStarts):
         capture_retry_after = dynamic.respect_retry_after
         completions = self._completions
         if completions is None:
-            completions = self._completions = Completions(asyncio.get_running_loop(), self._first_attempts_done,
+            completions = self._completions = Completions(asyncio.get_running_loop(), self._first_attempts_ended,
                                                           _is_cancelled)
         self._requests.inc(len(deliveries))
         prefix, headers = self._idempotency_prefix, self._headers
         requests: list[tuple[Request, _Delivery]] = []
-        carried = self._context.trace_contexts if self._parameters.propagate_trace_context else None
+        traces = None if _tracing.active is None else self._traces
         for delivery in deliveries:
             delivery.first_attempt = True
             lines = (prefix + idempotency_key(delivery.message_id), *headers) if prefix else headers
-            if carried and delivery.seq in carried:  # tracing on: the message's origin trace, not sampled here
-                lines = (*lines, *_tracing.headers_of_context(carried[delivery.seq]))
+            if traces is not None:  # tracing on: the message's trace context, a span when sampled
+                lines = traces.first_attempt(delivery.seq, delivery.message_id, lines)
             # tuple.__new__: a Request without the NamedTuple's Python-level __new__ and its keywords
             # (per message); the fields in Request's order: url, body, headers, timeout, capture_body,
             # capture_location, capture_headers, method, capture_retry_after, prepared, capture_local_port.
@@ -356,6 +335,11 @@ class AsyncHttpSink(HeldStarts):
         futures = submit_many(self._transport(url), requests, completions)
         for delivery, future in zip(deliveries, futures, strict=False):
             delivery.task = future  # only on a transport without submit_many: _block may cancel it
+
+    def _first_attempts_ended(self, batch: list[tuple[_Delivery, Response]]) -> None:
+        if self._traces.pending:  # tracing on, a sampled first attempt: its span ends
+            self._traces.first_attempts_done(batch)
+        self._first_attempts_done(batch)
 
     def _first_attempts_done(self, batch: list[tuple[_Delivery, Response]]) -> None:
         """The responses of first attempts (a batch of them, in the order they finished): each success

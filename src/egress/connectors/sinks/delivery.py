@@ -176,7 +176,7 @@ class DeliveryLoop(Generic[Item]):
                 if clock.monotonic() >= deadline:  # the endpoint asked to wait past the delivery's deadline
                     hooks.give_up(item, "deadline", attempts, last_error)
                     return
-            attempt_began, waiting = clock.now(), clock.monotonic()
+            began = None if traced is None else (clock.now(), clock.monotonic())  # a span starts before the wait
             if self._throttle is not None:
                 try:  # the global rate's wait is not part of the attempt: its budget starts once granted
                     await self._throttle.throttle(1)
@@ -188,11 +188,11 @@ class DeliveryLoop(Generic[Item]):
             if attempts > 1:
                 self._retries.inc()
             started = clock.monotonic()
-            if traced is None:
+            if traced is None or began is None:
                 last_error, retry_after = await self._attempt(item, rules.attempt_timeout(started), redirects)
             else:
                 last_error, retry_after = await self._traced_attempt(
-                    item, rules.attempt_timeout(started), redirects, traced, attempts, attempt_began, started - waiting)
+                    item, rules.attempt_timeout(started), redirects, traced, attempts, began[0], started - began[1])
             rules.attempt_finished(started, clock.monotonic(), failed=last_error is not None)
             if last_error is None:
                 hooks.succeeded(item)

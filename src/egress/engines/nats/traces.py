@@ -11,6 +11,9 @@ from egress.engines.nats.connection import NatsConnection
 from egress.engines.nats.jetstream import Outgoing, is_deleted
 from egress.engines.protocols import EpochCommit
 
+LOG_TRACES_RECHECK = 1.0
+"""Seconds between looks for a first log context while none was seen (monotonic: a cost bound)."""
+
 
 class NatsTraces(NatsConnection):
     """:meth:`read_log_traces`, :meth:`read_outbox_traces`, and the commit's messages (:meth:`_trace_messages`)."""
@@ -38,6 +41,11 @@ class NatsTraces(NatsConnection):
         return messages
 
     async def read_log_traces(self, stream: str, partition: int, first: int, end: int) -> dict[int, str]:
+        if not self.traced_log:  # none seen yet: one look per LOG_TRACES_RECHECK seconds, not a request per read
+            now = self._clock.monotonic()
+            if now < self._log_checked + LOG_TRACES_RECHECK:
+                return {}
+            self._log_checked = now
         found: dict[int, str] = {}
         for stored in await self._js().scan(self._layout.log_traces(stream, partition)):
             if not is_deleted(stored):
@@ -60,3 +68,4 @@ class NatsTraces(NatsConnection):
     # (they belong to trimmed offsets and seqs) and go at a trim of a process that traces.
     traced_log = False
     traced_outbox = False
+    _log_checked = float("-inf")

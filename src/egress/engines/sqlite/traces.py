@@ -8,18 +8,34 @@ from __future__ import annotations
 from egress.engines.protocols import EpochCommit
 from egress.engines.sqlite.connection import SqliteConnection
 
+LOG_TRACES_RECHECK = 1.0
+"""Seconds between looks for a first stored log context (the engine clock's monotonic time; a cost bound)."""
+
 
 class SqliteTraces(SqliteConnection):
     """:meth:`read_log_traces`, :meth:`read_outbox_traces`, and the commit's part (:meth:`_apply_traces`)."""
 
     async def read_log_traces(self, stream: str, partition: int, first: int, end: int) -> dict[int, str]:
+        if not self._log_traced and self._clock.monotonic() < self._log_checked + LOG_TRACES_RECHECK:
+            return {}  # none stored as of the last look: no database call per read
         return await self._read_call(self._read_log_traces_sync, stream, partition, first, end)
 
     def _read_log_traces_sync(self, stream: str, partition: int, first: int, end: int) -> dict[int, str]:
         assert self._db is not None
+        if not self._log_traced:
+            self._log_checked = self._clock.monotonic()
+            if self._db.execute("SELECT 1 FROM log_traces LIMIT 1").fetchone() is None:
+                return {}
+            self._log_traced = True
         return {int(offset): str(context) for offset, context in self._db.execute(
             "SELECT offset, context FROM log_traces WHERE stream = ? AND partition = ? AND offset >= ? AND offset < ?",
             (stream, partition, first, end))}
+
+    # Whether log contexts may be stored: until some are, a read looks (one query) at most every
+    # LOG_TRACES_RECHECK seconds (another process of --processes may store the first); this engine's
+    # own commit of one sets it at once.
+    _log_traced = False
+    _log_checked = float("-inf")
 
     async def read_outbox_traces(self, consumer: str, partition: int, after_seq: int) -> dict[int, str]:
         return await self._read_call(self._read_outbox_traces_sync, consumer, partition, after_seq)
@@ -50,6 +66,7 @@ class SqliteTraces(SqliteConnection):
                     rows.append((stream, partition, offset, context))
             db.executemany("INSERT OR REPLACE INTO log_traces (stream, partition, offset, context) "
                            "VALUES (?, ?, ?, ?)", rows)
+            self._log_traced = True
         if commit.outbox_traces:
             db.executemany("INSERT OR REPLACE INTO outbox_traces (consumer, partition, seq, context) VALUES "
                            "(?, ?, ?, ?)", [(commit.consumer, commit.partition, seq, context)
