@@ -254,3 +254,34 @@ async def test_with_propagate_trace_context_false_no_request_carries_a_tracepare
     await flush()
     assert endpoint.traceparents == [None] * 5
     assert len(receiver.named("delivery attempt")) == 5  # still traced, only not sent on
+
+
+class FailingOnce(Endpoint):
+    """Answers the first request 503, every later one 200."""
+
+    async def handle(self, request: web.Request) -> web.Response:
+        await request.read()
+        self.traceparents.append(request.headers.get("traceparent"))
+        return web.Response(status=503 if len(self.traceparents) == 1 else 200)
+
+
+async def test_each_attempt_of_a_retried_delivery_is_a_span_whose_context_its_request_carries(
+        tmp_path: Path, serve_app: ServerFactory, otlp: tuple[OtlpReceiver, Callable[[], object]]) -> None:
+    receiver, flush = otlp
+    endpoint = FailingOnce()
+    base = await serve_app(endpoint.app())
+    spec, dynamic = payload_spec(tmp_path, f"{base}/events", ["only"])
+    pipeline = Pipeline(load_plan(spec, dynamic), tmp_path / "state", options=RunOptions(until_drained=True))
+    assert (await pipeline.run()).drained
+    await flush()
+    first, second = sorted(receiver.named("delivery attempt"), key=lambda span: span.attributes["egress.attempt"])
+    assert (first.attributes["egress.attempt"], second.attributes["egress.attempt"]) == (1, 2)
+    assert first.attributes["http.response.status_code"] == 503
+    assert first.status_code == 2  # ERROR
+    assert second.attributes["http.response.status_code"] == 200
+    assert second.status_code != 2
+    assert second.trace_id == first.trace_id  # one trace: the retry follows the failed first attempt
+    assert second.parent_span_id == first.span_id
+    assert first.attributes["egress.idempotency_key"] == second.attributes["egress.idempotency_key"]
+    sent = [(tp[3:35], tp[36:52]) for tp in endpoint.traceparents if tp is not None]
+    assert sent == [(first.trace_id, first.span_id), (second.trace_id, second.span_id)]

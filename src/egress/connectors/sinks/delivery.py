@@ -227,23 +227,23 @@ class DeliveryLoop(Generic[Item]):
         while (until := pauses.end(endpoint)) is not None and clock.monotonic() < deadline:
             await self._hooks.pause_until(item, min(until, deadline))
 
-    def _traced(self, item: Item) -> tuple[_tracing.Tracing | None, str | None, dict[str, Any]] | None:
-        """With tracing on, the delivery's tracing: ``(tracing, carried, attributes)`` with ``tracing``
-        when its attempts are sampled, ``None`` when there is nothing to do (not sampled, and no
-        carried context to send on)."""
+    def _traced(self, item: Item) -> _Traced | None:
+        """With tracing on, the delivery's tracing (:class:`_Traced`), ``None`` when there is nothing
+        to do (not sampled, and no carried context to send on)."""
         assert self._trace is not None
         carried, sampled, attributes = self._trace(item)
         if sampled:
-            return _tracing.active, carried, attributes
-        return (None, carried, attributes) if carried is not None and self._propagate else None
+            return _Traced(_tracing.active, carried, attributes)
+        return _Traced(None, carried, attributes) if carried is not None and self._propagate else None
 
     async def _traced_attempt(self, item: Item, budget: float, redirects: list[int],
-                              traced: tuple[_tracing.Tracing | None, str | None, dict[str, Any]], attempt: int,
-                              began: float, throttled: float) -> tuple[AttemptFailure | None, float]:
+                              traced: _Traced, attempt: int, began: float, throttled: float
+                              ) -> tuple[AttemptFailure | None, float]:
         """:meth:`_attempt` with tracing: a span ``delivery attempt`` (from ``began``, clock seconds, the
         throttler's wait of ``throttled`` seconds included) under the message's carried context, sent on
-        as the request's ``traceparent`` (the span's, or the carried one when not sampled)."""
-        tracing, carried, attributes = traced
+        as the request's ``traceparent`` (the span's, or the carried one when not sampled). Without a
+        carried context, the later attempts are children of the first, in its trace."""
+        tracing, carried, attributes = traced.tracing, traced.carried, traced.attributes
         if tracing is None:
             return await self._attempt(item, budget, redirects, carried)
         span = tracing.start("delivery attempt", began, parent=carried, attributes={
@@ -258,6 +258,8 @@ class DeliveryLoop(Generic[Item]):
             _tracing.end(span, self._clock.now(),
                          attributes={"http.response.status_code": statuses[-1]} if statuses else None,
                          error=None if failure is None else failure.message)
+            if carried is None:
+                traced.carried = _tracing.context_of_span(span)
         return failure, retry_after
 
     async def _attempt(self, item: Item, budget: float, redirects: list[int], context: str | None = None,
@@ -306,6 +308,17 @@ class DeliveryLoop(Generic[Item]):
         if self.pauses is None:
             return 0.0
         return self.pauses.asked(endpoint_of(url), response, self._dynamic())
+
+
+class _Traced:
+    """One delivery's tracing in the loop: ``tracing`` when its attempts are sampled (else ``None``:
+    only the ``carried`` context is sent on), the context its attempts are children of, and the
+    attributes of their spans."""
+
+    __slots__ = ("attributes", "carried", "tracing")
+
+    def __init__(self, tracing: _tracing.Tracing | None, carried: str | None, attributes: dict[str, Any]) -> None:
+        self.tracing, self.carried, self.attributes = tracing, carried, attributes
 
 
 NO_DEADLINE = math.inf

@@ -20,13 +20,16 @@ from egress.observe import tracing as _tracing
 class SinkTraces:
     """``context`` is the sink's; ``propagate`` its ``propagate_trace_context``."""
 
-    __slots__ = ("_context", "_sampled", "_spans", "propagate")
+    __slots__ = ("_context", "_retried", "_sampled", "_spans", "propagate")
 
     def __init__(self, context: SinkContext, *, propagate: bool) -> None:
         self._context = context
         self.propagate = propagate
         self._sampled: set[int] = set()  # seqs of deliveries sampled at their start, until they end
         self._spans: dict[int, Any] = {}  # seq → the span of its first attempt in flight (batch path)
+        # seq → the context of a failed first attempt of a message that carried none: its later
+        # attempts follow it in its trace
+        self._retried: dict[int, str] = {}
 
     @property
     def pending(self) -> bool:
@@ -80,16 +83,20 @@ class SinkTraces:
             _tracing.end(span, self._context.clock.now(),
                          attributes={"http.response.status_code": response.status} if response.status else None,
                          error=None if failure is None else failure.message)
+            if not succeeded and self.carried(seq) is None:
+                self._retried[seq] = _tracing.context_of_span(span)
         if succeeded:
             self._sampled.discard(seq)
 
     def trace_of(self, seq: int, message_id: bytes) -> tuple[str | None, bool, dict[str, Any]]:
         """What the delivery loop traces of delivery ``seq``'s attempts: sampled when its first attempt
-        was (it failed), else decided now (a sink whose every attempt takes the loop)."""
+        was (it failed; without a carried context the later attempts are children of the first, in
+        its trace), else decided now (a sink whose every attempt takes the loop)."""
         carried = self.carried(seq)
         if seq in self._sampled:
             self._sampled.discard(seq)
             sampled = True
+            carried = self._retried.pop(seq, carried)
         else:
             tracing = _tracing.active
             sampled = tracing is not None and tracing.sampling.child(carried)
