@@ -261,7 +261,7 @@ class AsyncHttpSink(HeldStarts):
             return
         limit = self._parameters.max_in_flight
         fast = not (self._parameters.max_redirect_count or self._throttle is not None)
-        sampling = None if _tracing.active is None else _tracing.active.sampling
+        pick = None if _tracing.active is None else self._traces.picker(_tracing.active.sampling)
         first: list[_Delivery] = []
         # One reading of the clock and of the pause for all: nothing here awaits, so neither changes.
         now = self._context.clock.monotonic()
@@ -278,8 +278,8 @@ class AsyncHttpSink(HeldStarts):
             delivery.started = now
             if fast:
                 first.append(delivery)
-                if sampling is not None:
-                    self._traces.sample(delivery.seq, sampling)
+                if pick is not None and pick(delivery.seq):  # tracing on: its attempts sampled
+                    self._traces.sampled.add(delivery.seq)
             else:
                 self._continue(delivery, attempts=0, last_error=None)
         self._running, self._sending = running, sending
@@ -321,12 +321,12 @@ class AsyncHttpSink(HeldStarts):
         self._requests.inc(len(deliveries))
         prefix, headers = self._idempotency_prefix, self._headers
         requests: list[tuple[Request, _Delivery]] = []
-        traces = None if _tracing.active is None else self._traces
+        traced = self._traces.traced()  # tracing on: the seqs to trace (sampled, or carrying a context)
         for delivery in deliveries:
             delivery.first_attempt = True
             lines = (prefix + idempotency_key(delivery.message_id), *headers) if prefix else headers
-            if traces is not None:  # tracing on: the message's trace context, a span when sampled
-                lines = traces.first_attempt(delivery.seq, delivery.message_id, lines)
+            if traced is not None and delivery.seq in traced:
+                lines = self._traces.first_attempt(delivery.seq, delivery.message_id, lines)
             # tuple.__new__: a Request without the NamedTuple's Python-level __new__ and its keywords
             # (per message); the fields in Request's order: url, body, headers, timeout, capture_body,
             # capture_location, capture_headers, method, capture_retry_after, prepared, capture_local_port.

@@ -7,7 +7,8 @@ false``: none)."""
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+import random
+from collections.abc import Callable, Collection, Iterable
 from typing import Any
 
 from egress.connectors.base import SinkContext
@@ -20,12 +21,12 @@ from egress.observe import tracing as _tracing
 class SinkTraces:
     """``context`` is the sink's; ``propagate`` its ``propagate_trace_context``."""
 
-    __slots__ = ("_context", "_retried", "_sampled", "_spans", "propagate")
+    __slots__ = ("_context", "_retried", "_spans", "propagate", "sampled")
 
     def __init__(self, context: SinkContext, *, propagate: bool) -> None:
         self._context = context
         self.propagate = propagate
-        self._sampled: set[int] = set()  # seqs of deliveries sampled at their start, until they end
+        self.sampled: set[int] = set()  # seqs of deliveries sampled at their start, until they end
         self._spans: dict[int, Any] = {}  # seq → the span of its first attempt in flight (batch path)
         # seq → the context of a failed first attempt of a message that carried none: its later
         # attempts follow it in its trace
@@ -33,18 +34,41 @@ class SinkTraces:
 
     @property
     def pending(self) -> bool:
-        """Whether a first attempt has a span in flight, or a sampled delivery is not finished."""
-        return bool(self._spans or self._sampled)
+        """Whether a first attempt has a span in flight."""
+        return bool(self._spans)
+
+    def picker(self, sampling: _tracing.Sampling) -> Callable[[int], bool] | None:
+        """What decides, at the start of a delivery ``seq`` on the batch path, whether its attempts are
+        sampled (``None``: none is); one per batch of starts, so that a message without a carried
+        context costs one random number."""
+        if self._context.trace_contexts:
+            return lambda seq: sampling.child(self.carried(seq))
+        ratio = sampling.ratio
+        if ratio <= 0.0:
+            return None
+        if ratio >= 1.0:
+            return lambda seq: True
+        draw = random.random
+
+        def by_ratio(seq: int) -> bool:
+            return draw() < ratio
+
+        return by_ratio
+
+    def traced(self) -> Collection[int] | None:
+        """The seqs whose first attempt has something to trace (sampled, or carrying a context to send
+        on); ``None`` when none has (tracing off included)."""
+        if _tracing.active is None:
+            return None
+        contexts = self._context.trace_contexts
+        if contexts and self.propagate:
+            return self.sampled | contexts.keys() if self.sampled else contexts.keys()
+        return self.sampled or None
 
     def carried(self, seq: int) -> str | None:
         """The trace context message ``seq`` carries from its source event (``None``: none)."""
         contexts = self._context.trace_contexts
         return contexts.get(seq) if contexts else None
-
-    def sample(self, seq: int, sampling: _tracing.Sampling) -> None:
-        """A delivery starts on the batch path: decide whether its attempts are sampled."""
-        if sampling.child(self.carried(seq)):
-            self._sampled.add(seq)
 
     def attributes(self, seq: int, message_id: bytes, attempt: int) -> dict[str, Any]:
         context = self._context
@@ -58,7 +82,7 @@ class SinkTraces:
         ``delivery attempt`` starts now when the delivery is sampled."""
         carried = self.carried(seq)
         tracing = _tracing.active
-        if tracing is not None and seq in self._sampled:
+        if tracing is not None and seq in self.sampled:
             span = self._spans[seq] = tracing.start("delivery attempt", self._context.clock.now(), parent=carried,
                                                     attributes=self.attributes(seq, message_id, 1))
             carried = _tracing.context_of_span(span, carried)
@@ -69,8 +93,14 @@ class SinkTraces:
     def first_attempts_done(self, batch: Iterable[tuple[Any, Response]]) -> None:
         """First attempts of ``(delivery, response)`` ended (a delivery with ``seq`` and ``cancelled``:
         ``async_http``'s; a cancelled one's response is not its own)."""
+        spans = self._spans
         for delivery, response in batch:
-            if not delivery.cancelled:
+            if delivery.seq not in spans:
+                continue
+            if delivery.cancelled:  # the sink closed or blocked: its span ends without its response
+                _tracing.end(spans.pop(delivery.seq), self._context.clock.now(), error="cancelled")
+                self.sampled.discard(delivery.seq)
+            else:
                 self.first_attempt_done(delivery.seq, response,
                                         succeeded=response.error is None and 200 <= response.status <= 299)
 
@@ -86,15 +116,15 @@ class SinkTraces:
             if not succeeded and self.carried(seq) is None:
                 self._retried[seq] = _tracing.context_of_span(span)
         if succeeded:
-            self._sampled.discard(seq)
+            self.sampled.discard(seq)
 
     def trace_of(self, seq: int, message_id: bytes) -> tuple[str | None, bool, dict[str, Any]]:
         """What the delivery loop traces of delivery ``seq``'s attempts: sampled when its first attempt
         was (it failed; without a carried context the later attempts are children of the first, in
         its trace), else decided now (a sink whose every attempt takes the loop)."""
         carried = self.carried(seq)
-        if seq in self._sampled:
-            self._sampled.discard(seq)
+        if seq in self.sampled:
+            self.sampled.discard(seq)
             sampled = True
             carried = self._retried.pop(seq, carried)
         else:
