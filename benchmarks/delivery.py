@@ -649,6 +649,42 @@ class DurableLog:
         self.db.close()
 
 
+STARTUP_MESSAGES = 1_000
+"""``egress traced``: the messages of the two short runs (tracing off, on) whose CPU difference is
+tracing's start-up cost (importing the SDK, its exporter and protobuf), taken out of the per-message
+figure."""
+
+
+def run_traced(target: Target, bodies: Sequence[bytes], args: argparse.Namespace, pool: int | None, work: Path,
+               results: dict[str, PhaseResult]) -> PhaseResult:
+    """The phase ``egress traced``: ``args.messages`` with tracing on (``args.tracing_ratio`` sampled),
+    then :data:`STARTUP_MESSAGES` with tracing off and on, for its start-up cost."""
+    otlp = OtlpSink()
+    try:
+        environment = otlp.environment(args.tracing_ratio)
+        result = run_egress(target, bodies, args.messages, args.partitions, pool, work, args.timeout,
+                            name="egress traced", environment=environment)
+        stats = result.stats
+        short = {}
+        for name, extra in (("egress short", None), ("egress traced short", environment)):
+            target.start()
+            short[name] = run_egress(target, bodies, STARTUP_MESSAGES, args.partitions, pool, work, args.timeout,
+                                     name=name, environment=extra)
+        result.stats = stats
+    finally:
+        otlp.stop()
+    startup = short["egress traced short"].cpu_seconds - short["egress short"].cpu_seconds
+    result.notes.append(f"tracing: {args.tracing_ratio:g} sampled, {otlp.exports} OTLP exports, {otlp.bytes:,} bytes; "
+                        f"start-up cost {startup:.2f} s CPU ({STARTUP_MESSAGES:,}-message runs, off and on)")
+    off = results.get("egress")
+    if off is not None and args.messages > STARTUP_MESSAGES:
+        marginal = (result.cpu_seconds - off.cpu_seconds - startup) / (args.messages - STARTUP_MESSAGES) * 1e6
+        share = marginal / off.cpu_per_message_us * 100
+        result.notes.append(f"tracing per message beyond start-up: {marginal:+.1f} µs CPU ({share:+.1f} % of "
+                            f"egress's {off.cpu_per_message_us:.1f})")
+    return result
+
+
 class OtlpSink:
     """An OTLP/HTTP endpoint in a thread of this process for ``egress traced``: answers every export
     200 (an empty ``ExportTraceServiceResponse``) and counts the exports and their bytes."""
@@ -1234,15 +1270,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                         result = run_egress(target, bodies, args.messages, args.partitions, pool, work,
                                             args.timeout)
                     elif phase == "egress traced":
-                        otlp = OtlpSink()
-                        try:
-                            result = run_egress(target, bodies, args.messages, args.partitions, pool, work,
-                                                args.timeout, name="egress traced",
-                                                environment=otlp.environment(args.tracing_ratio))
-                        finally:
-                            otlp.stop()
-                        result.notes.append(f"tracing: {args.tracing_ratio:g} sampled, {otlp.exports} OTLP exports, "
-                                            f"{otlp.bytes:,} bytes")
+                        result = run_traced(target, bodies, args, pool, work, here)
                     elif phase == "egress processes":
                         result = run_egress(target, bodies, args.messages, args.partitions, pool, work,
                                             args.timeout, name=f"egress x{processes}", processes=processes)
