@@ -46,6 +46,12 @@ Run it from the repository root (figures and interpretation: ``docs/benchmarks.m
     python benchmarks/delivery.py                       # nginx then receiver, then the 1M backlog
     python benchmarks/delivery.py --target nginx --backlog 0
     python benchmarks/delivery.py --profile             # + one egress run under py-spy, µs/message by module
+    python benchmarks/delivery.py --tracing-ratio 0.01  # + "egress traced": OpenTelemetry on, 1 % sampled
+
+``--tracing-ratio R`` adds the phase ``egress traced`` after ``egress``: the same run with tracing on
+(``OTEL_EXPORTER_OTLP_ENDPOINT`` at an OTLP/HTTP sink in this process that answers every export 200,
+``OTEL_TRACES_SAMPLER=parentbased_traceidratio``, ``OTEL_TRACES_SAMPLER_ARG=R``); its CPU per message
+against the ``egress`` phase of the same run is the cost of tracing (``docs/observability.md``).
 """
 
 from __future__ import annotations
@@ -527,12 +533,13 @@ def compile_egress() -> None:
 
 def run_egress(target: Target, bodies: Sequence[bytes], count: int, partitions: int, pool: int | None,
                work: Path, timeout: float, name: str = "egress", profile: Path | None = None,
-               processes: int | None = None, gil: bool = True) -> PhaseResult:
+               processes: int | None = None, gil: bool = True,
+               environment: dict[str, str] | None = None) -> PhaseResult:
     """One ``egress run`` subprocess from a fresh state directory on ``count`` messages (``bodies`` cycled);
     timed from spawn to exit, its RSS and per-thread CPU sampled. ``pool`` None keeps the sink's default
     ``max_idle_connections``. With ``profile``, egress runs under ``py-spy record -f raw --threads``
     (with ``gil``, ``--gil``: only the thread holding the GIL is sampled); with
-    ``processes``, ``egress run --processes N``."""
+    ``processes``, ``egress run --processes N``; ``environment``: variables added to the process's."""
     compile_egress()
     phase = work / name.replace(" ", "-")
     shutil.rmtree(phase, ignore_errors=True)  # a fresh state directory: no resumed run
@@ -558,7 +565,8 @@ def run_egress(target: Target, bodies: Sequence[bytes], count: int, partitions: 
                    "-r", str(PROFILE_RATE), "-o", str(profile), "--", *command]
     output = open(phase / "egress.log", "wb")  # noqa: SIM115 - closed below, after the process ends
     started = time.perf_counter()
-    process = subprocess.Popen(command, cwd=phase, stdout=output, stderr=subprocess.STDOUT)
+    process = subprocess.Popen(command, cwd=phase, stdout=output, stderr=subprocess.STDOUT,
+                               env=None if environment is None else {**os.environ, **environment})
     try:
         peak, max_rss, cpu_seconds, threads = _wait_sampling(process, timeout)
     except subprocess.TimeoutExpired:
@@ -639,6 +647,80 @@ class DurableLog:
 
     def close(self) -> None:
         self.db.close()
+
+
+STARTUP_MESSAGES = 1_000
+"""``egress traced``: the messages of the two short runs (tracing off, on) whose CPU difference is
+tracing's start-up cost (importing the SDK, its exporter and protobuf), taken out of the per-message
+figure."""
+
+
+def run_traced(target: Target, bodies: Sequence[bytes], args: argparse.Namespace, pool: int | None, work: Path,
+               results: dict[str, PhaseResult]) -> PhaseResult:
+    """The phase ``egress traced``: ``args.messages`` with tracing on (``args.tracing_ratio`` sampled),
+    then :data:`STARTUP_MESSAGES` with tracing off and on, for its start-up cost."""
+    otlp = OtlpSink()
+    try:
+        environment = otlp.environment(args.tracing_ratio)
+        result = run_egress(target, bodies, args.messages, args.partitions, pool, work, args.timeout,
+                            name="egress traced", environment=environment)
+        stats = result.stats
+        short = {}
+        for name, extra in (("egress short", None), ("egress traced short", environment)):
+            target.start()
+            short[name] = run_egress(target, bodies, STARTUP_MESSAGES, args.partitions, pool, work, args.timeout,
+                                     name=name, environment=extra)
+        result.stats = stats
+    finally:
+        otlp.stop()
+    startup = short["egress traced short"].cpu_seconds - short["egress short"].cpu_seconds
+    result.notes.append(f"tracing: {args.tracing_ratio:g} sampled, {otlp.exports} OTLP exports, {otlp.bytes:,} bytes; "
+                        f"start-up cost {startup:.2f} s CPU ({STARTUP_MESSAGES:,}-message runs, off and on)")
+    off = results.get("egress")
+    if off is not None and args.messages > STARTUP_MESSAGES:
+        marginal = (result.cpu_seconds - off.cpu_seconds - startup) / (args.messages - STARTUP_MESSAGES) * 1e6
+        share = marginal / off.cpu_per_message_us * 100
+        result.notes.append(f"tracing per message beyond start-up: {marginal:+.1f} µs CPU ({share:+.1f} % of "
+                            f"egress's {off.cpu_per_message_us:.1f})")
+    return result
+
+
+class OtlpSink:
+    """An OTLP/HTTP endpoint in a thread of this process for ``egress traced``: answers every export
+    200 (an empty ``ExportTraceServiceResponse``) and counts the exports and their bytes."""
+
+    def __init__(self) -> None:
+        import http.server
+
+        sink = self
+        self.exports = 0
+        self.bytes = 0
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def do_POST(self) -> None:
+                body = self.rfile.read(int(self.headers.get("Content-Length", "0")))
+                sink.exports += 1
+                sink.bytes += len(body)
+                self.send_response(200)
+                self.send_header("Content-Type", "application/x-protobuf")
+                self.send_header("Content-Length", "0")
+                self.end_headers()
+
+            def log_message(self, *args: Any) -> None:
+                pass
+
+        self._server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self._server.server_address[1]}"
+        self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
+        self._thread.start()
+
+    def environment(self, ratio: float) -> dict[str, str]:
+        return {"OTEL_EXPORTER_OTLP_ENDPOINT": self.url, "OTEL_TRACES_SAMPLER": "parentbased_traceidratio",
+                "OTEL_TRACES_SAMPLER_ARG": repr(ratio)}
+
+    def stop(self) -> None:
+        self._server.shutdown()
+        self._server.server_close()
 
 
 def run_pycurl(target: Target, bodies: Sequence[bytes], keys: Sequence[str], concurrency: int,
@@ -1077,6 +1159,11 @@ def ratio_lines(results: dict[str, PhaseResult], checked: bool) -> list[tuple[st
                           f"{short} {value:.2f} ({comparison} {bound:g} {mark})"))
         else:
             lines.append((f"  {label:<58} {value:6.2f}   (the targets apply to nginx)", f"{short} {value:.2f}"))
+    traced = results.get("egress traced")
+    if traced is not None and egress is not None and egress.cpu_per_message_us:
+        value = traced.cpu_per_message_us / egress.cpu_per_message_us
+        lines.append((f"  {'egress traced ÷ egress, CPU per message (tracing on)':<58} {value:6.2f}   "
+                      f"target <= 1.05   {verdict(value, '<=', 1.05)}", f"cpu traced/egress {value:.2f}"))
     return lines
 
 
@@ -1119,6 +1206,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--timeout", type=float, default=900.0,
                         help="seconds allowed per phase (default 900)")
     parser.add_argument("--keep", type=Path, help="keep the Specs, states, reports and profile here")
+    parser.add_argument("--tracing-ratio", type=float, default=None, metavar="R",
+                        help="add the phase 'egress traced': OpenTelemetry tracing on, a ratio R of traces "
+                             "sampled (0.01: 1 %%), spans to an OTLP/HTTP sink in this process")
     args = parser.parse_args(argv)
     global function_name
     function_name = FUNCTIONS[args.function]
@@ -1171,12 +1261,16 @@ def main(argv: Sequence[str] | None = None) -> int:
                 runs = [*phases]
                 if processes is not None and "egress" in runs:
                     runs.insert(runs.index("egress") + 1, "egress processes")
+                if args.tracing_ratio is not None and "egress" in runs:
+                    runs.insert(runs.index("egress") + 1, "egress traced")
                 for phase in runs:
                     target.start()
                     print(f"{phase}: POSTing to {target.url} ({target.name}) ...", flush=True)
                     if phase == "egress":
                         result = run_egress(target, bodies, args.messages, args.partitions, pool, work,
                                             args.timeout)
+                    elif phase == "egress traced":
+                        result = run_traced(target, bodies, args, pool, work, here)
                     elif phase == "egress processes":
                         result = run_egress(target, bodies, args.messages, args.partitions, pool, work,
                                             args.timeout, name=f"egress x{processes}", processes=processes)

@@ -37,6 +37,7 @@ one type. The shape follows httpx: a small tree, named by what went wrong, not b
     ├── DeadLetterFileError       a dead-letter file cannot be read or written (egress.connectors.dead_letters)
     ├── RedriveError              egress redrive cannot start (egress.runtime.redrive)
     ├── StatusUnavailable         a status endpoint did not answer with /status JSON (egress.cli.status)
+    ├── TracingConfigError        tracing cannot start: a sampler or endpoint it does not know, no extra installed
     ├── ThrottlerError            a throttler cannot grant a quota (egress.throttler.errors)
     │   ├── QuotaAmountError      a negative or non-finite amount (also a ValueError)
     │   ├── UnknownThrottlerError no throttler of that id (also a KeyError)
@@ -207,6 +208,12 @@ class FencedError(EgressError):
     """A commit carried a lease that is no longer the owner's (another process took the consumer
     partition over): nothing of it is stored. Raised by an engine's ``commit``; the job that met
     it stops, and its unit runs again wherever the lease now is."""
+
+
+class TracingConfigError(EgressError):
+    """Tracing was asked for and cannot start (``egress.observe.tracing.configure``): an
+    ``OTEL_TRACES_SAMPLER`` or ``OTEL_TRACES_SAMPLER_ARG`` egress does not know, an endpoint that is
+    not an http(s) URL, or the ``egress[tracing]`` extra not installed. The message names the fix."""
 
 
 class EngineUnavailableError(EgressError):

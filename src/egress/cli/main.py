@@ -164,6 +164,10 @@ def run(
     log_retention: Annotated[int, typer.Option(
         min=0, help="Messages of each log partition kept after every computation read them, for replay "
                     "(SQLite, also with --processes; the rest is trimmed).")] = 0,
+    otlp_endpoint: Annotated[Optional[str], typer.Option(  # noqa: UP045
+        help="Send OpenTelemetry traces to this OTLP/HTTP receiver (e.g. http://127.0.0.1:4318; default: "
+             "OTEL_EXPORTER_OTLP_ENDPOINT, else no tracing). Sampling: OTEL_TRACES_SAMPLER[_ARG]; "
+             "needs egress[tracing].")] = None,
 ) -> None:
     """Run a pipeline. Ctrl-C stops after the current epoch commits; run again to resume.
 
@@ -182,6 +186,8 @@ def run(
         raise typer.BadParameter(str(error), param_hint="--engine") from None
     _never_log_the_secrets_of(plan)
     bind_log_context(pipeline=plan.spec.pipeline, **({"worker": worker_id} if worker_id else {}))
+    if processes == 1:  # --processes N: each worker process sends its own spans
+        _start_tracing(otlp_endpoint, plan.spec.pipeline, worker_id)
     quiet = quiet or output.json  # JSON: records only (progress and summary as records), no live line or table
     directory = state_dir or Path(".egress") / plan.spec.pipeline
     options = RunOptions(until_drained=until_drained, throttler_url=throttler_url, lease_ttl=lease_ttl,
@@ -191,7 +197,7 @@ def run(
         raise typer.Exit(_run_processes(plan, spec, dynamic_spec, directory, choice, processes, options,
                                         engine=engine, quiet=quiet, report=report, worker_id=worker_id,
                                         http_port=http_port, http_host=http_host, throttler_url=throttler_url,
-                                        log_format=log_format, log_level=log_level))
+                                        log_format=log_format, log_level=log_level, otlp_endpoint=otlp_endpoint))
     if worker_id is not None and not choice.is_nats and not shared_state:
         raise typer.BadParameter("names a worker of a cluster: use it with --engine nats://HOST:PORT, or run "
                                  "several processes on this state directory with --processes N",
@@ -217,10 +223,30 @@ def run(
             until_drained=until_drained)
 
 
+def _start_tracing(endpoint: str | None, pipeline: str, worker_id: str | None) -> None:
+    """Turn OpenTelemetry tracing on when ``--otlp-endpoint`` or the environment asks for it
+    (``egress.observe.tracing``, imported only then), flushed and stopped at exit; exit 2 with the fix
+    when it cannot start."""
+    if endpoint is None and not (os.environ.get("OTEL_EXPORTER_OTLP_ENDPOINT")
+                                 or os.environ.get("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT")):
+        return
+    import atexit
+
+    from egress.errors import TracingConfigError
+    from egress.observe import tracing
+
+    attributes = {"egress.pipeline": pipeline, **({"egress.worker": worker_id} if worker_id else {})}
+    try:
+        tracing.configure(endpoint, resource_attributes=attributes)
+    except TracingConfigError as error:
+        _fail(str(error), 2)
+    atexit.register(tracing.shutdown)
+
+
 def _run_processes(plan: Any, spec: Path, dynamic_spec: Path | None, directory: Path, choice: EngineChoice,
                    processes: int, options: RunOptions, *, engine: str, quiet: bool, report: Path | None,
                    worker_id: str | None, http_port: int | None, http_host: str, throttler_url: str | None,
-                   log_format: LogFormatChoice, log_level: LogLevelChoice) -> int:
+                   log_format: LogFormatChoice, log_level: LogLevelChoice, otlp_endpoint: str | None = None) -> int:
     """``egress run --processes N``: N worker processes sharing the pipeline's units; their exit code."""
     from egress.cli.processes import ProcessesRun
 
@@ -229,6 +255,7 @@ def _run_processes(plan: Any, spec: Path, dynamic_spec: Path | None, directory: 
     shared += ["--dynamic-spec", str(dynamic_spec.absolute())] if dynamic_spec is not None else []
     shared += ["--until-drained"] if options.until_drained else []
     shared += ["--throttler-url", throttler_url] if throttler_url is not None else []
+    shared += ["--otlp-endpoint", otlp_endpoint] if otlp_endpoint is not None else []
     shared += ["--http-host", http_host, "--log-format", log_format.value, "--log-level", log_level.value]
     parent = ProcessesRun(plan, directory, choice, processes, shared, quiet=quiet, report=report,
                           base_id=worker_id, http_port=http_port)

@@ -5,9 +5,10 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import os
 import signal
 from pathlib import Path
-from typing import Annotated, Optional
+from typing import Annotated, Any, Optional
 
 import typer
 from rich.console import Console
@@ -26,6 +27,22 @@ def throttler() -> None:
     """The distributed throttler service that many `egress run` processes share."""
 
 
+def _start_tracing(endpoint: str | None, output: Any) -> None:
+    """Tracing of the controller's decisions (``egress.observe.tracing``, imported only when asked);
+    exit 2 with the fix when it cannot start."""
+    import atexit
+
+    from egress.errors import TracingConfigError
+    from egress.observe import tracing
+
+    try:
+        tracing.configure(endpoint, service_name=tracing.THROTTLER_SERVICE_NAME)
+    except TracingConfigError as error:
+        output.say(str(error), style="red", level=logging.ERROR)
+        raise typer.Exit(2) from None
+    atexit.register(tracing.shutdown)
+
+
 @throttler_app.command()
 def serve(
     dynamic_spec: Annotated[Path, typer.Option("--dynamic-spec", help="DynamicSpec file; its `throttlers` are served "
@@ -38,11 +55,17 @@ def serve(
              "envelope allows. Without it every start waits one lease and begins empty.")] = None,
     log_format: LogFormatOption = LogFormatChoice.text,
     log_level: LogLevelOption = LogLevelChoice.info,
+    otlp_endpoint: Annotated[Optional[str], typer.Option(  # noqa: UP045 - typer needs Optional
+        help="Send the controller's decisions as OpenTelemetry spans (service egress-throttler) to this "
+             "OTLP/HTTP receiver (default: OTEL_EXPORTER_OTLP_ENDPOINT, else none); needs egress[tracing].")] = None,
 ) -> None:
     """Serve RequestQuota over HTTP/JSON (POST /v1/request_quota, GET /metrics, GET /healthz) until Ctrl-C."""
     from egress.throttler.service import ThrottlerService
 
     output = start_output(console, log_format, log_level, "egress.throttler.serve")
+    if otlp_endpoint is not None or os.environ.get("OTEL_EXPORTER_OTLP_ENDPOINT") \
+            or os.environ.get("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT"):
+        _start_tracing(otlp_endpoint, output)
     try:
         service = ThrottlerService(dynamic_spec, RealClock(), host=host, port=port, reload_period=reload_period,
                                    state_file=state_file)

@@ -37,6 +37,9 @@ class SourceRecord:
     source_partition: int = 0
     """Which of the source's inputs the position counts in (a followed file's number; 0 for a
     source with one input): the ``source partition`` of its message id."""
+    trace_context: str | None = None
+    """The W3C trace context the event arrived with (``traceparent``, optionally ``"\\n"`` and
+    ``tracestate``: ``egress.observe.tracing.context_of_headers``), kept only with tracing on."""
 
 
 class Source(Protocol):
@@ -181,6 +184,8 @@ class SinkContext:
     ``read_outbox(after_seq, last_seq)``, when the engine can (``engines.OutboxReader``), reads the
     partition's committed outbox messages with ``after_seq < seq <= last_seq`` again, in ``seq`` order:
     a sink that leaves a backlog in the outbox rather than in memory (``webhook_http``) reads it back.
+    ``trace_contexts`` (tracing on only) are the carried W3C trace contexts of the partition's outbox
+    messages by ``seq`` (``egress.observe.tracing``): a sink sends each on with its message's requests.
     ``metrics`` are the run's, bound to ``computation_id`` on creation (``Metrics.for_computation``):
     every sink sensor carries the computation as well as the sink id. ``on_progress(progress)`` is how
     the sink reports to its partition job (the one direction of acknowledgements): called with its
@@ -199,6 +204,9 @@ class SinkContext:
     throttling: Throttling | None = None
     dead_letters: DeadLetterFiles = field(default_factory=DeadLetterFiles)
     read_outbox: Callable[[int, int], Awaitable[list[OutboxMessage]]] | None = None
+    # With tracing on (egress.observe.tracing): the carried trace context of each outbox message that
+    # has one, by seq, kept by the partition job until the outbox is trimmed past it.
+    trace_contexts: dict[int, str] | None = None
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "metrics", self.metrics.for_computation(self.computation_id))

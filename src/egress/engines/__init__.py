@@ -32,6 +32,7 @@ from egress.engines.protocols import (
     Ownership,
     SinkProgress,
     StateLocation,
+    TraceContexts,
 )
 from egress.engines.sqlite import SqliteEngine
 
@@ -78,4 +79,5 @@ __all__ = [
     "SinkProgress",
     "SqliteEngine",
     "StateLocation",
+    "TraceContexts",
 ]

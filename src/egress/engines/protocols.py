@@ -119,6 +119,8 @@ class EpochCommit:
     None``) the user-named external state tables; ``timers_set`` / ``timers_deleted`` are
     ``(encoded key, trigger timestamp, domain)`` with domain ``"processing"`` or ``"event"``
     (deletions apply before insertions); ``watermark`` the consumer's event-time watermark.
+    ``log_traces`` (index in ``log_appends`` → context) and ``outbox_traces`` (``seq`` → context) are
+    the W3C trace contexts some messages carry from their source event (:class:`TraceContexts`).
     """
 
     consumer: str
@@ -138,6 +140,10 @@ class EpochCommit:
     """Chunks of lines appended after ``log_appends`` (only to a ``LineChunkLog`` engine)."""
     outbox_chunks: list[OutboxChunk] = field(default_factory=list)
     """Outbox references to the log (only to a ``LineChunkLog`` engine); their seqs follow ``outbox``'s."""
+    # Carried trace contexts (egress.observe.tracing; only with tracing on, only messages that have
+    # one): by index into log_appends, and by outbox seq. An engine without TraceContexts ignores them.
+    log_traces: dict[int, str] | None = None
+    outbox_traces: dict[int, str] | None = None
 
     @property
     def origin(self) -> str:
@@ -403,6 +409,22 @@ class Engine(Log, CheckpointStore, Ownership, Membership, Protocol):
 # it has the members, so an engine declares nothing), never ``isinstance`` on a concrete engine
 # class. Such a check proves only that the members exist, not their signatures: the runtime's
 # tests on each engine (``tests/integration/runtime/test_retention.py``, the cluster tests) use them.
+
+
+@runtime_checkable
+class TraceContexts(Protocol):
+    """An engine that keeps the trace contexts messages carry (``EpochCommit.log_traces`` and
+    ``outbox_traces``: a W3C ``traceparent``, optionally ``"\n"`` and a ``tracestate``), so that a
+    message keeps its source event's trace across restarts; contexts go with their log batches and
+    outbox messages when those are trimmed. Asked for only with tracing on."""
+
+    async def read_log_traces(self, stream: str, partition: int, first: int, end: int) -> dict[int, str]:
+        """The contexts of the log messages at offsets ``first <= offset < end``, by offset."""
+        ...
+
+    async def read_outbox_traces(self, consumer: str, partition: int, after_seq: int) -> dict[int, str]:
+        """The contexts of the partition's committed outbox messages with ``seq > after_seq``, by seq."""
+        ...
 
 
 @runtime_checkable

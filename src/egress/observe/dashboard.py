@@ -19,6 +19,11 @@ Document shape (every rate in units per second, ``None`` until two samples exist
      "sinks": [{"computation", "sink_id", "sink_class", "broken", "error", "rate", "delivered",
                 "responses": {"2xx": n, ...}, "attempt_failures", "retries", "dead_letters",
                 "chart": {"2xx": [n per bucket, oldest first], ..., "failed": [...]}}],
+     "epoch_parts": [{"computation", "window_seconds", "total_seconds",
+                      "parts": [{"part": "read"|"Input.Throttle"|"process"|"commit"|"deliver", "seconds", "share"}]}],
+     # the seconds the computation's partition jobs spent in each part of their epochs over the
+     # last HISTORY_SECONDS (window_seconds); since the run's start (window_seconds None) while
+     # the page has been polled for less than that
      "throttlers": [{"throttler_id", "limit", "rate", "queue_size", "wait_seconds",
                      "classes": [{"class_id", "weight", "weight_share", "rate", "share", "pending_requests"}]}],
      # weight_share: the class's weight over the weights of the classes granted or waiting now
@@ -139,6 +144,8 @@ def read_counters(registry: CollectorRegistry) -> dict[Key, float]:
                 add(("source", labels["source_id"]), value)
             elif name == "egress_computation_input_messages_total":
                 add(("computation", labels["computation_id"]), value)
+            elif name == "egress_epoch_part_seconds_total":
+                add(("part", labels["computation_id"], labels["part"]), value)
             elif name == "egress_throttler_value_total":
                 add(("throttler", labels["throttler_id"], "granted"), value)
             elif name in ("egress_throttler_queue_size", "egress_throttler_wait_time_seconds"):
@@ -199,6 +206,19 @@ class History:
                     totals[index] += max(0.0, sample.values.get(key, 0.0) - previous.values.get(key, 0.0))
             previous = sample
         return totals
+
+    def increase(self, key: Key) -> tuple[float, float | None]:
+        """How much counter ``key`` grew over the last :data:`HISTORY_SECONDS`, and over how many
+        seconds: from the oldest sample in that window to the newest once the history is older than
+        the window; before (the page has not been polled that long), its whole value, the growth
+        since the counter's start (``None`` seconds)."""
+        if not self.samples:
+            return 0.0, None
+        newest = self.samples[-1]
+        if newest.time - self.samples[0].time <= HISTORY_SECONDS:
+            return newest.values.get(key, 0.0), None
+        oldest = next(s for s in self.samples if newest.time - s.time <= HISTORY_SECONDS)
+        return max(0.0, newest.values.get(key, 0.0) - oldest.values.get(key, 0.0)), newest.time - oldest.time
 
     def appended_since(self, key: Key, position: float) -> tuple[float, bool] | None:
         """Seconds since the first sample in which counter ``key`` (an end offset) passed
@@ -266,6 +286,7 @@ class Dashboard:
             "partitions": [self._partition(entry, sample) for entry in status.get("partitions", [])],
             "sinks": self._sinks(graph, status.get("status", {}), sample),
             "endpoints": endpoint_summary(status.get("partitions", [])),
+            "epoch_parts": self._epoch_parts(graph),
             "throttlers": self._throttlers(sample),
             "status": status.get("status", {}),
             "worker": status.get("worker"),
@@ -326,6 +347,25 @@ class Dashboard:
                           "failed": self.history.buckets(key("attempt_failures"))},
             })
         return sinks
+
+    def _epoch_parts(self, graph: dict[str, Any]) -> list[dict[str, Any]]:
+        """Per computation of the graph, the seconds of each epoch part over the history
+        (``egress_epoch_part_seconds_total``; ``egress.observe.epoch_parts``)."""
+        from egress.observe.epoch_parts import PARTS
+
+        found = []
+        for node in graph["nodes"]:
+            if node["kind"] != "computation":
+                continue
+            computation = node["label"]
+            grown = {part: self.history.increase(("part", computation, part)) for part in PARTS}
+            total = sum(seconds for seconds, _ in grown.values())
+            windows = [window for _, window in grown.values() if window is not None]
+            found.append({"computation": computation, "total_seconds": total,
+                          "window_seconds": max(windows) if windows else None,
+                          "parts": [{"part": part, "seconds": seconds, "share": seconds / total if total else None}
+                                    for part, (seconds, _) in grown.items()]})
+        return found
 
     def _throttlers(self, sample: Sample) -> list[dict[str, Any]]:
         limits = dict(self._limits()) if self._limits is not None else {}

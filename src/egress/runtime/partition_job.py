@@ -41,6 +41,8 @@ from egress.engines import (
 )
 from egress.errors import ProcessFunctionError
 from egress.observe import Metrics, StatusTree
+from egress.observe.epoch_parts import COMMIT as COMMIT_PART
+from egress.observe.epoch_parts import DELIVER, PROCESS, READ, THROTTLE, EpochParts
 from egress.rows import encode_row
 from egress.runtime.api import InitContext, RuntimeContext
 from egress.runtime.chunk_path import ChunkPath
@@ -53,6 +55,7 @@ from egress.runtime.plan import ComputationPlan, validate_function_parameters
 from egress.runtime.state import StateStore
 from egress.runtime.stopping import acknowledgements_commit, commit_on_failure
 from egress.runtime.timers import TimerQueue
+from egress.runtime.trace_contexts import CarriedContexts
 from egress.spec import StreamSpec
 from egress.throttler import InputThrottle, ThrottlerFactory, Throttling
 
@@ -113,6 +116,7 @@ class PartitionJob:
         self._epochs = metrics.epochs.labels(plan.computation_id)
         self._timers_fired = metrics.timers_fired.labels(plan.computation_id)
         self._throttle_wait = metrics.input_throttle_seconds.labels(plan.computation_id)
+        self._parts = EpochParts(clock, metrics.epoch_part_seconds, plan.computation_id, partition)
         self._dynamic_parameters: Any = plan.dynamic_parameters
         self._step: EpochStep | None = None  # once started
         self._chunks: ChunkPath | None = None  # the byte-chunk path, when it applies (decided at start)
@@ -120,6 +124,7 @@ class PartitionJob:
         self._latency = DeliveryLatency({sink_id: sink.stream_id for sink_id, sink in plan.sinks.items()},
                                         {sink_id: latency.labels(sink_id) for sink_id in plan.sinks})
         self.timers = TimerQueue()
+        self._carried: CarriedContexts | None = None  # tracing on: trace contexts through the log
 
     def wake(self) -> None:
         """Input arrived (or every source ended, or a stop): the next epoch starts at once."""
@@ -252,6 +257,7 @@ class PartitionJob:
             generation = await engine.acquire(cid, self.partition)
         checkpoint = await engine.load_checkpoint(cid, self.partition, list(plan.sinks))
         factory, input_throttle = self._throttlers()
+        self._carried = CarriedContexts.of(engine, cid, self.partition)
         self._create_sinks(checkpoint.sink_progress)
         store = StateStore(self.partition, self._partition_count)
         self.timers = TimerQueue()
@@ -266,6 +272,8 @@ class PartitionJob:
                                logged_streams=plan.logged_streams, positions=positions,
                                next_seq=checkpoint.next_seq, watermark=keyed.watermark,
                                committed_progress=dict(checkpoint.sink_progress))
+        if self._carried is not None:
+            await self._carried.load(checkpoint.outbox)
         self._distribute(checkpoint.outbox)
         self._chunks = ChunkPath.of(plan, self._streams or {}, engine, self.partition, self.sinks,
                                     throttled=input_throttle is not None)
@@ -290,7 +298,8 @@ class PartitionJob:
         for sink_id, sink_plan in self.plan.sinks.items():
             sink_context = SinkContext(cid, sink_id, self.partition, self._clock, self._metrics, self._status,
                                        functools.partial(self._acknowledged, sink_id), self._throttling,
-                                       self._dead_letters, read_outbox)
+                                       self._dead_letters, read_outbox,
+                                       None if self._carried is None else self._carried.by_seq)
             self.sinks[sink_id] = sink_plan.sink_class.create(
                 sink_context, sink_plan.parameters, sink_plan.dynamic_parameters, committed[sink_id])
         self.holds.apply(self.sinks.values())
@@ -317,12 +326,15 @@ class PartitionJob:
         batch: list[LogMessage] = []
         chunks: list[ChunkAt] = []
         due: list[DueTimer] = []
+        parts = self._parts  # each part's time (egress.observe.epoch_parts)
+        parts.begin()
         if not stopping and not held_back:
             if self._chunks is None:
                 batch = await self._on_engine(self._read(running.step.positions), taken)
             else:  # the byte-chunk path: chunks pass as references, anything else as rows
                 chunks, batch = self._chunks.split(await self._on_engine(
                     self._chunks.read(running.step.positions, self._chunk_room()), taken))
+            parts.mark(READ)
             if len(batch) + sum(at.chunk.count for at in chunks) < self._options.epoch_max_messages:
                 self.caught_up_at = self._clock.monotonic()
             # Timers are taken after the wait for quota: a wait given up takes (and commits as fired) none.
@@ -346,14 +358,18 @@ class PartitionJob:
         if self._throttle_given_up(running):  # the function caught ThrottleInterruptedError: discarded alike
             raise _EpochGivenUp
         routed = self._chunks.route(chunks, running.step, output) if chunks and self._chunks is not None else []
+        parts.mark(PROCESS)
         commit = running.step.record(running.generation, output, self._acknowledged_progress())
         if commit is not None:
             commit.outbox_chunks = routed
             await self._commit(running.step, commit, output)
         self.holds.set(COMMIT, False)  # what was acknowledged while waiting on the engine is committed
+        read = len(batch) + sum(at.chunk.count for at in chunks)
+        parts.end(messages=read, timers=len(due),
+                  outputs=0 if commit is None else len(commit.outbox) + len(commit.log_appends))
         if stopping:
             return False
-        await self._pause(len(batch) + sum(at.chunk.count for at in chunks), held_back=held_back)
+        await self._pause(read, held_back=held_back)
         return True
 
     @staticmethod
@@ -390,18 +406,25 @@ class PartitionJob:
         size = sum(len(encode_row(m.row)) for m in batch) if bytes_id is not None else 0
         waited = await throttle.wait_unless(self._stop_event, len(batch), size, timestamp=running.step.lag_timestamp)
         if waited is None:
+            self._parts.skip()
             return False
         self._throttle_wait.inc(waited)
+        self._parts.waited(THROTTLE, waited)
         return True
 
     async def _commit(self, step: EpochStep, commit: EpochCommit, output: EpochOutput) -> None:
         """Commit the epoch, then tell the sinks and hand them the new outbox; wake downstream jobs.
         While the commit is in flight, acknowledgements beyond it hold the sinks (:meth:`_acknowledged`)."""
+        if self._carried is not None:  # tracing on: outputs carry their input's trace context
+            commit = self._carried.inherit(commit)
         await self._on_engine(self._engine.commit(commit), commit.sink_progress)
+        self._parts.mark(COMMIT_PART)
         self._epochs.inc()
         self._processed.inc(output.messages)
         self._timers_fired.inc(output.timers)
         step.committed(commit)
+        if self._carried is not None:
+            self._carried.committed(commit)
         for sink_id, sink in self.sinks.items():
             sink.committed(commit.sink_progress[sink_id])
         self._distribute(commit.outbox)
@@ -413,6 +436,7 @@ class PartitionJob:
                                         sum(o.chunk.count for o in commit.outbox_chunks), self._clock.monotonic())
         if commit.log_appends:
             self._notify_downstream({(s, p) for s, p, *_ in commit.log_appends})
+        self._parts.mark(DELIVER)
 
     async def _pause(self, read: int, *, held_back: bool) -> None:
         """Wait before the next epoch unless there is more to do at once."""
@@ -475,6 +499,8 @@ class PartitionJob:
                 more = await self._engine.read(stream, partition, positions[(stream, partition)] + share, room)
                 got.extend(more)
                 room -= len(more)
+        if self._carried is not None:  # tracing on: the batch's trace contexts
+            await self._carried.read(reads)
         return [message for got in reads.values() for message in got]
 
     async def _wait(self, timers: TimerQueue) -> None:

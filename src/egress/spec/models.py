@@ -175,11 +175,22 @@ def _to_spec_error(error: Any, file: str | None, prefix: str, model: type[BaseMo
         close = difflib.get_close_matches(str(error["loc"][-1]), known, n=1, cutoff=0.6)
         message = (f"unknown field; did you mean {close[0]!r}?" if close
                    else "unknown field (check the spelling against the documentation)")
+        if "trac" in str(error["loc"][-1]).lower():
+            message += f"; {_TRACING_OPTIONS if TRACE_OPTION in known else _TRACING_ELSEWHERE}"
     elif kind in _EXPECTED:
         message = _wrong_type(kind, error["input"])
     else:
         message = str(error["msg"]).removeprefix("Value error, ")
     return SpecError(message, path=location, file=file)
+
+
+TRACE_OPTION = "propagate_trace_context"
+_TRACING_OPTIONS = (f"the one tracing option of a sink is {TRACE_OPTION}: false (no traceparent header on its "
+                    "requests); tracing itself is turned on by egress run --otlp-endpoint URL or "
+                    "OTEL_EXPORTER_OTLP_ENDPOINT, not in the Spec (docs/observability.md, Tracing)")
+_TRACING_ELSEWHERE = ("tracing is turned on by egress run --otlp-endpoint URL or OTEL_EXPORTER_OTLP_ENDPOINT, not "
+                      f"in the Spec; an HTTP sink's parameters take {TRACE_OPTION}: false "
+                      "(docs/observability.md, Tracing)")
 
 
 _EXPECTED = {"int_type": "an integer", "float_type": "a number", "bool_type": "true or false",

@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import NamedTuple
 
 from egress.clock import Clock
+from egress.observe import tracing as _tracing
 from egress.throttler.errors import ControllerClosedError, RequestWithdrawnError, UnknownThrottlerError
 from egress.throttler.horizon import HorizonFile
 from egress.throttler.models import ThrottlerSpec
@@ -164,6 +165,8 @@ class ThrottlerController:
         request = queue.submit(amount, now, timestamp=timestamp, class_id=quota_class_id,
                                lease=self.lease(queue.spec, hold))
         if request.done:
+            if _tracing.active is not None:
+                self._trace_decision(_tracing.active, throttler_id, request, now)
             return Grant(request.released, request.lease_end)
         future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         self._waiters[request] = _Waiter(throttler_id, future)
@@ -230,6 +233,20 @@ class ThrottlerController:
             waited = now - request.enqueued_at
             if waited > self.wait_times.get(throttler_id, 0.0):
                 self.wait_times[throttler_id] = waited
+            if _tracing.active is not None:
+                self._trace_decision(_tracing.active, throttler_id, request, now)
+
+    def _trace_decision(self, tracing: _tracing.Tracing, throttler_id: str, request: QuotaRequest, now: float) -> None:
+        """A sampled decision as a span ``RequestQuota`` of the throttler's own service, from the request's
+        arrival to its release (its queue wait), with what was asked and released."""
+        if not tracing.sampling.root():
+            return
+        wall = self.clock.now() - self.clock.monotonic()
+        tracing.span("RequestQuota", request.enqueued_at + wall, now + wall, service=_tracing.THROTTLER_SERVICE_NAME,
+                     attributes={"egress.throttler_id": throttler_id, "egress.quota_class_id": request.class_id,
+                                 "egress.amount": request.amount, "egress.released": request.released,
+                                 "egress.queue_wait_seconds": now - request.enqueued_at,
+                                 "egress.lease_seconds": request.lease})
 
     def _decide_all(self, now: float) -> None:
         for throttler_id, queue in self._queues.items():

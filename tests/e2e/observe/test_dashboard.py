@@ -265,6 +265,50 @@ def test_pipeline_page_shows_a_failing_sink_and_the_lag_until_both_recover(
     assert 200 in receiver.statuses
 
 
+PART_SECONDS = """([computation, part]) => Number(document.querySelector(
+  `[data-epoch-parts="${computation}"] .part[data-part="${part}"]`)?.dataset.seconds || 0)"""
+"""The seconds the page shows for one part of one computation's epochs (0 while not shown)."""
+
+
+def test_pipeline_page_shows_each_computations_epoch_parts_beside_the_graph(
+        tmp_path: Path, browser: Any, screenshots: Path, unused_tcp_port: int) -> None:
+    receiver = SwitchableReceiver()
+    receiver.start()
+    receiver.heal()
+    spec, dynamic = write_pipeline(tmp_path, f"http://127.0.0.1:{receiver.port}/events")
+    write_dynamic(dynamic, limit=20)  # the audit computation's 40 rows wait about a second for quota
+    process = subprocess.Popen(
+        [sys.executable, "-m", "egress", "run", str(spec), "--dynamic-spec", str(dynamic), "--state-dir",
+         str(tmp_path / "state"), "--quiet", "--http-port", str(unused_tcp_port)],
+        cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    guard = LoopbackOnly(browser, unused_tcp_port)
+    try:
+        wait_until_serving(f"http://127.0.0.1:{unused_tcp_port}/status", process)
+        page = guard.context.new_page()
+        page.goto(f"http://127.0.0.1:{unused_tcp_port}/")
+        expect = sync_api.expect
+        expect(page.locator("#epoch-parts-section")).to_be_visible(timeout=UI_TIMEOUT)
+        for computation in ("deliver", "audit"):
+            expect(page.locator(f'[data-epoch-parts="{computation}"] .part')).to_have_count(5)
+        # The throttled computation's epochs spent time in Input.Throttle, the other's none; both processed.
+        page.wait_for_function(f"({PART_SECONDS})(['audit', 'Input.Throttle']) > 0.3", timeout=UI_TIMEOUT)
+        page.wait_for_function(f"({PART_SECONDS})(['deliver', 'commit']) > 0", timeout=UI_TIMEOUT)
+        assert page.evaluate(f"({PART_SECONDS})(['deliver', 'Input.Throttle'])") == 0
+        expect(page.locator('[data-epoch-parts="audit"] rect[data-part="Input.Throttle"]')).to_have_count(1)
+        graph = page.locator("#graph-section").bounding_box()
+        parts = page.locator("#epoch-parts-section").bounding_box()
+        assert graph is not None
+        assert parts is not None
+        assert parts["x"] >= graph["x"] + graph["width"] - 1, (graph, parts)  # beside it, on its right
+        assert abs(parts["y"] - graph["y"]) < 2, (graph, parts)
+        shoot(page, screenshots, "epoch-parts")
+        guard.assert_only_loopback()
+    finally:
+        guard.context.close()
+        terminate(process)  # type: ignore[arg-type]  # bytes output
+        receiver.stop()
+
+
 def post_quota(url: str, class_id: str, amount: float) -> None:
     body = orjson.dumps({"throttler_id": "api", "client_id": f"test-{class_id}", "amount": amount,
                          "timestamp": time.time(), "quota_class_id": class_id})

@@ -201,3 +201,30 @@ async def test_webhook_endpoints_are_summed_over_partitions_with_the_worst_state
          "delivered": 5, "partitions": 1},
         {"computation": "deliver", "sink_id": "hooks", "endpoint": "globex", "state": "paused", "backlog": 10,
          "delivered": 3, "partitions": 2}]
+
+
+async def test_epoch_parts_are_the_seconds_per_part_of_the_last_five_minutes_per_computation() -> None:
+    clock, metrics = VirtualClock(), Metrics()
+    board = dashboard(metrics, clock, [], {})
+    parts = metrics.epoch_part_seconds
+    parts.labels("deliver", "read").inc(7.0)  # before the first sample: shown (since the start) for 5 minutes
+    [first] = (await board.document())["epoch_parts"]
+    assert first["window_seconds"] is None
+    assert {p["part"]: p["seconds"] for p in first["parts"]}["read"] == 7.0
+    await clock.advance(1.0)
+    parts.labels("deliver", "read").inc(1.0)
+    [second] = (await board.document())["epoch_parts"]
+    assert {p["part"]: p["seconds"] for p in second["parts"]}["read"] == 8.0
+    for _ in range(400):  # 400 s of samples: the oldest ones drop out of the five minutes
+        await clock.advance(1.0)
+        parts.labels("deliver", "process").inc(0.5)
+        parts.labels("deliver", "Input.Throttle").inc(0.25)
+        document = await board.document()
+    [deliver] = document["epoch_parts"]
+    seconds = {p["part"]: p["seconds"] for p in deliver["parts"]}
+    assert list(seconds) == ["read", "Input.Throttle", "process", "commit", "deliver"]
+    assert deliver["window_seconds"] == pytest.approx(300.0)
+    assert seconds["process"] == pytest.approx(150.0)  # 300 s at 0.5 s per second
+    assert seconds["Input.Throttle"] == pytest.approx(75.0)
+    assert seconds["read"] == 0.0  # its 7 s are older than five minutes
+    assert {p["part"]: p["share"] for p in deliver["parts"]}["process"] == pytest.approx(2 / 3)

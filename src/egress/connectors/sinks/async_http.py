@@ -28,6 +28,7 @@ from egress.connectors.sinks.holding import HeldStarts
 from egress.connectors.sinks.http_attempts import client_concurrency, curl_transport
 from egress.connectors.sinks.http_parameters import AsyncHttpSinkDynamicParameters, AsyncHttpSinkParameters
 from egress.connectors.sinks.ordering import fresh_messages
+from egress.connectors.sinks.sink_traces import SinkTraces
 from egress.engines import OutboxMessage, SinkProgress
 from egress.errors import SpecError
 from egress.httpclient import Request, Response
@@ -36,6 +37,7 @@ from egress.httpclient.outcomes import AttemptFailure, failure_of
 from egress.httpclient.retry_after import endpoint_of
 from egress.httpclient.transport import HttpTransport, submit_many
 from egress.keys import idempotency_key
+from egress.observe import tracing as _tracing
 from egress.spec import StreamSpec
 
 STATUS_SUFFIX = "async_http_sink"
@@ -163,7 +165,10 @@ class AsyncHttpSink(HeldStarts):
             kind="Async HTTP sink", url=lambda: parameters.url, transport=self._transport,
             dynamic=self._dynamic_parameters, pauses=self._pauses, throttle=self._throttle,
             max_redirects=parameters.max_redirect_count, requests=self._requests,
-            retries=metrics.retries.labels(*labels), attempt_seconds=self._attempt_seconds)
+            retries=metrics.retries.labels(*labels), attempt_seconds=self._attempt_seconds,
+            trace=lambda delivery: self._traces.trace_of(delivery.seq, delivery.message_id),
+            propagate=parameters.propagate_trace_context)
+        self._traces = SinkTraces(context, propagate=parameters.propagate_trace_context)  # tracing on only
 
     def _dynamic_parameters(self) -> AsyncHttpSinkDynamicParameters:
         return self._dynamic
@@ -256,6 +261,7 @@ class AsyncHttpSink(HeldStarts):
             return
         limit = self._parameters.max_in_flight
         fast = not (self._parameters.max_redirect_count or self._throttle is not None)
+        pick = None if _tracing.active is None else self._traces.picker(_tracing.active.sampling)
         first: list[_Delivery] = []
         # One reading of the clock and of the pause for all: nothing here awaits, so neither changes.
         now = self._context.clock.monotonic()
@@ -272,6 +278,8 @@ class AsyncHttpSink(HeldStarts):
             delivery.started = now
             if fast:
                 first.append(delivery)
+                if pick is not None and pick(delivery.seq):  # tracing on: its attempts sampled
+                    self._traces.sampled.add(delivery.seq)
             else:
                 self._continue(delivery, attempts=0, last_error=None)
         self._running, self._sending = running, sending
@@ -308,14 +316,17 @@ class AsyncHttpSink(HeldStarts):
         capture_retry_after = dynamic.respect_retry_after
         completions = self._completions
         if completions is None:
-            completions = self._completions = Completions(asyncio.get_running_loop(), self._first_attempts_done,
+            completions = self._completions = Completions(asyncio.get_running_loop(), self._first_attempts_ended,
                                                           _is_cancelled)
         self._requests.inc(len(deliveries))
         prefix, headers = self._idempotency_prefix, self._headers
         requests: list[tuple[Request, _Delivery]] = []
+        traced = self._traces.traced()  # tracing on: the seqs to trace (sampled, or carrying a context)
         for delivery in deliveries:
             delivery.first_attempt = True
             lines = (prefix + idempotency_key(delivery.message_id), *headers) if prefix else headers
+            if traced is not None and delivery.seq in traced:
+                lines = self._traces.first_attempt(delivery.seq, delivery.message_id, lines)
             # tuple.__new__: a Request without the NamedTuple's Python-level __new__ and its keywords
             # (per message); the fields in Request's order: url, body, headers, timeout, capture_body,
             # capture_location, capture_headers, method, capture_retry_after, prepared, capture_local_port.
@@ -324,6 +335,11 @@ class AsyncHttpSink(HeldStarts):
         futures = submit_many(self._transport(url), requests, completions)
         for delivery, future in zip(deliveries, futures, strict=False):
             delivery.task = future  # only on a transport without submit_many: _block may cancel it
+
+    def _first_attempts_ended(self, batch: list[tuple[_Delivery, Response]]) -> None:
+        if self._traces.pending:  # tracing on, a sampled first attempt: its span ends
+            self._traces.first_attempts_done(batch)
+        self._first_attempts_done(batch)
 
     def _first_attempts_done(self, batch: list[tuple[_Delivery, Response]]) -> None:
         """The responses of first attempts (a batch of them, in the order they finished): each success

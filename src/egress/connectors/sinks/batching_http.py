@@ -44,10 +44,12 @@ from egress.httpclient import Request, Response
 from egress.httpclient.outcomes import AttemptFailure
 from egress.httpclient.transport import HttpTransport
 from egress.keys import idempotency_key
+from egress.observe import tracing as _tracing
 from egress.spec import StreamSpec
 
 KIND = "Batching HTTP sink"
 STATUS_SUFFIX = "batching_http_sink"
+BATCH_LINKS = 32  # links from a sampled batch's span to its messages' traces, at most
 SINK_CLASS = "batching_http"  # the sink_class label of its metrics
 PAYLOAD_TYPE_ERROR = f"{KIND} payload column must contain a String or null value"
 POLICY_EXHAUSTED = "Batching HTTP POST retry policy exhausted"
@@ -152,7 +154,9 @@ class BatchingHttpSink(BatchedSink):
             throttle=http_attempts.sink_throttler(context, parameters.throttler_id, parameters.throttler_class_id),
             max_redirects=parameters.max_redirect_count, requests=metrics.requests.labels(*labels),
             retries=metrics.retries.labels(*labels),
-            attempt_seconds=context.metrics.attempt_duration.labels(context.sink_id))
+            attempt_seconds=context.metrics.attempt_duration.labels(context.sink_id),
+            trace=self._trace_of, propagate=parameters.propagate_trace_context)
+        self._batch_contexts: dict[int, str] = {}  # tracing on: the sampled batches' span contexts, by first seq
 
     @staticmethod
     def _fixed_headers(parameters: BatchingHttpSinkParameters) -> tuple[str, ...]:
@@ -217,7 +221,36 @@ class BatchingHttpSink(BatchedSink):
         batch.body = await self._body(batch)
         await self._loop.wait_for_endpoint(batch, self._parameters.url, NO_DEADLINE)
         self._m_batches.inc()
-        await self._loop.run(batch, PolicyRetries(lambda: self._dynamic, self._context.clock.monotonic()))
+        tracing = _tracing.active
+        if tracing is None or not tracing.sampling.root():
+            await self._loop.run(batch, PolicyRetries(lambda: self._dynamic, self._context.clock.monotonic()))
+            return
+        await self._traced_delivery(tracing, batch)
+
+    async def _traced_delivery(self, tracing: _tracing.Tracing, batch: Batch) -> None:
+        """A sampled batch: a span ``batch`` over its delivery, its attempts' spans under it, linked to
+        its messages' carried traces (at most :data:`BATCH_LINKS`)."""
+        clock, contexts = self._context.clock, self._context.trace_contexts or {}
+        links = [contexts[seq] for seq in batch.record_seqs if seq in contexts][:BATCH_LINKS]
+        span = tracing.start("batch", clock.now(), links=links, attributes={
+            "egress.computation_id": self._context.computation_id, "egress.sink_id": self._context.sink_id,
+            "egress.partition": self._context.partition, "egress.first_seq": batch.first_seq,
+            "egress.last_seq": batch.last_seq, "egress.records": len(batch.records),
+            "egress.body_bytes": len(batch.body or b""), "egress.idempotency_key": self._batch_key(batch)})
+        self._batch_contexts[batch.first_seq] = _tracing.context_of_span(span)
+        try:
+            await self._loop.run(batch, PolicyRetries(lambda: self._dynamic, clock.monotonic()))
+        finally:
+            del self._batch_contexts[batch.first_seq]
+            _tracing.end(span, clock.now())  # its attempts carry their outcomes
+
+    def _trace_of(self, batch: Batch) -> tuple[str | None, bool, dict[str, Any]]:
+        """What the delivery loop traces of ``batch``'s attempts (``delivery.TraceOf``): under its
+        ``batch`` span when sampled, nothing otherwise."""
+        context = self._batch_contexts.get(batch.first_seq)
+        if context is None:
+            return None, False, {}
+        return context, True, {"egress.sink_id": self._context.sink_id, "egress.first_seq": batch.first_seq}
 
     # -- the hooks of its DeliveryLoop ------------------------------------------------------
 

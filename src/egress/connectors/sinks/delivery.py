@@ -37,10 +37,15 @@ from egress.httpclient.outcomes import AttemptFailure, FailureKind, sender_failu
 from egress.httpclient.redirects import RedirectError
 from egress.httpclient.retry_after import endpoint_of
 from egress.httpclient.transport import HttpTransport
+from egress.observe import tracing as _tracing
 from egress.throttler.errors import ThrottlerError
 from egress.throttler.factory import ThrottlerHandle
 
 Item = TypeVar("Item")
+
+TraceOf = Callable[[Any], tuple[str | None, bool, dict[str, Any]]]
+"""With tracing on, what the loop asks of a delivery at its start: its message's carried trace context
+(``None``: none), whether its attempts are sampled (spans), and the spans' attributes."""
 
 
 class RetryRules(Protocol):
@@ -132,8 +137,11 @@ class DeliveryLoop(Generic[Item]):
     def __init__(self, clock: Clock, hooks: DeliveryHooks[Item], *, kind: str, url: Callable[[], str],
                  transport: Callable[[str], HttpTransport], dynamic: Callable[[], Any],
                  pauses: EndpointPauses | None, throttle: ThrottlerHandle | None, max_redirects: int,
-                 requests: Any, retries: Any, attempt_seconds: Any) -> None:
+                 requests: Any, retries: Any, attempt_seconds: Any, trace: TraceOf | None = None,
+                 propagate: bool = True) -> None:
         self._clock = clock
+        self._trace = trace  # with tracing on (egress.observe.tracing): spans per attempt, traceparent
+        self._propagate = propagate
         self._hooks = hooks
         self._kind = kind
         self._url = url
@@ -153,6 +161,7 @@ class DeliveryLoop(Generic[Item]):
         asking to wait ``retry_after`` seconds."""
         clock, hooks = self._clock, self._hooks
         redirects = [0]  # counted across all attempts of the delivery
+        traced = None if _tracing.active is None or self._trace is None else self._traced(item)
         while True:
             if last_error is not None:
                 hooks.failed(item, last_error)
@@ -167,6 +176,7 @@ class DeliveryLoop(Generic[Item]):
                 if clock.monotonic() >= deadline:  # the endpoint asked to wait past the delivery's deadline
                     hooks.give_up(item, "deadline", attempts, last_error)
                     return
+            began = None if traced is None else (clock.now(), clock.monotonic())  # a span starts before the wait
             if self._throttle is not None:
                 try:  # the global rate's wait is not part of the attempt: its budget starts once granted
                     await self._throttle.throttle(1)
@@ -178,7 +188,11 @@ class DeliveryLoop(Generic[Item]):
             if attempts > 1:
                 self._retries.inc()
             started = clock.monotonic()
-            last_error, retry_after = await self._attempt(item, rules.attempt_timeout(started), redirects)
+            if traced is None or began is None:
+                last_error, retry_after = await self._attempt(item, rules.attempt_timeout(started), redirects)
+            else:
+                last_error, retry_after = await self._traced_attempt(
+                    item, rules.attempt_timeout(started), redirects, traced, attempts, began[0], started - began[1])
             rules.attempt_finished(started, clock.monotonic(), failed=last_error is not None)
             if last_error is None:
                 hooks.succeeded(item)
@@ -213,10 +227,47 @@ class DeliveryLoop(Generic[Item]):
         while (until := pauses.end(endpoint)) is not None and clock.monotonic() < deadline:
             await self._hooks.pause_until(item, min(until, deadline))
 
-    async def _attempt(self, item: Item, budget: float, redirects: list[int]) -> tuple[AttemptFailure | None, float]:
+    def _traced(self, item: Item) -> _Traced | None:
+        """With tracing on, the delivery's tracing (:class:`_Traced`), ``None`` when there is nothing
+        to do (not sampled, and no carried context to send on)."""
+        assert self._trace is not None
+        carried, sampled, attributes = self._trace(item)
+        if sampled:
+            return _Traced(_tracing.active, carried, attributes)
+        return _Traced(None, carried, attributes) if carried is not None and self._propagate else None
+
+    async def _traced_attempt(self, item: Item, budget: float, redirects: list[int],
+                              traced: _Traced, attempt: int, began: float, throttled: float
+                              ) -> tuple[AttemptFailure | None, float]:
+        """:meth:`_attempt` with tracing: a span ``delivery attempt`` (from ``began``, clock seconds, the
+        throttler's wait of ``throttled`` seconds included) under the message's carried context, sent on
+        as the request's ``traceparent`` (the span's, or the carried one when not sampled). Without a
+        carried context, the later attempts are children of the first, in its trace."""
+        tracing, carried, attributes = traced.tracing, traced.carried, traced.attributes
+        if tracing is None:
+            return await self._attempt(item, budget, redirects, carried)
+        span = tracing.start("delivery attempt", began, parent=carried, attributes={
+            **attributes, "egress.attempt": attempt, "egress.throttler_wait_seconds": throttled})
+        statuses: list[int] = []
+        failure: AttemptFailure | None = None
+        try:
+            failure, retry_after = await self._attempt(
+                item, budget, redirects, _tracing.context_of_span(span, carried) if self._propagate else None,
+                statuses)
+        finally:
+            _tracing.end(span, self._clock.now(),
+                         attributes={"http.response.status_code": statuses[-1]} if statuses else None,
+                         error=None if failure is None else failure.message)
+            if carried is None:
+                traced.carried = _tracing.context_of_span(span)
+        return failure, retry_after
+
+    async def _attempt(self, item: Item, budget: float, redirects: list[int], context: str | None = None,
+                       statuses: list[int] | None = None) -> tuple[AttemptFailure | None, float]:
         """One attempt: the request and its redirects within ``budget`` seconds. ``None`` when it
         succeeded, else why it failed, with the seconds its last response asked to wait (0: none).
-        ``redirects[0]`` counts redirects followed across attempts."""
+        ``redirects[0]`` counts redirects followed across attempts. With a carried trace ``context``
+        each request sends it (``traceparent``); ``statuses`` collects the responses' statuses."""
         clock, hooks = self._clock, self._hooks
         deadline = clock.monotonic() + budget
         url = self._url()
@@ -229,10 +280,14 @@ class DeliveryLoop(Generic[Item]):
             request = hooks.request(item, url, remaining)
             if isinstance(request, AttemptFailure):
                 return request, 0.0
+            if context is not None:
+                request = request._replace(headers=(*request.headers, *_tracing.headers_of_context(context)))
             self._requests.inc()
             sent = clock.monotonic()
             response = await self._transport(url).submit(request)
             self._attempt_seconds.observe(clock.monotonic() - sent)
+            if statuses is not None:
+                statuses.append(response.status)
             failure = hooks.judge(item, response)
             if failure is not http_attempts.FOLLOW:
                 return failure, self.retry_after_of(url, response)
@@ -253,6 +308,17 @@ class DeliveryLoop(Generic[Item]):
         if self.pauses is None:
             return 0.0
         return self.pauses.asked(endpoint_of(url), response, self._dynamic())
+
+
+class _Traced:
+    """One delivery's tracing in the loop: ``tracing`` when its attempts are sampled (else ``None``:
+    only the ``carried`` context is sent on), the context its attempts are children of, and the
+    attributes of their spans."""
+
+    __slots__ = ("attributes", "carried", "tracing")
+
+    def __init__(self, tracing: _tracing.Tracing | None, carried: str | None, attributes: dict[str, Any]) -> None:
+        self.tracing, self.carried, self.attributes = tracing, carried, attributes
 
 
 NO_DEADLINE = math.inf

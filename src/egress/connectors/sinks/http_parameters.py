@@ -67,6 +67,8 @@ class AsyncHttpSinkParameters(_AtLeastOnceOnly):
     throttler_id: str | None = Field(default=None, min_length=1)
     throttler_class_id: str | None = Field(default=None, min_length=1)
     dead_letter_path: str | None = Field(default=None, min_length=1)
+    # With tracing on (egress.observe.tracing), each request carries the W3C traceparent of its message.
+    propagate_trace_context: bool = True
 
     @field_validator("url")
     @classmethod

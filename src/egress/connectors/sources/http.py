@@ -66,6 +66,7 @@ from egress.http_body import (
 from egress.http_expect import expect_handler, unrouted_handler
 from egress.keys import decode_key, encode_key, key_in_partition
 from egress.lazy import lazy_module
+from egress.observe import tracing
 from egress.spec import StreamSpec
 from egress.spec.sizes import size_within
 
@@ -141,6 +142,7 @@ class _Request:
     key: str | None
     answered: _Waiter
     duplicates: list[asyncio.Future[None]] | None = None  # requests of the same key waiting for this one
+    trace_context: str | None = None  # tracing on: its traceparent/tracestate (egress.observe.tracing)
 
 
 @SOURCES.register("http", "NYT::NFlow::THttpSource")
@@ -311,12 +313,13 @@ class HttpSource(CountedPosition):
             request = self._queue.popleft()
             self._queued_events -= len(request.rows)
             if keyed_ids and request.key is not None:
-                records += (SourceRecord(keyed_position(request.key, line), row, timestamp, KEYED_PARTITION)
+                records += (SourceRecord(keyed_position(request.key, line), row, timestamp, KEYED_PARTITION,
+                                         request.trace_context)
                             for line, (row, timestamp) in enumerate(request.rows))
                 self._position += len(request.rows)
             else:
                 for row, timestamp in request.rows:
-                    records.append(SourceRecord(self._position, row, timestamp, partition))
+                    records.append(SourceRecord(self._position, row, timestamp, partition, request.trace_context))
                     self._position += 1
             if request.key is not None and self.parameters.idempotency_window > 0:
                 self._key_writes[self._key_entry(request.key)] = repr(now).encode()
@@ -412,11 +415,14 @@ class HttpSource(CountedPosition):
             return web.json_response({"error": f"egress is holding back ({refusal}): retry later"}, status=429,
                                      headers={"Retry-After": str(parameters.retry_after)})
         answered: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        self._enqueue(rows, key, answered)
+        context = None if tracing.active is None else tracing.context_of_headers(
+            request.headers.get(tracing.TRACEPARENT), request.headers.get(tracing.TRACESTATE))
+        self._enqueue(rows, key, answered, context)
         return await self._answer(answered, len(rows))
 
-    def _enqueue(self, rows: list[tuple[dict[str, Any], float | None]], key: str | None, waiter: _Waiter) -> None:
-        request = _Request(rows, key, waiter)
+    def _enqueue(self, rows: list[tuple[dict[str, Any], float | None]], key: str | None, waiter: _Waiter,
+                 trace_context: str | None = None) -> None:
+        request = _Request(rows, key, waiter, None, trace_context)
         if key is not None:
             self._pending_keys[key] = request
         self._queue.append(request)

@@ -27,6 +27,8 @@ import json
 from collections.abc import Callable
 from typing import Protocol
 
+from egress.observe import tracing
+
 READ_AHEAD = 1 << 16
 """Bytes a connection may buffer beyond its pending request before reading pauses, and the largest
 header block the lean path parses (a larger one goes to aiohttp, which answers it)."""
@@ -232,6 +234,8 @@ class IngestProtocol(asyncio.Protocol):
             self._close_after = value == b"close"
         elif name in _HANDED_OVER:
             return False
+        elif name == b"traceparent" and tracing.active is not None:
+            return False  # tracing on: aiohttp's path reads the trace context (egress.connectors.sources.http)
         return True
 
     def _timed_out(self) -> None:

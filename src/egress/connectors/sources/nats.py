@@ -46,6 +46,7 @@ from egress.connectors.sources.live import CountedPosition, HeldFailure, referen
 from egress.connectors.sources.schema import json_row, parse_timestamp, record_error
 from egress.errors import EgressError, SourceDataError, SpecError
 from egress.nats_connections import NatsUnreachableError, close_connection, connect
+from egress.observe import tracing
 from egress.spec import StreamSpec
 
 if TYPE_CHECKING:  # nats-py is imported when a nats source starts: `import egress` stays without it
@@ -362,6 +363,9 @@ class NatsSource(CountedPosition, HeldFailure, WithBadRecords):
             except ValueError as error:
                 raise record_error(where, parameters.timestamp_column,
                                    f"cannot parse {value!r} as a timestamp ({error})") from None
+        if tracing.active is not None and headers:  # the publisher's trace context, as a NATS header
+            return SourceRecord(sequence, row, timestamp, 0, tracing.context_of_headers(
+                headers.get(tracing.TRACEPARENT), headers.get(tracing.TRACESTATE)))
         return SourceRecord(sequence, row, timestamp)
 
 

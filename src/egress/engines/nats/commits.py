@@ -21,6 +21,7 @@ from egress.engines.nats.log_index import Chunk
 from egress.engines.nats.ownership import NatsOwnership
 from egress.engines.nats.records import CheckpointRecord, LogEntry
 from egress.engines.nats.retention import NatsRetention
+from egress.engines.nats.traces import NatsTraces
 from egress.engines.nats.views import OutboxChunk, Redo, View
 from egress.engines.protocols import EpochCommit, FencedError
 from egress.errors import RowEncodingError
@@ -29,7 +30,7 @@ from egress.rows import encode_row, first_unstorable_row_error
 _LOG_ATTEMPTS = 20  # commits retried after another writer appended to the same log partition
 
 
-class NatsCommits(NatsCheckpoints, NatsOwnership, NatsLog, NatsAppends, NatsRetention):
+class NatsCommits(NatsCheckpoints, NatsOwnership, NatsLog, NatsAppends, NatsRetention, NatsTraces):
     """:meth:`commit` into the bucket: fenced by the lease (:class:`NatsOwnership`), appending to
     the log (:class:`NatsLog`), noting its appends (:class:`NatsAppends`), trimming the log now and
     then (:class:`NatsRetention`)."""
@@ -116,6 +117,8 @@ class NatsCommits(NatsCheckpoints, NatsOwnership, NatsLog, NatsAppends, NatsRete
             ends = {slot: await self._log_end(slot) for slot in slots}
             log_messages, log_chunks = self._log_messages(entries, ends)
             batch = [head, *log_messages, *outbox_messages]
+            if commit.log_traces or commit.outbox_traces:  # after the chunks: purged with them (traces.py)
+                batch += self._trace_messages(commit, ends)
             redo = len(batch) + len(keyed) > MAX_BATCH
             batch.extend(self._redo_messages(consumer, partition, keyed) if redo else
                          [Outgoing(subject, record, TOMBSTONE if deleted else None)
@@ -275,6 +278,8 @@ class NatsCommits(NatsCheckpoints, NatsOwnership, NatsLog, NatsAppends, NatsRete
         kept = [chunk for chunk in view.outbox if chunk.last > acknowledged]
         await self._js().purge(self._layout.outbox_chunks(consumer, partition),
                                kept[0].seq if kept else done[-1].seq + 1)
+        if self.traced_outbox:  # a commit's contexts follow its chunks: all of them go when none is kept
+            await self._js().purge(self._layout.outbox_traces(consumer, partition), kept[0].seq if kept else None)
         view.outbox = kept
     async def _compact(self, consumer: str, partition: int, lease_generation: int, fence: int, view: View) -> None:
         """Write the live keys and timers of the consumer partition's generation into a new one

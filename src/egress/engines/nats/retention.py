@@ -43,6 +43,8 @@ class NatsRetention(NatsConnection):
             for slot, (_, hint) in lowest.items():
                 if hint > self._trimmed.get(slot, 0):
                     await js.purge(layout.log_chunks(*slot), hint)
+                    if getattr(self, "traced_log", False):  # the contexts of the chunks purged (traces.py)
+                        await js.purge(layout.log_traces(*slot), hint)
                     self._trimmed[slot] = hint
         finally:
             self._trimming = False

@@ -23,6 +23,9 @@ subject after ``$KV.<bucket>.``                       holds
 ``external.<table>.<key>``                            one row of an external state table
 ``timer.<consumer>.<partition>.<gen>.<domain>.<key>.<at>``  one pending timer, in generation ``<gen>``
 ``redo.<consumer>.<partition>.<n>``                   keyed writes of a commit too big for one batch
+``tracelog.<stream>.<partition>.<first offset>``      trace contexts of a commit's log appends there
+                                                      (offset → context; tracing on only)
+``traceoutbox.<consumer>.<partition>.<first seq>``    trace contexts of a commit's outbox (seq → context)
 ====================================================  =============================================
 
 Names (consumers, streams, tables, state names, domains) are used as they are when they are
@@ -192,6 +195,18 @@ class Layout:
         """A ``state`` or ``timer`` subject moved to ``generation``."""
         kind, consumer, partition, _, rest = self.suffix(subject).split(".", 4)
         return f"{self.prefix}{kind}.{consumer}.{partition}.{generation}.{rest}"
+
+    def log_trace(self, stream: str, partition: int, first: int) -> str:
+        return f"{self.prefix}tracelog.{name_token(stream)}.{partition}.{first}"
+
+    def log_traces(self, stream: str, partition: int) -> str:
+        return f"{self.prefix}tracelog.{name_token(stream)}.{partition}.*"
+
+    def outbox_trace(self, consumer: str, partition: int, first: int) -> str:
+        return f"{self.prefix}traceoutbox.{name_token(consumer)}.{partition}.{first}"
+
+    def outbox_traces(self, consumer: str, partition: int) -> str:
+        return f"{self.prefix}traceoutbox.{name_token(consumer)}.{partition}.*"
 
     def redo(self, consumer: str, partition: int, index: int) -> str:
         return f"{self.prefix}redo.{name_token(consumer)}.{partition}.{index}"

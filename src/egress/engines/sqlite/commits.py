@@ -12,12 +12,13 @@ from egress.engines.protocols import EpochCommit, FencedError, OutboxMessage
 from egress.engines.sqlite.appends import SqliteAppends
 from egress.engines.sqlite.log import FRESH_CHUNKS
 from egress.engines.sqlite.ownership import SqliteOwnership
+from egress.engines.sqlite.traces import SqliteTraces
 from egress.errors import RowEncodingError
 from egress.line_chunks import ChunkReference, LineChunk, pack_chunk, pack_reference
 from egress.rows import first_unstorable_row_error, pack_batch
 
 
-class SqliteCommits(SqliteAppends, SqliteOwnership):
+class SqliteCommits(SqliteAppends, SqliteOwnership, SqliteTraces):
     """:meth:`commit`: fenced by the lease (:class:`SqliteOwnership`), appending to the log
     (:class:`SqliteLog`) and telling the appends watch of its own appends."""
 
@@ -147,6 +148,9 @@ class SqliteCommits(SqliteAppends, SqliteOwnership):
         self._apply_outbox(commit)
         self._apply_state(commit)
         self._apply_timers(commit)
+        if commit.log_traces or commit.outbox_traces or (commit.outbox_acknowledged_seq is not None
+                                                          and self._outbox_traced()):
+            self._apply_traces(commit, appended)
         return appended, records
 
     def _apply_log_appends(self, commit: EpochCommit, offsets: dict[tuple[str, int], int]

@@ -45,6 +45,10 @@ class SqliteRetention(SqliteLog):
                         "DELETE FROM log_batches WHERE stream = ? AND partition = ? AND offset < ? "
                         "AND offset + count <= ? AND offset + count < ?",
                         (stream, partition, int(low) - keep, int(low) - keep, end)).rowcount
+                    # The trace contexts of what no batch holds any more (egress.engines.sqlite.traces).
+                    db.execute("DELETE FROM log_traces WHERE stream = ? AND partition = ? AND offset < "
+                               "COALESCE((SELECT MIN(offset) FROM log_batches WHERE stream = ? AND partition = ?), ?)",
+                               (stream, partition, stream, partition, end))
         return deleted
 
     def _referenced_sync(self) -> dict[tuple[str, int], int]:

@@ -60,6 +60,12 @@ CREATE TABLE IF NOT EXISTS leases (
 CREATE TABLE IF NOT EXISTS members (
     worker_id TEXT NOT NULL PRIMARY KEY, spec_digest TEXT NOT NULL, details TEXT NOT NULL,
     expires_at REAL NOT NULL) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS log_traces (
+    stream TEXT NOT NULL, partition INTEGER NOT NULL, offset INTEGER NOT NULL, context TEXT NOT NULL,
+    PRIMARY KEY (stream, partition, offset)) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS outbox_traces (
+    consumer TEXT NOT NULL, partition INTEGER NOT NULL, seq INTEGER NOT NULL, context TEXT NOT NULL,
+    PRIMARY KEY (consumer, partition, seq)) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS watermarks (
     consumer TEXT NOT NULL, partition INTEGER NOT NULL, watermark REAL NOT NULL,
     PRIMARY KEY (consumer, partition)) WITHOUT ROWID;

@@ -303,6 +303,38 @@ function throttlerCard(t) {
           `${percent(c.weight_share)} (${number(c.weight)})`))))) : null);
 }
 
+// -- epoch parts ----------------------------------------------------------------------------------
+
+const PART_COLORS = {read: "#3b7dd8", "Input.Throttle": "#e39b1c", process: "#2e9d5b", commit: "#8a5cc7", deliver: "#d9413a"};
+
+function partSeconds(value) {
+  if (value > 0 && value < 1) return (value * 1000).toFixed(value < 0.01 ? 1 : 0) + " ms";
+  return seconds(value);
+}
+
+// Per computation, a bar of the time its epochs spent in each part over the window, and the figures.
+function epochParts(doc) {
+  return (doc.epoch_parts || []).map((c) => {
+    const bar = svg("svg", {viewBox: "0 0 300 14", class: "parts-bar", role: "img",
+      "aria-label": `epoch parts of ${c.computation}`, preserveAspectRatio: "none"});
+    let x = 0;
+    for (const p of c.parts) {
+      const w = c.total_seconds ? 300 * p.seconds / c.total_seconds : 0;
+      if (w > 0) bar.append(svg("rect", {x, y: 0, width: w, height: 14, fill: PART_COLORS[p.part] || "#9aa5b1",
+        "data-part": p.part}));
+      x += w;
+    }
+    const over = c.window_seconds ? `last ${seconds(c.window_seconds)}` : "since start";
+    return el("div", {class: "card parts", "data-epoch-parts": c.computation},
+      el("div", {class: "card-head"}, el("h3", {}, c.computation), el("span", {class: "muted"}, over)),
+      bar,
+      el("div", {class: "legend"}, ...c.parts.map((p) => el("span", {class: "part", "data-part": p.part,
+        "data-seconds": String(p.seconds)}, el("i", {style: `background:${PART_COLORS[p.part] || "#9aa5b1"}`}),
+        `${p.part} `, el("span", {class: "part-seconds"}, partSeconds(p.seconds)),
+        p.share === null ? "" : ` (${percent(p.share)})`))));
+  });
+}
+
 // -- page -----------------------------------------------------------------------------------------
 
 function render(doc) {
@@ -316,6 +348,8 @@ function render(doc) {
     el("div", {class: "problem", "data-path": path}, el("code", {}, path), el("pre", {}, error))));
   show("graph-section", doc.graph.nodes.length > 0);
   if (doc.graph.nodes.length) replace("graph", drawGraph(doc.graph, doc.sinks));
+  show("epoch-parts-section", (doc.epoch_parts || []).length > 0);
+  replace("epoch-parts", ...epochParts(doc));
   show("sources-section", (doc.sources || []).length > 0);
   replace("sources", sourcesTable(doc));
   show("partitions-section", doc.partitions.length > 0);

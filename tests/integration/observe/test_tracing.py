@@ -1,0 +1,287 @@
+"""OpenTelemetry tracing of a run against a real OTLP/HTTP receiver in the test process
+(``tests/otlp_receiver.py``): the span tree of an epoch, the ``Input.Throttle`` span's length on the
+virtual clock, and the trace context an endpoint receives."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Callable
+from pathlib import Path
+
+import pytest
+import yaml
+from aiohttp import web
+
+from egress.clock import VirtualClock
+from egress.observe import tracing
+from egress.observe.epoch_parts import PARTS
+from egress.runtime import Pipeline, RunOptions, load_plan
+from tests.conftest import ServerFactory, payload_spec
+from tests.otlp_receiver import OtlpReceiver
+
+pytestmark = pytest.mark.integration
+
+
+@pytest.fixture
+async def otlp(serve_app: ServerFactory) -> AsyncIterator[tuple[OtlpReceiver, Callable[[], object]]]:
+    """A receiver, tracing turned on towards it (every trace sampled), and ``flush()`` to await the export."""
+    receiver = OtlpReceiver()
+    base = await serve_app(receiver.app())
+    active = tracing.configure(base, environ={})
+    assert active is not None
+
+    async def flush() -> None:  # the exporter's thread POSTs to this loop: never block the loop on it
+        await asyncio.to_thread(active.flush)
+
+    yield receiver, flush
+    await asyncio.to_thread(tracing.shutdown)
+
+
+class Endpoint:
+    """Answers 200 and keeps each request's ``traceparent`` header."""
+
+    def __init__(self) -> None:
+        self.traceparents: list[str | None] = []
+
+    async def handle(self, request: web.Request) -> web.Response:
+        await request.read()
+        self.traceparents.append(request.headers.get("traceparent"))
+        return web.Response(text="ok")
+
+    def app(self) -> web.Application:
+        app = web.Application()
+        app.router.add_post("/events", self.handle)
+        return app
+
+
+async def test_an_epoch_is_a_span_with_one_child_per_part_and_input_throttle_lasts_the_throttlers_wait(
+        tmp_path: Path, serve_app: ServerFactory, otlp: tuple[OtlpReceiver, Callable[[], object]]) -> None:
+    receiver, flush = otlp
+    endpoint = Endpoint()
+    base = await serve_app(endpoint.app())
+    spec, dynamic = payload_spec(tmp_path, f"{base}/events", [f"p{i}" for i in range(30)])
+    document = yaml.safe_load(dynamic.read_text())
+    document["throttlers"] = {"rows": {"limit": 10, "period": "1s"}}  # 30 rows: waits of seconds
+    document["computations"]["deliver"]["input_rows_throttler_id"] = "rows"
+    dynamic.write_text(yaml.safe_dump(document))
+    clock = VirtualClock(1_800_000_000.0)
+    pipeline = Pipeline(load_plan(spec, dynamic), tmp_path / "state", clock=clock,
+                        options=RunOptions(until_drained=True))
+    async with clock.autojumping():
+        result = await pipeline.run()
+    assert result.drained
+    await flush()
+
+    epochs = [e for e in receiver.named("epoch") if e.attributes["egress.input_messages"] > 0]
+    assert epochs, [s.name for s in receiver.spans]
+    for epoch in epochs:
+        assert epoch.service == "egress"
+        assert epoch.attributes["egress.computation_id"] == "deliver"
+        children = receiver.children(epoch)
+        assert [c.name for c in children] == list(PARTS)  # read, Input.Throttle, process, commit, deliver
+        assert all(epoch.start <= c.start <= c.end <= epoch.end for c in children)
+    throttled = [receiver.children(e)[1] for e in epochs]
+    # On the virtual clock each Input.Throttle span is exactly the wait the throttler reported, and the
+    # waits add up to the counter egress_computation_input_throttle_seconds_total.
+    waited = pipeline.metrics.value("egress_computation_input_throttle_seconds_total", computation_id="deliver")
+    assert waited >= 1.0
+    assert sum(span.seconds for span in throttled) == pytest.approx(waited, abs=1e-6)
+    assert pipeline.metrics.value("egress_epoch_part_seconds_total", computation_id="deliver",
+                                  part="Input.Throttle") == pytest.approx(waited, abs=1e-9)
+    # The controller's decisions are spans of their own service, as long as each request's queue wait.
+    decisions = receiver.named("RequestQuota")
+    assert decisions
+    assert {span.service for span in decisions} == {"egress-throttler"}
+    assert {span.attributes["egress.throttler_id"] for span in decisions} == {"rows"}
+    for span in decisions:
+        assert span.seconds == pytest.approx(span.attributes["egress.queue_wait_seconds"], abs=1e-6)
+    assert max(span.attributes["egress.queue_wait_seconds"] for span in decisions) > 0
+
+
+TRACE = "4bf92f3577b34da6a3ce929d0e0e4736"
+SAMPLED = f"00-{TRACE}-00f067aa0ba902b7-01"
+NOT_SAMPLED = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-00"
+
+
+class HoldingEndpoint(Endpoint):
+    """Keeps each request's traceparent by body; while ``holding``, holds requests unanswered."""
+
+    def __init__(self, *, holding: bool = False) -> None:
+        super().__init__()
+        self.by_body: dict[str, str | None] = {}
+        self.holding = holding
+        self.held = 0
+        self.released = asyncio.Event()
+
+    async def handle(self, request: web.Request) -> web.Response:
+        body = (await request.read()).decode()
+        if self.holding:
+            self.held += 1
+            await self.released.wait()
+            return web.Response(status=503)
+        self.by_body[body] = request.headers.get("traceparent")
+        return web.Response(text="ok")
+
+
+async def run_http_pipeline(tmp_path: Path, endpoint_url: str, port: int) -> tuple[Pipeline, asyncio.Task[object]]:
+    from tests.conftest import pass_through_spec
+
+    spec = pass_through_spec(tmp_path / "spec.yaml", "tracing_test",
+                             {"source_class_name": "http", "parameters": {"port": port}}, endpoint_url)
+    pipeline = Pipeline(load_plan(spec), tmp_path / "state")
+    task: asyncio.Task[object] = asyncio.create_task(pipeline.run())
+    return pipeline, task
+
+
+async def post_events(port: int, events: list[tuple[str, dict[str, str]]]) -> None:
+    import aiohttp
+
+    from tests.waiting import eventually
+
+    async with aiohttp.ClientSession() as session:
+        url = f"http://127.0.0.1:{port}/events"
+
+        async def listening() -> bool:
+            async with session.get(url) as response:  # 405: listening (only POST is routed)
+                return response.status == 405
+
+        await eventually(listening, what="the http source listening", interval=0.02,
+                         ignoring=(aiohttp.ClientConnectionError,))
+        for number, (payload, headers) in enumerate(events):
+            body = f'{{"id": {number}, "payload": "{payload}"}}'
+            async with session.post(url, data=body, headers=headers) as response:
+                assert response.status == 200, await response.text()
+
+
+async def test_the_endpoint_receives_the_trace_of_the_event_the_http_source_received(
+        tmp_path: Path, serve_app: ServerFactory, otlp: tuple[OtlpReceiver, Callable[[], object]]) -> None:
+    from tests.integration.connectors.sources.test_http import free_port
+    from tests.waiting import eventually
+
+    receiver, flush = otlp
+    endpoint = HoldingEndpoint()
+    port = free_port()
+    pipeline, task = await run_http_pipeline(tmp_path, f"{await serve_app(endpoint.app())}/events", port)
+    await post_events(port, [("sampled", {"traceparent": SAMPLED, "tracestate": "vendor=1"}),
+                             ("unsampled", {"traceparent": NOT_SAMPLED}),
+                             ("untraced", {})])
+    await eventually(lambda: len(endpoint.by_body) == 3, what="three deliveries")
+    pipeline.request_stop()
+    await task
+    await flush()
+
+    # The event's trace goes on at the endpoint: the same trace id, the parent the delivery attempt's span.
+    sent = endpoint.by_body["sampled"]
+    assert sent is not None
+    assert sent[3:35] == TRACE
+    assert sent.endswith("-01")
+    attempts = [s for s in receiver.named("delivery attempt") if s.trace_id == TRACE]
+    assert len(attempts) == 1
+    attempt = attempts[0]
+    assert sent[36:52] == attempt.span_id
+    assert attempt.parent_span_id == "00f067aa0ba902b7"
+    assert attempt.attributes["egress.attempt"] == 1
+    assert attempt.attributes["http.response.status_code"] == 200
+    assert attempt.attributes["egress.sink_id"] == "http"
+    assert len(attempt.attributes["egress.idempotency_key"]) > 0
+    # Not sampled upstream (parentbased sampler): no span, the context sent on as it came.
+    assert endpoint.by_body["unsampled"] == NOT_SAMPLED
+    assert not [s for s in receiver.spans if s.trace_id == NOT_SAMPLED[3:35]]
+    # No context: a trace of its own (every root sampled here).
+    untraced = endpoint.by_body["untraced"]
+    assert untraced is not None
+    assert untraced[3:35] not in (TRACE, NOT_SAMPLED[3:35])
+
+
+async def test_a_message_keeps_its_events_trace_across_a_restart(
+        tmp_path: Path, serve_app: ServerFactory, otlp: tuple[OtlpReceiver, Callable[[], object]]) -> None:
+    from tests.integration.connectors.sources.test_http import free_port
+    from tests.waiting import eventually
+
+    holding = HoldingEndpoint(holding=True)
+    port = free_port()
+    pipeline, task = await run_http_pipeline(tmp_path, f"{await serve_app(holding.app())}/events", port)
+    await post_events(port, [("sampled", {"traceparent": SAMPLED})])
+    await eventually(lambda: holding.held == 1, what="the first delivery held by the endpoint")
+    pipeline.request_stop()  # committed, not acknowledged: the next run sends it again
+    await task
+    holding.released.set()
+
+    endpoint = HoldingEndpoint()
+    second, task = await run_http_pipeline(tmp_path, f"{await serve_app(endpoint.app())}/events", free_port())
+    await eventually(lambda: "sampled" in endpoint.by_body, what="the delivery of the restarted run")
+    second.request_stop()
+    await task
+    sent = endpoint.by_body["sampled"]
+    assert sent is not None
+    assert sent[3:35] == TRACE
+
+
+async def test_a_batch_is_a_span_over_its_attempts_whose_context_its_requests_carry(
+        tmp_path: Path, serve_app: ServerFactory, otlp: tuple[OtlpReceiver, Callable[[], object]]) -> None:
+    receiver, flush = otlp
+    endpoint = Endpoint()
+    base = await serve_app(endpoint.app())
+    spec, dynamic = payload_spec(tmp_path, f"{base}/events", [f"p{i}" for i in range(20)],
+                                 sink_parameters={"max_events": 10, "max_delay": "0s"})
+    document = yaml.safe_load(spec.read_text())
+    document["computations"]["deliver"]["sinks"]["http"]["sink_class_name"] = "batching_http"
+    spec.write_text(yaml.safe_dump(document))
+    pipeline = Pipeline(load_plan(spec, dynamic), tmp_path / "state", options=RunOptions(until_drained=True))
+    assert (await pipeline.run()).drained
+    await flush()
+
+    batches = receiver.named("batch")
+    assert sum(span.attributes["egress.records"] for span in batches) == 20
+    assert len(endpoint.traceparents) == len(batches)
+    for batch in batches:
+        [attempt] = receiver.children(batch)
+        assert attempt.name == "delivery attempt"
+        assert attempt.attributes["http.response.status_code"] == 200
+        assert any(sent is not None and sent[3:35] == batch.trace_id and sent[36:52] == attempt.span_id
+                   for sent in endpoint.traceparents)
+
+
+async def test_with_propagate_trace_context_false_no_request_carries_a_traceparent(
+        tmp_path: Path, serve_app: ServerFactory, otlp: tuple[OtlpReceiver, Callable[[], object]]) -> None:
+    receiver, flush = otlp
+    endpoint = Endpoint()
+    base = await serve_app(endpoint.app())
+    spec, dynamic = payload_spec(tmp_path, f"{base}/events", [f"p{i}" for i in range(5)],
+                                 sink_parameters={"propagate_trace_context": False})
+    pipeline = Pipeline(load_plan(spec, dynamic), tmp_path / "state", options=RunOptions(until_drained=True))
+    assert (await pipeline.run()).drained
+    await flush()
+    assert endpoint.traceparents == [None] * 5
+    assert len(receiver.named("delivery attempt")) == 5  # still traced, only not sent on
+
+
+class FailingOnce(Endpoint):
+    """Answers the first request 503, every later one 200."""
+
+    async def handle(self, request: web.Request) -> web.Response:
+        await request.read()
+        self.traceparents.append(request.headers.get("traceparent"))
+        return web.Response(status=503 if len(self.traceparents) == 1 else 200)
+
+
+async def test_each_attempt_of_a_retried_delivery_is_a_span_whose_context_its_request_carries(
+        tmp_path: Path, serve_app: ServerFactory, otlp: tuple[OtlpReceiver, Callable[[], object]]) -> None:
+    receiver, flush = otlp
+    endpoint = FailingOnce()
+    base = await serve_app(endpoint.app())
+    spec, dynamic = payload_spec(tmp_path, f"{base}/events", ["only"])
+    pipeline = Pipeline(load_plan(spec, dynamic), tmp_path / "state", options=RunOptions(until_drained=True))
+    assert (await pipeline.run()).drained
+    await flush()
+    first, second = sorted(receiver.named("delivery attempt"), key=lambda span: span.attributes["egress.attempt"])
+    assert (first.attributes["egress.attempt"], second.attributes["egress.attempt"]) == (1, 2)
+    assert first.attributes["http.response.status_code"] == 503
+    assert first.status_code == 2  # ERROR
+    assert second.attributes["http.response.status_code"] == 200
+    assert second.status_code != 2
+    assert second.trace_id == first.trace_id  # one trace: the retry follows the failed first attempt
+    assert second.parent_span_id == first.span_id
+    assert first.attributes["egress.idempotency_key"] == second.attributes["egress.idempotency_key"]
+    sent = [(tp[3:35], tp[36:52]) for tp in endpoint.traceparents if tp is not None]
+    assert sent == [(first.trace_id, first.span_id), (second.trace_id, second.span_id)]
