@@ -596,6 +596,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         summary.append(f"failover lost {failover.lost:,} (target 0 {'PASS' if failover.lost == 0 else 'MISS'})")
         if failover.lost:
             lost.append("failover")
+        if failover.failures:  # a worker that exits non-zero is a failure to scripts and supervisors
+            summary.append(f"failover worker exits {failover.exit_codes} (target all 0 MISS)")
     if failed is not None:
         print(f"FAILED: {failed}")
     if lost:

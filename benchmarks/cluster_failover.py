@@ -47,6 +47,8 @@ class FailoverResult:
     before_kill: int
     after_kill_seconds: float
     exit_codes: dict[str, int | None]
+    failures: dict[str, str]
+    """The last line of each worker that did not exit 0 (its log: ``PHASE/wI.log``)."""
 
     @property
     def lost(self) -> int:
@@ -56,7 +58,8 @@ class FailoverResult:
         return (f"failover rtt {rtt * 1e3:g} ms: 3 nodes (R3), stream leader {self.leader} SIGKILLed after "
                 f"{self.before_kill:,} of {self.messages:,} deliveries; {self.delivered:,} delivered, "
                 f"{self.lost:,} lost, {self.requests - self.delivered:,} duplicates, the run ended "
-                f"{self.after_kill_seconds:.1f} s after the kill; worker exits {self.exit_codes}")
+                f"{self.after_kill_seconds:.1f} s after the kill; worker exits {self.exit_codes}"
+                + "".join(f"\n    {worker} failed: {line}" for worker, line in self.failures.items()))
 
 
 class DelayedCluster:
@@ -158,6 +161,14 @@ def run_failover(receiver_url: str, spec: Path, phase: Path, count: int, workers
         for log in logs:
             log.close()
         cluster.stop()
-    return FailoverResult(count, stats["distinct_keys"], stats["requests"], leader, before, ended - killed,
-                          {name: process.returncode for name, process in processes.items()})
+    codes = {name: process.returncode for name, process in processes.items()}
+    failures = {name: last_line(phase / f"{name}.log") for name, code in codes.items() if code != 0}
+    return FailoverResult(count, stats["distinct_keys"], stats["requests"], leader, before, ended - killed, codes,
+                          failures)
+
+
+def last_line(log: Path) -> str:
+    """The last non-empty line of a worker's log (what it said before it exited), or ``(empty log)``."""
+    lines = [line for line in log.read_text(errors="replace").splitlines() if line.strip()]
+    return lines[-1][-300:] if lines else "(empty log)"
 

@@ -116,15 +116,25 @@ class NatsConnection:
                                  outage_timeout=self.outage_timeout, link=self._link)
         js = connection.jetstream(timeout=self.request_timeout)
         try:
-            await self._ensure_stream(js)
-            self._kv = await js.key_value(self.bucket)
-            await self._check_meta(self._kv)
+            # Tried again while the answer is transient: on a cluster that has just formed, or while
+            # another worker creates the same replicated stream, the stream has no leader yet for a
+            # moment (no response from the stream, 503, a timeout); every step may run twice.
+            self._kv = await self._stream.retrying(f"bucket {self.bucket}: open", lambda: self._open_bucket(js))
             await self._opened()
+        except (NatsClientError, TimeoutError, OSError) as error:
+            raise NatsEngineError(f"{self.url}: bucket {self.bucket}: {error or type(error).__name__}") from None
+
+    async def _open_bucket(self, js: JetStreamContext) -> KeyValue:
+        """The bucket's stream created or brought to this engine's settings, its KV handle, its meta
+        key checked; raises :class:`NatsEngineError` when JetStream is off (not tried again)."""
+        try:
+            await self._ensure_stream(js)
+            kv = await js.key_value(self.bucket)
+            await self._check_meta(kv)
         except NoJetStreamError:
             raise NatsEngineError(f"{self.url}: JetStream is not enabled on this server; start nats-server "
                                   "with -js (or jetstream {} in its configuration)") from None
-        except (NatsClientError, TimeoutError, OSError) as error:
-            raise NatsEngineError(f"{self.url}: bucket {self.bucket}: {error or type(error).__name__}") from None
+        return kv
 
     async def delete_bucket(self) -> None:
         """Delete the pipeline's bucket (its stream ``KV_<bucket>``): every log message, outbox

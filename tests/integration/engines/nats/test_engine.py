@@ -416,6 +416,63 @@ async def test_a_server_without_jetstream_raises_an_egress_error_naming_the_fix(
 
 
 
+class LeaderlessAtFirst(NatsEngine):
+    """A NatsEngine whose first ``failures`` meta checks meet the answer a replicated stream gives
+    before its leader is elected (two workers creating the R3 bucket of a cluster just formed): a
+    JetStream publish that no stream answers, sent through the real server."""
+
+    def __init__(self, *args: Any, failures: int, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.failures = failures
+        self.checks = 0
+
+    async def _check_meta(self, kv: Any) -> None:
+        self.checks += 1
+        if self.checks <= self.failures:
+            assert self._connection is not None
+            await self._connection.jetstream().publish(f"egress_no_stream.{self.bucket}", b"")
+        await super()._check_meta(kv)
+
+
+async def test_open_tries_again_while_the_stream_has_no_leader(nats_server: str) -> None:
+    """A worker that met a leaderless stream while opening its bucket exited 1 at start while the others
+    drained (benchmarks/cluster_failover.py): open waits it out as any request does."""
+    engine = LeaderlessAtFirst(nats_server, "p", bucket="egress_it_leaderless", failures=2)
+    try:
+        await engine.open()
+        assert engine.checks == 3
+        other = NatsEngine(nats_server, "p", bucket="egress_it_leaderless")
+        try:
+            await other.open()  # the meta key the retried check created is there, and it is this pipeline's
+        finally:
+            await other.close()
+    finally:
+        await engine.close()
+        connection = await nats.connect(nats_server)
+        with contextlib.suppress(nats.js.errors.NotFoundError):
+            await connection.jetstream().delete_stream("KV_egress_it_leaderless")
+        await connection.close()
+
+
+async def test_open_refuses_a_bucket_of_another_pipeline_at_once(nats_server: str) -> None:
+    """Not every failure is tried again: the answer that the bucket is another pipeline's is final."""
+    first = NatsEngine(nats_server, "p", bucket="egress_it_owned")
+    other = NatsEngine(nats_server, "q", bucket="egress_it_owned", outage_timeout=30)
+    try:
+        await first.open()
+        started = asyncio.get_running_loop().time()
+        with pytest.raises(NatsEngineError, match="belongs to pipeline 'p'"):
+            await other.open()
+        assert asyncio.get_running_loop().time() - started < 15  # not the 30 s of tries
+    finally:
+        await other.close()
+        await first.close()
+        connection = await nats.connect(nats_server)
+        with contextlib.suppress(nats.js.errors.NotFoundError):
+            await connection.jetstream().delete_stream("KV_egress_it_owned")
+        await connection.close()
+
+
 async def test_a_server_lost_after_open_raises_an_egress_error_naming_the_url(tmp_path: Path) -> None:
     """The commit waits for the server to come back for ``outage_timeout`` seconds (1 s here; the
     waiting is the same at the 60 s default), then raises the retryable ``NatsUnavailableError``;
