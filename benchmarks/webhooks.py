@@ -77,8 +77,8 @@ class Measured(WebhookHttpSink):
 
     latencies: dict[str, list[float]]
 
-    def _succeed(self, delivery: Delivery) -> None:
-        super()._succeed(delivery)
+    def _acknowledge(self, delivery: Delivery) -> None:
+        super()._acknowledge(delivery)
         self.latencies[delivery.endpoint.name].append(self._context.clock.monotonic() - delivery.started)
 
 

@@ -15,8 +15,11 @@ import array
 import asyncio
 import base64
 import collections
+import heapq
+import itertools
+import math
 import weakref
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from typing import TYPE_CHECKING, Any, ClassVar
 
 import ormsgpack
@@ -26,6 +29,7 @@ from egress.connectors.sinks.webhook_breaker import STATE_CODES, Breaker
 from egress.connectors.sinks.webhook_parameters import BreakerSpec, EndpointDefaults, EndpointSpec
 from egress.errors import SpecError
 from egress.httpclient.curl import post_header_lines
+from egress.httpclient.retry_after import endpoint_of
 from egress.observe.logs import add_secret
 from egress.webhook_signatures import ID_HEADER, SECRET_PREFIX, SIGNATURE_HEADER, TIMESTAMP_HEADER, read_secrets
 
@@ -37,7 +41,8 @@ class Delivery:
     """One message to one endpoint: ``seq``, ``message_id``, ``key`` (per-key order), ``body``
     (``None``: a null payload, acknowledged in order without a request)."""
 
-    __slots__ = ("admitted", "attempts", "body", "done", "endpoint", "key", "message_id", "seq", "started")
+    __slots__ = ("admitted", "attempted", "attempts", "body", "done", "endpoint", "key", "message_id", "seq",
+                 "started")
 
     def __init__(self, endpoint: Endpoint, seq: int, message_id: bytes, key: bytes, body: bytes | None) -> None:
         self.endpoint = endpoint
@@ -48,18 +53,30 @@ class Delivery:
         self.done = body is None
         self.admitted = False  # the breaker let its next attempt go and no outcome came back yet
         self.started = 0.0  # clock.monotonic() when distributed (the latency's origin)
+        self.attempted = 0.0  # clock.monotonic() when its first attempt started (request_timeout's origin)
         self.attempts: list[Any] | None = None  # failed attempts, for a dead-letter line only
+
+
+_serials = itertools.count()
 
 
 class Endpoint:
     """One endpoint of one sink instance. ``config`` is its entry (``None``: the table has no entry
-    of that name: its messages wait, shown in ``/status``)."""
+    of that name: its messages wait, shown in ``/status``). ``status_path`` is where its errors show."""
 
-    def __init__(self, name: str, config: EndpointSpec | None, breaker: BreakerSpec, acked: int) -> None:
+    def __init__(self, name: str, config: EndpointSpec | None, breaker: BreakerSpec, acked: int,
+                 status_path: str = "") -> None:
         self.name = name
+        self.serial = next(_serials)  # orders endpoints whose heap keys tie (never: a seq has one endpoint)
+        self.status_path = status_path
         self.config: EndpointSpec | None = None
+        self.url = ""
+        self.scheme = ""
+        self.pause_key: tuple[str, str, int] = ("", "", -1)  # what its Retry-After pauses (endpoint_of)
         self.keys: tuple[bytes, ...] = ()
         self.header_lines: tuple[str, ...] = ()
+        self.throttle: Any = None  # its throttler handle (None: no throttler, first attempts batched)
+        self.head: int | None = None  # the seq of its entry in Prefixes' heap (None: no entry)
         self.breaker = Breaker(breaker)
         self.pending: collections.deque[Delivery] = collections.deque()  # in memory, seq order
         self.waiting: collections.deque[Delivery] = collections.deque()  # not started yet, seq order
@@ -70,8 +87,6 @@ class Endpoint:
         self.acked = acked  # the endpoint's acknowledged prefix: every message of it up to this seq is
         self.delivered = 0
         self.loop: DeliveryLoop[Delivery] | None = None
-        self.transports: Any = None
-        self.retired_transports: list[Any] = []  # every client set made for it (a reconfigure makes one)
         self.changed = asyncio.Event()
         self.configure(config)
 
@@ -83,6 +98,9 @@ class Endpoint:
         if config is None:
             self.wake()
             return
+        self.url = config.url
+        self.pause_key = endpoint_of(config.url)
+        self.scheme = self.pause_key[0]
         if old is not None and config.resume > old.resume:
             self.breaker.resume()
         try:
@@ -116,6 +134,51 @@ class Endpoint:
     def backlog(self) -> int:
         """Messages not acknowledged yet: in memory and left in the outbox."""
         return sum(1 for d in self.pending if not d.done) + len(self.spilled)
+
+
+class Prefixes:
+    """The sink's committed progress, kept as acknowledgements come: the partition-wide prefix (below
+    the first unacknowledged message of every endpoint) from a heap of each endpoint's first
+    unacknowledged ``seq``, and each endpoint's own prefix beyond it (``sink_state``), so that a report
+    costs what changed since the last, not a visit of every endpoint. ``committed`` are the prefixes
+    of the committed ``sink_state`` (kept until the partition-wide prefix passes them)."""
+
+    def __init__(self, committed: dict[str, int], persisted: int) -> None:
+        self._heads: list[tuple[int, int, Endpoint]] = []  # (first unacknowledged seq, serial, endpoint)
+        self.ahead = {name: seq for name, seq in committed.items() if seq > persisted}
+        self._expiry = [(seq, name) for name, seq in self.ahead.items()]  # (prefix, name): when to drop it
+        heapq.heapify(self._expiry)
+
+    def advance(self, changed: Iterable[Endpoint], last_distributed: int) -> int:
+        """The partition-wide prefix once the endpoints ``changed`` (messages queued or acknowledged
+        since the last call) are taken in; :attr:`ahead` is then every endpoint's prefix beyond it."""
+        heads, ahead, expiry = self._heads, self.ahead, self._expiry
+        for endpoint in changed:
+            first = endpoint.first_unacknowledged()
+            if ahead.get(endpoint.name) != endpoint.acked:
+                ahead[endpoint.name] = endpoint.acked
+                heapq.heappush(expiry, (endpoint.acked, endpoint.name))
+            if first is not None and endpoint.head is None:
+                endpoint.head = first
+                heapq.heappush(heads, (first, endpoint.serial, endpoint))
+        # Only the top is refreshed: an entry is never above its endpoint's first unacknowledged seq
+        # (that only rises), so a top that is still true is the minimum.
+        while heads:
+            seq, _, endpoint = heads[0]
+            first = endpoint.first_unacknowledged()
+            if first == seq:
+                break
+            endpoint.head = first
+            if first is None:
+                heapq.heappop(heads)
+            else:
+                heapq.heapreplace(heads, (first, endpoint.serial, endpoint))
+        low = min(last_distributed, heads[0][0] - 1) if heads else last_distributed
+        while expiry and expiry[0][0] <= low:
+            _, name = heapq.heappop(expiry)
+            if ahead.get(name, math.inf) <= low:
+                del ahead[name]
+        return low
 
 
 def endpoint_config(name: str, table: dict[str, EndpointSpec], defaults: EndpointDefaults,
@@ -189,4 +252,4 @@ class EndpointGauges:
         return iter(())
 
 
-__all__ = ["Delivery", "Endpoint", "EndpointGauges", "decode_state", "encode_state", "endpoint_config"]
+__all__ = ["Delivery", "Endpoint", "EndpointGauges", "Prefixes", "decode_state", "encode_state", "endpoint_config"]

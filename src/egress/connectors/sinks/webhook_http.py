@@ -30,6 +30,7 @@ from egress.connectors.sinks.webhook_endpoints import (
     Delivery,
     Endpoint,
     EndpointGauges,
+    Prefixes,
     decode_state,
     encode_state,
     endpoint_config,
@@ -38,7 +39,9 @@ from egress.connectors.sinks.webhook_parameters import WebhookSinkDynamicParamet
 from egress.engines import OutboxMessage, SinkProgress
 from egress.errors import SpecError
 from egress.httpclient import CurlClient, Request, Response
-from egress.httpclient.outcomes import AttemptFailure
+from egress.httpclient.curl import Completions
+from egress.httpclient.outcomes import AttemptFailure, failure_of
+from egress.httpclient.retry_after import endpoint_of
 from egress.keys import idempotency_key
 from egress.spec import StreamSpec
 from egress.webhook_signatures import signature_lines
@@ -48,8 +51,12 @@ STATUS_SUFFIX = "webhook"
 POLICY_EXHAUSTED = "Webhook POST retry policy exhausted"
 DEADLINE_EXHAUSTED = "Webhook POST retry deadline exhausted"
 # Seconds between progress reports: well below an epoch period, so a commit is never later for it,
-# and long enough that a report (a visit of every endpoint) is not paid per acknowledgement.
+# and long enough that a report (its sink_state encoded) is not paid per acknowledgement.
 REPORT_INTERVAL = 0.005
+# Transfers the sink's client (one per scheme, shared by its endpoints) runs at once, at least: each
+# endpoint's ``max_in_flight`` is kept by the sink, the client's cap only has to stay above their sum.
+MIN_CONNECTIONS = 64
+_new_tuple = tuple.__new__
 
 
 @SINKS.register("webhook_http", "NYT::NFlow::TWebhookHttpSink")
@@ -91,6 +98,17 @@ class WebhookHttpSink:
         self._committed_prefixes = decode_state(progress.sink_state)
         self._last_distributed_seq = progress.max_persisted_seq_no
         self._endpoints: dict[str, Endpoint] = {}
+        self._prefixes = Prefixes(self._committed_prefixes, progress.max_persisted_seq_no)
+        self._changed: set[Endpoint] = set()  # queued or acknowledged since the last report
+        # One libcurl client per scheme for every endpoint (a client per endpoint would cost the
+        # driver a visit of each per turn); replaced by a larger one when the endpoints' max_in_flight
+        # outgrow it, the old ones closed with the sink.
+        self._clients: dict[str, CurlClient] = {}
+        self._retired_clients: list[CurlClient] = []
+        table = sum(entry.max_in_flight for entry in dynamic_parameters.endpoints.values())
+        self._capacity = max(MIN_CONNECTIONS, table)
+        self._in_flight_limits = 0  # the sum of the max_in_flight of this instance's endpoints
+        self._completions: Completions | None = None  # where first attempts' responses go, in batches
         self._tasks: set[asyncio.Task[None]] = set()
         self._held = False
         self._closed = False
@@ -145,6 +163,7 @@ class WebhookHttpSink:
             if message.seq <= endpoint.acked:
                 continue
             touched.add(endpoint)
+            self._changed.add(endpoint)
             if refill is None and cap is not None and (endpoint.spilled or len(endpoint.pending) >= cap):
                 endpoint.spilled.append(message.seq)  # its row stays in the outbox until it is read again
                 continue
@@ -163,29 +182,44 @@ class WebhookHttpSink:
             dynamic = self._dynamic
             config = endpoint_config(name, dynamic.endpoints, dynamic.defaults, self._by_url)
             acked = max(self._committed_prefixes.get(name, 0), self._progress.max_persisted_seq_no)
-            endpoint = self._endpoints[name] = Endpoint(name, config, dynamic.breaker, acked)
+            endpoint = self._endpoints[name] = Endpoint(name, config, dynamic.breaker, acked,
+                                                        self._status_prefix + name)
+            self._in_flight_limits += config.max_in_flight if config is not None else 0
             self._attach(endpoint)
             self._show_configuration(endpoint)
         return endpoint
 
     def _attach(self, endpoint: Endpoint) -> None:
-        """Its clients, pauses, throttler and delivery loop."""
-        context, parameters = self._context, self._parameters
+        """Its pauses, throttler and delivery loop (its transfers run on the sink's clients)."""
+        context = self._context
         metrics = context.metrics.sink
         config = endpoint.config
-        endpoint.transports = http_attempts.ClientsByScheme(lambda scheme: CurlClient(
-            max_connections=config.max_in_flight if config else 1, keep_alive=parameters.keep_alive,
-            ca_file=parameters.tls_ca_file if scheme == "https" else None))
-        endpoint.retired_transports.append(endpoint.transports)  # closed with the sink
         pauses = http_attempts.EndpointPauses(context.clock, metrics.retry_after.labels(*self._labels),
                                               metrics.retry_after_invalid.labels(*self._labels))
-        throttle = (http_attempts.sink_throttler(context, config.throttler_id, config.throttler_class_id)
-                    if config is not None else None)
+        endpoint.throttle = (http_attempts.sink_throttler(context, config.throttler_id, config.throttler_class_id)
+                             if config is not None else None)
         endpoint.loop = DeliveryLoop(
             context.clock, self._hooks, kind="Webhook HTTP sink",
-            url=lambda: endpoint.config.url if endpoint.config else "", transport=endpoint.transports.get,
-            dynamic=self._dynamic_parameters, pauses=pauses, throttle=throttle, max_redirects=0,
+            url=lambda: endpoint.url, transport=self._client_of_url,
+            dynamic=self._dynamic_parameters, pauses=pauses, throttle=endpoint.throttle, max_redirects=0,
             requests=self._requests, retries=self._retries, attempt_seconds=self._attempt_seconds)
+        if self._in_flight_limits > self._capacity:  # the current clients could hold transfers back
+            self._capacity = max(self._in_flight_limits, 2 * self._capacity)
+            self._retired_clients.extend(self._clients.values())
+            self._clients = {}
+
+    def _client(self, scheme: str) -> CurlClient:
+        """The client of ``scheme`` for new transfers."""
+        client = self._clients.get(scheme)
+        if client is None:
+            parameters = self._parameters
+            client = self._clients[scheme] = CurlClient(
+                max_connections=self._capacity, keep_alive=parameters.keep_alive,
+                ca_file=parameters.tls_ca_file if scheme == "https" else None)
+        return client
+
+    def _client_of_url(self, url: str) -> CurlClient:
+        return self._client(endpoint_of(url)[0])
 
     def progress(self) -> SinkProgress:
         return self._progress
@@ -203,16 +237,13 @@ class WebhookHttpSink:
         self._report_scheduled = False
         if self._closed:
             return
-        low = self._last_distributed_seq
-        for endpoint in self._endpoints.values():
-            first = endpoint.first_unacknowledged()
-            if first is not None and first - 1 < low:
-                low = first - 1
+        changed, self._changed = self._changed, set()
+        low = self._prefixes.advance(changed, self._last_distributed_seq)
+        for endpoint in changed:
             if endpoint.spilled and not endpoint.refilling:
                 self._refill(endpoint)  # e.g. room freed by null payloads, which start no delivery
-        prefixes = {name: e.acked for name, e in self._endpoints.items() if e.acked > low}
         progress = SinkProgress(self._progress.producer_id, None, max(low, self._progress.max_persisted_seq_no),
-                                encode_state(prefixes))
+                                encode_state(self._prefixes.ahead))
         if progress != self._progress:
             self._progress = progress
             self._context.on_progress(progress)
@@ -256,11 +287,14 @@ class WebhookHttpSink:
         """Apply a new DynamicSpec: endpoint entries (URL, headers, secrets, ``resume``), breaker
         and retry rules, live; endpoints whose entry appeared start their waiting messages."""
         self._dynamic = dynamic_parameters
+        self._in_flight_limits = 0
         for endpoint in self._endpoints.values():
             endpoint.breaker.spec = dynamic_parameters.breaker
             endpoint.configure(endpoint_config(endpoint.name, dynamic_parameters.endpoints,
                                                dynamic_parameters.defaults, self._by_url))
-            self._attach(endpoint)  # a new max_in_flight or throttler; running deliveries keep theirs
+            self._in_flight_limits += endpoint.config.max_in_flight if endpoint.config is not None else 0
+        for endpoint in self._endpoints.values():
+            self._attach(endpoint)  # a new throttler; running deliveries keep theirs
             self._show_configuration(endpoint)
             self._start(endpoint)
 
@@ -281,20 +315,29 @@ class WebhookHttpSink:
         for task in tasks:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
-        for endpoint in self._endpoints.values():
-            for transports in endpoint.retired_transports:
-                transports.close()
+        for client in [*self._clients.values(), *self._retired_clients]:
+            client.close()  # transfers still running end with CLIENT_CLOSED, ignored: the sink is closed
+        self._clients.clear()
+        self._retired_clients.clear()
 
     # -- scheduling --------------------------------------------------------------------------
 
     def _start(self, endpoint: Endpoint) -> None:
         """Start waiting deliveries of ``endpoint`` in order, up to its ``max_in_flight``, skipping
-        (not starting) one whose key has an earlier delivery running."""
+        (not starting) one whose key has an earlier delivery running. While its breaker is closed,
+        nothing asked it to wait and it has no throttler, their first attempts go as one batch
+        (:meth:`_send_first_attempts`); else each delivery is a task (:meth:`_deliver`)."""
         config = endpoint.config
         if self._held or self._closed or config is None or not endpoint.waiting:
             return
+        now = self._context.clock.monotonic()
+        assert endpoint.loop is not None
+        pauses = endpoint.loop.pauses
+        fast = (endpoint.throttle is None and endpoint.breaker.state(now) == "closed"
+                and not (pauses and pauses.end(endpoint.pause_key) is not None))
         limit, busy = config.max_in_flight, endpoint.busy_keys
         skipped: list[Delivery] = []
+        first: list[Delivery] = []
         waiting = endpoint.waiting
         while waiting and endpoint.running < limit:
             delivery = waiting.popleft()
@@ -303,20 +346,118 @@ class WebhookHttpSink:
                 continue
             busy.add(delivery.key)
             endpoint.running += 1
-            task = asyncio.get_running_loop().create_task(self._deliver(delivery))
-            self._tasks.add(task)
-            task.add_done_callback(self._tasks.discard)
+            if fast:
+                delivery.admitted = True  # a closed breaker admits every attempt, and takes no slot for it
+                delivery.attempted = now
+                first.append(delivery)
+            else:
+                self._spawn(self._deliver(delivery))
         waiting.extendleft(reversed(skipped))
+        if first:
+            self._send_first_attempts(endpoint, first)
 
-    async def _deliver(self, delivery: Delivery) -> None:
+    def _spawn(self, coroutine: Any) -> None:
+        task = asyncio.get_running_loop().create_task(coroutine)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    def _send_first_attempts(self, endpoint: Endpoint, deliveries: list[Delivery]) -> None:
+        """The first attempts of ``deliveries`` (of ``endpoint``), each a request with its delivery as
+        the token; the responses come back with the others that finished together, to
+        :meth:`_first_attempts_done`: most succeed at once, and a task per message costs time and
+        memory. Each is signed once here (the timestamp of its attempt; a later attempt signs again)."""
+        dynamic = self._dynamic
+        timeout = min(dynamic.attempt_timeout, dynamic.request_timeout)
+        capture_retry_after = dynamic.respect_retry_after
+        completions = self._completions
+        if completions is None:
+            completions = self._completions = Completions(asyncio.get_running_loop(), self._first_attempts_done,
+                                                          self._dropped)
+        keys, headers, url = endpoint.keys, endpoint.header_lines, endpoint.url
+        header = self._parameters.idempotency_header
+        stamp = int(self._context.clock.now())
+        requests: list[tuple[Request, Delivery]] = []
+        for delivery in deliveries:
+            body = delivery.body
+            assert body is not None
+            key = idempotency_key(delivery.message_id)
+            lines = (*signature_lines(keys, key, stamp, body), *headers) if keys else headers
+            if header:
+                lines = (f"{header}: {key}", *lines)
+            # tuple.__new__: a Request without the NamedTuple's keywords, the fields in its order: url,
+            # body, headers, timeout, capture_body, capture_location, capture_headers, method,
+            # capture_retry_after, prepared, capture_local_port.
+            requests.append((_new_tuple(Request, (url, body, lines, timeout, False, False, False, "POST",
+                                                  capture_retry_after, True, False)), delivery))
+        self._requests.inc(len(requests))
+        self._client(endpoint.scheme).submit_many(requests, completions)
+
+    def _dropped(self, delivery: Delivery) -> bool:
+        """Whether a queued first attempt is not to be sent: the sink closed."""
+        return self._closed
+
+    def _first_attempts_done(self, batch: list[tuple[Delivery, Response]]) -> None:
+        """The responses of first attempts, a batch of them: each feeds its endpoint's breaker; a
+        success is acknowledged, a failure goes on in a task of its own (:meth:`_deliver`, with the
+        attempt counted); counters, reports and the next starts run once per batch and endpoint."""
+        if self._closed:
+            return
+        now = self._context.clock.monotonic()
+        statuses: dict[int, int] = {}
+        observe = self._attempt_seconds.observe
+        succeeded = 0
+        touched: dict[Endpoint, None] = {}
+        for delivery, response in batch:
+            endpoint = delivery.endpoint
+            touched[endpoint] = None
+            code = response.status
+            statuses[code] = statuses.get(code, 0) + 1
+            observe(now - delivery.attempted)
+            delivery.admitted = False
+            breaker = endpoint.breaker
+            ok = response.error is None and 200 <= code <= 299
+            before = breaker.state(now)
+            breaker.record(now, failed=not ok)
+            if breaker.state(now) != before:
+                endpoint.wake()
+                self._show_breaker(endpoint)
+            if ok:
+                succeeded += 1
+                self._acknowledge(delivery)
+                endpoint.running -= 1
+                endpoint.busy_keys.discard(delivery.key)
+                continue
+            failure = failure_of(response)
+            assert failure is not None
+            self._responses.count_failure(failure)
+            assert endpoint.loop is not None
+            retry_after = endpoint.loop.retry_after_of(endpoint.url, response)
+            self._spawn(self._deliver(delivery, 1, failure, retry_after))
+        for code, count in statuses.items():
+            self._responses.count_status(code, count)
+        if succeeded:
+            self._delivered.inc(succeeded)
+            self._schedule_report()
+        for endpoint in touched:
+            self._refill(endpoint)
+            self._start(endpoint)
+
+    async def _deliver(self, delivery: Delivery, attempts: int = 0, last_error: AttemptFailure | None = None,
+                       retry_after: float = 0.0) -> None:
         """Deliveries of one message until it is acknowledged (or dead-lettered): each is the loop's
-        attempts under the retry rules; between them, ``retry_maximum_delay`` and the breaker."""
+        attempts under the retry rules; between them, ``retry_maximum_delay`` and the breaker.
+        ``attempts`` were made already (a first attempt of :meth:`_send_first_attempts`), the last
+        failing with ``last_error`` after asking to wait ``retry_after`` seconds."""
         endpoint, clock = delivery.endpoint, self._context.clock
         try:
             while not _done(delivery):
-                await self._admitted(delivery)
+                if not attempts:
+                    await self._admitted(delivery)
+                    delivery.attempted = clock.monotonic()
                 assert endpoint.loop is not None
-                await endpoint.loop.run(delivery, PolicyRetries(self._dynamic_parameters, clock.monotonic()))
+                rules = PolicyRetries(self._dynamic_parameters, delivery.attempted)
+                await endpoint.loop.run(delivery, rules, attempts, last_error, retry_after)
+                attempts, last_error, retry_after = 0, None, 0.0
                 if _done(delivery):  # the loop's hooks set it
                     break
                 if self._dead_letters is not None and await self._dead_letter(delivery):
@@ -386,7 +527,8 @@ class WebhookHttpSink:
 
     def _request(self, delivery: Delivery, url: str, timeout: float) -> Request:
         """The signed POST: ``webhook-id`` (the idempotency key), ``webhook-timestamp`` (now, integer
-        seconds), ``webhook-signature`` (one ``v1,`` per secret), the endpoint's headers."""
+        seconds), ``webhook-signature`` (one ``v1,`` per secret), the endpoint's headers. Signed per
+        attempt: a retry minutes later must carry its own timestamp, within a verifier's tolerance."""
         endpoint = delivery.endpoint
         assert delivery.body is not None
         lines = endpoint.header_lines
@@ -435,12 +577,18 @@ class WebhookHttpSink:
         return self._closed
 
     def _succeed(self, delivery: Delivery) -> None:
+        """A later attempt succeeded (first attempts: :meth:`_first_attempts_done`)."""
+        self._acknowledge(delivery)
+        self._delivered.inc()
+
+    def _acknowledge(self, delivery: Delivery) -> None:
         delivery.done = True
         delivery.body = None
         delivery.attempts = None
-        delivery.endpoint.delivered += 1
-        self._delivered.inc()
-        self._context.status.clear_error(self._status_path(delivery.endpoint), delivery.seq)
+        endpoint = delivery.endpoint
+        endpoint.delivered += 1
+        self._changed.add(endpoint)
+        self._context.status.clear_error(endpoint.status_path, delivery.seq)
 
     async def _pause_until(self, delivery: Delivery, when: float) -> None:
         """The backoff pause, then the breaker's say."""
@@ -468,13 +616,14 @@ class WebhookHttpSink:
             return False
         delivery.done = True
         delivery.body = None
+        self._changed.add(delivery.endpoint)
         context.status.clear_error(self._status_path(delivery.endpoint), delivery.seq)
         return True
 
     # -- status ------------------------------------------------------------------------------
 
     def _status_path(self, endpoint: Endpoint) -> str:
-        return self._status_prefix + endpoint.name
+        return endpoint.status_path
 
     def _show_configuration(self, endpoint: Endpoint) -> None:
         path = self._status_path(endpoint) + "/configuration"

@@ -8,6 +8,8 @@ endpoint table, the retry rules of the async HTTP sink (same names, same default
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from egress.connectors.sinks.http_parameters import (
@@ -15,7 +17,7 @@ from egress.connectors.sinks.http_parameters import (
     AsyncHttpSinkParameters,
     _AtLeastOnceOnly,
 )
-from egress.errors import SpecError
+from egress.errors import SpecError, SpecErrors
 from egress.httpclient.redirects import normalise_url
 from egress.spec import Duration
 from egress.spec.urls import endpoint_url_problem
@@ -76,12 +78,27 @@ class EndpointDefaults(BaseModel):
         if self.throttler_class_id is not None and self.throttler_id is None:
             raise ValueError("throttler_class_id needs throttler_id")
         # Read now, so a missing file or a malformed secret is the DynamicSpec's error (it is then
-        # ignored, the endpoint keeps its secrets); the keys themselves are not kept in the model.
+        # ignored, the endpoint keeps its secrets); the keys themselves are not kept in the model. A
+        # relative file is read once it starts at the Spec's folder (WebhookSinkDynamicParameters.files_in).
+        if self.secret_file is not None and not Path(self.secret_file).is_absolute():
+            return self
         try:
             read_secrets(file=self.secret_file, env=self.secret_env)
         except SpecError as error:  # a ValueError for pydantic: the message gets the entry's path
             raise ValueError(error.message) from None
         return self
+
+    def _files_in(self, base_dir: Path, path: str, problems: list[SpecError]) -> EndpointDefaults:
+        """A copy whose relative ``secret_file`` starts at ``base_dir``, its secrets checked (a
+        problem at ``path/secret_file`` appended to ``problems``)."""
+        if self.secret_file is None or Path(self.secret_file).is_absolute():
+            return self
+        resolved = self.model_copy(update={"secret_file": str(base_dir / self.secret_file)})
+        try:
+            read_secrets(file=resolved.secret_file)
+        except SpecError as error:
+            problems.append(SpecError(error.message, path=f"{path}/secret_file"))
+        return resolved
 
 
 class EndpointSpec(EndpointDefaults):
@@ -128,6 +145,19 @@ class WebhookSinkDynamicParameters(AsyncHttpSinkDynamicParameters):
     endpoints: dict[str, EndpointSpec] = Field(default_factory=dict)
     defaults: EndpointDefaults = Field(default_factory=EndpointDefaults)
     breaker: BreakerSpec = Field(default_factory=BreakerSpec)
+
+    def files_in(self, base_dir: Path) -> WebhookSinkDynamicParameters:
+        """A copy whose relative ``secret_file`` paths start at ``base_dir`` (the Spec's folder, as
+        the other files a sink names), each read to check it. Raises :class:`SpecErrors` with a
+        problem per file that cannot be read or holds no valid secret (paths
+        ``endpoints/NAME/secret_file``, ``defaults/secret_file``)."""
+        problems: list[SpecError] = []
+        endpoints = {name: entry._files_in(base_dir, f"endpoints/{name}", problems)
+                     for name, entry in self.endpoints.items()}
+        defaults = self.defaults._files_in(base_dir, "defaults", problems)
+        if problems:
+            raise SpecErrors(problems)
+        return self.model_copy(update={"endpoints": endpoints, "defaults": defaults})
 
 
 class _HeaderRules(AsyncHttpSinkParameters):
