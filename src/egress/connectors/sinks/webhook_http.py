@@ -21,8 +21,7 @@ from collections.abc import Iterable
 from typing import Any, ClassVar
 
 from egress.clock import event_or_timeout
-from egress.connectors.base import SINKS, SinkContext, single_input_stream
-from egress.connectors.dead_letters import DeadLetter, check_dead_letter_path
+from egress.connectors.base import SINKS, SinkContext
 from egress.connectors.sinks import http_attempts
 from egress.connectors.sinks.delivery import DeliveryHooks, DeliveryLoop, PolicyRetries, exhausted_error
 from egress.connectors.sinks.ordering import fresh_messages
@@ -31,20 +30,28 @@ from egress.connectors.sinks.webhook_endpoints import (
     Endpoint,
     EndpointGauges,
     Prefixes,
+    SharedClients,
+    dead_letter_of,
     decode_state,
     encode_state,
     endpoint_config,
+    endpoint_rows,
+    first_requests,
+    show_breaker,
+    show_configuration,
 )
-from egress.connectors.sinks.webhook_parameters import WebhookSinkDynamicParameters, WebhookSinkParameters
+from egress.connectors.sinks.webhook_parameters import (
+    WebhookSinkDynamicParameters,
+    WebhookSinkParameters,
+    check_streams,
+)
 from egress.engines import OutboxMessage, SinkProgress
 from egress.errors import SpecError
-from egress.httpclient import CurlClient, Request, Response
+from egress.httpclient import Request, Response
 from egress.httpclient.curl import Completions
 from egress.httpclient.outcomes import AttemptFailure, failure_of
-from egress.httpclient.retry_after import endpoint_of
 from egress.keys import idempotency_key
 from egress.spec import StreamSpec
-from egress.webhook_signatures import signature_lines
 
 SINK_CLASS = "webhook_http"
 STATUS_SUFFIX = "webhook"
@@ -53,10 +60,6 @@ DEADLINE_EXHAUSTED = "Webhook POST retry deadline exhausted"
 # Seconds between progress reports: well below an epoch period, so a commit is never later for it,
 # and long enough that a report (its sink_state encoded) is not paid per acknowledgement.
 REPORT_INTERVAL = 0.005
-# Transfers the sink's client (one per scheme, shared by its endpoints) runs at once, at least: each
-# endpoint's ``max_in_flight`` is kept by the sink, the client's cap only has to stay above their sum.
-MIN_CONNECTIONS = 64
-_new_tuple = tuple.__new__
 
 
 @SINKS.register("webhook_http", "NYT::NFlow::TWebhookHttpSink")
@@ -69,20 +72,7 @@ class WebhookHttpSink:
     @classmethod
     def check(cls, parameters: WebhookSinkParameters, input_streams: dict[str, StreamSpec]) -> list[SpecError]:
         """One input stream with the payload column (string) and the endpoint or URL column (string)."""
-        stream = single_input_stream("Webhook HTTP sink", input_streams)
-        if isinstance(stream, SpecError):
-            return [stream]
-        types = {column.name: column.type for column in stream.columns}
-        problems: list[SpecError] = []
-        named = [("payload_column", parameters.payload_column),
-                 ("endpoint_column" if parameters.endpoint_column else "url_column",
-                  parameters.endpoint_column or parameters.url_column or "")]
-        for field, column in named:
-            if types.get(column) != "string":
-                problems.append(SpecError(f'Webhook HTTP sink {field} "{column}" must be a String column of the '
-                                          f"input stream (columns: {', '.join(types) or 'none'})",
-                                          path=f"parameters/{field}"))
-        return problems + check_dead_letter_path(parameters.dead_letter_path)
+        return check_streams(parameters, input_streams)
 
     @classmethod
     def create(cls, context: SinkContext, parameters: WebhookSinkParameters,
@@ -100,13 +90,7 @@ class WebhookHttpSink:
         self._endpoints: dict[str, Endpoint] = {}
         self._prefixes = Prefixes(self._committed_prefixes, progress.max_persisted_seq_no)
         self._changed: set[Endpoint] = set()  # queued or acknowledged since the last report
-        # One libcurl client per scheme for every endpoint (a client per endpoint would cost the
-        # driver a visit of each per turn); replaced by a larger one when the endpoints' max_in_flight
-        # outgrow it, the old ones closed with the sink.
-        self._clients: dict[str, CurlClient] = {}
-        self._retired_clients: list[CurlClient] = []
-        table = sum(entry.max_in_flight for entry in dynamic_parameters.endpoints.values())
-        self._capacity = max(MIN_CONNECTIONS, table)
+        self._clients = SharedClients(parameters, sum(e.max_in_flight for e in dynamic_parameters.endpoints.values()))
         self._in_flight_limits = 0  # the sum of the max_in_flight of this instance's endpoints
         self._completions: Completions | None = None  # where first attempts' responses go, in batches
         self._tasks: set[asyncio.Task[None]] = set()
@@ -200,33 +184,16 @@ class WebhookHttpSink:
                              if config is not None else None)
         endpoint.loop = DeliveryLoop(
             context.clock, self._hooks, kind="Webhook HTTP sink",
-            url=lambda: endpoint.url, transport=self._client_of_url,
+            url=lambda: endpoint.url, transport=self._clients.of_url,
             dynamic=self._dynamic_parameters, pauses=pauses, throttle=endpoint.throttle, max_redirects=0,
             requests=self._requests, retries=self._retries, attempt_seconds=self._attempt_seconds)
-        if self._in_flight_limits > self._capacity:  # the current clients could hold transfers back
-            self._capacity = max(self._in_flight_limits, 2 * self._capacity)
-            self._retired_clients.extend(self._clients.values())
-            self._clients = {}
-
-    def _client(self, scheme: str) -> CurlClient:
-        """The client of ``scheme`` for new transfers."""
-        client = self._clients.get(scheme)
-        if client is None:
-            parameters = self._parameters
-            client = self._clients[scheme] = CurlClient(
-                max_connections=self._capacity, keep_alive=parameters.keep_alive,
-                ca_file=parameters.tls_ca_file if scheme == "https" else None)
-        return client
-
-    def _client_of_url(self, url: str) -> CurlClient:
-        return self._client(endpoint_of(url)[0])
+        self._clients.hold(self._in_flight_limits)
 
     def progress(self) -> SinkProgress:
         return self._progress
 
     def _schedule_report(self) -> None:
-        """Report at most once per :data:`REPORT_INTERVAL`, however many acknowledgements came: a
-        report visits every endpoint (the partition-wide prefix is a minimum over them)."""
+        """Report at most once per :data:`REPORT_INTERVAL`, however many acknowledgements came."""
         if not self._report_scheduled:
             self._report_scheduled = True
             asyncio.get_running_loop().call_later(REPORT_INTERVAL, self._report)
@@ -287,12 +254,11 @@ class WebhookHttpSink:
         """Apply a new DynamicSpec: endpoint entries (URL, headers, secrets, ``resume``), breaker
         and retry rules, live; endpoints whose entry appeared start their waiting messages."""
         self._dynamic = dynamic_parameters
-        self._in_flight_limits = 0
         for endpoint in self._endpoints.values():
             endpoint.breaker.spec = dynamic_parameters.breaker
             endpoint.configure(endpoint_config(endpoint.name, dynamic_parameters.endpoints,
                                                dynamic_parameters.defaults, self._by_url))
-            self._in_flight_limits += endpoint.config.max_in_flight if endpoint.config is not None else 0
+        self._in_flight_limits = sum(e.config.max_in_flight for e in self._endpoints.values() if e.config)
         for endpoint in self._endpoints.values():
             self._attach(endpoint)  # a new throttler; running deliveries keep theirs
             self._show_configuration(endpoint)
@@ -315,10 +281,7 @@ class WebhookHttpSink:
         for task in tasks:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
-        for client in [*self._clients.values(), *self._retired_clients]:
-            client.close()  # transfers still running end with CLIENT_CLOSED, ignored: the sink is closed
-        self._clients.clear()
-        self._retired_clients.clear()
+        self._clients.close()  # transfers still running end with CLIENT_CLOSED, ignored: the sink is closed
 
     # -- scheduling --------------------------------------------------------------------------
 
@@ -371,30 +334,13 @@ class WebhookHttpSink:
         capture_retry_after = dynamic.respect_retry_after
         completions = self._completions
         if completions is None:
+            # A first attempt still queued when the sink closes is not sent.
             completions = self._completions = Completions(asyncio.get_running_loop(), self._first_attempts_done,
-                                                          self._dropped)
-        keys, headers, url = endpoint.keys, endpoint.header_lines, endpoint.url
-        header = self._parameters.idempotency_header
-        stamp = int(self._context.clock.now())
-        requests: list[tuple[Request, Delivery]] = []
-        for delivery in deliveries:
-            body = delivery.body
-            assert body is not None
-            key = idempotency_key(delivery.message_id)
-            lines = (*signature_lines(keys, key, stamp, body), *headers) if keys else headers
-            if header:
-                lines = (f"{header}: {key}", *lines)
-            # tuple.__new__: a Request without the NamedTuple's keywords, the fields in its order: url,
-            # body, headers, timeout, capture_body, capture_location, capture_headers, method,
-            # capture_retry_after, prepared, capture_local_port.
-            requests.append((_new_tuple(Request, (url, body, lines, timeout, False, False, False, "POST",
-                                                  capture_retry_after, True, False)), delivery))
+                                                          lambda _: self._closed)
+        requests = first_requests(endpoint, deliveries, int(self._context.clock.now()), timeout, capture_retry_after,
+                                  self._parameters.idempotency_header)
         self._requests.inc(len(requests))
-        self._client(endpoint.scheme).submit_many(requests, completions)
-
-    def _dropped(self, delivery: Delivery) -> bool:
-        """Whether a queued first attempt is not to be sent: the sink closed."""
-        return self._closed
+        self._clients.get(endpoint.scheme).submit_many(requests, completions)
 
     def _first_attempts_done(self, batch: list[tuple[Delivery, Response]]) -> None:
         """The responses of first attempts, a batch of them: each feeds its endpoint's breaker; a
@@ -414,12 +360,8 @@ class WebhookHttpSink:
             statuses[code] = statuses.get(code, 0) + 1
             observe(now - delivery.attempted)
             delivery.admitted = False
-            breaker = endpoint.breaker
             ok = response.error is None and 200 <= code <= 299
-            before = breaker.state(now)
-            breaker.record(now, failed=not ok)
-            if breaker.state(now) != before:
-                endpoint.wake()
+            if endpoint.record(now, failed=not ok):
                 self._show_breaker(endpoint)
             if ok:
                 succeeded += 1
@@ -504,9 +446,7 @@ class WebhookHttpSink:
         if endpoint.refilling or not endpoint.spilled or len(endpoint.pending) > cap // 2 or self._read_outbox is None:
             return
         endpoint.refilling = True
-        task = asyncio.get_running_loop().create_task(self._read_back(endpoint, cap - len(endpoint.pending)))
-        self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
+        self._spawn(self._read_back(endpoint, cap - len(endpoint.pending)))
 
     async def _read_back(self, endpoint: Endpoint, room: int) -> None:
         try:
@@ -529,14 +469,9 @@ class WebhookHttpSink:
         """The signed POST: ``webhook-id`` (the idempotency key), ``webhook-timestamp`` (now, integer
         seconds), ``webhook-signature`` (one ``v1,`` per secret), the endpoint's headers. Signed per
         attempt: a retry minutes later must carry its own timestamp, within a verifier's tolerance."""
-        endpoint = delivery.endpoint
         assert delivery.body is not None
-        lines = endpoint.header_lines
-        key = idempotency_key(delivery.message_id)
-        if endpoint.keys:
-            lines = (*signature_lines(endpoint.keys, key, int(self._context.clock.now()), delivery.body), *lines)
-        if self._parameters.idempotency_header:
-            lines = (f"{self._parameters.idempotency_header}: {key}", *lines)
+        lines = delivery.endpoint.request_lines(idempotency_key(delivery.message_id), int(self._context.clock.now()),
+                                                delivery.body, self._parameters.idempotency_header)
         return Request(url, delivery.body, lines, timeout=timeout,
                        capture_retry_after=self._dynamic.respect_retry_after, prepared=True, capture_local_port=False)
 
@@ -546,13 +481,9 @@ class WebhookHttpSink:
         failure = http_attempts.response_error(response, follow_redirects=False)
         if failure is not None:
             self._responses.count_failure(failure)
-        endpoint = delivery.endpoint
         delivery.admitted = False
-        before = endpoint.breaker.state(self._context.clock.monotonic())
-        endpoint.breaker.record(self._context.clock.monotonic(), failed=failure is not None)
-        if endpoint.breaker.state(self._context.clock.monotonic()) != before:
-            endpoint.wake()
-            self._show_breaker(endpoint)
+        if delivery.endpoint.record(self._context.clock.monotonic(), failed=failure is not None):
+            self._show_breaker(delivery.endpoint)
         return failure
 
     def _attempt_failed(self, delivery: Delivery, failure: AttemptFailure) -> None:
@@ -560,7 +491,7 @@ class WebhookHttpSink:
             if delivery.attempts is None:
                 delivery.attempts = []
             delivery.attempts.append(http_attempts.failed_attempt(self._context.clock.now(), failure))
-        self._context.status.set_error(self._status_path(delivery.endpoint), delivery.seq,
+        self._context.status.set_error(delivery.endpoint.status_path, delivery.seq,
                                        f"Webhook POST to {delivery.endpoint.name} failed: {failure}")
 
     def _give_up(self, delivery: Delivery, exhausted: str, attempts: int, last_error: AttemptFailure | None) -> None:
@@ -569,7 +500,7 @@ class WebhookHttpSink:
         if delivery.admitted:
             delivery.admitted = False
             delivery.endpoint.breaker.release()
-        self._context.status.set_error(self._status_path(delivery.endpoint), delivery.seq,
+        self._context.status.set_error(delivery.endpoint.status_path, delivery.seq,
                                        f"{exhausted_error(reason, attempts, last_error)}; tried again in "
                                        f"{self._dynamic.retry_maximum_delay:g} s")
 
@@ -604,57 +535,30 @@ class WebhookHttpSink:
         assert self._dead_letters is not None
         assert delivery.body is not None
         context = self._context
-        error = context.status.error(self._status_path(delivery.endpoint)) or "Webhook POST failed"
-        letter = DeadLetter(context.computation_id, context.sink_id, context.partition, delivery.seq,
-                            delivery.message_id, idempotency_key(delivery.message_id), delivery.body,
-                            tuple(delivery.attempts or ()), error, context.clock.now())
+        error = context.status.error(delivery.endpoint.status_path) or "Webhook POST failed"
         try:
-            self._dead_lettered.inc(await self._dead_letters.append([letter]))
+            self._dead_lettered.inc(await self._dead_letters.append([dead_letter_of(context, delivery, error)]))
         except Exception as failure:
-            context.status.set_error(self._status_path(delivery.endpoint), delivery.seq,
+            context.status.set_error(delivery.endpoint.status_path, delivery.seq,
                                      f"{error}; and it cannot be written to the dead-letter file: {failure}")
             return False
         delivery.done = True
         delivery.body = None
         self._changed.add(delivery.endpoint)
-        context.status.clear_error(self._status_path(delivery.endpoint), delivery.seq)
+        context.status.clear_error(delivery.endpoint.status_path, delivery.seq)
         return True
 
     # -- status ------------------------------------------------------------------------------
 
-    def _status_path(self, endpoint: Endpoint) -> str:
-        return endpoint.status_path
-
     def _show_configuration(self, endpoint: Endpoint) -> None:
-        path = self._status_path(endpoint) + "/configuration"
-        if endpoint.config is None:
-            what = "URL" if self._by_url else "endpoint"
-            self._context.status.set_error(path, 0, f"{what} {endpoint.name!r} is not in the DynamicSpec's "
-                                                    "endpoint table (or not a URL): its messages wait; add it")
-        else:
-            self._context.status.clear_error(path, 0)
+        show_configuration(self._context.status, endpoint, by_url=self._by_url)
 
     def _show_breaker(self, endpoint: Endpoint) -> None:
-        path = self._status_path(endpoint) + "/breaker"
-        state = endpoint.breaker.state(self._context.clock.monotonic())
-        if state == "closed":
-            self._context.status.clear_error(path, 0)
-        elif state == "paused":
-            self._context.status.set_error(path, 0, f"paused by its breaker (backlog {endpoint.backlog} then); resume "
-                                                    f"with `egress endpoint resume {endpoint.name}` or by raising "
-                                                    "its resume in the DynamicSpec")
-        else:
-            self._context.status.set_error(
-                path, 0, f"circuit {state.replace('_', '-')} (backlog {endpoint.backlog} when it changed)")
+        show_breaker(self._context.status, endpoint, self._context.clock.monotonic())
 
     def endpoint_rows(self) -> list[dict[str, Any]]:
         """Each endpoint's state, backlog and counts (metrics, ``/status``)."""
-        context, now = self._context, self._context.clock.monotonic()
-        return [{"computation_id": context.computation_id, "sink_id": context.sink_id,
-                 "partition": context.partition, "endpoint": name, "state": e.breaker.state(now),
-                 "backlog": e.backlog, "in_outbox": len(e.spilled), "acknowledged_seq": e.acked,
-                 "delivered": e.delivered, "opened": e.breaker.opened, "configured": e.config is not None}
-                for name, e in self._endpoints.items()]
+        return endpoint_rows(self._context, self._endpoints, self._context.clock.monotonic())
 
 
 def _done(delivery: Delivery) -> bool:

@@ -12,6 +12,8 @@ from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from egress.connectors.base import single_input_stream
+from egress.connectors.dead_letters import check_dead_letter_path
 from egress.connectors.sinks.http_parameters import (
     AsyncHttpSinkDynamicParameters,
     AsyncHttpSinkParameters,
@@ -19,7 +21,7 @@ from egress.connectors.sinks.http_parameters import (
 )
 from egress.errors import SpecError, SpecErrors
 from egress.httpclient.redirects import normalise_url
-from egress.spec import Duration
+from egress.spec import Duration, StreamSpec
 from egress.spec.urls import endpoint_url_problem
 from egress.webhook_signatures import read_secrets
 
@@ -160,11 +162,35 @@ class WebhookSinkDynamicParameters(AsyncHttpSinkDynamicParameters):
         return self.model_copy(update={"endpoints": endpoints, "defaults": defaults})
 
 
+def check_streams(parameters: WebhookSinkParameters, input_streams: dict[str, StreamSpec]) -> list[SpecError]:
+    """The construction checks: one input stream with the payload column and the endpoint or URL
+    column, both strings; the dead-letter path."""
+    stream = single_input_stream(SINK_KIND, input_streams)
+    if isinstance(stream, SpecError):
+        return [stream]
+    types = {column.name: column.type for column in stream.columns}
+    problems: list[SpecError] = []
+    named = [("payload_column", parameters.payload_column),
+             ("endpoint_column" if parameters.endpoint_column else "url_column",
+              parameters.endpoint_column or parameters.url_column or "")]
+    for field, column in named:
+        if types.get(column) != "string":
+            problems.append(SpecError(f'{SINK_KIND} {field} "{column}" must be a String column of the input stream '
+                                      f"(columns: {', '.join(types) or 'none'})", path=f"parameters/{field}"))
+    return problems + check_dead_letter_path(parameters.dead_letter_path)
+
+
 class _HeaderRules(AsyncHttpSinkParameters):
     """Borrows the async HTTP sink's header rules (tokens, no CR/LF, no hop-by-hop names)."""
 
     sink_kind = SINK_KIND
 
 
-__all__ = ["BreakerSpec", "EndpointDefaults", "EndpointSpec", "WebhookSinkDynamicParameters",
-           "WebhookSinkParameters"]
+__all__ = [
+    "BreakerSpec",
+    "EndpointDefaults",
+    "EndpointSpec",
+    "WebhookSinkDynamicParameters",
+    "WebhookSinkParameters",
+    "check_streams",
+]
