@@ -2,10 +2,15 @@
 
 Each committed message names its endpoint (``endpoint_column``: an entry of the DynamicSpec's
 endpoint table; or ``url_column``: the URL). Per (partition, endpoint) the sink keeps its own
-queue, acknowledged prefix, client, ``max_in_flight``, ``Retry-After`` pauses, throttler and
-circuit breaker (``webhook_breaker``), so a failing or slow endpoint holds back only its own
-messages. Within an endpoint, messages of one key go one at a time in ``seq`` order (a later one
-starts once the earlier is acknowledged); messages of other keys may overtake a waiting one.
+queue, acknowledged prefix, ``max_in_flight``, ``Retry-After`` pauses, throttler and circuit
+breaker (``webhook_breaker``), so a failing or slow endpoint holds back only its own messages;
+their transfers share one libcurl client per scheme (``webhook_endpoints.SharedClients``). Within
+an endpoint, messages of one key go one at a time in ``seq`` order (a later one starts once the
+earlier is acknowledged); messages of other keys may overtake a waiting one.
+
+A first attempt is one request handed to libcurl with its delivery as the token, the responses of
+a batch back in one callback: no task per message. Only a failed first attempt, or an endpoint whose
+breaker is not closed, that asked to wait or that has a throttler, gets a task (``DeliveryLoop``).
 
 Every request is signed per Standard Webhooks (``egress.webhook_signatures``; ``webhook-id`` is the
 message's idempotency key, the same after a restart). A delivery that exhausts the retry rules of

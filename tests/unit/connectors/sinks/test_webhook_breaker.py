@@ -1,16 +1,18 @@
-"""The webhook endpoint breaker (pure, on given times) and the committed per-endpoint state."""
+"""The webhook endpoint breaker (pure, on given times), the committed per-endpoint state and the
+parameters' files."""
 
 from __future__ import annotations
 
 import base64
 import math
+import random
 from pathlib import Path
 
 import pytest
 import yaml
 
 from egress.connectors.sinks.webhook_breaker import Breaker
-from egress.connectors.sinks.webhook_endpoints import decode_state, encode_state
+from egress.connectors.sinks.webhook_endpoints import Delivery, Endpoint, Prefixes, decode_state, encode_state
 from egress.connectors.sinks.webhook_parameters import BreakerSpec, WebhookSinkDynamicParameters, WebhookSinkParameters
 from egress.errors import SpecError
 from egress.runtime import load_plan
@@ -114,3 +116,30 @@ def test_a_relative_secret_file_starts_at_the_specs_folder_and_an_unreadable_one
     assert str(dynamic_spec) in str(raised.value)
     assert "computations/to_events/sinks/airlines/parameters/endpoints/UA/secret_file" in str(raised.value)
     assert str(folder / "missing.secret") in str(raised.value)
+
+
+def test_the_prefixes_kept_as_acknowledgements_come_match_a_visit_of_every_endpoint() -> None:
+    """The partition-wide prefix and the per-endpoint ones, from a heap updated with what changed,
+    against the minimum over all endpoints, through random queues and acknowledgements."""
+    rng = random.Random(27)
+    endpoints = [Endpoint(f"e{i}", None, BreakerSpec(), 0) for i in range(8)]
+    prefixes = Prefixes({"e3": 5, "gone": 2}, 0)  # committed before a restart: e3 acknowledged up to 5
+    endpoints[3].acked = 5
+    seq, last = 5, 0
+    for _ in range(300):
+        changed: set[Endpoint] = set()
+        for _ in range(rng.randrange(4)):  # new messages
+            seq += 1
+            endpoint = rng.choice(endpoints)
+            endpoint.pending.append(Delivery(endpoint, seq, b"m", b"k", b"body"))
+            changed.add(endpoint)
+        for endpoint in rng.sample(endpoints, 3):  # acknowledgements, in any order within an endpoint
+            waiting = [d for d in endpoint.pending if not d.done]
+            if waiting:
+                rng.choice(waiting).done = True
+                changed.add(endpoint)
+        last = seq
+        low = prefixes.advance(changed, last)
+        firsts = [e.first_unacknowledged() for e in endpoints]
+        assert low == min([last, *(f - 1 for f in firsts if f is not None)])
+        assert prefixes.ahead == {e.name: e.acked for e in endpoints if e.acked > low}
