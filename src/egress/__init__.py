@@ -11,6 +11,7 @@ from egress.lazy import lazy_getattr
 
 if TYPE_CHECKING:
     from egress.runtime.api import (
+        IdentityMap,
         InitContext,
         MapFunction,
         Message,
@@ -24,6 +25,7 @@ if TYPE_CHECKING:
     from egress.version import __version__
 
 _EXPORTS = {
+    "IdentityMap": "egress.runtime.api",
     "InitContext": "egress.runtime.api",
     "MapFunction": "egress.runtime.api",
     "Message": "egress.runtime.api",
@@ -45,6 +47,7 @@ __getattr__ = lazy_getattr(__name__, _EXPORTS)
 __all__ = [
     "ExternalRow",
     "ExternalStateClient",
+    "IdentityMap",
     "InitContext",
     "MapFunction",
     "Message",

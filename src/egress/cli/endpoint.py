@@ -6,9 +6,6 @@ this asks one worker (ask each, or use the DynamicSpec)."""
 from __future__ import annotations
 
 import json
-import urllib.error
-import urllib.parse
-import urllib.request
 from typing import Annotated
 
 import typer
@@ -25,6 +22,10 @@ def resume_command(
 ) -> None:
     """Resume endpoint NAME (its breaker closed, its waiting messages sent). Exit code 1 when the
     instance does not answer or runs no sink that knows NAME."""
+    import urllib.error  # here: a worker that imports the command line never posts
+    import urllib.parse
+    import urllib.request
+
     base = status_url(url).removesuffix("/status")
     target = f"{base}/endpoints/{urllib.parse.quote(name, safe='')}/resume"
     try:

@@ -20,7 +20,6 @@ from typing import Annotated, Any, Optional
 
 import typer
 from rich.console import Console
-from rich.live import Live
 from rich.text import Text
 
 from egress.cli.endpoint import endpoint_app
@@ -266,7 +265,11 @@ async def _drive(pipeline: Pipeline, quiet: bool) -> RunResult:
     run_task = asyncio.create_task(pipeline.run())
     started = time.monotonic()
     reported = _Reporter(pipeline)
-    live = Live(console=console, refresh_per_second=4, transient=True) if not quiet and console.is_terminal else None
+    live = None
+    if not quiet and console.is_terminal:
+        from rich.live import Live  # only on a terminal
+
+        live = Live(console=console, refresh_per_second=4, transient=True)
     with live or contextlib.nullcontext():
         while not run_task.done():
             if live is not None:

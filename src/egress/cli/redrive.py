@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 import json
 from pathlib import Path
-from typing import Annotated, Any, Optional
+from typing import TYPE_CHECKING, Annotated, Any, Optional
 
 import typer
 from rich.console import Console
@@ -19,7 +19,9 @@ from rich.text import Text
 
 from egress.connectors.dead_letters import DeadLetter, DeadLetterFileError, redrive_record_path
 from egress.errors import SpecError
-from egress.runtime.redrive import RedriveError, RedriveReport, load_redrive_target, redrive
+
+if TYPE_CHECKING:
+    from egress.runtime.redrive import RedriveReport
 
 console = Console(stderr=True, soft_wrap=True)
 SHOWN_FAILURES = 20
@@ -38,6 +40,8 @@ def redrive_command(
 ) -> None:
     """Re-send the dead letters of a sink through it, as the Spec configures it now, with their original
     idempotency keys; what is delivered is recorded in DEAD_LETTER_FILE.redriven and never sent again."""
+    from egress.runtime.redrive import RedriveError, load_redrive_target, redrive  # not for every command
+
     try:
         target = load_redrive_target(spec, dynamic_spec, sink, dead_letter_file)
     except SpecError as error:

@@ -12,17 +12,16 @@ from __future__ import annotations
 import json
 import os
 import time
-import urllib.error
-import urllib.request
-from typing import Annotated, Any, Optional
+from typing import TYPE_CHECKING, Annotated, Any, Optional
 
 import typer
 from rich.console import Console, Group, RenderableType
-from rich.live import Live
-from rich.table import Table
 from rich.text import Text
 
 from egress.errors import EgressError
+
+if TYPE_CHECKING:
+    from rich.table import Table
 
 DEFAULT_URL = "http://127.0.0.1:8000"
 FETCH_TIMEOUT = 5.0  # seconds: a status request answers from memory and a few engine reads
@@ -47,6 +46,9 @@ def status_url(url: str | None) -> str:
 
 def fetch(url: str, timeout: float = FETCH_TIMEOUT) -> dict[str, Any]:
     """The JSON document at ``url``. Raises :class:`StatusUnavailable` naming the URL and the cause."""
+    import urllib.error  # here: a worker that imports the command line never fetches
+    import urllib.request
+
     try:
         with urllib.request.urlopen(url, timeout=timeout) as response:
             document = json.loads(response.read())
@@ -150,6 +152,8 @@ def _header(document: dict[str, Any], url: str) -> Text:
 
 
 def _partitions(document: dict[str, Any]) -> Table:
+    from rich.table import Table
+
     table = Table(title="partitions", title_justify="left")
     for column in ("computation", "partition", "owner", "input lag", "lag seconds", "unacknowledged", "blocked"):
         table.add_column(column, justify="right" if column in ("partition", "input lag", "lag seconds",
@@ -170,6 +174,8 @@ ENDPOINT_STYLES = {"closed": "green", "half_open": "yellow", "open": "red", "pau
 
 def _endpoints(document: dict[str, Any]) -> Table:
     """The webhook sinks' endpoints, partitions summed (``egress.observe.dashboard.endpoint_summary``)."""
+    from rich.table import Table
+
     from egress.observe.dashboard import endpoint_summary
 
     table = Table(title="webhook endpoints", title_justify="left")
@@ -183,6 +189,8 @@ def _endpoints(document: dict[str, Any]) -> Table:
 
 
 def _sources(document: dict[str, Any]) -> Table:
+    from rich.table import Table
+
     table = Table(title="sources", title_justify="left")
     for column in ("source", "finished", "unread records", "owner"):
         table.add_column(column, justify="right" if column == "unread records" else "left")
@@ -194,6 +202,8 @@ def _sources(document: dict[str, Any]) -> Table:
 
 
 def _errors(document: dict[str, Any]) -> RenderableType:
+    from rich.table import Table
+
     errors = document.get("status") or {}
     if not errors:
         return Text("status: no errors", style="green")
@@ -206,6 +216,8 @@ def _errors(document: dict[str, Any]) -> RenderableType:
 
 
 def _members(document: dict[str, Any]) -> Table:
+    from rich.table import Table
+
     table = Table(title="members", title_justify="left")
     for column in ("worker", "host", "pid", "status"):
         table.add_column(column)
@@ -261,6 +273,8 @@ def status_command(
                 print(json.dumps(document) if as_json else summary_line(document, endpoint, time.time()), flush=True)
                 time.sleep(interval)
         else:
+            from rich.live import Live
+
             with Live(render(current(), endpoint), console=console, auto_refresh=False) as live:
                 while True:
                     time.sleep(interval)

@@ -7,6 +7,7 @@ from egress.connectors.base import SINKS, SOURCES, Registry, SinkContext, Source
 # Each module and the names its `register` gives (tests/unit/test_public_namespace.py checks them).
 SOURCES.declare("egress.connectors.sources.files", "csv")
 SOURCES.declare("egress.connectors.sources.files", "jsonl")
+SOURCES.declare("egress.connectors.sources.files", "lines")
 SOURCES.declare("egress.connectors.sources.http", "http", "NYT::NFlow::THttpSource")
 SOURCES.declare("egress.connectors.sources.nats", "nats", "NYT::NFlow::TNatsSource")
 SINKS.declare("egress.connectors.sinks.async_http", "NYT::NFlow::TAsyncHttpSink", "async_http")

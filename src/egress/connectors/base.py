@@ -20,6 +20,7 @@ from egress.clock import Clock
 from egress.connectors.dead_letters import DeadLetterFiles
 from egress.engines import OutboxMessage, SinkProgress
 from egress.errors import SpecError
+from egress.line_chunks import LineChunk
 from egress.observe import Metrics, StatusTree
 from egress.spec import StreamSpec
 from egress.throttler import Throttling
@@ -128,10 +129,21 @@ class PartitionedSource(Protocol):
     many from its parameters (:func:`reader_count`), and the reader of partition ``index`` calls
     :meth:`read_partition` on the instance it creates before anything else, so it reads only its
     share of the input (a ``nats`` source the subjects of its JetStream partition, followed files
-    the files whose inode hashes to it)."""
+    the files reader 0 dealt to it, :class:`DealtSource`)."""
 
     def read_partition(self, index: int, count: int) -> None:
         """Read only share ``index`` (``0 .. count-1``) of the input from now on."""
+        ...
+
+
+@runtime_checkable
+class DealtSource(Protocol):
+    """A :class:`PartitionedSource` whose reader 0 deals the input among the readers (followed
+    files: each new file to the reader with the fewest) and commits the deals in its source state:
+    every reader's runner calls :meth:`deal_from` before it starts."""
+
+    def deal_from(self, reader_state: Callable[[int], Awaitable[bytes]]) -> None:
+        """``reader_state(k)``: reader ``k``'s committed source state (``b""`` before its first commit)."""
         ...
 
 
@@ -258,6 +270,21 @@ class Sink(Protocol):
         ...
 
     async def close(self) -> None: ...
+
+
+@runtime_checkable
+class ChunkSink(Protocol):
+    """A sink that takes committed messages as a chunk of lines (the byte-chunk path,
+    ``docs/architecture.md``): the records of one column, kept as bytes, never made rows."""
+
+    def takes_chunks(self, column: str) -> bool:
+        """Whether :meth:`distribute_chunk` applies to payloads in ``column`` with this sink's parameters."""
+        ...
+
+    def distribute_chunk(self, first_seq: int, chunk: LineChunk) -> None:
+        """:meth:`Sink.distribute` of messages ``first_seq`` .. ``first_seq + chunk.count - 1``, each
+        record of ``chunk`` the payload of its message (id ``chunk.message_id(i)``)."""
+        ...
 
 
 @runtime_checkable

@@ -15,6 +15,7 @@ from typing import Any, NamedTuple, Protocol, runtime_checkable
 # Defined in egress.errors with the rest of the tree; re-exported here, where the engine protocols raise them.
 from egress.errors import EngineUnavailableError as EngineUnavailableError
 from egress.errors import FencedError as FencedError
+from egress.line_chunks import LineChunk
 
 
 class LogMessage(NamedTuple):
@@ -46,6 +47,38 @@ class OutboxMessage(NamedTuple):
     key: bytes
     event_timestamp: float | None
     row: dict[str, Any]
+
+
+class LogChunk(NamedTuple):
+    """A chunk of lines appended to the log as one stored row (``LineChunkLog`` engines): its
+    ``chunk.count`` messages take the next offsets of ``(stream, partition)``, each with key
+    ``encode_key([])``, no event timestamp and the row ``{chunk.column: line}``."""
+
+    stream: str
+    partition: int
+    chunk: LineChunk
+
+
+class ChunkAt(NamedTuple):
+    """A stored chunk as ``LineChunkLog.read_chunks`` returns it: its first record's ``offset``."""
+
+    offset: int
+    chunk: LineChunk
+
+
+class OutboxChunk(NamedTuple):
+    """Outbox messages ``first_seq`` .. ``first_seq + chunk.count - 1`` of ``stream`` that are the
+    log records from ``log_offset`` of ``(log_stream, log_partition)`` unchanged (an identity's
+    output), each log id with ``id_suffix`` appended; stored as a reference to the log, read back as
+    rows. ``chunk`` holds them, ids suffixed, in memory for the sinks (not stored)."""
+
+    first_seq: int
+    stream: str
+    log_stream: str
+    log_partition: int
+    log_offset: int
+    id_suffix: bytes
+    chunk: LineChunk
 
 
 LogAppend = tuple[str, int, bytes, bytes, float | None, dict[str, Any]]
@@ -101,6 +134,10 @@ class EpochCommit:
     timers_set: list[tuple[bytes, float, str]] = field(default_factory=list)
     timers_deleted: list[tuple[bytes, float, str]] = field(default_factory=list)
     watermark: float | None = None
+    log_chunks: list[LogChunk] = field(default_factory=list)
+    """Chunks of lines appended after ``log_appends`` (only to a ``LineChunkLog`` engine)."""
+    outbox_chunks: list[OutboxChunk] = field(default_factory=list)
+    """Outbox references to the log (only to a ``LineChunkLog`` engine); their seqs follow ``outbox``'s."""
 
     @property
     def origin(self) -> str:
@@ -391,6 +428,21 @@ class OutboxReader(Protocol):
     async def read_outbox(self, consumer: str, partition: int, after_seq: int, last_seq: int) -> list[OutboxMessage]:
         """The committed outbox messages of ``(consumer, partition)`` with ``after_seq < seq <=
         last_seq`` that are not trimmed yet, in ``seq`` order."""
+        ...
+
+
+@runtime_checkable
+class LineChunkLog(Protocol):
+    """An engine that stores a chunk of lines as one log row and an outbox entry as a reference to
+    log records (SQLite): ``EpochCommit.log_chunks`` and ``outbox_chunks`` (byte chunks, issue 25).
+    Its ``read`` gives a chunk's records as rows, ``load_checkpoint`` and ``read_outbox`` a
+    reference's as ``OutboxMessage`` rows, and its log retention keeps what a reference names."""
+
+    async def read_chunks(self, stream: str, partition: int, after: int, limit: int) -> list[ChunkAt | LogMessage]:
+        """The log of ``(stream, partition)`` from offset ``after`` in offset order, about ``limit``
+        messages: a stored chunk as one :class:`ChunkAt` (whole, except a first one the read starts
+        inside, which begins at ``after``; so the result may hold more than ``limit`` messages), a
+        stored row as its :class:`LogMessage`."""
         ...
 
 

@@ -6,6 +6,7 @@ from egress.lazy import lazy_getattr
 
 if TYPE_CHECKING:
     from egress.runtime.api import (
+        IdentityMap,
         InitContext,
         MapFunction,
         Message,
@@ -22,6 +23,7 @@ if TYPE_CHECKING:
 # Exported lazily (PEP 562): importing the package loads a submodule only when one of its names is used,
 # so `import egress` does not pull in what a process function never touches.
 _EXPORTS = {
+    "IdentityMap": "egress.runtime.api",
     "InitContext": "egress.runtime.api",
     "MapFunction": "egress.runtime.api",
     "Message": "egress.runtime.api",
@@ -43,6 +45,7 @@ __getattr__ = lazy_getattr(__name__, _EXPORTS)
 
 __all__ = [
     "EngineFactory",
+    "IdentityMap",
     "InitContext",
     "MapFunction",
     "Message",

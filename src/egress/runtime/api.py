@@ -235,6 +235,21 @@ class MapFunction(ProcessFunction):
             output.add_message(self.output_stream_id, row)
 
 
+class IdentityMap(MapFunction):
+    """The map that emits each row unchanged: a computation that only carries its input to its
+    sinks (``processing_function: egress:IdentityMap``). Its output stream must have the input's
+    columns. It declares itself ``byte_level``: where the records are lines kept as bytes (the
+    ``lines`` source, ``docs/architecture.md`` "Byte chunks") the runtime then carries a chunk of
+    them to the sinks without making a row of any record; everywhere else it is the plain map."""
+
+    byte_level: ClassVar[bool] = True
+    """Declares that the function changes no record: the runtime may pass chunks of records through."""
+
+    def map(self, row: dict[str, Any], ctx: RuntimeContext) -> dict[str, Any] | None:
+        """``row`` itself."""
+        return row
+
+
 def map_output_stream(function_class: type[MapFunction], output_stream_ids: list[str] | None) -> str:
     """The stream ``function_class`` (a :class:`MapFunction`) emits to in a computation whose
     ``output_stream_ids`` are given (``None``: not known, as in ``egress.testing`` without them):

@@ -46,6 +46,12 @@ class DeliveryLatency:
                 last = next(m.seq for m in reversed(outbox) if m.stream == stream)  # near the end, as a rule
                 self._pending[sink_id].append((last, count, now))
 
+    def committed_run(self, last_seq: int, count: int, now: float) -> None:
+        """``count`` messages up to ``last_seq`` committed at ``now`` for every sink (a byte-chunk
+        epoch's outbox, ``egress.runtime.chunk_path``: all its sinks read the one output stream)."""
+        for pending in self._pending.values():
+            pending.append((last_seq, count, now))
+
     def acknowledged(self, progress: Mapping[str, SinkProgress], now: float) -> None:
         """Each sink's acknowledged prefix as of ``now``: observe the epochs it now covers."""
         for sink_id, sink_progress in progress.items():

@@ -32,6 +32,7 @@ from egress.connectors.dead_letters import DeadLetterFiles
 from egress.engines import (
     AppendsCallback,
     Checkpoint,
+    ChunkAt,
     Engine,
     EpochCommit,
     LogMessage,
@@ -43,6 +44,7 @@ from egress.errors import ProcessFunctionError
 from egress.observe import Metrics, StatusTree
 from egress.rows import encode_row
 from egress.runtime.api import InitContext, RuntimeContext
+from egress.runtime.chunk_path import ChunkPath
 from egress.runtime.delivery_latency import DeliveryLatency
 from egress.runtime.epoch import DueTimer, EpochOutput, EpochStep
 from egress.runtime.holds import COMMIT, LEASE, STOPPING, SinkHolds, acknowledged_beyond
@@ -117,6 +119,7 @@ class PartitionJob:
         self._throttle_wait = metrics.input_throttle_seconds.labels(plan.computation_id)
         self._dynamic_parameters: Any = plan.dynamic_parameters
         self._step: EpochStep | None = None  # once started
+        self._chunks: ChunkPath | None = None  # the byte-chunk path, when it applies (decided at start)
         latency = metrics.delivery_latency.bound(plan.computation_id)
         self._latency = DeliveryLatency({sink_id: sink.stream_id for sink_id, sink in plan.sinks.items()},
                                         {sink_id: latency.labels(sink_id) for sink_id in plan.sinks})
@@ -274,6 +277,8 @@ class PartitionJob:
             await self._distribute_committed(checkpoint)
         else:
             self._distribute(checkpoint.outbox)
+        self._chunks = ChunkPath.of(plan, self._streams or {}, engine, self.partition, self.sinks,
+                                    throttled=input_throttle is not None)
         return _JobRun(generation, self._step, factory, input_throttle)
 
     async def _distribute_committed(self, checkpoint: Checkpoint) -> None:
@@ -334,10 +339,15 @@ class PartitionJob:
         taken = self._acknowledged_progress()  # after the clear: an acknowledgement is either counted now or wakes
         held_back = self._held_back = not stopping and (self._stop_event.is_set() or not self._may_read())
         batch: list[LogMessage] = []
+        chunks: list[ChunkAt] = []
         due: list[DueTimer] = []
         if not stopping and not held_back:
-            batch = await self._on_engine(self._read(running.step.positions), taken)
-            if len(batch) < self._options.epoch_max_messages:
+            if self._chunks is None:
+                batch = await self._on_engine(self._read(running.step.positions), taken)
+            else:  # the byte-chunk path: chunks pass as references, anything else as rows
+                chunks, batch = self._chunks.split(await self._on_engine(
+                    self._chunks.read(running.step.positions, self._chunk_room()), taken))
+            if len(batch) + sum(at.chunk.count for at in chunks) < self._options.epoch_max_messages:
                 self.caught_up_at = self._clock.monotonic()
             # Timers are taken after the wait for quota: a wait given up takes (and commits as fired) none.
             if await self._throttle_input(running, batch):
@@ -359,13 +369,15 @@ class PartitionJob:
                 running.factory.stopping = None
         if self._throttle_given_up(running):  # the function caught ThrottleInterruptedError: discarded alike
             raise _EpochGivenUp
+        routed = self._chunks.route(chunks, running.step, output) if chunks and self._chunks is not None else []
         commit = running.step.record(running.generation, output, self._acknowledged_progress())
         if commit is not None:
+            commit.outbox_chunks = routed
             await self._commit(running.step, commit, output)
         self.holds.set(COMMIT, False)  # what was acknowledged while waiting on the engine is committed
         if stopping:
             return False
-        await self._pause(batch, held_back=held_back)
+        await self._pause(len(batch) + sum(at.chunk.count for at in chunks), held_back=held_back)
         return True
 
     @staticmethod
@@ -418,10 +430,15 @@ class PartitionJob:
             sink.committed(commit.sink_progress[sink_id])
         self._distribute(commit.outbox)
         self._latency.committed(commit.outbox, self._clock.monotonic())
+        if commit.outbox_chunks and self._chunks is not None:
+            self._chunks.distribute(commit.outbox_chunks)
+            last = commit.outbox_chunks[-1]
+            self._latency.committed_run(last.first_seq + last.chunk.count - 1,
+                                        sum(o.chunk.count for o in commit.outbox_chunks), self._clock.monotonic())
         if commit.log_appends:
             self._notify_downstream({(s, p) for s, p, *_ in commit.log_appends})
 
-    async def _pause(self, batch: list[LogMessage], *, held_back: bool) -> None:
+    async def _pause(self, read: int, *, held_back: bool) -> None:
         """Wait before the next epoch unless there is more to do at once."""
         if self._stop_event.is_set():  # stopping once in flight is acknowledged: an acknowledgement wakes the job
             await event_or_timeout(self._wakeup, self._clock, max(0.0, self._stop_deadline - self._clock.monotonic()))
@@ -429,11 +446,14 @@ class PartitionJob:
         if held_back:
             # Input waits for the sinks: close partial batches so they go out now, and read again at
             # once if the acknowledgements reported made room (else no wake-up may ever come: every
-            # acknowledgement can have arrived before this turn).
-            self.flush_sinks()
+            # acknowledgement can have arrived before this turn). On the byte-chunk path a partial
+            # batch waits while every sink has deliveries in flight: their acknowledgements wake the
+            # job, which reads more lines into it (full 1 MiB bodies), or flushes once none is left.
+            if self._chunks is None or not all(sink.in_flight for sink in self.sinks.values()):
+                self.flush_sinks()
             if self._may_read():
                 return
-        if len(batch) < self._options.epoch_max_messages and not (
+        if read < self._options.epoch_max_messages and not (
                 self._may_read() and self.timers.has_due(self._clock.now(), self.watermark)):
             await self._wait(self.timers)
 
@@ -448,6 +468,13 @@ class PartitionJob:
         (as of their last reports)."""
         return all(sink.terminal_error is None and sink.unacknowledged < self._options.max_unacknowledged
                    for sink in self.sinks.values())
+
+    def _chunk_room(self) -> int:
+        """How many messages the byte-chunk path reads at most: what the sinks may still take before
+        ``max_unacknowledged``, at least ``epoch_max_messages`` (chunks are read whole, so an epoch
+        takes every chunk that fits, and its one commit covers them all)."""
+        held = max((sink.unacknowledged for sink in self.sinks.values()), default=0)
+        return max(self._options.epoch_max_messages, self._options.max_unacknowledged - held)
 
     def flush_sinks(self) -> None:
         """Ask the sinks to send what they buffer now (``Sink.flush``; the Firehose sink's open batch):

@@ -7,7 +7,8 @@ that commits the source position, so a crash never loses or doubles a record. A
 
 A source read by ``n`` readers (``SourcePlan.readers``) has one reader per partition ``0 .. n-1``
 of the unit ``source:<id>``, each with its own lease, position, state and finished marker; the
-source instance of reader ``k`` is told its share (``PartitionedSource.read_partition(k, n)``).
+source instance of reader ``k`` is told its share (``PartitionedSource.read_partition(k, n)``),
+and of a :class:`~egress.connectors.base.DealtSource` how to load reader 0's committed deals.
 With one reader every key is the one of a single-reader source.
 """
 
@@ -23,6 +24,7 @@ from typing import NamedTuple
 from egress.clock import Clock, RealClock, unless_set
 from egress.connectors.base import (
     SOURCE_KEYS,
+    DealtSource,
     KeyedLiveSource,
     LiveSource,
     PartitionedSource,
@@ -30,19 +32,22 @@ from egress.connectors.base import (
     Source,
     SourceRecord,
 )
-from egress.connectors.sources.chunks import ChunkedSource, RecordChunk, chunks_of
-from egress.connectors.sources.live import HoldsBack, UsesClock
+from egress.connectors.sources.chunks import ChunkedSource, LineChunkSource, RecordChunk, chunks_of
+from egress.connectors.sources.live import HoldsBack, TakesAhead, UsesClock
 from egress.connectors.sources.unread import unread_records
-from egress.engines import Engine, EpochCommit, LogAppend
+from egress.engines import Engine, EpochCommit, LineChunkLog, LogAppend, LogChunk
 from egress.keys import (
     EMPTY_KEY,
     encode_keys,
     key_in_partition,
+    partition_of,
     partitions_of,
     source_message_id,
+    source_message_id_prefix,
     source_message_ids,
     source_scope,
 )
+from egress.line_chunks import LineChunk
 from egress.observe import Metrics
 from egress.runtime.options import RunOptions
 from egress.runtime.plan import SourcePlan
@@ -76,7 +81,7 @@ async def load_source_state(engine: Engine, consumer: str, partition: int = 0, r
     return state.internal.get(name, {}).get(key, b"")
 
 
-def source_state_writes(source: Source, committed: bytes, where: tuple[str, bytes] = SOURCE_STATE
+def source_state_writes(source: object, committed: bytes, where: tuple[str, bytes] = SOURCE_STATE
                         ) -> dict[tuple[str, bytes], bytes | None]:
     """The state write (at ``where``, :func:`source_state_key`) that commits ``source``'s state when it
     changed since ``committed``."""
@@ -196,13 +201,7 @@ class SourceReader:
             generation = await engine.acquire(self.consumer, self.partition)
         checkpoint = await engine.load_checkpoint(self.consumer, self.partition, [])
         position = checkpoint.input_positions.get(POSITION, 0)
-        source = self.plan.source_class.create(self.plan.source_id, self.plan.parameters, self.plan.stream,
-                                               self._base_dir)
-        if isinstance(source, PartitionedSource):
-            source.read_partition(self.partition, self.plan.readers)
-        if isinstance(source, UsesClock):
-            source.use_clock(self._clock)
-        self._source = source
+        source = self._source = self._open_source()
         chunker = _Chunker(self.plan.stream.group_by, self.plan.stream_id, self._partition_count, self._scope)
         if isinstance(source, LiveSource):
             if not await self._read_live(source, chunker, generation, position, stop):
@@ -213,6 +212,10 @@ class SourceReader:
         if isinstance(source, ResumableSource):
             source_state = await load_source_state(engine, self.consumer, self.partition, self.plan.readers)
             source.resume(source_state)
+        if isinstance(source, LineChunkSource) and self._takes_line_chunks():
+            if await self._read_line_chunks(source, generation, position, source_state, stop):
+                await self._finish(generation)
+            return
         count = self._options.source_chunk
         chunks = (source.record_chunks(position, count) if isinstance(source, ChunkedSource)
                   else chunks_of(source.records(position), count))
@@ -233,6 +236,52 @@ class SourceReader:
         else:
             return
         await self._finish(generation)
+
+    def _open_source(self) -> Source | LiveSource:
+        """This reader's source, told the capabilities it declares: its partition of the input, where
+        reader 0 deals files from, the clock."""
+        plan = self.plan
+        source: Source | LiveSource = plan.source_class.create(plan.source_id, plan.parameters, plan.stream,
+                                                               self._base_dir)
+        if isinstance(source, PartitionedSource):
+            source.read_partition(self.partition, self.plan.readers)
+        if isinstance(source, DealtSource):
+            source.deal_from(functools.partial(load_source_state, self._engine, self.consumer,
+                                               readers=self.plan.readers))
+        if isinstance(source, UsesClock):
+            source.use_clock(self._clock)
+        return source
+
+    def _takes_line_chunks(self) -> bool:
+        """Whether this reader stores chunks of lines as one log row each (the byte-chunk path,
+        ``docs/architecture.md``): an engine that can, one reader, and a stream without ``group_by``
+        (every record's key is ``[]``, so a chunk's records share one partition)."""
+        return isinstance(self._engine, LineChunkLog) and not self.plan.stream.group_by and self.plan.readers == 1
+
+    async def _read_line_chunks(self, source: LineChunkSource, generation: int, position: int, source_state: bytes,
+                                stop: asyncio.Event | None) -> bool:
+        """Commit each chunk of lines of ``source`` from ``position`` as one log row (``LogChunk``), with
+        the position after it and the source state; ``True`` once the source is read to its end."""
+        chunks = source.line_chunks(position)
+        prefix = source_message_id_prefix(self._scope, 0)
+        column, stream = source.line_column, self.plan.stream_id
+        partition = partition_of(EMPTY_KEY, self._partition_count)
+        checked = False  # the file's identity, its source state, is known once it is open and then stays
+        while not self._stopping(stop):
+            item = await asyncio.to_thread(next, chunks, None)  # reading and checking off the event loop
+            if item is None:
+                return True
+            data, first, count = item
+            state_writes = {} if checked else source_state_writes(source, source_state, self._state_key)
+            chunk = LineChunk(data, count, prefix, first, column)
+            await self._engine.commit(EpochCommit(self.consumer, self.partition, generation, {POSITION: first + count},
+                                                  state_writes=state_writes,
+                                                  log_chunks=[LogChunk(stream, partition, chunk)]))
+            checked = True
+            self._rows.inc(count)
+            self._count_bad_records(source)
+            self._notify(partition)
+        return False
 
     def _count_bad_records(self, source: object) -> None:
         """Add the records ``source``'s ``on_bad_record`` policy dropped since the last call to the metrics."""
@@ -258,7 +307,10 @@ class SourceReader:
         """Read the live ``source`` batch by batch, each batch committed with the position and state
         after it, until stopped (``False``) or, with ``until_drained``, caught up with the input's
         end as it was at the start (``True``). A batch waits at most one ``live_poll_period`` for
-        its first record."""
+        its first record. A :class:`~egress.connectors.sources.live.TakesAhead` source's next batch
+        is taken and keyed while the batch before commits (a far engine's round trip overlaps the
+        reading); the commits stay one after the other, in order, each fenced, so what is committed
+        is always a prefix of what was read, and a stop or a failure commits the batch in flight first."""
         engine = self._engine
         keyed = await engine.load_keyed_state(self.consumer, self.partition, self.plan.readers, [])
         name, key = self._state_key
@@ -268,37 +320,63 @@ class SourceReader:
         holding = source if isinstance(source, HoldsBack) and self._downstream is not None else None
         if holding is not None:
             await self._load_log_ends()
+        ahead = isinstance(source, TakesAhead) and source.takes_ahead
+        in_flight: asyncio.Task[None] | None = None  # the batch before, committing while this one is read
         try:
             if not await unless_set(source.start(position, source_state, self._options.until_drained), self._stopped,
                                     stop):
                 return False
+            caught_up = False
             while not self._stopping(stop):
                 if holding is not None:
                     await self._tell_backlog(holding)
                 records = await source.take(self._options.source_chunk, self._options.live_poll_period)
                 if records is None:
-                    return True
+                    caught_up = True
+                    break
                 if not records and source.position == position and source.source_state == source_state:
                     continue
                 appends, touched = await self._keyed(chunker, records)
-                position, state = source.position, source.source_state
-                writes: dict[tuple[str, bytes], bytes | None] = {self._state_key: state} if state != source_state \
-                    else {}
-                if isinstance(source, KeyedLiveSource):
-                    writes.update(((SOURCE_KEYS, k), v) for k, v in source.take_key_writes().items())
-                await engine.commit(EpochCommit(self.consumer, self.partition, generation, {POSITION: position},
-                                                log_appends=appends, state_writes=writes))
-                if holding is not None:
-                    self._count_appends(appends)
-                source.committed()
-                source_state = state
-                self._rows.inc(len(appends))
-                self._count_bad_records(source)
-                for partition in touched:
-                    self._notify(partition)
-            return False
+                position, committed_state, source_state = source.position, source_state, source.source_state
+                commit = self._live_commit(source, generation, appends, committed_state)
+                if in_flight is not None:  # commits stay one after the other, in order, each fenced
+                    await in_flight
+                    in_flight = None
+                if ahead:
+                    in_flight = asyncio.create_task(self._commit_live(source, holding, commit, touched))
+                else:
+                    await self._commit_live(source, holding, commit, touched)
+            if in_flight is not None:
+                await in_flight
+                in_flight = None
+            return caught_up
         finally:
+            if in_flight is not None:  # failed: the batch taken before is committed all the same
+                await asyncio.gather(in_flight, return_exceptions=True)
             await source.close()
+
+    def _live_commit(self, source: LiveSource, generation: int, appends: list[LogAppend], committed_state: bytes
+                     ) -> EpochCommit:
+        """The commit of the batch just taken: its appends, the source's position, its state when it
+        changed since ``committed_state``, and a keyed source's entries."""
+        state = source.source_state
+        writes: dict[tuple[str, bytes], bytes | None] = {self._state_key: state} if state != committed_state else {}
+        if isinstance(source, KeyedLiveSource):
+            writes.update(((SOURCE_KEYS, k), v) for k, v in source.take_key_writes().items())
+        return EpochCommit(self.consumer, self.partition, generation, {POSITION: source.position},
+                           log_appends=appends, state_writes=writes)
+
+    async def _commit_live(self, source: LiveSource, holding: HoldsBack | None, commit: EpochCommit,
+                           touched: set[int]) -> None:
+        """Commit one batch of a live source, then tell the source and wake the log's readers."""
+        await self._engine.commit(commit)
+        if holding is not None:
+            self._count_appends(commit.log_appends)
+        source.committed()
+        self._rows.inc(len(commit.log_appends))
+        self._count_bad_records(source)
+        for partition in touched:
+            self._notify(partition)
 
     @staticmethod
     async def _keyed(chunker: _Chunker, records: list[SourceRecord]) -> tuple[list[LogAppend], set[int]]:

@@ -74,7 +74,7 @@ CASES = [
                  "sources/lines_csv/parameters/path: file not found", id="unknown-source-file"),
     pytest.param(("sources", "lines_csv", "source_class_name"), "parquet",
                  'sources/lines_csv/source_class_name: No source class "parquet" is registered; '
-                 "registered: NYT::NFlow::THttpSource, NYT::NFlow::TNatsSource, csv, http, jsonl, nats",
+                 "registered: NYT::NFlow::THttpSource, NYT::NFlow::TNatsSource, csv, http, jsonl, lines, nats",
                  id="unknown-source-class"),
     pytest.param(("computations", "to_json", "computation_class_name"), "TNope",
                  'computations/to_json/computation_class_name: No computation class "TNope" is registered; '

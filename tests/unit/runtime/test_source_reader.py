@@ -20,6 +20,7 @@ from egress.runtime.options import RunOptions
 from egress.runtime.plan import SourcePlan
 from egress.runtime.source_reader import POSITION, SourceReader
 from egress.spec import StreamSpec
+from tests.waiting import eventually
 
 STREAM = StreamSpec.model_validate({"schema": [
     {"name": "id", "type": "int64", "required": True},
@@ -196,3 +197,40 @@ async def test_a_stop_ends_a_reader_whose_live_source_is_still_starting_and_clos
         await engine.close()
     assert not reader.finished
     assert StartsForever.closed
+
+
+async def test_a_followed_files_reader_reads_its_next_batch_while_the_one_before_commits_and_commits_in_order(
+        tmp_path: Path) -> None:
+    (tmp_path / "logs").mkdir()
+    (tmp_path / "logs" / "a.jsonl").write_bytes(b"".join(orjson.dumps({"id": i}) + b"\n" for i in range(6)))
+    engine = SqliteEngine(tmp_path / "state", "pinned")
+    await engine.open()
+    sent: list[int] = []
+    done: list[int] = []
+    gate = asyncio.Event()  # the first commit's answer waits for it
+    commit = engine.commit
+
+    async def slow_first(epoch_commit: Any) -> None:
+        sent.append(epoch_commit.input_positions[POSITION])
+        if len(sent) == 1:
+            await gate.wait()
+        await commit(epoch_commit)
+        done.append(epoch_commit.input_positions[POSITION])
+
+    engine.commit = slow_first  # type: ignore[method-assign,assignment]
+    try:
+        plan = SourcePlan("logs", JsonlSource, FileSourceParameters(path="logs/*.jsonl", follow=True), "rows", STREAM)
+        reader = SourceReader(plan, engine, tmp_path, 4, Metrics(),
+                              RunOptions(source_chunk=2, until_drained=True, live_poll_period=0.01),
+                              lambda partition: None, "pinned")
+        running = asyncio.create_task(reader.run())
+        await eventually(lambda: reader._source is not None and reader._source.position == 4,
+                         what="the second batch taken while the first commits")
+        assert sent == [2]  # the second batch's commit waits for the first's answer: commits stay in order
+        gate.set()
+        async with asyncio.timeout(30):  # a failure guard
+            await running
+        assert sent == done == [2, 4, 6]
+        assert (await engine.load_checkpoint("source:logs", 0, [])).input_positions[POSITION] == 6
+    finally:
+        await engine.close()

@@ -37,6 +37,8 @@ from egress.connectors.dead_letters import Attempt, DeadLetter, DeadLetterOutput
 from egress.connectors.sinks.holding import HeldStarts
 from egress.connectors.sinks.ordering import fresh_messages
 from egress.engines import OutboxMessage, SinkProgress
+from egress.keys import EMPTY_KEY
+from egress.line_chunks import LineChunk, lines_fitting, nth_line_end
 
 
 @dataclass(frozen=True, slots=True)
@@ -78,6 +80,53 @@ class Batch:
     attempts: list[Attempt] = field(default_factory=list)  # its failed attempts, for its dead letters
     task: asyncio.Task[None] | None = None
     timer: asyncio.Task[None] | None = None
+    lines: list[LineRun] = field(default_factory=list)  # a batch of byte chunks' lines: no records then
+    line_count: int = 0  # the records in ``lines``
+
+    @property
+    def record_count(self) -> int:
+        """The batch's records (lines or ``records``)."""
+        return self.line_count or len(self.records)
+
+    def first_record_id(self) -> bytes:
+        if self.lines:
+            run = self.lines[0]
+            return run.chunk.message_id(run.first_index)
+        return self.record_ids[0]
+
+    def last_record_id(self) -> bytes:
+        if self.lines:
+            run = self.lines[-1]
+            return run.chunk.message_id(run.first_index + run.count - 1)
+        return self.record_ids[-1]
+
+    def line_body(self) -> bytes:
+        """The lines as one body: each record and its newline (the JSON-lines encoding)."""
+        runs = self.lines
+        if len(runs) == 1 and runs[0].start == 0 and runs[0].end == len(runs[0].chunk.data):
+            return runs[0].chunk.data  # a whole chunk: its bytes as they are
+        return b"".join([memoryview(run.chunk.data)[run.start:run.end] for run in runs])  # one copy
+
+    def expand_lines(self) -> None:
+        """Make the lines ``records``, ``record_ids`` and ``record_seqs`` (for dead letters, per record)."""
+        seq = self.first_seq
+        for run in self.lines:
+            for offset, record in enumerate(run.chunk.data[run.start:run.end].split(b"\n")[:-1]):
+                self.records.append(record)
+                self.record_ids.append(run.chunk.message_id(run.first_index + offset))
+                self.record_seqs.append(seq)
+                seq += 1
+
+
+@dataclass(frozen=True, slots=True)
+class LineRun:
+    """Records ``first_index`` .. ``first_index + count - 1`` of ``chunk``: its bytes ``start`` .. ``end``."""
+
+    chunk: LineChunk
+    start: int
+    end: int
+    first_index: int
+    count: int
 
 
 @dataclass(frozen=True, slots=True)
@@ -216,6 +265,64 @@ class BatchedSink(HeldStarts):
         self._start_waiting()
         self._notify_if_acknowledgeable()
 
+    def distribute_chunk(self, first_seq: int, chunk: LineChunk) -> None:
+        """Take committed messages ``first_seq`` .. ``first_seq + chunk.count - 1``, the records of
+        ``chunk`` as payloads (``ChunkSink``), into batches as :meth:`distribute` would, each batch
+        a run of whole lines sliced from the chunk at its newlines: a record adds its bytes and
+        newline to the body (the JSON-lines encoding). While batches of an earlier instance are
+        re-formed, the records go through :meth:`distribute` as rows."""
+        persisted = self._progress.max_persisted_seq_no
+        if first_seq + chunk.count - 1 <= persisted:
+            return
+        if first_seq <= persisted:
+            chunk, first_seq = chunk.tail(persisted + 1 - first_seq), persisted + 1
+        if first_seq <= self._last_distributed_seq:
+            raise ValueError(f"message seq {first_seq} is not greater than the last distributed "
+                             f"{self._last_distributed_seq}")
+        if self._replay_ends:
+            self.distribute([OutboxMessage(first_seq + i, "", chunk.message_id(i), EMPTY_KEY, None, row)
+                             for i, row in enumerate(chunk.rows())])
+            return
+        self._last_distributed_seq = first_seq + chunk.count - 1
+        self._add_lines(first_seq, chunk)
+        if self._open is not None and self._limits.max_delay == 0:
+            self._close(self._open)
+        self._start_waiting()
+        self._notify_if_acknowledgeable()
+
+    def _add_lines(self, first_seq: int, chunk: LineChunk) -> None:
+        """Put ``chunk``'s records into batches, the bounds of :meth:`_add` checked per run of lines."""
+        limits, data, count = self._limits, chunk.data, chunk.count
+        start = index = 0
+        while index < count:
+            batch = self._open
+            if batch is not None and batch.records:  # a batch holds rows or lines, never both
+                self._close(batch)
+                batch = None
+            if batch is None:
+                batch = self._new_batch(timer=True)
+            end, lines = lines_fitting(data, start, limits.max_bytes - limits.frame_bytes - batch.body_bytes,
+                                       limits.max_records - batch.line_count, count - index)
+            if not lines:
+                if batch.line_count:
+                    self._close(batch)
+                    continue
+                end, lines = nth_line_end(data, start, 1), 1  # one record over max_bytes: a batch alone
+            seq = first_seq + index
+            if not batch.last_seq:
+                batch.first_seq = seq
+            batch.lines.append(LineRun(chunk, start, end, index, lines))
+            batch.last_seq = seq + lines - 1
+            batch.last_message_id = chunk.message_id(index + lines - 1)
+            batch.messages += lines
+            batch.line_count += lines
+            batch.body_bytes += end - start
+            batch.data_bytes += end - start - lines
+            self._unacknowledged += lines
+            start, index = end, index + lines
+            if batch.line_count >= limits.max_records or batch.body_bytes + limits.frame_bytes >= limits.max_bytes:
+                self._close(batch)
+
     def progress(self) -> SinkProgress:
         return self._progress
 
@@ -291,6 +398,9 @@ class BatchedSink(HeldStarts):
         replaying = bool(self._replay_ends)
         alone = not replaying and self._alone(record)
         batch = self._open
+        if batch is not None and batch.lines:  # a batch holds rows or lines, never both
+            self._close(batch)
+            batch = None
         if not replaying and batch is not None and batch.records and (
                 alone or len(batch.records) >= limits.max_records
                 or batch.body_bytes + body + limits.frame_bytes > limits.max_bytes
@@ -322,6 +432,8 @@ class BatchedSink(HeldStarts):
 
     def _cover_null(self, message: OutboxMessage) -> None:
         """A null payload: no record; part of the open batch, or acknowledged in order at once."""
+        if self._open is not None and self._open.lines:  # its key names its first and last line
+            self._close(self._open)
         if self._open is not None:
             self._cover(self._open, message)
         else:
@@ -395,7 +507,7 @@ class BatchedSink(HeldStarts):
         if batch.timer is not None:
             batch.timer.cancel()
             batch.timer = None
-        if not batch.records:
+        if not batch.records and not batch.lines:
             self._handled(batch)  # only null payloads: acknowledged in order without a request
             return
         batch.boundary = True
@@ -441,7 +553,7 @@ class BatchedSink(HeldStarts):
         its records."""
         batch.done = True
         batch.records, batch.record_ids, batch.record_seqs, batch.arrivals_ms = [], [], [], []
-        batch.body, batch.attempts = None, []
+        batch.body, batch.attempts, batch.lines = None, [], []
 
     def _acknowledge(self, batch: Batch) -> None:
         """``batch`` is handled (delivered, or its records are durable elsewhere): acknowledge it, in order."""
@@ -453,6 +565,8 @@ class BatchedSink(HeldStarts):
         """Append ``batch``'s records to the dead-letter file (:func:`batch_letters`) and acknowledge the
         batch once they are durable, or fail for good when they cannot be."""
         assert self._dead_letters is not None
+        if batch.lines and not batch.records:
+            batch.expand_lines()
         appended = self._dead_letters.append(batch_letters(self._context, batch, key, tried, error))
         appended.add_done_callback(functools.partial(self._dead_letters_written, batch))
 
@@ -479,5 +593,5 @@ class BatchedSink(HeldStarts):
         self._report()
 
 
-__all__ = ["Batch", "BatchLimits", "BatchedSink", "UnfitRecord", "batch_letters", "decode_batch_ends",
+__all__ = ["Batch", "BatchLimits", "BatchedSink", "LineRun", "UnfitRecord", "batch_letters", "decode_batch_ends",
            "encode_batch_ends", "redrive_progress_of"]

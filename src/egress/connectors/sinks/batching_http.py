@@ -187,7 +187,12 @@ class BatchingHttpSink(BatchedSink):
         return record
 
     def _batch_key(self, batch: Batch) -> str:
-        return batch_idempotency_key(batch.record_ids[0], batch.record_ids[-1])
+        return batch_idempotency_key(batch.first_record_id(), batch.last_record_id())
+
+    def takes_chunks(self, column: str) -> bool:
+        """``ChunkSink``: byte chunks of ``column``'s lines are sliced into bodies when that column is the
+        payload and the encoding JSON lines (where a body is each record and its newline)."""
+        return self._json_lines and column == self._payload_column
 
     def _closed(self) -> None:
         self._transports.close()
@@ -197,6 +202,11 @@ class BatchingHttpSink(BatchedSink):
     async def _body(self, batch: Batch) -> bytes:
         """The batch's request body, encoded once for all its attempts (gzip off the event loop)."""
         parameters = self._parameters
+        if batch.lines:
+            body = batch.line_body()
+            if parameters.content_encoding != "gzip":
+                return body
+            return await asyncio.to_thread(gzip.compress, body, parameters.compression_level, mtime=0)
         if parameters.content_encoding != "gzip":
             return encode_body(batch.records, parameters.encoding)
         return await asyncio.to_thread(_gzip_body, batch.records, parameters.encoding, parameters.compression_level)
@@ -230,7 +240,7 @@ class BatchingHttpSink(BatchedSink):
                                        f"Batching HTTP POST of {self._batch_key(batch)} failed: {failure}")
 
     def _succeed(self, batch: Batch) -> None:
-        self._m_records.inc(len(batch.records))
+        self._m_records.inc(batch.record_count)
         self._m_bytes.inc(batch.body_bytes)
         self._acknowledge(batch)
 

@@ -51,6 +51,22 @@ class ChunkedSource(Protocol):
         ...
 
 
+@runtime_checkable
+class LineChunkSource(Protocol):
+    """A finite source whose records are lines, read as bytes a chunk at a time (the ``lines``
+    source): the byte-chunk path (``docs/architecture.md``) stores each chunk as one log row."""
+
+    @property
+    def line_column(self) -> str:
+        """The output stream's one column, which holds each line."""
+        ...
+
+    def line_chunks(self, start_position: int) -> Iterator[tuple[bytes, int, int]]:
+        """``(data, first record's position, records)`` from ``start_position`` on, each non-empty,
+        ``data`` every record followed by ``\\n``; the same records and errors as ``records``."""
+        ...
+
+
 def chunks_of(records: Iterator[SourceRecord], count: int) -> Iterator[RecordChunk]:
     """``records`` (of source partition 0) in chunks of up to ``count``; each chunk takes its
     records from ``records`` only when it is asked for. When ``records`` raises, the records before

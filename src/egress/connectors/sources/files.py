@@ -47,6 +47,7 @@ from egress.connectors.sources.schema import (
 )
 from egress.connectors.sources.unread import estimate
 from egress.errors import SourceDataError, SpecError
+from egress.line_chunks import nth_line_end
 from egress.spec import StreamSpec
 
 
@@ -56,7 +57,7 @@ class FileSourceParameters(BadRecordParameters):
     file of a glob ``path``) as it grows and follow its rotation (``egress.connectors.sources.follow``);
     ``on_bad_record`` and ``dead_letter_path`` (``egress.connectors.sources.bad_records``);
     ``readers`` (1 to 1024; above 1 only with ``follow: true`` and a glob ``path``): how many readers
-    share the files, each following those whose inode hashes to it."""
+    share the files, reader 0 dealing each to the reader with the fewest (``shares``)."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
@@ -170,6 +171,13 @@ class _FileSource(WithBadRecords):
     @contextlib.contextmanager
     def _open(self, start_position: int) -> Iterator[IO[str]]:
         """The file as text, after checking it is the one the committed position was read from."""
+        with self._open_binary(start_position) as binary, \
+                io.TextIOWrapper(binary, encoding=TEXT_ENCODING, newline="") as text:
+            yield text
+
+    @contextlib.contextmanager
+    def _open_binary(self, start_position: int) -> Iterator[IO[bytes]]:
+        """The file's bytes (decompressed for ``.gz``), after the check of :meth:`_open`."""
         with open(self.path, "rb") as binary:
             descriptor = binary.fileno()
             if self._committed is not None and start_position > 0:
@@ -178,8 +186,11 @@ class _FileSource(WithBadRecords):
                     raise changed_error(str(self.path), self.source_id, start_position, how)
             self._identity = FileIdentity.of(descriptor)
             self._size, self._raw = os.fstat(descriptor).st_size, binary.raw
-            with wrap_text(binary, self.path) as text:
-                yield text
+            if self.path.suffix == ".gz":
+                with gzip.GzipFile(fileobj=binary, mode="rb") as unpacked:
+                    yield unpacked  # type: ignore[misc]
+            else:
+                yield binary
 
     kind: ClassVar[str] = ""
 
@@ -370,3 +381,88 @@ class JsonlSource(_FileSource):
             return [None if row[column] is None else parse_timestamp(row[column]) for row in rows]
         except ValueError:
             return None
+
+
+LINE_CHUNK_BYTES = 1024 * 1024
+"""How many bytes of a file the ``lines`` source reads at a time: a chunk is that, cut after its last newline."""
+BYTE_ORDER_MARK = b"\xef\xbb\xbf"
+
+
+@SOURCES.register("lines")
+class LinesSource(_FileSource):
+    """Each non-empty line of a text file (UTF-8, or ``.gz``) is one record: the row ``{column:
+    line}`` (without its newline) of an output stream with exactly one column, of type ``string``.
+    An empty line is no record (as a blank line of ``jsonl``); a last line without a newline is one.
+    Read a chunk of lines at a time as bytes (``egress.connectors.sources.chunks.LineChunkSource``),
+    which the byte-chunk path carries to the sink unchanged (``docs/architecture.md``)."""
+
+    kind: ClassVar[str] = "lines"
+
+    @classmethod
+    def check(cls, parameters: Any, stream: StreamSpec, base_dir: Path) -> list[SpecError]:
+        """Adds: one ``string`` column, no ``timestamp_column``, no ``follow``."""
+        errors = [error for error in super().check(parameters, stream, base_dir)
+                  if error.path != "parameters/timestamp_column"]
+        if len(stream.columns) != 1 or stream.columns[0].type != "string":
+            errors.append(SpecError("the lines source writes each line to the one column of its output stream: give "
+                                    "that stream exactly one column, of type string", path="output_stream_id"))
+        if parameters.timestamp_column is not None:
+            errors.append(SpecError("the lines source has no timestamp column: remove timestamp_column",
+                                    path="parameters/timestamp_column"))
+        if parameters.follow:
+            errors.append(SpecError("the lines source reads a whole file: remove follow: true, or use jsonl",
+                                    path="parameters/follow"))
+        return errors
+
+    @property
+    def line_column(self) -> str:
+        """The output stream's column that holds each line."""
+        return self.stream.columns[0].name
+
+    def line_chunks(self, start_position: int, chunk_bytes: int = LINE_CHUNK_BYTES) -> Iterator[tuple[bytes, int, int]]:
+        """The records from ``start_position`` on, about ``chunk_bytes`` at a time: ``(data, position of
+        the first record, records)``, ``data`` each record followed by ``\\n``. Raises what
+        :meth:`records` raises (a file that is not UTF-8, or not the committed one)."""
+        return self._reading(self._line_chunks(start_position, chunk_bytes))
+
+    def _records(self, start_position: int) -> Iterator[SourceRecord]:
+        column = self.line_column
+        for data, first, _ in self._line_chunks(start_position, LINE_CHUNK_BYTES):
+            for position, line in enumerate(data.decode().split("\n")[:-1], first):
+                yield SourceRecord(position, {column: line}, None)
+
+    def _line_chunks(self, start_position: int, chunk_bytes: int) -> Iterator[tuple[bytes, int, int]]:
+        with self._open_binary(start_position) as binary:
+            position, carry, ended, first = 0, b"", False, True
+            while not ended:
+                block = binary.read(chunk_bytes)
+                if first and block.startswith(BYTE_ORDER_MARK):
+                    block = block[len(BYTE_ORDER_MARK):]
+                first = False
+                data = carry + block
+                if not block:  # the end: a last line without its newline is a record too
+                    ended = True
+                    data += b"\n" if data and not data.endswith(b"\n") else b""
+                cut = data.rfind(b"\n") + 1
+                data, carry = data[:cut], data[cut:]
+                if not data:
+                    continue  # no newline yet: a line longer than a read
+                if not data.isascii():
+                    data.decode()  # all of it UTF-8, checked in C (UnicodeDecodeError: unreadable)
+                # One pass in C gives both the records and whether an empty line is among them.
+                lines = data.split(b"\n")
+                lines.pop()  # after the last newline
+                count = len(lines)
+                if b"" in lines:  # empty lines are no records
+                    data = b"".join(line + b"\n" for line in lines if line)
+                    count = data.count(b"\n")
+                if count and position + count > start_position:
+                    if position < start_position:
+                        data = data[nth_line_end(data, 0, start_position - position):]
+                        count -= start_position - position
+                        position = start_position
+                    self._passed = position + count
+                    yield data, position, count
+                position += count
+            self._passed = position
+            check_record_count(str(self.path), self.source_id, start_position, position)

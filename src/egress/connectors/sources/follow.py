@@ -25,9 +25,11 @@ modified after the newest modification the state has seen (``seen_mtime_ns``, so
 before is not read again), oldest first.
 
 With ``readers: N`` (a glob ``path`` only) the files are shared among N readers, each its own unit
-with its own committed state: reader ``k`` takes a new file when its inode hashes to ``k``
-(:func:`file_share`; the inode, not the name, so a file renamed within the glob stays with its
-reader), and numbers its files ``k, k+N, k+2N, …``, so message ids never collide between readers.
+with its own committed state: reader 0 deals each new file to the reader with the fewest files
+(then bytes) and commits the deal; the others take a file once that committed deal gives it to
+them (``egress.connectors.sources.shares``; by inode, not name, so a file renamed within the glob
+stays with its reader). Reader ``k`` numbers its files ``k, k+N, k+2N, …``, so message ids never
+collide between readers.
 """
 
 from __future__ import annotations
@@ -38,6 +40,7 @@ import csv
 import glob
 import logging
 import os
+from collections.abc import Awaitable, Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -49,9 +52,9 @@ from egress.connectors.sources.bad_records import BadRecords, WithBadRecords
 from egress.connectors.sources.identity import START_OVER, FileIdentity
 from egress.connectors.sources.live import HeldFailure
 from egress.connectors.sources.schema import CsvPlan, csv_plan, csv_row, data_error, json_row, timestamp_of
+from egress.connectors.sources.shares import FileShares
 from egress.connectors.sources.unread import estimate
 from egress.errors import SourceChangedError, SourceDataError
-from egress.keys import partition_of
 from egress.spec import StreamSpec
 
 READ_BYTES = 1 << 20
@@ -61,12 +64,6 @@ DROPPED_KEPT = 16
 one of them is not read again after a restart."""
 
 log = logging.getLogger(__name__)
-
-
-def file_share(inode: int, readers: int) -> int:
-    """The reader (``0 .. readers-1``) that follows the file of ``inode``: a hash of the inode, the
-    same on every worker that sees the file."""
-    return partition_of(b"%d" % inode, readers)
 
 
 @dataclass(slots=True)
@@ -99,6 +96,9 @@ class FollowedFiles(HeldFailure, WithBadRecords):
     """A :class:`~egress.connectors.base.LiveSource` over the files ``path`` names (a path or a glob),
     ``kind`` ``csv`` or ``jsonl``, converting each line as the one-shot source of that kind does."""
 
+    takes_ahead = True
+    """Its reader reads the next batch while the batch before commits (``live.TakesAhead``)."""
+
     def __init__(self, kind: str, path: Path, parameters: Any, stream: StreamSpec, source_id: str,
                  bad_records: BadRecords) -> None:
         self.kind = kind
@@ -111,6 +111,7 @@ class FollowedFiles(HeldFailure, WithBadRecords):
         self._descriptors: dict[int, int] = {}
         self._next_number = 0
         self._share, self._readers = 0, 1  # this reader's share of the files (read_partition)
+        self._shares = FileShares()
         self._position = 0
         self._until_caught_up = False
         self._nulls = frozenset(getattr(parameters, "null_values", ()))
@@ -120,10 +121,16 @@ class FollowedFiles(HeldFailure, WithBadRecords):
         self._dropped: list[FileIdentity] = []  # of the files dropped last
 
     def read_partition(self, index: int, count: int) -> None:
-        """Follow only the files whose inode hashes to ``index`` of ``count``
-        (``egress.connectors.base.PartitionedSource``), numbered ``index, index+count, …``."""
+        """Follow only the files dealt to reader ``index`` of ``count``
+        (``egress.connectors.base.PartitionedSource``; reader 0 deals), numbered ``index, index+count, …``."""
         self._share, self._readers = index, count
+        self._shares = FileShares(index, count)
         self._next_number = index
+
+    def deal_from(self, reader_state: Callable[[int], Awaitable[bytes]]) -> None:
+        """``reader_state(k)`` loads reader ``k``'s committed source state: reader 0's holds the
+        deals (``egress.connectors.base.DealtSource``)."""
+        self._shares.deal_from(reader_state)
 
     # -- LiveSource --------------------------------------------------------------------------
 
@@ -137,7 +144,8 @@ class FollowedFiles(HeldFailure, WithBadRecords):
         return orjson.dumps({"next_number": self._next_number,
                              "files": [asdict(f) for f in sorted(self._files.values(), key=lambda f: f.number)],
                              "seen_mtime_ns": self._seen_mtime_ns,
-                             "dropped": [[i.inode, i.length, i.fingerprint] for i in self._dropped]})
+                             "dropped": [[i.inode, i.length, i.fingerprint] for i in self._dropped],
+                             **self._shares.state()})
 
     async def start(self, position: int, source_state: bytes, until_caught_up: bool) -> None:
         """Resume every committed file at its byte offset; with ``until_caught_up``, :meth:`take`
@@ -152,11 +160,13 @@ class FollowedFiles(HeldFailure, WithBadRecords):
     async def take(self, limit: int, wait: float) -> list[SourceRecord] | None:
         """The complete lines available now (up to ``limit`` records), or after ``wait`` seconds ``[]``."""
         self.raise_held()
+        shares = self._shares
+        await shares.refresh(self._clock.monotonic())
         before = self.source_state
         records = await asyncio.to_thread(self._pass, limit)
         if records or self.source_state != before:
             return records
-        if self._until_caught_up:
+        if self._until_caught_up and not shares.undealt:  # a file waiting for its deal is still to read
             return None
         await self._clock.sleep(wait)
         return []
@@ -204,6 +214,7 @@ class FollowedFiles(HeldFailure, WithBadRecords):
                 continue
             self._files[followed.number] = followed
             self._descriptors[followed.number] = descriptor
+        self._shares.restore(document, [followed.inode for followed in self._files.values()])
         if "seen_mtime_ns" in document and not has_magic(self.pattern):
             self._seen_mtime_ns = int(document["seen_mtime_ns"])
             self._add_rotated_while_down()
@@ -261,19 +272,22 @@ class FollowedFiles(HeldFailure, WithBadRecords):
         paths = sorted(glob.glob(self.pattern)) if has_magic(self.pattern) else [self.pattern]
         self._matched_paths = set(paths)
         by_inode = {f.inode: f for f in self._files.values()}
+        opened: list[tuple[str, int, os.stat_result]] = []
         for path in paths:
             try:
                 descriptor = os.open(path, os.O_RDONLY)
             except OSError:
                 continue  # not there (yet), or gone since the glob
-            stat = os.fstat(descriptor)
+            opened.append((path, descriptor, os.fstat(descriptor)))
+        self._shares.begin({stat.st_ino: stat.st_size for _, _, stat in opened})
+        for path, descriptor, stat in opened:
             known = by_inode.get(stat.st_ino)
             if known is not None and known.identity.change(descriptor) is None and stat.st_size >= known.offset:
                 known.path = path
                 os.close(descriptor)
                 continue
-            if known is None and self._readers > 1 and file_share(stat.st_ino, self._readers) != self._share:
-                os.close(descriptor)  # another reader's
+            if known is None and not self._shares.mine(stat.st_ino, stat.st_size):
+                os.close(descriptor)  # another reader's, or not dealt yet
                 continue
             if known is not None:  # same inode, other first bytes or shorter: rewritten or truncated
                 self._drop(known.number)

@@ -31,6 +31,17 @@ class HoldsBack(Protocol):
         ...
 
 
+@runtime_checkable
+class TakesAhead(Protocol):
+    """A live source whose next batch may be taken while the batch before is being committed: its
+    ``committed()`` does nothing (its committed position and state are the acknowledgement), so
+    its reader overlaps the commit's round trip with reading and keying the next batch; the commits
+    themselves stay one after the other, in order (``takes_ahead`` True; the ``http`` source, which
+    answers the batch taken last once it is committed, does not)."""
+
+    takes_ahead: bool
+
+
 class HeldFailure:
     """A live source's failure met after some records of a batch (a bad record under
     ``on_bad_record: fail``): :meth:`taken_before` returns those records, so the reader commits

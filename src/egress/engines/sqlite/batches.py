@@ -3,11 +3,13 @@ reads stopped inside, and the decoding of a batch into log messages."""
 
 from __future__ import annotations
 
+import sqlite3
 from collections import deque
 from collections.abc import Iterable
 from typing import Any
 
 from egress.engines.protocols import LogMessage
+from egress.line_chunks import chunk_entries, is_packed, unpack_chunk, unpack_reference
 from egress.rows import unpack_batch
 
 new_tuple = tuple.__new__
@@ -23,11 +25,38 @@ def batch_messages(stream: str, partition: int, after: int, end: int,
         if offset >= end:
             break
         start = max(0, after - offset)
-        entries = unpack_batch(blob)
+        entries = log_entries(blob)
         messages.extend(entry_messages(stream, partition, offset + start, entries[start:end - offset]))
         if len(entries) > end - offset:
             rests.keep(stream, partition, end, entries[end - offset:])
     return messages
+
+
+def log_entries(blob: bytes) -> list[list[Any]]:
+    """A stored log batch's entries ``[message id, key, event timestamp, row]``: a MessagePack batch
+    of rows, or a chunk of lines (``egress.line_chunks``) decoded into rows."""
+    if is_packed(blob):
+        return chunk_entries(unpack_chunk(blob))
+    return unpack_batch(blob)
+
+
+def outbox_entries(db: sqlite3.Connection, first_seq: int, blob: bytes) -> list[list[Any]]:
+    """A stored outbox batch's entries ``[seq, message id, key, event timestamp, row]``: a MessagePack
+    batch, or a reference to log records (``egress.line_chunks.ChunkReference``) read from the log
+    (retention keeps what a reference names; a reference to records no longer there is an error)."""
+    reference = unpack_reference(blob) if is_packed(blob) else None
+    if reference is None:
+        return unpack_batch(blob)
+    stream, partition, offset, count = reference.stream, reference.partition, reference.offset, reference.count
+    rows = db.execute(
+        "SELECT offset, messages FROM log_batches WHERE stream = ? AND partition = ? AND offset < ? "
+        "AND offset + count > ? ORDER BY offset", (stream, partition, offset + count, offset)).fetchall()
+    messages = batch_messages(stream, partition, offset, offset + count, rows, BatchRests(0))
+    if len(messages) != count:
+        raise RuntimeError(f"outbox seq {first_seq}: {count} records of log {stream} partition {partition} from "
+                           f"offset {offset} referenced, {len(messages)} found")
+    suffix = reference.id_suffix
+    return [[first_seq + i, m.message_id + suffix, m.key, m.event_timestamp, m.row] for i, m in enumerate(messages)]
 
 
 def entry_messages(stream: str, partition: int, first: int, entries: list[list[Any]]) -> list[LogMessage]:

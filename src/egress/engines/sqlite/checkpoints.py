@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 from egress.engines.protocols import Checkpoint, KeyedState, OutboxMessage, SinkProgress
+from egress.engines.sqlite.batches import outbox_entries
 from egress.engines.sqlite.connection import SqliteConnection
 from egress.keys import partition_of
-from egress.rows import unpack_batch
 
 
 class SqliteCheckpoints(SqliteConnection):
@@ -38,12 +38,13 @@ class SqliteCheckpoints(SqliteConnection):
                                    (consumer, partition)).fetchone()
         # Batches are deleted whole: what an earlier commit trimmed may still be stored beside the rest.
         low = max(low, 0 if trimmed is None else int(trimmed[0]))
+        db = self._db
         outbox = sorted(
             (OutboxMessage(seq, stream, *entry)
-             for stream, blob in self._db.execute(
-                 "SELECT stream, messages FROM outbox_batches WHERE consumer = ? AND partition = ? AND last_seq > ?",
-                 (consumer, partition, low))
-             for seq, *entry in unpack_batch(blob) if seq > low),
+             for stream, first, blob in db.execute(
+                 "SELECT stream, first_seq, messages FROM outbox_batches WHERE consumer = ? AND partition = ? "
+                 "AND last_seq > ?", (consumer, partition, low)).fetchall()
+             for seq, *entry in outbox_entries(db, first, blob) if seq > low),
             key=lambda message: message.seq) if with_outbox else []
         (last_seq,) = self._db.execute(
             "SELECT MAX(last_seq) FROM outbox_batches WHERE consumer = ? AND partition = ?", (consumer, partition)
@@ -56,13 +57,14 @@ class SqliteCheckpoints(SqliteConnection):
         return await self._read_call(self._read_outbox_sync, consumer, partition, after_seq, last_seq)
 
     def _read_outbox_sync(self, consumer: str, partition: int, after_seq: int, last_seq: int) -> list[OutboxMessage]:
-        assert self._db is not None
+        db = self._db
+        assert db is not None
         return sorted(
             (OutboxMessage(seq, stream, *entry)
-             for stream, blob in self._db.execute(
-                 "SELECT stream, messages FROM outbox_batches WHERE consumer = ? AND partition = ? AND last_seq > ? "
-                 "AND first_seq <= ?", (consumer, partition, after_seq, last_seq))
-             for seq, *entry in unpack_batch(blob) if after_seq < seq <= last_seq),
+             for stream, first, blob in db.execute(
+                 "SELECT stream, first_seq, messages FROM outbox_batches WHERE consumer = ? AND partition = ? "
+                 "AND last_seq > ? AND first_seq <= ?", (consumer, partition, after_seq, last_seq)).fetchall()
+             for seq, *entry in outbox_entries(db, first, blob) if after_seq < seq <= last_seq),
             key=lambda message: message.seq)
 
     async def load_keyed_state(self, consumer: str, partition: int, partition_count: int,

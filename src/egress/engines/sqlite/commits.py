@@ -10,8 +10,10 @@ from typing import Any
 
 from egress.engines.protocols import EpochCommit, FencedError, OutboxMessage
 from egress.engines.sqlite.appends import SqliteAppends
+from egress.engines.sqlite.log import FRESH_CHUNKS
 from egress.engines.sqlite.ownership import SqliteOwnership
 from egress.errors import RowEncodingError
+from egress.line_chunks import ChunkReference, LineChunk, pack_chunk, pack_reference
 from egress.rows import first_unstorable_row_error, pack_batch
 
 
@@ -24,6 +26,9 @@ class SqliteCommits(SqliteAppends, SqliteOwnership):
         self._queue_lock = threading.Lock()
         self._queued: list[tuple[EpochCommit, asyncio.Future[None]]] = []
         self._draining = False
+        # Chunks of lines of the transaction in progress by id() of their stored blob (alive in the
+        # transaction's records): a committed one is kept as the object (SqliteLog._fresh_chunks).
+        self._pending_chunks: dict[int, LineChunk] = {}
 
     async def commit(self, commit: EpochCommit) -> None:
         # Group commit: commits that queue while the database thread is busy (several partition
@@ -46,6 +51,7 @@ class SqliteCommits(SqliteAppends, SqliteOwnership):
                 if not group:
                     self._draining = False
                     return
+            self._pending_chunks.clear()  # a transaction that failed left its own
             try:
                 outcomes = self._commit_group_sync([commit for commit, _ in group])
             except BaseException as error:  # every committer must hear of it, none may hang
@@ -105,8 +111,15 @@ class SqliteCommits(SqliteAppends, SqliteOwnership):
                     starts.setdefault((stream, partition), offset)  # a group's commits continue each other
                 self._appends_watch.own(starts, appended)
             return
+        fresh, pending = self._fresh_chunks, self._pending_chunks
         for record in records:
             self._tail.add(*record)
+            chunk = pending.get(id(record[4])) if pending else None
+            if chunk is not None:
+                fresh[record[:3]] = chunk
+                while len(fresh) > FRESH_CHUNKS:
+                    del fresh[next(iter(fresh))]
+        pending.clear()
         self._end_offsets.update(appended)
 
     def _apply(self, commit: EpochCommit, offsets: dict[tuple[str, int], int]
@@ -129,6 +142,8 @@ class SqliteCommits(SqliteAppends, SqliteOwnership):
             [(c, p, s, sp, off) for (s, sp), off in commit.input_positions.items()],
         )
         appended, records = self._apply_log_appends(commit, offsets) if commit.log_appends else ({}, [])
+        if commit.log_chunks:
+            self._apply_log_chunks(commit, offsets, appended, records)
         self._apply_outbox(commit)
         self._apply_state(commit)
         self._apply_timers(commit)
@@ -163,6 +178,29 @@ class SqliteCommits(SqliteAppends, SqliteOwnership):
             records)
         return appended, records
 
+    def _apply_log_chunks(self, commit: EpochCommit, offsets: dict[tuple[str, int], int],
+                          appended: dict[tuple[str, int], int],
+                          records: list[tuple[str, int, int, int, bytes]]) -> None:
+        """Store ``commit``'s chunks of lines, one log row each, after its row appends (``appended``,
+        ``records``: what they wrote, extended here)."""
+        db = self._db
+        assert db is not None
+        rows: list[tuple[str, int, int, int, bytes]] = []
+        for stream, partition, chunk in commit.log_chunks:
+            slot = (stream, partition)
+            offset = appended.get(slot)
+            if offset is None and not self.shared:
+                offset = offsets.get(slot)
+            if offset is None:
+                offset = self._end_offset_sync(stream, partition)
+            appended[slot] = offset + chunk.count
+            blob = pack_chunk(chunk)
+            rows.append((stream, partition, offset, chunk.count, blob))
+            self._pending_chunks[id(blob)] = chunk  # kept as the object once committed (_published)
+        db.executemany("INSERT INTO log_batches (stream, partition, offset, count, messages) VALUES (?, ?, ?, ?, ?)",
+                       rows)
+        records.extend(rows)
+
     def _apply_outbox(self, commit: EpochCommit) -> None:
         """Store ``commit``'s outbox, its sinks' progress and what every sink has persisted."""
         db = self._db
@@ -177,6 +215,13 @@ class SqliteCommits(SqliteAppends, SqliteOwnership):
             db.executemany(
                 "INSERT INTO outbox_batches (consumer, partition, first_seq, last_seq, stream, count, messages) "
                 "VALUES (?, ?, ?, ?, ?, ?, ?)", outbox)
+        if commit.outbox_chunks:
+            db.executemany(
+                "INSERT INTO outbox_batches (consumer, partition, first_seq, last_seq, stream, count, messages) "
+                "VALUES (?, ?, ?, ?, ?, ?, ?)",
+                [(c, p, o.first_seq, o.first_seq + o.chunk.count - 1, o.stream, o.chunk.count, pack_reference(
+                    ChunkReference(o.log_stream, o.log_partition, o.log_offset, o.chunk.count, o.id_suffix)))
+                 for o in commit.outbox_chunks])
         db.executemany(
             "INSERT INTO sink_progress (consumer, partition, sink, producer_id, max_persisted_message_id, "
             "max_persisted_seq_no, sink_state) VALUES (?, ?, ?, ?, ?, ?, ?) ON CONFLICT DO UPDATE SET "

@@ -7,9 +7,9 @@ import sqlite3
 from pathlib import Path
 
 from egress.engines.protocols import OutboxMessage, StateLocation
+from egress.engines.sqlite.batches import outbox_entries
 from egress.engines.sqlite.schema import DATABASE_NAME, READABLE_SCHEMA_VERSIONS, table_names
 from egress.errors import SpecMismatchError, StateDirectoryError
-from egress.rows import unpack_batch
 
 
 def read_state(state_dir: str | Path) -> dict[str, list[tuple[str, str, bytes, bytes]]]:
@@ -44,10 +44,10 @@ def read_outbox(state_dir: str | Path) -> list[tuple[str, int, OutboxMessage]]:
     try:
         trimmed = {(str(c), int(p)): int(seq) for c, p, seq in db.execute(
             "SELECT consumer, partition, seq FROM outbox_acknowledged")}
-        batches = db.execute("SELECT consumer, partition, stream, messages FROM outbox_batches")
+        batches = db.execute("SELECT consumer, partition, stream, first_seq, messages FROM outbox_batches").fetchall()
         found = [(str(c), int(p), OutboxMessage(seq, str(stream), *entry))
-                 for c, p, stream, blob in batches
-                 for seq, *entry in unpack_batch(blob) if seq > trimmed.get((str(c), int(p)), 0)]
+                 for c, p, stream, first, blob in batches
+                 for seq, *entry in outbox_entries(db, first, blob) if seq > trimmed.get((str(c), int(p)), 0)]
     finally:
         db.close()
     return sorted(found, key=lambda item: (item[0], item[1], item[2].seq))

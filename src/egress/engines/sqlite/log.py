@@ -3,17 +3,21 @@ committed them last."""
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import Any
 
-from egress.engines.protocols import LogMessage
+from egress.engines.protocols import ChunkAt, LogMessage
 from egress.engines.sqlite.batches import BatchRests, LogTail, batch_messages, entry_messages
 from egress.engines.sqlite.connection import SqliteConnection
+from egress.line_chunks import LineChunk, is_packed, unpack_chunk
 
 TAIL_BYTES = 4 * 1024 * 1024
 """How many bytes of just-committed log batches an engine keeps for readers in the same process
 (:class:`LogTail`): a downstream job reads them without a SELECT (4 MiB: ~12,000 messages of
 ~330 bytes, three source chunks; a reader further behind reads the database, and 16 MiB held
 for it cost 12 MB of peak RSS draining a backlog)."""
+FRESH_CHUNKS = 4
+"""How many just-committed chunks of lines an engine keeps as objects for readers in the same process."""
 RESTS_MESSAGES = 4096
 """How many decoded log messages an engine keeps for reads that continue inside a batch an earlier
 read stopped in (:class:`BatchRests`): epochs of a few hundred messages read batches of a
@@ -32,8 +36,12 @@ class SqliteLog(SqliteConnection):
         self._end_offsets: dict[tuple[str, int], int] = {}
         self._tail = LogTail(TAIL_BYTES)
         self._rests = BatchRests(RESTS_MESSAGES)
+        # Unshared only: the chunks of lines this process committed last, as the objects committed
+        # (immutable), so that reading one back copies nothing; by (stream, partition, offset).
+        self._fresh_chunks: dict[tuple[str, int, int], LineChunk] = {}
 
     def _close_sync(self) -> None:
+        self._fresh_chunks.clear()
         self._tail = LogTail(TAIL_BYTES)
         self._rests.clear()
         super()._close_sync()
@@ -62,23 +70,57 @@ class SqliteLog(SqliteConnection):
 
     def _read_stored(self, stream: str, partition: int, after: int, limit: int) -> list[LogMessage]:
         """:meth:`read` from the stored batches (the tail's or the database's)."""
+        return batch_messages(stream, partition, after, after + limit,
+                              self._stored_batches(stream, partition, after, limit), self._rests)
+
+    def _stored_batches(self, stream: str, partition: int, after: int, limit: int) -> Iterable[tuple[int, bytes]]:
+        """``(offset, blob)`` of the stored batches holding offsets ``after`` .. ``after + limit - 1``."""
         # What this process committed last is decoded from memory, without a SELECT; the tail is
         # used only when it reaches the durable end offset (else it may miss messages), and only
         # unshared (a shared engine keeps neither the tail nor the end offsets).
         kept = None if self.shared else self._tail.batches(
             stream, partition, after, self._end_offsets.get((stream, partition)))
         if kept is not None:
-            return batch_messages(stream, partition, after, after + limit, kept, self._rests)
+            return kept
         db = self._db
         assert db is not None
         first = db.execute(
             "SELECT offset FROM log_batches WHERE stream = ? AND partition = ? AND offset <= ? "
             "ORDER BY offset DESC LIMIT 1", (stream, partition, after)).fetchone()
-        batches = db.execute(
+        return db.execute(
             "SELECT offset, messages FROM log_batches WHERE stream = ? AND partition = ? AND offset >= ? "
             "AND offset < ? AND offset + count > ? ORDER BY offset",
             (stream, partition, after if first is None else first[0], after + limit, after))
-        return batch_messages(stream, partition, after, after + limit, batches, self._rests)
+
+    async def read_chunks(self, stream: str, partition: int, after: int, limit: int) -> list[ChunkAt | LogMessage]:
+        """``LineChunkLog.read_chunks``: stored chunks as :class:`ChunkAt`, stored rows as messages."""
+        if self.shared:
+            return await self._read_call(self._read_chunks_sync, stream, partition, after, limit)
+        end = self._end_offsets.get((stream, partition))
+        if end is not None and after >= end:
+            return []
+        return await self._call(self._read_chunks_sync, stream, partition, after, limit)
+
+    def _read_chunks_sync(self, stream: str, partition: int, after: int, limit: int) -> list[ChunkAt | LogMessage]:
+        rest = self._rests.take(stream, partition, after)
+        if rest is not None:  # inside a batch of rows a read stopped in: rows
+            self._rests.keep(stream, partition, after, rest)
+            return list(self._read_sync(stream, partition, after, limit))
+        items: list[ChunkAt | LogMessage] = []
+        position, end = after, after + limit
+        for offset, blob in self._stored_batches(stream, partition, after, limit):
+            if position >= end:
+                break
+            if is_packed(blob):
+                chunk = self._fresh_chunks.get((stream, partition, offset)) or unpack_chunk(blob)
+                if offset + chunk.count > position:
+                    items.append(ChunkAt(position, chunk.tail(position - offset)))
+                    position = offset + chunk.count
+            else:
+                messages = batch_messages(stream, partition, position, end, [(offset, blob)], self._rests)
+                items.extend(messages)
+                position += len(messages)
+        return items
 
     async def end_offset(self, stream: str, partition: int) -> int:
         return await self._call(self._end_offset_sync, stream, partition)

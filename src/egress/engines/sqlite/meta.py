@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 from egress.engines.protocols import CommittedInventory
+from egress.engines.sqlite.batches import outbox_entries
 from egress.engines.sqlite.log import SqliteLog
-from egress.rows import unpack_batch
 
 
 class SqliteMeta(SqliteLog):
@@ -48,7 +48,7 @@ class SqliteMeta(SqliteLog):
                 "SELECT consumer, partition, first_seq, stream, count FROM outbox_batches").fetchall():
             low = acknowledged.get((c, p), 0)
             # A batch the sinks have persisted part of is kept whole: count only what is beyond.
-            waiting = int(n) if first > low else sum(1 for seq, *_ in unpack_batch(db.execute(
+            waiting = int(n) if first > low else sum(1 for seq, *_ in outbox_entries(db, first, db.execute(
                 "SELECT messages FROM outbox_batches WHERE consumer = ? AND partition = ? AND first_seq = ?",
                 (c, p, first)).fetchone()[0]) if seq > low)
             if waiting:

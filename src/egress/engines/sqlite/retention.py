@@ -5,6 +5,10 @@ from __future__ import annotations
 from collections.abc import Collection, Mapping
 
 from egress.engines.sqlite.log import SqliteLog
+from egress.line_chunks import unpack_reference
+
+REFERENCE_BYTES = 256
+"""Outbox blobs at most this long may be references to the log (``length()`` of a blob reads no page of it)."""
 
 
 class SqliteRetention(SqliteLog):
@@ -24,6 +28,7 @@ class SqliteRetention(SqliteLog):
         deleted = 0
         self._rests.clear()  # what it deletes is read no more; a rest of it must not be either
         with self._transaction():
+            referenced = self._referenced_sync()
             for stream, consumers in readers.items():
                 if not consumers:
                     continue
@@ -35,8 +40,22 @@ class SqliteRetention(SqliteLog):
                     if known < len(consumers):
                         continue  # a consumer without a position there has read nothing yet
                     end = self._end_offset_sync(stream, int(partition))
+                    low = min(int(low), referenced.get((stream, int(partition)), int(low)) + keep)
                     deleted += db.execute(
                         "DELETE FROM log_batches WHERE stream = ? AND partition = ? AND offset < ? "
                         "AND offset + count <= ? AND offset + count < ?",
                         (stream, partition, int(low) - keep, int(low) - keep, end)).rowcount
         return deleted
+
+    def _referenced_sync(self) -> dict[tuple[str, int], int]:
+        """The lowest log offset an outbox reference (``egress.line_chunks``) names, per log partition:
+        a reference's records must stay until its outbox batch is trimmed."""
+        assert self._db is not None
+        lows: dict[tuple[str, int], int] = {}
+        for (blob,) in self._db.execute("SELECT messages FROM outbox_batches WHERE length(messages) <= ?",
+                                        (REFERENCE_BYTES,)):
+            reference = unpack_reference(bytes(blob))
+            if reference is not None:
+                slot = (reference.stream, reference.partition)
+                lows[slot] = min(lows.get(slot, reference.offset), reference.offset)
+        return lows

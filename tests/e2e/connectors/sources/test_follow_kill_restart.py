@@ -1,7 +1,8 @@
 """End to end: ``egress run`` following a log file (``follow: true``) that is appended to, sometimes
 a half line at a time, and rotated (``app.jsonl`` → ``app.jsonl.N``, a new ``app.jsonl`` begun),
 while egress is SIGKILLed and restarted 5 times; a final ``--until-drained`` run: every line written
-reaches the receiver, each under one stable key."""
+reaches the receiver, each under one stable key. Read by one reader, and by two (``readers: 2``:
+reader 0 deals each new file, the commits of a batch overlap the reading of the next)."""
 
 from __future__ import annotations
 
@@ -69,14 +70,15 @@ class Writer:
 
 
 @pytest.mark.timeout(240)
+@pytest.mark.parametrize("readers", [1, 2])
 def test_a_followed_file_appended_and_rotated_across_five_sigkills_is_delivered_whole(
-        tmp_path: Path, receiver: Receiver) -> None:
+        tmp_path: Path, receiver: Receiver, readers: int) -> None:
     (tmp_path / "logs").mkdir()
     writer = Writer(tmp_path / "logs")
     writer.start()
     # The glob matches the rotated names too, so a file rotated twice while egress is down is read.
     source = {"source_class_name": "jsonl", "parameters": {"path": str(tmp_path / "logs" / "app.jsonl*"),
-                                                            "follow": True}}
+                                                            "follow": True, "readers": readers}}
     try:
         written = kill_restart_then_drain(
             tmp_path, receiver, lambda run: pass_through_spec(tmp_path, "follow_kill", source, receiver.port, run),
