@@ -17,7 +17,8 @@ CPU per message counts this process and its children (nginx, the receivers).
 Checks (exit 1 when one fails): every message acknowledged (the partition-wide prefix reaches the
 last seq) in both runs; every message of the bad endpoints delivered once they answer, the first
 deliveries of each key in seq order (the receivers' records, by ``webhook-id``); the healthy
-endpoints' p99 in the bad run within 20 % of the baseline's.
+endpoints' p99 in the bad run within 20 % of the baseline's: the median of the pairs' ratios (the two
+runs of a pair in alternating order, so that a drift of a shared machine's load favours neither).
 
     python benchmarks/webhooks.py [--seconds 30] [--rate 1000] [--down-for 15] [--slow 2] [--pairs 1]
 """
@@ -31,6 +32,7 @@ import collections
 import json
 import random
 import resource
+import signal
 import subprocess
 import sys
 import tempfile
@@ -77,8 +79,8 @@ class Measured(WebhookHttpSink):
 
     latencies: dict[str, list[float]]
 
-    def _succeed(self, delivery: Delivery) -> None:
-        super()._succeed(delivery)
+    def _acknowledge(self, delivery: Delivery) -> None:
+        super()._acknowledge(delivery)
         self.latencies[delivery.endpoint.name].append(self._context.clock.monotonic() - delivery.started)
 
 
@@ -233,19 +235,23 @@ def main() -> int:
         return 1
     print(f"{ENDPOINTS} endpoints, {args.rate} msg/s for {args.seconds:g} s; bad run: {DOWN} answering 503 for "
           f"{args.down_for:g} s, {SLOW} answering in {args.slow:g} s", flush=True)
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(1))  # a stopped run still stops its servers (finally)
     problems: list[str] = []
     ratios: list[float] = []
+    own_cpu: dict[bool, list[float]] = {False: [], True: []}
     children_before = 0.0
     with tempfile.TemporaryDirectory(prefix="egress-webhooks-") as folder:
         for pair in range(args.pairs):
             results = {}
-            for bad in (False, True):
+            # Alternate which run goes first, so a drift of the machine's load favours neither.
+            for bad in (False, True) if pair % 2 == 0 else (True, False):
                 work = Path(folder) / f"pair{pair}"
                 work.mkdir(exist_ok=True)
                 result = results[bad] = run(args, work, nginx, bad=bad)
                 result["children_cpu"] = result["children_cpu_total"] - children_before
                 children_before = result["children_cpu_total"]
                 report("bad" if bad else "baseline", result)
+                own_cpu[bad].append(result["own_cpu"] / result["messages"])
                 problems += result["problems"]
             for name in (DOWN, SLOW):
                 values = results[True]["down" if name == DOWN else "slow"]
@@ -258,6 +264,9 @@ def main() -> int:
           "(target <= 1.20)")
     if median > 1.2:
         problems.append(f"p99 ratio {median:.2f} > 1.20")
+    for bad, values in own_cpu.items():
+        print(f"{'bad' if bad else 'baseline'} runs: this process {sorted(values)[len(values) // 2] * 1e6:.0f} µs CPU "
+              "per message (median)")
     for problem in problems:
         print(f"PROBLEM: {problem}")
     return 1 if problems else 0

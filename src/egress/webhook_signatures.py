@@ -84,8 +84,8 @@ def signed_content(message_id: str, timestamp: int, body: bytes) -> bytes:
 def signature_header(keys: Sequence[bytes], message_id: str, timestamp: int, body: bytes) -> str:
     """The ``webhook-signature`` value: ``v1,<base64>`` per key, space separated."""
     content = signed_content(message_id, timestamp, body)
-    return " ".join("v1," + base64.b64encode(hmac.new(key, content, hashlib.sha256).digest()).decode()
-                    for key in keys)
+    # hmac.digest: the one-shot C path (no HMAC object per message and key)
+    return " ".join("v1," + base64.b64encode(hmac.digest(key, content, "sha256")).decode() for key in keys)
 
 
 def signature_lines(keys: Sequence[bytes], message_id: str, timestamp: int, body: bytes) -> tuple[str, str, str]:

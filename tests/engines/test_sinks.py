@@ -22,6 +22,19 @@ async def test_the_checkpoint_holds_the_outbox_the_slowest_sink_has_not_persiste
     assert (await engine.load_checkpoint("c", 1, ["http"])).outbox == []  # another partition's outbox
 
 
+async def test_a_checkpoint_loaded_without_its_outbox_keeps_the_rest_for_reading_it_in_pages(engine: Engine) -> None:
+    generation = await engine.acquire("c", 0)
+    await engine.commit(EpochCommit("c", 0, generation, outbox=OUTBOX,
+                                    sink_progress={"http": SinkProgress("", b"id1", 1)}))
+    whole = await engine.load_checkpoint("c", 0, ["http"])
+    light = await engine.load_checkpoint("c", 0, ["http"], with_outbox=False)
+    assert light.outbox == []
+    assert (light.input_positions, light.sink_progress, light.next_seq) == \
+        (whole.input_positions, whole.sink_progress, whole.next_seq)
+    assert isinstance(engine, OutboxReader)
+    assert await engine.read_outbox("c", 0, 1, light.next_seq - 1) == whole.outbox
+
+
 async def test_the_outbox_is_trimmed_once_every_sink_persisted_past_a_seq(engine: Engine, reopen: OpenEngine) -> None:
     generation = await engine.acquire("c", 0)
     await engine.commit(EpochCommit("c", 0, generation, outbox=OUTBOX))

@@ -219,11 +219,14 @@ class Log(Protocol):
 class CheckpointStore(Protocol):
     """Loads checkpoints and commits epochs atomically."""
 
-    async def load_checkpoint(self, consumer: str, partition: int, sinks: list[str]) -> Checkpoint:
+    async def load_checkpoint(self, consumer: str, partition: int, sinks: list[str], *,
+                              with_outbox: bool = True) -> Checkpoint:
         """The committed positions of ``(consumer, partition)``, the progress of each of ``sinks``
         (``SinkProgress()`` for one that never committed any), the outbox messages some of
-        ``sinks`` has not yet persisted (seq above the lowest ``max_persisted_seq_no``), and the
-        next seq (above every committed outbox seq and persisted seq, even once all are trimmed)."""
+        ``sinks`` has not yet persisted (seq above the lowest ``max_persisted_seq_no``; none with
+        ``with_outbox=False``, for a caller that reads them in pages with
+        :meth:`OutboxReader.read_outbox`), and the next seq (above every committed outbox seq and
+        persisted seq, even once all are trimmed)."""
         ...
 
     async def load_keyed_state(self, consumer: str, partition: int, partition_count: int,

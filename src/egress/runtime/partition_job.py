@@ -31,6 +31,7 @@ from egress.connectors.base import Sink, SinkContext
 from egress.connectors.dead_letters import DeadLetterFiles
 from egress.engines import (
     AppendsCallback,
+    Checkpoint,
     ChunkAt,
     Engine,
     EpochCommit,
@@ -60,6 +61,9 @@ from egress.spec import StreamSpec
 from egress.throttler import InputThrottle, ThrottlerFactory, Throttling
 
 T = TypeVar("T")
+# Seqs of the committed outbox read back at a time when a job starts on an engine that reads its
+# outbox again (OutboxReader): the memory of a restart after a sink fell far behind.
+OUTBOX_PAGE = 4096
 
 
 class PartitionJob:
@@ -255,7 +259,10 @@ class PartitionJob:
         plan, engine, cid = self.plan, self._engine, self.plan.computation_id
         if generation is None:
             generation = await engine.acquire(cid, self.partition)
-        checkpoint = await engine.load_checkpoint(cid, self.partition, list(plan.sinks))
+        # An engine that reads its outbox again hands the committed outbox over in pages (below).
+        paged = isinstance(engine, OutboxReader)
+        checkpoint = await (engine.load_checkpoint(cid, self.partition, list(plan.sinks), with_outbox=False)
+                            if paged else engine.load_checkpoint(cid, self.partition, list(plan.sinks)))
         factory, input_throttle = self._throttlers()
         self._carried = CarriedContexts.of(engine, cid, self.partition)
         self._create_sinks(checkpoint.sink_progress)
@@ -272,12 +279,34 @@ class PartitionJob:
                                logged_streams=plan.logged_streams, positions=positions,
                                next_seq=checkpoint.next_seq, watermark=keyed.watermark,
                                committed_progress=dict(checkpoint.sink_progress))
-        if self._carried is not None:
-            await self._carried.load(checkpoint.outbox)
-        self._distribute(checkpoint.outbox)
+        if paged:
+            await self._distribute_committed(checkpoint)
+        else:
+            if self._carried is not None:
+                await self._carried.load(checkpoint.outbox)
+            self._distribute(checkpoint.outbox)
         self._chunks = ChunkPath.of(plan, self._streams or {}, engine, self.partition, self.sinks,
                                     throttled=input_throttle is not None)
         return _JobRun(generation, self._step, factory, input_throttle)
+
+    async def _distribute_committed(self, checkpoint: Checkpoint) -> None:
+        """The committed outbox above the lowest persisted seq, read back and distributed
+        :data:`OUTBOX_PAGE` seqs at a time: a sink far behind (a webhook endpoint paused for days)
+        must not make a restart hold its whole backlog in memory at once (the webhook sink keeps a
+        bounded part per endpoint and leaves the rest in the outbox)."""
+        engine = self._engine
+        assert isinstance(engine, OutboxReader)
+        after = min((p.max_persisted_seq_no for p in checkpoint.sink_progress.values()), default=0)
+        last = checkpoint.next_seq - 1
+        carried = self._carried
+        while after < last:
+            upto = min(after + OUTBOX_PAGE, last)
+            page = await engine.read_outbox(self.plan.computation_id, self.partition, after, upto)
+            if carried is not None and page:
+                await carried.load(page)  # every context from the first page's seq on, once
+                carried = None
+            self._distribute(page)
+            after = upto
 
     def _throttlers(self) -> tuple[ThrottlerFactory | None, InputThrottle | None]:
         """The job's throttler factory and its automatic input throttle (``None`` without throttlers)."""

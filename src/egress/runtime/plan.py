@@ -340,6 +340,13 @@ def _sink_plan(
     if parameters is None or dynamic_parameters is None or len(inputs) != len(sink.input_stream_ids):
         return None
     parameters = _files_in(base_dir, parameters, f"{computation_id}/{sink_id}", spec_file)
+    files_in = getattr(dynamic_parameters, "files_in", None)  # files the DynamicSpec names (webhook secrets)
+    if files_in is not None:
+        try:
+            dynamic_parameters = files_in(base_dir)
+        except SpecErrors as found:
+            errors.extend(e.at(file=dynamic_spec_file, prefix=f"{sink_at}/parameters") for e in found.errors)
+            return None
     construction = sink_class.check(parameters, inputs)
     errors.extend(unset_environment(sink.parameters, f"{sink_at}/parameters", spec_file))
     errors.extend(e.at(file=spec_file, prefix=sink_at) for e in construction)

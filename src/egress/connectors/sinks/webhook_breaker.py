@@ -29,6 +29,8 @@ class Breaker:
         self._failing_since: float | None = None  # when it last left closed
         self._probes = 0  # attempts admitted while half-open, not ended yet
         self._seconds: collections.deque[list[int]] = collections.deque()  # [second, attempts, failures]
+        self._attempts = 0  # the sums over ``_seconds``, kept as they change (a record is O(1))
+        self._failures = 0
         self.opened = 0  # times it opened (a metric)
 
     def state(self, now: float) -> State:
@@ -87,16 +89,20 @@ class Breaker:
         second = int(now)
         seconds = self._seconds
         if seconds and seconds[-1][0] == second:
-            seconds[-1][1] += 1
-            seconds[-1][2] += failed
+            last = seconds[-1]
+            last[1] += 1
+            last[2] += failed
         else:
             seconds.append([second, 1, int(failed)])
+        self._attempts += 1
+        self._failures += failed
         horizon = now - self.spec.window
         while seconds and seconds[0][0] + 1 <= horizon:
-            seconds.popleft()
-        attempts = sum(entry[1] for entry in seconds)
-        failures = sum(entry[2] for entry in seconds)
-        if failed and attempts >= self.spec.minimum_requests and failures >= self.spec.failure_ratio * attempts:
+            _, attempts, failures = seconds.popleft()
+            self._attempts -= attempts
+            self._failures -= failures
+        if failed and self._attempts >= self.spec.minimum_requests and \
+                self._failures >= self.spec.failure_ratio * self._attempts:
             self._open(now)
 
     def resume(self) -> None:
@@ -116,6 +122,7 @@ class Breaker:
         self._failing_since = None
         self._probes = 0
         self._seconds.clear()
+        self._attempts = self._failures = 0
 
 
 __all__ = ["STATE_CODES", "Breaker", "State"]

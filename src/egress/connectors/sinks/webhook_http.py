@@ -2,10 +2,15 @@
 
 Each committed message names its endpoint (``endpoint_column``: an entry of the DynamicSpec's
 endpoint table; or ``url_column``: the URL). Per (partition, endpoint) the sink keeps its own
-queue, acknowledged prefix, client, ``max_in_flight``, ``Retry-After`` pauses, throttler and
-circuit breaker (``webhook_breaker``), so a failing or slow endpoint holds back only its own
-messages. Within an endpoint, messages of one key go one at a time in ``seq`` order (a later one
-starts once the earlier is acknowledged); messages of other keys may overtake a waiting one.
+queue, acknowledged prefix, ``max_in_flight``, ``Retry-After`` pauses, throttler and circuit
+breaker (``webhook_breaker``), so a failing or slow endpoint holds back only its own messages;
+their transfers share one libcurl client per scheme (``webhook_endpoints.SharedClients``). Within
+an endpoint, messages of one key go one at a time in ``seq`` order (a later one starts once the
+earlier is acknowledged); messages of other keys may overtake a waiting one.
+
+A first attempt is one request handed to libcurl with its delivery as the token, the responses of
+a batch back in one callback: no task per message. Only a failed first attempt, or an endpoint whose
+breaker is not closed, that asked to wait or that has a throttler, gets a task (``DeliveryLoop``).
 
 Every request is signed per Standard Webhooks (``egress.webhook_signatures``; ``webhook-id`` is the
 message's idempotency key, the same after a restart). A delivery that exhausts the retry rules of
@@ -21,8 +26,7 @@ from collections.abc import Iterable
 from typing import Any, ClassVar
 
 from egress.clock import event_or_timeout
-from egress.connectors.base import SINKS, SinkContext, single_input_stream
-from egress.connectors.dead_letters import DeadLetter, check_dead_letter_path
+from egress.connectors.base import SINKS, SinkContext
 from egress.connectors.sinks import http_attempts
 from egress.connectors.sinks.delivery import DeliveryHooks, DeliveryLoop, PolicyRetries, exhausted_error
 from egress.connectors.sinks.ordering import fresh_messages
@@ -30,25 +34,36 @@ from egress.connectors.sinks.webhook_endpoints import (
     Delivery,
     Endpoint,
     EndpointGauges,
+    Prefixes,
+    SharedClients,
+    dead_letter_of,
     decode_state,
     encode_state,
     endpoint_config,
+    endpoint_rows,
+    first_requests,
+    show_breaker,
+    show_configuration,
 )
-from egress.connectors.sinks.webhook_parameters import WebhookSinkDynamicParameters, WebhookSinkParameters
+from egress.connectors.sinks.webhook_parameters import (
+    WebhookSinkDynamicParameters,
+    WebhookSinkParameters,
+    check_streams,
+)
 from egress.engines import OutboxMessage, SinkProgress
 from egress.errors import SpecError
-from egress.httpclient import CurlClient, Request, Response
-from egress.httpclient.outcomes import AttemptFailure
+from egress.httpclient import Request, Response
+from egress.httpclient.curl import Completions
+from egress.httpclient.outcomes import AttemptFailure, failure_of
 from egress.keys import idempotency_key
 from egress.spec import StreamSpec
-from egress.webhook_signatures import signature_lines
 
 SINK_CLASS = "webhook_http"
 STATUS_SUFFIX = "webhook"
 POLICY_EXHAUSTED = "Webhook POST retry policy exhausted"
 DEADLINE_EXHAUSTED = "Webhook POST retry deadline exhausted"
 # Seconds between progress reports: well below an epoch period, so a commit is never later for it,
-# and long enough that a report (a visit of every endpoint) is not paid per acknowledgement.
+# and long enough that a report (its sink_state encoded) is not paid per acknowledgement.
 REPORT_INTERVAL = 0.005
 
 
@@ -62,20 +77,7 @@ class WebhookHttpSink:
     @classmethod
     def check(cls, parameters: WebhookSinkParameters, input_streams: dict[str, StreamSpec]) -> list[SpecError]:
         """One input stream with the payload column (string) and the endpoint or URL column (string)."""
-        stream = single_input_stream("Webhook HTTP sink", input_streams)
-        if isinstance(stream, SpecError):
-            return [stream]
-        types = {column.name: column.type for column in stream.columns}
-        problems: list[SpecError] = []
-        named = [("payload_column", parameters.payload_column),
-                 ("endpoint_column" if parameters.endpoint_column else "url_column",
-                  parameters.endpoint_column or parameters.url_column or "")]
-        for field, column in named:
-            if types.get(column) != "string":
-                problems.append(SpecError(f'Webhook HTTP sink {field} "{column}" must be a String column of the '
-                                          f"input stream (columns: {', '.join(types) or 'none'})",
-                                          path=f"parameters/{field}"))
-        return problems + check_dead_letter_path(parameters.dead_letter_path)
+        return check_streams(parameters, input_streams)
 
     @classmethod
     def create(cls, context: SinkContext, parameters: WebhookSinkParameters,
@@ -91,6 +93,11 @@ class WebhookHttpSink:
         self._committed_prefixes = decode_state(progress.sink_state)
         self._last_distributed_seq = progress.max_persisted_seq_no
         self._endpoints: dict[str, Endpoint] = {}
+        self._prefixes = Prefixes(self._committed_prefixes, progress.max_persisted_seq_no)
+        self._changed: set[Endpoint] = set()  # queued or acknowledged since the last report
+        self._clients = SharedClients(parameters, sum(e.max_in_flight for e in dynamic_parameters.endpoints.values()))
+        self._in_flight_limits = 0  # the sum of the max_in_flight of this instance's endpoints
+        self._completions: Completions | None = None  # where first attempts' responses go, in batches
         self._tasks: set[asyncio.Task[None]] = set()
         self._held = False
         self._closed = False
@@ -145,6 +152,7 @@ class WebhookHttpSink:
             if message.seq <= endpoint.acked:
                 continue
             touched.add(endpoint)
+            self._changed.add(endpoint)
             if refill is None and cap is not None and (endpoint.spilled or len(endpoint.pending) >= cap):
                 endpoint.spilled.append(message.seq)  # its row stays in the outbox until it is read again
                 continue
@@ -163,36 +171,34 @@ class WebhookHttpSink:
             dynamic = self._dynamic
             config = endpoint_config(name, dynamic.endpoints, dynamic.defaults, self._by_url)
             acked = max(self._committed_prefixes.get(name, 0), self._progress.max_persisted_seq_no)
-            endpoint = self._endpoints[name] = Endpoint(name, config, dynamic.breaker, acked)
+            endpoint = self._endpoints[name] = Endpoint(name, config, dynamic.breaker, acked,
+                                                        self._status_prefix + name)
+            self._in_flight_limits += config.max_in_flight if config is not None else 0
             self._attach(endpoint)
             self._show_configuration(endpoint)
         return endpoint
 
     def _attach(self, endpoint: Endpoint) -> None:
-        """Its clients, pauses, throttler and delivery loop."""
-        context, parameters = self._context, self._parameters
+        """Its pauses, throttler and delivery loop (its transfers run on the sink's clients)."""
+        context = self._context
         metrics = context.metrics.sink
         config = endpoint.config
-        endpoint.transports = http_attempts.ClientsByScheme(lambda scheme: CurlClient(
-            max_connections=config.max_in_flight if config else 1, keep_alive=parameters.keep_alive,
-            ca_file=parameters.tls_ca_file if scheme == "https" else None))
-        endpoint.retired_transports.append(endpoint.transports)  # closed with the sink
         pauses = http_attempts.EndpointPauses(context.clock, metrics.retry_after.labels(*self._labels),
                                               metrics.retry_after_invalid.labels(*self._labels))
-        throttle = (http_attempts.sink_throttler(context, config.throttler_id, config.throttler_class_id)
-                    if config is not None else None)
+        endpoint.throttle = (http_attempts.sink_throttler(context, config.throttler_id, config.throttler_class_id)
+                             if config is not None else None)
         endpoint.loop = DeliveryLoop(
             context.clock, self._hooks, kind="Webhook HTTP sink",
-            url=lambda: endpoint.config.url if endpoint.config else "", transport=endpoint.transports.get,
-            dynamic=self._dynamic_parameters, pauses=pauses, throttle=throttle, max_redirects=0,
+            url=lambda: endpoint.url, transport=self._clients.of_url,
+            dynamic=self._dynamic_parameters, pauses=pauses, throttle=endpoint.throttle, max_redirects=0,
             requests=self._requests, retries=self._retries, attempt_seconds=self._attempt_seconds)
+        self._clients.hold(self._in_flight_limits)
 
     def progress(self) -> SinkProgress:
         return self._progress
 
     def _schedule_report(self) -> None:
-        """Report at most once per :data:`REPORT_INTERVAL`, however many acknowledgements came: a
-        report visits every endpoint (the partition-wide prefix is a minimum over them)."""
+        """Report at most once per :data:`REPORT_INTERVAL`, however many acknowledgements came."""
         if not self._report_scheduled:
             self._report_scheduled = True
             asyncio.get_running_loop().call_later(REPORT_INTERVAL, self._report)
@@ -203,16 +209,13 @@ class WebhookHttpSink:
         self._report_scheduled = False
         if self._closed:
             return
-        low = self._last_distributed_seq
-        for endpoint in self._endpoints.values():
-            first = endpoint.first_unacknowledged()
-            if first is not None and first - 1 < low:
-                low = first - 1
+        changed, self._changed = self._changed, set()
+        low = self._prefixes.advance(changed, self._last_distributed_seq)
+        for endpoint in changed:
             if endpoint.spilled and not endpoint.refilling:
                 self._refill(endpoint)  # e.g. room freed by null payloads, which start no delivery
-        prefixes = {name: e.acked for name, e in self._endpoints.items() if e.acked > low}
         progress = SinkProgress(self._progress.producer_id, None, max(low, self._progress.max_persisted_seq_no),
-                                encode_state(prefixes))
+                                encode_state(self._prefixes.ahead))
         if progress != self._progress:
             self._progress = progress
             self._context.on_progress(progress)
@@ -260,7 +263,9 @@ class WebhookHttpSink:
             endpoint.breaker.spec = dynamic_parameters.breaker
             endpoint.configure(endpoint_config(endpoint.name, dynamic_parameters.endpoints,
                                                dynamic_parameters.defaults, self._by_url))
-            self._attach(endpoint)  # a new max_in_flight or throttler; running deliveries keep theirs
+        self._in_flight_limits = sum(e.config.max_in_flight for e in self._endpoints.values() if e.config)
+        for endpoint in self._endpoints.values():
+            self._attach(endpoint)  # a new throttler; running deliveries keep theirs
             self._show_configuration(endpoint)
             self._start(endpoint)
 
@@ -281,20 +286,26 @@ class WebhookHttpSink:
         for task in tasks:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
-        for endpoint in self._endpoints.values():
-            for transports in endpoint.retired_transports:
-                transports.close()
+        self._clients.close()  # transfers still running end with CLIENT_CLOSED, ignored: the sink is closed
 
     # -- scheduling --------------------------------------------------------------------------
 
     def _start(self, endpoint: Endpoint) -> None:
         """Start waiting deliveries of ``endpoint`` in order, up to its ``max_in_flight``, skipping
-        (not starting) one whose key has an earlier delivery running."""
+        (not starting) one whose key has an earlier delivery running. While its breaker is closed,
+        nothing asked it to wait and it has no throttler, their first attempts go as one batch
+        (:meth:`_send_first_attempts`); else each delivery is a task (:meth:`_deliver`)."""
         config = endpoint.config
         if self._held or self._closed or config is None or not endpoint.waiting:
             return
+        now = self._context.clock.monotonic()
+        assert endpoint.loop is not None
+        pauses = endpoint.loop.pauses
+        fast = (endpoint.throttle is None and endpoint.breaker.state(now) == "closed"
+                and not (pauses and pauses.end(endpoint.pause_key) is not None))
         limit, busy = config.max_in_flight, endpoint.busy_keys
         skipped: list[Delivery] = []
+        first: list[Delivery] = []
         waiting = endpoint.waiting
         while waiting and endpoint.running < limit:
             delivery = waiting.popleft()
@@ -303,20 +314,97 @@ class WebhookHttpSink:
                 continue
             busy.add(delivery.key)
             endpoint.running += 1
-            task = asyncio.get_running_loop().create_task(self._deliver(delivery))
-            self._tasks.add(task)
-            task.add_done_callback(self._tasks.discard)
+            if fast:
+                delivery.admitted = True  # a closed breaker admits every attempt, and takes no slot for it
+                delivery.attempted = now
+                first.append(delivery)
+            else:
+                self._spawn(self._deliver(delivery))
         waiting.extendleft(reversed(skipped))
+        if first:
+            self._send_first_attempts(endpoint, first)
 
-    async def _deliver(self, delivery: Delivery) -> None:
+    def _spawn(self, coroutine: Any) -> None:
+        task = asyncio.get_running_loop().create_task(coroutine)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    def _send_first_attempts(self, endpoint: Endpoint, deliveries: list[Delivery]) -> None:
+        """The first attempts of ``deliveries`` (of ``endpoint``), each a request with its delivery as
+        the token; the responses come back with the others that finished together, to
+        :meth:`_first_attempts_done`: most succeed at once, and a task per message costs time and
+        memory. Each is signed once here (the timestamp of its attempt; a later attempt signs again)."""
+        dynamic = self._dynamic
+        timeout = min(dynamic.attempt_timeout, dynamic.request_timeout)
+        capture_retry_after = dynamic.respect_retry_after
+        completions = self._completions
+        if completions is None:
+            # A first attempt still queued when the sink closes is not sent.
+            completions = self._completions = Completions(asyncio.get_running_loop(), self._first_attempts_done,
+                                                          lambda _: self._closed)
+        requests = first_requests(endpoint, deliveries, int(self._context.clock.now()), timeout, capture_retry_after,
+                                  self._parameters.idempotency_header)
+        self._requests.inc(len(requests))
+        self._clients.get(endpoint.scheme).submit_many(requests, completions)
+
+    def _first_attempts_done(self, batch: list[tuple[Delivery, Response]]) -> None:
+        """The responses of first attempts, a batch of them: each feeds its endpoint's breaker; a
+        success is acknowledged, a failure goes on in a task of its own (:meth:`_deliver`, with the
+        attempt counted); counters, reports and the next starts run once per batch and endpoint."""
+        if self._closed:
+            return
+        now = self._context.clock.monotonic()
+        statuses: dict[int, int] = {}
+        observe = self._attempt_seconds.observe
+        succeeded = 0
+        touched: dict[Endpoint, None] = {}
+        for delivery, response in batch:
+            endpoint = delivery.endpoint
+            touched[endpoint] = None
+            code = response.status
+            statuses[code] = statuses.get(code, 0) + 1
+            observe(now - delivery.attempted)
+            delivery.admitted = False
+            ok = response.error is None and 200 <= code <= 299
+            if endpoint.record(now, failed=not ok):
+                self._show_breaker(endpoint)
+            if ok:
+                succeeded += 1
+                self._acknowledge(delivery)
+                endpoint.running -= 1
+                endpoint.busy_keys.discard(delivery.key)
+                continue
+            failure = failure_of(response)
+            assert failure is not None
+            self._responses.count_failure(failure)
+            assert endpoint.loop is not None
+            retry_after = endpoint.loop.retry_after_of(endpoint.url, response)
+            self._spawn(self._deliver(delivery, 1, failure, retry_after))
+        for code, count in statuses.items():
+            self._responses.count_status(code, count)
+        if succeeded:
+            self._delivered.inc(succeeded)
+            self._schedule_report()
+        for endpoint in touched:
+            self._refill(endpoint)
+            self._start(endpoint)
+
+    async def _deliver(self, delivery: Delivery, attempts: int = 0, last_error: AttemptFailure | None = None,
+                       retry_after: float = 0.0) -> None:
         """Deliveries of one message until it is acknowledged (or dead-lettered): each is the loop's
-        attempts under the retry rules; between them, ``retry_maximum_delay`` and the breaker."""
+        attempts under the retry rules; between them, ``retry_maximum_delay`` and the breaker.
+        ``attempts`` were made already (a first attempt of :meth:`_send_first_attempts`), the last
+        failing with ``last_error`` after asking to wait ``retry_after`` seconds."""
         endpoint, clock = delivery.endpoint, self._context.clock
         try:
             while not _done(delivery):
-                await self._admitted(delivery)
+                if not attempts:
+                    await self._admitted(delivery)
+                    delivery.attempted = clock.monotonic()
                 assert endpoint.loop is not None
-                await endpoint.loop.run(delivery, PolicyRetries(self._dynamic_parameters, clock.monotonic()))
+                rules = PolicyRetries(self._dynamic_parameters, delivery.attempted)
+                await endpoint.loop.run(delivery, rules, attempts, last_error, retry_after)
+                attempts, last_error, retry_after = 0, None, 0.0
                 if _done(delivery):  # the loop's hooks set it
                     break
                 if self._dead_letters is not None and await self._dead_letter(delivery):
@@ -363,9 +451,7 @@ class WebhookHttpSink:
         if endpoint.refilling or not endpoint.spilled or len(endpoint.pending) > cap // 2 or self._read_outbox is None:
             return
         endpoint.refilling = True
-        task = asyncio.get_running_loop().create_task(self._read_back(endpoint, cap - len(endpoint.pending)))
-        self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
+        self._spawn(self._read_back(endpoint, cap - len(endpoint.pending)))
 
     async def _read_back(self, endpoint: Endpoint, room: int) -> None:
         try:
@@ -386,15 +472,11 @@ class WebhookHttpSink:
 
     def _request(self, delivery: Delivery, url: str, timeout: float) -> Request:
         """The signed POST: ``webhook-id`` (the idempotency key), ``webhook-timestamp`` (now, integer
-        seconds), ``webhook-signature`` (one ``v1,`` per secret), the endpoint's headers."""
-        endpoint = delivery.endpoint
+        seconds), ``webhook-signature`` (one ``v1,`` per secret), the endpoint's headers. Signed per
+        attempt: a retry minutes later must carry its own timestamp, within a verifier's tolerance."""
         assert delivery.body is not None
-        lines = endpoint.header_lines
-        key = idempotency_key(delivery.message_id)
-        if endpoint.keys:
-            lines = (*signature_lines(endpoint.keys, key, int(self._context.clock.now()), delivery.body), *lines)
-        if self._parameters.idempotency_header:
-            lines = (f"{self._parameters.idempotency_header}: {key}", *lines)
+        lines = delivery.endpoint.request_lines(idempotency_key(delivery.message_id), int(self._context.clock.now()),
+                                                delivery.body, self._parameters.idempotency_header)
         return Request(url, delivery.body, lines, timeout=timeout,
                        capture_retry_after=self._dynamic.respect_retry_after, prepared=True, capture_local_port=False)
 
@@ -404,13 +486,9 @@ class WebhookHttpSink:
         failure = http_attempts.response_error(response, follow_redirects=False)
         if failure is not None:
             self._responses.count_failure(failure)
-        endpoint = delivery.endpoint
         delivery.admitted = False
-        before = endpoint.breaker.state(self._context.clock.monotonic())
-        endpoint.breaker.record(self._context.clock.monotonic(), failed=failure is not None)
-        if endpoint.breaker.state(self._context.clock.monotonic()) != before:
-            endpoint.wake()
-            self._show_breaker(endpoint)
+        if delivery.endpoint.record(self._context.clock.monotonic(), failed=failure is not None):
+            self._show_breaker(delivery.endpoint)
         return failure
 
     def _attempt_failed(self, delivery: Delivery, failure: AttemptFailure) -> None:
@@ -418,7 +496,7 @@ class WebhookHttpSink:
             if delivery.attempts is None:
                 delivery.attempts = []
             delivery.attempts.append(http_attempts.failed_attempt(self._context.clock.now(), failure))
-        self._context.status.set_error(self._status_path(delivery.endpoint), delivery.seq,
+        self._context.status.set_error(delivery.endpoint.status_path, delivery.seq,
                                        f"Webhook POST to {delivery.endpoint.name} failed: {failure}")
 
     def _give_up(self, delivery: Delivery, exhausted: str, attempts: int, last_error: AttemptFailure | None) -> None:
@@ -427,7 +505,7 @@ class WebhookHttpSink:
         if delivery.admitted:
             delivery.admitted = False
             delivery.endpoint.breaker.release()
-        self._context.status.set_error(self._status_path(delivery.endpoint), delivery.seq,
+        self._context.status.set_error(delivery.endpoint.status_path, delivery.seq,
                                        f"{exhausted_error(reason, attempts, last_error)}; tried again in "
                                        f"{self._dynamic.retry_maximum_delay:g} s")
 
@@ -435,12 +513,18 @@ class WebhookHttpSink:
         return self._closed
 
     def _succeed(self, delivery: Delivery) -> None:
+        """A later attempt succeeded (first attempts: :meth:`_first_attempts_done`)."""
+        self._acknowledge(delivery)
+        self._delivered.inc()
+
+    def _acknowledge(self, delivery: Delivery) -> None:
         delivery.done = True
         delivery.body = None
         delivery.attempts = None
-        delivery.endpoint.delivered += 1
-        self._delivered.inc()
-        self._context.status.clear_error(self._status_path(delivery.endpoint), delivery.seq)
+        endpoint = delivery.endpoint
+        endpoint.delivered += 1
+        self._changed.add(endpoint)
+        self._context.status.clear_error(endpoint.status_path, delivery.seq)
 
     async def _pause_until(self, delivery: Delivery, when: float) -> None:
         """The backoff pause, then the breaker's say."""
@@ -456,56 +540,30 @@ class WebhookHttpSink:
         assert self._dead_letters is not None
         assert delivery.body is not None
         context = self._context
-        error = context.status.error(self._status_path(delivery.endpoint)) or "Webhook POST failed"
-        letter = DeadLetter(context.computation_id, context.sink_id, context.partition, delivery.seq,
-                            delivery.message_id, idempotency_key(delivery.message_id), delivery.body,
-                            tuple(delivery.attempts or ()), error, context.clock.now())
+        error = context.status.error(delivery.endpoint.status_path) or "Webhook POST failed"
         try:
-            self._dead_lettered.inc(await self._dead_letters.append([letter]))
+            self._dead_lettered.inc(await self._dead_letters.append([dead_letter_of(context, delivery, error)]))
         except Exception as failure:
-            context.status.set_error(self._status_path(delivery.endpoint), delivery.seq,
+            context.status.set_error(delivery.endpoint.status_path, delivery.seq,
                                      f"{error}; and it cannot be written to the dead-letter file: {failure}")
             return False
         delivery.done = True
         delivery.body = None
-        context.status.clear_error(self._status_path(delivery.endpoint), delivery.seq)
+        self._changed.add(delivery.endpoint)
+        context.status.clear_error(delivery.endpoint.status_path, delivery.seq)
         return True
 
     # -- status ------------------------------------------------------------------------------
 
-    def _status_path(self, endpoint: Endpoint) -> str:
-        return self._status_prefix + endpoint.name
-
     def _show_configuration(self, endpoint: Endpoint) -> None:
-        path = self._status_path(endpoint) + "/configuration"
-        if endpoint.config is None:
-            what = "URL" if self._by_url else "endpoint"
-            self._context.status.set_error(path, 0, f"{what} {endpoint.name!r} is not in the DynamicSpec's "
-                                                    "endpoint table (or not a URL): its messages wait; add it")
-        else:
-            self._context.status.clear_error(path, 0)
+        show_configuration(self._context.status, endpoint, by_url=self._by_url)
 
     def _show_breaker(self, endpoint: Endpoint) -> None:
-        path = self._status_path(endpoint) + "/breaker"
-        state = endpoint.breaker.state(self._context.clock.monotonic())
-        if state == "closed":
-            self._context.status.clear_error(path, 0)
-        elif state == "paused":
-            self._context.status.set_error(path, 0, f"paused by its breaker (backlog {endpoint.backlog} then); resume "
-                                                    f"with `egress endpoint resume {endpoint.name}` or by raising "
-                                                    "its resume in the DynamicSpec")
-        else:
-            self._context.status.set_error(
-                path, 0, f"circuit {state.replace('_', '-')} (backlog {endpoint.backlog} when it changed)")
+        show_breaker(self._context.status, endpoint, self._context.clock.monotonic())
 
     def endpoint_rows(self) -> list[dict[str, Any]]:
         """Each endpoint's state, backlog and counts (metrics, ``/status``)."""
-        context, now = self._context, self._context.clock.monotonic()
-        return [{"computation_id": context.computation_id, "sink_id": context.sink_id,
-                 "partition": context.partition, "endpoint": name, "state": e.breaker.state(now),
-                 "backlog": e.backlog, "in_outbox": len(e.spilled), "acknowledged_seq": e.acked,
-                 "delivered": e.delivered, "opened": e.breaker.opened, "configured": e.config is not None}
-                for name, e in self._endpoints.items()]
+        return endpoint_rows(self._context, self._endpoints, self._context.clock.monotonic())
 
 
 def _done(delivery: Delivery) -> bool:

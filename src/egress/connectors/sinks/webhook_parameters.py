@@ -8,16 +8,20 @@ endpoint table, the retry rules of the async HTTP sink (same names, same default
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from egress.connectors.base import single_input_stream
+from egress.connectors.dead_letters import check_dead_letter_path
 from egress.connectors.sinks.http_parameters import (
     AsyncHttpSinkDynamicParameters,
     AsyncHttpSinkParameters,
     _AtLeastOnceOnly,
 )
-from egress.errors import SpecError
+from egress.errors import SpecError, SpecErrors
 from egress.httpclient.redirects import normalise_url
-from egress.spec import Duration
+from egress.spec import Duration, StreamSpec
 from egress.spec.urls import endpoint_url_problem
 from egress.webhook_signatures import read_secrets
 
@@ -76,12 +80,27 @@ class EndpointDefaults(BaseModel):
         if self.throttler_class_id is not None and self.throttler_id is None:
             raise ValueError("throttler_class_id needs throttler_id")
         # Read now, so a missing file or a malformed secret is the DynamicSpec's error (it is then
-        # ignored, the endpoint keeps its secrets); the keys themselves are not kept in the model.
+        # ignored, the endpoint keeps its secrets); the keys themselves are not kept in the model. A
+        # relative file is read once it starts at the Spec's folder (WebhookSinkDynamicParameters.files_in).
+        if self.secret_file is not None and not Path(self.secret_file).is_absolute():
+            return self
         try:
             read_secrets(file=self.secret_file, env=self.secret_env)
         except SpecError as error:  # a ValueError for pydantic: the message gets the entry's path
             raise ValueError(error.message) from None
         return self
+
+    def _files_in(self, base_dir: Path, path: str, problems: list[SpecError]) -> EndpointDefaults:
+        """A copy whose relative ``secret_file`` starts at ``base_dir``, its secrets checked (a
+        problem at ``path/secret_file`` appended to ``problems``)."""
+        if self.secret_file is None or Path(self.secret_file).is_absolute():
+            return self
+        resolved = self.model_copy(update={"secret_file": str(base_dir / self.secret_file)})
+        try:
+            read_secrets(file=resolved.secret_file)
+        except SpecError as error:
+            problems.append(SpecError(error.message, path=f"{path}/secret_file"))
+        return resolved
 
 
 class EndpointSpec(EndpointDefaults):
@@ -129,6 +148,37 @@ class WebhookSinkDynamicParameters(AsyncHttpSinkDynamicParameters):
     defaults: EndpointDefaults = Field(default_factory=EndpointDefaults)
     breaker: BreakerSpec = Field(default_factory=BreakerSpec)
 
+    def files_in(self, base_dir: Path) -> WebhookSinkDynamicParameters:
+        """A copy whose relative ``secret_file`` paths start at ``base_dir`` (the Spec's folder, as
+        the other files a sink names), each read to check it. Raises :class:`SpecErrors` with a
+        problem per file that cannot be read or holds no valid secret (paths
+        ``endpoints/NAME/secret_file``, ``defaults/secret_file``)."""
+        problems: list[SpecError] = []
+        endpoints = {name: entry._files_in(base_dir, f"endpoints/{name}", problems)
+                     for name, entry in self.endpoints.items()}
+        defaults = self.defaults._files_in(base_dir, "defaults", problems)
+        if problems:
+            raise SpecErrors(problems)
+        return self.model_copy(update={"endpoints": endpoints, "defaults": defaults})
+
+
+def check_streams(parameters: WebhookSinkParameters, input_streams: dict[str, StreamSpec]) -> list[SpecError]:
+    """The construction checks: one input stream with the payload column and the endpoint or URL
+    column, both strings; the dead-letter path."""
+    stream = single_input_stream(SINK_KIND, input_streams)
+    if isinstance(stream, SpecError):
+        return [stream]
+    types = {column.name: column.type for column in stream.columns}
+    problems: list[SpecError] = []
+    named = [("payload_column", parameters.payload_column),
+             ("endpoint_column" if parameters.endpoint_column else "url_column",
+              parameters.endpoint_column or parameters.url_column or "")]
+    for field, column in named:
+        if types.get(column) != "string":
+            problems.append(SpecError(f'{SINK_KIND} {field} "{column}" must be a String column of the input stream '
+                                      f"(columns: {', '.join(types) or 'none'})", path=f"parameters/{field}"))
+    return problems + check_dead_letter_path(parameters.dead_letter_path)
+
 
 class _HeaderRules(AsyncHttpSinkParameters):
     """Borrows the async HTTP sink's header rules (tokens, no CR/LF, no hop-by-hop names)."""
@@ -136,5 +186,11 @@ class _HeaderRules(AsyncHttpSinkParameters):
     sink_kind = SINK_KIND
 
 
-__all__ = ["BreakerSpec", "EndpointDefaults", "EndpointSpec", "WebhookSinkDynamicParameters",
-           "WebhookSinkParameters"]
+__all__ = [
+    "BreakerSpec",
+    "EndpointDefaults",
+    "EndpointSpec",
+    "WebhookSinkDynamicParameters",
+    "WebhookSinkParameters",
+    "check_streams",
+]

@@ -29,8 +29,9 @@ class NatsCheckpoints(NatsConnection):
         self._views: dict[tuple[str, int], View] = {}
         self._doubtful: set[tuple[str, int]] = set()
 
-    async def load_checkpoint(self, consumer: str, partition: int, sinks: list[str]) -> Checkpoint:
-        view, outbox = await self._load_view(consumer, partition, with_outbox=True)
+    async def load_checkpoint(self, consumer: str, partition: int, sinks: list[str], *,
+                              with_outbox: bool = True) -> Checkpoint:
+        view, outbox = await self._load_view(consumer, partition, with_outbox=with_outbox)
         self._views[(consumer, partition)] = view
         self._doubtful.discard((consumer, partition))
         record = view.checkpoint

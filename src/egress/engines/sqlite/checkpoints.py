@@ -12,10 +12,12 @@ class SqliteCheckpoints(SqliteConnection):
     """:meth:`load_checkpoint` and :meth:`load_keyed_state` of the connection's database (shared:
     each from one snapshot)."""
 
-    async def load_checkpoint(self, consumer: str, partition: int, sinks: list[str]) -> Checkpoint:
-        return await self._read_call(self._load_checkpoint_sync, consumer, partition, sinks)
+    async def load_checkpoint(self, consumer: str, partition: int, sinks: list[str], *,
+                              with_outbox: bool = True) -> Checkpoint:
+        return await self._read_call(self._load_checkpoint_sync, consumer, partition, sinks, with_outbox)
 
-    def _load_checkpoint_sync(self, consumer: str, partition: int, sinks: list[str]) -> Checkpoint:
+    def _load_checkpoint_sync(self, consumer: str, partition: int, sinks: list[str],
+                              with_outbox: bool = True) -> Checkpoint:
         assert self._db is not None
         positions = {
             (stream, stream_partition): int(offset)
@@ -43,7 +45,7 @@ class SqliteCheckpoints(SqliteConnection):
                  "SELECT stream, first_seq, messages FROM outbox_batches WHERE consumer = ? AND partition = ? "
                  "AND last_seq > ?", (consumer, partition, low)).fetchall()
              for seq, *entry in outbox_entries(db, first, blob) if seq > low),
-            key=lambda message: message.seq)
+            key=lambda message: message.seq) if with_outbox else []
         (last_seq,) = self._db.execute(
             "SELECT MAX(last_seq) FROM outbox_batches WHERE consumer = ? AND partition = ?", (consumer, partition)
         ).fetchone()
