@@ -9,12 +9,12 @@ from egress.engines.protocols import LogMessage
 from egress.engines.sqlite.batches import BatchRests, LogTail, batch_messages, entry_messages
 from egress.engines.sqlite.connection import SqliteConnection
 
-TAIL_BYTES = 4 * 1024 * 1024
+TAIL_BYTES = 1024 * 1024
 """How many bytes of just-committed log batches an engine keeps for readers in the same process
 (:class:`LogTail`): a downstream job reads them without a SELECT (4 MiB: ~12,000 messages of
 ~330 bytes, three source chunks; a reader further behind reads the database, and 16 MiB held
 for it cost 12 MB of peak RSS draining a backlog)."""
-RESTS_MESSAGES = 4096
+RESTS_MESSAGES = 2048
 """How many decoded log messages an engine keeps for reads that continue inside a batch an earlier
 read stopped in (:class:`BatchRests`): epochs of a few hundred messages read batches of a
 thousand (a source chunk of 4,096 over 4 partitions), which were otherwise decoded once per read."""
