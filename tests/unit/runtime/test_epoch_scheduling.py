@@ -15,6 +15,7 @@ from __future__ import annotations
 import asyncio
 from pathlib import Path
 
+from egress.connectors.sinks.async_http import UNACKNOWLEDGED_PER_CONNECTION
 from egress.engines import LogMessage
 from egress.keys import encode_key
 from egress.observe import StatusTree
@@ -116,21 +117,22 @@ async def test_an_acknowledgement_that_makes_room_for_held_back_input_starts_the
 
 
 async def test_an_async_http_sink_bounds_what_its_job_reads_to_its_unacknowledged_limit(tmp_path: Path) -> None:
-    setup = Setup(tmp_path)  # one connection: the sink's limit is UNACKNOWLEDGED_PER_CONNECTION = 64
+    setup = Setup(tmp_path)  # one connection: the sink's limit is UNACKNOWLEDGED_PER_CONNECTION
+    limit = UNACKNOWLEDGED_PER_CONNECTION
     setup.engine.log.extend(LogMessage("events", 0, i, f"m{i}".encode(), encode_key([i]), None,
-                                       {"id": i, "payload": f"p{i}"}) for i in range(40, 400))
+                                       {"id": i, "payload": f"p{i}"}) for i in range(40, 40 + 12 * limit))
     setup.transport.script = lambda request, n: Outcome(200, latency=1.0)
     job = job_of(setup, RunOptions(epoch_period=0.5))  # max_unacknowledged 8192, epoch_max_messages 2048
     run = asyncio.create_task(job.run(generation=1))
     await setup.clock.advance(0.5)
     sink = job.sinks["http"]
-    assert sink.unacknowledged_limit == 64
-    assert [len(outbox) for outbox in outboxes(setup)] == [64]  # one epoch of 64, then input waits
+    assert sink.unacknowledged_limit == limit
+    assert [len(outbox) for outbox in outboxes(setup)] == [limit]  # one epoch of the limit, then input waits
     most = sink.unacknowledged
     for _ in range(40):  # 4 in flight, each answered after 1 s: the job reads again as room is made
         await setup.clock.advance(1.0)
         most = max(most, sink.unacknowledged)
-    assert all(len(outbox) <= 64 for outbox in outboxes(setup))
-    assert sum(len(outbox) for outbox in outboxes(setup)) > 64 + 100
-    assert most < 2 * 64  # never more than the limit plus one epoch's read
+    assert all(len(outbox) <= limit for outbox in outboxes(setup))
+    assert sum(len(outbox) for outbox in outboxes(setup)) > limit + 100
+    assert most < 2 * limit  # never more than the limit plus one epoch's read
     await stopped(setup, job, run)

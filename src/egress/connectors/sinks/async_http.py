@@ -52,7 +52,7 @@ SEND_WINDOW_PER_CONNECTION = 4
 # (BoundsUnacknowledged): enough to keep every connection busy across a few epochs' commits, and
 # not the run's max_unacknowledged (8192, which batching sinks need): held in memory, bodies and
 # all, they were most of the peak RSS of a backlog's drain (docs/benchmarks.md, session 10).
-UNACKNOWLEDGED_PER_CONNECTION = 64
+UNACKNOWLEDGED_PER_CONNECTION = 32
 
 
 TransportFactory = Callable[[str, AsyncHttpSinkParameters], HttpTransport]
