@@ -308,6 +308,17 @@ class FansOut(Protocol):
         ...
 
 
+@runtime_checkable
+class BoundsUnacknowledged(Protocol):
+    """A sink that needs fewer unacknowledged messages than the run's ``max_unacknowledged`` to keep
+    its endpoint busy (the async HTTP sink: a few per connection): its partition job stops reading
+    once the sink holds :attr:`unacknowledged_limit` (or ``max_unacknowledged``, the smaller), so
+    a backlog waits in the log, not in memory."""
+
+    @property
+    def unacknowledged_limit(self) -> int: ...
+
+
 class SinkClass(Protocol):
     parameters_model: ClassVar[type[BaseModel]]
     dynamic_parameters_model: ClassVar[type[BaseModel]]

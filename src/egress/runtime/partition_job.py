@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from egress.clock import Clock, event_or_timeout
-from egress.connectors.base import Sink, SinkContext
+from egress.connectors.base import BoundsUnacknowledged, Sink, SinkContext
 from egress.connectors.dead_letters import DeadLetterFiles
 from egress.engines import (
     AppendsCallback,
@@ -107,6 +107,11 @@ class PartitionJob:
         self._stop_event = asyncio.Event()  # set by stop(): also gives up a wait for throttler quota
         self._sink_streams = {sink.stream_id for sink in plan.sinks.values()}
         self.sinks: dict[str, Sink] = {}
+        # Each sink with the unacknowledged messages at which input is held back (_may_read).
+        self._read_limits: list[tuple[Sink, int]] = []
+        # Input messages an epoch reads at most: epoch_max_messages, or less for a sink that bounds
+        # what it holds (BoundsUnacknowledged), which one epoch must not overfill.
+        self._epoch_limit = options.epoch_max_messages
         self.holds = SinkHolds()  # why the sinks start no new delivery now (egress.runtime.holds)
         # Each sink's acknowledged progress as it last reported it (SinkContext.on_progress).
         self._reported: dict[str, SinkProgress] = {}
@@ -331,6 +336,11 @@ class PartitionJob:
                                        None if self._carried is None else self._carried.by_seq)
             self.sinks[sink_id] = sink_plan.sink_class.create(
                 sink_context, sink_plan.parameters, sink_plan.dynamic_parameters, committed[sink_id])
+        limit = self._options.max_unacknowledged
+        self._read_limits = [(sink, min(limit, sink.unacknowledged_limit) if isinstance(sink, BoundsUnacknowledged)
+                              else limit) for sink in self.sinks.values()]
+        self._epoch_limit = min([self._options.epoch_max_messages, *(sink.unacknowledged_limit for sink in
+                                 self.sinks.values() if isinstance(sink, BoundsUnacknowledged))])
         self.holds.apply(self.sinks.values())
 
     async def _finish(self, running: _JobRun, failure: Exception | None = None) -> None:
@@ -364,7 +374,7 @@ class PartitionJob:
                 chunks, batch = self._chunks.split(await self._on_engine(
                     self._chunks.read(running.step.positions, self._chunk_room()), taken))
             parts.mark(READ)
-            if len(batch) + sum(at.chunk.count for at in chunks) < self._options.epoch_max_messages:
+            if len(batch) + sum(at.chunk.count for at in chunks) < self._epoch_limit:
                 self.caught_up_at = self._clock.monotonic()
             # Timers are taken after the wait for quota: a wait given up takes (and commits as fired) none.
             if await self._throttle_input(running, batch):
@@ -482,7 +492,7 @@ class PartitionJob:
                 self.flush_sinks()
             if self._may_read():
                 return
-        if read < self._options.epoch_max_messages and not (
+        if read < self._epoch_limit and not (
                 self._may_read() and self.timers.has_due(self._clock.now(), self.watermark)):
             await self._wait(self.timers)
 
@@ -494,9 +504,8 @@ class PartitionJob:
 
     def _may_read(self) -> bool:
         """Whether input may be read: no sink blocked, none holding ``max_unacknowledged`` messages
-        (as of their last reports)."""
-        return all(sink.terminal_error is None and sink.unacknowledged < self._options.max_unacknowledged
-                   for sink in self.sinks.values())
+        (or its own smaller ``unacknowledged_limit``, ``BoundsUnacknowledged``) as of their last reports."""
+        return all(sink.terminal_error is None and sink.unacknowledged < limit for sink, limit in self._read_limits)
 
     def _chunk_room(self) -> int:
         """How many messages the byte-chunk path reads at most: what the sinks may still take before
@@ -512,10 +521,11 @@ class PartitionJob:
             sink.flush()
 
     async def _read(self, positions: dict[tuple[str, int], int]) -> list[LogMessage]:
-        """Up to ``epoch_max_messages`` input messages, each input stream getting an equal share
+        """Up to ``epoch_max_messages`` input messages (fewer for a sink bounding what it holds:
+        ``_epoch_limit``), each input stream getting an equal share
         first (so a backlog on one input cannot starve another, e.g. the responses of a feedback
         loop behind a long event stream), then the rest of the room in stream order."""
-        limit = self._options.epoch_max_messages
+        limit = self._epoch_limit
         share = max(1, limit // len(positions)) if positions else limit
         reads: dict[tuple[str, int], list[LogMessage]] = {}
         for (stream, partition), offset in positions.items():

@@ -316,8 +316,10 @@ class SourceReader:
         keyed = await engine.load_keyed_state(self.consumer, self.partition, self.plan.readers, [])
         name, key = self._state_key
         source_state = keyed.internal.get(name, {}).get(key, b"")
-        if isinstance(source, KeyedLiveSource):
-            source.restore_keys(keyed.internal.get(SOURCE_KEYS, {}))
+        # Asked once: an isinstance on a runtime-checkable protocol inspects every member (~10 µs).
+        keys = source if isinstance(source, KeyedLiveSource) else None
+        if keys is not None:
+            keys.restore_keys(keyed.internal.get(SOURCE_KEYS, {}))
         holding = source if isinstance(source, HoldsBack) and self._downstream is not None else None
         if holding is not None:
             await self._load_log_ends()

@@ -6,7 +6,8 @@ whose transport answers each POST after a scripted latency:
 * input woken into an idle job is read, committed and POSTed at once, however long ``epoch_period``;
 * acknowledgements alone wait up to ``epoch_period`` and share one commit;
 * input that arrives while a commit is in flight is taken whole by the epoch right after it;
-* an acknowledgement that makes room for input held back for the sinks starts the next epoch at once.
+* an acknowledgement that makes room for input held back for the sinks starts the next epoch at once;
+* an async HTTP sink bounds what its job reads (``unacknowledged_limit``), far below ``max_unacknowledged``.
 """
 
 from __future__ import annotations
@@ -14,7 +15,9 @@ from __future__ import annotations
 import asyncio
 from pathlib import Path
 
+from egress.connectors.sinks.async_http import UNACKNOWLEDGED_PER_CONNECTION
 from egress.engines import LogMessage
+from egress.keys import encode_key
 from egress.observe import StatusTree
 from egress.runtime import RunOptions
 from egress.runtime.partition_job import PartitionJob
@@ -110,4 +113,26 @@ async def test_an_acknowledgement_that_makes_room_for_held_back_input_starts_the
     # Two messages an epoch; the sink holds its 2 unacknowledged: input waits for it, and each
     # acknowledgement that makes room starts the next epoch at once (not 60 s later).
     assert setup.posts() == [0.0, 0.0, 0.7, 0.7, 1.4, 1.4, 2.1, 2.1]
+    await stopped(setup, job, run)
+
+
+async def test_an_async_http_sink_bounds_what_its_job_reads_to_its_unacknowledged_limit(tmp_path: Path) -> None:
+    setup = Setup(tmp_path)  # one connection: the sink's limit is UNACKNOWLEDGED_PER_CONNECTION
+    limit = UNACKNOWLEDGED_PER_CONNECTION
+    setup.engine.log.extend(LogMessage("events", 0, i, f"m{i}".encode(), encode_key([i]), None,
+                                       {"id": i, "payload": f"p{i}"}) for i in range(40, 40 + 12 * limit))
+    setup.transport.script = lambda request, n: Outcome(200, latency=1.0)
+    job = job_of(setup, RunOptions(epoch_period=0.5))  # max_unacknowledged 8192, epoch_max_messages 2048
+    run = asyncio.create_task(job.run(generation=1))
+    await setup.clock.advance(0.5)
+    sink = job.sinks["http"]
+    assert sink.unacknowledged_limit == limit
+    assert [len(outbox) for outbox in outboxes(setup)] == [limit]  # one epoch of the limit, then input waits
+    most = sink.unacknowledged
+    for _ in range(40):  # 4 in flight, each answered after 1 s: the job reads again as room is made
+        await setup.clock.advance(1.0)
+        most = max(most, sink.unacknowledged)
+    assert all(len(outbox) <= limit for outbox in outboxes(setup))
+    assert sum(len(outbox) for outbox in outboxes(setup)) > limit + 100
+    assert most < 2 * limit  # never more than the limit plus one epoch's read
     await stopped(setup, job, run)

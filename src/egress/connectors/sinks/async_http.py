@@ -50,6 +50,11 @@ DEADLINE_EXHAUSTED = "Async HTTP POST retry deadline exhausted"
 # memory of a large backlog. Deliveries pausing between attempts do not count, so a burst of
 # failures never holds back fresh messages (upstream sends every message of an epoch at once).
 SEND_WINDOW_PER_CONNECTION = 4
+# Unacknowledged messages per unit of client concurrency at which the partition job stops reading
+# (BoundsUnacknowledged): enough to keep every connection busy across a few epochs' commits, and
+# not the run's max_unacknowledged (8192, which batching sinks need): held in memory, bodies and
+# all, they were most of the peak RSS of a backlog's drain (docs/benchmarks.md, session 10).
+UNACKNOWLEDGED_PER_CONNECTION = 32
 
 
 TransportFactory = Callable[[str, AsyncHttpSinkParameters], HttpTransport]
@@ -133,6 +138,7 @@ class AsyncHttpSink(HeldStarts):
         self._running = 0
         self._sending = 0  # running deliveries not pausing between attempts
         self._send_window = SEND_WINDOW_PER_CONNECTION * client_concurrency(parameters)
+        self._unacknowledged_limit = UNACKNOWLEDGED_PER_CONNECTION * client_concurrency(parameters)
         self._terminal: tuple[int, str] | None = None
         self._endpoint = endpoint_of(parameters.url)
         self._resume: asyncio.Task[None] | None = None  # starts first attempts when their endpoint's pause ends
@@ -230,6 +236,12 @@ class AsyncHttpSink(HeldStarts):
     def unacknowledged(self) -> int:
         """Distributed messages not in :meth:`progress` (delivered since or not), as the protocol says."""
         return len(self._pending)
+
+    @property
+    def unacknowledged_limit(self) -> int:
+        """Unacknowledged messages at which the partition job stops reading (``BoundsUnacknowledged``):
+        ``UNACKNOWLEDGED_PER_CONNECTION`` per connection the client runs at once."""
+        return self._unacknowledged_limit
 
     @property
     def terminal_error(self) -> str | None:

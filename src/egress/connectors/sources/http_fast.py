@@ -23,6 +23,7 @@ then ``408`` and the connection closes.
 from __future__ import annotations
 
 import asyncio
+import itertools
 import json
 from collections.abc import Callable
 from typing import Protocol
@@ -35,6 +36,9 @@ header block the lean path parses (a larger one goes to aiohttp, which answers i
 
 _PLAIN_CONNECTION = (b"keep-alive", b"close")
 _HANDED_OVER = frozenset((b"transfer-encoding", b"expect", b"content-encoding", b"upgrade", b"te", b"trailer"))
+_NOTED = frozenset((b"content-length", b"idempotency-key", b"authorization", b"connection", *_HANDED_OVER))
+"""The header names :meth:`IngestProtocol._header` acts on; any other is skipped unread."""
+_BLANKS = frozenset(b" \t")  # a header name's first or last byte that makes the request not plain
 
 
 def json_answer(status: int, reason: str, document: dict[str, object], *extra: str) -> bytes:
@@ -206,11 +210,16 @@ class IngestProtocol(asyncio.Protocol):
         if lines[0] != self._request_line:
             return False
         self._length, self._key, self._authorization, self._close_after = -1, None, None, False
-        for line in lines[1:]:
-            name, colon, value = line.partition(b":")
-            if not colon or not name or name[-1:] in b" \t" or name[:1] in b" \t":
-                return False  # an obsolete fold, or a malformed header: aiohttp answers 400
-            if not self._header(name.lower(), value.strip(b" \t")):
+        noted, header = _NOTED, self._header
+        for line in itertools.islice(lines, 1, None):
+            colon = line.find(b":")
+            # No colon or no name, or a name that starts or ends with a blank (an obsolete fold, or
+            # a malformed header): aiohttp answers 400.
+            if colon <= 0 or line[0] in _BLANKS or line[colon - 1] in _BLANKS:
+                return False
+            name = line[:colon].lower()
+            # Only the headers _header acts on are looked at further (most of a client's are not).
+            if name in noted and not header(name, line[colon + 1:].strip(b" \t")):
                 return False
         # No length (aiohttp frames the body), or one over the limit (aiohttp answers 413).
         return 0 <= self._length <= self._max_bytes

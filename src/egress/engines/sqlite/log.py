@@ -11,14 +11,15 @@ from egress.engines.sqlite.batches import BatchRests, LogTail, batch_messages, e
 from egress.engines.sqlite.connection import SqliteConnection
 from egress.line_chunks import LineChunk, is_packed, unpack_chunk
 
-TAIL_BYTES = 4 * 1024 * 1024
+TAIL_BYTES = 512 * 1024
 """How many bytes of just-committed log batches an engine keeps for readers in the same process
-(:class:`LogTail`): a downstream job reads them without a SELECT (4 MiB: ~12,000 messages of
-~330 bytes, three source chunks; a reader further behind reads the database, and 16 MiB held
-for it cost 12 MB of peak RSS draining a backlog)."""
+(:class:`LogTail`): a downstream job that keeps up (live input: small commits) reads them without a
+SELECT (512 KiB: ~1,500 messages of ~330 bytes); a reader further behind (a backlog, where the
+source runs far ahead of the jobs) reads the database, and every MiB held for it was a MiB of peak
+RSS draining a backlog."""
 FRESH_CHUNKS = 4
 """How many just-committed chunks of lines an engine keeps as objects for readers in the same process."""
-RESTS_MESSAGES = 4096
+RESTS_MESSAGES = 2048
 """How many decoded log messages an engine keeps for reads that continue inside a batch an earlier
 read stopped in (:class:`BatchRests`): epochs of a few hundred messages read batches of a
 thousand (a source chunk of 4,096 over 4 partitions), which were otherwise decoded once per read."""
