@@ -341,7 +341,7 @@ class SourceReader:
                     continue
                 appends, touched = await self._keyed(chunker, records)
                 position, committed_state, source_state = source.position, source_state, source.source_state
-                commit = self._live_commit(source, generation, appends, committed_state, records)
+                commit = self._live_commit(source, keys, generation, appends, committed_state, records)
                 if in_flight is not None:  # commits stay one after the other, in order, each fenced
                     await in_flight
                     in_flight = None
@@ -358,15 +358,15 @@ class SourceReader:
                 await asyncio.gather(in_flight, return_exceptions=True)
             await source.close()
 
-    def _live_commit(self, source: LiveSource, generation: int, appends: list[LogAppend], committed_state: bytes,
-                     records: list[SourceRecord]) -> EpochCommit:
+    def _live_commit(self, source: LiveSource, keys: KeyedLiveSource | None, generation: int,
+                     appends: list[LogAppend], committed_state: bytes, records: list[SourceRecord]) -> EpochCommit:
         """The commit of the batch just taken: its appends, the source's position, its state when it
-        changed since ``committed_state``, a keyed source's entries, and (tracing on) the trace
+        changed since ``committed_state``, a keyed source's entries (``keys``: the source, when it is one), and (tracing on) the trace
         contexts its ``records`` arrived with."""
         state = source.source_state
         writes: dict[tuple[str, bytes], bytes | None] = {self._state_key: state} if state != committed_state else {}
-        if isinstance(source, KeyedLiveSource):
-            writes.update(((SOURCE_KEYS, k), v) for k, v in source.take_key_writes().items())
+        if keys is not None:
+            writes.update(((SOURCE_KEYS, k), v) for k, v in keys.take_key_writes().items())
         return EpochCommit(self.consumer, self.partition, generation, {POSITION: source.position},
                            log_appends=appends, state_writes=writes, log_traces=log_traces_of(records))
 
