@@ -361,8 +361,8 @@ class SourceReader:
     def _live_commit(self, source: LiveSource, keys: KeyedLiveSource | None, generation: int,
                      appends: list[LogAppend], committed_state: bytes, records: list[SourceRecord]) -> EpochCommit:
         """The commit of the batch just taken: its appends, the source's position, its state when it
-        changed since ``committed_state``, a keyed source's entries (``keys``: the source, when it is one), and (tracing on) the trace
-        contexts its ``records`` arrived with."""
+        changed since ``committed_state``, a keyed source's entries (``keys``: the source, when it is
+        one), and (tracing on) the trace contexts its ``records`` arrived with."""
         state = source.source_state
         writes: dict[tuple[str, bytes], bytes | None] = {self._state_key: state} if state != committed_state else {}
         if keys is not None:
