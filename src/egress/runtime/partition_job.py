@@ -522,22 +522,8 @@ class PartitionJob:
 
     async def _read(self, positions: dict[tuple[str, int], int]) -> list[LogMessage]:
         """Up to ``epoch_max_messages`` input messages (fewer for a sink bounding what it holds:
-        ``_epoch_limit``), each input stream getting an equal share
-        first (so a backlog on one input cannot starve another, e.g. the responses of a feedback
-        loop behind a long event stream), then the rest of the room in stream order."""
-        limit = self._epoch_limit
-        share = max(1, limit // len(positions)) if positions else limit
-        reads: dict[tuple[str, int], list[LogMessage]] = {}
-        for (stream, partition), offset in positions.items():
-            reads[(stream, partition)] = await self._engine.read(stream, partition, offset, share)
-        room = limit - sum(len(r) for r in reads.values())
-        for (stream, partition), got in reads.items():
-            if room <= 0:
-                break
-            if len(got) == share:
-                more = await self._engine.read(stream, partition, positions[(stream, partition)] + share, room)
-                got.extend(more)
-                room -= len(more)
+        ``_epoch_limit``), shared fairly between the inputs (:func:`read_shared`)."""
+        reads = await read_shared(self._engine, positions, self._epoch_limit)
         if self._carried is not None:  # tracing on: the batch's trace contexts
             await self._carried.read(reads)
         return [message for got in reads.values() for message in got]
@@ -616,3 +602,23 @@ def _start_function(
             f"{partition}): {type(error).__name__}: {error}") from error
     context = RuntimeContext(clock, partition, plan.parameters, dynamic_parameters, watermark, throttlers)
     return Invoker(plan.computation_id, function, context, store, timers, plan.output_stream_ids, streams)
+
+
+async def read_shared(engine: Engine, positions: dict[tuple[str, int], int],
+                      limit: int) -> dict[tuple[str, int], list[LogMessage]]:
+    """Up to ``limit`` messages from the inputs at ``positions`` (by ``(stream, partition)``), each
+    input getting an equal share first (so a backlog on one input cannot starve another, e.g. the
+    responses of a feedback loop behind a long event stream), then the rest of the room in stream order."""
+    share = max(1, limit // len(positions)) if positions else limit
+    reads: dict[tuple[str, int], list[LogMessage]] = {}
+    for (stream, partition), offset in positions.items():
+        reads[(stream, partition)] = await engine.read(stream, partition, offset, share)
+    room = limit - sum(len(r) for r in reads.values())
+    for (stream, partition), got in reads.items():
+        if room <= 0:
+            break
+        if len(got) == share:
+            more = await engine.read(stream, partition, positions[(stream, partition)] + share, room)
+            got.extend(more)
+            room -= len(more)
+    return reads
