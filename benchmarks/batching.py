@@ -86,6 +86,7 @@ from delivery import (
     compile_egress,
     find_or_install_nginx,
     print_profile,
+    raw_post_handles,
     run_pycurl,
 )
 from egress.clock import RealClock
@@ -326,17 +327,7 @@ def file_chunks(path: Path, scope: str) -> collections.abc.Iterator[tuple[bytes,
 def run_durable_batches(target: BatchNginx, path: Path, scope: str, concurrency: int, timeout: float,
                         database: Path) -> PhaseResult:
     """The ``durable raw batches`` phase (item 5 of the module docs)."""
-    url = target.url.encode()
-    multi = pycurl.CurlMulti()
-    multi.setopt(pycurl.M_MAXCONNECTS, concurrency)
-    spare = [pycurl.Curl() for _ in range(concurrency)]
-    for handle in spare:
-        handle.setopt(pycurl.URL, url)
-        handle.setopt(pycurl.POST, 1)
-        handle.setopt(pycurl.NOSIGNAL, 1)
-        handle.setopt(pycurl.HTTP_VERSION, pycurl.CURL_HTTP_VERSION_1_1)
-        handle.setopt(pycurl.TIMEOUT_MS, 30_000)
-        handle.setopt(pycurl.WRITEFUNCTION, len)
+    multi, spare = raw_post_handles(target.url, concurrency, timeout_ms=30_000)
     handles = list(spare)
     cpu_before = time.process_time()
     started = time.perf_counter()

@@ -723,22 +723,28 @@ class OtlpSink:
         self._server.server_close()
 
 
+def raw_post_handles(url: str, concurrency: int, *, timeout_ms: int) -> tuple[pycurl.CurlMulti, list[pycurl.Curl]]:
+    """The floors' libcurl: a multi handle keeping at most ``concurrency`` connections, and that many
+    easy handles POSTing to ``url`` over HTTP/1.1 (answers discarded, ``timeout_ms`` per request)."""
+    multi = pycurl.CurlMulti()
+    multi.setopt(pycurl.M_MAXCONNECTS, concurrency)
+    handles = [pycurl.Curl() for _ in range(concurrency)]
+    for handle in handles:
+        handle.setopt(pycurl.URL, url.encode())
+        handle.setopt(pycurl.POST, 1)
+        handle.setopt(pycurl.NOSIGNAL, 1)
+        handle.setopt(pycurl.HTTP_VERSION, pycurl.CURL_HTTP_VERSION_1_1)
+        handle.setopt(pycurl.TIMEOUT_MS, timeout_ms)
+        handle.setopt(pycurl.WRITEFUNCTION, len)
+    return multi, handles
+
+
 def run_pycurl(target: Target, bodies: Sequence[bytes], keys: Sequence[str], concurrency: int,
                timeout: float, durable: Path | None = None) -> PhaseResult:
     """A plain CurlMulti perform/select loop keeping ``concurrency`` POSTs in flight; with ``durable`` (a
     database file), the ``durable raw`` phase: the same loop sending only what a :class:`DurableLog`
     there has made durable, and recording the acknowledged prefix in it."""
-    url = target.url.encode()
-    multi = pycurl.CurlMulti()
-    multi.setopt(pycurl.M_MAXCONNECTS, concurrency)
-    spare = [pycurl.Curl() for _ in range(concurrency)]
-    for handle in spare:
-        handle.setopt(pycurl.URL, url)
-        handle.setopt(pycurl.POST, 1)
-        handle.setopt(pycurl.NOSIGNAL, 1)
-        handle.setopt(pycurl.HTTP_VERSION, pycurl.CURL_HTTP_VERSION_1_1)
-        handle.setopt(pycurl.TIMEOUT_MS, 10_000)
-        handle.setopt(pycurl.WRITEFUNCTION, lambda data: None)
+    multi, spare = raw_post_handles(target.url, concurrency, timeout_ms=10_000)
     handles = list(spare)
     log = DurableLog(durable, len(bodies)) if durable is not None else None
     todo: collections.deque[tuple[int, int]] = collections.deque(
