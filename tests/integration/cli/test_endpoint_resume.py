@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 from aiohttp import web
 
-from tests.nats_server import free_port
+from tests.ports import free_port
 
 pytestmark = pytest.mark.integration
 REPO = Path(__file__).resolve().parents[3]
