@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 import yaml
@@ -285,3 +286,123 @@ async def test_each_attempt_of_a_retried_delivery_is_a_span_whose_context_its_re
     assert first.attributes["egress.idempotency_key"] == second.attributes["egress.idempotency_key"]
     sent = [(tp[3:35], tp[36:52]) for tp in endpoint.traceparents if tp is not None]
     assert sent == [(first.trace_id, first.span_id), (second.trace_id, second.span_id)]
+
+
+class Hooks:
+    """Webhook endpoints on one server (``/hooks/{name}``): keeps each request's ``traceparent`` and
+    ``webhook-id`` by endpoint; an endpoint in ``failing_once`` answers its first request 503."""
+
+    def __init__(self, *, failing_once: frozenset[str] = frozenset()) -> None:
+        self.got: dict[str, list[tuple[str | None, str]]] = {}
+        self.failing_once = set(failing_once)
+
+    async def handle(self, request: web.Request) -> web.Response:
+        await request.read()
+        name = request.match_info["name"]
+        self.got.setdefault(name, []).append((request.headers.get("traceparent"), request.headers["webhook-id"]))
+        if name in self.failing_once:
+            self.failing_once.discard(name)
+            return web.Response(status=503)
+        return web.Response(text="ok")
+
+    def app(self) -> web.Application:
+        app = web.Application()
+        app.router.add_post("/hooks/{name}", self.handle)
+        return app
+
+
+def webhook_sink(tmp_path: Path, base: str, contexts: dict[int, str], **static: object) -> object:
+    """A ``webhook_http`` sink to endpoints ``a`` and ``b`` of ``base``, its partition's messages
+    carrying ``contexts`` (seq → trace context, as the runtime loads them from the outbox)."""
+    import base64
+
+    from egress.clock import RealClock
+    from egress.connectors.base import SinkContext
+    from egress.connectors.sinks.webhook_http import WebhookHttpSink
+    from egress.connectors.sinks.webhook_parameters import WebhookSinkDynamicParameters, WebhookSinkParameters
+    from egress.engines import SinkProgress
+    from egress.observe import Metrics, StatusTree
+
+    secret = tmp_path / "secret"
+    secret.write_text("whsec_" + base64.b64encode(b"s" * 32).decode() + "\n")
+    context = SinkContext("deliver", "hooks", 0, RealClock(), Metrics(), StatusTree(), lambda progress: None,
+                          trace_contexts=contexts)
+    dynamic = {"retry_initial_delay": "10ms", "retry_minimum_delay": "10ms", "endpoints": {
+        name: {"url": f"{base}/hooks/{name}", "secret_file": str(secret)} for name in ("a", "b")}}
+    return WebhookHttpSink(context, WebhookSinkParameters.model_validate(
+        {"payload_column": "payload", "endpoint_column": "customer", **static}),
+        WebhookSinkDynamicParameters.model_validate(dynamic), SinkProgress())
+
+
+def webhook_messages(plan: list[str]) -> list[object]:
+    from egress.engines import OutboxMessage
+
+    return [OutboxMessage(seq, "events", f"m{seq}".encode(), f"k{seq}".encode(), None,
+                          {"customer": customer, "payload": f"{customer}/{seq}"})
+            for seq, customer in enumerate(plan, 1)]
+
+
+async def test_each_webhook_attempt_is_a_span_naming_its_endpoint_whose_context_its_request_carries(
+        tmp_path: Path, serve_app: ServerFactory, otlp: tuple[OtlpReceiver, Callable[[], object]]) -> None:
+    from tests.waiting import eventually
+
+    receiver, flush = otlp
+    hooks = Hooks(failing_once=frozenset({"b"}))
+    sink: Any = webhook_sink(tmp_path, await serve_app(hooks.app()), {1: f"{SAMPLED}\nvendor=1"})
+    sink.distribute(webhook_messages(["a", "b", "a"]))
+
+    async def answered() -> bool:  # every attempt's span ended with its response
+        await flush()
+        spans = receiver.named("delivery attempt")
+        return len(spans) == 4 and all("http.response.status_code" in s.attributes for s in spans)
+
+    await eventually(answered, what="four attempts answered: a's two, b's failed one and its retry")
+    await sink.close()
+
+    attempts = receiver.named("delivery attempt")
+    # seq 1 carried its event's sampled context: its attempt is a child of it, and the request says so.
+    [carried] = [s for s in attempts if s.trace_id == TRACE]
+    assert carried.parent_span_id == "00f067aa0ba902b7"
+    assert carried.attributes["egress.endpoint"] == "a"
+    assert carried.attributes["egress.attempt"] == 1
+    assert carried.attributes["egress.seq"] == 1
+    assert carried.attributes["http.response.status_code"] == 200
+    assert carried.attributes["egress.throttler_wait_seconds"] == 0.0
+    [(sent, webhook_id)] = [(tp, key) for tp, key in hooks.got["a"] if tp is not None and tp[3:35] == TRACE]
+    assert sent[36:52] == carried.span_id
+    assert carried.attributes["egress.idempotency_key"] == webhook_id
+    # seq 2 failed once at b: two spans in one trace, the retry a child of the failed first attempt.
+    first, second = sorted((s for s in attempts if s.attributes["egress.endpoint"] == "b"),
+                           key=lambda span: span.attributes["egress.attempt"])
+    assert (first.attributes["egress.attempt"], second.attributes["egress.attempt"]) == (1, 2)
+    assert first.status_code == 2
+    assert first.attributes["http.response.status_code"] == 503
+    assert second.status_code != 2
+    assert second.attributes["http.response.status_code"] == 200
+    assert second.trace_id == first.trace_id
+    assert second.parent_span_id == first.span_id
+    assert [(tp[3:35], tp[36:52]) for tp, _ in hooks.got["b"] if tp is not None] == [
+        (first.trace_id, first.span_id), (second.trace_id, second.span_id)]
+    # seq 3 without a context: a trace of its own (every root sampled here), sent on too.
+    [own] = [s for s in attempts if s.attributes["egress.seq"] == 3]
+    assert own.trace_id != TRACE
+    assert own.parent_span_id == ""
+    assert (own.trace_id, own.span_id) in {(tp[3:35], tp[36:52]) for tp, _ in hooks.got["a"] if tp is not None}
+
+
+async def test_a_webhook_sink_with_propagate_trace_context_false_sends_no_traceparent(
+        tmp_path: Path, serve_app: ServerFactory, otlp: tuple[OtlpReceiver, Callable[[], object]]) -> None:
+    from tests.waiting import eventually
+
+    receiver, flush = otlp
+    hooks = Hooks()
+    sink: Any = webhook_sink(tmp_path, await serve_app(hooks.app()), {1: SAMPLED}, propagate_trace_context=False)
+    sink.distribute(webhook_messages(["a", "b"]))
+
+    async def answered() -> bool:
+        await flush()
+        return len(receiver.named("delivery attempt")) == 2  # still traced, only not sent on
+
+    await eventually(answered, what="two attempts traced")
+    await sink.close()
+    assert [tp for got in hooks.got.values() for tp, _ in got] == [None, None]
