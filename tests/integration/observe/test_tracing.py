@@ -406,3 +406,110 @@ async def test_a_webhook_sink_with_propagate_trace_context_false_sends_no_tracep
     await eventually(answered, what="two attempts traced")
     await sink.close()
     assert [tp for got in hooks.got.values() for tp, _ in got] == [None, None]
+
+
+class Firehose:
+    """A Firehose endpoint (``/ingest``): keeps each request's ``traceparent`` and request id; answers
+    the first ``failing`` requests 503, then conforming 200s."""
+
+    def __init__(self, failing: int = 0) -> None:
+        self.got: list[tuple[str | None, str]] = []
+        self.failing = failing
+
+    async def handle(self, request: web.Request) -> web.Response:
+        await request.read()
+        request_id = request.headers["X-Amz-Firehose-Request-Id"]
+        self.got.append((request.headers.get("traceparent"), request_id))
+        status = 503 if len(self.got) <= self.failing else 200
+        return web.json_response({"requestId": request_id, "timestamp": 1_700_000_000_000}, status=status)
+
+    def app(self) -> web.Application:
+        app = web.Application()
+        app.router.add_post("/ingest", self.handle)
+        return app
+
+
+async def firehose_deliver(url: str, payloads: list[str], contexts: dict[int, str], **static: object) -> None:
+    """``payloads`` (seq 1..n) through a ``firehose_http`` sink as one request, its messages carrying
+    ``contexts``; returns once the request was acknowledged."""
+    from egress.clock import RealClock
+    from egress.connectors.base import SinkContext
+    from egress.connectors.sinks.firehose_http import FirehoseHttpSink
+    from egress.connectors.sinks.firehose_parameters import (
+        FirehoseHttpSinkDynamicParameters,
+        FirehoseHttpSinkParameters,
+    )
+    from egress.engines import OutboxMessage, SinkProgress
+    from egress.observe import Metrics, StatusTree
+    from tests.waiting import eventually
+
+    sinks: list[FirehoseHttpSink] = []
+
+    def commit_at_once(progress: SinkProgress) -> None:  # a job committing each report (and batch end) at once
+        asyncio.get_running_loop().call_soon(lambda: sinks[0].committed(progress))
+
+    context = SinkContext("deliver", "firehose", 0, RealClock(), Metrics(), StatusTree(), commit_at_once,
+                          trace_contexts=contexts)
+    parameters = FirehoseHttpSinkParameters.model_validate({
+        "url": url, "payload_column": "payload", "stream_name": "flights",
+        "buffering_hints": {"size_in_mbs": 5, "interval_in_seconds": 0}, **static})
+    dynamic = FirehoseHttpSinkDynamicParameters.model_validate({"retry_initial_delay": "10ms",
+                                                                "retry_maximum_delay": "20ms"})
+    sink = FirehoseHttpSink(context, parameters, dynamic, SinkProgress())
+    sinks.append(sink)
+    sink.distribute([OutboxMessage(seq, "requests", f"message-{seq:08d}".encode(), b"[]", None, {"payload": payload})
+                     for seq, payload in enumerate(payloads, 1)])
+    await eventually(lambda: sink.progress().max_persisted_seq_no == len(payloads), what="the request acknowledged")
+    await sink.close()
+
+
+async def test_each_attempt_of_a_firehose_request_is_a_span_under_its_first_records_trace(
+        serve_app: ServerFactory, otlp: tuple[OtlpReceiver, Callable[[], object]]) -> None:
+    receiver, flush = otlp
+    endpoint = Firehose(failing=1)
+    await firehose_deliver(f"{await serve_app(endpoint.app())}/ingest", ["a", "b", "c"],
+                           {1: f"{SAMPLED}\nvendor=1", 3: NOT_SAMPLED})
+    await flush()
+
+    first, second = sorted(receiver.named("delivery attempt"), key=lambda span: span.attributes["egress.attempt"])
+    [(_, request_id), _] = endpoint.got
+    for span in (first, second):  # both in the trace of the first record, children of its span
+        assert span.trace_id == TRACE
+        assert span.parent_span_id == "00f067aa0ba902b7"
+        assert span.attributes["egress.records"] == 3
+        assert span.attributes["egress.firehose_request_id"] == request_id
+        assert span.attributes["egress.sink_id"] == "firehose"
+    assert (first.attributes["egress.attempt"], second.attributes["egress.attempt"]) == (1, 2)
+    assert first.attributes["http.response.status_code"] == 503
+    assert first.status_code == 2
+    assert second.attributes["http.response.status_code"] == 200
+    assert second.status_code != 2
+    # Each request carried its attempt's span as the parent, in the first record's trace.
+    assert [(tp[3:35], tp[36:52]) for tp, _ in endpoint.got if tp is not None] == [
+        (TRACE, first.span_id), (TRACE, second.span_id)]
+
+
+async def test_a_firehose_request_whose_first_record_carries_no_context_is_a_trace_of_its_own(
+        serve_app: ServerFactory, otlp: tuple[OtlpReceiver, Callable[[], object]]) -> None:
+    receiver, flush = otlp
+    endpoint = Firehose()
+    await firehose_deliver(f"{await serve_app(endpoint.app())}/ingest", ["a", "b"], {2: SAMPLED})
+    await flush()
+    [span] = receiver.named("delivery attempt")
+    assert span.trace_id != TRACE
+    assert span.parent_span_id == ""
+    [(sent, _)] = endpoint.got
+    assert sent is not None
+    assert (sent[3:35], sent[36:52]) == (span.trace_id, span.span_id)
+
+
+async def test_a_firehose_sink_with_propagate_trace_context_false_sends_no_traceparent(
+        serve_app: ServerFactory, otlp: tuple[OtlpReceiver, Callable[[], object]]) -> None:
+    receiver, flush = otlp
+    endpoint = Firehose()
+    await firehose_deliver(f"{await serve_app(endpoint.app())}/ingest", ["a"], {1: SAMPLED},
+                           propagate_trace_context=False)
+    await flush()
+    assert [sent for sent, _ in endpoint.got] == [None]
+    [span] = receiver.named("delivery attempt")  # still traced, only not sent on
+    assert span.trace_id == TRACE
