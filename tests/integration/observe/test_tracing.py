@@ -5,6 +5,7 @@ virtual clock, and the trace context an endpoint receives."""
 from __future__ import annotations
 
 import asyncio
+import socket
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any
@@ -124,17 +125,19 @@ class HoldingEndpoint(Endpoint):
         return web.Response(text="ok")
 
 
-async def run_http_pipeline(tmp_path: Path, endpoint_url: str, port: int) -> tuple[Pipeline, asyncio.Task[object]]:
+async def run_http_pipeline(tmp_path: Path, endpoint_url: str, port: int, readers: int = 1
+                            ) -> tuple[Pipeline, asyncio.Task[object]]:
     from tests.conftest import pass_through_spec
 
     spec = pass_through_spec(tmp_path / "spec.yaml", "tracing_test",
-                             {"source_class_name": "http", "parameters": {"port": port}}, endpoint_url)
+                             {"source_class_name": "http", "parameters": {"port": port, "readers": readers}},
+                             endpoint_url)
     pipeline = Pipeline(load_plan(spec), tmp_path / "state")
     task: asyncio.Task[object] = asyncio.create_task(pipeline.run())
     return pipeline, task
 
 
-async def post_events(port: int, events: list[tuple[str, dict[str, str]]]) -> None:
+async def post_events(port: int, events: list[tuple[str, dict[str, str]]], readers: int = 1) -> None:
     import aiohttp
 
     from tests.waiting import eventually
@@ -143,11 +146,17 @@ async def post_events(port: int, events: list[tuple[str, dict[str, str]]]) -> No
         url = f"http://127.0.0.1:{port}/events"
 
         async def listening() -> bool:
-            async with session.get(url) as response:  # 405: listening (only POST is routed)
-                return response.status == 405
+            for reader in range(readers):
+                async with session.get(f"http://127.0.0.1:{port + reader}/events") as response:
+                    if response.status != 405:  # 405: listening (only POST is routed)
+                        return False
+            return True
 
-        await eventually(listening, what="the http source listening", interval=0.02,
+        await eventually(listening, what="the http source's readers listening", interval=0.02,
                          ignoring=(aiohttp.ClientConnectionError,))
+    # The events on connections of their own: a connection whose first request is a plain POST takes
+    # the source's lean path (http_fast), which must hand a traced request to aiohttp's.
+    async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(force_close=True)) as session:
         for number, (payload, headers) in enumerate(events):
             body = f'{{"id": {number}, "payload": "{payload}"}}'
             async with session.post(url, data=body, headers=headers) as response:
@@ -192,6 +201,37 @@ async def test_the_endpoint_receives_the_trace_of_the_event_the_http_source_rece
     untraced = endpoint.by_body["untraced"]
     assert untraced is not None
     assert untraced[3:35] not in (TRACE, NOT_SAMPLED[3:35])
+
+
+async def test_a_keyed_event_forwarded_to_its_home_reader_keeps_its_trace(
+        tmp_path: Path, serve_app: ServerFactory, otlp: tuple[OtlpReceiver, Callable[[], object]]) -> None:
+    from egress.connectors.sources.http_peers import key_home
+    from tests.integration.connectors.sources.test_http import free_port
+    from tests.waiting import eventually
+
+    receiver, flush = otlp
+    endpoint = HoldingEndpoint()
+    port = free_port()
+    while True:  # two readers on port and port + 1; both free
+        try:
+            with socket.create_server(("127.0.0.1", port + 1)):
+                break
+        except OSError:
+            port = free_port()
+    pipeline, task = await run_http_pipeline(tmp_path, f"{await serve_app(endpoint.app())}/events", port, readers=2)
+    key = next(f"key-{n}" for n in range(100) if key_home(f"key-{n}", 2) == 1)  # reader 1's: reader 0 forwards it
+    await post_events(port, [("forwarded", {"traceparent": SAMPLED, "tracestate": "vendor=1",
+                                            "Idempotency-Key": key})], readers=2)
+    await eventually(lambda: "forwarded" in endpoint.by_body, what="the forwarded event delivered")
+    pipeline.request_stop()
+    await task
+    await flush()
+    sent = endpoint.by_body["forwarded"]
+    assert sent is not None
+    assert sent[3:35] == TRACE  # the home continued the event's trace
+    [attempt] = [s for s in receiver.named("delivery attempt") if s.trace_id == TRACE]
+    assert attempt.parent_span_id == "00f067aa0ba902b7"
+    assert sent[36:52] == attempt.span_id
 
 
 async def test_a_message_keeps_its_events_trace_across_a_restart(
