@@ -119,3 +119,33 @@ def test_propagate_trace_context_false_is_a_valid_sink_parameter(tmp_path: Path)
     spec.write_text(yaml.safe_dump(document))
     with pytest.raises(SpecErrors, match="true or false"):
         load_plan(spec)
+
+
+OTHER_SINKS = {
+    "webhook_http": {"payload_column": "payload", "url_column": "payload"},
+    "firehose_http": {"url": "http://127.0.0.1:9/", "payload_column": "payload", "stream_name": "flights"},
+}
+
+
+def other_sink_spec(tmp_path: Path, sink_class: str, **parameters: object) -> Path:
+    spec, _ = payload_spec(tmp_path, "http://127.0.0.1:9/", ["a"])
+    document = yaml.safe_load(spec.read_text())
+    sink = document["computations"]["deliver"]["sinks"]["http"]
+    sink["sink_class_name"] = sink_class
+    sink["parameters"] = {**OTHER_SINKS[sink_class], **parameters}
+    spec.write_text(yaml.safe_dump(document))
+    return spec
+
+
+@pytest.mark.parametrize("sink_class", sorted(OTHER_SINKS))
+def test_the_webhook_and_firehose_sinks_take_propagate_trace_context_and_refuse_a_misspelling(
+        tmp_path: Path, sink_class: str) -> None:
+    plan = load_plan(other_sink_spec(tmp_path, sink_class, propagate_trace_context=False))
+    assert plan.computations["deliver"].sinks["http"].parameters.propagate_trace_context is False
+    with pytest.raises(SpecErrors) as raised:
+        load_plan(other_sink_spec(tmp_path, sink_class, propagate_trace_contexts=False))
+    message = raised.value.format()
+    assert "computations/deliver/sinks/http/parameters/propagate_trace_contexts" in message
+    assert "did you mean 'propagate_trace_context'?" in message
+    with pytest.raises(SpecErrors, match="true or false"):
+        load_plan(other_sink_spec(tmp_path, sink_class, propagate_trace_context="no"))

@@ -23,6 +23,10 @@ HTTP sink (nothing later is acknowledged). Batches run
 concurrently up to ``max_in_flight``; acknowledgements advance as a contiguous prefix in ``seq``
 order (at-least-once, ordered progress). The URL and the access key are read before every attempt,
 so DynamicSpec changes and rotated key files apply to the next attempt.
+
+With tracing on (``egress.observe.tracing``) each attempt of a request may be a ``delivery attempt``
+span (its record count, request id, attempt and status) under the trace context its first record
+carries, and the request sends that span's context as ``traceparent`` (``propagate_trace_context``).
 """
 
 from __future__ import annotations
@@ -32,7 +36,7 @@ import hashlib
 import random
 import uuid
 from collections.abc import Callable
-from typing import ClassVar
+from typing import Any, ClassVar
 
 from egress.connectors.base import SINKS, SinkContext, single_input_stream
 from egress.connectors.dead_letters import Attempt, DeadLetter, check_dead_letter_path
@@ -54,6 +58,7 @@ from egress.httpclient import CurlClient, Request, Response
 from egress.httpclient.backoff import DoublingBackoff, draw
 from egress.httpclient.outcomes import AttemptFailure, FailureKind, failure_of, status_failure
 from egress.httpclient.transport import HttpTransport
+from egress.observe import tracing as _tracing
 from egress.spec import StreamSpec
 
 STATUS_SUFFIX = "firehose_http_sink"
@@ -209,7 +214,8 @@ class FirehoseHttpSink(BatchedSink):
             kind=self.kind, url=lambda: self._dynamic.url or parameters.url, transport=self._transports.get,
             dynamic=lambda: self._dynamic, pauses=None, throttle=None, max_redirects=0,
             requests=metrics.requests.labels(*labels), retries=metrics.retries.labels(*labels),
-            attempt_seconds=context.metrics.attempt_duration.labels(context.sink_id))
+            attempt_seconds=context.metrics.attempt_duration.labels(context.sink_id),
+            trace=self._trace_of, propagate=parameters.propagate_trace_context)
 
     @property
     def computation_id(self) -> str:
@@ -273,6 +279,20 @@ class FirehoseHttpSink(BatchedSink):
         rules = FirehoseRetries(float(parameters.retry_duration), parameters.response_timeout, self._rng,
                                 lambda: self._dynamic)
         await self._loop.run(batch, rules)
+
+    def _trace_of(self, batch: Batch) -> tuple[str | None, bool, dict[str, Any]]:
+        """What the delivery loop traces of the attempts of ``batch``'s request (``delivery.TraceOf``,
+        tracing on): the context its first record carries (``None``: none, the attempts a trace of
+        their own), whether they are sampled, and the attributes of their spans."""
+        contexts, context = self._context.trace_contexts, self._context
+        carried = contexts.get(batch.record_seqs[0]) if contexts and batch.record_seqs else None
+        tracing = _tracing.active
+        sampled = tracing is not None and tracing.sampling.child(carried)
+        return carried, sampled, {
+            "egress.computation_id": context.computation_id, "egress.sink_id": context.sink_id,
+            "egress.partition": context.partition, "egress.first_seq": batch.first_seq,
+            "egress.last_seq": batch.last_seq, "egress.records": len(batch.records),
+            "egress.firehose_request_id": self._batch_key(batch)}
 
     # -- the hooks of its DeliveryLoop ------------------------------------------------------
 

@@ -118,7 +118,8 @@ class FirehoseHttpSinkParameters(BaseModel):
     id, for ``egress redrive`` (``egress.connectors.dead_letters``); either file lets the partition go
     on. Beyond Firehose: ``max_in_flight`` batches sent at once
     (default 4), ``response_timeout`` per attempt (default 180 s, the protocol's), ``compression_level``
-    (gzip 1..9, default 6), ``tls_ca_file`` (a PEM bundle to trust for https).
+    (gzip 1..9, default 6), ``tls_ca_file`` (a PEM bundle to trust for https),
+    ``propagate_trace_context`` (default true: with tracing on, a request carries ``traceparent``).
     """
 
     model_config = ConfigDict(extra="forbid", frozen=True, hide_input_in_errors=True)  # a key must never show
@@ -137,6 +138,8 @@ class FirehoseHttpSinkParameters(BaseModel):
     response_timeout: Duration = Field(default=p.RESPONSE_TIMEOUT_SECONDS, gt=0)
     compression_level: int = Field(default=6, ge=1, le=9)
     tls_ca_file: str | None = None
+    # With tracing on (egress.observe.tracing), each request carries the W3C traceparent of its first record.
+    propagate_trace_context: bool = True
 
     @field_validator("url")
     @classmethod

@@ -8,11 +8,11 @@ false``: none)."""
 from __future__ import annotations
 
 import random
-from collections.abc import Callable, Collection, Iterable
+from collections.abc import Callable, Collection, Iterable, Mapping
 from typing import Any
 
 from egress.connectors.base import SinkContext
-from egress.httpclient import Response
+from egress.httpclient import Request, Response
 from egress.httpclient.outcomes import failure_of
 from egress.keys import idempotency_key
 from egress.observe import tracing as _tracing
@@ -77,14 +77,18 @@ class SinkTraces:
                 "egress.idempotency_key": idempotency_key(message_id), "egress.attempt": attempt,
                 "egress.throttler_wait_seconds": 0.0}
 
-    def first_attempt(self, seq: int, message_id: bytes, lines: tuple[str, ...]) -> tuple[str, ...]:
+    def first_attempt(self, seq: int, message_id: bytes, lines: tuple[str, ...],
+                      extra: Mapping[str, Any] | None = None) -> tuple[str, ...]:
         """The header ``lines`` of delivery ``seq``'s first attempt with its trace context; a span
-        ``delivery attempt`` starts now when the delivery is sampled."""
+        ``delivery attempt`` starts now when the delivery is sampled (with the ``extra`` attributes)."""
         carried = self.carried(seq)
         tracing = _tracing.active
         if tracing is not None and seq in self.sampled:
+            attributes = self.attributes(seq, message_id, 1)
+            if extra:
+                attributes.update(extra)
             span = self._spans[seq] = tracing.start("delivery attempt", self._context.clock.now(), parent=carried,
-                                                    attributes=self.attributes(seq, message_id, 1))
+                                                    attributes=attributes)
             carried = _tracing.context_of_span(span, carried)
         if carried is None or not self.propagate:
             return lines
@@ -132,4 +136,56 @@ class SinkTraces:
             sampled = tracing is not None and tracing.sampling.child(carried)
         attributes = self.attributes(seq, message_id, 0)
         del attributes["egress.attempt"], attributes["egress.throttler_wait_seconds"]  # the loop sets them
+        return carried, sampled, attributes
+
+
+class EndpointTraces(SinkTraces):
+    """The tracing of a sink whose deliveries go to named endpoints (``webhook_http``): a delivery is an
+    object with ``seq``, ``message_id`` and ``endpoint.name``, and every span of its attempts also
+    carries ``egress.endpoint``. Its first attempts go as batches of ``(request, delivery)``."""
+
+    __slots__ = ()
+
+    def first_requests(self, requests: list[tuple[Request, Any]]) -> list[tuple[Request, Any]]:
+        """Tracing on: decide which of the first attempts ``requests`` are sampled, start their spans,
+        and add the trace context to the headers of those sampled or carrying one (in place). Tracing
+        off, or nothing to trace: ``requests`` untouched, no call per request."""
+        tracing = _tracing.active
+        if tracing is None:
+            return requests
+        pick = self.picker(tracing.sampling)
+        if pick is not None:
+            for _, delivery in requests:
+                if pick(delivery.seq):
+                    self.sampled.add(delivery.seq)
+        traced = self.traced()
+        if traced is None:
+            return requests
+        for index, (request, delivery) in enumerate(requests):
+            if delivery.seq in traced:
+                lines = self.first_attempt(delivery.seq, delivery.message_id, request.headers,
+                                           {"egress.endpoint": delivery.endpoint.name})
+                requests[index] = (request._replace(headers=lines), delivery)
+        return requests
+
+    def ending(self, callback: Callable[[list[tuple[Any, Response]]], None]
+               ) -> Callable[[list[tuple[Any, Response]]], None]:
+        """``callback`` of a batch of first attempts' ``(delivery, response)``, ending the spans of those
+        sampled first (only while a span is in flight: one test per batch otherwise)."""
+        spans = self._spans
+
+        def ended(batch: list[tuple[Any, Response]]) -> None:
+            if spans:
+                for delivery, response in batch:
+                    if delivery.seq in spans:
+                        self.first_attempt_done(delivery.seq, response,
+                                                succeeded=response.error is None and 200 <= response.status <= 299)
+            callback(batch)
+
+        return ended
+
+    def of_delivery(self, delivery: Any) -> tuple[str | None, bool, dict[str, Any]]:
+        """:meth:`SinkTraces.trace_of` of ``delivery`` (``delivery.TraceOf``), with its endpoint."""
+        carried, sampled, attributes = self.trace_of(delivery.seq, delivery.message_id)
+        attributes["egress.endpoint"] = delivery.endpoint.name
         return carried, sampled, attributes

@@ -17,6 +17,9 @@ message's idempotency key, the same after a restart). A delivery that exhausts t
 the async HTTP sink is dead-lettered with ``dead_letter_path``, else tried again after
 ``retry_maximum_delay``: it holds its endpoint, never the partition. Committed progress, restart
 and memory: ``webhook_endpoints`` and ``docs/webhooks.md``.
+
+With tracing on (``egress.observe.tracing``) each attempt may be a ``delivery attempt`` span naming its
+endpoint, and its request carries the message's ``traceparent`` (``sink_traces.EndpointTraces``).
 """
 
 from __future__ import annotations
@@ -30,6 +33,7 @@ from egress.connectors.base import SINKS, SinkContext
 from egress.connectors.sinks import http_attempts
 from egress.connectors.sinks.delivery import DeliveryHooks, DeliveryLoop, PolicyRetries, exhausted_error
 from egress.connectors.sinks.ordering import fresh_messages
+from egress.connectors.sinks.sink_traces import EndpointTraces
 from egress.connectors.sinks.webhook_endpoints import (
     Delivery,
     Endpoint,
@@ -119,6 +123,7 @@ class WebhookHttpSink:
         self._dead_letters = context.dead_letters.open(path) if path is not None else None
         self._hooks = DeliveryHooks(self._request, self._judge, self._attempt_failed, self._give_up,
                                     self._succeed, self._stopped, self._pause_until)
+        self._traces = EndpointTraces(context, propagate=parameters.propagate_trace_context)  # tracing on only
         EndpointGauges.of(context.metrics.registry).sinks.add(self)
 
     def _dynamic_parameters(self) -> WebhookSinkDynamicParameters:
@@ -191,7 +196,8 @@ class WebhookHttpSink:
             context.clock, self._hooks, kind="Webhook HTTP sink",
             url=lambda: endpoint.url, transport=self._clients.of_url,
             dynamic=self._dynamic_parameters, pauses=pauses, throttle=endpoint.throttle, max_redirects=0,
-            requests=self._requests, retries=self._retries, attempt_seconds=self._attempt_seconds)
+            requests=self._requests, retries=self._retries, attempt_seconds=self._attempt_seconds,
+            trace=self._traces.of_delivery, propagate=self._traces.propagate)
         self._clients.hold(self._in_flight_limits)
 
     def progress(self) -> SinkProgress:
@@ -340,10 +346,11 @@ class WebhookHttpSink:
         completions = self._completions
         if completions is None:
             # A first attempt still queued when the sink closes is not sent.
-            completions = self._completions = Completions(asyncio.get_running_loop(), self._first_attempts_done,
-                                                          lambda _: self._closed)
-        requests = first_requests(endpoint, deliveries, int(self._context.clock.now()), timeout, capture_retry_after,
-                                  self._parameters.idempotency_header)
+            completions = self._completions = Completions(
+                asyncio.get_running_loop(), self._traces.ending(self._first_attempts_done), lambda _: self._closed)
+        requests = self._traces.first_requests(first_requests(
+            endpoint, deliveries, int(self._context.clock.now()), timeout, capture_retry_after,
+            self._parameters.idempotency_header))
         self._requests.inc(len(requests))
         self._clients.get(endpoint.scheme).submit_many(requests, completions)
 

@@ -33,7 +33,8 @@ class WebhookSinkParameters(_AtLeastOnceOnly):
     DynamicSpec's ``endpoints``) and ``url_column`` (a string column holding the URL, one endpoint per
     distinct URL). ``max_buffered_per_endpoint``: messages of one endpoint kept in memory; the rest of
     its backlog stays in the outbox and is read again when it drains (engines with an outbox reader:
-    SQLite). ``idempotency_header`` (default none) repeats the key that ``webhook-id`` carries."""
+    SQLite). ``idempotency_header`` (default none) repeats the key that ``webhook-id`` carries.
+    ``propagate_trace_context`` (default true): with tracing on, requests carry ``traceparent``."""
 
     sink_kind = SINK_KIND
 
@@ -45,6 +46,8 @@ class WebhookSinkParameters(_AtLeastOnceOnly):
     keep_alive: bool = True
     tls_ca_file: str | None = None
     dead_letter_path: str | None = Field(default=None, min_length=1)
+    # With tracing on (egress.observe.tracing), each request carries the W3C traceparent of its message.
+    propagate_trace_context: bool = True
 
     @model_validator(mode="after")
     def _one_column(self) -> WebhookSinkParameters:

@@ -36,7 +36,8 @@ header block the lean path parses (a larger one goes to aiohttp, which answers i
 
 _PLAIN_CONNECTION = (b"keep-alive", b"close")
 _HANDED_OVER = frozenset((b"transfer-encoding", b"expect", b"content-encoding", b"upgrade", b"te", b"trailer"))
-_NOTED = frozenset((b"content-length", b"idempotency-key", b"authorization", b"connection", *_HANDED_OVER))
+_NOTED = frozenset((b"content-length", b"idempotency-key", b"authorization", b"connection", b"traceparent",
+                    *_HANDED_OVER))
 """The header names :meth:`IngestProtocol._header` acts on; any other is skipped unread."""
 _BLANKS = frozenset(b" \t")  # a header name's first or last byte that makes the request not plain
 

@@ -5,7 +5,8 @@ one. A key's **home** is one reader, :func:`key_home`; only the home accepts the
 its check and its commit (the key written with the events, under the home's lease) are one step,
 as with one reader: a key seen by any worker is a duplicate on every worker, and a ``200`` still
 follows the commit. A keyed request reaching another reader is sent on once, over loopback, to
-the home (``port + home``, the header :data:`FORWARDED` naming the sender), and its answer is
+the home (``port + home``, the header :data:`FORWARDED` naming the sender; its ``traceparent``
+and ``tracestate`` with it), and its answer is
 passed back (:class:`Peers`); a home that does not answer (its worker died, the reader not yet
 taken over) makes it a ``503`` with ``Retry-After``, which a balancer's ``proxy_next_upstream
 http_503`` or the client sends again. Requests without a key are accepted by whichever reader gets
@@ -34,7 +35,8 @@ else:
 FORWARDED = "Egress-Forwarded-By"
 """The header of a request one reader sends on to its key's home: the sender's reader number."""
 
-_PASSED_ON = ("Idempotency-Key", "Authorization", "Content-Type")
+# The W3C trace context too: the home continues the event's trace (egress.observe.tracing).
+_PASSED_ON = ("Idempotency-Key", "Authorization", "Content-Type", "traceparent", "tracestate")
 _ANSWER_HEADERS = ("Content-Type", "Retry-After", "WWW-Authenticate")
 
 
