@@ -205,6 +205,9 @@ class Worker:
         clock = self._clock
         next_heartbeat = clock.monotonic()
         while not self._stop.is_set():
+            # Cleared before the pass, not before the wait: what a notice or a job's end set while
+            # the pass ran ends the wait at once (the pass may have looked before it came).
+            self._changed.clear()
             self._collect_ended()
             self._refuse_if_joined_later()
             try:
@@ -241,8 +244,8 @@ class Worker:
                             self._started_at)
 
     async def _wait(self, seconds: float) -> None:
-        """Until a job ends, a stop is asked for, or ``seconds`` on the clock."""
-        self._changed.clear()
+        """Until a job ends, a stop is asked for, a member notice, or ``seconds`` on the clock
+        (cleared at the start of each pass of :meth:`_loop`)."""
         await event_or_timeout(self._changed, self._clock, seconds)
 
     async def _register(self) -> None:
