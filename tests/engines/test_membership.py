@@ -3,8 +3,13 @@
 
 from __future__ import annotations
 
-from egress.engines import Engine, MemberInfo
+from collections.abc import Awaitable, Callable
+
+import pytest
+
+from egress.engines import Engine, MemberInfo, MemberNotices
 from tests.engines.conftest import Workers
+from tests.waiting import eventually
 
 
 def member(worker_id: str, digest: str = "d1") -> MemberInfo:
@@ -57,3 +62,24 @@ async def test_a_member_that_stops_registering_lapses_after_its_ttl(workers: Wor
         return await ids(b) == []
 
     await workers.until(lapsed)
+
+
+async def test_member_notices_tell_another_instance_of_a_registration_and_a_departure(workers: Workers) -> None:
+    a, b = await workers.open(), await workers.open()
+    if not isinstance(a, MemberNotices):
+        pytest.skip(f"{type(a).__name__} has no member notices (its workers list the members between heartbeats)")
+    told: list[str | None] = []
+    a.on_members(told.append)
+    await eventually(_registered_and_told(b, told), what="a notice of w2's registration")
+    await b.deregister("w2")
+    await eventually(lambda: None in told, what="a notice of w2's departure")
+
+
+def _registered_and_told(engine: Engine, told: list[str | None]) -> Callable[[], Awaitable[bool]]:
+    """Register ``w2`` on ``engine`` (again, each try: a subscription made meanwhile may miss the
+    first) until a notice of it arrived."""
+    async def check() -> bool:
+        await engine.register(member("w2"), 30)
+        return "w2" in told
+
+    return check

@@ -468,6 +468,24 @@ class LineChunkLog(Protocol):
         ...
 
 
+MemberCallback = Callable[[str | None], None]
+"""What :meth:`MemberNotices.on_members` calls: with the worker id a registration named, or
+``None`` for a member that left (which one is not told)."""
+
+
+@runtime_checkable
+class MemberNotices(Protocol):
+    """An engine that tells its workers of registrations and departures as they happen (NATS), so a
+    worker lists the members when they change rather than polling between its heartbeats
+    (``egress.runtime.cluster.worker``). The notices are at most once: the heartbeat's listing stays
+    the backstop, and a member that lapsed (killed, cut off) sends none."""
+
+    def on_members(self, callback: MemberCallback) -> None:
+        """Call ``callback`` on every registration (heartbeats included) and deregistration of any
+        worker, this engine's own included, from now on."""
+        ...
+
+
 @runtime_checkable
 class MessageBus(Protocol):
     """An engine on a message bus its workers can also talk over (NATS): the cluster's throttler

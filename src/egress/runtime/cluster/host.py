@@ -157,11 +157,18 @@ class ClusterHost:
                 context.stop_run()
 
     async def _sources_finished(self, engine: Engine) -> bool:
+        """Whether every source is finished. The flags are read first, the leases only once every
+        reader has one: an unfinished source (a live one, always) costs no listing of the leases."""
+        plan = self._context.plan
+        flags = []
+        for source_id, source in plan.sources.items():
+            for partition in range(source.readers):
+                flag = await engine.read_meta(finished_key(source_id, partition))
+                if flag is None:
+                    return False
+                flags.append((flag, Unit.source(source_id, partition)))
         leases = await engine.leases()
-        for source_id in self._context.plan.sources:
-            if not await self.source_finished(engine, source_id, leases):
-                return False
-        return True
+        return all(source_is_finished(flag, unit, leases) for flag, unit in flags)
 
     async def _drained(self, engine: Engine, result: RunResult) -> bool:
         inventory = await engine.inventory()

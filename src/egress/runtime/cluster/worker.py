@@ -1,10 +1,13 @@
 """A cluster worker: one of several processes that share a pipeline through one engine.
 
 Every ``heartbeat_period`` seconds the worker registers itself (a member for ``lease_ttl``
-seconds) and renews the lease of every unit it runs. Every ``acquire_retry_period`` seconds it
-lists the live members and computes by rendezvous hashing (``egress.runtime.cluster.assignment``) the
+seconds), renews the lease of every unit it runs and lists the live members; it lists them again
+between heartbeats when the engine tells of a new member or a departure (``MemberNotices``, NATS),
+and every ``acquire_retry_period`` seconds while units move (a unit to take or hand over, a lease
+lost) or on an engine without notices. From the members it computes by rendezvous hashing
+(``egress.runtime.cluster.assignment``) the
 units it should run: it takes the ones it should run and does not (``try_acquire``; a unit whose
-lease another worker still holds is tried again the next time, until that worker hands it over),
+lease another worker still holds is tried again every ``acquire_retry_period``, until that worker hands it over),
 and hands over the ones it runs and should not: the job finishes its epoch and commits, then the lease is released so
 the new owner can take it at once. A renewal that returns ``False`` or a commit that raises
 ``FencedError`` means the unit's lease was lost: that job stops, and the worker goes on. A job
@@ -34,7 +37,7 @@ from dataclasses import dataclass, field
 import orjson
 
 from egress.clock import Clock, event_or_timeout
-from egress.engines import Engine, EngineUnavailableError, FencedError, MemberInfo
+from egress.engines import Engine, EngineUnavailableError, FencedError, MemberInfo, MemberNotices
 from egress.errors import SpecError
 from egress.runtime.cluster.assignment import assign, changes, units_of
 from egress.runtime.holds import LEASE, LeaseDeadlines
@@ -62,8 +65,8 @@ class WorkerSettings:
     """``worker_id`` names this worker in the cluster; ``spec_digest`` the Spec it runs (the
     others must run the same); ``lease_ttl`` (seconds) how long a lease and a membership last
     without renewal; ``heartbeat_period`` (seconds) how often both are renewed;
-    ``acquire_retry_period`` (seconds) how often the members are listed and a wanted unit still held
-elsewhere is tried;
+    ``acquire_retry_period`` (seconds) how often, while units move (or on an engine without member
+    notices), the members are listed and a wanted unit still held elsewhere is tried;
     ``spec_file`` names the Spec in errors; ``details`` what ``/status`` shows of this worker;
     ``handover_timeout`` (seconds) how long a job handed over to another worker waits for its
     sinks' messages in flight to be acknowledged before its last commit (the lease is renewed
@@ -131,6 +134,10 @@ class Worker:
         self._failure: BaseException | None = None  # what a job raised while being handed over
         self._deadlines = LeaseDeadlines(settings.lease_ttl)
         self.members: list[MemberInfo] = []
+        # On an engine with member notices, the members are listed between heartbeats only when a
+        # notice told of a new member or a departure, or while units move (see _settled).
+        self._noticed = isinstance(engine, MemberNotices)
+        self._members_stale = True
         self.lost: list[tuple[Unit, float]] = []  # units whose lease was lost, and when (clock.now())
         self.taken: list[tuple[Unit, float]] = []  # units taken, and when (clock.now())
 
@@ -150,7 +157,16 @@ class Worker:
     def me(self) -> MemberInfo:
         return MemberInfo(self.settings.worker_id, self.settings.spec_digest, dict(self.settings.details))
 
+    def member_noticed(self, worker_id: str | None) -> None:
+        """The engine told of a registration of ``worker_id`` (``None``: a departure): list the
+        members now unless it is one of them already (a heartbeat)."""
+        if worker_id is None or all(member.worker_id != worker_id for member in self.members):
+            self._members_stale = True
+            self._changed.set()
+
     async def run(self) -> None:
+        if isinstance(self._engine, MemberNotices):
+            self._engine.on_members(self.member_noticed)
         await self._join()
         watch = asyncio.create_task(self._hold_lapsed_leases())
         try:
@@ -189,6 +205,9 @@ class Worker:
         clock = self._clock
         next_heartbeat = clock.monotonic()
         while not self._stop.is_set():
+            # Cleared before the pass, not before the wait: what a notice or a job's end set while
+            # the pass ran ends the wait at once (the pass may have looked before it came).
+            self._changed.clear()
             self._collect_ended()
             self._refuse_if_joined_later()
             try:
@@ -196,7 +215,9 @@ class Worker:
                     await self._register()
                     await self._heartbeat()
                     next_heartbeat = clock.monotonic() + self.settings.heartbeat_period
-                else:  # a joiner is seen within a retry period, not a heartbeat: its share moves sooner
+                elif self._members_stale or not self._noticed or not self._settled():
+                    # A joiner is seen at once (its notice) or within a retry period, not a heartbeat.
+                    self._members_stale = False
                     self.members = await self._engine.members()
                 await self._reconcile()
             except MembershipLostError:
@@ -206,7 +227,15 @@ class Worker:
                                type(error).__name__, error)
                 next_heartbeat = min(next_heartbeat, clock.monotonic() + self.settings.acquire_retry_period)
             until_heartbeat = next_heartbeat - clock.monotonic()
-            await self._wait(max(0.0, min(until_heartbeat, self.settings.acquire_retry_period)))
+            if self._noticed and self._settled():  # nothing to retry: a notice or the heartbeat wakes it
+                await self._wait(max(0.0, until_heartbeat))
+            else:
+                await self._wait(max(0.0, min(until_heartbeat, self.settings.acquire_retry_period)))
+
+    def _settled(self) -> bool:
+        """Whether this worker runs exactly the units it should among the members it knows, with
+        no hand-over or lost lease pending: then nothing needs a retry before the next heartbeat."""
+        return not self._handovers and not self._losing and self.desired() == set(self._jobs.running)
 
     def _refuse_if_joined_later(self) -> None:
         """Leave with :class:`ClusterSpecError` when a member that runs another Spec started before
@@ -215,8 +244,8 @@ class Worker:
                             self._started_at)
 
     async def _wait(self, seconds: float) -> None:
-        """Until a job ends, a stop is asked for, or ``seconds`` on the clock."""
-        self._changed.clear()
+        """Until a job ends, a stop is asked for, a member notice, or ``seconds`` on the clock
+        (cleared at the start of each pass of :meth:`_loop`)."""
         await event_or_timeout(self._changed, self._clock, seconds)
 
     async def _register(self) -> None:
@@ -231,6 +260,7 @@ class Worker:
 
     async def _heartbeat(self) -> None:
         """Keep the leases of the running units, and learn the members."""
+        self._members_stale = False
         for unit, running in list(self._jobs.running.items()):
             if unit in self._losing:
                 continue

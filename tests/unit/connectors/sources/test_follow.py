@@ -3,19 +3,22 @@ and resuming each file at its committed byte after a restart."""
 
 from __future__ import annotations
 
+import asyncio
 import os
 from pathlib import Path
 
 import orjson
 import pytest
 
+from egress.clock import VirtualClock
 from egress.connectors.base import LiveSource, SourceRecord
 from egress.connectors.sources import CsvSource, JsonlSource
 from egress.connectors.sources.files import CsvSourceParameters, FileSourceParameters
-from egress.connectors.sources.follow import FollowedFiles
+from egress.connectors.sources.follow import IDLE_WAIT_MAX, FollowedFiles
 from egress.errors import SourceChangedError, SourceDataError
 from egress.spec import StreamSpec
 from tests.live_source_support import assert_an_idle_take_waits_on_the_clock
+from tests.waiting import eventually
 
 STREAM = StreamSpec.model_validate({"schema": [{"name": "id", "type": "int64"}, {"name": "payload", "type": "string"}],
                                     "group_by": ["id"]})
@@ -265,3 +268,33 @@ async def test_a_file_rotated_between_a_passs_glob_and_its_open_is_not_read_agai
     records = await take_all(source)
     assert ids(records) == [3, 4]
     await source.close()
+
+
+async def test_idle_passes_wait_longer_up_to_a_bound_and_a_pass_that_reads_waits_as_asked_again(
+        tmp_path: Path) -> None:
+    path = tmp_path / "app.jsonl"
+    path.write_bytes(b"")
+    source = followed(tmp_path)
+    clock = VirtualClock(1_000.0)
+    source.use_clock(clock)
+    await source.start(0, b"", until_caught_up=False)
+
+    async def idle_wait() -> float:
+        """How long one take with nothing to read waits (on the virtual clock)."""
+        taking = asyncio.create_task(source.take(10, 0.05))
+        deadline = await eventually(clock.next_deadline, what="the take waiting on the clock")
+        waited = deadline - clock.now()
+        await clock.advance(waited + 1e-6)  # (the deadline less now, in floats, may fall short of it)
+        assert await taking == []
+        return round(waited, 6)
+
+    try:
+        async with asyncio.timeout(5):
+            assert await source.take(10, 0.05) == []  # the pass that finds the file: its state changed, no wait
+            assert [await idle_wait() for _ in range(6)] == [0.05, 0.1, 0.2, IDLE_WAIT_MAX, IDLE_WAIT_MAX,
+                                                             IDLE_WAIT_MAX]
+            append(path, jsonl(0, 2))
+            assert ids(await source.take(10, 0.05) or []) == [0, 1]
+            assert await idle_wait() == 0.05
+    finally:
+        await source.close()

@@ -1,0 +1,123 @@
+"""What an idle cluster costs (issue 24, point 3): CPU seconds per second of each worker and of the
+nats-server while nothing arrives.
+
+A fresh ``nats-server -js`` (from the venv, loopback, a temporary store) and ``--workers`` processes
+``egress run SPEC --engine nats://… --worker-id wI`` (no ``--until-drained``: they run until told to
+stop) on ``benchmarks/delivery.py``'s pipeline (identity function, async HTTP sink, ``--partitions``
+partitions) whose source is a followed glob of ``--files`` empty JSONL files read by one reader per
+worker: no record ever arrives, so whatever CPU the processes use is the cluster's idle cost. After
+``--settle`` seconds (every unit taken: each worker's ``/status`` is not read, the settle time is
+several lease heartbeats), the CPU of every process (``/proc/<pid>/stat``) and the server's traffic
+(``/varz``, ``/jsz``) are read, again ``--seconds`` later, and the differences printed per second.
+Figures from a loaded machine vary by a few ms/s: CPU seconds, not wall rates, are what is compared.
+
+    PYTHONPATH=src .venv/bin/python benchmarks/cluster_idle.py --workers 2 --seconds 20
+"""
+
+from __future__ import annotations
+
+import argparse
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Sequence
+from pathlib import Path
+
+import yaml
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+sys.path.insert(0, str(HERE.parent))
+
+from tests.nats_server import NatsServer  # noqa: E402
+
+from cluster import process_cpu, server_counters  # noqa: E402
+from delivery import FUNCTIONS_MODULE, benchmark_spec, compile_egress  # noqa: E402
+
+
+def write_spec(phase: Path, workers: int, files: int, partitions: int) -> Path:
+    """The delivery pipeline reading ``files`` empty followed files with ``workers`` readers."""
+    folder = phase / "source"
+    folder.mkdir()
+    for number in range(files):
+        (folder / f"part-{number:02d}.jsonl").write_bytes(b"")
+    (phase / "functions.py").write_text(FUNCTIONS_MODULE)
+    sink = {"sink_class_name": "NYT::NFlow::TAsyncHttpSink",
+            "parameters": {"url": "http://127.0.0.1:9/idle", "payload_column": "payload"}}
+    spec = benchmark_spec("idle_benchmark", partitions, folder / "*.jsonl", {"http": sink})
+    spec["sources"]["payloads"]["parameters"] = {"path": str(folder / "*.jsonl"), "follow": True, "readers": workers}
+    path = phase / "spec.yaml"
+    path.write_text(yaml.safe_dump(spec, sort_keys=False))
+    return path
+
+
+def measure(work: Path, workers: int, files: int, partitions: int, settle: float, seconds: float) -> list[str]:
+    """Start the cluster, let it settle, and measure its idle CPU and traffic over ``seconds``."""
+    compile_egress()
+    spec = write_spec(work, workers, files, partitions)
+    server = NatsServer(work / "nats").start()
+    assert server.pid is not None
+    processes: dict[str, subprocess.Popen[bytes]] = {}
+    logs = []
+    try:
+        for index in range(1, workers + 1):
+            name = f"w{index}"
+            log = open(work / f"{name}.log", "wb")  # noqa: SIM115 - closed below
+            logs.append(log)
+            processes[name] = subprocess.Popen(
+                [sys.executable, "-m", "egress", "run", str(spec), "--engine", server.url, "--worker-id", name,
+                 "--state-dir", str(work / f"state-{name}"), "--quiet"], cwd=work, stdout=log,
+                stderr=subprocess.STDOUT)
+        time.sleep(settle)
+        pids = {name: process.pid for name, process in processes.items()} | {"nats-server": server.pid}
+        before = {name: process_cpu(pid) for name, pid in pids.items()}
+        traffic = server_counters(server)
+        started = time.perf_counter()
+        time.sleep(seconds)
+        elapsed = time.perf_counter() - started
+        after = {name: process_cpu(pid) for name, pid in pids.items()}
+        traffic_after = server_counters(server)
+        for name, process in processes.items():
+            if process.poll() is not None:
+                raise RuntimeError(f"{name} exited {process.returncode} while idle: see {work / name}.log")
+    finally:
+        for process in processes.values():
+            if process.poll() is None:
+                process.send_signal(signal.SIGTERM)
+        for process in processes.values():
+            try:
+                process.wait(30)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait()
+        for log in logs:
+            log.close()
+        server.stop()
+    per = {name: 1e3 * (after[name] - before[name]) / elapsed for name in pids}
+    rates = {name: (traffic_after[name] - traffic[name]) / elapsed for name in traffic}
+    return [f"idle cluster of {workers} workers ({partitions} partitions, {workers} readers of {files} followed "
+            f"empty files), {elapsed:.1f} s measured after {settle:g} s:",
+            "CPU ms per second: " + ", ".join(f"{name} {value:.1f}" for name, value in per.items())
+            + f"; all {sum(per.values()):.1f}",
+            f"nats-server per second: {rates['in_msgs']:.1f} messages in, {rates['out_msgs']:.1f} out, "
+            f"{rates['api']:.1f} JetStream API requests"]
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--workers", type=int, default=2)
+    parser.add_argument("--files", type=int, default=16)
+    parser.add_argument("--partitions", type=int, default=4)
+    parser.add_argument("--settle", type=float, default=8.0, help="seconds before measuring")
+    parser.add_argument("--seconds", type=float, default=20.0, help="seconds measured")
+    args = parser.parse_args(argv)
+    with tempfile.TemporaryDirectory(prefix="egress-idle-") as work:
+        for line in measure(Path(work), args.workers, args.files, args.partitions, args.settle, args.seconds):
+            print(line)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
