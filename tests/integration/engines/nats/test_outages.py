@@ -138,7 +138,9 @@ def test_commits_go_on_when_the_stream_leaders_node_of_a_three_node_cluster_is_k
 async def stream_leader(url: str) -> str:
     connection = await nats.connect(url)
     try:
-        info = await connection.jetstream().stream_info(f"KV_{BUCKET}")
+        # A busy 3-node cluster may let one stream info request time out: ask until it answers.
+        info = await eventually(lambda: connection.jetstream().stream_info(f"KV_{BUCKET}"),
+                                what="the stream's info", ignoring=(nats.errors.Error,), timeout=30)
     finally:
         await connection.close()
     assert info.cluster is not None
