@@ -3,19 +3,16 @@ naming the log partitions it grew; other engine instances subscribe."""
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 import logging
 import uuid
 from typing import Any
 
 from nats.aio.msg import Msg
-from nats.aio.subscription import Subscription
 from nats.errors import Error as NatsClientError
 
 from egress.engines.nats import records
 from egress.engines.nats.connection import NatsConnection
-from egress.engines.nats.errors import NatsEngineError, NatsUnavailableError
+from egress.engines.nats.notices import SKIP, CoreNotices
 from egress.engines.protocols import AppendsCallback
 
 logger = logging.getLogger(__name__)
@@ -27,22 +24,15 @@ class NatsAppends(NatsConnection):
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self._instance = uuid.uuid4().hex  # tells this engine's appends notes from other instances'
-        self._appends_callbacks: list[AppendsCallback] = []
-        self._appends_subscription: Subscription | None = None
-        self._subscribing: asyncio.Task[None] | None = None
+        self._appends_notices: CoreNotices[set[tuple[str, int]] | None] = CoreNotices(
+            self, "append notes", lambda: self._layout.appends, self._slots_of)
 
     async def _opened(self) -> None:
         await super()._opened()
-        if self._appends_callbacks:
-            await self._subscribe_appends()
+        await self._appends_notices.opened()
 
     async def close(self) -> None:
-        subscribing, self._subscribing = self._subscribing, None
-        if subscribing is not None:
-            subscribing.cancel()
-            with contextlib.suppress(asyncio.CancelledError, NatsEngineError, NatsUnavailableError):
-                await subscribing
-        self._appends_subscription = None  # closing the connection ends it
+        await self._appends_notices.close()
         await super().close()
 
     def on_appends(self, callback: AppendsCallback) -> None:
@@ -50,40 +40,21 @@ class NatsAppends(NatsConnection):
         with log appends publishes an appends note on :attr:`Layout.appends` (core NATS: not stored,
         lost when nobody listens or the connection is down), to which this engine subscribes once a
         callback is registered (at ``open()`` if not yet open). Notes this instance sent are ignored."""
-        self._appends_callbacks.append(callback)
-        if self._connection is not None and self._appends_subscription is None and self._subscribing is None:
-            self._subscribing = asyncio.get_running_loop().create_task(self._subscribe_appends())
-            self._subscribing.add_done_callback(self._subscribed)
+        self._appends_notices.add(callback)
 
-    def _subscribed(self, task: asyncio.Task[None]) -> None:
-        if not task.cancelled() and task.exception() is not None:
-            logger.warning("NATS %s: no append notes: %s", self.url, task.exception())
-            self._subscribing = None  # the next registration tries again
-
-    async def _subscribe_appends(self) -> None:
-        connection = self._connection
-        if connection is None or self._appends_subscription is not None:
-            return
-
-        async def on_note(message: Msg) -> None:
-            try:
-                sender, slots = records.appends_note_slots(message.data)
-                chunks = records.appends_note_chunks(message.data)
-            except (ValueError, TypeError) as error:
-                logger.warning("NATS %s: %s: an unreadable appends note: %s", self.url, message.subject, error)
-                return
-            if sender == self._instance:
-                return
-            self._chunks_noted(chunks)
-            for callback in list(self._appends_callbacks):
-                try:
-                    callback(slots)
-                except Exception:  # one callback's failure must not end the notifications
-                    logger.exception("an on_appends callback failed")
-
-        async with self._js().answering("the subscription to append notes"):
-            self._appends_subscription = await connection.subscribe(self._layout.appends, cb=on_note)
-            await connection.flush(timeout=max(1, round(self.request_timeout)))
+    def _slots_of(self, message: Msg) -> set[tuple[str, int]] | object:
+        """The slots another instance's appends note names (its chunks noted for the log's reader
+        on the way), or ``SKIP`` for an unreadable note or one of this instance's own."""
+        try:
+            sender, slots = records.appends_note_slots(message.data)
+            chunks = records.appends_note_chunks(message.data)
+        except (ValueError, TypeError) as error:
+            logger.warning("NATS %s: %s: an unreadable appends note: %s", self.url, message.subject, error)
+            return SKIP
+        if sender == self._instance:
+            return SKIP
+        self._chunks_noted(chunks)
+        return slots
 
     def _chunks_noted(self, chunks: list[records.NotedChunk]) -> None:
         """Another instance stored these log chunks (from its appends note): the log's reader
