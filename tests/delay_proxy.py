@@ -15,69 +15,26 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import threading
 
-from tests.blackhole import relay
+from tests.loopback_proxy import LoopbackProxy
 
 
-class DelayProxy:
+class DelayProxy(LoopbackProxy):
     """A loopback TCP proxy to ``upstream_port`` adding ``delay`` seconds (one way) to each
     direction; :meth:`start` returns its port, :meth:`stop` closes everything."""
+
+    thread_name = "delay-proxy"
 
     def __init__(self, upstream_port: int, delay: float) -> None:
         if delay < 0:
             raise ValueError(f"delay {delay!r}: a one-way delay is 0 seconds or more")
-        self.upstream_port = upstream_port
+        super().__init__(upstream_port)
         self.delay = delay
-        self.port = 0
-        self.connections = 0  # accepted so far
-        self._loop = asyncio.new_event_loop()
-        self._writers: set[asyncio.StreamWriter] = set()
-        self._thread = threading.Thread(target=self._loop.run_forever, daemon=True, name="delay-proxy")
 
     @property
     def url(self) -> str:
         """``nats://127.0.0.1:<port>``: the proxy's address for a NATS client."""
         return f"nats://127.0.0.1:{self.port}"
-
-    def start(self) -> int:
-        self._thread.start()
-        asyncio.run_coroutine_threadsafe(self._listen(), self._loop).result(timeout=10)
-        return self.port
-
-    def stop(self) -> None:
-        """Close every connection and the listener, and end the thread."""
-        async def close() -> None:
-            self._server.close()
-            for writer in list(self._writers):
-                writer.close()
-            for task in [t for t in asyncio.all_tasks() if t is not asyncio.current_task()]:
-                task.cancel()
-
-        if self._thread.is_alive():
-            asyncio.run_coroutine_threadsafe(close(), self._loop).result(timeout=10)
-            self._loop.call_soon_threadsafe(self._loop.stop)
-            self._thread.join(timeout=10)
-
-    def __enter__(self) -> DelayProxy:
-        self.start()
-        return self
-
-    def __exit__(self, *_: object) -> None:
-        self.stop()
-
-    async def _listen(self) -> None:
-        self._server = await asyncio.start_server(self._serve, "127.0.0.1", 0)
-        self.port = self._server.sockets[0].getsockname()[1]
-
-    async def _serve(self, client_reader: asyncio.StreamReader, client_writer: asyncio.StreamWriter) -> None:
-        self.connections += 1
-        try:
-            server_reader, server_writer = await asyncio.open_connection("127.0.0.1", self.upstream_port)
-        except OSError:
-            client_writer.close()
-            return
-        await relay((client_reader, client_writer), (server_reader, server_writer), self._pump, self._writers)
 
     async def _pump(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         """Read as fast as the sender sends; write each chunk ``delay`` after it was read, in order."""

@@ -18,7 +18,6 @@ from egress.engines.nats import NatsEngine
 from egress.receiver import Receiver, ReceiverConfig
 from egress.runtime import Pipeline, load_plan
 from egress.runtime.pipeline import nats_engine_factory
-from tests.blackhole import relay
 from tests.conftest import ServerFactory
 from tests.integration.runtime.test_worker import (
     HEARTBEAT,
@@ -31,6 +30,7 @@ from tests.integration.runtime.test_worker import (
     make_cluster,
     ok,
 )
+from tests.loopback_proxy import relay
 from tests.waiting import eventually
 
 pytestmark = pytest.mark.integration
