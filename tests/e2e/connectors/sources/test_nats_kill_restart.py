@@ -4,61 +4,24 @@ receiver under the key derived from (stream, sequence), with its own body; none 
 
 from __future__ import annotations
 
-import asyncio
 import hashlib
-import threading
 import uuid
 from pathlib import Path
 
-import nats
-import orjson
 import pytest
+from nats.js.api import StreamConfig
 
 from egress.keys import derived_message_id, idempotency_key, source_message_id, source_scope
 from tests.e2e.conftest import Receiver
 from tests.e2e.live_inputs import kill_restart_then_drain, pass_through_spec
 from tests.e2e.runtime.test_kill_restart import load_record
+from tests.nats_publisher import Publisher
 from tests.waiting import eventually_sync
 
 pytestmark = pytest.mark.e2e
 
 PIPELINE, SOURCE = "nats_kill", "input"
 PUBLISHED_PER_RUN = 250  # messages published before each kill, at the least: 5 kills see 1,250
-
-
-class Publisher:
-    """Publishes ``{"id": i, "payload": "order i"}`` to ``stream`` in order, about 1,000 a second,
-    on its own thread and event loop, until :meth:`stop`; ``count`` says how many were acknowledged."""
-
-    def __init__(self, url: str, stream: str) -> None:
-        self.url, self.stream = url, stream
-        self.count = 0
-        self._stop = threading.Event()
-        self._ready = threading.Event()
-        self._thread = threading.Thread(target=lambda: asyncio.run(self._publish()), daemon=True)
-
-    def start(self) -> None:
-        """Start publishing once the stream exists (so the first run finds it)."""
-        self._thread.start()
-        assert self._ready.wait(timeout=30), "the stream was not created"
-
-    def stop(self) -> int:
-        self._stop.set()
-        self._thread.join(timeout=30)
-        return self.count
-
-    async def _publish(self) -> None:
-        client = await nats.connect(self.url)
-        js = client.jetstream()
-        await js.add_stream(name=self.stream, subjects=[f"{self.stream}.>"])
-        self._ready.set()
-        while not self._stop.is_set():
-            for _ in range(20):
-                message = {"id": self.count, "payload": f"order {self.count}"}
-                await js.publish(f"{self.stream}.new", orjson.dumps(message))
-                self.count += 1
-            await asyncio.sleep(0.02)
-        await client.close()
 
 
 def expected(stream: str, count: int) -> dict[str, str]:
@@ -72,7 +35,8 @@ def expected(stream: str, count: int) -> dict[str, str]:
 def test_a_stream_published_into_across_five_sigkills_is_delivered_whole(
         tmp_path: Path, receiver: Receiver, nats_server: str) -> None:
     stream = f"kill_{uuid.uuid4().hex[:12]}"
-    publisher = Publisher(nats_server, stream)
+    publisher = Publisher(nats_server, StreamConfig(name=stream, subjects=[f"{stream}.>"]),
+                          lambda _: f"{stream}.new")
     publisher.start()
     try:
         published = kill_restart_then_drain(

@@ -7,20 +7,16 @@ if it was first delivered before the kill (the killed worker's work in flight)."
 
 from __future__ import annotations
 
-import asyncio
 import hashlib
 import json
 import signal
 import subprocess
 import sys
-import threading
 import time
 import urllib.request
 import uuid
 from pathlib import Path
 
-import nats
-import orjson
 import pytest
 from nats.js.api import StreamConfig, SubjectTransform
 
@@ -30,6 +26,7 @@ from tests.e2e.connectors.sources.conftest import wait_until_delivered
 from tests.e2e.connectors.sources.test_http_cluster import free_port
 from tests.e2e.live_inputs import pass_through_spec
 from tests.e2e.runtime.test_kill_restart import load_record
+from tests.nats_publisher import Publisher
 from tests.nats_server import NatsServer
 from tests.waiting import eventually_sync
 
@@ -45,42 +42,11 @@ AFTER_KILL = 400  # ... and published after it
 IN_FLIGHT_SLACK = 0.5  # seconds: a request sent before the kill may be recorded by the receiver just after it
 
 
-class Publisher:
-    """Makes ``stream`` (subjects ``<stream>.*`` mapped to ``<stream>.<partition>.<key>``) and
-    publishes ``{"id": i, "payload": "order i"}`` to ``<stream>.k<i % KEYS>`` in order, about 1,000
-    a second, on its own thread and event loop, until :meth:`stop`."""
-
-    def __init__(self, url: str, stream: str) -> None:
-        self.url, self.stream = url, stream
-        self.count = 0
-        self._stop = threading.Event()
-        self._ready = threading.Event()
-        self._thread = threading.Thread(target=lambda: asyncio.run(self._publish()), daemon=True)
-
-    def start(self) -> None:
-        self._thread.start()
-        assert self._ready.wait(timeout=30), "the stream was not created"
-
-    def stop(self) -> int:
-        self._stop.set()
-        self._thread.join(timeout=30)
-        return self.count
-
-    async def _publish(self) -> None:
-        client = await nats.connect(self.url)
-        js = client.jetstream()
-        transform = SubjectTransform(src=f"{self.stream}.*",
-                                     dest=f"{self.stream}.{{{{partition({READERS},1)}}}}.{{{{wildcard(1)}}}}")
-        await js.add_stream(StreamConfig(name=self.stream, subjects=[f"{self.stream}.*"],
-                                         subject_transform=transform))
-        self._ready.set()
-        while not self._stop.is_set():
-            for _ in range(20):
-                message = {"id": self.count, "payload": f"order {self.count}"}
-                await js.publish(f"{self.stream}.k{self.count % KEYS}", orjson.dumps(message))
-                self.count += 1
-            await asyncio.sleep(0.02)
-        await client.close()
+def partitioned_stream(stream: str) -> StreamConfig:
+    """``stream`` with subjects ``<stream>.*`` mapped to ``<stream>.<partition>.<key>`` (``READERS`` partitions)."""
+    transform = SubjectTransform(src=f"{stream}.*",
+                                 dest=f"{stream}.{{{{partition({READERS},1)}}}}.{{{{wildcard(1)}}}}")
+    return StreamConfig(name=stream, subjects=[f"{stream}.*"], subject_transform=transform)
 
 
 def status(port: int) -> dict[str, object] | None:
@@ -107,7 +73,7 @@ def test_a_partitioned_nats_source_loses_nothing_when_a_worker_holding_a_reader_
         tmp_path: Path, receiver: Receiver, own_nats_server: NatsServer,
         workers: dict[str, subprocess.Popen[bytes]]) -> None:
     stream = f"orders_{uuid.uuid4().hex[:10]}"
-    publisher = Publisher(own_nats_server.url, stream)
+    publisher = Publisher(own_nats_server.url, partitioned_stream(stream), lambda i: f"{stream}.k{i % KEYS}")
     publisher.start()
     spec = pass_through_spec(tmp_path, PIPELINE, {"source_class_name": "nats", "parameters": {
         "url": own_nats_server.url, "stream": stream, "subject": f"{stream}.{{partition}}.*", "readers": READERS}},
