@@ -16,8 +16,9 @@ from egress.connectors.sources.http import HttpSource, HttpSourceParameters
 from egress.observe import Metrics
 from egress.observe.dashboard import Dashboard
 from egress.observe.server import StatusServer
-from tests.integration.connectors.sources.test_http import STREAM, free_port
+from tests.integration.connectors.sources.test_http import STREAM
 from tests.integration.test_receivers_fuzz import exchange, request, status_of
+from tests.ports import free_port
 
 pytestmark = pytest.mark.integration
 

@@ -9,7 +9,6 @@ import hashlib
 import itertools
 import json
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -26,6 +25,7 @@ from egress.throttler.envelope import worst_excess
 from tests.conftest import payload_spec
 from tests.e2e.conftest import REPO, Receiver
 from tests.nats_server import NatsServer
+from tests.ports import free_port
 from tests.waiting import eventually_sync
 
 pytestmark = pytest.mark.e2e
@@ -38,12 +38,6 @@ arrives: three workers, NATS and the receiver share a loaded 2-core machine, so 
 sometimes late by a scheduling hiccup and lands in the next window. The test allows
 ``LIMIT·TRANSIT`` requests beyond the envelope for it (as tests/integration/runtime/test_throttled_pipeline.py
 does within one process, with 0.05 s)."""
-
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
 
 
 def get(url: str) -> bytes | None:

@@ -20,7 +20,8 @@ import yaml
 
 from tests.conftest import payload_spec
 from tests.e2e.conftest import REPO, Receiver, launch_receiver, terminate
-from tests.e2e.throttler.test_cluster import free_port, get
+from tests.e2e.throttler.test_cluster import get
+from tests.ports import free_port
 from tests.waiting import eventually_sync
 
 pytestmark = pytest.mark.e2e

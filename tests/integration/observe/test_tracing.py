@@ -165,7 +165,7 @@ async def post_events(port: int, events: list[tuple[str, dict[str, str]]], reade
 
 async def test_the_endpoint_receives_the_trace_of_the_event_the_http_source_received(
         tmp_path: Path, serve_app: ServerFactory, otlp: tuple[OtlpReceiver, Callable[[], object]]) -> None:
-    from tests.integration.connectors.sources.test_http import free_port
+    from tests.ports import free_port
     from tests.waiting import eventually
 
     receiver, flush = otlp
@@ -206,7 +206,7 @@ async def test_the_endpoint_receives_the_trace_of_the_event_the_http_source_rece
 async def test_a_keyed_event_forwarded_to_its_home_reader_keeps_its_trace(
         tmp_path: Path, serve_app: ServerFactory, otlp: tuple[OtlpReceiver, Callable[[], object]]) -> None:
     from egress.connectors.sources.http_peers import key_home
-    from tests.integration.connectors.sources.test_http import free_port
+    from tests.ports import free_port
     from tests.waiting import eventually
 
     receiver, flush = otlp
@@ -236,7 +236,7 @@ async def test_a_keyed_event_forwarded_to_its_home_reader_keeps_its_trace(
 
 async def test_a_message_keeps_its_events_trace_across_a_restart(
         tmp_path: Path, serve_app: ServerFactory, otlp: tuple[OtlpReceiver, Callable[[], object]]) -> None:
-    from tests.integration.connectors.sources.test_http import free_port
+    from tests.ports import free_port
     from tests.waiting import eventually
 
     holding = HoldingEndpoint(holding=True)

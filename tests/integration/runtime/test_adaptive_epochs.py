@@ -10,7 +10,6 @@ was not (it waits for the epoch period, or for the next epoch that input starts,
 from __future__ import annotations
 
 import asyncio
-import socket
 from pathlib import Path
 
 import aiohttp
@@ -19,6 +18,7 @@ from aiohttp import web
 
 from egress.runtime import Pipeline, RunOptions, load_plan
 from tests.conftest import ServerFactory, pass_through_spec
+from tests.ports import free_port
 from tests.waiting import eventually
 
 pytestmark = pytest.mark.integration
@@ -39,12 +39,6 @@ class Endpoint:
         payload = (await request.read()).decode()
         self.arrived.append((payload, self._pipeline[0].metrics.total("egress_epochs_committed_total")))
         return web.Response()
-
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
 
 
 async def test_a_lone_event_is_delivered_long_before_the_epoch_period(tmp_path: Path, serve_app: ServerFactory) -> None:

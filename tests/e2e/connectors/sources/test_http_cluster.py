@@ -8,7 +8,6 @@ from __future__ import annotations
 import hashlib
 import json
 import signal
-import socket
 import subprocess
 import sys
 import urllib.request
@@ -21,18 +20,13 @@ from tests.e2e.connectors.sources.test_http_kill_restart import Clients
 from tests.e2e.live_inputs import pass_through_spec
 from tests.e2e.runtime.test_kill_restart import load_record
 from tests.nats_server import NatsServer
+from tests.ports import free_port
 from tests.waiting import eventually_sync
 
 pytestmark = pytest.mark.e2e
 
 LEASE_TTL = 2.0
 WORKERS = ("a", "b")
-
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
 
 
 def reader_owner(status_port: int) -> str | None:

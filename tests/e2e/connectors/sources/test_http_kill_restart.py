@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
-import socket
 import threading
 from pathlib import Path
 
@@ -17,6 +16,7 @@ import pytest
 from tests.e2e.conftest import Receiver
 from tests.e2e.live_inputs import kill_restart_then_drain, pass_through_spec
 from tests.e2e.runtime.test_kill_restart import load_record
+from tests.ports import free_port
 from tests.waiting import eventually_sync
 
 pytestmark = pytest.mark.e2e
@@ -69,12 +69,6 @@ class Clients:
                         await asyncio.sleep(0.01)
             except (aiohttp.ClientError, TimeoutError):
                 await asyncio.sleep(0.02)
-
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
 
 
 @pytest.mark.timeout(240)

@@ -23,11 +23,11 @@ from nats.js.api import StreamConfig, SubjectTransform
 from egress.keys import derived_message_id, idempotency_key, source_message_id, source_scope
 from tests.e2e.conftest import REPO, Receiver
 from tests.e2e.connectors.sources.conftest import wait_until_delivered
-from tests.e2e.connectors.sources.test_http_cluster import free_port
 from tests.e2e.live_inputs import pass_through_spec
 from tests.e2e.runtime.test_kill_restart import load_record
 from tests.nats_publisher import Publisher
 from tests.nats_server import NatsServer
+from tests.ports import free_port
 from tests.waiting import eventually_sync
 
 pytestmark = pytest.mark.e2e

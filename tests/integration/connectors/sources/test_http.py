@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
-import socket
 import time
 import urllib.error
 import urllib.request
@@ -34,6 +33,7 @@ from tests import raw_http
 from tests.conftest import ServerFactory, pass_through_spec
 from tests.fuzzing import fuzz
 from tests.live_source_support import assert_an_idle_take_waits_on_the_clock
+from tests.ports import free_port
 from tests.waiting import eventually
 
 pytestmark = pytest.mark.integration
@@ -65,12 +65,6 @@ class StallingReceiver:
             self.waiting -= 1
         self.delivered.add(body)
         return web.Response()
-
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
 
 
 class Running:

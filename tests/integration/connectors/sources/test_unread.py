@@ -90,7 +90,8 @@ async def _is_zero(value: Any) -> bool:
 async def test_the_http_sources_unread_records_are_the_events_received_and_not_yet_committed(
         tmp_path: Path) -> None:
     from egress.connectors.sources.http import HttpSource, HttpSourceParameters
-    from tests.integration.connectors.sources.test_http import STREAM, free_port
+    from tests.integration.connectors.sources.test_http import STREAM
+    from tests.ports import free_port
 
     port = free_port()
     source = HttpSource("in", HttpSourceParameters(port=port, format="jsonl"), STREAM, tmp_path)
