@@ -25,7 +25,9 @@ one type. The shape follows httpx: a small tree, named by what went wrong, not b
     │   └── RowEncodingError      an emitted value cannot be stored (computation, stream, column, id)
     ├── DeliveryError             a delivery's retry budget is exhausted
     ├── RedirectError             a Location cannot be followed (egress.httpclient.redirects; also a ValueError)
-    ├── AccessKeyUnavailable      a firehose_http sink's access key cannot be read
+    ├── SecretUnavailable         the variable or file a secret's reference names cannot be read
+    │   │                         (egress.secret_references)
+    │   └── AccessKeyUnavailable  a firehose_http sink's access key cannot be read or has not its form
     │                             (egress.connectors.sinks.firehose_parameters)
     ├── FencedError               a commit carried a lease that is no longer the owner's
     ├── EngineUnavailableError    an engine's server gave no usable answer within its outage timeout (retryable)
@@ -208,6 +210,17 @@ class FencedError(EgressError):
     """A commit carried a lease that is no longer the owner's (another process took the consumer
     partition over): nothing of it is stored. Raised by an engine's ``commit``; the job that met
     it stops, and its unit runs again wherever the lease now is."""
+
+
+class SecretUnavailable(EgressError):
+    """The environment variable a secret's reference names is not set, or the file it names cannot
+    be read (``egress.secret_references.read_secret``), or what it holds has not the secret's form
+    (raised by the component that reads it). ``where`` says which variable or file; the message
+    never holds the secret. Fix the variable or the file, or the reference in the Spec."""
+
+    def __init__(self, where: str, problem: str) -> None:
+        self.where, self.problem = where, problem
+        super().__init__(f"{where} {problem}")
 
 
 class TracingConfigError(EgressError):

@@ -15,11 +15,10 @@ import base64
 import binascii
 import hashlib
 import hmac
-import os
 from collections.abc import Iterable, Mapping, Sequence
-from pathlib import Path
 
-from egress.errors import SpecError
+from egress.errors import SecretUnavailable, SpecError
+from egress.secret_references import read_secret
 
 SECRET_PREFIX = "whsec_"
 ID_HEADER = "webhook-id"
@@ -49,22 +48,21 @@ def read_secrets(*, file: str | None = None, env: str | None = None) -> tuple[by
     comments), or every whitespace-separated word of the environment variable ``env``; the first is
     the newest by convention, all are used to sign. Raises :class:`SpecError` naming the file or the
     variable and the fix (never the secret)."""
+    if file is None and env is None:
+        return ()
+    try:
+        text = read_secret(file=file) if file is not None else read_secret(env=env)
+    except SecretUnavailable as error:
+        fix = ("write the whsec_ secret there (one per line) or name another file" if file is not None
+               else "export it with the whsec_ secret (several separated by spaces)")
+        raise SpecError(f"secret {error}; {fix}") from None
+    assert text is not None
     if file is not None:
         where = f"secret file {file}"
-        try:
-            text = Path(file).read_text(encoding="utf-8")
-        except OSError as error:
-            raise SpecError(f"{where} cannot be read: {error.strerror or error}; write the whsec_ secret there "
-                            f"(one per line) or name another file") from None
         words = [line.strip() for line in text.splitlines() if line.strip() and not line.lstrip().startswith("#")]
-    elif env is not None:
-        where = f"environment variable {env}"
-        value = os.environ.get(env)
-        if value is None:
-            raise SpecError(f"{where} is not set; export it with the whsec_ secret (several separated by spaces)")
-        words = value.split()
     else:
-        return ()
+        where = f"environment variable {env}"
+        words = text.split()
     if not words:
         raise SpecError(f"{where} holds no secret; write one whsec_... secret (one per line)")
     keys: list[bytes] = []

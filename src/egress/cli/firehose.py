@@ -13,8 +13,8 @@ accept several keys during a rotation); they are never printed or logged.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import hashlib
-import os
 import random
 import signal
 import time
@@ -29,9 +29,11 @@ from aiohttp import web
 from rich.console import Console
 from rich.text import Text
 
+from egress.errors import SecretUnavailable
 from egress.firehose import FirehoseReceiver, ReceiverOptions, serve
 from egress.firehose import protocol as p
 from egress.http_body import RequestBodyError, closing, read_body
+from egress.secret_references import read_secret
 
 STATS_PATH = "/stats"
 console = Console(stderr=True, soft_wrap=True)
@@ -138,7 +140,9 @@ def access_keys_from_environment(names: Sequence[str]) -> tuple[str, ...]:
     """
     keys = []
     for name in names:
-        value = os.environ.get(name)
+        value = ""
+        with contextlib.suppress(SecretUnavailable):  # unset: the same as empty below
+            value = read_secret(env=name) or ""
         if not value:
             raise ValueError(f"environment variable {name} (an access key) is not set or empty: export it before "
                              "starting the receiver")

@@ -5,9 +5,9 @@ together, each naming its file and path; nothing runs and nothing is written bef
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import logging
-import os
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -17,8 +17,9 @@ from pydantic import BaseModel
 
 from egress.connectors import SINKS, SOURCES, Registry
 from egress.connectors.base import READERS_LIMIT, reader_count
-from egress.errors import SpecError, SpecErrors
+from egress.errors import SecretUnavailable, SpecError, SpecErrors
 from egress.runtime.api import MapFunction, ProcessFunction, map_output_stream
+from egress.secret_references import read_secret
 from egress.spec import DynamicSpec, Spec, StreamSpec, load_document, validate_model
 from egress.throttler import validate_dynamic_throttlers
 
@@ -399,10 +400,17 @@ def unset_environment(parameters: Any, at: str, spec_file: str | None) -> list[S
     for key, value in items:
         if isinstance(value, dict | list):
             found += unset_environment(value, f"{at}/{key}", spec_file)
-        elif isinstance(key, str) and key.endswith("_env") and isinstance(value, str) and not os.environ.get(value):
+        elif isinstance(key, str) and key.endswith("_env") and isinstance(value, str) and not _set(value):
             found.append(SpecError(f"environment variable {value} is not set or empty: export it before egress run",
                                    path=f"{at}/{key}", file=spec_file))
     return found
+
+
+def _set(variable: str) -> bool:
+    """The environment ``variable`` is set and not empty."""
+    with contextlib.suppress(SecretUnavailable):
+        return bool(read_secret(env=variable))
+    return False
 
 
 def _unknown_stream(spec: Spec, stream_id: str) -> str:

@@ -9,16 +9,15 @@ read at every attempt (so a rotated file or variable is picked up by the next at
 
 from __future__ import annotations
 
-import os
 import re
-from pathlib import Path
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from egress.errors import EgressError
+from egress.errors import SecretUnavailable
 from egress.firehose import protocol as p
 from egress.firehose.retry import INITIAL_BACKOFF_SECONDS, MAX_BACKOFF_SECONDS, MAX_RETRY_DURATION_SECONDS
+from egress.secret_references import read_secret
 from egress.spec import Duration
 from egress.spec.urls import endpoint_url_problem
 
@@ -29,9 +28,12 @@ KEY_AS_VALUE = ("access_key must be a reference, {env: VARIABLE} or {file: PATH}
                 "(a spec is not a place for secrets)")
 
 
-class AccessKeyUnavailable(EgressError):
+class AccessKeyUnavailable(SecretUnavailable):
     """The referenced environment variable is unset or empty, or the file cannot be read or is empty,
     or the key is over 4096 bytes. The message names the variable or file, never a key."""
+
+    def __init__(self, where: str, problem: str) -> None:
+        super().__init__(f"access key {where}", problem)
 
 
 class AccessKeyReference(BaseModel):
@@ -57,20 +59,16 @@ class AccessKeyReference(BaseModel):
 
     def resolve(self) -> str:
         """The key. Raises :class:`AccessKeyUnavailable` (see there)."""
-        if self.env is not None:
-            value = os.environ.get(self.env)
-            where = f"environment variable {self.env}"
-        else:
-            assert self.file is not None
-            where = f"file {self.file}"
-            try:
-                value = Path(self.file).read_text(encoding="utf-8").rstrip("\r\n")
-            except (OSError, UnicodeDecodeError) as error:
-                raise AccessKeyUnavailable(f"access key {where} cannot be read: {error.__class__.__name__}") from None
+        where = f"environment variable {self.env}" if self.env is not None else f"file {self.file}"
+        try:
+            text = read_secret(env=self.env, file=self.file)
+        except SecretUnavailable as error:  # an unset variable reads as an empty one: the same fix
+            raise AccessKeyUnavailable(error.where, "is not set or empty" if self.env else error.problem) from None
+        value = (text or "") if self.env is not None else (text or "").rstrip("\r\n")
         if not value:
-            raise AccessKeyUnavailable(f"access key {where} is not set or empty")
+            raise AccessKeyUnavailable(where, "is not set or empty")
         if len(value.encode()) > p.MAX_ACCESS_KEY_BYTES or "\r" in value or "\n" in value:
-            raise AccessKeyUnavailable(f"access key {where} must be one line of at most {p.MAX_ACCESS_KEY_BYTES} bytes")
+            raise AccessKeyUnavailable(where, f"must be one line of at most {p.MAX_ACCESS_KEY_BYTES} bytes")
         return value
 
     def __repr__(self) -> str:

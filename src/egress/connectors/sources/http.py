@@ -39,7 +39,6 @@ import asyncio
 import hashlib
 import hmac
 import logging
-import os
 from collections import deque
 from dataclasses import dataclass
 from pathlib import Path
@@ -54,7 +53,7 @@ from egress.connectors.sources.http_fast import IngestProtocol, json_answer
 from egress.connectors.sources.http_peers import FORWARDED, Peers, key_home
 from egress.connectors.sources.live import CountedPosition, referenced_file_errors
 from egress.connectors.sources.schema import json_row, parse_timestamp, record_error
-from egress.errors import EgressError, SourceDataError, SpecError
+from egress.errors import EgressError, SecretUnavailable, SourceDataError, SpecError
 from egress.http_body import (
     DEFAULT_BODY_TIMEOUT,
     BodyTimeoutError,
@@ -67,6 +66,7 @@ from egress.http_expect import expect_handler, unrouted_handler
 from egress.keys import decode_key, encode_key, key_in_partition
 from egress.lazy import lazy_module
 from egress.observe import tracing
+from egress.secret_references import read_secret
 from egress.spec import StreamSpec
 from egress.spec.sizes import size_within
 
@@ -535,21 +535,22 @@ class HttpSource(CountedPosition):
             self._entries.pop(key, None)
 
     def _bearer_token(self) -> bytes | None:
+        """The token the parameters reference (surrounding whitespace stripped), ``None`` without one.
+        Raises ``HttpSourceError`` naming the parameter and the variable or file, never the token."""
         parameters = self.parameters
-        if parameters.bearer_token_env is not None:
-            value = os.environ.get(parameters.bearer_token_env)
-            if not value:
-                raise HttpSourceError(f"http source {self.source_id!r}: parameters/bearer_token_env names "
-                                      f"{parameters.bearer_token_env}, which is not set: export it before egress run")
-            return value.encode()
-        if parameters.bearer_token_file is not None:
-            path = self._base_dir / parameters.bearer_token_file
-            try:
-                return path.read_bytes().strip()
-            except OSError as error:
-                raise HttpSourceError(f"http source {self.source_id!r}: cannot read {path} ({error.strerror}): "
-                                      "fix parameters/bearer_token_file") from None
-        return None
+        env, file = parameters.bearer_token_env, parameters.bearer_token_file
+        field = "bearer_token_env" if env is not None else "bearer_token_file"
+        fix = "export it before egress run" if env is not None else "write the token there or name another file"
+        try:
+            text = read_secret(env=env, file=None if file is None else self._base_dir / file)
+        except SecretUnavailable as error:
+            raise HttpSourceError(f"http source {self.source_id!r}: parameters/{field}: {error}: {fix}") from None
+        if text is None:
+            return None
+        token = text.strip()
+        if not token:
+            raise HttpSourceError(f"http source {self.source_id!r}: parameters/{field}: the token is empty: {fix}")
+        return token.encode()
 
 
 KEYED_PARTITION = 0xFFFFFFFF

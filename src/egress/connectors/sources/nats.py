@@ -28,7 +28,6 @@ unique whichever reader reads a message.
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar, Literal
 from urllib.parse import urlsplit
@@ -44,9 +43,10 @@ from egress.connectors.sources.bad_records import (
 )
 from egress.connectors.sources.live import CountedPosition, HeldFailure, referenced_file_errors
 from egress.connectors.sources.schema import json_row, parse_timestamp, record_error
-from egress.errors import EgressError, SourceDataError, SpecError
+from egress.errors import EgressError, SecretUnavailable, SourceDataError, SpecError
 from egress.nats_connections import NatsUnreachableError, close_connection, connect
 from egress.observe import tracing
+from egress.secret_references import read_secret
 from egress.spec import StreamSpec
 
 if TYPE_CHECKING:  # nats-py is imported when a nats source starts: `import egress` stays without it
@@ -319,10 +319,12 @@ class NatsSource(CountedPosition, HeldFailure, WithBadRecords):
         return found
 
     def _environment(self, name: str, field: str) -> str:
-        value = os.environ.get(name)
-        if value is None:
-            raise NatsSourceError(f"nats source {self.source_id!r}: parameters/{field} names the environment "
-                                  f"variable {name}, which is not set: export it before egress run")
+        try:
+            value = read_secret(env=name)
+        except SecretUnavailable as error:
+            raise NatsSourceError(f"nats source {self.source_id!r}: parameters/{field}: {error}: "
+                                  "export it before egress run") from None
+        assert value is not None  # env given
         return value
 
     async def _subscribe(self) -> None:

@@ -22,7 +22,7 @@ from aiohttp import web
 from hypothesis import given
 from hypothesis import strategies as st
 
-from egress.connectors.sources.http import HttpSource, HttpSourceParameters
+from egress.connectors.sources.http import HttpSource, HttpSourceError, HttpSourceParameters
 from egress.receiver import Receiver
 from egress.runtime import Pipeline, RunOptions, load_plan
 from egress.runtime.cluster.assignment import assign
@@ -522,3 +522,36 @@ async def test_a_malformed_header_line_goes_to_aiohttp_which_answers_400_and_not
     answer = await asyncio.to_thread(raw_http.send_in_pieces, running.port, [raw_http.with_length("/events", good)])
     assert accepted(answer) == (200, {"accepted": 2})
     await assert_committed_and_delivered(running, receiver, payloads)
+
+
+async def test_a_token_file_that_cannot_be_read_stops_the_start_naming_the_parameter_and_the_file(
+        tmp_path: Path) -> None:
+    source = HttpSource("hooks", HttpSourceParameters(port=free_port(), bearer_token_file="absent.txt"), STREAM,
+                        tmp_path)
+    with pytest.raises(HttpSourceError) as raised:
+        await source.start(0, b"", until_caught_up=False)
+    assert str(raised.value) == (f"http source 'hooks': parameters/bearer_token_file: file {tmp_path / 'absent.txt'} "
+                                 "cannot be read (No such file or directory): write the token there or name "
+                                 "another file")
+
+
+async def test_a_token_file_is_read_from_the_specs_folder_without_its_surrounding_whitespace(tmp_path: Path) -> None:
+    (tmp_path / "token.txt").write_text("  hook-token-1234\n")
+    port = free_port()
+    source = HttpSource("hooks", HttpSourceParameters(port=port, bearer_token_file="token.txt"), STREAM, tmp_path)
+    await source.start(0, b"", until_caught_up=False)
+    try:
+        async with aiohttp.ClientSession() as session:
+            url = f"http://127.0.0.1:{port}/events"
+            async with session.post(url, data=b'{"id": 1}', headers={"Authorization": "Bearer wrong"}) as refused:
+                assert refused.status == 401
+            accepted = asyncio.create_task(session.post(url, data=b'{"id": 2}',
+                                                        headers={"Authorization": "Bearer hook-token-1234"}))
+            records = await source.take(10, 5.0)
+            assert records is not None
+            assert [r.row["id"] for r in records] == [2]
+            source.committed()
+            async with await accepted as response:
+                assert response.status == 200
+    finally:
+        await source.close()
