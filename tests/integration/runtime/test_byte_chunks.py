@@ -10,7 +10,6 @@ from __future__ import annotations
 import asyncio
 import json
 import os
-import signal
 import sqlite3
 import subprocess
 import sys
@@ -25,6 +24,7 @@ from aiohttp import web
 
 from egress.line_chunks import CHUNK_MARK
 from tests.conftest import REPO
+from tests.subprocesses import exits_zero, kill
 from tests.waiting import eventually, exited
 
 pytestmark = pytest.mark.integration
@@ -124,14 +124,7 @@ def egress_run(folder: Path, *extra: str) -> subprocess.Popen[bytes]:
 
 
 async def run_to_the_end(folder: Path) -> None:
-    process = egress_run(folder, "--until-drained")
-    try:
-        code = await asyncio.to_thread(process.wait, 240)
-        assert code == 0, process.stderr.read() if process.stderr else b""
-    finally:
-        if process.poll() is None:
-            process.kill()
-            await asyncio.to_thread(process.wait, 30)
+    await exits_zero(egress_run(folder, "--until-drained"), 240)
 
 
 def stored_kinds(folder: Path) -> set[str]:
@@ -157,8 +150,7 @@ async def test_a_sigkill_mid_run_loses_nothing_and_a_refused_batch_is_dead_lette
     try:  # the kill comes once the endpoint holds a request: mid-run, whatever the machine's speed
         await eventually(lambda: found.held > 0, what="a request held", timeout=120, unless=exited(process))
     finally:
-        process.send_signal(signal.SIGKILL)
-        await asyncio.to_thread(process.wait, 30)
+        await kill(process)
     assert stored_kinds(folder) == {"chunk"}, "the byte-chunk path was not taken"
     before = dict(found.delivered())
     assert 0 < len(before) <= 5, "the kill came mid-run: some batches answered, the rest held"

@@ -14,7 +14,6 @@ from __future__ import annotations
 import asyncio
 import json
 import os
-import signal
 import subprocess
 import sys
 from collections import defaultdict
@@ -28,6 +27,7 @@ import yaml
 from aiohttp import web
 
 from tests.conftest import REPO, payload_spec
+from tests.subprocesses import exits_zero, kill
 from tests.waiting import eventually, exited
 
 pytestmark = pytest.mark.integration
@@ -86,20 +86,8 @@ def flights(start: int, stop: int) -> list[str | None]:
     return [json.dumps({"flight": i, "pad": "x" * 200}) for i in range(start, stop)]
 
 
-async def kill(process: subprocess.Popen[bytes]) -> None:
-    process.send_signal(signal.SIGKILL)
-    await asyncio.to_thread(process.wait, 30)
-
-
 async def run_to_the_end(spec: Path, dynamic: Path, state: Path) -> None:
-    process = egress_run(spec, dynamic, state, "--until-drained")
-    try:
-        code = await asyncio.to_thread(process.wait, 120)
-        assert code == 0, process.stderr.read() if process.stderr else b""
-    finally:
-        if process.poll() is None:
-            process.kill()
-            await asyncio.to_thread(process.wait, 30)
+    await exits_zero(egress_run(spec, dynamic, state, "--until-drained"), 120)
 
 
 def bodies_by_key(endpoint: Endpoint) -> dict[str, bytes]:

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import asyncio
 import os
-import signal
 import subprocess
 import sys
 from collections import defaultdict
@@ -30,6 +29,7 @@ import egress.connectors.sinks.firehose_http  # noqa: F401  (registers firehose_
 from egress.firehose import FirehoseReceiver, TransientError
 from tests.conftest import REPO, payload_spec
 from tests.pipelines import Passthrough
+from tests.subprocesses import exits_zero, kill
 from tests.waiting import eventually, exited
 
 pytestmark = pytest.mark.integration
@@ -91,14 +91,12 @@ async def kill_and_rerun(endpoint: Endpoint, spec: Path, dynamic: Path, state: P
                          and any(sum(1 for c in endpoint.calls if c[0] == rid) >= 2 for rid, _, _ in endpoint.calls),
                          what="the first run retrying at the endpoint", timeout=90, interval=0.05,
                          unless=exited(first))
-        first.send_signal(signal.SIGKILL)
-        await asyncio.to_thread(first.wait, 30)
+        await kill(first)
         endpoint.healed = True
         between()
         second = egress_run(spec, dynamic, state, "--until-drained")
         started.append(second)
-        code = await asyncio.to_thread(second.wait, int(os.environ.get("FH_KILL_TIMEOUT", "120")))
-        assert code == 0, second.stderr.read() if second.stderr else b""
+        await exits_zero(second, int(os.environ.get("FH_KILL_TIMEOUT", "120")))
     finally:
         for process in started:
             if process.poll() is None:
