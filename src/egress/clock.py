@@ -38,6 +38,11 @@ class Clock(Protocol):
         """Wait until :meth:`monotonic` reaches ``deadline``."""
         ...
 
+    async def wait_event(self, event: asyncio.Event, seconds: float) -> bool:
+        """Wait until ``event`` is set or ``seconds`` pass, whichever comes first; True when the
+        time came first (see :func:`event_or_timeout`)."""
+        ...
+
 
 class RealClock:
     """The machine's clocks: ``time.time`` and ``time.monotonic``, waits on the asyncio loop."""
@@ -53,6 +58,16 @@ class RealClock:
 
     async def sleep_until(self, deadline: float) -> None:
         await asyncio.sleep(max(0.0, deadline - time.monotonic()))
+
+    async def wait_event(self, event: asyncio.Event, seconds: float) -> bool:
+        # In the caller's task, under one timer handle: the generic way (two tasks, a wait and a
+        # gather) cost ~30 µs of CPU a call, paid once per epoch by every job.
+        try:
+            async with asyncio.timeout(max(0.0, seconds)):
+                await event.wait()
+        except TimeoutError:
+            return True
+        return False
 
 
 class VirtualClock:
@@ -78,6 +93,9 @@ class VirtualClock:
 
     async def sleep(self, seconds: float) -> None:
         await self.sleep_until(self._now + max(0.0, seconds))
+
+    async def wait_event(self, event: asyncio.Event, seconds: float) -> bool:
+        return await _first_of_event_and_sleep(event, self.sleep(seconds))
 
     async def sleep_until(self, deadline: float) -> None:
         if deadline <= self._now:
@@ -183,9 +201,18 @@ async def unless_set(step: Awaitable[None], *events: asyncio.Event | None) -> bo
 
 async def event_or_timeout(event: asyncio.Event, clock: Clock, seconds: float) -> bool:
     """Wait until ``event`` is set or ``seconds`` pass on ``clock``, whichever comes first; True
-    when the clock came first."""
+    when the clock came first. Always yields to the loop once at least, so a caller's loop over an
+    event it does not clear cannot starve the other tasks."""
+    if event.is_set():
+        await asyncio.sleep(0)
+        return False
+    return await clock.wait_event(event, seconds)
+
+
+async def _first_of_event_and_sleep(event: asyncio.Event, sleep: Awaitable[None]) -> bool:
+    """``event`` set or ``sleep`` done, whichever first, each in a task of its own; True when the sleep was."""
     waker = asyncio.ensure_future(event.wait())
-    sleeper = asyncio.ensure_future(clock.sleep(seconds))
+    sleeper = asyncio.ensure_future(sleep)
     try:
         done, _ = await asyncio.wait({waker, sleeper}, return_when=asyncio.FIRST_COMPLETED)
     finally:
