@@ -14,6 +14,7 @@ from multidict import CIMultiDict
 
 from egress.httpclient import CurlClient, Request
 from egress.httpclient import curl as curl_module
+from egress.httpclient.curl import post_header_lines
 from egress.httpclient.outcomes import FailureKind, failure_of
 from tests.conftest import ServerFactory
 
@@ -379,6 +380,45 @@ async def test_one_handle_keeps_exactly_what_each_request_asks_for(serve_app: Se
     assert both_again.headers is not None
     assert both_again.headers["content-length"] == "4"
     assert both_again.status == 201
+
+
+async def test_prepared_posts_on_a_reused_handle_carry_their_own_url_body_and_headers(
+        serve_app: ServerFactory) -> None:
+    """A sink's prepared POSTs (nothing kept but ``Retry-After``) start on a handle set for them with
+    only their body and header lines: around requests that captured on the same handle, or went to
+    another URL or with another timeout, each still reaches its own URL with its own body and key,
+    and keeps nothing but what it asked for."""
+    seen: list[tuple[str, str, bytes]] = []
+
+    async def handle(request: web.Request) -> web.Response:
+        seen.append((request.path, request.headers.get("X-Key", ""), await request.read()))
+        return web.Response(body=b"answer", status=int(request.query.get("status", "200")),
+                            headers={"Retry-After": "7"})
+
+    app = web.Application()
+    app.router.add_post("/{tail:.*}", handle)
+    base = await serve_app(app)
+
+    def prepared(path: str, body: bytes, key: str, timeout: float = 10.0) -> Request:
+        return Request(f"{base}{path}", body, post_header_lines((f"X-Key: {key}",)), timeout=timeout,
+                       capture_retry_after=True, prepared=True, capture_local_port=False)
+
+    client = CurlClient(max_connections=1)  # one easy handle for every request
+    try:
+        first = await client.send(prepared("/a", b"1", "k1"))
+        second = await client.send(prepared("/a", b"2", "k2"))
+        captured = await client.send(Request(f"{base}/a", b"3", capture_body=True))
+        after_capture = await client.send(prepared("/a", b"4", "k4"))
+        elsewhere = await client.send(prepared("/b?status=503", b"5", "k5"))
+        shorter = await client.send(prepared("/b", b"6", "k6", timeout=5.0))
+    finally:
+        client.close()
+    assert seen == [("/a", "k1", b"1"), ("/a", "k2", b"2"), ("/a", "", b"3"), ("/a", "k4", b"4"),
+                    ("/b", "k5", b"5"), ("/b", "k6", b"6")]
+    assert captured.body == b"answer"
+    assert [r.body for r in (first, second, after_capture, elsewhere, shorter)] == [None] * 5
+    assert [r.retry_after for r in (first, second, after_capture, elsewhere, shorter)] == [None, None, None, "7", None]
+    assert [r.status for r in (first, second, after_capture, elsewhere, shorter)] == [200, 200, 200, 503, 200]
 
 
 async def test_the_local_port_is_reported_unless_the_request_declines_it(serve_app: ServerFactory) -> None:
