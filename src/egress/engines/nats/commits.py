@@ -5,6 +5,7 @@ the compaction of a generation of keyed subjects."""
 from __future__ import annotations
 
 import asyncio
+import random
 import uuid
 from collections.abc import Sequence
 from dataclasses import replace
@@ -27,7 +28,34 @@ from egress.engines.protocols import EpochCommit, FencedError
 from egress.errors import RowEncodingError
 from egress.rows import encode_row, first_unstorable_row_error
 
-_LOG_ATTEMPTS = 20  # commits retried after another writer appended to the same log partition
+_FIRST_RACE_DELAY = 0.002  # seconds: the most a commit waits after meeting another writer's appends, doubled
+_LAST_RACE_DELAY = 0.064  # after each race it loses in a row up to this
+
+
+class _LogRace:
+    """The races one commit lost to other writers appending to its log partitions (the other
+    readers of its source, the other partitions of a computation writing the same stream): they are
+    normal, not faults, so the commit is retried for as long as the engine waits out an outage
+    (``outage_timeout``), each retry after a random part of a delay doubling from
+    :data:`_FIRST_RACE_DELAY` to :data:`_LAST_RACE_DELAY`, so that writers that collided do not
+    meet again in step (a writer that has just read the ends would otherwise arrive, each time,
+    just behind the next commit of one that knows them already). A lost lease ends the retries
+    sooner: each refusal is checked for a fence first."""
+
+    def __init__(self, timeout: float) -> None:
+        self._loop = asyncio.get_running_loop()
+        self._deadline = self._loop.time() + timeout
+        self._delay = _FIRST_RACE_DELAY
+        self.lost = 0
+
+    async def retry(self) -> bool:
+        """Count a lost race and wait before the next attempt; ``False`` (no wait) once the time is up."""
+        self.lost += 1
+        if self._loop.time() >= self._deadline:
+            return False
+        await asyncio.sleep(random.uniform(0.0, self._delay))
+        self._delay = min(self._delay * 2, _LAST_RACE_DELAY)
+        return True
 
 
 class NatsCommits(NatsCheckpoints, NatsOwnership, NatsLog, NatsAppends, NatsRetention, NatsTraces):
@@ -113,8 +141,11 @@ class NatsCommits(NatsCheckpoints, NatsOwnership, NatsLog, NatsAppends, NatsRete
         head = Outgoing(layout.checkpoint(consumer, partition), checkpoint.encode(),
                         expect_last(fence, layout.lease(consumer, partition)))
         message_id = uuid.uuid4().hex  # the same for every batch of this commit: the server stores at most one
-        for _ in range(_LOG_ATTEMPTS):
-            ends = {slot: await self._log_end(slot) for slot in slots}
+        race = _LogRace(self.outage_timeout)
+        while True:
+            # The ends read at once, just before the batch goes: each round trip between learning an
+            # end and publishing is a window in which another writer's commit makes this one lose.
+            ends = dict(zip(slots, await asyncio.gather(*(self._log_end(slot) for slot in slots)), strict=True))
             log_messages, log_chunks = self._log_messages(entries, ends)
             batch = [head, *log_messages, *outbox_messages]
             if commit.log_traces or commit.outbox_traces:  # after the chunks: purged with them (traces.py)
@@ -133,9 +164,12 @@ class NatsCommits(NatsCheckpoints, NatsOwnership, NatsLog, NatsAppends, NatsRete
                 refusal = await self._refusal(consumer, partition, commit.generation, fence, error)
                 if isinstance(refusal, FencedError) or error.code != WRONG_LAST_SEQUENCE:
                     raise refusal from None
-                for slot in slots:  # another writer appended to one of these log partitions: offsets again
-                    if self._log_ends.get(slot) == ends[slot]:  # unless its appends note told the new end
-                        self._log_ends.pop(slot, None)
+                self._forget_log_ends(ends)  # another writer appended to one of these log partitions
+                if not await race.retry():
+                    raise NatsEngineError(
+                        f"{self.url}: bucket {self.bucket}: the log appends of {consumer} partition {partition} met "
+                        f"other writers' appends for {self.outage_timeout:g} s ({race.lost} races lost in a row)"
+                    ) from None
                 continue
             if last is None:  # stored by an attempt whose answer was lost: its sequences come from the server
                 await self._stored_earlier(consumer, partition, view, checkpoint, slots)
@@ -152,8 +186,13 @@ class NatsCommits(NatsCheckpoints, NatsOwnership, NatsLog, NatsAppends, NatsRete
             if redo:
                 view.redo = Redo(keyed, last)
             return log_chunks
-        raise NatsEngineError(f"{self.url}: bucket {self.bucket}: the log appends of {consumer} partition {partition} "
-                              f"met another writer's appends {_LOG_ATTEMPTS} times in a row")
+
+    def _forget_log_ends(self, ends: dict[tuple[str, int], tuple[int, int]]) -> None:
+        """Forget the log ends a commit that lost a race used: the next attempt reads them again,
+        but for those an appends note has advanced meanwhile."""
+        for slot, end in ends.items():
+            if self._log_ends.get(slot) == end:
+                self._log_ends.pop(slot, None)
 
     async def _stored_earlier(self, consumer: str, partition: int, view: View, checkpoint: CheckpointRecord,
                               slots: list[tuple[str, int]]) -> None:

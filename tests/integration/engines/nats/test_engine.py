@@ -304,6 +304,35 @@ async def test_two_processes_appending_to_one_log_partition_keep_its_offsets_den
     assert [(m.offset, m.row["i"]) for m in messages] == [(i, i) for i in range(60)]
 
 
+async def test_readers_of_one_source_committing_at_once_to_the_same_log_partitions_all_commit(
+        open_nats: Opener) -> None:
+    """Four readers of one source (each its own process's engine, a lease of its own) commit back to
+    back, every commit appending to each of the stream's four log partitions: a writer that reads
+    the ends after losing a race arrives behind the others' next commits, and must not give up
+    while its lease holds (a worker of a healthy cluster would exit 1): every commit lands once,
+    offsets dense."""
+    readers, commits, partitions = 4, 40, 4
+    engines = [await open_nats() for _ in range(readers)]
+    generations = [await engine.acquire("source:s", reader) for reader, engine in enumerate(engines)]
+
+    async def read_all(reader: int) -> None:
+        for n in range(commits):
+            rows = [("events", p, f"r{reader}n{n}p{p}".encode(), encode_key([reader]), 0.0, {"r": reader, "n": n})
+                    for p in range(partitions)]
+            await engines[reader].commit(EpochCommit("source:s", reader, generations[reader], {("", 0): n + 1},
+                                                     log_appends=rows))
+
+    await asyncio.gather(*(read_all(reader) for reader in range(readers)))
+    fresh = await open_nats()
+    for p in range(partitions):
+        messages = await fresh.read("events", p, 0, readers * commits + 1)
+        assert [m.offset for m in messages] == list(range(readers * commits))
+        assert sorted(m.message_id for m in messages) == sorted(f"r{r}n{n}p{p}".encode()
+                                                               for r in range(readers) for n in range(commits))
+    for reader in range(readers):
+        assert (await fresh.load_checkpoint("source:s", reader, [])).input_positions == {("", 0): commits}
+
+
 async def wait_for_messages_at_most(url: str, engine: NatsEngine, bound: int) -> int:
     """Poll the stream's message count until it is at most ``bound`` (a member's delete marker lapses
     a second after it is written); returns the last count seen."""
