@@ -30,7 +30,7 @@ from egress.observe.status import egress_version
 from egress.runtime import EngineFactory, Pipeline, RunOptions, RunResult, load_plan
 from egress.runtime.cluster.worker import default_worker_id
 from egress.runtime.dynamic_spec import DYNAMIC_SPEC_STATUS
-from egress.runtime.garbage_collection import tune_for_run
+from egress.runtime.garbage_collection import settle_for_exit, tune_for_run
 from egress.runtime.layout import check_recorded_layout, way_out
 from egress.runtime.options import EngineChoice, parse_engine
 from egress.runtime.pipeline import nats_engine_factory, shared_sqlite_engine, sqlite_engine
@@ -588,7 +588,10 @@ def main() -> None:
     """The ``egress`` program: ``sys.argv``'s command alone when it names one, else every command
     (``egress --help``, ``egress --version``, a mistyped command)."""
     named = sys.argv[1] if len(sys.argv) > 1 else None
-    command_line(named if named in COMMANDS else None)()
+    try:
+        command_line(named if named in COMMANDS else None)()
+    finally:
+        settle_for_exit()  # the process ends: its exit need not traverse every object again
 
 
 if __name__ == "__main__":
