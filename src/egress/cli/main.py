@@ -8,6 +8,7 @@ import base64
 import contextlib
 import contextvars
 import functools
+import importlib
 import json
 import logging
 import os
@@ -16,19 +17,12 @@ import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Annotated, Any, Optional
+from typing import TYPE_CHECKING, Annotated, Any, Optional
 
 import typer
-from rich.console import Console
-from rich.text import Text
 
-from egress.cli.endpoint import endpoint_app
 from egress.cli.exit_codes import EXIT_CODES
 from egress.cli.output import LogFormatChoice, LogFormatOption, LogLevelChoice, LogLevelOption, Output, start_output
-from egress.cli.redrive import redrive_command
-from egress.cli.state import app as state_app
-from egress.cli.status import status_command
-from egress.cli.throttler import throttler_app
 from egress.engines.sqlite import state_directory
 from egress.errors import EgressError, ProcessFunctionError, SourceDataError, SpecError
 from egress.observe.logs import add_secret, bind_log_context, secrets_of_spec
@@ -36,21 +30,26 @@ from egress.observe.status import egress_version
 from egress.runtime import EngineFactory, Pipeline, RunOptions, RunResult, load_plan
 from egress.runtime.cluster.worker import default_worker_id
 from egress.runtime.dynamic_spec import DYNAMIC_SPEC_STATUS
-from egress.runtime.garbage_collection import tune_for_run
+from egress.runtime.garbage_collection import settle_for_exit, tune_for_run
 from egress.runtime.layout import check_recorded_layout, way_out
 from egress.runtime.options import EngineChoice, parse_engine
 from egress.runtime.pipeline import nats_engine_factory, shared_sqlite_engine, sqlite_engine
 
-app = typer.Typer(add_completion=False, no_args_is_help=True,
-                  help="egress: deliver event streams to the outside world, reliably.\n\nExit codes:\n\n"
-                       + "\n\n".join(f"{code}: {meaning}" for code, meaning in EXIT_CODES.items()))
-console = Console(stderr=True, soft_wrap=True)
+if TYPE_CHECKING:
+    from rich.console import Console
+
+HELP = ("egress: deliver event streams to the outside world, reliably.\n\nExit codes:\n\n"
+        + "\n\n".join(f"{code}: {meaning}" for code, meaning in EXIT_CODES.items()))
+_own = typer.Typer()  # the commands defined in this module; command_line() puts them in the command line
+console: Console | None = None  # None: egress.cli.output.stderr_console(), made when first printed to
 output = Output(console)  # replaced by a command's --log-format
-app.add_typer(throttler_app, name="throttler")
-app.add_typer(state_app, name="state")
-app.add_typer(endpoint_app, name="endpoint")
-app.command(name="redrive")(redrive_command)
-app.command(name="status")(status_command)
+
+# The commands of other modules, in the order ``egress --help`` lists them: name → (module, attribute).
+# A command is registered as a command, a group (``throttler serve``) with ``add_typer``.
+_IMPORTED_COMMANDS = {"redrive": ("egress.cli.redrive", "redrive_command"),
+                      "status": ("egress.cli.status", "status_command")}
+_IMPORTED_GROUPS = {"throttler": ("egress.cli.throttler", "throttler_app"), "state": ("egress.cli.state", "app"),
+                    "endpoint": ("egress.cli.endpoint", "endpoint_app")}
 
 
 def _show_version(value: bool) -> None:
@@ -59,7 +58,7 @@ def _show_version(value: bool) -> None:
         raise typer.Exit(0)
 
 
-@app.callback()
+@_own.callback()
 def egress(
     version: Annotated[bool, typer.Option("--version", callback=_show_version, is_eager=True,
                                           help="Print the version and exit.")] = False,
@@ -88,7 +87,7 @@ def _never_log_the_secrets_of(plan: Any) -> None:
             add_secret(secret)
 
 
-@app.command()
+@_own.command(name="validate")
 def validate(
     spec: SpecArgument,
     dynamic_spec: DynamicSpecOption = None,
@@ -105,7 +104,7 @@ def validate(
         _fail_on_spec_error(error)
         return
     except EgressError as error:
-        console.print(Text(str(error), style="red"))
+        output.say(str(error), style="red")
         raise typer.Exit(1) from None
     typer.echo(f"{spec}: valid pipeline {plan.spec.pipeline!r} with {len(plan.sources)} source(s), "
                f"{len(plan.computations)} computation(s)")
@@ -124,7 +123,7 @@ def _in_a_context_of_its_own(command: Callable[..., None]) -> Callable[..., None
     return wrapper
 
 
-@app.command()
+@_own.command(name="run")
 @_in_a_context_of_its_own
 def run(
     spec: SpecArgument,
@@ -293,10 +292,11 @@ async def _drive(pipeline: Pipeline, quiet: bool) -> RunResult:
     started = time.monotonic()
     reported = _Reporter(pipeline)
     live = None
-    if not quiet and console.is_terminal:
+    if not quiet and output.console.is_terminal:
         from rich.live import Live  # only on a terminal
+        from rich.text import Text
 
-        live = Live(console=console, refresh_per_second=4, transient=True)
+        live = Live(console=output.console, refresh_per_second=4, transient=True)
     with live or contextlib.nullcontext():
         while not run_task.done():
             if live is not None:
@@ -309,7 +309,7 @@ async def _drive(pipeline: Pipeline, quiet: bool) -> RunResult:
                 if output.json:
                     output.say("progress", **snapshot(pipeline))
                 elif not quiet:
-                    console.print(progress_line(snapshot(pipeline), elapsed), highlight=False)
+                    output.console.print(progress_line(snapshot(pipeline), elapsed), highlight=False)
     return await run_task
 
 
@@ -329,9 +329,9 @@ def _finish(pipeline: Pipeline, result: RunResult, *, spec: Path, dynamic_spec: 
     if report is not None:
         report.write_text(json.dumps(values, indent=2) + "\n")
     if output.json:
-        output.show(summary_table(values), "run finished", **values)
+        output.show(lambda: summary_table(values), "run finished", **values)
     elif not quiet:
-        console.print(summary_table(values))
+        output.console.print(summary_table(values))
     location = pipeline.location or state_directory(directory)
     if not quiet and _nothing_new(result, values):
         output.say(f"nothing new: {location.name} already holds everything the sources had; to start over, "
@@ -449,7 +449,7 @@ def _sink_of(path: str) -> dict[str, str]:
     return {"sink": parts[2]} if len(parts) > 2 and parts[1] == "sinks" else {}
 
 
-@app.command()
+@_own.command(name="receiver")
 def receiver(
     host: Annotated[str, typer.Option(help="Address to listen on.")] = "127.0.0.1",
     port: Annotated[int, typer.Option(min=0, max=65535,
@@ -549,8 +549,49 @@ def _verify_keys(path: Path | None) -> tuple[bytes, ...]:
     return keys
 
 
+def command_line(command: str | None = None) -> typer.Typer:
+    """The ``egress`` command line: every command, or with ``command`` (a top-level command's name,
+    ``run``) that one alone. ``egress run ...`` parses, helps and fails exactly as with every command,
+    but imports no other command's module and builds no other command's options (typer reads every
+    registered command's signature at each start). Raises ``KeyError`` for an unknown ``command``."""
+    if command is not None and command not in COMMANDS:
+        raise KeyError(command)
+    app = typer.Typer(add_completion=False, no_args_is_help=True, help=HELP)
+    app.registered_callback = _own.registered_callback
+    for name, (module, attribute) in _IMPORTED_COMMANDS.items():
+        if command in (None, name):
+            app.command(name=name)(getattr(importlib.import_module(module), attribute))
+    app.registered_commands += [info for info in _own.registered_commands if command in (None, info.name)]
+    for name, (module, attribute) in _IMPORTED_GROUPS.items():
+        if command in (None, name):
+            app.add_typer(getattr(importlib.import_module(module), attribute), name=name)
+    return app
+
+
+COMMANDS = frozenset([*_IMPORTED_COMMANDS, *_IMPORTED_GROUPS, *(str(info.name) for info in _own.registered_commands)])
+"""The names of the top-level commands."""
+
+
+def __getattr__(name: str) -> Any:
+    """``app``: the whole command line (:func:`command_line`), built on first use (tests invoke it)."""
+    if name != "app":
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = globals()["app"] = command_line()
+    return value
+
+
+if TYPE_CHECKING:
+    app: typer.Typer
+
+
 def main() -> None:
-    app()
+    """The ``egress`` program: ``sys.argv``'s command alone when it names one, else every command
+    (``egress --help``, ``egress --version``, a mistyped command)."""
+    named = sys.argv[1] if len(sys.argv) > 1 else None
+    try:
+        command_line(named if named in COMMANDS else None)()
+    finally:
+        settle_for_exit()  # the process ends: its exit need not traverse every object again
 
 
 if __name__ == "__main__":

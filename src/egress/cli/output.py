@@ -7,14 +7,16 @@ from __future__ import annotations
 
 import enum
 import logging
-from typing import Annotated, Any
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Annotated, Any
 from urllib.parse import urlsplit
 
 import typer
-from rich.console import Console, RenderableType
-from rich.text import Text
 
 from egress.observe.logs import LogFormat, add_secret, configure_logging, redact
+
+if TYPE_CHECKING:
+    from rich.console import Console, RenderableType
 
 
 class LogFormatChoice(enum.StrEnum):
@@ -38,30 +40,56 @@ LogLevelOption = Annotated[LogLevelChoice, typer.Option(
     "--log-level", case_sensitive=False, help="The least severe log records written.")]
 
 
-class Output:
-    """The command's voice: :meth:`say` prints a line (text) or logs a record (json) on ``console``'s stderr."""
+_stderr: Console | None = None
 
-    def __init__(self, console: Console, log_format: LogFormat = "text", logger: str = "egress.cli") -> None:
-        self.console = console
+
+def stderr_console() -> Console:
+    """The rich ``Console`` on standard error that commands print with, made on first use: a run that
+    prints nothing for people (``--quiet``, ``--log-format json``) does not import rich."""
+    global _stderr
+    if _stderr is None:
+        from rich.console import Console
+
+        _stderr = Console(stderr=True, soft_wrap=True)
+    return _stderr
+
+
+class Output:
+    """The command's voice: :meth:`say` prints a line (text) or logs a record (json) on ``console``'s
+    stderr; without a ``console``, on :func:`stderr_console`'s, made when first printed to."""
+
+    def __init__(self, console: Console | None = None, log_format: LogFormat = "text",
+                 logger: str = "egress.cli") -> None:
+        self._console = console
         self.json = log_format == "json"
         self.logger = logging.getLogger(logger)
+
+    @property
+    def console(self) -> Console:
+        """The console this output prints to."""
+        return self._console if self._console is not None else stderr_console()
 
     def say(self, text: str, *, style: str | None = None, level: int = logging.INFO, **fields: Any) -> None:
         """Tell ``text`` (secrets redacted), in ``style`` on a terminal; with ``fields`` as context in JSON."""
         if self.json:
             self.logger.log(level, text, extra={"fields": fields})
-        else:
-            self.console.print(Text(redact(text), style=style) if style else redact(text), highlight=False)
+        elif style:
+            from rich.text import Text
 
-    def show(self, renderable: RenderableType, text: str, **fields: Any) -> None:
-        """Print ``renderable`` (a table) for people, or log ``text`` with ``fields`` in JSON."""
+            self.console.print(Text(redact(text), style=style), highlight=False)
+        else:
+            self.console.print(redact(text), highlight=False)
+
+    def show(self, renderable: Callable[[], RenderableType], text: str, **fields: Any) -> None:
+        """Print what ``renderable()`` makes (a table) for people, or log ``text`` with ``fields`` in
+        JSON (nothing is rendered then, and rich is not imported)."""
         if self.json:
             self.logger.info(text, extra={"fields": fields})
         else:
-            self.console.print(renderable)
+            self.console.print(renderable())
 
 
-def start_output(console: Console, log_format: LogFormatChoice, log_level: LogLevelChoice, logger: str,
+def start_output(console: Console | None, log_format: LogFormatChoice, log_level: LogLevelChoice, logger: str,
                  urls: tuple[str, ...] = ()) -> Output:
     """Configure logging (``egress.observe.logs.configure_logging``) and return the command's :class:`Output`.
     The credentials in ``urls`` (``nats://user:password@host``, ``nats://token@host``) are never logged."""

@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
-from typing import Any
-
-from rich.table import Table
+from typing import TYPE_CHECKING, Any
 
 from egress.observe import Metrics
 from egress.runtime import Pipeline, RunResult
+
+if TYPE_CHECKING:
+    from rich.table import Table
 
 # The sinks' counters the summary adds up (every sink class's series of each family).
 _SINK_COUNTERS = {
@@ -80,6 +81,8 @@ def final_report(pipeline: Pipeline, result: RunResult) -> dict[str, Any]:
 
 
 def summary_table(report: dict[str, Any], title: str = "egress run") -> Table:
+    from rich.table import Table  # only when the table is shown: a --quiet run does not import rich
+
     table = Table(title=title, show_header=False, title_justify="left")
     table.add_column("what", style="bold")
     table.add_column("value", justify="right")

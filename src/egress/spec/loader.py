@@ -10,8 +10,6 @@ import json
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from egress.errors import SpecError
 
 SUPPORTED_EXTENSIONS = (".yson", ".yaml", ".yml", ".json")
@@ -51,6 +49,8 @@ def parse_text(data: bytes, suffix: str) -> dict[str, Any]:
         if suffix == ".yson":
             document = _parse_yson(data)
         elif suffix in (".yaml", ".yml"):
+            import yaml  # only for a YAML file: its import compiles large regular expressions
+
             document = yaml.safe_load(data)
         else:
             document = json.loads(data)

@@ -1,22 +1,26 @@
 """What ``egress run`` imports: a Spec that uses no server, throttler or NATS engine does not pay
-their libraries' start-up (aiohttp alone is ~0.4 s of CPU per process); the status server loads
-aiohttp only with ``--http-port``."""
+their libraries' start-up (aiohttp alone is ~0.4 s of CPU per process), nor the other commands',
+rich's or (for a JSON Spec) PyYAML's; the status server loads aiohttp only with ``--http-port``."""
 
 from __future__ import annotations
 
 import asyncio
+import json
 import sys
 from pathlib import Path
 
 import pytest
+import yaml
 
 from egress.receiver import Receiver
 from tests.conftest import ServerFactory, payload_spec
+from tests.unit.cli.test_startup_imports import NOT_FOR_RUN
 
 pytestmark = pytest.mark.integration
 
 UNUSED = ("aiohttp", "nats", "egress.receiver", "egress.firehose.receiver", "egress.observe.server",
-          "egress.observe.dashboard", "egress.throttler.http_transport", "egress.throttler.service")
+          "egress.observe.dashboard", "egress.throttler.http_transport", "egress.throttler.service",
+          *NOT_FOR_RUN)  # and the other commands, rich (a --quiet run prints nothing), yaml (a JSON Spec)
 
 # Runs the CLI as `python -m egress` does and writes, at exit, which of the modules were imported.
 PROBE = """
@@ -30,7 +34,9 @@ main()
 
 
 async def _run_probe(tmp_path: Path, url: str, *options: str) -> list[str]:
-    spec, _ = payload_spec(tmp_path, url, ["a", "b", "c"])
+    written, _ = payload_spec(tmp_path, url, ["a", "b", "c"])
+    spec = written.with_suffix(".json")  # the same Spec as JSON: a run of it does not import PyYAML
+    spec.write_text(json.dumps(yaml.safe_load(written.read_text())))
     loaded = tmp_path / "loaded.txt"
     process = await asyncio.create_subprocess_exec(
         sys.executable, "-c", PROBE, ",".join(UNUSED), str(loaded), "run", str(spec), "--state-dir",
