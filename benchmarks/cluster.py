@@ -19,7 +19,13 @@ each phase so its count is that phase's alone.
   processes ``egress run SPEC --engine nats://… --worker-id wI --until-drained``, started together;
   timed from the first spawn to the last exit (every worker ends once the pipeline is drained).
 
-For each phase: messages delivered (distinct idempotency keys at the endpoint; every phase must
+* ``http-N`` (``benchmarks/cluster_ingest.py``): N workers whose ``http`` source has N readers
+  behind nginx (``tests/nginx.py``'s balancer), ``--http-events`` events POSTed by
+  ``benchmarks/ingest.py``'s 64 clients in a process of their own; in two forms, ``ingest`` (the
+  events dropped) and ``relay`` (delivered to the endpoint), each worker's CPU per event it
+  accepted, over the clients' window; issue 24's target: <= 100 µs per worker in the ingest form.
+
+For each delivery phase: messages delivered (distinct idempotency keys at the endpoint; every phase must
 deliver all, or the script exits 1), msg/s, and CPU µs per message counting every egress process
 (``os.wait4``'s rusage: all threads) plus the nats-server (``/proc/<pid>/stat`` before and after),
 with the breakdown per process, and what the server handled per 1,000 messages (``/varz``,
@@ -36,7 +42,8 @@ with one core per process, which is what more cores give on a long run; the embe
 on them too, and the targets are printed again on those steady-state figures (each process's fixed
 CPU taken off), apart from the targets at the run's size.
 
-    python benchmarks/cluster.py                          # embedded, nats-1, nats-2, nats-4 (+ fixed costs)
+    python benchmarks/cluster.py                          # embedded, nats-1, -2, -4 (+ fixed costs), http-1, -2
+    python benchmarks/cluster.py --phases http-1,http-2 --http-events 20000   # the http ingest alone
     python benchmarks/cluster.py --messages 20000 --phases embedded,nats-1 --target receiver
     python benchmarks/cluster.py --messages 30000 --profile   # + each worker under py-spy --gil
 """
@@ -57,6 +64,7 @@ import urllib.request
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import yaml
 
@@ -82,6 +90,9 @@ from delivery import (  # noqa: E402
     stop_process,
 )
 
+if TYPE_CHECKING:
+    from cluster_ingest import IngestResult
+
 TARGETS = (("nats-1", "embedded", 0.5), ("nats-2", "nats-1", 1.3))
 """(phase, the phase it is compared with, lowest ratio of their msg/s): issue 11's targets."""
 CORE_TARGETS = (("nats-2", "nats-1", 1.8), ("nats-4", "nats-1", 3.2))
@@ -90,6 +101,9 @@ issue 24's scaling targets."""
 COST_TARGET = 1.25
 """Issue 24: a NATS phase's CPU per message (every process) at most this many times embedded's."""
 PHASES = ("embedded", "nats-1", "nats-2", "nats-4")
+HTTP_PHASES = ("http-1", "http-2", "http-4")
+"""N workers ingesting webhook events through nginx (``benchmarks/cluster_ingest.py``)."""
+DEFAULT_PHASES = (*PHASES, "http-1", "http-2")
 SOURCE_FILES = 16
 """Files the NATS phases' source is dealt into with ``--source-readers workers`` (several per reader:
 the files source's reader 0 deals them, the same count to each reader of 1, 2 or 4)."""
@@ -456,9 +470,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--messages", type=int, default=300_000, help="messages per phase (default 300,000)")
     parser.add_argument("--partitions", type=int, default=4, help="partition_count of the Spec (default 4)")
-    parser.add_argument("--phases", default=",".join(PHASES),
-                        help=f"comma-separated subset of {','.join(PHASES)} (embedded always runs first: its "
-                             "Spec is the others'); default all")
+    parser.add_argument("--phases", default=",".join(DEFAULT_PHASES),
+                        help=f"comma-separated subset of {','.join(PHASES + HTTP_PHASES)} (embedded runs first "
+                             f"when a nats phase is asked: its Spec is theirs); default {','.join(DEFAULT_PHASES)}")
+    parser.add_argument("--http-events", type=int, default=20_000,
+                        help="events POSTed per http-N phase and form (default 20,000)")
+    parser.add_argument("--http-forms", default="ingest,relay",
+                        help="the http-N phases' forms: ingest (events dropped), relay (delivered); default both")
+    parser.add_argument("--http-keyed", action="store_true",
+                        help="the http-N phases' clients send each event under an Idempotency-Key")
     parser.add_argument("--target", choices=("nginx", "receiver"), default="nginx",
                         help="the endpoint: nginx answering 200 to every POST, keys counted from its access log "
                              "(default; one worker process, far from being the bottleneck), or egress receiver "
@@ -490,15 +510,19 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     phases = [p.strip() for p in args.phases.split(",") if p.strip()]
     partitioned = args.source_readers == "workers"
-    unknown = set(phases) - set(PHASES)
+    unknown = set(phases) - set(PHASES) - set(HTTP_PHASES)
     if unknown:
         parser.error(f"--phases: unknown {', '.join(sorted(unknown))}")
     began = time.time()
-    bodies = build_bodies(args.messages)
-    print(f"{args.messages:,} flight payloads ({sum(map(len, bodies)) / len(bodies):.0f} bytes on average), "
-          f"partition_count {args.partitions}, default sink parameters, to egress receiver; load average "
-          f"{os.getloadavg()[0]:.2f}", flush=True)
+    nats_phases = [p for p in phases if p in PHASES and p != "embedded"]
+    flights = ["embedded", *nats_phases] if nats_phases or "embedded" in phases else []
+    bodies = build_bodies(args.messages) if flights else []
+    if flights:
+        print(f"{args.messages:,} flight payloads ({sum(map(len, bodies)) / len(bodies):.0f} bytes on average), "
+              f"partition_count {args.partitions}, default sink parameters, to {args.target}; load average "
+              f"{os.getloadavg()[0]:.2f}", flush=True)
     results: dict[str, ClusterResult] = {}
+    http_results: list[IngestResult] = []
     fixed_results: dict[str, ClusterResult] = {}
     rtt_results: dict[float, ClusterResult] = {}
     latencies: dict[float, list[float]] = {}
@@ -514,7 +538,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 parser.error("--target nginx: no nginx binary (install nginx-light, or use --target receiver)")
             target = NginxTarget(binary, work)
         try:
-            for phase in ["embedded", *(p for p in phases if p != "embedded")]:
+            for phase in flights:
                 target.start()
                 print(f"{phase}: POSTing to {target.url} ...", flush=True)
                 if phase == "embedded":
@@ -544,6 +568,20 @@ def main(argv: Sequence[str] | None = None) -> int:
                                                           {"egress": floor.cpu_seconds})
                 print(f"embedded-fixed: {floor.delivered:,}/{args.fixed_messages:,} delivered, fixed CPU "
                       f"{floor.cpu_seconds:.2f} s", flush=True)
+            from cluster_ingest import run_http_phase  # it imports this module's helpers
+
+            for phase in (p for p in phases if p in HTTP_PHASES):
+                for form in (f.strip() for f in args.http_forms.split(",") if f.strip()):
+                    target.start()
+                    http = run_http_phase(work, target.url, lambda: target.finish()["distinct_keys"],
+                                          int(phase.split("-")[1]), args.http_events, form == "relay",
+                                          args.timeout, args.http_keyed, PROFILE_RATE if args.profile else 0)
+                    http_results.append(http)
+                    for line in http.describe():
+                        print("  " + line, flush=True)
+                    for worker, raw in http.profiles.items():
+                        for note in profile_notes(worker, raw, int(http.accepted[worker])):
+                            print(f"    {note}", flush=True)
             rtts = [float(value) / 1e3 for value in args.rtt_ms.split(",") if value.strip()]
             for rtt in rtts:
                 target.start()
@@ -587,10 +625,16 @@ def main(argv: Sequence[str] | None = None) -> int:
                       f"{results[other].breakdown()} µs/msg; with one core per process the ratio would be "
                       f"{projected:.2f}")
             summary.append(f"{phase}/{other} {ratio:.2f} (>= {bound:g} {mark})")
+    for http in http_results:
+        for line in http.describe():
+            print("  " + line)
+        summary.append(f"{http.name} " + (", ".join(http.verdicts()) if http.ingest else ", ".join(
+            f"{w} {http.per_event(w):,.0f} µs/event" for w in http.accepted)))
     summary += verdicts(results)
     summary += steady_verdicts(results, fixed_results)
     summary += rtt_verdict(rtt_results, latencies, args.partitions)
     lost = [name for name, result in [*results.items(), *fixed_results.items()] if not result.complete]
+    lost += [http.name for http in http_results if not http.complete]
     if failover is not None:
         print("  " + failover.describe(args.failover_rtt_ms / 1e3))
         summary.append(f"failover lost {failover.lost:,} (target 0 {'PASS' if failover.lost == 0 else 'MISS'})")

@@ -80,17 +80,28 @@ def counted(counter: Any) -> float:
                if sample.name.endswith("_total"))
 
 
+def ingest_spec(folder: Path, receiver: str, source: dict[str, Any], deliver: bool = True,
+                **changes: Any) -> tuple[Path, Path]:
+    """``benchmarks/latency.py``'s Spec and dynamic Spec for ``source`` into ``folder``: its sink POSTs
+    to ``receiver``; without ``deliver``, its computation drops every message (``tests.pipelines:Drops``);
+    ``changes``: top-level keys of the Spec set (``partition_count=4``)."""
+    spec, dynamic = write_spec(folder, receiver, source)
+    if not deliver or changes:
+        document = yaml.safe_load(spec.read_text())
+        if not deliver:
+            document["computations"]["deliver"]["processing_function"] = "tests.pipelines:Drops"
+        document.update(changes)
+        spec.write_text(yaml.safe_dump(document))
+    return spec, dynamic
+
+
 async def rate(name: str, folder: Path, receiver: str, source: dict[str, Any], events: int,
                feed: Callable[[], Awaitable[None]] | None = None, profile: str | None = None,
                deliver: bool = True) -> float:
     """Events/s from the pipeline's start (or ``feed``'s) until all ``events`` are in the log; CPU
     of this process until all are delivered (``deliver``), or, when the computation drops every
     message (``deliver=False``: the ingest alone), until all are in the log."""
-    spec, dynamic = write_spec(folder, receiver, source)
-    if not deliver:
-        document = yaml.safe_load(spec.read_text())
-        document["computations"]["deliver"]["processing_function"] = "tests.pipelines:Drops"
-        spec.write_text(yaml.safe_dump(document))
+    spec, dynamic = ingest_spec(folder, receiver, source, deliver)
     pipeline = Pipeline(load_plan(spec, dynamic), folder / "state")
     running = asyncio.create_task(pipeline.run())
     if feed is not None:
@@ -124,17 +135,19 @@ async def rate(name: str, folder: Path, receiver: str, source: dict[str, Any], e
     return events / elapsed
 
 
-async def post_events(url: str, events: int, clients: int) -> None:
+async def post_events(url: str, events: int, clients: int, keyed: bool = False) -> None:
     """``clients`` concurrent clients POST events ``0 .. events-1``, one per request, each until
-    answered 200; a 429 is sent again after 50 ms. Prints the 429s to stderr."""
+    answered 200; a 429 is sent again after 50 ms. Prints the 429s to stderr. With ``keyed``, event
+    ``i`` carries ``Idempotency-Key: event-i``."""
     numbers = iter(range(events))
     refused = 0
     async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=clients)) as session:
         async def client() -> None:
             nonlocal refused
             for i in numbers:
+                headers = {"Idempotency-Key": f"event-{i}"} if keyed else None
                 while True:
-                    async with session.post(url, data=event(i)) as response:
+                    async with session.post(url, data=event(i), headers=headers) as response:
                         if response.status == 200:
                             break
                         assert response.status == 429, await response.text()
@@ -153,12 +166,13 @@ async def main() -> None:
     parser.add_argument("--inputs", default="file,http,nats", help="comma-separated: file, http, nats")
     parser.add_argument("--profile", help="run the http phase under cProfile, its stats to this file")
     parser.add_argument("--post-to", help=argparse.SUPPRESS)  # the clients' process
+    parser.add_argument("--keyed", action="store_true", help=argparse.SUPPRESS)  # its events with keys
     parser.add_argument("--answer-on", type=int, help=argparse.SUPPRESS)  # the endpoint's process, without nginx
     args = parser.parse_args()
     events = args.events
     inputs = set(args.inputs.split(","))
     if args.post_to:
-        await post_events(args.post_to, events, CLIENTS)
+        await post_events(args.post_to, events, CLIENTS, args.keyed)
         return
     if args.answer_on:
         await answer(args.answer_on)

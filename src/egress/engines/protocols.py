@@ -208,7 +208,9 @@ class Log(Protocol):
 
     async def read(self, stream: str, partition: int, after: int, limit: int) -> list[LogMessage]:
         """Up to ``limit`` messages of ``(stream, partition)`` with offset >= ``after``, in offset
-        order (``[]`` for a partition never written or when ``after`` is at its end)."""
+        order (``[]`` for a partition never written or when ``after`` is at its end). Fewer than
+        ``limit`` does not mean the end: a read may stop at the end this instance knows (NATS:
+        another worker's appends not announced yet); a read from there finds them."""
         ...
 
     async def end_offset(self, stream: str, partition: int) -> int:

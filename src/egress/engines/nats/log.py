@@ -23,10 +23,20 @@ class NatsLog(NatsConnection):
         self._indexes: dict[tuple[str, int], LogIndex] = {}
 
     async def read(self, stream: str, partition: int, after: int, limit: int) -> list[LogMessage]:
+        """Up to ``limit`` messages after ``after``. A read that has messages stops at the end this
+        process knows (its own appends, the appends notes): the search for a chunk past it is a
+        round trip to the server that finds nothing in the usual case, each epoch of a job that
+        keeps up; a chunk a missed note did not announce is read by the next read, at the latest
+        on the jobs' wake every ``remote_poll_period``, as when the job is idle. A read from the
+        known end searches (a note may have been missed)."""
         messages: list[LogMessage] = []
         offset = after
+        slot = (stream, partition)
         while len(messages) < limit:
-            chunk = await self._chunk_containing((stream, partition), offset)
+            known_end = self._log_ends.get(slot)
+            if messages and known_end is not None and offset >= known_end[0]:
+                break
+            chunk = await self._chunk_containing(slot, offset)
             if chunk is None or chunk.entries is None:
                 break
             offset = max(offset, chunk.first)  # below a chunk only when retention purged the offsets between
