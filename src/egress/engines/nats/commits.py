@@ -210,7 +210,7 @@ class NatsCommits(NatsCheckpoints, NatsOwnership, NatsLog, NatsAppends, NatsRete
         """Commit an outbox chunk and its checkpoint as two plain publishes, both fenced by the
         lease, the chunk first; returns the chunk's stream sequence. An atomic batch on a stream of
         one replica in file storage costs the server a file store of its own (a directory, synced,
-        removed: about half its CPU per delivered message, ``docs/benchmarks.md`` session 11); a
+        removed: more than half its CPU per delivered message, ``docs/benchmarks.md`` session 11); a
         commit that fails between the two leaves an orphan chunk past the checkpoint's outbox, which
         readers skip (:func:`~egress.engines.nats.views.committed_chunks`) and the next commit's chunk
         from that seq replaces. Each publish carries its own ``Nats-Msg-Id``: a replay of a stored
