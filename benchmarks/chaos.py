@@ -753,7 +753,10 @@ class ClusterWatch:
             for done in [seq for seq, chunk in chunks.items() if not chunk or chunk[-1][0] <= low]:
                 del chunks[done]
             outboxes[partition] = dict(chunks)
-            unacknowledged[partition] = frozenset(key for chunk in chunks.values() for seq, key in chunk if seq > low)
+            # seq <= last_seq: an orphan chunk (a commit that failed between its outbox chunk and its
+            # checkpoint, engines/nats/views.py committed_chunks) is not committed
+            unacknowledged[partition] = frozenset(key for chunk in chunks.values() for seq, key in chunk
+                                                  if low < seq <= record.last_seq)
             last_seq[partition] = record.last_seq
         return Poll(started, leases, unacknowledged, last_seq, outboxes)
 

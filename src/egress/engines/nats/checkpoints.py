@@ -13,7 +13,7 @@ from egress.engines.nats.errors import NatsEngineError, NatsUnavailableError
 from egress.engines.nats.jetstream import Stored
 from egress.engines.nats.records import CheckpointRecord
 from egress.engines.nats.subjects import name_token
-from egress.engines.nats.views import OutboxChunk, Redo, View, latest_records
+from egress.engines.nats.views import OutboxChunk, Redo, View, committed_chunks, latest_records
 from egress.engines.protocols import Checkpoint, KeyedState, OutboxMessage, SinkProgress
 from egress.keys import partition_of
 
@@ -115,15 +115,14 @@ class NatsCheckpoints(NatsConnection):
         js, layout = self._js(), self._layout
         stored = await js.last(layout.checkpoint(consumer, partition))
         checkpoint = CheckpointRecord() if stored is None else CheckpointRecord.decode(stored.data)
-        chunks: list[OutboxChunk] = []
+        stored_chunks = await js.scan(layout.outbox_chunks(consumer, partition))
+        chunks = committed_chunks([OutboxChunk(*records.outbox_chunk_range(chunk.data), chunk.seq)
+                                   for chunk in stored_chunks], checkpoint.last_seq)
         outbox: list[OutboxMessage] = []
-        for chunk in await js.scan(layout.outbox_chunks(consumer, partition)):
-            if with_outbox:
-                messages = records.outbox_chunk_messages(chunk.data)
-                outbox.extend(messages)
-                chunks.append(OutboxChunk(messages[0].seq, messages[-1].seq, chunk.seq))
-            else:
-                chunks.append(OutboxChunk(*records.outbox_chunk_range(chunk.data), chunk.seq))
+        if with_outbox:
+            data = {chunk.seq: chunk.data for chunk in stored_chunks}
+            for chunk in chunks:
+                outbox.extend(records.outbox_chunk_messages(data[chunk.seq]))
         redo_chunks = await self._pending_redos(consumer, partition, stored)
         redo = None
         if redo_chunks:

@@ -141,6 +141,12 @@ class NatsCommits(NatsCheckpoints, NatsOwnership, NatsLog, NatsAppends, NatsRete
         head = Outgoing(layout.checkpoint(consumer, partition), checkpoint.encode(),
                         expect_last(fence, layout.lease(consumer, partition)))
         message_id = uuid.uuid4().hex  # the same for every batch of this commit: the server stores at most one
+        if not slots and not keyed and len(outbox_messages) == 1 and not commit.outbox_traces:
+            outbox_chunks[0].seq = await self._publish_outbox_first(consumer, partition, commit.generation, fence,
+                                                                    outbox_messages[0], head, message_id)
+            view.checkpoint = checkpoint
+            view.outbox.extend(outbox_chunks)
+            return []
         race = _LogRace(self.outage_timeout)
         while True:
             # The ends read at once, just before the batch goes: each round trip between learning an
@@ -174,13 +180,7 @@ class NatsCommits(NatsCheckpoints, NatsOwnership, NatsLog, NatsAppends, NatsRete
             if last is None:  # stored by an attempt whose answer was lost: its sequences come from the server
                 await self._stored_earlier(consumer, partition, view, checkpoint, slots)
                 return []
-            first_seq = last - len(batch) + 1
-            for number, chunk in enumerate(log_chunks, first_seq + 1):
-                chunk[1].seq = number
-                self._index(chunk[0]).add(chunk[1])
-                self._advance_log_end(chunk[0], chunk[1].end, number)  # a note may have told a later one
-            for number, outbox_chunk in enumerate(outbox_chunks, first_seq + 1 + len(log_messages)):
-                outbox_chunk.seq = number
+            self._batch_stored(last - len(batch) + 1, log_chunks, outbox_chunks)
             view.checkpoint = checkpoint
             view.outbox.extend(outbox_chunks)
             if redo:
@@ -193,6 +193,37 @@ class NatsCommits(NatsCheckpoints, NatsOwnership, NatsLog, NatsAppends, NatsRete
         for slot, end in ends.items():
             if self._log_ends.get(slot) == end:
                 self._log_ends.pop(slot, None)
+
+    def _batch_stored(self, first_seq: int, log_chunks: list[tuple[tuple[str, int], Chunk]],
+                      outbox_chunks: list[OutboxChunk]) -> None:
+        """Give the chunks of a batch stored from stream sequence ``first_seq`` on (its checkpoint
+        there, then the log chunks, then the outbox chunks) their sequences; index the log chunks."""
+        for number, chunk in enumerate(log_chunks, first_seq + 1):
+            chunk[1].seq = number
+            self._index(chunk[0]).add(chunk[1])
+            self._advance_log_end(chunk[0], chunk[1].end, number)  # a note may have told a later one
+        for number, outbox_chunk in enumerate(outbox_chunks, first_seq + 1 + len(log_chunks)):
+            outbox_chunk.seq = number
+
+    async def _publish_outbox_first(self, consumer: str, partition: int, lease_generation: int, fence: int,
+                                    chunk: Outgoing, head: Outgoing, message_id: str) -> int:
+        """Commit an outbox chunk and its checkpoint as two plain publishes, both fenced by the
+        lease, the chunk first; returns the chunk's stream sequence. An atomic batch on a stream of
+        one replica in file storage costs the server a file store of its own (a directory, synced,
+        removed: more than half its CPU per delivered message, ``docs/benchmarks.md`` session 11); a
+        commit that fails between the two leaves an orphan chunk past the checkpoint's outbox, which
+        readers skip (:func:`~egress.engines.nats.views.committed_chunks`) and the next commit's chunk
+        from that seq replaces. Each publish carries its own ``Nats-Msg-Id``: a replay of a stored
+        one comes back with its sequence while the lease is unchanged."""
+        lease = self._layout.lease(consumer, partition)
+        js = self._js()
+        try:
+            seq = await js.publish(chunk._replace(headers={**expect_last(fence, lease),
+                                                           "Nats-Msg-Id": uuid.uuid4().hex}))
+            await js.publish(head._replace(headers={**(head.headers or {}), "Nats-Msg-Id": message_id}))
+        except JetStreamRequestError as error:
+            raise await self._refusal(consumer, partition, lease_generation, fence, error) from None
+        return seq
 
     async def _stored_earlier(self, consumer: str, partition: int, view: View, checkpoint: CheckpointRecord,
                               slots: list[tuple[str, int]]) -> None:

@@ -5,8 +5,9 @@ from __future__ import annotations
 from egress.engines.nats import records
 from egress.engines.nats.connection import NatsConnection
 from egress.engines.nats.errors import NatsEngineError
+from egress.engines.nats.jetstream import Stored
 from egress.engines.nats.records import CheckpointRecord
-from egress.engines.nats.views import latest_records
+from egress.engines.nats.views import OutboxChunk, committed_chunks, latest_records
 from egress.engines.protocols import SOURCE_PREFIX, CommittedInventory
 
 
@@ -40,19 +41,26 @@ class NatsMeta(NatsConnection):
                 log_ends[slot] = first + count
         read_positions: dict[tuple[str, int], list[int]] = {}
         acknowledged: dict[tuple[str, int], int] = {}
+        last_seqs: dict[tuple[str, int], int] = {}
         generations: dict[tuple[str, int], tuple[int, int]] = {}  # (live generation, checkpoint sequence)
         for stored in await js.scan(layout.checkpoints()):
             consumer, partition = layout.owner_of(stored.subject)
             checkpoint = CheckpointRecord.decode(stored.data)
             acknowledged[(consumer, partition)] = checkpoint.acknowledged
+            last_seqs[(consumer, partition)] = checkpoint.last_seq
             generations[(consumer, partition)] = (checkpoint.generation, stored.seq)
             if not consumer.startswith(SOURCE_PREFIX):
                 for slot, (offset, _) in checkpoint.positions.items():
                     read_positions.setdefault(slot, []).append(offset)
         outbox: dict[tuple[str, int, str], int] = {}
+        by_owner: dict[tuple[str, int], list[Stored]] = {}
         for stored in await js.scan(layout.all_outbox_chunks()):
-            consumer, partition = layout.owner_of(stored.subject)
-            for seq, stream in records.outbox_chunk_streams(stored.data):
+            by_owner.setdefault(layout.owner_of(stored.subject), []).append(stored)
+        for (consumer, partition), stored_chunks in by_owner.items():
+            data = {stored.seq: stored.data for stored in stored_chunks}
+            chunks = committed_chunks([OutboxChunk(*records.outbox_chunk_range(stored.data), stored.seq)
+                                       for stored in stored_chunks], last_seqs.get((consumer, partition), 0))
+            for seq, stream in (entry for chunk in chunks for entry in records.outbox_chunk_streams(data[chunk.seq])):
                 if seq > acknowledged.get((consumer, partition), 0):  # a chunk partly acknowledged stays whole
                     outbox[(consumer, partition, stream)] = outbox.get((consumer, partition, stream), 0) + 1
         pending = [redo for redo in await js.scan(layout.all_redos())

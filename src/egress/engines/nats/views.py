@@ -18,6 +18,25 @@ class OutboxChunk:
     seq: int
 
 
+def committed_chunks(chunks: list[OutboxChunk], last_seq: int) -> list[OutboxChunk]:
+    """The outbox chunks of a consumer partition (in stream-sequence order) that its checkpoint,
+    whose highest outbox seq is ``last_seq``, committed, in that order. A commit of one outbox chunk
+    stores it (fenced) before its checkpoint, so a commit that failed in between leaves an orphan:
+    a chunk from ``last_seq + 1`` on, which the next commit's chunk from that seq replaces (one
+    message per subject). Dropped: a chunk from beyond ``last_seq``, and one whose seqs meet those of
+    a chunk stored after it (an orphan replaced, brought back by a SIGKILL of the server before it
+    recorded the replacement: committed chunks never share a seq, and each is stored after every
+    orphan of its seqs)."""
+    kept: list[OutboxChunk] = []
+    floor = last_seq + 1
+    for chunk in reversed(chunks):
+        if chunk.last < floor:
+            kept.append(chunk)
+            floor = chunk.first
+    kept.reverse()
+    return kept
+
+
 @dataclass(slots=True)
 class Redo:
     """Keyed writes committed as redo chunks and not yet applied: ``(subject, record, deleted)``."""

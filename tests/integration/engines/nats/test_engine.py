@@ -585,3 +585,43 @@ async def test_state_and_timers_read_back_exactly_through_compactions_and_reload
             assert keyed.internal.get("s", {}) == state, n
             assert sorted((key, trigger) for key, trigger, _ in keyed.timers) == sorted(timers), n
             assert (await reader.inventory()).timers.get(("c", 0), 0) == len(timers), n
+
+
+async def test_an_outbox_chunk_stored_by_a_commit_that_died_before_its_checkpoint_is_not_committed(
+        open_nats: Opener, monkeypatch: pytest.MonkeyPatch) -> None:
+    crashing = await open_nats()
+    generation = await crashing.acquire("c", 0)
+    await crashing.commit(EpochCommit("c", 0, generation, {("in", 0): 1}, outbox=[outbox_message(1)]))
+    js = crashing._js()
+    publish = js.publish
+
+    async def die_at_the_checkpoint(message: Any) -> int:
+        if message.subject == crashing._layout.checkpoint("c", 0):
+            raise ConnectionResetError("the process died here")
+        return await publish(message)
+
+    monkeypatch.setattr(js, "publish", die_at_the_checkpoint)
+    with pytest.raises(ConnectionResetError):  # its chunk of seqs 2-4 is stored, its checkpoint is not
+        await crashing.commit(EpochCommit("c", 0, generation, {("in", 0): 4},
+                                          outbox=[outbox_message(seq) for seq in (2, 3, 4)]))
+    assert len(await js.scan(crashing._layout.outbox_chunks("c", 0))) == 2
+    await crashing.close()
+    successor = await open_nats()
+    checkpoint = await successor.load_checkpoint("c", 0, [])
+    assert ([m.seq for m in checkpoint.outbox], checkpoint.next_seq) == ([1], 2)
+    assert (await successor.inventory()).outbox == {("c", 0, "requests"): 1}
+    generation = await successor.acquire("c", 0)
+    await successor.commit(EpochCommit("c", 0, generation, {("in", 0): 2}, outbox=[outbox_message(2)]))
+    await successor.commit(EpochCommit("c", 0, generation, {("in", 0): 3}, outbox=[outbox_message(3)]))
+    assert [m.seq for m in (await (await open_nats()).load_checkpoint("c", 0, [])).outbox] == [1, 2, 3]
+    assert [m.seq for m in await successor.read_outbox("c", 0, 0, 10)] == [1, 2, 3]
+
+
+async def test_an_outbox_commit_of_a_fenced_owner_stores_no_chunk(open_nats: Opener) -> None:
+    first, second = await open_nats(), await open_nats()
+    old = await first.acquire("c", 0)
+    await first.commit(EpochCommit("c", 0, old, {("in", 0): 1}, outbox=[outbox_message(1)]))
+    await second.acquire("c", 0)
+    with pytest.raises(FencedError, match="stale"):
+        await first.commit(EpochCommit("c", 0, old, {("in", 0): 2}, outbox=[outbox_message(2)]))
+    assert len(await second._js().scan(second._layout.outbox_chunks("c", 0))) == 1
