@@ -22,6 +22,7 @@ import typer
 from rich.console import Console
 from rich.text import Text
 
+from egress.cli.addresses import cannot_listen, unusable_state_dir
 from egress.cli.endpoint import endpoint_app
 from egress.cli.exit_codes import EXIT_CODES
 from egress.cli.output import LogFormatChoice, LogFormatOption, LogLevelChoice, LogLevelOption, Output, start_output
@@ -100,6 +101,8 @@ def validate(
     output = Output(console)
     try:
         plan = load_plan(spec, dynamic_spec)
+        if state_dir is not None and (problem := unusable_state_dir(state_dir)) is not None:
+            _fail(problem)
         note = None if state_dir is None else check_recorded_layout(plan, state_dir)
     except SpecError as error:
         _fail_on_spec_error(error)
@@ -190,6 +193,8 @@ def run(
         _start_tracing(otlp_endpoint, plan.spec.pipeline, worker_id)
     quiet = quiet or output.json  # JSON: records only (progress and summary as records), no live line or table
     directory = state_dir or Path(".egress") / plan.spec.pipeline
+    if (problem := unusable_state_dir(directory)) is not None:
+        _fail(problem)
     options = RunOptions(until_drained=until_drained, throttler_url=throttler_url, lease_ttl=lease_ttl,
                          heartbeat_period=heartbeat_period if heartbeat_period is not None else lease_ttl / 4,
                          replicas=replicas, log_retention=log_retention)
@@ -216,8 +221,9 @@ def run(
         _fail(str(error))
         return
     except OSError as error:  # the state directory or the --http-port address cannot be used
-        where = error.filename or (f"{http_host}:{http_port}" if http_port is not None else directory)
-        _fail(f"cannot start: {where}: {error.strerror or error}")
+        if error.filename is None and http_port is not None:
+            _fail(cannot_listen(http_host, http_port, error, port_option="--http-port", host_option="--http-host"))
+        _fail(f"cannot start: {error.filename or directory}: {error.strerror or error}")
         return
     _finish(pipeline, result, spec=spec, dynamic_spec=dynamic_spec, directory=directory, report=report, quiet=quiet,
             until_drained=until_drained)
@@ -530,7 +536,7 @@ def receiver(
     try:
         asyncio.run(main())
     except OSError as error:
-        _fail(f"cannot listen on {host}:{port}: {error.strerror}")
+        _fail(cannot_listen(host, port, error, port_option="--port"))
 
 
 def _verify_keys(path: Path | None) -> tuple[bytes, ...]:
