@@ -85,7 +85,8 @@ CASES = [
                  id="unknown-function"),
     pytest.param(("streams", "requests", "schema"), [{"name": "payload", "type": "int64"}],
                  'computations/to_json/sinks/http/parameters/payload_column: Async HTTP sink payload column '
-                 '"payload" must be the only String column', id="payload-not-string"),
+                 '"payload" must be the only String column: stream "requests" has the one column "payload" '
+                 '(int64); make it a string column', id="payload-not-string"),
     pytest.param(("computations", "to_json", "sinks", "http", "input_stream_ids"), ["lines"],
                  'computations/to_json/sinks/http/input_stream_ids/0: stream "lines" is not an output stream',
                  id="sink-reads-input-stream"),
@@ -101,7 +102,8 @@ CASES = [
                  "payload column, got 2", id="two-columns"),
     pytest.param(("streams", "requests", "schema"), [{"name": "body", "type": "string"}],
                  'computations/to_json/sinks/http/parameters/payload_column: Async HTTP sink payload column '
-                 '"payload" must be the only String column', id="column-name-mismatch"),
+                 '"payload" must be the only String column: stream "requests" has the one column "body" (string); set '
+                 'payload_column to "body" or rename the column', id="column-name-mismatch"),
 ]
 
 
