@@ -100,6 +100,10 @@ CASES = [
                                                      {"name": "extra", "type": "string"}],
                  "computations/to_json/sinks/http/parameters/payload_column: Async HTTP sink expects exactly one "
                  "payload column, got 2", id="two-columns"),
+    pytest.param(("streams", "lines", "schema"), [{"name": "line", "type": "string"}, {"name": "n", "type": "int64"},
+                                                  {"name": "line", "type": "int64"}],
+                 'streams/lines/schema: column "line" is named twice (schema/0 and schema/2): rename or remove one',
+                 id="column-named-twice"),
     pytest.param(("streams", "requests", "schema"), [{"name": "body", "type": "string"}],
                  'computations/to_json/sinks/http/parameters/payload_column: Async HTTP sink payload column '
                  '"payload" must be the only String column: stream "requests" has the one column "body" (string); set '
