@@ -230,6 +230,8 @@ def _wrong_type(kind: str, value: Any) -> str:
         given, fix = "null", "write a value or leave the field out"
     else:
         given = "a map" if isinstance(value, dict) else "a list" if isinstance(value, list) else type(value).__name__
+        if isinstance(value, (dict, list)):  # quotes would not help: the field takes one value
+            fix = f"write one value here, not {given}"
     return f"expected {_EXPECTED[kind]}, got {given}: {fix}"
 
 

@@ -100,6 +100,9 @@ CASES = [
                                                      {"name": "extra", "type": "string"}],
                  "computations/to_json/sinks/http/parameters/payload_column: Async HTTP sink expects exactly one "
                  "payload column, got 2", id="two-columns"),
+    pytest.param(("sources", "lines_csv", "output_stream_id"), ["lines"],
+                 "sources/lines_csv/output_stream_id: expected a string, got a list: write one value here, not a list",
+                 id="list-for-a-string"),
     pytest.param(("streams", "lines", "schema"), [{"name": "line", "type": "string"}, {"name": "n", "type": "int64"},
                                                   {"name": "line", "type": "int64"}],
                  'streams/lines/schema: column "line" is named twice (schema/0 and schema/2): rename or remove one',
