@@ -1,10 +1,13 @@
-"""The one-line errors of a command that cannot listen on its address or use its state directory:
-each names the option to change and how, as every other error of the command line does."""
+"""The one-line errors of a command that cannot listen on its address, use its state directory or
+write the file an option names: each names the option to change and how, as every other error of
+the command line does."""
 
 from __future__ import annotations
 
 import errno
 from pathlib import Path
+
+import typer
 
 
 def cannot_listen(host: str, port: int, error: OSError, *, port_option: str, host_option: str = "--host") -> str:
@@ -32,3 +35,25 @@ def unusable_state_dir(directory: Path) -> str | None:
         return (f"--state-dir {directory}: not a directory; give --state-dir a directory (created when "
                 "missing), e.g. the default .egress/<pipeline>")
     return None
+
+
+def file_to_write(value: Path | None) -> Path | None:
+    """The callback of an option naming a file a command writes (``--report``): checked before the
+    command does anything, so that a run does not end in a traceback after its work. Raises
+    ``typer.BadParameter`` (exit 2) for a directory or a path in a folder that does not exist."""
+    if value is None:
+        return None
+    if value.is_dir():
+        raise typer.BadParameter(f"{value} is a directory: give the path of a file to write")
+    if not value.parent.is_dir():
+        raise typer.BadParameter(f"folder {value.parent} does not exist: create it, or give a file in an existing "
+                                 "folder")
+    return value
+
+
+def file_to_append(value: Path | None) -> Path | None:
+    """The callback of an option naming a file a command appends to, creating its folders
+    (``egress receiver --record``): only a directory is refused (``typer.BadParameter``, exit 2)."""
+    if value is not None and value.is_dir():
+        raise typer.BadParameter(f"{value} is a directory: give the path of a file to append to")
+    return value

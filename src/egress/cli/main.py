@@ -22,7 +22,7 @@ import typer
 from rich.console import Console
 from rich.text import Text
 
-from egress.cli.addresses import cannot_listen, unusable_state_dir
+from egress.cli.addresses import cannot_listen, file_to_append, file_to_write, unusable_state_dir
 from egress.cli.endpoint import endpoint_app
 from egress.cli.exit_codes import EXIT_CODES
 from egress.cli.output import LogFormatChoice, LogFormatOption, LogLevelChoice, LogLevelOption, Output, start_output
@@ -137,7 +137,8 @@ def run(
     until_drained: Annotated[bool, typer.Option(
         help="Stop once every source is read and every message delivered (exit 1 if a sink is blocked, "
              "2 if committed messages are out of this Spec's reach).")] = False,
-    report: Annotated[Optional[Path], typer.Option(help="Write the final counters as JSON here.")] = None,  # noqa: UP045
+    report: Annotated[Optional[Path], typer.Option(  # noqa: UP045
+        callback=file_to_write, help="Write the final counters as JSON here.")] = None,
     quiet: Annotated[bool, typer.Option(help="No progress line and no summary table (errors still print).")] = False,
     http_port: Annotated[Optional[int], typer.Option(  # noqa: UP045
         min=0, max=65535,
@@ -460,7 +461,8 @@ def receiver(
     host: Annotated[str, typer.Option(help="Address to listen on.")] = "127.0.0.1",
     port: Annotated[int, typer.Option(min=0, max=65535,
                                       help="Port (0 picks a free one; the chosen one is printed).")] = 8080,
-    record: Annotated[Optional[Path], typer.Option(help="Append one JSON line per request here.")] = None,  # noqa: UP045
+    record: Annotated[Optional[Path], typer.Option(  # noqa: UP045
+        callback=file_to_append, help="Append one JSON line per request here.")] = None,
     fail_rate: Annotated[float, typer.Option(min=0.0, max=1.0, help="Share of requests to fail.")] = 0.0,
     fail_status: Annotated[int, typer.Option(min=100, max=999, help="Status of injected failures.")] = 503,
     delay: Annotated[float, typer.Option(min=0.0, help="Seconds to wait before answering.")] = 0.0,

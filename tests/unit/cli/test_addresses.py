@@ -66,3 +66,21 @@ def test_validate_and_run_refuse_a_file_as_state_directory_alike(tmp_path: Path)
         assert result.exit_code == 1, (command, result.output)
         assert expected in result.output, command
     assert state.read_text() == "x"
+
+
+def test_a_report_that_cannot_be_written_is_refused_before_the_run(tmp_path: Path) -> None:
+    """Was a traceback at the end of the run, after all its work (FileNotFoundError, IsADirectoryError)."""
+    spec, _ = payload_spec(tmp_path, "http://127.0.0.1:9/events", ["a"])
+    for report, expected in ((tmp_path / "missing" / "report.json", f"folder {tmp_path / 'missing'} does not exist"),
+                             (tmp_path, f"{tmp_path} is a directory")):
+        result = CliRunner().invoke(app, ["run", str(spec), "--state-dir", str(tmp_path / "state"), "--report",
+                                          str(report)], env={"COLUMNS": "250"})
+        assert result.exit_code == 2, result.output
+        assert expected in result.output
+        assert not (tmp_path / "state").exists()  # nothing ran
+
+
+def test_a_record_file_that_is_a_directory_is_refused_not_called_an_address_problem(tmp_path: Path) -> None:
+    result = CliRunner().invoke(app, ["receiver", "--port", "0", "--record", str(tmp_path)], env={"COLUMNS": "250"})
+    assert result.exit_code == 2, result.output
+    assert f"{tmp_path} is a directory: give the path of a file to append to" in result.output
