@@ -28,6 +28,14 @@ def cannot_listen(host: str, port: int, error: OSError, *, port_option: str, hos
     return f"cannot listen on {host}:{port} ({option}): {reason}; {fix}"
 
 
+def cannot_serve(host: str, port: int, error: OSError) -> str:
+    """The line for ``error`` raised starting ``egress receiver``: its ``--record`` file (an error
+    with a file name) or its address (:func:`cannot_listen`)."""
+    if error.filename is not None:
+        return f"cannot append to {error.filename} (--record): {error.strerror}; give another file"
+    return cannot_listen(host, port, error, port_option="--port")
+
+
 def unusable_state_dir(directory: Path) -> str | None:
     """Why ``directory`` cannot be a state directory (a path that exists and is not a directory), or
     ``None``: a missing directory is created by the run."""

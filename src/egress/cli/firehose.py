@@ -29,7 +29,7 @@ from aiohttp import web
 from rich.console import Console
 from rich.text import Text
 
-from egress.cli.addresses import cannot_listen
+from egress.cli.addresses import cannot_serve
 from egress.errors import SecretUnavailable
 from egress.firehose import FirehoseReceiver, ReceiverOptions, serve
 from egress.firehose import protocol as p
@@ -198,5 +198,5 @@ def run_firehose_receiver(
     try:
         asyncio.run(main())
     except OSError as error:
-        console.print(Text(cannot_listen(host, port, error, port_option="--port"), style="red"))
+        console.print(Text(cannot_serve(host, port, error), style="red"))
         raise typer.Exit(1) from None

@@ -22,7 +22,7 @@ import typer
 from rich.console import Console
 from rich.text import Text
 
-from egress.cli.addresses import cannot_listen, file_to_append, file_to_write, unusable_state_dir
+from egress.cli.addresses import cannot_listen, cannot_serve, file_to_append, file_to_write, unusable_state_dir
 from egress.cli.endpoint import endpoint_app
 from egress.cli.exit_codes import EXIT_CODES
 from egress.cli.output import LogFormatChoice, LogFormatOption, LogLevelChoice, LogLevelOption, Output, start_output
@@ -538,7 +538,7 @@ def receiver(
     try:
         asyncio.run(main())
     except OSError as error:
-        _fail(cannot_listen(host, port, error, port_option="--port"))
+        _fail(cannot_serve(host, port, error))
 
 
 def _verify_keys(path: Path | None) -> tuple[bytes, ...]:

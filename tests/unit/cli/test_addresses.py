@@ -8,7 +8,7 @@ from pathlib import Path
 
 from typer.testing import CliRunner
 
-from egress.cli.addresses import cannot_listen, unusable_state_dir
+from egress.cli.addresses import cannot_listen, cannot_serve, unusable_state_dir
 from egress.cli.main import app
 from egress.cli.throttler import throttler_app
 from tests.conftest import payload_spec
@@ -84,3 +84,11 @@ def test_a_record_file_that_is_a_directory_is_refused_not_called_an_address_prob
     result = CliRunner().invoke(app, ["receiver", "--port", "0", "--record", str(tmp_path)], env={"COLUMNS": "250"})
     assert result.exit_code == 2, result.output
     assert f"{tmp_path} is a directory: give the path of a file to append to" in result.output
+
+
+def test_a_record_file_that_cannot_be_opened_is_named_as_the_record_file() -> None:
+    error = PermissionError(errno.EACCES, "Permission denied", "/var/log/received.jsonl")
+    assert cannot_serve("127.0.0.1", 8080, error) == (
+        "cannot append to /var/log/received.jsonl (--record): Permission denied; give another file")
+    in_use = OSError(errno.EADDRINUSE, "address already in use")
+    assert cannot_serve("127.0.0.1", 8080, in_use).startswith("cannot listen on 127.0.0.1:8080 (--port): ")
