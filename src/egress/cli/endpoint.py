@@ -87,6 +87,7 @@ def resume_command(
         typer.echo(f"egress endpoint resume: no webhook sink at {where} knows endpoint {name!r} (check the name "
                    "in /status)", err=True)
         raise typer.Exit(1)
-    typer.echo(f"endpoint {name} resumed in {result.instances} sink instance(s)")
+    if result.instances:  # nothing reached: the failures above are the whole answer
+        typer.echo(f"endpoint {name} resumed in {result.instances} sink instance(s)")
     if result.failures:
         raise typer.Exit(1)

@@ -29,6 +29,7 @@ from aiohttp import web
 from rich.console import Console
 from rich.text import Text
 
+from egress.cli.addresses import cannot_serve
 from egress.errors import SecretUnavailable
 from egress.firehose import FirehoseReceiver, ReceiverOptions, serve
 from egress.firehose import protocol as p
@@ -197,5 +198,5 @@ def run_firehose_receiver(
     try:
         asyncio.run(main())
     except OSError as error:
-        console.print(Text(f"cannot listen on {host}:{port}: {error.strerror}", style="red"))
+        console.print(Text(cannot_serve(host, port, error), style="red"))
         raise typer.Exit(1) from None

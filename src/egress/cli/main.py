@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Annotated, Any, Optional
 
 import typer
 
+from egress.cli.addresses import cannot_listen, cannot_serve, file_to_append, file_to_write, unusable_state_dir
 from egress.cli.exit_codes import EXIT_CODES
 from egress.cli.output import LogFormatChoice, LogFormatOption, LogLevelChoice, LogLevelOption, Output, start_output
 from egress.engines.sqlite import state_directory
@@ -99,6 +100,8 @@ def validate(
     output = Output(console)
     try:
         plan = load_plan(spec, dynamic_spec)
+        if state_dir is not None and (problem := unusable_state_dir(state_dir)) is not None:
+            _fail(problem)
         note = None if state_dir is None else check_recorded_layout(plan, state_dir)
     except SpecError as error:
         _fail_on_spec_error(error)
@@ -133,7 +136,8 @@ def run(
     until_drained: Annotated[bool, typer.Option(
         help="Stop once every source is read and every message delivered (exit 1 if a sink is blocked, "
              "2 if committed messages are out of this Spec's reach).")] = False,
-    report: Annotated[Optional[Path], typer.Option(help="Write the final counters as JSON here.")] = None,  # noqa: UP045
+    report: Annotated[Optional[Path], typer.Option(  # noqa: UP045
+        callback=file_to_write, help="Write the final counters as JSON here.")] = None,
     quiet: Annotated[bool, typer.Option(help="No progress line and no summary table (errors still print).")] = False,
     http_port: Annotated[Optional[int], typer.Option(  # noqa: UP045
         min=0, max=65535,
@@ -189,6 +193,8 @@ def run(
         _start_tracing(otlp_endpoint, plan.spec.pipeline, worker_id)
     quiet = quiet or output.json  # JSON: records only (progress and summary as records), no live line or table
     directory = state_dir or Path(".egress") / plan.spec.pipeline
+    if (problem := unusable_state_dir(directory)) is not None:
+        _fail(problem)
     options = RunOptions(until_drained=until_drained, throttler_url=throttler_url, lease_ttl=lease_ttl,
                          heartbeat_period=heartbeat_period if heartbeat_period is not None else lease_ttl / 4,
                          replicas=replicas, log_retention=log_retention)
@@ -215,8 +221,9 @@ def run(
         _fail(str(error))
         return
     except OSError as error:  # the state directory or the --http-port address cannot be used
-        where = error.filename or (f"{http_host}:{http_port}" if http_port is not None else directory)
-        _fail(f"cannot start: {where}: {error.strerror or error}")
+        if error.filename is None and http_port is not None:
+            _fail(cannot_listen(http_host, http_port, error, port_option="--http-port", host_option="--http-host"))
+        _fail(f"cannot start: {error.filename or directory}: {error.strerror or error}")
         return
     _finish(pipeline, result, spec=spec, dynamic_spec=dynamic_spec, directory=directory, report=report, quiet=quiet,
             until_drained=until_drained)
@@ -454,7 +461,8 @@ def receiver(
     host: Annotated[str, typer.Option(help="Address to listen on.")] = "127.0.0.1",
     port: Annotated[int, typer.Option(min=0, max=65535,
                                       help="Port (0 picks a free one; the chosen one is printed).")] = 8080,
-    record: Annotated[Optional[Path], typer.Option(help="Append one JSON line per request here.")] = None,  # noqa: UP045
+    record: Annotated[Optional[Path], typer.Option(  # noqa: UP045
+        callback=file_to_append, help="Append one JSON line per request here.")] = None,
     fail_rate: Annotated[float, typer.Option(min=0.0, max=1.0, help="Share of requests to fail.")] = 0.0,
     fail_status: Annotated[int, typer.Option(min=100, max=999, help="Status of injected failures.")] = 503,
     delay: Annotated[float, typer.Option(min=0.0, help="Seconds to wait before answering.")] = 0.0,
@@ -530,7 +538,7 @@ def receiver(
     try:
         asyncio.run(main())
     except OSError as error:
-        _fail(f"cannot listen on {host}:{port}: {error.strerror}")
+        _fail(cannot_serve(host, port, error))
 
 
 def _verify_keys(path: Path | None) -> tuple[bytes, ...]:

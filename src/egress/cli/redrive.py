@@ -17,6 +17,7 @@ import typer
 from rich.console import Console
 from rich.text import Text
 
+from egress.cli.addresses import file_to_write
 from egress.connectors.dead_letters import DeadLetter, DeadLetterFileError, redrive_record_path
 from egress.errors import SpecError
 
@@ -36,6 +37,7 @@ def redrive_command(
     throttler_url: Annotated[Optional[str], typer.Option(  # noqa: UP045
         help="Share the throttlers of `egress throttler serve` at this URL (default: in this process).")] = None,
     report: Annotated[Optional[Path], typer.Option(  # noqa: UP045
+        callback=file_to_write,
         help="Write what was delivered and what failed (partition, seq, idempotency key) as JSON here.")] = None,
 ) -> None:
     """Re-send the dead letters of a sink through it, as the Spec configures it now, with their original

@@ -56,7 +56,8 @@ def fetch(url: str, timeout: float = FETCH_TIMEOUT) -> dict[str, Any]:
         raise StatusUnavailable(f"{url}: HTTP {error.code} {error.reason}") from None
     except (urllib.error.URLError, OSError) as error:
         reason = getattr(error, "reason", error)
-        raise StatusUnavailable(f"{url}: {reason}") from None
+        raise StatusUnavailable(f"{url}: {reason}; is an `egress run --http-port PORT` serving there? give its "
+                                f"http://HOST:PORT as URL (default: $EGRESS_STATUS_URL, else {DEFAULT_URL})") from None
     except ValueError as error:
         raise StatusUnavailable(f"{url}: not JSON ({error})") from None
     if not isinstance(document, dict) or "partitions" not in document:

@@ -13,6 +13,7 @@ from typing import Annotated, Any, Optional
 import typer
 from rich.console import Console
 
+from egress.cli.addresses import cannot_listen
 from egress.cli.output import LogFormatChoice, LogFormatOption, LogLevelChoice, LogLevelOption, start_output
 from egress.clock import RealClock
 from egress.errors import SpecError
@@ -85,4 +86,8 @@ def serve(
         await stop.wait()
         await service.stop()
 
-    asyncio.run(main())
+    try:
+        asyncio.run(main())
+    except OSError as error:  # the address: the DynamicSpec was read above
+        output.say(cannot_listen(host, port, error, port_option="--port"), style="red", level=logging.ERROR)
+        raise typer.Exit(1) from None

@@ -25,6 +25,10 @@ def load_document(path: str | Path) -> dict[str, Any]:
     file = str(path)
     source = Path(path)
     suffix = source.suffix.lower()
+    if source.is_dir():
+        inside = sorted(p.name for p in source.iterdir() if p.suffix.lower() in SUPPORTED_EXTENSIONS)
+        raise SpecError("is a directory: name the Spec file in it" + (f" (there: {', '.join(inside)})" if inside
+                                                                       else ""), file=file)
     if suffix not in SUPPORTED_EXTENSIONS:
         raise SpecError(
             f"unknown spec format {suffix or '(no extension)'!r}: name the file *.yson, *.yaml or *.json",

@@ -44,6 +44,18 @@ class StreamSpec(_Strict):
     columns: list[Column] = Field(alias="schema", min_length=1)
     group_by: list[str] = []
 
+    @field_validator("columns")
+    @classmethod
+    def _distinct_names(cls, columns: list[Column]) -> list[Column]:
+        """A row is a map by column name: a second column of one name would silently take the first's value."""
+        first: dict[str, int] = {}
+        for i, column in enumerate(columns):
+            if column.name in first:
+                raise ValueError(f'column "{column.name}" is named twice (schema/{first[column.name]} and '
+                                 f"schema/{i}): rename or remove one")
+            first[column.name] = i
+        return columns
+
     def column(self, name: str) -> Column | None:
         return next((c for c in self.columns if c.name == name), None)
 
@@ -218,6 +230,8 @@ def _wrong_type(kind: str, value: Any) -> str:
         given, fix = "null", "write a value or leave the field out"
     else:
         given = "a map" if isinstance(value, dict) else "a list" if isinstance(value, list) else type(value).__name__
+        if isinstance(value, (dict, list)):  # quotes would not help: the field takes one value
+            fix = f"write one value here, not {given}"
     return f"expected {_EXPECTED[kind]}, got {given}: {fix}"
 
 

@@ -46,3 +46,13 @@ def test_status_of_an_instance_that_does_not_answer_is_one_line_however_narrow_t
     assert result.exit_code == 1
     [line] = result.stderr.splitlines()
     assert line.startswith("egress status: cannot read http://127.0.0.1:9/status: ")
+
+
+def test_status_and_endpoint_resume_of_an_instance_that_does_not_answer_say_where_to_point_them() -> None:
+    """``endpoint resume`` also printed "endpoint X resumed in 0 sink instance(s)" when nothing answered."""
+    status = CliRunner().invoke(app, ["status", "http://127.0.0.1:9/"], env={"COLUMNS": "250"})
+    resume = CliRunner().invoke(app, ["endpoint", "resume", "UA", "http://127.0.0.1:9/"], env={"COLUMNS": "250"})
+    assert (status.exit_code, resume.exit_code) == (1, 1)
+    for result in (status, resume):
+        assert "is an `egress run --http-port PORT` serving there? give its http://HOST:PORT as URL" in result.stderr
+    assert "resumed" not in resume.stdout

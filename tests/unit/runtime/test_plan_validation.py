@@ -85,7 +85,8 @@ CASES = [
                  id="unknown-function"),
     pytest.param(("streams", "requests", "schema"), [{"name": "payload", "type": "int64"}],
                  'computations/to_json/sinks/http/parameters/payload_column: Async HTTP sink payload column '
-                 '"payload" must be the only String column', id="payload-not-string"),
+                 '"payload" must be the only String column: stream "requests" has the one column "payload" '
+                 '(int64); make it a string column', id="payload-not-string"),
     pytest.param(("computations", "to_json", "sinks", "http", "input_stream_ids"), ["lines"],
                  'computations/to_json/sinks/http/input_stream_ids/0: stream "lines" is not an output stream',
                  id="sink-reads-input-stream"),
@@ -99,9 +100,17 @@ CASES = [
                                                      {"name": "extra", "type": "string"}],
                  "computations/to_json/sinks/http/parameters/payload_column: Async HTTP sink expects exactly one "
                  "payload column, got 2", id="two-columns"),
+    pytest.param(("sources", "lines_csv", "output_stream_id"), ["lines"],
+                 "sources/lines_csv/output_stream_id: expected a string, got a list: write one value here, not a list",
+                 id="list-for-a-string"),
+    pytest.param(("streams", "lines", "schema"), [{"name": "line", "type": "string"}, {"name": "n", "type": "int64"},
+                                                  {"name": "line", "type": "int64"}],
+                 'streams/lines/schema: column "line" is named twice (schema/0 and schema/2): rename or remove one',
+                 id="column-named-twice"),
     pytest.param(("streams", "requests", "schema"), [{"name": "body", "type": "string"}],
                  'computations/to_json/sinks/http/parameters/payload_column: Async HTTP sink payload column '
-                 '"payload" must be the only String column', id="column-name-mismatch"),
+                 '"payload" must be the only String column: stream "requests" has the one column "body" (string); set '
+                 'payload_column to "body" or rename the column', id="column-name-mismatch"),
 ]
 
 

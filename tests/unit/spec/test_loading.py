@@ -74,3 +74,14 @@ def test_unreadable_files_name_the_file_and_the_problem(tmp_path: Path, name: st
 def test_a_missing_file_is_named(tmp_path: Path) -> None:
     with pytest.raises(SpecError, match=r"nope\.yaml: file not found"):
         load_document(tmp_path / "nope.yaml")
+
+
+def test_a_directory_is_named_as_one_with_the_spec_files_in_it(tmp_path: Path) -> None:
+    """Was "unknown spec format '(no extension)'" for ``egress validate examples/http_delivery``."""
+    (tmp_path / "spec.yaml").write_text("pipeline: p\n")
+    (tmp_path / "dynamic_spec.yaml").write_text("{}\n")
+    (tmp_path / "functions.py").write_text("")
+    with pytest.raises(SpecError) as raised:
+        load_document(tmp_path)
+    assert str(raised.value) == (f"{tmp_path}: is a directory: name the Spec file in it "
+                                 "(there: dynamic_spec.yaml, spec.yaml)")

@@ -98,8 +98,12 @@ class AsyncHttpSink(HeldStarts):
                               path="parameters/payload_column")]
         column = stream.columns[0]
         if column.name != parameters.payload_column or column.type != "string":
+            [stream_id] = input_streams
+            fix = ('make it a string column' if column.name == parameters.payload_column
+                   else f'set payload_column to "{column.name}" or rename the column')
             return [SpecError(
-                f'Async HTTP sink payload column "{parameters.payload_column}" must be the only String column',
+                f'Async HTTP sink payload column "{parameters.payload_column}" must be the only String column: '
+                f'stream "{stream_id}" has the one column "{column.name}" ({column.type}); {fix}',
                 path="parameters/payload_column")]
         return check_dead_letter_path(parameters.dead_letter_path)
 

@@ -155,8 +155,10 @@ class FirehoseHttpSink(BatchedSink):
                 return [SpecError(str(error), path="parameters/access_key")]
         column = next((c for c in stream.columns if c.name == parameters.payload_column), None)
         if column is None or column.type != "string":
+            names = ", ".join(c.name for c in stream.columns if c.type == "string") or "none"
             return [SpecError(f'Firehose HTTP sink payload column "{parameters.payload_column}" must be a String '
-                              "column of the input stream", path="parameters/payload_column")]
+                              f"column of the input stream (its String columns: {names})",
+                              path="parameters/payload_column")]
         return check_dead_letter_path(parameters.dead_letter_path)
 
     @classmethod

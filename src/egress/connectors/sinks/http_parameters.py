@@ -13,7 +13,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 
 from egress.httpclient import BackoffPolicy
 from egress.httpclient.redirects import normalise_url
-from egress.spec import Duration
+from egress.spec import Duration, format_duration
 from egress.spec.urls import endpoint_url_problem
 
 _TOKEN = re.compile(r"[A-Za-z0-9!#$%&'*+\-.^_`|~]+")
@@ -135,13 +135,17 @@ class AsyncHttpSinkDynamicParameters(_AtLeastOnceOnly):
 
     @model_validator(mode="after")
     def _orders(self) -> AsyncHttpSinkDynamicParameters:
-        if self.attempt_timeout > self.request_timeout:
-            raise ValueError("attempt_timeout must not exceed request_timeout")
-        if self.retry_minimum_delay > self.retry_initial_delay:
-            raise ValueError("retry_minimum_delay must not exceed retry_initial_delay")
-        if self.retry_initial_delay > self.retry_maximum_delay:
-            raise ValueError("retry_initial_delay must not exceed retry_maximum_delay")
+        for low, high in (("attempt_timeout", "request_timeout"), ("retry_minimum_delay", "retry_initial_delay"),
+                          ("retry_initial_delay", "retry_maximum_delay")):
+            if getattr(self, low) > getattr(self, high):
+                raise ValueError(f"{low} must not exceed {high}: {self._given(low)} > {self._given(high)}; "
+                                 f"lower {low} or raise {high}")
         return self
+
+    def _given(self, name: str) -> str:
+        """``name``'s value as written, and whether it is the default (one given alone can clash with one left out)."""
+        value = format_duration(getattr(self, name))
+        return f"{name} {value}" if name in self.model_fields_set else f"{name} {value} (the default)"
 
     @property
     def retry_after_cap(self) -> float:

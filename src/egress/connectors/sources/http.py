@@ -289,9 +289,10 @@ class HttpSource(CountedPosition):
         except OSError as error:
             await runner.cleanup()
             reader = f" (reader {self._partition}: port + {self._partition})" if self._readers > 1 else ""
-            raise HttpSourceError(f"http source {self.source_id!r}: cannot listen on {parameters.host}:"
-                                  f"{self.port}{reader} ({error.strerror or error}): free the port or change "
-                                  "parameters/port") from None
+            reason = (error.strerror or str(error)).lower().rsplit("): ", 1)[-1]  # asyncio repeats the address
+            raise HttpSourceError(f"http source {self.source_id!r}: cannot listen on "
+                                  f"{parameters.host}:{self.port}{reader} ({reason}): stop what listens there or "
+                                  f"change sources/{self.source_id}/parameters/port (0 picks a free one)") from None
         self._runner = runner
         host, port = self._server.sockets[0].getsockname()[:2]
         log.info("http source %r listening on http://%s:%d%s (POST)", self.source_id, host, port, parameters.path)

@@ -7,7 +7,8 @@ from typing import Protocol, runtime_checkable
 
 from egress.clock import Clock
 from egress.connectors.base import SourceRecord
-from egress.errors import SpecError
+from egress.errors import SecretUnavailable, SpecError
+from egress.secret_references import read_secret
 
 
 @runtime_checkable
@@ -85,7 +86,19 @@ class CountedPosition:
 
 
 def referenced_file_errors(base_dir: Path, field: str, value: str | None) -> list[SpecError]:
-    """A file a parameter references (a credential, relative to the Spec's folder) must exist."""
-    if value is not None and not (base_dir / value).is_file():
-        return [SpecError(f"file not found: {base_dir / value}", path=f"parameters/{field}")]
+    """A file a parameter references (a credential, relative to the Spec's folder) must exist, be
+    readable UTF-8 text and hold something: ``egress validate`` says so as ``egress run`` would at the
+    source's start. The message names the file, never what it holds."""
+    if value is None:
+        return []
+    path, fix = base_dir / value, "write the secret there or name another file"
+    if not path.exists():
+        return [SpecError(f"file not found: {path} (a relative path starts at the Spec's folder)",
+                          path=f"parameters/{field}")]
+    try:
+        text = read_secret(file=path)
+    except SecretUnavailable as error:
+        return [SpecError(f"{error}: {fix}", path=f"parameters/{field}")]
+    if text is None or not text.strip():
+        return [SpecError(f"file {path} is empty: {fix}", path=f"parameters/{field}")]
     return []

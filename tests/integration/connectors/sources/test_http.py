@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+import socket
 import time
 import urllib.error
 import urllib.request
@@ -522,6 +523,19 @@ async def test_a_malformed_header_line_goes_to_aiohttp_which_answers_400_and_not
     answer = await asyncio.to_thread(raw_http.send_in_pieces, running.port, [raw_http.with_length("/events", good)])
     assert accepted(answer) == (200, {"accepted": 2})
     await assert_committed_and_delivered(running, receiver, payloads)
+
+
+async def test_a_port_in_use_stops_the_start_naming_the_parameter_and_the_fix() -> None:
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        source = HttpSource("hooks", HttpSourceParameters(port=port), STREAM, Path("."))
+        with pytest.raises(HttpSourceError) as raised:
+            await source.start(0, b"", until_caught_up=False)
+    assert str(raised.value) == (f"http source 'hooks': cannot listen on 127.0.0.1:{port} (address "
+                                 "already in use): stop what listens there or change sources/hooks/parameters/port "
+                                 "(0 picks a free one)")
 
 
 async def test_a_token_file_that_cannot_be_read_stops_the_start_naming_the_parameter_and_the_file(

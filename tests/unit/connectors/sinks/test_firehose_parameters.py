@@ -163,3 +163,15 @@ def test_a_relative_access_key_file_starts_at_the_specs_folder(tmp_path: Path, m
     parameters = load_plan(spec).computations["to_record"].sinks["firehose"].parameters
     assert parameters.access_key.file == str(folder / "firehose_key")
     assert parameters.access_key.resolve() == "k3y"
+
+
+def test_a_payload_column_not_in_the_stream_names_the_string_columns_it_could_be() -> None:
+    from egress.connectors.sinks.firehose_http import FirehoseHttpSink
+    from egress.spec import StreamSpec
+
+    stream = StreamSpec.model_validate({"schema": [{"name": "record", "type": "string"},
+                                                   {"name": "n", "type": "int64"}]})
+    [error] = FirehoseHttpSink.check(parse(payload_column="recrod"), {"records": stream})
+    assert error.path == "parameters/payload_column"
+    assert error.message == ('Firehose HTTP sink payload column "recrod" must be a String column of the input '
+                             "stream (its String columns: record)")

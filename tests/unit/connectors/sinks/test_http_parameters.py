@@ -86,6 +86,14 @@ def dynamic_error(**changes: Any) -> str:
     return str(raised.value)
 
 
+def test_two_delays_out_of_order_name_both_values_and_which_is_the_default() -> None:
+    """Setting ``retry_initial_delay`` alone below the default ``retry_minimum_delay`` (100ms) said only
+    "retry_minimum_delay must not exceed retry_initial_delay", about a value the user never wrote."""
+    assert dynamic_error(retry_initial_delay="10ms") == (
+        "retry_minimum_delay must not exceed retry_initial_delay: retry_minimum_delay 100ms (the default) > "
+        "retry_initial_delay 10ms; lower retry_minimum_delay or raise retry_initial_delay")
+
+
 DYNAMIC_INVALID = [
     pytest.param({"request_timeout": "0s"}, "request_timeout", id="zero-request-timeout"),
     pytest.param({"attempt_timeout": 0}, "attempt_timeout", id="zero-attempt-timeout"),
