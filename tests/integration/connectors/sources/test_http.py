@@ -505,17 +505,34 @@ async def test_a_key_posted_twice_on_one_connection_is_one_event_and_a_duplicate
 
 
 @pytest.mark.parametrize("bad", [b"Content-Length : 9", b" X-Folded: a", b"X-Trailing-Blank\t: a", b": no name",
-                                 b"no colon at all"])
+                                 b"no colon at all", b"X-Bare-LF: a\nTransfer-Encoding: chunked",
+                                 b"X-Bare-CR: a\rTransfer-Encoding: chunked"])
 async def test_a_malformed_header_line_goes_to_aiohttp_which_answers_400_and_nothing_is_accepted(
         run_http: Any, bad: bytes) -> None:
     """The lean path hands a header line it would not read as aiohttp does (a blank before the
-    colon, an obsolete fold, no name, no colon) to aiohttp, whose answer is a 400; then a plain
+    colon, an obsolete fold, no name, no colon, a bare LF or CR hiding a header from a reader that
+    splits lines at CRLF only) to aiohttp, whose answer is a 400; then a plain
     request on a new connection is accepted as usual."""
     receiver = recording()
     running = await run_http(receiver, format="jsonl")
     body, _ = events(1, 1)
     head = raw_http.with_length("/events", body).split(b"\r\n\r\n", 1)[0]
     request = head.replace(b"\r\nHost:", b"\r\n" + bad + b"\r\nHost:", 1) + b"\r\n\r\n" + body
+    answer = await asyncio.to_thread(raw_http.send_in_pieces, running.port, [request])
+    assert answer.status == 400
+    good, payloads = events(7, 2)
+    answer = await asyncio.to_thread(raw_http.send_in_pieces, running.port, [raw_http.with_length("/events", good)])
+    assert accepted(answer) == (200, {"accepted": 2})
+    await assert_committed_and_delivered(running, receiver, payloads)
+
+
+async def test_a_request_whose_lines_end_in_bare_lfs_is_answered_400_by_aiohttp_not_held(run_http: Any) -> None:
+    """A head of bare-LF lines never holds the CRLF CRLF the lean path looks for: it goes to aiohttp,
+    which refuses it (400), instead of waiting for bytes that are not coming; nothing is accepted."""
+    receiver = recording()
+    running = await run_http(receiver, format="jsonl")
+    body, _ = events(1, 1)
+    request = raw_http.with_length("/events", body).replace(b"\r\n", b"\n")
     answer = await asyncio.to_thread(raw_http.send_in_pieces, running.port, [request])
     assert answer.status == 400
     good, payloads = events(7, 2)
