@@ -129,7 +129,12 @@ class IngestProtocol(asyncio.Protocol):
         self._next()
 
     def eof_received(self) -> bool | None:
-        return None  # close: no request follows, an answer pending goes nowhere
+        if self._pending:
+            # A half-close after a whole request: its events are accepted, so its answer is written
+            # (the client would otherwise send them again), then the connection closes.
+            self._close_after = True
+            return True
+        return None  # close: no request follows
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._cancel_timer()

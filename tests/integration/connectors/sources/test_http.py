@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+import socket
 import time
 import urllib.error
 import urllib.request
@@ -537,6 +538,27 @@ async def test_a_request_whose_lines_end_in_bare_lfs_is_answered_400_by_aiohttp_
     assert answer.status == 400
     good, payloads = events(7, 2)
     answer = await asyncio.to_thread(raw_http.send_in_pieces, running.port, [raw_http.with_length("/events", good)])
+    assert accepted(answer) == (200, {"accepted": 2})
+    await assert_committed_and_delivered(running, receiver, payloads)
+
+
+def half_closed(port: int, request: bytes) -> raw_http.Answer:
+    """Write ``request``, end the writing side (FIN), then read the answer and the server's close."""
+    with raw_http.connect(port) as connection:
+        connection.sendall(request)
+        connection.shutdown(socket.SHUT_WR)
+        answer = raw_http.read_answer(connection)
+        raw_http.wait_closed(connection)
+        return answer
+
+
+async def test_a_client_that_half_closes_after_its_request_gets_its_200_once_committed(run_http: Any) -> None:
+    """A FIN after a whole request ends the requests, not the connection: the events are accepted,
+    so the client is told (not left to send them again), then the connection closes."""
+    receiver = recording()
+    running = await run_http(receiver, format="jsonl")
+    body, payloads = events(1, 2)
+    answer = await asyncio.to_thread(half_closed, running.port, raw_http.with_length("/events", body))
     assert accepted(answer) == (200, {"accepted": 2})
     await assert_committed_and_delivered(running, receiver, payloads)
 
