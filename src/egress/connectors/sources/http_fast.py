@@ -216,10 +216,10 @@ class IngestProtocol(asyncio.Protocol):
     def _head(self, head: bytes) -> bool:
         """Read the request line and headers of ``head``; ``False``: not a plain POST (aiohttp's)."""
         lines = head.split(b"\r\n")
-        breaks = len(lines) - 1
         # A bare LF or CR would hide a header (say "X: a\nTransfer-Encoding: chunked") from this
-        # split at CRLF that another reader (aiohttp, a proxy) sees: aiohttp's request, which it refuses.
-        if lines[0] != self._request_line or head.count(b"\n") != breaks or head.count(b"\r") != breaks:
+        # split at CRLF that another reader (aiohttp, a proxy) sees: aiohttp's request, which it
+        # refuses. Without one, the CRs and LFs are the CRLFs' (one C call: ~130 ns less than two counts).
+        if lines[0] != self._request_line or len(head) - len(head.translate(None, b"\r\n")) != 2 * len(lines) - 2:
             return False
         self._length, self._key, self._authorization, self._close_after = -1, None, None, False
         noted, header = _NOTED, self._header
