@@ -9,7 +9,8 @@ headers that change its framing or meaning (``Transfer-Encoding``, ``Expect``,
 body in the bytes received, gives it to the source (:meth:`Ingest.accept_plain`) and, once the
 source answers, writes a prebuilt ``200``. Anything else — another method, path or version,
 a body over ``max_body_bytes``, a refusal the source would answer (bad JSON, 401, 429), a key whose
-first copy is still being committed, or bytes that do not parse — hands the connection over to
+first copy is still being committed, or bytes that do not parse (a bare LF or CR in the head
+among them) — hands the connection over to
 aiohttp's protocol as it stands (:meth:`asyncio.Transport.set_protocol`, the bytes received
 replayed), which answers exactly as it does for every request without this path. So the answers
 are aiohttp's, and only the common case is shortened.
@@ -128,7 +129,12 @@ class IngestProtocol(asyncio.Protocol):
         self._next()
 
     def eof_received(self) -> bool | None:
-        return None  # close: no request follows, an answer pending goes nowhere
+        if self._pending:
+            # A half-close after a whole request: its events are accepted, so its answer is written
+            # (the client would otherwise send them again), then the connection closes.
+            self._close_after = True
+            return True
+        return None  # close: no request follows
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._cancel_timer()
@@ -178,7 +184,9 @@ class IngestProtocol(asyncio.Protocol):
         if self._head_end < 0:
             end = buffer.find(b"\r\n\r\n")
             if end < 0:
-                if len(buffer) > READ_AHEAD:
+                # A head over the limit, or one whose lines end in bare LFs (its CRLF CRLF never
+                # comes): aiohttp's to answer, rather than a wait for bytes that are not coming.
+                if len(buffer) > READ_AHEAD or b"\n\n" in buffer or b"\n\r\n" in buffer:
                     self._hand_over()
                 return
             if not self._head(buffer[:end]):
@@ -208,7 +216,10 @@ class IngestProtocol(asyncio.Protocol):
     def _head(self, head: bytes) -> bool:
         """Read the request line and headers of ``head``; ``False``: not a plain POST (aiohttp's)."""
         lines = head.split(b"\r\n")
-        if lines[0] != self._request_line:
+        # A bare LF or CR would hide a header (say "X: a\nTransfer-Encoding: chunked") from this
+        # split at CRLF that another reader (aiohttp, a proxy) sees: aiohttp's request, which it
+        # refuses. Without one, the CRs and LFs are the CRLFs' (one C call: ~130 ns less than two counts).
+        if lines[0] != self._request_line or len(head) - len(head.translate(None, b"\r\n")) != 2 * len(lines) - 2:
             return False
         self._length, self._key, self._authorization, self._close_after = -1, None, None, False
         noted, header = _NOTED, self._header

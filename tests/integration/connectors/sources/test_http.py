@@ -506,11 +506,13 @@ async def test_a_key_posted_twice_on_one_connection_is_one_event_and_a_duplicate
 
 
 @pytest.mark.parametrize("bad", [b"Content-Length : 9", b" X-Folded: a", b"X-Trailing-Blank\t: a", b": no name",
-                                 b"no colon at all"])
+                                 b"no colon at all", b"X-Bare-LF: a\nTransfer-Encoding: chunked",
+                                 b"X-Bare-CR: a\rTransfer-Encoding: chunked"])
 async def test_a_malformed_header_line_goes_to_aiohttp_which_answers_400_and_nothing_is_accepted(
         run_http: Any, bad: bytes) -> None:
     """The lean path hands a header line it would not read as aiohttp does (a blank before the
-    colon, an obsolete fold, no name, no colon) to aiohttp, whose answer is a 400; then a plain
+    colon, an obsolete fold, no name, no colon, a bare LF or CR hiding a header from a reader that
+    splits lines at CRLF only) to aiohttp, whose answer is a 400; then a plain
     request on a new connection is accepted as usual."""
     receiver = recording()
     running = await run_http(receiver, format="jsonl")
@@ -536,6 +538,41 @@ async def test_a_port_in_use_stops_the_start_naming_the_parameter_and_the_fix() 
     assert str(raised.value) == (f"http source 'hooks': cannot listen on 127.0.0.1:{port} (address "
                                  "already in use): stop what listens there or change sources/hooks/parameters/port "
                                  "(0 picks a free one)")
+
+async def test_a_request_whose_lines_end_in_bare_lfs_is_answered_400_by_aiohttp_not_held(run_http: Any) -> None:
+    """A head of bare-LF lines never holds the CRLF CRLF the lean path looks for: it goes to aiohttp,
+    which refuses it (400), instead of waiting for bytes that are not coming; nothing is accepted."""
+    receiver = recording()
+    running = await run_http(receiver, format="jsonl")
+    body, _ = events(1, 1)
+    request = raw_http.with_length("/events", body).replace(b"\r\n", b"\n")
+    answer = await asyncio.to_thread(raw_http.send_in_pieces, running.port, [request])
+    assert answer.status == 400
+    good, payloads = events(7, 2)
+    answer = await asyncio.to_thread(raw_http.send_in_pieces, running.port, [raw_http.with_length("/events", good)])
+    assert accepted(answer) == (200, {"accepted": 2})
+    await assert_committed_and_delivered(running, receiver, payloads)
+
+
+def half_closed(port: int, request: bytes) -> raw_http.Answer:
+    """Write ``request``, end the writing side (FIN), then read the answer and the server's close."""
+    with raw_http.connect(port) as connection:
+        connection.sendall(request)
+        connection.shutdown(socket.SHUT_WR)
+        answer = raw_http.read_answer(connection)
+        raw_http.wait_closed(connection)
+        return answer
+
+
+async def test_a_client_that_half_closes_after_its_request_gets_its_200_once_committed(run_http: Any) -> None:
+    """A FIN after a whole request ends the requests, not the connection: the events are accepted,
+    so the client is told (not left to send them again), then the connection closes."""
+    receiver = recording()
+    running = await run_http(receiver, format="jsonl")
+    body, payloads = events(1, 2)
+    answer = await asyncio.to_thread(half_closed, running.port, raw_http.with_length("/events", body))
+    assert accepted(answer) == (200, {"accepted": 2})
+    await assert_committed_and_delivered(running, receiver, payloads)
 
 
 async def test_a_token_file_that_cannot_be_read_stops_the_start_naming_the_parameter_and_the_file(
