@@ -4,24 +4,22 @@ the command line does."""
 
 from __future__ import annotations
 
-import errno
 from pathlib import Path
 
 import typer
+
+from egress.listen_errors import bind_failure
 
 
 def cannot_listen(host: str, port: int, error: OSError, *, port_option: str, host_option: str = "--host") -> str:
     """The line for ``error`` raised binding ``host:port``, e.g. ``cannot listen on 127.0.0.1:8080
     (--port): address already in use; stop what listens there or give another --port (0 picks a free
     one)``. ``port_option`` and ``host_option`` are the options that set the address."""
-    reason = (error.strerror or str(error)).lower()
-    if reason.startswith("error while attempting to bind"):  # asyncio's wording repeats the address
-        reason = reason.rsplit("): ", 1)[-1]
+    kind, reason = bind_failure(error)
     option = port_option
-    if "address already in use" in reason or error.errno == errno.EADDRINUSE:
-        reason, fix = "address already in use", (f"stop what listens there or give another {port_option} "
-                                                 "(0 picks a free one)")
-    elif error.errno == errno.EACCES:
+    if kind == "in use":
+        fix = f"stop what listens there or give another {port_option} (0 picks a free one)"
+    elif kind == "permission":
         fix = f"give a {port_option} of 1024 or above, or run with the right to bind it"
     else:
         option, fix = host_option, f"give an address of this machine as {host_option} (127.0.0.1: this machine only)"

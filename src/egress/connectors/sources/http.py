@@ -65,6 +65,7 @@ from egress.http_body import (
 from egress.http_expect import expect_handler, unrouted_handler
 from egress.keys import decode_key, encode_key, key_in_partition
 from egress.lazy import lazy_module
+from egress.listen_errors import bind_failure
 from egress.observe import tracing
 from egress.secret_references import read_secret
 from egress.spec import StreamSpec
@@ -289,10 +290,13 @@ class HttpSource(CountedPosition):
         except OSError as error:
             await runner.cleanup()
             reader = f" (reader {self._partition}: port + {self._partition})" if self._readers > 1 else ""
-            reason = (error.strerror or str(error)).lower().rsplit("): ", 1)[-1]  # asyncio repeats the address
+            kind, reason = bind_failure(error)
+            where = f"sources/{self.source_id}/parameters"
+            fix = {"in use": f"stop what listens there or change {where}/port (0 picks a free one)",
+                   "permission": f"change {where}/port to 1024 or above, or run with the right to bind it",
+                   "address": f"change {where}/host to an address of this machine (127.0.0.1: this machine only)"}
             raise HttpSourceError(f"http source {self.source_id!r}: cannot listen on "
-                                  f"{parameters.host}:{self.port}{reader} ({reason}): stop what listens there or "
-                                  f"change sources/{self.source_id}/parameters/port (0 picks a free one)") from None
+                                  f"{parameters.host}:{self.port}{reader} ({reason}): {fix[kind]}") from None
         self._runner = runner
         host, port = self._server.sockets[0].getsockname()[:2]
         log.info("http source %r listening on http://%s:%d%s (POST)", self.source_id, host, port, parameters.path)

@@ -606,3 +606,11 @@ async def test_a_token_file_is_read_from_the_specs_folder_without_its_surroundin
                 assert response.status == 200
     finally:
         await source.close()
+
+
+async def test_a_host_not_of_this_machine_stops_the_start_naming_the_host_parameter() -> None:
+    source = HttpSource("hooks", HttpSourceParameters(host="192.0.2.1", port=free_port()), STREAM, Path("."))
+    with pytest.raises(HttpSourceError) as raised:
+        await source.start(0, b"", until_caught_up=False)
+    assert str(raised.value).endswith("(cannot assign requested address): change sources/hooks/parameters/host to "
+                                      "an address of this machine (127.0.0.1: this machine only)")
