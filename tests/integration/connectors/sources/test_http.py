@@ -505,6 +505,25 @@ async def test_a_key_posted_twice_on_one_connection_is_one_event_and_a_duplicate
     await assert_committed_and_delivered(running, receiver, payloads)
 
 
+async def assert_refused_with_400_then_a_plain_request_accepted(running: Any, receiver: Any, request: bytes) -> None:
+    """``request`` (sent in pieces) is answered 400 and accepts nothing; then a plain request on a
+    new connection is accepted, committed and delivered as usual."""
+    answer = await asyncio.to_thread(raw_http.send_in_pieces, running.port, [request])
+    assert answer.status == 400
+    good, payloads = events(7, 2)
+    answer = await asyncio.to_thread(raw_http.send_in_pieces, running.port, [raw_http.with_length("/events", good)])
+    assert accepted(answer) == (200, {"accepted": 2})
+    await assert_committed_and_delivered(running, receiver, payloads)
+
+
+async def start_refused(parameters: HttpSourceParameters, base_dir: Path = Path(".")) -> str:
+    """The message of the ``HttpSourceError`` the start of an http source ``hooks`` with ``parameters`` raises."""
+    source = HttpSource("hooks", parameters, STREAM, base_dir)
+    with pytest.raises(HttpSourceError) as raised:
+        await source.start(0, b"", until_caught_up=False)
+    return str(raised.value)
+
+
 @pytest.mark.parametrize("bad", [b"Content-Length : 9", b" X-Folded: a", b"X-Trailing-Blank\t: a", b": no name",
                                  b"no colon at all", b"X-Bare-LF: a\nTransfer-Encoding: chunked",
                                  b"X-Bare-CR: a\rTransfer-Encoding: chunked"])
@@ -519,12 +538,7 @@ async def test_a_malformed_header_line_goes_to_aiohttp_which_answers_400_and_not
     body, _ = events(1, 1)
     head = raw_http.with_length("/events", body).split(b"\r\n\r\n", 1)[0]
     request = head.replace(b"\r\nHost:", b"\r\n" + bad + b"\r\nHost:", 1) + b"\r\n\r\n" + body
-    answer = await asyncio.to_thread(raw_http.send_in_pieces, running.port, [request])
-    assert answer.status == 400
-    good, payloads = events(7, 2)
-    answer = await asyncio.to_thread(raw_http.send_in_pieces, running.port, [raw_http.with_length("/events", good)])
-    assert accepted(answer) == (200, {"accepted": 2})
-    await assert_committed_and_delivered(running, receiver, payloads)
+    await assert_refused_with_400_then_a_plain_request_accepted(running, receiver, request)
 
 
 async def test_a_port_in_use_stops_the_start_naming_the_parameter_and_the_fix() -> None:
@@ -532,12 +546,11 @@ async def test_a_port_in_use_stops_the_start_naming_the_parameter_and_the_fix() 
         taken.bind(("127.0.0.1", 0))
         taken.listen()
         port = taken.getsockname()[1]
-        source = HttpSource("hooks", HttpSourceParameters(port=port), STREAM, Path("."))
-        with pytest.raises(HttpSourceError) as raised:
-            await source.start(0, b"", until_caught_up=False)
-    assert str(raised.value) == (f"http source 'hooks': cannot listen on 127.0.0.1:{port} (address "
+        message = await start_refused(HttpSourceParameters(port=port))
+    assert message == (f"http source 'hooks': cannot listen on 127.0.0.1:{port} (address "
                                  "already in use): stop what listens there or change sources/hooks/parameters/port "
                                  "(0 picks a free one)")
+
 
 async def test_a_request_whose_lines_end_in_bare_lfs_is_answered_400_by_aiohttp_not_held(run_http: Any) -> None:
     """A head of bare-LF lines never holds the CRLF CRLF the lean path looks for: it goes to aiohttp,
@@ -546,12 +559,7 @@ async def test_a_request_whose_lines_end_in_bare_lfs_is_answered_400_by_aiohttp_
     running = await run_http(receiver, format="jsonl")
     body, _ = events(1, 1)
     request = raw_http.with_length("/events", body).replace(b"\r\n", b"\n")
-    answer = await asyncio.to_thread(raw_http.send_in_pieces, running.port, [request])
-    assert answer.status == 400
-    good, payloads = events(7, 2)
-    answer = await asyncio.to_thread(raw_http.send_in_pieces, running.port, [raw_http.with_length("/events", good)])
-    assert accepted(answer) == (200, {"accepted": 2})
-    await assert_committed_and_delivered(running, receiver, payloads)
+    await assert_refused_with_400_then_a_plain_request_accepted(running, receiver, request)
 
 
 def half_closed(port: int, request: bytes) -> raw_http.Answer:
@@ -577,11 +585,8 @@ async def test_a_client_that_half_closes_after_its_request_gets_its_200_once_com
 
 async def test_a_token_file_that_cannot_be_read_stops_the_start_naming_the_parameter_and_the_file(
         tmp_path: Path) -> None:
-    source = HttpSource("hooks", HttpSourceParameters(port=free_port(), bearer_token_file="absent.txt"), STREAM,
-                        tmp_path)
-    with pytest.raises(HttpSourceError) as raised:
-        await source.start(0, b"", until_caught_up=False)
-    assert str(raised.value) == (f"http source 'hooks': parameters/bearer_token_file: file {tmp_path / 'absent.txt'} "
+    message = await start_refused(HttpSourceParameters(port=free_port(), bearer_token_file="absent.txt"), tmp_path)
+    assert message == (f"http source 'hooks': parameters/bearer_token_file: file {tmp_path / 'absent.txt'} "
                                  "cannot be read (No such file or directory): write the token there or name "
                                  "another file")
 
@@ -609,8 +614,6 @@ async def test_a_token_file_is_read_from_the_specs_folder_without_its_surroundin
 
 
 async def test_a_host_not_of_this_machine_stops_the_start_naming_the_host_parameter() -> None:
-    source = HttpSource("hooks", HttpSourceParameters(host="192.0.2.1", port=free_port()), STREAM, Path("."))
-    with pytest.raises(HttpSourceError) as raised:
-        await source.start(0, b"", until_caught_up=False)
-    assert str(raised.value).endswith("(cannot assign requested address): change sources/hooks/parameters/host to "
+    message = await start_refused(HttpSourceParameters(host="192.0.2.1", port=free_port()))
+    assert message.endswith("(cannot assign requested address): change sources/hooks/parameters/host to "
                                       "an address of this machine (127.0.0.1: this machine only)")
