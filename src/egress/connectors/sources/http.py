@@ -17,6 +17,8 @@ committed.
 
 Serving: a plain POST is parsed and answered from bytes (:mod:`egress.connectors.sources.http_fast`);
 every other request, and every answer but a ``200``, is aiohttp's (the connection handed over).
+Concurrent clients' requests are committed together: a batch waits up to :data:`GATHER_SECONDS` for
+a request of each open connection, so a commit (its fixed CPU) serves many events.
 
 Several readers (``readers: N``): reader ``k`` listens on ``port + k`` under its own unit and lease,
 so every worker of a cluster accepts behind a balancer; a keyed request is accepted only by its
@@ -78,7 +80,7 @@ else:
 
 
 MAX_BODY_BYTES = 1 << 30  # the largest body a source may accept: it is held in memory while it is read
-GATHER_SECONDS = 0.002
+GATHER_SECONDS = 0.005
 """How long :meth:`HttpSource.take` waits, once a request is queued, for one from each other open
 connection (concurrent clients each waiting for their ``200``): one commit per batch has a fixed CPU
 cost, so a batch of every client's request costs less per event than several small ones. A lone
