@@ -254,7 +254,8 @@ class Clients:
     async def answer(self, index: int) -> bytes:
         reader = self.connections[index][0]
         head = await reader.readuntil(b"\r\n\r\n")
-        length = next(int(line.split(b":")[1]) for line in head.split(b"\r\n") if line.lower().startswith(b"content-length:"))
+        length = next(int(line.split(b":")[1]) for line in head.split(b"\r\n")
+                      if line.lower().startswith(b"content-length:"))
         return head + await reader.readexactly(length)
 
     async def close(self) -> None:
