@@ -608,7 +608,7 @@ async def start_refused(parameters: HttpSourceParameters, base_dir: Path = Path(
 
 @pytest.mark.parametrize("bad", [b"Content-Length : 9", b" X-Folded: a", b"X-Trailing-Blank\t: a", b": no name",
                                  b"no colon at all", b"X-Bare-LF: a\nTransfer-Encoding: chunked",
-                                 b"X-Bare-CR: a\rTransfer-Encoding: chunked"])
+                                 b"X-Bare-CR: a\rTransfer-Encoding: chunked", b"X(Paren: a", b"X\x80Byte: a"])
 async def test_a_malformed_header_line_goes_to_aiohttp_which_answers_400_and_nothing_is_accepted(
         run_http: Any, bad: bytes) -> None:
     """The lean path hands a header line it would not read as aiohttp does (a blank before the
@@ -621,6 +621,20 @@ async def test_a_malformed_header_line_goes_to_aiohttp_which_answers_400_and_not
     head = raw_http.with_length("/events", body).split(b"\r\n\r\n", 1)[0]
     request = head.replace(b"\r\nHost:", b"\r\n" + bad + b"\r\nHost:", 1) + b"\r\n\r\n" + body
     await assert_refused_with_400_then_a_plain_request_accepted(running, receiver, request)
+
+
+async def test_header_names_in_any_case_and_values_padded_with_blanks_are_read_as_aiohttp_reads_them(
+        run_http: Any) -> None:
+    receiver = recording()
+    running = await run_http(receiver, format="jsonl")
+    body, payloads = events(1, 1)
+    request = (b"POST /events HTTP/1.1\r\nHOST: 127.0.0.1\r\ncontent-LENGTH: \t%d \r\nIdempotency-KEY:  k-1\t\r\n"
+               b"CONNECTION: Keep-Alive\r\n\r\n" % len(body)) + body
+    first = await asyncio.to_thread(raw_http.send_in_pieces, running.port, [request])
+    again = await asyncio.to_thread(raw_http.send_in_pieces, running.port, [request])
+    assert accepted(first) == (200, {"accepted": 1})
+    assert accepted(again) == (200, {"accepted": 0, "duplicate": True})  # the key read without its blanks
+    await assert_committed_and_delivered(running, receiver, payloads)
 
 
 async def test_a_port_in_use_stops_the_start_naming_the_parameter_and_the_fix() -> None:
