@@ -376,6 +376,19 @@ def test_the_tail_answers_only_from_a_contiguous_run_that_reaches_the_durable_en
     assert tail.bytes == 1
 
 
+def test_the_tail_answers_the_batches_from_the_one_holding_the_offset_to_its_end() -> None:
+    from egress.engines.sqlite.batches import LogTail
+
+    tail = LogTail(1 << 20)
+    for offset in range(0, 30, 3):
+        tail.add("in", 0, offset, 3, b"%d" % offset)
+    assert tail.batches("in", 0, 29, 30) == [(27, b"27")]
+    assert tail.batches("in", 0, 25, 30) == [(24, b"24"), (27, b"27")]
+    assert tail.batches("in", 0, 24, 30) == [(24, b"24"), (27, b"27")]
+    assert tail.batches("in", 0, 0, 30) == [(offset, b"%d" % offset) for offset in range(0, 30, 3)]
+    assert tail.batches("in", 0, 30, 30) == []  # at the end: nothing kept holds it
+
+
 async def _queued_behind_a_busy_database(engine: SqliteEngine, commits: list[EpochCommit]) -> list[Any]:
     """Commit ``commits`` at once while the engine's database thread is held busy, so that they
     queue and are applied together; returns each one's outcome (``None`` or its exception), and

@@ -17,6 +17,8 @@ committed.
 
 Serving: a plain POST is parsed and answered from bytes (:mod:`egress.connectors.sources.http_fast`);
 every other request, and every answer but a ``200``, is aiohttp's (the connection handed over).
+Concurrent clients' requests are committed together: a batch waits up to :data:`GATHER_SECONDS` for
+a request of each open connection, so a commit (its fixed CPU) serves many events.
 
 Several readers (``readers: N``): reader ``k`` listens on ``port + k`` under its own unit and lease,
 so every worker of a cluster accepts behind a balancer; a keyed request is accepted only by its
@@ -78,6 +80,11 @@ else:
 
 
 MAX_BODY_BYTES = 1 << 30  # the largest body a source may accept: it is held in memory while it is read
+GATHER_SECONDS = 0.005
+"""How long :meth:`HttpSource.take` waits, once a request is queued, for one from each other open
+connection (concurrent clients each waiting for their ``200``): one commit per batch has a fixed CPU
+cost, so a batch of every client's request costs less per event than several small ones. A lone
+client (one connection) is not kept waiting."""
 
 
 class HttpSourceError(EgressError):
@@ -163,6 +170,8 @@ class HttpSource(CountedPosition):
         self._queue: deque[_Request] = deque()
         self._queued_events = 0
         self._arrived = asyncio.Event()
+        self._gathered = asyncio.Event()  # set when every open connection has a request waiting
+        self._gathering = 0  # while a take gathers: its limit of events
         self._taken: list[_Request] = []
         self._keys: dict[str, float] = {}  # committed keys → accepted at (seconds since the epoch)
         self._pending_keys: dict[str, _Request] = {}
@@ -303,13 +312,19 @@ class HttpSource(CountedPosition):
 
     async def take(self, limit: int, wait: float) -> list[SourceRecord] | None:
         """The events of whole requests waiting (at least one request, up to ``limit`` events after
-        it), waiting up to ``wait`` seconds for the first."""
+        it), waiting up to ``wait`` seconds for the first, then up to :data:`GATHER_SECONDS` for a
+        request of each other open connection (not with ``until_caught_up``)."""
         if not self._queue:
             if self._until_caught_up:
                 return None
             self._arrived.clear()
             if await event_or_timeout(self._arrived, self._clock, wait):
                 return []
+        if not self._until_caught_up and self._short_of_every_connection(limit):
+            self._gathering = limit
+            self._gathered.clear()
+            await event_or_timeout(self._gathered, self._clock, GATHER_SECONDS)
+            self._gathering = 0
         records: list[SourceRecord] = []
         now = self._clock.now()
         self._expire_keys(now)
@@ -330,6 +345,11 @@ class HttpSource(CountedPosition):
                 self._key_writes[self._key_entry(request.key)] = repr(now).encode()
             self._taken.append(request)
         return records
+
+    def _short_of_every_connection(self, limit: int) -> bool:
+        """Fewer than ``limit`` events wait and some open connection of the lean path has no request
+        waiting (it may be about to send one: :data:`GATHER_SECONDS`)."""
+        return self._queued_events < limit and len(self._queue) < len(self._connections)
 
     def _key_entry(self, key: str) -> bytes:
         """The state entry's key of idempotency key ``key``: ``encode_key([key])``; with several
@@ -433,6 +453,8 @@ class HttpSource(CountedPosition):
         self._queue.append(request)
         self._queued_events += len(rows)
         self._arrived.set()
+        if self._gathering and not self._short_of_every_connection(self._gathering):
+            self._gathered.set()
 
     # -- the lean path (egress.connectors.sources.http_fast) -----------------------------------
 
@@ -465,6 +487,8 @@ class HttpSource(CountedPosition):
     def connection_closed(self, protocol: IngestProtocol) -> None:
         """``protocol``'s connection closed, or was handed over to aiohttp."""
         self._connections.discard(protocol)
+        if self._gathering and not self._short_of_every_connection(self._gathering):
+            self._gathered.set()
 
     def _accepted(self, count: int) -> bytes:
         answer = self._answers.get(count)

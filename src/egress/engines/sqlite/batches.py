@@ -139,5 +139,13 @@ class LogTail:
         kept = self._slots.get((stream, partition))
         if not kept or end is None or after < kept[0][0] or kept[-1][0] + kept[-1][1] != end:
             return None
-        return [(offset, blob) for offset, count, blob in kept if offset + count > after]
+        # From the newest back: a reader that keeps up wants the last batch or two, and the tail may
+        # hold thousands of small ones (a scan from the oldest cost ~13 µs per event of http ingest).
+        found = []
+        for offset, count, blob in reversed(kept):
+            if offset + count <= after:
+                break
+            found.append((offset, blob))
+        found.reverse()
+        return found
 

@@ -23,7 +23,8 @@ from aiohttp import web
 from hypothesis import given
 from hypothesis import strategies as st
 
-from egress.connectors.sources.http import HttpSource, HttpSourceError, HttpSourceParameters
+from egress.clock import VirtualClock
+from egress.connectors.sources.http import GATHER_SECONDS, HttpSource, HttpSourceError, HttpSourceParameters
 from egress.receiver import Receiver
 from egress.runtime import Pipeline, RunOptions, load_plan
 from egress.runtime.cluster.assignment import assign
@@ -225,6 +226,87 @@ async def test_a_stalled_receiver_makes_the_source_answer_429_until_it_recovers_
 async def test_an_idle_take_waits_on_the_runs_clock() -> None:
     await assert_an_idle_take_waits_on_the_clock(HttpSource("hooks", HttpSourceParameters(port=free_port()), STREAM,
                                                             Path(".")))
+
+
+class Clients:
+    """``count`` keep-alive connections to a started source, each having had one request answered (so
+    each is open on the source's lean path), posting one event per request."""
+
+    def __init__(self, source: HttpSource, port: int) -> None:
+        self.source, self.port = source, port
+        self.connections: list[tuple[asyncio.StreamReader, asyncio.StreamWriter]] = []
+        self.sent = 0
+
+    async def open(self, count: int) -> None:
+        self.connections = [await asyncio.open_connection("127.0.0.1", self.port) for _ in range(count)]
+        for index in range(count):
+            self.post(index)
+        await eventually(lambda: self.source.unread_records() == count, what="a request of each connection")
+        assert len(await self.source.take(100, 1.0) or []) == count  # every connection has a request: at once
+        self.source.committed()
+        for index in range(count):
+            assert (await self.answer(index)).startswith(b"HTTP/1.1 200 ")
+
+    def post(self, index: int) -> None:
+        self.connections[index][1].write(raw_http.with_length("/events", orjson.dumps({"id": self.sent})))
+        self.sent += 1
+
+    async def answer(self, index: int) -> bytes:
+        reader = self.connections[index][0]
+        head = await reader.readuntil(b"\r\n\r\n")
+        length = next(int(line.split(b":")[1]) for line in head.split(b"\r\n")
+                      if line.lower().startswith(b"content-length:"))
+        return head + await reader.readexactly(length)
+
+    async def close(self) -> None:
+        for _, writer in self.connections:
+            writer.close()
+
+
+async def gathering(clock: VirtualClock, connections: int) -> tuple[HttpSource, Clients]:
+    port = free_port()
+    source = HttpSource("hooks", HttpSourceParameters(port=port), STREAM, Path("."))
+    source.use_clock(clock)
+    await source.start(0, b"", until_caught_up=False)
+    clients = Clients(source, port)
+    await clients.open(connections)
+    return source, clients
+
+
+async def test_a_batch_waits_for_a_request_of_each_open_connection_so_one_commit_takes_them_all() -> None:
+    clock = VirtualClock(1_000.0)  # never advanced: the gathering's time limit never passes
+    source, clients = await gathering(clock, 2)
+    try:
+        clients.post(0)
+        await eventually(lambda: source.unread_records() == 1, what="the first connection's request queued")
+        taking = asyncio.create_task(source.take(100, 30.0))
+        clients.post(1)
+        async with asyncio.timeout(10):
+            records = await taking
+        assert [r.row["id"] for r in records or []] == [2, 3]  # one batch, one commit, both answered by it
+        source.committed()
+        assert [(await clients.answer(i)).startswith(b"HTTP/1.1 200 ") for i in range(2)] == [True, True]
+    finally:
+        await clients.close()
+        await source.close()
+
+
+async def test_a_batch_waits_for_the_other_connections_at_most_the_gathering_time_on_the_clock() -> None:
+    clock = VirtualClock(1_000.0)
+    source, clients = await gathering(clock, 3)
+    try:
+        clients.post(0)
+        await eventually(lambda: source.unread_records() == 1, what="the first connection's request queued")
+        taking = asyncio.create_task(source.take(100, 30.0))
+        async with asyncio.timeout(10):
+            await eventually(lambda: clock.next_deadline() is not None, what="the take gathering on the clock")
+            assert clock.next_deadline() == pytest.approx(1_000.0 + GATHER_SECONDS)
+            await clock.advance(GATHER_SECONDS)
+            records = await taking
+        assert [r.row["id"] for r in records or []] == [3]
+    finally:
+        await clients.close()
+        await source.close()
 
 
 async def test_the_source_says_where_it_listens(caplog: pytest.LogCaptureFixture) -> None:
@@ -526,7 +608,7 @@ async def start_refused(parameters: HttpSourceParameters, base_dir: Path = Path(
 
 @pytest.mark.parametrize("bad", [b"Content-Length : 9", b" X-Folded: a", b"X-Trailing-Blank\t: a", b": no name",
                                  b"no colon at all", b"X-Bare-LF: a\nTransfer-Encoding: chunked",
-                                 b"X-Bare-CR: a\rTransfer-Encoding: chunked"])
+                                 b"X-Bare-CR: a\rTransfer-Encoding: chunked", b"X(Paren: a", b"X\x80Byte: a"])
 async def test_a_malformed_header_line_goes_to_aiohttp_which_answers_400_and_nothing_is_accepted(
         run_http: Any, bad: bytes) -> None:
     """The lean path hands a header line it would not read as aiohttp does (a blank before the
@@ -539,6 +621,20 @@ async def test_a_malformed_header_line_goes_to_aiohttp_which_answers_400_and_not
     head = raw_http.with_length("/events", body).split(b"\r\n\r\n", 1)[0]
     request = head.replace(b"\r\nHost:", b"\r\n" + bad + b"\r\nHost:", 1) + b"\r\n\r\n" + body
     await assert_refused_with_400_then_a_plain_request_accepted(running, receiver, request)
+
+
+async def test_header_names_in_any_case_and_values_padded_with_blanks_are_read_as_aiohttp_reads_them(
+        run_http: Any) -> None:
+    receiver = recording()
+    running = await run_http(receiver, format="jsonl")
+    body, payloads = events(1, 1)
+    request = (b"POST /events HTTP/1.1\r\nHOST: 127.0.0.1\r\ncontent-LENGTH: \t%d \r\nIdempotency-KEY:  k-1\t\r\n"
+               b"CONNECTION: Keep-Alive\r\n\r\n" % len(body)) + body
+    first = await asyncio.to_thread(raw_http.send_in_pieces, running.port, [request])
+    again = await asyncio.to_thread(raw_http.send_in_pieces, running.port, [request])
+    assert accepted(first) == (200, {"accepted": 1})
+    assert accepted(again) == (200, {"accepted": 0, "duplicate": True})  # the key read without its blanks
+    await assert_committed_and_delivered(running, receiver, payloads)
 
 
 async def test_a_port_in_use_stops_the_start_naming_the_parameter_and_the_fix() -> None:
