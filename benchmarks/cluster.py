@@ -54,6 +54,7 @@ import argparse
 import asyncio
 import json
 import os
+import re
 import shutil
 import statistics
 import subprocess
@@ -144,6 +145,15 @@ class ClusterResult:
         """Messages ÷ the busiest process's CPU seconds: the rate with one core per process."""
         busiest = max(self.cpu.values(), default=0.0)
         return self.messages / busiest if busiest > 0 else 0.0
+
+
+RACES_LOST = re.compile(r"(\d+) log-append races lost")
+
+
+def races_lost(log: Path) -> int:
+    """The log-append races a worker's commits lost (a commit sent again after another writer's appends
+    to the same log partition), from its log: the NATS engine says so as it closes."""
+    return sum(int(found) for found in RACES_LOST.findall(log.read_text(errors="replace"))) if log.exists() else 0
 
 
 def process_cpu(pid: int) -> float:
@@ -286,7 +296,8 @@ def run_workers(target: Target, count: int, workers: int, work: Path, timeout: f
         report_path = phase / f"report-{worker}.json"
         report = json.loads(report_path.read_text()) if report_path.exists() else {}
         result.notes.append(f"{worker}: {report.get('posts', 0):,} POSTs, {report.get('epochs', 0):,} epochs, "
-                            f"{report.get('rows_read', 0):,} rows read")
+                            f"{report.get('rows_read', 0):,} rows read, "
+                            f"{races_lost(phase / f'{worker}.log'):,} log-append races lost")
         if profile and (phase / f"profile-{worker}.txt").exists():
             result.notes += profile_notes(worker, phase / f"profile-{worker}.txt", count)
     return result

@@ -46,7 +46,7 @@ from examples.cluster.ingest import consecutive_free_ports, metric  # noqa: E402
 from tests.nats_server import NatsServer  # noqa: E402
 from tests.nginx import Nginx, balancer_config, free_port  # noqa: E402
 
-from cluster import process_cpu, server_counters, traffic_note  # noqa: E402
+from cluster import process_cpu, races_lost, server_counters, traffic_note  # noqa: E402
 
 INGEST_TARGET = 100.0
 """Issue 24: CPU µs per event a worker accepts, in the ingest form, at most this."""
@@ -214,6 +214,8 @@ def run_http_phase(work: Path, endpoint: str, count_delivered: Callable[[], int]
             stop(process)
         nginx.stop()
         server.stop()
+    notes.append("log-append races lost: " + ", ".join(f"{worker} {races_lost(phase / f'{worker}.log'):,}"
+                                                       for worker in processes))
     counted = count_delivered() if relay else int(sum(accepted.values()))
     return IngestResult(name, events, seconds, accepted, counted, cpu, load,
                         {worker: phase / f"profile-{worker}.txt" for worker in profilers}, notes)

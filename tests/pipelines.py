@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, ClassVar
 
 from egress import InitContext, MapFunction, Message, OutputCollector, ProcessFunction, RuntimeContext
 
@@ -129,3 +129,13 @@ class Drops(ProcessFunction):
 
     async def process_message(self, message: Message, output: OutputCollector, ctx: RuntimeContext) -> None:
         return None
+
+
+class RecordsStreams(ProcessFunction):
+    """Emits nothing; appends ``(stream id, key, row)`` of each message it is given to :attr:`seen`
+    (in the test's process: an embedded run), so a test sees what the function saw, in its order."""
+
+    seen: ClassVar[list[tuple[str, tuple[Any, ...], dict[str, Any]]]] = []
+
+    async def process_message(self, message: Message, output: OutputCollector, ctx: RuntimeContext) -> None:
+        RecordsStreams.seen.append((message.stream_id, message.key, message.row))

@@ -39,11 +39,12 @@ class ChunkPath:
         stores chunks (``LineChunkLog``); the function is ``byte_level`` (``egress.IdentityMap``); one
         input and one output stream, with the same single ``string`` column and no ``group_by``; the
         output read by no other computation; no input throttling (``throttled``); every sink a
-        ``ChunkSink`` that takes chunks of that column."""
+        ``ChunkSink`` that takes chunks of that column; the input stream in one lane
+        (``egress.runtime.lanes``)."""
         if not isinstance(engine, LineChunkLog) or throttled or not getattr(plan.function_class, "byte_level", False):
             return None
-        if len(plan.input_stream_ids) != 1 or len(plan.output_stream_ids) != 1:
-            return None
+        if len(plan.input_lanes) != 1 or len(plan.output_stream_ids) != 1:
+            return None  # one log stream read: a stream written by several readers is in lanes of rows
         input_id, output_id = plan.input_stream_ids[0], plan.output_stream_ids[0]
         source, target = streams.get(input_id), streams.get(output_id)
         if source is None or target is None or source.columns != target.columns or target.group_by:

@@ -98,12 +98,14 @@ class EpochStep:
             self._map(batch, output)
             return output
         invoke, route, positions, partition = self.invoker.message, self._route, self.positions, self.partition
+        lanes = self.invoker.input_lanes  # the function sees a lane's stream (egress.runtime.lanes)
         for message in batch:
             timestamp = message.event_timestamp
             self.lag_timestamp = timestamp
             if timestamp is not None and (self.watermark is None or timestamp > self.watermark):
                 self.watermark = timestamp
-            outputs = await invoke(_message(message.stream, decode_key(message.key), message.row, message.message_id,
+            stream = message.stream if lanes is None else lanes[message.stream]
+            outputs = await invoke(_message(stream, decode_key(message.key), message.row, message.message_id,
                                             timestamp), message.key)
             route(output, outputs, message.message_id, timestamp)
             positions[(message.stream, partition)] = message.offset + 1

@@ -81,8 +81,12 @@ class Invoker:
         timers: TimerQueue,
         output_stream_ids: list[str] | None,
         streams: dict[str, StreamSpec] | None = None,
+        input_lanes: dict[str, str] | None = None,
     ) -> None:
         self.computation_id = computation_id
+        self.input_lanes = None if input_lanes is None or all(n == s for n, s in input_lanes.items()) else input_lanes
+        """Each log stream read → the input stream it is a lane of (``egress.runtime.lanes``), or
+        ``None`` when every lane read is its stream itself: the function sees the stream, never a lane."""
         self.function = function
         self.context = context
         self.store = store
@@ -123,7 +127,9 @@ class Invoker:
                 f"(partition {self.context.partition})")
 
     def _where_log_message(self, message: LogMessage) -> str:
-        return self._where(message.message_id, message.stream, decode_key(message.key))
+        lanes = self.input_lanes
+        stream = message.stream if lanes is None else lanes.get(message.stream, message.stream)
+        return self._where(message.message_id, stream, decode_key(message.key))
 
     def map_failed(self, message: LogMessage, error: Exception) -> ProcessFunctionError:
         """The error for ``map`` raising ``error`` on ``message``."""

@@ -19,7 +19,7 @@ from egress.runtime.unit import Unit
 
 Runner = PartitionJob | SourceReader
 Slot = tuple[str, int]
-"""``(stream, partition)``: a log partition, what a job reads."""
+"""``(log stream, partition)``: a log partition, what a job reads (a stream's lane, ``egress.runtime.lanes``)."""
 
 
 @dataclass(slots=True)
@@ -133,7 +133,7 @@ class JobSet:
     def wake(self, slots: set[Slot] | None) -> None:
         """Wake the jobs reading any of ``slots`` (``None``: every job)."""
         for job in self.jobs:
-            if slots is None or any((stream, job.partition) in slots for stream in job.plan.input_stream_ids):
+            if slots is None or any((lane, job.partition) in slots for lane in job.plan.input_lanes):
                 job.wake()
 
 

@@ -163,7 +163,7 @@ def unreachable_work(inventory: CommittedInventory, plan: Plan) -> list[str]:
     """
     partition_count = plan.spec.partition_count
     computations = plan.computations
-    read = {stream for computation in computations.values() for stream in computation.input_stream_ids}
+    read = {lane for computation in computations.values() for lane in computation.input_lanes}
     lines: list[str] = []
     for (stream, partition), end in sorted(inventory.log_ends.items()):
         if stream in read and partition < partition_count:
@@ -173,9 +173,10 @@ def unreachable_work(inventory: CommittedInventory, plan: Plan) -> list[str]:
             continue
         waiting = end - min(positions, default=0)
         if waiting > 0:
+            shown = plan.stream_of(stream)
             reason = f"partition_count is {partition_count}" if partition >= partition_count \
-                else f"no computation reads {stream} now"
-            lines.append(f"stream {stream} partition {partition}: {waiting:,} committed messages no job of this Spec "
+                else f"no computation reads {shown} now"
+            lines.append(f"stream {shown} partition {partition}: {waiting:,} committed messages no job of this Spec "
                          f"reads ({reason})")
     for (computation_id, partition, stream), count in sorted(inventory.outbox.items()):
         why = _missing_job(computation_id, partition, plan)

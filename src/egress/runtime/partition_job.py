@@ -213,7 +213,8 @@ class PartitionJob:
         self._dynamic_parameters = plan.dynamic_parameters
 
     def positions(self) -> dict[str, int]:
-        """The committed-or-processed input offset per input stream of this partition."""
+        """The committed-or-processed input offset per log stream this partition reads (each input
+        stream's lanes, ``egress.runtime.lanes``)."""
         positions = {} if self._step is None else self._step.positions
         return {stream: offset for (stream, _), offset in positions.items()}
 
@@ -279,7 +280,7 @@ class PartitionJob:
         store.load(keyed.internal, keyed.external)
         self.timers.load(keyed.timers)
         positions = {(s, self.partition): checkpoint.input_positions.get((s, self.partition), 0)
-                     for s in plan.input_stream_ids}
+                     for s in plan.input_lanes}
         self._step = EpochStep(invoker, self.partition, self._partition_count, sink_streams=self._sink_streams,
                                logged_streams=plan.logged_streams, positions=positions,
                                next_seq=checkpoint.next_seq, watermark=keyed.watermark,
@@ -601,7 +602,8 @@ def _start_function(
             f"init of the process function of computation {plan.computation_id!r} raised (partition "
             f"{partition}): {type(error).__name__}: {error}") from error
     context = RuntimeContext(clock, partition, plan.parameters, dynamic_parameters, watermark, throttlers)
-    return Invoker(plan.computation_id, function, context, store, timers, plan.output_stream_ids, streams)
+    return Invoker(plan.computation_id, function, context, store, timers, plan.output_stream_ids, streams,
+                   plan.input_lanes)
 
 
 async def read_shared(engine: Engine, positions: dict[tuple[str, int], int],

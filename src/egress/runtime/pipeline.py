@@ -288,12 +288,12 @@ class Pipeline:
         if unit.is_source:
             source = self.plan.sources[unit.name]
 
-            def notify(partition: int, stream: str = source.stream_id) -> None:
-                self.units.wake({(stream, partition)})
+            def notify(partition: int, lane: str = source.lane(unit.partition)) -> None:
+                self.units.wake({(lane, partition)})
 
             return SourceReader(source, self._require_engine(), self.plan.base_dir, spec.partition_count, self.metrics,
                                 self.options, notify, spec.pipeline, record_finished=self.host.shared,
-                                downstream=functools.partial(self._downstream_progress, source.stream_id),
+                                downstream=functools.partial(self._downstream_progress, source.lane(unit.partition)),
                                 clock=self.clock, partition=unit.partition)
         return PartitionJob(
             self.plan.computations[unit.name], unit.partition, streams=spec.streams,
@@ -302,20 +302,21 @@ class Pipeline:
             throttling=self.throttling, dead_letters=self.dead_letters,
         )
 
-    def _downstream_progress(self, stream_id: str) -> list[DownstreamProgress]:
-        """The partitions of the computations reading ``stream_id``, for its source's backlog (the
-        http source's ``429``; ``egress.runtime.source_reader.downstream_backlog``): those running
-        here with their progress; in a cluster, the others with ``read_offset`` ``None``."""
+    def _downstream_progress(self, lane: str) -> list[DownstreamProgress]:
+        """The partitions of the computations reading the log stream ``lane`` (a source reader's lane,
+        ``egress.runtime.lanes``), for its reader's backlog (the http source's ``429``;
+        ``egress.runtime.source_reader.downstream_backlog``): those running here with their progress
+        in it; in a cluster, the others with ``read_offset`` ``None``."""
         local = self.units.jobs_by_unit()
         progress = []
         for computation in self.plan.computations.values():
-            if stream_id not in computation.input_stream_ids:
+            if lane not in computation.input_lanes:
                 continue
             for partition in range(self.plan.spec.partition_count):
                 job = local.get(Unit.computation(computation.computation_id, partition))
                 if job is not None:
                     progress.append(DownstreamProgress(computation.computation_id, partition,
-                                                       job.positions().get(stream_id, 0),
+                                                       job.positions().get(lane, 0),
                                                        sum(sink.unacknowledged for sink in job.sinks.values())))
                 elif self.host.shared:
                     progress.append(DownstreamProgress(computation.computation_id, partition, None, 0))

@@ -19,6 +19,7 @@ from egress.connectors import SINKS, SOURCES, Registry
 from egress.connectors.base import READERS_LIMIT, reader_count
 from egress.errors import SecretUnavailable, SpecError, SpecErrors
 from egress.runtime.api import MapFunction, ProcessFunction, map_output_stream
+from egress.runtime.lanes import lane, lanes
 from egress.secret_references import read_secret
 from egress.spec import DynamicSpec, Spec, StreamSpec, load_document, validate_model
 from egress.throttler import validate_dynamic_throttlers
@@ -38,6 +39,11 @@ class SourcePlan:
     stream_id: str
     stream: StreamSpec
     readers: int = 1
+
+    def lane(self, reader: int) -> str:
+        """The log stream reader ``reader`` appends to (``egress.runtime.lanes``: the stream id for
+        reader 0)."""
+        return lane(self.stream_id, reader)
 
     @property
     def reads(self) -> str:
@@ -74,6 +80,14 @@ class ComputationPlan:
     """Static ``processing_function_parameters``: the function's ``parameters_model`` or a dict."""
     dynamic_parameters: Any = None
     """Dynamic ``processing_function_parameters`` (DynamicSpec): ``dynamic_parameters_model`` or a dict."""
+    input_lanes: dict[str, str] = field(default_factory=dict)
+    """The log streams the job reads, each lane → the input stream it is a lane of
+    (``egress.runtime.lanes``), in the order of ``input_stream_ids`` and, within a stream, of its
+    readers; empty at construction means one lane per input stream, the stream itself."""
+
+    def __post_init__(self) -> None:
+        if not self.input_lanes:
+            self.input_lanes.update((stream, stream) for stream in self.input_stream_ids)
 
 
 @dataclass(frozen=True)
@@ -89,6 +103,15 @@ class Plan:
     @property
     def streams(self) -> dict[str, StreamSpec]:
         return self.spec.streams
+
+    def stream_of(self, log_stream: str) -> str:
+        """The stream a log stream holds: the stream whose lane it is (``egress.runtime.lanes``), else
+        itself. What a message, a status line or an error shows is the stream, never a lane."""
+        for source in self.sources.values():
+            for reader in range(1, source.readers):
+                if source.lane(reader) == log_stream:
+                    return source.stream_id
+        return log_stream
 
 
 def load_plan(spec_path: str | Path, dynamic_spec_path: str | Path | None = None) -> Plan:
@@ -120,7 +143,8 @@ def build_plan(
     builder = _PlanBuilder(spec, dynamic, base_dir, spec_file, dynamic_spec_file)
     builder.check_group_by()
     sources = builder.sources()
-    computations = builder.computations()
+    builder.check_lanes(sources)
+    computations = builder.computations(stream_lanes(sources))
     builder.check_dynamic_computations()
     builder.check_throttlers(computations)
     if builder.errors:
@@ -194,20 +218,35 @@ class _PlanBuilder:
                                             readers)
         return sources
 
-    def computations(self) -> dict[str, ComputationPlan]:
-        """The plan of every computation whose process function imports."""
+    def check_lanes(self, sources: dict[str, SourcePlan]) -> None:
+        """No lane of a source's stream (``egress.runtime.lanes``) is the id of another stream: the
+        two would share one log stream."""
+        for source in sources.values():
+            for reader in range(1, source.readers):
+                name = source.lane(reader)
+                if name in self.spec.streams:
+                    self.problem(f'reader {reader} of this source writes the log stream "{name}" (its lane of stream '
+                                 f'"{source.stream_id}"), which is the id of another stream: rename that stream or '
+                                 f"give the source at most {reader} readers",
+                                 f"sources/{source.source_id}/parameters/readers")
+                    break
+
+    def computations(self, stream_lanes: dict[str, list[str]]) -> dict[str, ComputationPlan]:
+        """The plan of every computation whose process function imports; ``stream_lanes``: the lanes
+        of each stream some source's readers write (:func:`stream_lanes`)."""
         spec = self.spec
         consumed = {s for c in spec.computations.values() for s in c.input_stream_ids}
         produced = {s.output_stream_id for s in spec.sources.values()} | {
             s for c in spec.computations.values() for s in c.output_stream_ids}
         computations: dict[str, ComputationPlan] = {}
         for computation_id in spec.computations:
-            planned = self.computation(computation_id, consumed, produced)
+            planned = self.computation(computation_id, consumed, produced, stream_lanes)
             if planned is not None:
                 computations[computation_id] = planned
         return computations
 
-    def computation(self, computation_id: str, consumed: set[str], produced: set[str]) -> ComputationPlan | None:
+    def computation(self, computation_id: str, consumed: set[str], produced: set[str],
+                    stream_lanes: dict[str, list[str]]) -> ComputationPlan | None:
         """Computation ``computation_id``'s plan: its streams checked (an input must have a producer),
         its sinks and function parameters validated; ``None`` when its function does not import."""
         computation = self.spec.computations[computation_id]
@@ -250,6 +289,7 @@ class _PlanBuilder:
             frozenset(s for s in computation.output_stream_ids if s in consumed),
             static_parameters,
             dynamic_function_parameters,
+            {name: stream for stream in computation.input_stream_ids for name in stream_lanes.get(stream, [stream])},
         )
 
     def check_dynamic_computations(self) -> None:
@@ -274,6 +314,16 @@ class _PlanBuilder:
         for planned in computations.values():
             for sink_plan in planned.sinks.values():
                 self.errors.extend(_throttler_problems(planned.computation_id, sink_plan, throttlers, self.spec_file))
+
+
+def stream_lanes(sources: dict[str, SourcePlan]) -> dict[str, list[str]]:
+    """The lanes of each stream the sources write: as many as the most readers of a source writing it
+    (two sources with several readers writing one stream share its lanes: reader ``k`` of each writes
+    lane ``k``)."""
+    writers: dict[str, int] = {}
+    for source in sources.values():
+        writers[source.stream_id] = max(writers.get(source.stream_id, 1), source.readers)
+    return {stream: lanes(stream, count) for stream, count in writers.items()}
 
 
 def build_sink_plan(

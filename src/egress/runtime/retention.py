@@ -34,11 +34,12 @@ logger = logging.getLogger(__name__)
 
 
 def log_readers(plan: Plan) -> dict[str, list[str]]:
-    """Each stream some computation reads → those computations' ids (in Spec order)."""
+    """Each log stream some computation reads (a stream's lanes, ``egress.runtime.lanes``) → those
+    computations' ids (in Spec order)."""
     readers: dict[str, list[str]] = {}
     for computation in plan.computations.values():
-        for stream in computation.input_stream_ids:
-            readers.setdefault(stream, []).append(computation.computation_id)
+        for lane in computation.input_lanes:
+            readers.setdefault(lane, []).append(computation.computation_id)
     return readers
 
 

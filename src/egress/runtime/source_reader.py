@@ -9,6 +9,8 @@ A source read by ``n`` readers (``SourcePlan.readers``) has one reader per parti
 of the unit ``source:<id>``, each with its own lease, position, state and finished marker; the
 source instance of reader ``k`` is told its share (``PartitionedSource.read_partition(k, n)``),
 and of a :class:`~egress.connectors.base.DealtSource` how to load reader 0's committed deals.
+Reader ``k`` appends to its own lane of the stream (``egress.runtime.lanes``), of which it is the
+only writer, so the readers never race each other for a log partition's next offset.
 With one reader every key is the one of a single-reader source.
 """
 
@@ -93,7 +95,7 @@ def source_state_writes(source: object, committed: bytes, where: tuple[str, byte
 
 class DownstreamProgress(NamedTuple):
     """Where one partition job reading a source's stream is, as the runner sees it: its computation,
-    partition, read offset in the stream (the next message's; ``None``: the job runs in another
+    partition, read offset in the reader's lane (the next message's; ``None``: the job runs in another
     worker, and the reader uses its committed offset) and its sinks' unacknowledged messages (0 when
     it runs elsewhere: unknown here)."""
 
@@ -154,6 +156,8 @@ class SourceReader:
         self._scope = source_scope(pipeline, plan.source_id, plan.reads)
         self.partition = partition
         self.unit = Unit.source(plan.source_id, partition)
+        self.lane = plan.lane(partition)
+        """The log stream this reader appends to, its only writer (``egress.runtime.lanes``)."""
         self.consumer = self.unit.consumer
         self._state_key = source_state_key(partition, plan.readers)
         self._engine = engine
@@ -171,7 +175,7 @@ class SourceReader:
         self._stopped = asyncio.Event()  # set by stop(): a live source's start gives way to it
         self._downstream = downstream
         self._clock = clock or RealClock()
-        self._log_ends: dict[int, int] = {}  # the source stream's end offsets, kept by the one writer
+        self._log_ends: dict[int, int] = {}  # the lane's end offsets, kept by its one writer
         self._remote_offsets: dict[tuple[str, int], int] = {}  # committed read offsets of jobs elsewhere
         self._remote_read_at: float | None = None
         self._source: Source | LiveSource | None = None
@@ -203,7 +207,7 @@ class SourceReader:
         checkpoint = await engine.load_checkpoint(self.consumer, self.partition, [])
         position = checkpoint.input_positions.get(POSITION, 0)
         source = self._source = self._open_source()
-        chunker = _Chunker(self.plan.stream.group_by, self.plan.stream_id, self._partition_count, self._scope)
+        chunker = _Chunker(self.plan.stream.group_by, self.lane, self._partition_count, self._scope)
         if isinstance(source, LiveSource):
             if not await self._read_live(source, chunker, generation, position, stop):
                 return
@@ -265,7 +269,7 @@ class SourceReader:
         the position after it and the source state; ``True`` once the source is read to its end."""
         chunks = source.line_chunks(position)
         prefix = source_message_id_prefix(self._scope, 0)
-        column, stream = source.line_column, self.plan.stream_id
+        column, stream = source.line_column, self.lane
         partition = partition_of(EMPTY_KEY, self._partition_count)
         checked = False  # the file's identity, its source state, is known once it is open and then stays
         while not self._stopping(stop):
@@ -393,34 +397,29 @@ class SourceReader:
         return await asyncio.to_thread(chunker.take_live, records)
 
     async def _load_log_ends(self) -> None:
-        """The end offsets of the source's stream: from then on this reader counts its own appends
-        (:meth:`_count_appends`); the stream's only writer when its source has one reader (its lease
-        fences any other), else loaded again every ``remote_poll_period`` (:meth:`_tell_backlog`)."""
-        stream = self.plan.stream_id
-        self._log_ends = {p: await self._engine.end_offset(stream, p) for p in range(self._partition_count)}
+        """The end offsets of this reader's lane: from then on it counts its own appends
+        (:meth:`_count_appends`), being the lane's only writer (its lease fences any other)."""
+        self._log_ends = {p: await self._engine.end_offset(self.lane, p) for p in range(self._partition_count)}
 
     def _count_appends(self, appends: list[LogAppend]) -> None:
         for _stream, partition, *_ in appends:
             self._log_ends[partition] += 1
 
     async def _tell_backlog(self, source: HoldsBack) -> None:
-        """Give ``source`` the stream's backlog downstream (:func:`downstream_backlog`); a job that
-        runs in another worker counts from its committed read offset, read from the engine at most
-        every ``remote_poll_period``."""
+        """Give ``source`` this reader's backlog downstream (:func:`downstream_backlog` of its lane); a
+        job that runs in another worker counts from its committed read offset, read from the engine
+        at most every ``remote_poll_period``."""
         assert self._downstream is not None
         progress = self._downstream()
         remote = [(job.computation_id, job.partition) for job in progress if job.read_offset is None]
         now = self._clock.monotonic()
         due = self._remote_read_at is None or now - self._remote_read_at >= self._options.remote_poll_period
-        if due and self.plan.readers > 1:  # the other readers append too: the stream's ends from the engine
-            self._remote_read_at = now
-            await self._load_log_ends()
         if remote and due:
             self._remote_read_at = now
-            stream = self.plan.stream_id
             for computation, partition in remote:
                 checkpoint = await self._engine.load_checkpoint(computation, partition, [])
-                self._remote_offsets[(computation, partition)] = checkpoint.input_positions.get((stream, partition), 0)
+                self._remote_offsets[(computation, partition)] = checkpoint.input_positions.get((self.lane, partition),
+                                                                                                0)
         known = [job if job.read_offset is not None else
                  job._replace(read_offset=self._remote_offsets.get((job.computation_id, job.partition), 0))
                  for job in progress]
@@ -428,8 +427,8 @@ class SourceReader:
 
 
 class _Chunker:
-    """Turns source records into log appends: key, partition and message id for each, computed a
-    chunk at a time (``egress.keys``' batch forms)."""
+    """Turns source records into log appends to ``stream_id`` (the reader's lane): key, partition and
+    message id for each, computed a chunk at a time (``egress.keys``' batch forms)."""
 
     def __init__(self, group_by: list[str], stream_id: str, partition_count: int, scope: str) -> None:
         self._group_by = group_by

@@ -199,14 +199,18 @@ class StatusView:
                 metrics.partition_unacknowledged.labels(*labels, sink_id).set(sink.unacknowledged)
 
     async def stream_ends(self) -> dict[tuple[str, int], int]:
-        """The end offset of each ``(stream, partition)`` a computation reads (``{}`` while no engine is open)."""
+        """The end offset of each ``(stream, partition)`` a computation reads, the sum over the stream's
+        lanes (``egress.runtime.lanes``; ``{}`` while no engine is open)."""
         engine, plan = self._engine(), self._plan()
         if engine is None:
             return {}
-        streams = sorted({stream for computation in plan.computations.values()
-                          for stream in computation.input_stream_ids})
-        return {(stream, partition): await engine.end_offset(stream, partition)
-                for stream in streams for partition in range(plan.spec.partition_count)}
+        lanes = {lane: stream for computation in plan.computations.values()
+                 for lane, stream in computation.input_lanes.items()}
+        ends: dict[tuple[str, int], int] = {}
+        for lane, stream in sorted(lanes.items()):
+            for partition in range(plan.spec.partition_count):
+                ends[(stream, partition)] = ends.get((stream, partition), 0) + await engine.end_offset(lane, partition)
+        return ends
 
     def dashboard(self) -> Dashboard:
         """The dashboard: the ``/status`` document, metrics, graph, stream ends and throttlers' limits
@@ -220,29 +224,30 @@ class StatusView:
 
 async def committed_positions(engine: Engine, plan: Plan) -> dict[Unit, dict[str, int]]:
     """The committed input positions of every computation partition, from the inventory (for
-    those another worker runs): known for a stream only one computation reads (the inventory does
-    not say whose a position is)."""
+    those another worker runs), by log stream read (a stream's lanes, ``egress.runtime.lanes``):
+    known for a stream only one computation reads (the inventory does not say whose a position is)."""
     readers: dict[str, list[str]] = {}
     for computation in plan.computations.values():
-        for stream in computation.input_stream_ids:
-            readers.setdefault(stream, []).append(computation.computation_id)
+        for lane in computation.input_lanes:
+            readers.setdefault(lane, []).append(computation.computation_id)
     committed = (await engine.inventory()).read_positions
     positions: dict[Unit, dict[str, int]] = {}
     for computation in plan.computations.values():
-        streams = computation.input_stream_ids
-        if any(len(readers[stream]) > 1 for stream in streams):
+        lanes = list(computation.input_lanes)
+        if any(len(readers[lane]) > 1 for lane in lanes):
             continue
         for partition in range(plan.spec.partition_count):
             positions[Unit.computation(computation.computation_id, partition)] = {
-                stream: max(committed.get((stream, partition), [0])) for stream in streams}
+                lane: max(committed.get((lane, partition), [0])) for lane in lanes}
     return positions
 
 
 async def input_lag(engine: Engine | None, plan: Plan, unit: Unit, positions: dict[str, int] | None) -> int | None:
-    """Messages of computation ``unit``'s inputs after ``positions`` (``None``: unknown here, or no engine open)."""
+    """Messages of computation ``unit``'s inputs after ``positions`` (by log stream read, every lane
+    of each input stream; ``None``: unknown here, or no engine open)."""
     if engine is None or positions is None:
         return None
     lag = 0
-    for stream in plan.computations[unit.name].input_stream_ids:
-        lag += await engine.end_offset(stream, unit.partition) - positions.get(stream, 0)
+    for lane in plan.computations[unit.name].input_lanes:
+        lag += await engine.end_offset(lane, unit.partition) - positions.get(lane, 0)
     return lag

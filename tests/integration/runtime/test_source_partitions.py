@@ -1,13 +1,15 @@
 """Sources read by several readers, run whole: a followed glob shared by three readers in one
 embedded run and again after new files came; a partitioned JetStream stream read by two readers on
 two NATS workers. ``--until-drained`` ends each run once every reader has read its share, and
-every record arrives once, under the key of its file number or stream sequence."""
+every record arrives once, under the key of its file number or stream sequence; each reader appends
+to its own lane (``egress.runtime.lanes``), so no commit loses a race to another reader's."""
 
 from __future__ import annotations
 
 import asyncio
 import hashlib
 import uuid
+from dataclasses import replace
 from pathlib import Path
 
 import nats
@@ -16,6 +18,8 @@ import pytest
 import yaml
 from nats.js.api import StreamConfig, SubjectTransform
 
+from egress.engines import Engine
+from egress.engines.nats import NatsEngine
 from egress.keys import derived_message_id, idempotency_key, source_message_id, source_scope
 from egress.receiver import Receiver
 from egress.runtime import Pipeline, RunOptions, load_plan
@@ -83,8 +87,16 @@ async def test_two_workers_read_a_partitioned_stream_with_two_readers_once_and_d
     spec = pass_through_spec(tmp_path / "spec.yaml", pipeline, {"source_class_name": "nats", "parameters": {
         "url": nats_server, "stream": stream, "subject": f"{stream}.{{partition}}.*", "readers": 2}}, url)
     assert yaml.safe_load(spec.read_text())["sources"]["input"]["parameters"]["readers"] == 2
-    factory = nats_engine_factory([nats_server])
-    workers = [Pipeline(load_plan(spec), tmp_path / f"state-{name}", options=OPTIONS, engine_factory=factory,
+    engines: list[NatsEngine] = []
+
+    def factory(state_dir: Path, pipeline: str, options: RunOptions) -> Engine:
+        engine = nats_engine_factory([nats_server])(state_dir, pipeline, options)
+        assert isinstance(engine, NatsEngine)
+        engines.append(engine)
+        return engine
+
+    options = replace(OPTIONS, source_chunk=10)  # many small commits, each appending to every partition
+    workers = [Pipeline(load_plan(spec), tmp_path / f"state-{name}", options=options, engine_factory=factory,
                         worker_id=f"worker-{name}") for name in "ab"]
     results = await asyncio.wait_for(asyncio.gather(*(w.run() for w in workers)), 120)
     await js.delete_stream(stream)
@@ -95,3 +107,4 @@ async def test_two_workers_read_a_partitioned_stream_with_two_readers_once_and_d
     expected = {idempotency_key(derived_message_id(source_message_id(scope, 0, i + 1), 0)) for i in range(COUNT)}
     assert set(receiver.stats.delivered_keys) == expected
     assert sum(w.metrics.total("egress_source_rows_total") for w in workers) == COUNT  # each read once
+    assert [engine.races_lost for engine in engines] == [0, 0]  # each reader appends to its own lane

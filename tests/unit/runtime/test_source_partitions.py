@@ -19,6 +19,7 @@ from egress.keys import EMPTY_KEY, partition_of
 from egress.runtime import load_plan
 from egress.runtime.cluster.assignment import assign, groups, units_of
 from egress.runtime.hosts import plan_units
+from egress.runtime.lanes import lane, lanes
 from egress.runtime.layout import spec_layout
 from egress.runtime.source_reader import SOURCE_STATE, finished_key, source_state_key
 from egress.runtime.unit import Unit
@@ -210,3 +211,39 @@ async def test_a_single_reader_numbers_its_files_as_before(tmp_path: Path) -> No
     assert [(r.source_partition, r.row["id"]) for r in records] == [(0, 0), (1, 1)]
     assert orjson.loads(source.source_state)["next_number"] == 2
     await source.close()
+
+
+def test_reader_0_writes_the_stream_itself_and_each_other_reader_a_lane_of_its_own() -> None:
+    assert lanes("events", 1) == ["events"]
+    assert lanes("events", 3) == ["events", "events#1", "events#2"]
+    assert [lane("events", k) for k in range(3)] == lanes("events", 3)
+    # Lanes after reader 0 never meet another stream's: only a stream's own id can (the plan refuses it).
+    assert len({lane(stream, k) for stream in ("a", "a#1", "a#2") for k in range(1, 12)}) == 33
+
+
+def test_a_computation_reads_every_lane_of_a_stream_and_sees_the_stream(tmp_path: Path) -> None:
+    spec = tmp_path / "spec.yaml"
+    spec.write_text(yaml.safe_dump(spec_document(tmp_path)))
+    plan = load_plan(spec)
+    assert plan.computations["deliver"].input_stream_ids == ["events"]
+    assert plan.computations["deliver"].input_lanes == {"events": "events", "events#1": "events", "events#2": "events"}
+    assert [plan.sources["logs"].lane(k) for k in range(3)] == ["events", "events#1", "events#2"]
+    assert [plan.stream_of(name) for name in ("events", "events#2", "requests", "events#3")] == [
+        "events", "events", "requests", "events#3"]
+
+
+def test_one_reader_reads_the_stream_alone(tmp_path: Path) -> None:
+    document = spec_document(tmp_path)
+    document["sources"]["logs"]["parameters"]["readers"] = 1
+    spec = tmp_path / "spec.yaml"
+    spec.write_text(yaml.safe_dump(document))
+    assert load_plan(spec).computations["deliver"].input_lanes == {"events": "events"}
+
+
+def test_a_lane_that_is_another_streams_id_is_refused_naming_the_readers(tmp_path: Path) -> None:
+    document = spec_document(tmp_path)
+    document["streams"]["events#2"] = {"schema": [{"name": "payload", "type": "string"}]}
+    problems = plan_problems(tmp_path, document)
+    assert problems == [f'{tmp_path / "spec.yaml"}: sources/logs/parameters/readers: reader 2 of this source '
+                        'writes the log stream "events#2" (its lane of stream "events"), which is the id of '
+                        'another stream: rename that stream or give the source at most 2 readers'], problems

@@ -5,6 +5,7 @@ the compaction of a generation of keyed subjects."""
 from __future__ import annotations
 
 import asyncio
+import logging
 import random
 import uuid
 from collections.abc import Sequence
@@ -28,13 +29,16 @@ from egress.engines.protocols import EpochCommit, FencedError
 from egress.errors import RowEncodingError
 from egress.rows import encode_row, first_unstorable_row_error
 
+logger = logging.getLogger(__name__)
+
 _FIRST_RACE_DELAY = 0.002  # seconds: the most a commit waits after meeting another writer's appends, doubled
 _LAST_RACE_DELAY = 0.064  # after each race it loses in a row up to this
 
 
 class _LogRace:
     """The races one commit lost to other writers appending to its log partitions (the other
-    readers of its source, the other partitions of a computation writing the same stream): they are
+    partitions of a computation writing the same stream; a source's readers write lanes of their own,
+    ``egress.runtime.lanes``, and never meet): they are
     normal, not faults, so the commit is retried for as long as the engine waits out an outage
     (``outage_timeout``), each retry after a random part of a delay doubling from
     :data:`_FIRST_RACE_DELAY` to :data:`_LAST_RACE_DELAY`, so that writers that collided do not
@@ -66,6 +70,16 @@ class NatsCommits(NatsCheckpoints, NatsOwnership, NatsLog, NatsAppends, NatsRete
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self._slot_locks: dict[tuple[str, int], asyncio.Lock] = {}
+        self.races_lost = 0
+        """Commits refused because another writer had appended to one of their log partitions first,
+        each sent again (:class:`_LogRace`), since this engine was made."""
+
+    async def close(self) -> None:
+        """Close, saying how many log-append races the commits lost (:attr:`races_lost`), if any."""
+        if self.races_lost:
+            logger.info("NATS %s: bucket %s: %d log-append races lost (commits sent again after another writer's "
+                        "appends to the same log partition)", self.url, self.bucket, self.races_lost)
+        await super().close()
 
     async def acquire(self, consumer: str, partition: int) -> int:
         """:meth:`NatsOwnership.acquire`, then this process's view of the consumer partition is
@@ -171,6 +185,7 @@ class NatsCommits(NatsCheckpoints, NatsOwnership, NatsLog, NatsAppends, NatsRete
                 if isinstance(refusal, FencedError) or error.code != WRONG_LAST_SEQUENCE:
                     raise refusal from None
                 self._forget_log_ends(ends)  # another writer appended to one of these log partitions
+                self.races_lost += 1
                 if not await race.retry():
                     raise NatsEngineError(
                         f"{self.url}: bucket {self.bucket}: the log appends of {consumer} partition {partition} met "

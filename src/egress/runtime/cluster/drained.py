@@ -31,19 +31,22 @@ def outstanding_work(inventory: CommittedInventory, plan: Plan,
     """Committed work of ``plan`` not yet done, one line per place (empty: drained): log messages a
     computation has not read, outbox messages not acknowledged by every sink (except those of
     ``blocked`` ``(computation, partition)`` jobs, whose sink failed for good), pending timers."""
-    readers: dict[str, int] = {}
+    readers: dict[str, int] = {}  # by log stream: a stream's lanes (egress.runtime.lanes)
     for computation in plan.computations.values():
-        for stream in computation.input_stream_ids:
-            readers[stream] = readers.get(stream, 0) + 1
-    lines: list[str] = []
-    for (stream, partition), end in sorted(inventory.log_ends.items()):
-        count = readers.get(stream, 0)
+        for lane in computation.input_lanes:
+            readers[lane] = readers.get(lane, 0) + 1
+    unread: dict[tuple[str, int], int] = {}  # by stream, its lanes summed
+    for (lane, partition), end in sorted(inventory.log_ends.items()):
+        count = readers.get(lane, 0)
         if not count or partition >= plan.spec.partition_count:
             continue  # out of the Spec's reach: the unreachable check's business
-        positions = inventory.read_positions.get((stream, partition), [])
+        positions = inventory.read_positions.get((lane, partition), [])
         behind = sum(end - p for p in positions) + end * max(0, count - len(positions))
         if behind > 0:
-            lines.append(f"stream {stream} partition {partition}: {behind:,} messages not yet read")
+            slot = (plan.stream_of(lane), partition)
+            unread[slot] = unread.get(slot, 0) + behind
+    lines = [f"stream {stream} partition {partition}: {behind:,} messages not yet read"
+             for (stream, partition), behind in sorted(unread.items())]
     for (computation_id, partition, stream), count in sorted(inventory.outbox.items()):
         if count and (computation_id, partition) not in blocked:
             lines.append(f"computation {computation_id} partition {partition}: {count:,} messages of {stream} "

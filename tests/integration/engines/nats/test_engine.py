@@ -21,6 +21,7 @@ from egress.engines.nats import NatsEngine, NatsEngineError, NatsUnavailableErro
 from egress.engines.nats.errors import JetStreamRequestError
 from egress.errors import EgressError
 from egress.keys import encode_key
+from egress.runtime.lanes import lane
 from tests.engines.engines import outbox_message
 from tests.nats_server import nats_server_binary
 from tests.waiting import eventually
@@ -324,33 +325,49 @@ async def test_two_processes_appending_to_one_log_partition_keep_its_offsets_den
     assert [(m.offset, m.row["i"]) for m in messages] == [(i, i) for i in range(60)]
 
 
-async def test_readers_of_one_source_committing_at_once_to_the_same_log_partitions_all_commit(
-        open_nats: Opener) -> None:
-    """Four readers of one source (each its own process's engine, a lease of its own) commit back to
-    back, every commit appending to each of the stream's four log partitions: a writer that reads
-    the ends after losing a race arrives behind the others' next commits, and must not give up
-    while its lease holds (a worker of a healthy cluster would exit 1): every commit lands once,
-    offsets dense."""
-    readers, commits, partitions = 4, 40, 4
-    engines = [await open_nats() for _ in range(readers)]
+async def commit_at_once(open_nats: Opener, log_stream: Callable[[int], str], writers: int = 4, commits: int = 40,
+                         partitions: int = 4) -> list[NatsEngine]:
+    """``writers`` source readers (each its own process's engine, a lease of its own, reader ``k``
+    appending to ``log_stream(k)``) commit back to back, every commit appending to each of the
+    ``partitions`` log partitions; every commit lands once, offsets dense. Returns the engines."""
+    engines = [await open_nats() for _ in range(writers)]
     generations = [await engine.acquire("source:s", reader) for reader, engine in enumerate(engines)]
 
     async def read_all(reader: int) -> None:
         for n in range(commits):
-            rows = [("events", p, f"r{reader}n{n}p{p}".encode(), encode_key([reader]), 0.0, {"r": reader, "n": n})
-                    for p in range(partitions)]
+            rows = [(log_stream(reader), p, f"r{reader}n{n}p{p}".encode(), encode_key([reader]), 0.0,
+                     {"r": reader, "n": n}) for p in range(partitions)]
             await engines[reader].commit(EpochCommit("source:s", reader, generations[reader], {("", 0): n + 1},
                                                      log_appends=rows))
 
-    await asyncio.gather(*(read_all(reader) for reader in range(readers)))
+    await asyncio.gather(*(read_all(reader) for reader in range(writers)))
     fresh = await open_nats()
-    for p in range(partitions):
-        messages = await fresh.read("events", p, 0, readers * commits + 1)
-        assert [m.offset for m in messages] == list(range(readers * commits))
-        assert sorted(m.message_id for m in messages) == sorted(f"r{r}n{n}p{p}".encode()
-                                                               for r in range(readers) for n in range(commits))
-    for reader in range(readers):
+    streams = sorted({log_stream(reader) for reader in range(writers)})
+    for stream in streams:
+        mine = [reader for reader in range(writers) if log_stream(reader) == stream]
+        for p in range(partitions):
+            messages = await fresh.read(stream, p, 0, writers * commits + 1)
+            assert [m.offset for m in messages] == list(range(len(mine) * commits))
+            assert sorted(m.message_id for m in messages) == sorted(f"r{r}n{n}p{p}".encode()
+                                                                   for r in mine for n in range(commits))
+    for reader in range(writers):
         assert (await fresh.load_checkpoint("source:s", reader, [])).input_positions == {("", 0): commits}
+    return engines
+
+
+async def test_writers_committing_at_once_to_the_same_log_partitions_all_commit(open_nats: Opener) -> None:
+    """Four writers of the same log partitions (as the partitions of a computation writing one logged
+    stream are) commit at once: a writer that reads the ends after losing a race arrives behind the
+    others' next commits, and must not give up while its lease holds (a worker of a healthy cluster
+    would exit 1)."""
+    await commit_at_once(open_nats, lambda reader: "events")
+
+
+async def test_readers_of_one_source_committing_at_once_each_to_its_lane_never_race(open_nats: Opener) -> None:
+    """The same four writers as a source's readers, each appending to its own lane
+    (``egress.runtime.lanes``): no commit is refused for another's appends."""
+    engines = await commit_at_once(open_nats, lambda reader: lane("events", reader))
+    assert [engine.races_lost for engine in engines] == [0, 0, 0, 0]
 
 
 async def wait_for_messages_at_most(url: str, engine: NatsEngine, bound: int) -> int:
