@@ -7,7 +7,9 @@ whose transport answers each POST after a scripted latency:
 * acknowledgements alone wait up to ``epoch_period`` and share one commit;
 * input that arrives while a commit is in flight is taken whole by the epoch right after it;
 * an acknowledgement that makes room for input held back for the sinks starts the next epoch at once;
-* an async HTTP sink bounds what its job reads (``unacknowledged_limit``), far below ``max_unacknowledged``.
+* an async HTTP sink bounds what its job reads (``unacknowledged_limit``), far below ``max_unacknowledged``;
+* epochs that only move the read positions (a computation that emits nothing) share one commit per
+  ``epoch_period``, and a stop commits them at once.
 """
 
 from __future__ import annotations
@@ -22,8 +24,8 @@ from egress.keys import encode_key
 from egress.observe import StatusTree
 from egress.runtime import RunOptions
 from egress.runtime.partition_job import PartitionJob
-from tests.unit.connectors.sinks.test_async_http_delivery import Outcome
 from tests.pipelines import Drops
+from tests.unit.connectors.sinks.test_async_http_delivery import Outcome
 from tests.unit.runtime.test_holds import UNIT, Setup
 
 
