@@ -153,7 +153,8 @@ async def dropping_job_idle(tmp_path: Path, options: RunOptions
     job = job_of(setup, options)
     run = asyncio.create_task(job.run(generation=1))
     await setup.clock.advance(5.0)
-    assert job.idle and not setup.engine.commits
+    assert job.idle
+    assert not setup.engine.commits
     return setup, job, run, messages
 
 
@@ -168,7 +169,8 @@ async def test_epochs_that_only_move_the_read_positions_share_one_commit_within_
         setup.engine.log.append(message)
         job.wake()
         await setup.clock.advance(0.1)
-    assert positions(setup) == [] and not job.idle  # held: due at 5.5, half a second after the first
+    assert positions(setup) == []  # held: due at 5.5, half a second after the first
+    assert not job.idle
     await setup.clock.advance(0.19)
     assert positions(setup) == []
     await setup.clock.advance(0.02)
