@@ -15,7 +15,8 @@ a due timer): a lone event is committed and handed to the sinks within one commi
 whatever ``epoch_period``. Under load the batches grow by themselves: an epoch starts when the
 previous commit is done and takes everything that arrived meanwhile, up to ``epoch_max_messages``.
 Only acknowledgements, which nothing waits for, are gathered for up to ``epoch_period`` into one
-commit.
+commit; so are the commits of epochs that only moved the read positions
+(:mod:`egress.runtime.deferred_positions`).
 """
 
 from __future__ import annotations
@@ -47,6 +48,7 @@ from egress.observe.epoch_parts import DELIVER, PROCESS, READ, THROTTLE, EpochPa
 from egress.rows import encode_row
 from egress.runtime.api import InitContext, RuntimeContext
 from egress.runtime.chunk_path import ChunkPath
+from egress.runtime.deferred_positions import DeferredPositions
 from egress.runtime.delivery_latency import DeliveryLatency
 from egress.runtime.epoch import DueTimer, EpochOutput, EpochStep
 from egress.runtime.holds import COMMIT, LEASE, STOPPING, SinkHolds, acknowledged_beyond
@@ -134,6 +136,7 @@ class PartitionJob:
                                         {sink_id: latency.labels(sink_id) for sink_id in plan.sinks})
         self.timers = TimerQueue()
         self._carried: CarriedContexts | None = None  # tracing on: trace contexts through the log
+        self._deferred = DeferredPositions(clock, options.epoch_period)  # an epoch's commit of positions alone
 
     def wake(self) -> None:
         """Input arrived (or every source ended, or a stop): the next epoch starts at once."""
@@ -389,20 +392,25 @@ class PartitionJob:
         try:
             output = await running.step.invoke(batch, due)
         except ProcessFunctionError:
-            if not self._throttle_given_up(running):
+            if not running.throttle_given_up:
                 raise
             raise _EpochGivenUp from None
         finally:
             if running.factory is not None:
                 running.factory.stopping = None
-        if self._throttle_given_up(running):  # the function caught ThrottleInterruptedError: discarded alike
+        if running.throttle_given_up:  # the function caught ThrottleInterruptedError: discarded alike
             raise _EpochGivenUp
         routed = self._chunks.route(chunks, running.step, output) if chunks and self._chunks is not None else []
         parts.mark(PROCESS)
         commit = running.step.record(running.generation, output, self._acknowledged_progress())
+        # A commit of positions alone waits up to epoch_period (egress.runtime.deferred_positions).
+        closing = stopping or bool(routed) or self.input_finished or self._stop_event.is_set()
+        may_hold = self._carried is None and not closing
+        commit, processed = self._deferred.take(commit, output.messages, running.step.committed_progress,
+                                                may_hold=may_hold)
         if commit is not None:
             commit.outbox_chunks = routed
-            await self._commit(running.step, commit, output)
+            await self._commit(running.step, commit, output, processed)
         self.holds.set(COMMIT, False)  # what was acknowledged while waiting on the engine is committed
         read = len(batch) + sum(at.chunk.count for at in chunks)
         parts.end(messages=read, timers=len(due),
@@ -411,12 +419,6 @@ class PartitionJob:
             return False
         await self._pause(read, held_back=held_back)
         return True
-
-    @staticmethod
-    def _throttle_given_up(running: _JobRun) -> bool:
-        """Whether a ``handle.throttle`` of the process function was given up because the job is
-        stopping (:class:`~egress.throttler.ThrottleInterruptedError`) during this epoch."""
-        return running.factory is not None and running.factory.interrupted
 
     async def _commit_acknowledgements_after_giving_up(self, running: _JobRun) -> None:
         """The way out of an epoch whose process function gave up waiting for quota (the job is
@@ -452,7 +454,7 @@ class PartitionJob:
         self._parts.waited(THROTTLE, waited)
         return True
 
-    async def _commit(self, step: EpochStep, commit: EpochCommit, output: EpochOutput) -> None:
+    async def _commit(self, step: EpochStep, commit: EpochCommit, output: EpochOutput, processed: int) -> None:
         """Commit the epoch, then tell the sinks and hand them the new outbox; wake downstream jobs.
         While the commit is in flight, acknowledgements beyond it hold the sinks (:meth:`_acknowledged`)."""
         if self._carried is not None:  # tracing on: outputs carry their input's trace context
@@ -460,7 +462,7 @@ class PartitionJob:
         await self._on_engine(self._engine.commit(commit), commit.sink_progress)
         self._parts.mark(COMMIT_PART)
         self._epochs.inc()
-        self._processed.inc(output.messages)
+        self._processed.inc(processed)
         self._timers_fired.inc(output.timers)
         step.committed(commit)
         if self._carried is not None:
@@ -536,7 +538,7 @@ class PartitionJob:
         if self.input_finished:
             self.flush_sinks()  # caught up with a finished input: no message is coming to fill a batch
         if not self._wakeup.is_set():
-            trigger = timers.next_processing_trigger() if self._may_read() else None
+            trigger = self._deferred.trigger(timers.next_processing_trigger() if self._may_read() else None)
             drained = all(sink.unacknowledged == 0 for sink in self.sinks.values())
             self.idle = (drained or self.blocked_error is not None) and trigger is None
             if trigger is None:
@@ -579,6 +581,12 @@ class _JobRun:
     step: EpochStep
     factory: ThrottlerFactory | None
     input_throttle: InputThrottle | None
+
+    @property
+    def throttle_given_up(self) -> bool:
+        """Whether a ``handle.throttle`` of the process function was given up because the job is
+        stopping (:class:`~egress.throttler.ThrottleInterruptedError`) during this epoch."""
+        return self.factory is not None and self.factory.interrupted
 
 
 def _start_function(

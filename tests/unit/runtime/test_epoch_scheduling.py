@@ -7,12 +7,15 @@ whose transport answers each POST after a scripted latency:
 * acknowledgements alone wait up to ``epoch_period`` and share one commit;
 * input that arrives while a commit is in flight is taken whole by the epoch right after it;
 * an acknowledgement that makes room for input held back for the sinks starts the next epoch at once;
-* an async HTTP sink bounds what its job reads (``unacknowledged_limit``), far below ``max_unacknowledged``.
+* an async HTTP sink bounds what its job reads (``unacknowledged_limit``), far below ``max_unacknowledged``;
+* epochs that only move the read positions (a computation that emits nothing) share one commit per
+  ``epoch_period``, and a stop commits them at once.
 """
 
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 from pathlib import Path
 
 from egress.connectors.sinks.async_http import UNACKNOWLEDGED_PER_CONNECTION
@@ -21,6 +24,7 @@ from egress.keys import encode_key
 from egress.observe import StatusTree
 from egress.runtime import RunOptions
 from egress.runtime.partition_job import PartitionJob
+from tests.pipelines import Drops
 from tests.unit.connectors.sinks.test_async_http_delivery import Outcome
 from tests.unit.runtime.test_holds import UNIT, Setup
 
@@ -136,3 +140,50 @@ async def test_an_async_http_sink_bounds_what_its_job_reads_to_its_unacknowledge
     assert sum(len(outbox) for outbox in outboxes(setup)) > limit + 100
     assert most < 2 * limit  # never more than the limit plus one epoch's read
     await stopped(setup, job, run)
+
+
+async def dropping_job_idle(tmp_path: Path, options: RunOptions
+                            ) -> tuple[Setup, PartitionJob, asyncio.Task[None], list[LogMessage]]:
+    """A job of a computation that emits nothing (``tests.pipelines:Drops``) over an empty log, idle
+    at t = 5; also the log messages to append."""
+    setup = Setup(tmp_path)
+    setup.computation = dataclasses.replace(setup.computation, function_class=Drops)
+    messages = list(setup.engine.log)
+    setup.engine.log.clear()
+    job = job_of(setup, options)
+    run = asyncio.create_task(job.run(generation=1))
+    await setup.clock.advance(5.0)
+    assert job.idle
+    assert not setup.engine.commits
+    return setup, job, run, messages
+
+
+def positions(setup: Setup) -> list[list[int]]:
+    return [list(commit.input_positions.values()) for commit in setup.engine.commits]
+
+
+async def test_epochs_that_only_move_the_read_positions_share_one_commit_within_the_epoch_period(
+        tmp_path: Path) -> None:
+    setup, job, run, messages = await dropping_job_idle(tmp_path, RunOptions(epoch_period=0.5))
+    for message in messages[:3]:  # each read by an epoch of its own at once, which emits nothing
+        setup.engine.log.append(message)
+        job.wake()
+        await setup.clock.advance(0.1)
+    assert positions(setup) == []  # held: due at 5.5, half a second after the first
+    assert not job.idle
+    await setup.clock.advance(0.19)
+    assert positions(setup) == []
+    await setup.clock.advance(0.02)
+    assert positions(setup) == [[3]]  # one commit of the three epochs' positions, then idle
+    assert job.idle
+    await stopped(setup, job, run)
+
+
+async def test_held_back_read_positions_are_committed_at_once_by_a_stop(tmp_path: Path) -> None:
+    setup, job, run, messages = await dropping_job_idle(tmp_path, RunOptions(epoch_period=60.0))
+    setup.engine.log.append(messages[0])
+    job.wake()
+    await setup.clock.advance(1.0)
+    assert positions(setup) == []
+    await stopped(setup, job, run)
+    assert positions(setup) == [[1]]

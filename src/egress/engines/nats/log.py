@@ -13,6 +13,10 @@ from egress.engines.nats.log_index import Chunk, LogIndex
 from egress.engines.protocols import LogMessage
 from egress.rows import decode_row
 
+SEARCH_PERIOD = 0.25
+"""Seconds: how often at most a read from a log partition's known end searches the stream for a
+chunk past it (:meth:`NatsLog.read`)."""
+
 
 class NatsLog(NatsConnection):
     """:class:`~egress.engines.protocols.Log` of the bucket."""
@@ -21,6 +25,7 @@ class NatsLog(NatsConnection):
         super().__init__(*args, **kwargs)
         self._log_ends: dict[tuple[str, int], tuple[int, int]] = {}
         self._indexes: dict[tuple[str, int], LogIndex] = {}
+        self._searched: dict[tuple[str, int], float] = {}  # when a read from the known end last found nothing
 
     async def read(self, stream: str, partition: int, after: int, limit: int) -> list[LogMessage]:
         """Up to ``limit`` messages after ``after``. A read that has messages stops at the end this
@@ -28,15 +33,23 @@ class NatsLog(NatsConnection):
         round trip to the server that finds nothing in the usual case, each epoch of a job that
         keeps up; a chunk a missed note did not announce is read by the next read, at the latest
         on the jobs' wake every ``remote_poll_period``, as when the job is idle. A read from the
-        known end searches (a note may have been missed)."""
+        known end searches (a note may have been missed), but at most once per
+        :data:`SEARCH_PERIOD` (the clock's) while those searches find nothing: a job woken by every
+        commit of every reader of its input reads most of its lanes at their ends each epoch, and
+        each search is a request the server answers with nothing; a missed note's chunk is then read
+        within :data:`SEARCH_PERIOD` of the job's next wake."""
         messages: list[LogMessage] = []
         offset = after
         slot = (stream, partition)
         while len(messages) < limit:
             known_end = self._log_ends.get(slot)
-            if messages and known_end is not None and offset >= known_end[0]:
+            at_end = known_end is not None and offset >= known_end[0]
+            if at_end and (messages or self._clock.monotonic() - self._searched.get(slot, -SEARCH_PERIOD)
+                           < SEARCH_PERIOD):
                 break
             chunk = await self._chunk_containing(slot, offset)
+            if chunk is None and at_end:
+                self._searched[slot] = self._clock.monotonic()
             if chunk is None or chunk.entries is None:
                 break
             offset = max(offset, chunk.first)  # below a chunk only when retention purged the offsets between

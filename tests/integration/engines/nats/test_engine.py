@@ -16,9 +16,11 @@ from typing import Any
 import nats
 import pytest
 
+from egress.clock import VirtualClock
 from egress.engines import ROLE_PREFIX, EpochCommit, FencedError, LogAppend, MemberInfo, SinkProgress
 from egress.engines.nats import NatsEngine, NatsEngineError, NatsUnavailableError
 from egress.engines.nats.errors import JetStreamRequestError
+from egress.engines.nats.log import SEARCH_PERIOD
 from egress.errors import EgressError
 from egress.keys import encode_key
 from egress.runtime.lanes import lane
@@ -275,6 +277,28 @@ async def test_a_read_with_messages_stops_at_the_known_end_and_a_read_from_there
     monkeypatch.setattr(own._js(), "scan", no_search)
     assert [m.offset for m in await own.read("events", 0, 0, 1000)] == list(range(100))
     monkeypatch.setattr(own._js(), "scan", scan)
+    assert [m.offset for m in await own.read("events", 0, 100, 1000)] == list(range(100, 200))
+
+
+async def test_a_read_from_the_known_end_searches_for_an_unannounced_chunk_at_most_every_search_period(
+        open_nats: Opener, monkeypatch: pytest.MonkeyPatch) -> None:
+    clock = VirtualClock()
+    own, other = await open_nats(clock=clock), await open_nats()
+    generations = [await own.acquire("source:a", 0), await other.acquire("source:b", 0)]
+    await own.commit(EpochCommit("source:a", 0, generations[0], log_appends=appends("events", 0, 0, 100)))
+    known = own._log_ends[("events", 0)]
+    assert await own.read("events", 0, 100, 1000) == []  # a search from the known end that finds nothing
+    await other.commit(EpochCommit("source:b", 0, generations[1], log_appends=appends("events", 0, 100, 100)))
+    own._log_ends[("events", 0)] = known  # as if the other's appends note was missed (notes are at most once)
+    scan = own._js().scan
+
+    async def no_search(*_: object, **__: object) -> None:
+        raise AssertionError("a read from the known end searched again within SEARCH_PERIOD")
+
+    monkeypatch.setattr(own._js(), "scan", no_search)
+    assert await own.read("events", 0, 100, 1000) == []
+    monkeypatch.setattr(own._js(), "scan", scan)
+    await clock.advance(SEARCH_PERIOD)
     assert [m.offset for m in await own.read("events", 0, 100, 1000)] == list(range(100, 200))
 
 
