@@ -372,6 +372,14 @@ def _bind_sinks(sensors: Any, computation_id: str) -> Any:
     return view
 
 
+class _Exposed:
+    """A run's sensor families, in the order they are exposed, and its registry once made."""
+
+    def __init__(self) -> None:
+        self.collectors: list[Any] = []
+        self.registry: CollectorRegistry | None = None
+
+
 class Metrics:
     """The sensors of one pipeline run, named after Flow's paths where Flow has them.
 
@@ -380,8 +388,7 @@ class Metrics:
     """
 
     def __init__(self) -> None:
-        self._registry: CollectorRegistry | None = None
-        self._collectors: list[Any] = []  # this run's sensor families, in the order they are exposed
+        self._exposed = _Exposed()  # shared with every for_computation view (a shallow copy)
         collect = self._collected
         self.source_rows = collect(LabelledCounter(
             "egress_source_rows", "Rows read by a source and appended to its stream.",
@@ -441,29 +448,30 @@ class Metrics:
             ["path"]))
 
     def _collected(self, family: Family) -> Family:
-        self._collectors.append(family)
+        self._exposed.collectors.append(family)
         return family
 
     @property
     def registry(self) -> CollectorRegistry:
         """This run's prometheus-client registry, made (and the library imported) when first asked
         for: ``ProcessCollector``'s ``process_*``, then every sensor family in the order they were made."""
-        if self._registry is None:
+        exposed = self._exposed
+        if exposed.registry is None:
             from prometheus_client import CollectorRegistry, ProcessCollector
 
             registry = CollectorRegistry(auto_describe=True)
             ProcessCollector(registry=registry)
-            for family in self._collectors:
+            for family in exposed.collectors:
                 registry.register(family)
-            self._registry = registry
-        return self._registry
+            exposed.registry = registry
+        return exposed.registry
 
     def samples(self, name: str) -> Iterator[tuple[dict[str, str], float]]:
         """The ``(labels, value)`` of every sample named ``name`` (with ``_total`` for counters): read
         from the sensors themselves while nothing made :attr:`registry` (the same values), else from
         the registry, with what else was registered on it."""
-        if self._registry is None and not name.startswith("process_"):
-            for family in self._collectors:
+        if self._exposed.registry is None and not name.startswith("process_"):
+            for family in self._exposed.collectors:
                 for sample_name, labels, value in family.samples():
                     if sample_name == name:
                         yield labels, value

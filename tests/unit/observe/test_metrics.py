@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import re
+from collections.abc import Iterator
 
 import pytest
 from prometheus_client import CollectorRegistry, Counter, Gauge, generate_latest
+from prometheus_client.core import GaugeMetricFamily
 
 from egress.clock import VirtualClock
 from egress.connectors.base import SinkContext
@@ -62,6 +64,11 @@ def test_the_registry_has_the_process_metrics() -> None:
         assert f"\n{name} " in text
 
 
+class CustomCollector:
+    def collect(self) -> Iterator[GaugeMetricFamily]:
+        yield GaugeMetricFamily("egress_test_custom", "test", value=3)
+
+
 def _created_masked(text: str) -> str:
     return re.sub(r"(_created\{[^}]*\}) \S+", r"\1 T", text)  # the creation times differ by microseconds
 
@@ -106,9 +113,17 @@ def test_values_read_before_and_after_the_registry_is_made_are_the_same() -> Non
              "egress_sink_delivery_latency_seconds_count", "egress_sink_delivery_latency_seconds_sum")
     before = {name: sorted((sorted(labels.items()), value) for labels, value in metrics.samples(name))
               for name in names}
-    assert metrics._registry is None  # read from the sensors: prometheus-client's families not made
+    assert metrics._exposed.registry is None  # read from the sensors: prometheus-client's families not made
     assert metrics.exposition()  # makes the registry
     after = {name: sorted((sorted(labels.items()), value) for labels, value in metrics.samples(name))
              for name in names}
     assert before == after
     assert before["egress_source_rows_total"] == [([("source_id", "payloads")], 4.0)]
+
+
+def test_a_computations_view_and_the_run_share_one_registry() -> None:
+    metrics = Metrics()
+    view = metrics.for_computation("deliver")
+    view.registry.register(CustomCollector())  # as a sink registers its own families (webhook endpoints)
+    assert metrics.registry is view.registry
+    assert metrics.value("egress_test_custom") == 3
