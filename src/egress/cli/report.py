@@ -25,11 +25,8 @@ def snapshot(pipeline: Pipeline) -> dict[str, Any]:
     """Counters of a running or finished pipeline, as plain numbers (all sinks added up)."""
     metrics: Metrics = pipeline.metrics
     responses: dict[str, int] = {}
-    for family in metrics.registry.collect():
-        for sample in family.samples:
-            if sample.name == _RESPONSES:
-                code = sample.labels["status_code"]
-                responses[code] = responses.get(code, 0) + int(sample.value)
+    for labels, value in metrics.samples(_RESPONSES):
+        responses[labels["status_code"]] = responses.get(labels["status_code"], 0) + int(value)
     unacknowledged = sum(s.unacknowledged for job in pipeline.jobs for s in job.sinks.values())
     values: dict[str, Any] = {
         "rows_read": int(metrics.total("egress_source_rows_total")),
@@ -51,10 +48,8 @@ def bad_records(metrics: Metrics) -> dict[str, int]:
     """Records the sources dropped under ``on_bad_record``: ``bad_records_skipped`` and
     ``bad_records_dead_lettered`` (all sources added up)."""
     counts = {"skip": 0, "dead_letter": 0}
-    for family in metrics.registry.collect():
-        for sample in family.samples:
-            if sample.name == "egress_source_bad_records_total":
-                counts[sample.labels["action"]] += int(sample.value)
+    for labels, value in metrics.samples("egress_source_bad_records_total"):
+        counts[labels["action"]] += int(value)
     return {"bad_records_skipped": counts["skip"], "bad_records_dead_lettered": counts["dead_letter"]}
 
 

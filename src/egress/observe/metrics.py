@@ -1,6 +1,14 @@
 """Metrics: one prometheus-client registry per running pipeline (not the global one), so that
 several pipelines or tests in one process never share counters.
 
+The run's own sensors are plain objects of this module (:class:`LabelledCounter`,
+:class:`LabelledGauge`, :class:`SummedCounter`, :class:`Histogram`): prometheus-client (~70 M
+instructions of imports, its exposition's HTTP and WSGI servers among them) is imported only when
+something reads them as Prometheus families: :attr:`Metrics.registry` is made when first asked for
+(a scrape, the dashboard, a collector of its own to register), with the same families in the same
+order as prometheus-client's ``Counter`` and ``Gauge`` would give. :meth:`Metrics.value` and
+:meth:`Metrics.samples` read the sensors without it until then.
+
 Every sink sensor is labelled by ``computation_id`` and ``sink_id`` (two computations may each have
 a sink named ``http``). A sink sees the run's :class:`Metrics` bound to its computation
 (:meth:`Metrics.for_computation`, done by ``SinkContext``), so it labels its sensors by ``sink_id``
@@ -11,12 +19,15 @@ from __future__ import annotations
 
 import bisect
 import copy
+import threading
+import time
 import weakref
 from collections.abc import Callable, Iterator, Sequence
-from typing import Any, Generic, Protocol, TypeVar
+from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeVar
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, ProcessCollector, generate_latest
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
+if TYPE_CHECKING:
+    from prometheus_client import CollectorRegistry
+    from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
 
 # Seconds: from a few milliseconds (a loopback 2xx) to the longest request_timeout worth telling apart.
 LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0,
@@ -49,7 +60,16 @@ class _Freshness:
     def __init__(self) -> None:
         self.sinks: weakref.WeakSet[ReportsFreshness] = weakref.WeakSet()
 
+    def samples(self) -> Iterator[tuple[str, dict[str, str], float]]:
+        """The samples :meth:`collect` gives, as ``(name, labels, value)``, without prometheus-client."""
+        for sink in list(self.sinks):
+            yield ("egress_sink_oldest_undelivered_record_age_seconds",
+                   {"computation_id": sink.computation_id, "sink_id": sink.sink_id, "sink_class": sink.sink_class,
+                    "partition": str(sink.partition)}, sink.oldest_undelivered_age())
+
     def collect(self) -> Iterator[GaugeMetricFamily]:
+        from prometheus_client.core import GaugeMetricFamily
+
         family = GaugeMetricFamily("egress_sink_oldest_undelivered_record_age_seconds",
                                    "Seconds since the oldest unacknowledged record reached the sink (0: none).",
                                    labels=["computation_id", "sink_id", "sink_class", "partition"])
@@ -60,6 +80,7 @@ class _Freshness:
 
 
 Child = TypeVar("Child", covariant=True)
+Family = TypeVar("Family")
 
 
 class _Labelled(Protocol[Child]):
@@ -109,14 +130,15 @@ class Histogram:
     a whole acknowledged batch at once (``observe(seconds, count)``).
     """
 
-    def __init__(self, name: str, documentation: str, labelnames: Sequence[str], registry: CollectorRegistry,
-                 buckets: Sequence[float] = LATENCY_BUCKETS) -> None:
+    def __init__(self, name: str, documentation: str, labelnames: Sequence[str],
+                 registry: CollectorRegistry | None = None, buckets: Sequence[float] = LATENCY_BUCKETS) -> None:
         self.name = name
         self.documentation = documentation
         self.labelnames = list(labelnames)
         self.buckets = tuple(sorted(buckets))
         self._children: dict[tuple[str, ...], HistogramChild] = {}
-        registry.register(self)
+        if registry is not None:  # else its Metrics registers it, on the registry when made
+            registry.register(self)
 
     def labels(self, *values: str) -> HistogramChild:
         child = self._children.get(values)
@@ -127,9 +149,24 @@ class Histogram:
         return child
 
     def describe(self) -> Iterator[HistogramMetricFamily]:
+        from prometheus_client.core import HistogramMetricFamily
+
         yield HistogramMetricFamily(self.name, self.documentation, labels=self.labelnames)
 
+    def samples(self) -> Iterator[tuple[str, dict[str, str], float]]:
+        """The samples :meth:`collect` gives, as ``(name, labels, value)``, without prometheus-client."""
+        for values, child in list(self._children.items()):
+            labels = dict(zip(self.labelnames, values, strict=True))
+            cumulative = 0
+            for bound, count in zip([*map(str, self.buckets), "+Inf"], list(child.counts), strict=True):
+                cumulative += count
+                yield f"{self.name}_bucket", {**labels, "le": bound}, cumulative
+            yield f"{self.name}_count", labels, cumulative
+            yield f"{self.name}_sum", labels, child.sum
+
     def collect(self) -> Iterator[HistogramMetricFamily]:
+        from prometheus_client.core import HistogramMetricFamily
+
         family = HistogramMetricFamily(self.name, self.documentation, labels=self.labelnames)
         for values, child in list(self._children.items()):
             cumulative, buckets = 0, []
@@ -155,14 +192,16 @@ class CounterChild:
 class SummedCounter:
     """A counter family computed at scrape time from :class:`CounterChild` totals: for a sensor
     incremented several times per epoch, where prometheus-client's ``Counter.inc`` (a lock and its
-    checks) costs about 3 µs a call here (measured)."""
+    checks) costs about 3 µs a call here (measured). No ``_created`` series."""
 
-    def __init__(self, name: str, documentation: str, labelnames: Sequence[str], registry: CollectorRegistry) -> None:
+    def __init__(self, name: str, documentation: str, labelnames: Sequence[str],
+                 registry: CollectorRegistry | None = None) -> None:
         self.name = name
         self.documentation = documentation
         self.labelnames = list(labelnames)
         self._children: dict[tuple[str, ...], CounterChild] = {}
-        registry.register(self)
+        if registry is not None:  # else its Metrics registers it, on the registry when made
+            registry.register(self)
 
     def labels(self, *values: str) -> CounterChild:
         child = self._children.get(values)
@@ -173,12 +212,154 @@ class SummedCounter:
         return child
 
     def describe(self) -> Iterator[CounterMetricFamily]:
+        from prometheus_client.core import CounterMetricFamily
+
         yield CounterMetricFamily(self.name, self.documentation, labels=self.labelnames)
 
+    def samples(self) -> Iterator[tuple[str, dict[str, str], float]]:
+        """The samples :meth:`collect` gives, as ``(name, labels, value)``, without prometheus-client."""
+        for values, child in list(self._children.items()):
+            yield f"{self.name}_total", dict(zip(self.labelnames, values, strict=True)), child.value
+
     def collect(self) -> Iterator[CounterMetricFamily]:
+        from prometheus_client.core import CounterMetricFamily
+
         family = CounterMetricFamily(self.name, self.documentation, labels=self.labelnames)
         for values, child in list(self._children.items()):
             family.add_metric(list(values), child.value)
+        yield family
+
+
+def _created_series() -> bool:
+    """Whether counters expose ``_created`` (prometheus-client's own switch: its environment variable
+    ``PROMETHEUS_DISABLE_CREATED_SERIES`` or ``disable_created_metrics()``), read when exposed."""
+    from prometheus_client import metrics
+
+    return bool(getattr(metrics, "_use_created", True))
+
+
+class LockedCounterChild:
+    """One label set of a :class:`LabelledCounter`: prometheus-client's counter child's semantics
+    (a lock, so that threads may add at once; a negative amount refused; ``created``, the Unix time
+    it was made, as its ``_created`` series) without its library."""
+
+    __slots__ = ("_lock", "created", "value")
+
+    def __init__(self) -> None:
+        self.value = 0.0
+        self.created = time.time()  # wall time, as prometheus-client stamps a child's _created
+        self._lock = threading.Lock()
+
+    def inc(self, amount: float = 1.0) -> None:
+        if amount < 0:
+            raise ValueError("Counters can only be incremented by non-negative amounts.")
+        with self._lock:
+            self.value += amount
+
+
+class GaugeChild:
+    """One label set of a :class:`LabelledGauge` (a lock, as prometheus-client's gauge child)."""
+
+    __slots__ = ("_lock", "value")
+
+    def __init__(self) -> None:
+        self.value = 0.0
+        self._lock = threading.Lock()
+
+    def set(self, value: float) -> None:
+        with self._lock:
+            self.value = float(value)
+
+    def inc(self, amount: float = 1.0) -> None:
+        with self._lock:
+            self.value += amount
+
+    def dec(self, amount: float = 1.0) -> None:
+        with self._lock:
+            self.value -= amount
+
+
+LabelledChild = TypeVar("LabelledChild", LockedCounterChild, GaugeChild)
+
+
+class _LabelledFamily(Generic[LabelledChild]):
+    """A family of children by label values, ``labels(*values)`` as prometheus-client's: each value
+    made a string, their count checked, a child made on first use."""
+
+    def __init__(self, name: str, documentation: str, labelnames: Sequence[str],
+                 make: Callable[[], LabelledChild]) -> None:
+        self.name = name
+        self.documentation = documentation
+        self.labelnames = list(labelnames)
+        self._make: Callable[[], LabelledChild] = make
+        self._children: dict[tuple[str, ...], LabelledChild] = {}
+        self._lock = threading.Lock()
+
+    def labels(self, *values: object) -> LabelledChild:
+        key = tuple(str(value) for value in values)
+        child = self._children.get(key)
+        if child is None:
+            if len(key) != len(self.labelnames):
+                raise ValueError("Incorrect label count")
+            with self._lock:
+                child = self._children.setdefault(key, self._make())
+        return child
+
+    def _labelled(self) -> Iterator[tuple[dict[str, str], LabelledChild]]:
+        for values, child in list(self._children.items()):
+            yield dict(zip(self.labelnames, values, strict=True)), child
+
+
+class LabelledCounter(_LabelledFamily[LockedCounterChild]):
+    """A counter family exposed as prometheus-client's ``Counter`` of the same name and labels is:
+    ``<name>_total`` and (unless turned off there) ``<name>_created`` per label set."""
+
+    def __init__(self, name: str, documentation: str, labelnames: Sequence[str]) -> None:
+        super().__init__(name.removesuffix("_total"), documentation, labelnames, LockedCounterChild)
+
+    def describe(self) -> Iterator[CounterMetricFamily]:
+        from prometheus_client.core import CounterMetricFamily
+
+        yield CounterMetricFamily(self.name, self.documentation, labels=self.labelnames)
+
+    def samples(self) -> Iterator[tuple[str, dict[str, str], float]]:
+        """The samples :meth:`collect` gives, as ``(name, labels, value)``, without prometheus-client
+        (and without ``_created``, which only an exposition needs)."""
+        for labels, child in self._labelled():
+            yield f"{self.name}_total", labels, child.value
+
+    def collect(self) -> Iterator[CounterMetricFamily]:
+        from prometheus_client.core import CounterMetricFamily
+
+        created = _created_series()
+        family = CounterMetricFamily(self.name, self.documentation, labels=self.labelnames)
+        for labels, child in self._labelled():
+            family.add_metric(list(labels.values()), child.value, created=child.created if created else None)
+        yield family
+
+
+class LabelledGauge(_LabelledFamily[GaugeChild]):
+    """A gauge family exposed as prometheus-client's ``Gauge`` of the same name and labels is."""
+
+    def __init__(self, name: str, documentation: str, labelnames: Sequence[str]) -> None:
+        super().__init__(name, documentation, labelnames, GaugeChild)
+
+    def describe(self) -> Iterator[GaugeMetricFamily]:
+        from prometheus_client.core import GaugeMetricFamily
+
+        yield GaugeMetricFamily(self.name, self.documentation, labels=self.labelnames)
+
+    def samples(self) -> Iterator[tuple[str, dict[str, str], float]]:
+        """The samples :meth:`collect` gives, as ``(name, labels, value)``, without prometheus-client."""
+        for labels, child in self._labelled():
+            yield self.name, labels, child.value
+
+    def collect(self) -> Iterator[GaugeMetricFamily]:
+        from prometheus_client.core import GaugeMetricFamily
+
+        family = GaugeMetricFamily(self.name, self.documentation, labels=self.labelnames)
+        for labels, child in self._labelled():
+            family.add_metric(list(labels.values()), child.value)
         yield family
 
 
@@ -191,86 +372,114 @@ def _bind_sinks(sensors: Any, computation_id: str) -> Any:
     return view
 
 
+class _Exposed:
+    """A run's sensor families, in the order they are exposed, and its registry once made."""
+
+    def __init__(self) -> None:
+        self.collectors: list[Any] = []
+        self.registry: CollectorRegistry | None = None
+
+
 class Metrics:
     """The sensors of one pipeline run, named after Flow's paths where Flow has them.
 
     Counters only grow; read them in tests with :meth:`value`. ``process_*`` (CPU seconds, memory,
-    open files, start time) come from prometheus-client's ``ProcessCollector`` on this registry.
+    open files, start time) come from prometheus-client's ``ProcessCollector`` on :attr:`registry`.
     """
 
     def __init__(self) -> None:
-        self.registry = CollectorRegistry(auto_describe=True)
-        ProcessCollector(registry=self.registry)
-        self.source_rows = Counter(
+        self._exposed = _Exposed()  # shared with every for_computation view (a shallow copy)
+        collect = self._collected
+        self.source_rows = collect(LabelledCounter(
             "egress_source_rows", "Rows read by a source and appended to its stream.",
-            ["source_id"], registry=self.registry,
-        )
-        self.source_bad_records = Counter(
+            ["source_id"]))
+        self.source_bad_records = collect(LabelledCounter(
             "egress_source_bad_records", "Records a source dropped as not fitting its schema (on_bad_record), "
             "by action: skip or dead_letter.",
-            ["source_id", "action"], registry=self.registry,
-        )
-        self.source_unread_records = Gauge(
+            ["source_id", "action"]))
+        self.source_unread_records = collect(LabelledGauge(
             "egress_source_unread_records", "Records a source has not read yet (an estimate for files, exact "
             "for nats and http; absent while unknown; refreshed at each scrape). Not yet in any partition.",
-            ["source_id"], registry=self.registry,
-        )
-        self.computation_messages = Counter(
+            ["source_id"]))
+        self.computation_messages = collect(LabelledCounter(
             "egress_computation_input_messages", "Input messages processed by a computation.",
-            ["computation_id"], registry=self.registry,
-        )
-        self.input_throttle_seconds = Counter(
+            ["computation_id"]))
+        self.input_throttle_seconds = collect(LabelledCounter(
             "egress_computation_input_throttle_seconds",
             "Seconds input batches waited for throttler quota (upstream Input.Throttle).",
-            ["computation_id"], registry=self.registry,
-        )
-        self.epoch_part_seconds = SummedCounter(
+            ["computation_id"]))
+        self.epoch_part_seconds = collect(SummedCounter(
             "egress_epoch_part_seconds",
             "Seconds partition jobs' epochs spent in each part: read, Input.Throttle, process, commit, deliver "
             "(egress.observe.epoch_parts; the dashboard's Epoch parts chart).",
-            ["computation_id", "part"], self.registry,
-        )
-        self.epochs = Counter(
+            ["computation_id", "part"]))
+        self.epochs = collect(LabelledCounter(
             "egress_epochs_committed", "Epochs committed by partition jobs.",
-            ["computation_id"], registry=self.registry,
-        )
-        self.timers_fired = Counter(
+            ["computation_id"]))
+        self.timers_fired = collect(LabelledCounter(
             "egress_computation_timers_fired", "Timers fired in committed epochs of a computation.",
-            ["computation_id"], registry=self.registry,
-        )
-        self.sink = _SinkMetrics(self.registry)
-        self.delivery_latency: SinkSensor[HistogramChild] = SinkSensor(Histogram(
+            ["computation_id"]))
+        self.sink = _SinkMetrics(collect)
+        self.delivery_latency: SinkSensor[HistogramChild] = SinkSensor(collect(Histogram(
             "egress_sink_delivery_latency_seconds",
             "Seconds from the commit of a message to its acknowledgement by its sink (a 2xx, or its dead-letter "
             "line), counted when the last message of its epoch is acknowledged (at most one epoch period late).",
-            ["computation_id", "sink_id"], self.registry))
-        self.attempt_duration: SinkSensor[HistogramChild] = SinkSensor(Histogram(
+            ["computation_id", "sink_id"])))
+        self.attempt_duration: SinkSensor[HistogramChild] = SinkSensor(collect(Histogram(
             "egress_sink_attempt_duration_seconds",
             "Seconds from the start of an HTTP attempt (a POST, or a batch's) to its response or failure.",
-            ["computation_id", "sink_id"], self.registry))
-        self.partition_owned = Gauge(
+            ["computation_id", "sink_id"])))
+        self.partition_owned = collect(LabelledGauge(
             "egress_partition_owned", "1 while this process runs the unit (a computation partition, or "
-            "a source reader: source:<id> and its partition), 0 once it stopped.", ["computation", "partition"],
-            registry=self.registry,
-        )
-        self.partition_input_lag = Gauge(
+            "a source reader: source:<id> and its partition), 0 once it stopped.", ["computation", "partition"]))
+        self.partition_input_lag = collect(LabelledGauge(
             "egress_partition_input_lag", "Input messages of a partition this process runs not yet processed "
-            "(refreshed at each scrape).", ["computation", "partition"], registry=self.registry,
-        )
-        self.partition_input_lag_seconds = Gauge(
+            "(refreshed at each scrape).", ["computation", "partition"]))
+        self.partition_input_lag_seconds = collect(LabelledGauge(
             "egress_partition_input_lag_seconds", "Seconds the oldest input message of a partition this process "
             "runs has waited: now minus its event time, or since the partition last had no lag when it has none "
-            "(0: no lag; refreshed at each scrape).", ["computation", "partition"], registry=self.registry,
-        )
-        self.partition_unacknowledged = Gauge(
+            "(0: no lag; refreshed at each scrape).", ["computation", "partition"]))
+        self.partition_unacknowledged = collect(LabelledGauge(
             "egress_partition_unacknowledged", "Committed messages a sink instance of a partition this process "
             "runs holds and has not yet acknowledged (refreshed at each scrape).",
-            ["computation", "partition", "sink_id"], registry=self.registry,
-        )
-        self.broken = Gauge(
+            ["computation", "partition", "sink_id"]))
+        self.broken = collect(LabelledGauge(
             "egress_status_broken", "1 while the status path is in error (upstream /status_profiler/broken).",
-            ["path"], registry=self.registry,
-        )
+            ["path"]))
+
+    def _collected(self, family: Family) -> Family:
+        self._exposed.collectors.append(family)
+        return family
+
+    @property
+    def registry(self) -> CollectorRegistry:
+        """This run's prometheus-client registry, made (and the library imported) when first asked
+        for: ``ProcessCollector``'s ``process_*``, then every sensor family in the order they were made."""
+        exposed = self._exposed
+        if exposed.registry is None:
+            from prometheus_client import CollectorRegistry, ProcessCollector
+
+            registry = CollectorRegistry(auto_describe=True)
+            ProcessCollector(registry=registry)
+            for family in exposed.collectors:
+                registry.register(family)
+            exposed.registry = registry
+        return exposed.registry
+
+    def samples(self, name: str) -> Iterator[tuple[dict[str, str], float]]:
+        """The ``(labels, value)`` of every sample named ``name`` (with ``_total`` for counters): read
+        from the sensors themselves while nothing made :attr:`registry` (the same values), else from
+        the registry, with what else was registered on it."""
+        if self._exposed.registry is None and not name.startswith("process_"):
+            for family in self._exposed.collectors:
+                for sample_name, labels, value in family.samples():
+                    if sample_name == name:
+                        yield labels, value
+            return
+        for metric in self.registry.collect():
+            for sample in metric.samples:
+                if sample.name == name:
+                    yield sample.labels, sample.value
 
     def for_computation(self, computation_id: str) -> Metrics:
         """These sensors as the sinks of ``computation_id`` see them: the same registry and series,
@@ -283,10 +492,9 @@ class Metrics:
         """The sum of the samples named ``name`` (with ``_total`` for counters) whose labels include
         ``labels`` (so ``sink_id="http"`` adds up every computation's ``http`` sink); 0 when absent."""
         total = 0.0
-        for family in self.registry.collect():
-            for sample in family.samples:
-                if sample.name == name and all(sample.labels.get(k) == v for k, v in labels.items()):
-                    total += sample.value
+        for found, value in self.samples(name):
+            if all(found.get(k) == v for k, v in labels.items()):
+                total += value
         return total
 
     def total(self, name: str) -> float:
@@ -295,6 +503,8 @@ class Metrics:
 
     def exposition(self) -> bytes:
         """The Prometheus text exposition format of every sensor."""
+        from prometheus_client import generate_latest
+
         return bytes(generate_latest(self.registry))
 
 
@@ -303,12 +513,13 @@ SINK_LABELS = ("computation_id", "sink_id", "sink_class")
 ``firehose_http``) tells the series of one sink apart from another's kind."""
 
 
-def _sink_counters(registry: CollectorRegistry) -> Callable[..., SinkSensor[Counter]]:
+def _sink_counters(
+        collect: Callable[[LabelledCounter], LabelledCounter]) -> Callable[..., SinkSensor[LockedCounterChild]]:
     """A maker of the sinks' counters: ``counter(name, text, *labels)`` is ``egress_sink_`` + ``name``,
     labelled by :data:`SINK_LABELS` and ``labels``."""
 
-    def counter(name: str, text: str, *labels: str) -> SinkSensor[Counter]:
-        return SinkSensor(Counter(f"egress_sink_{name}", text, [*SINK_LABELS, *labels], registry=registry))
+    def counter(name: str, text: str, *labels: str) -> SinkSensor[LockedCounterChild]:
+        return SinkSensor(collect(LabelledCounter(f"egress_sink_{name}", text, [*SINK_LABELS, *labels])))
 
     return counter
 
@@ -319,8 +530,8 @@ class _SinkMetrics:
     HTTP sink's ``/sink/async_http_sink/responses{status_code}`` and ``.../attempt_failures``. The data
     freshness gauge is computed at scrape time from the sinks that add themselves to ``freshness.sinks``."""
 
-    def __init__(self, registry: CollectorRegistry) -> None:
-        counter = _sink_counters(registry)
+    def __init__(self, collect: Callable[[Any], Any]) -> None:
+        counter = _sink_counters(collect)
         self.requests = counter("requests", "Requests sent: attempts, their retries and redirects.")
         self.responses = counter("responses", "HTTP responses received, once each, by status.", "status_code")
         self.attempt_failures = counter(
@@ -345,5 +556,4 @@ class _SinkMetrics:
         self.null_payloads = counter(
             "skipped_null_payloads", "Messages with a null payload, acknowledged without a request.")
         self.error_records = counter("error_output_records", "Records written to the error output (firehose_http).")
-        self.freshness = _Freshness()
-        registry.register(self.freshness)
+        self.freshness = collect(_Freshness())

@@ -259,9 +259,11 @@ class Pipeline:
         """The host's elected throttling, else this process's own when the DynamicSpec declares
         throttlers or a ``--throttler-url`` is given (``None`` otherwise)."""
         dynamic = self.plan.dynamic_spec
+        if not (dynamic.throttlers or self.options.throttler_url is not None):
+            return None  # nor would a host elect one; and no prometheus-client registry is made for it
         elected = self.host.elected_throttling(engine, dynamic, file=self.plan.dynamic_spec_file,
                                                registry=self.metrics.registry)
-        if elected is not None or not (dynamic.throttlers or self.options.throttler_url is not None):
+        if elected is not None:
             return elected
         return Throttling(dynamic, self.clock, registry=self.metrics.registry, throttler_url=self.options.throttler_url,
                           file=self.plan.dynamic_spec_file, state_file=self.state_dir / THROTTLER_STATE_NAME)

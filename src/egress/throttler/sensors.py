@@ -14,17 +14,22 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any
 
-from prometheus_client import CollectorRegistry, Counter, Gauge
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
-
 if TYPE_CHECKING:
+    from prometheus_client import CollectorRegistry
+
     from egress.throttler.controller import ThrottlerController
+
+# prometheus-client is imported where a sensor is made or read, not with this module: a run that
+# declares no throttler imports this module (its client's types) and never the library for it
+# (egress.observe.metrics).
 
 
 class ClientSensors:
     """The client-side sensors of every throttler handle in one process (labels: computation_id, throttler_id)."""
 
     def __init__(self, registry: CollectorRegistry) -> None:
+        from prometheus_client import Counter, Gauge
+
         labels = ["computation_id", "throttler_id"]
         self.consumed = Counter("egress_throttler_client_consumed", "Units used by throttle() calls.",
                                 labels, registry=registry)
@@ -68,6 +73,8 @@ class ControllerCollector:
         controller = self._controller() if callable(self._controller) else self._controller
         if controller is None:
             return
+        from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+
         now = controller.clock.monotonic()
         one = ["throttler_id"]
         two = ["throttler_id", "quota_class"]

@@ -13,9 +13,7 @@ import asyncio
 import contextlib
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
-
-from prometheus_client import CollectorRegistry
+from typing import TYPE_CHECKING, Any
 
 from egress.clock import Clock
 from egress.spec.models import DynamicSpec
@@ -26,6 +24,9 @@ from egress.throttler.fallback import AwayBudget
 from egress.throttler.models import ThrottlerSpec, validate_dynamic_throttlers
 from egress.throttler.sensors import ClientSensors, ControllerCollector
 from egress.throttler.transport import InProcessTransport, QuotaTransport
+
+if TYPE_CHECKING:
+    from prometheus_client import CollectorRegistry
 
 THROTTLER_STATE_NAME = "throttler-horizon.json"
 """The in-process controller's restart horizon, in the run's state directory."""

@@ -7,10 +7,12 @@ import subprocess
 import sys
 
 # Modules a run never needs: the other commands, the CLI's rich output (made when first printed to),
-# the YAML parser (for a YAML Spec only), the cluster engine and its client, aiohttp, tracing.
+# the YAML parser (for a YAML Spec only), the cluster engine and its client, aiohttp, tracing, and
+# prometheus-client (imported when the sensors are first read as Prometheus families: a scrape).
 NOT_FOR_RUN = ("egress.cli.redrive", "egress.cli.status", "egress.cli.state", "egress.cli.throttler",
                "egress.cli.endpoint", "egress.cli.processes", "rich", "yaml", "egress.engines.nats", "nats",
-               "aiohttp", "egress.observe.server", "egress.observe.dashboard", "opentelemetry")
+               "aiohttp", "egress.observe.server", "egress.observe.dashboard", "opentelemetry",
+               "prometheus_client")
 
 
 def _loaded(statement: str) -> list[str]:

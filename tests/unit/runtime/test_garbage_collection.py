@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import gc
+import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -41,3 +43,9 @@ def test_egress_run_runs_with_the_tuned_collector(tmp_path: Path, restored_thres
                                       "--quiet"])
     assert result.exit_code == 0, result.output
     assert gc.get_threshold() == (YOUNG_THRESHOLD, *OLDER_THRESHOLDS)
+
+
+def test_the_command_line_raises_the_thresholds_before_its_imports() -> None:
+    probe = "import gc, sys; import egress.cli; print(*gc.get_threshold(), 'typer' in sys.modules)"
+    shown = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True).stdout.split()
+    assert shown == [str(YOUNG_THRESHOLD), *map(str, OLDER_THRESHOLDS), "False"]  # set before typer and the rest
