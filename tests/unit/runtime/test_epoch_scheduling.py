@@ -45,10 +45,13 @@ def outboxes(setup: Setup) -> list[list[str]]:
     return [[m.row["payload"] for m in commit.outbox] for commit in setup.engine.commits if commit.outbox]
 
 
-async def started_idle(tmp_path: Path, options: RunOptions
+async def started_idle(tmp_path: Path, options: RunOptions, function_class: type | None = None
                        ) -> tuple[Setup, PartitionJob, asyncio.Task[None], list[LogMessage]]:
-    """A job over an empty log, run until idle at t = 5; also the log messages to append."""
+    """A job (of ``function_class``, else the setup's) over an empty log, run until idle at t = 5;
+    also the log messages to append."""
     setup = Setup(tmp_path)
+    if function_class is not None:
+        setup.computation = dataclasses.replace(setup.computation, function_class=function_class)
     messages = list(setup.engine.log)
     setup.engine.log.clear()
     job = job_of(setup, options)
@@ -146,14 +149,7 @@ async def dropping_job_idle(tmp_path: Path, options: RunOptions
                             ) -> tuple[Setup, PartitionJob, asyncio.Task[None], list[LogMessage]]:
     """A job of a computation that emits nothing (``tests.pipelines:Drops``) over an empty log, idle
     at t = 5; also the log messages to append."""
-    setup = Setup(tmp_path)
-    setup.computation = dataclasses.replace(setup.computation, function_class=Drops)
-    messages = list(setup.engine.log)
-    setup.engine.log.clear()
-    job = job_of(setup, options)
-    run = asyncio.create_task(job.run(generation=1))
-    await setup.clock.advance(5.0)
-    assert job.idle
+    setup, job, run, messages = await started_idle(tmp_path, options, Drops)
     assert not setup.engine.commits
     return setup, job, run, messages
 
