@@ -230,7 +230,7 @@ def nats_spec(work: Path, phase: Path, url: str, first: int | None = None, reade
 
 def run_workers(target: Target, count: int, workers: int, work: Path, timeout: float,
                 profile: bool = False, first: int | None = None, rtt: float | None = None,
-                partitioned: bool = False) -> ClusterResult:
+                partitioned: bool = False, instructions: bool = False) -> ClusterResult:
     """A fresh nats-server and ``workers`` egress processes on one pipeline until it is drained; with
     ``profile``, each worker under ``py-spy record --gil --threads -f raw`` (the thread holding the
     GIL: py-spy takes a thread waiting in epoll or on a queue for a running one on this machine),
@@ -238,7 +238,9 @@ def run_workers(target: Target, count: int, workers: int, work: Path, timeout: f
     first ``first`` records (``count``) only; with ``rtt`` (seconds), the workers reach the server
     through a :class:`~tests.delay_proxy.DelayProxy` adding ``rtt / 2`` each way (the round trip
     measured through it is in the notes); with ``partitioned``, the source is read by as many
-    readers as there are workers (:func:`nats_spec`)."""
+    readers as there are workers (:func:`nats_spec`); with ``instructions``, each worker under
+    ``valgrind --tool=cachegrind --cache-sim=no``, its instructions in the notes (a count the
+    machine's load and its number of cores cannot move, unlike CPU seconds)."""
     name = f"nats-{workers}" + ("" if first is None else "-fixed") + ("" if rtt is None else f"-rtt{rtt * 1e3:g}ms")
     phase = work / name
     shutil.rmtree(phase, ignore_errors=True)
@@ -272,6 +274,9 @@ def run_workers(target: Target, count: int, workers: int, work: Path, timeout: f
                 py_spy = shutil.which("py-spy") or str(Path(sys.executable).parent / "py-spy")
                 command = [py_spy, "record", "--gil", "--threads", "--full-filenames", "-f", "raw",
                            "-r", str(PROFILE_RATE), "-o", str(phase / f"profile-{worker}.txt"), "--", *command]
+            elif instructions:
+                command = ["valgrind", "--tool=cachegrind", "--cache-sim=no",
+                           f"--cachegrind-out-file={phase / f'cachegrind-{worker}.out'}", *command]
             processes[worker] = subprocess.Popen(command, cwd=phase, stdout=log, stderr=subprocess.STDOUT)
         cpu = wait_all(processes, timeout)
         seconds = time.perf_counter() - started
@@ -298,6 +303,8 @@ def run_workers(target: Target, count: int, workers: int, work: Path, timeout: f
         result.notes.append(f"{worker}: {report.get('posts', 0):,} POSTs, {report.get('epochs', 0):,} epochs, "
                             f"{report.get('rows_read', 0):,} rows read, "
                             f"{races_lost(phase / f'{worker}.log'):,} log-append races lost")
+        if instructions and (phase / f"cachegrind-{worker}.out").exists():
+            result.notes.append(instructions_note(worker, phase / f"cachegrind-{worker}.out", count))
         if profile and (phase / f"profile-{worker}.txt").exists():
             result.notes += profile_notes(worker, phase / f"profile-{worker}.txt", count)
     return result
@@ -320,6 +327,12 @@ def measured_rtt(url: str) -> float:
             await connection.close()
 
     return asyncio.run(ping())
+
+
+def instructions_note(worker: str, out: Path, count: int) -> str:
+    """A worker's instructions (cachegrind's ``summary:`` line), in all and per message of the phase."""
+    total = next(int(line.split()[1]) for line in out.read_text().splitlines() if line.startswith("summary:"))
+    return f"{worker} instructions (cachegrind): {total / 1e6:,.0f} M, {total / count / 1e3:,.1f} K per message"
 
 
 def profile_notes(worker: str, raw: Path, count: int) -> list[str]:
@@ -501,6 +514,9 @@ def main(argv: Sequence[str] | None = None) -> int:
                              "message without it (default 300; 0: skip)")
     parser.add_argument("--profile", action="store_true",
                         help="run each NATS worker under py-spy (slower) and print where its CPU goes")
+    parser.add_argument("--instructions", action="store_true",
+                        help="run each NATS worker under valgrind's cachegrind (far slower) and print its "
+                             "instructions per message: what it costs whatever the load and the cores")
     parser.add_argument("--source-readers", choices=("workers", "one"), default="workers",
                         help=f"the NATS phases' source: dealt into {SOURCE_FILES} files read as a followed glob by "
                              "as many readers as workers (default), or the embedded phase's one file and reader")
@@ -556,7 +572,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                     result = run_embedded(target, bodies, args.messages, args.partitions, work, args.timeout)
                 else:
                     result = run_workers(target, args.messages, int(phase.split("-")[1]), work, args.timeout,
-                                         args.profile, partitioned=partitioned)
+                                         args.profile, partitioned=partitioned, instructions=args.instructions)
                 results[phase] = result
                 for line in describe(result):
                     print("  " + line, flush=True)
@@ -565,7 +581,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             for phase in [p for p in results if p != "embedded" and 0 < args.fixed_messages < args.messages]:
                 target.start()
                 fixed = run_workers(target, args.fixed_messages, int(phase.split("-")[1]), work, args.timeout,
-                                    first=args.fixed_messages, partitioned=partitioned)
+                                    first=args.fixed_messages, partitioned=partitioned, instructions=args.instructions)
+                for note in fixed.notes if args.instructions else []:
+                    print(f"    {note}", flush=True)
                 fixed_results[phase] = fixed
                 print(f"{fixed.name}: {fixed.delivered:,}/{fixed.messages:,} delivered, load average {fixed.load:.2f}")
                 for line in fixed_cost(results[phase], fixed):
