@@ -306,10 +306,10 @@ def test_weighted_classes_5_3_1_from_three_workers_share_the_limit_within_the_sf
     assert len({(r["path"], r["body_sha256"]) for r in records if r["status"] == 200}) == 3 * 90
 
 
-LAGGING, LAGGING_MESSAGES, OTHER_MESSAGES, LAG_LIMIT = 0, 10, 30, 5.0
+LAGGING, LAGGING_MESSAGES, OTHER_MESSAGES, LAG_LIMIT = 0, 10, 60, 5.0
 """The partition whose messages are an hour old, the messages of it and of each other partition,
 and the throttler's limit: the controller starts empty, so once both other batches wait for quota
-the second of them waits at least OTHER_MESSAGES / LAG_LIMIT = 6 s more, long enough for the
+the second of them waits at least OTHER_MESSAGES / LAG_LIMIT = 12 s more, long enough for the
 lagging batch to be appended, read and joined while it still waits."""
 
 
