@@ -7,7 +7,6 @@ data of each request (Firehose). Both must be the process function's bytes exact
 from __future__ import annotations
 
 import hashlib
-import json
 import os
 import subprocess
 import sys
@@ -24,6 +23,7 @@ from tests.e2e.conftest import (
     assert_firehose_requests_tile,
 )
 from tests.pipelines import expected_body
+from tests.receiver_record import recorded
 
 pytestmark = pytest.mark.e2e
 MESSAGES = 256  # one of each rotation of the 256 byte values
@@ -43,7 +43,7 @@ def test_egress_run_posts_every_byte_value_exactly_to_egress_receiver(tmp_path: 
     spec, dynamic = payload_spec(tmp_path, f"http://127.0.0.1:{receiver.port}/events", [None] * MESSAGES,
                                  partition_count=2, processing_function="tests.pipelines:EmitsBinary")
     egress_run(spec, dynamic, tmp_path / "state")
-    requests = [json.loads(line) for line in receiver.record.read_text().splitlines()]
+    requests = recorded(receiver.record)
     assert {r["idempotency_key"]: (r["body_sha256"], r["body_bytes"]) for r in requests} == {
         payload_key(tmp_path, i): (hashlib.sha256(expected_body(i)).hexdigest(), len(expected_body(i)))
         for i in range(MESSAGES)}
@@ -66,6 +66,6 @@ def test_egress_run_sends_every_byte_value_exactly_as_firehose_record_data(
     spec_path.write_text(yaml.safe_dump(spec))
     dynamic.write_text("{}")
     egress_run(spec_path, dynamic, tmp_path / "state")
-    requests = [json.loads(line) for line in record.read_text().splitlines()]
+    requests = recorded(record)
     assert sum(r["records"] for r in requests) == MESSAGES
     assert_firehose_requests_tile([[expected_body(i) for i in range(MESSAGES)]], requests)

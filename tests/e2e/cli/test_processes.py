@@ -28,6 +28,7 @@ from tests.e2e.conftest import (
     wait_until_held,
     write_spec,
 )
+from tests.receiver_record import recorded
 from tests.waiting import eventually_sync, exited
 
 pytestmark = pytest.mark.e2e
@@ -68,7 +69,7 @@ def egress_run(spec: Path, *options: str, log: Path) -> subprocess.Popen[bytes]:
 
 def distinct_keys(record: Path) -> tuple[int, int]:
     """``(requests, distinct idempotency keys)`` the receiver recorded."""
-    keys = [json.loads(line)["idempotency_key"] for line in record.read_text().splitlines()]
+    keys = [entry["idempotency_key"] for entry in recorded(record)]
     return len(keys), len(set(keys))
 
 
@@ -223,7 +224,7 @@ def test_processes_share_one_throttler_so_its_limit_holds_for_the_whole_run(tmp_
                           "--report", str(tmp_path / "report.json")], cwd=REPO, capture_output=True, text=True,
                          timeout=100, check=False)
     assert run.returncode == 0, run.stderr
-    times = sorted(json.loads(line)["time"] for line in receiver.record.read_text().splitlines())
+    times = sorted(entry["time"] for entry in recorded(receiver.record))
     _, distinct = distinct_keys(receiver.record)
     print(f"\n--processes 2 with a throttler of {limit}/s: {distinct} delivered in {times[-1] - times[0]:.2f} s")
     assert distinct == count

@@ -17,6 +17,7 @@ import yaml
 from egress.connectors.dead_letters import read_dead_letters
 from tests.conftest import payload_spec
 from tests.e2e.conftest import REPO, Receiver, launch_receiver, release, stop_receiver
+from tests.receiver_record import recorded
 from tests.waiting import eventually_sync, exited
 
 pytestmark = pytest.mark.e2e
@@ -43,7 +44,7 @@ def finish(process: subprocess.Popen[bytes], timeout: float = 100) -> tuple[int,
 
 
 def delivered_keys(receiver: Receiver) -> Counter[str]:
-    lines = [json.loads(line) for line in receiver.record.read_text().splitlines()]
+    lines = recorded(receiver.record)
     return Counter(line["idempotency_key"] for line in lines if line["status"] == 200)
 
 

@@ -30,6 +30,7 @@ import yaml
 from egress.keys import encode_key, partition_of
 from tests.conftest import REPO
 from tests.e2e.conftest import FIREHOSE_ACCESS_KEY, assert_firehose_requests_tile
+from tests.receiver_record import recorded
 
 pytestmark = pytest.mark.e2e
 EXAMPLE = REPO / "examples" / "firehose_delivery"
@@ -86,7 +87,7 @@ def test_every_flight_arrives_once_in_order(tmp_path: Path, firehose_receiver: t
     assert stats["repeated_request_ids"] == 0
     assert stats["by_status"] == {"200": stats["requests"]}
 
-    requests = [json.loads(line) for line in record.read_text().splitlines()]
+    requests = recorded(record)
     assert all(r["commonAttributes"] == {"dataset": "nycflights13", "year": "2013"} for r in requests)
     assert_firehose_requests_tile(expected, requests)
     assert len(requests) >= ROWS * 300 // (1024 * 1024)  # batches of at most 1 MiB of records

@@ -18,6 +18,7 @@ from egress.keys import derived_message_id, idempotency_key, source_message_id, 
 from egress.runtime import RunOptions
 from tests.conftest import pass_through_spec
 from tests.e2e.conftest import REPO, Receiver
+from tests.receiver_record import recorded
 
 pytestmark = pytest.mark.e2e
 
@@ -28,7 +29,7 @@ PIPELINE = "bad_record"
 
 def answered_keys(record: Path) -> list[str]:
     """The idempotency keys the receiver answered 2xx, once per answer."""
-    requests = [json.loads(line) for line in record.read_text().splitlines()] if record.exists() else []
+    requests = recorded(record)
     return [r["idempotency_key"] for r in requests if 200 <= r["status"] <= 299]
 
 

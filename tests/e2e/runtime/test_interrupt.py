@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import signal
 import subprocess
 import time
@@ -12,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from tests.e2e.conftest import Receiver, hold_after, release, start_run, wait_until_held, write_spec
+from tests.receiver_record import recorded
 
 pytestmark = pytest.mark.e2e
 
@@ -33,13 +33,13 @@ def test_interrupt_commits_then_a_second_run_completes_without_loss(
     assert time.monotonic() - interrupted < 10, "a graceful stop must not wait for the whole backlog"
     assert "stopping after the current epoch commits" in log.read_text()
     assert "interrupted before every message was delivered" in log.read_text()
-    first_run = [json.loads(line) for line in receiver.record.read_text().splitlines()]
+    first_run = recorded(receiver.record)
     assert 0 < len(first_run) < 26_483, "the interrupt must land mid-delivery"
 
     spec = write_spec(tmp_path, receiver.port, 1)
     process, log = start_run(egress_processes, tmp_path, spec, state, 1, until_drained=True)
     assert process.wait(timeout=120) == 0, log.read_text()
-    records = [json.loads(line) for line in receiver.record.read_text().splitlines()]
+    records = recorded(receiver.record)
     delivered = Counter(r["idempotency_key"] for r in records if r["status"] == 200)
     assert len(delivered) == 26_483
     # Messages acknowledged before the interrupt were committed with the final epoch: the second run

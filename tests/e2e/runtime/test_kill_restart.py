@@ -30,7 +30,6 @@ import csv
 import functools
 import gzip
 import hashlib
-import json
 import os
 import random
 import signal
@@ -65,6 +64,7 @@ from tests.e2e.conftest import (
     wait_until_held,
     write_spec,
 )
+from tests.receiver_record import recorded
 
 pytestmark = pytest.mark.e2e
 
@@ -170,14 +170,12 @@ class Kill:
 
 def load_record(record: Path) -> list[Request]:
     requests = []
-    with record.open(encoding="utf-8") as lines:
-        for line in lines:
-            entry = json.loads(line)
-            assert (entry["method"], entry["path"]) == ("POST", "/events"), entry
-            key = entry["idempotency_key"]
-            assert key, f"a request without an idempotency key: {entry}"
-            run = int(entry["headers"][RUN_HEADER])
-            requests.append(Request(entry["time"], run, key, entry["body_sha256"], entry["status"]))
+    for entry in recorded(record):
+        assert (entry["method"], entry["path"]) == ("POST", "/events"), entry
+        key = entry["idempotency_key"]
+        assert key, f"a request without an idempotency key: {entry}"
+        run = int(entry["headers"][RUN_HEADER])
+        requests.append(Request(entry["time"], run, key, entry["body_sha256"], entry["status"]))
     return requests
 
 

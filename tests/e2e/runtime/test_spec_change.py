@@ -3,7 +3,6 @@ one line and exit code 2, the state directory untouched; the original Spec then 
 
 from __future__ import annotations
 
-import json
 import signal
 import subprocess
 import sys
@@ -14,6 +13,7 @@ import yaml
 
 from tests.conftest import state_contents
 from tests.e2e.conftest import REPO, Receiver, hold_after, release, start_run, wait_until_held, write_spec
+from tests.receiver_record import recorded
 
 pytestmark = pytest.mark.e2e
 NON_CANCELLED_FLIGHTS = 26_483
@@ -56,5 +56,5 @@ def test_a_changed_partition_count_is_refused_and_the_original_spec_then_deliver
     process, log = start_run(egress_processes, tmp_path, write_spec(tmp_path, receiver.port, 1), state, 1,
                              until_drained=True)
     assert process.wait(timeout=120) == 0, log.read_text()
-    records = [json.loads(line) for line in receiver.record.read_text().splitlines()]
+    records = recorded(receiver.record)
     assert len({r["idempotency_key"] for r in records if r["status"] == 200}) == NON_CANCELLED_FLIGHTS

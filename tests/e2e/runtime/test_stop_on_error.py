@@ -10,7 +10,6 @@ POST again at most the sink's ``max_in_flight`` keys that already had their 2xx.
 
 from __future__ import annotations
 
-import json
 import os
 import subprocess
 import sys
@@ -23,6 +22,7 @@ from egress.runtime import RunOptions
 from tests.conftest import payload_spec
 from tests.e2e.conftest import REPO, Receiver
 from tests.e2e.failing_functions import ANSWERED, FAIL_AT, STATS_URL
+from tests.receiver_record import recorded
 
 pytestmark = pytest.mark.e2e
 
@@ -41,7 +41,7 @@ def egress_run(spec: Path, dynamic: Path, state: Path, env: dict[str, str]) -> s
 
 def answered_keys(record: Path) -> list[str]:
     """The idempotency keys the receiver answered 2xx, in record order (a key once per answer)."""
-    requests = [json.loads(line) for line in record.read_text().splitlines()]
+    requests = recorded(record)
     return [r["idempotency_key"] for r in requests if 200 <= r["status"] <= 299]
 
 

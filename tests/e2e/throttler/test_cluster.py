@@ -26,6 +26,7 @@ from tests.conftest import payload_spec
 from tests.e2e.conftest import REPO, Receiver
 from tests.nats_server import NatsServer
 from tests.ports import free_port
+from tests.receiver_record import recorded, recorded_count
 from tests.waiting import eventually_sync
 
 pytestmark = pytest.mark.e2e
@@ -133,11 +134,11 @@ def start_workers(tmp_path: Path, receiver: Receiver, nats_url: str, messages: i
 
 
 def received(receiver: Receiver) -> list[dict[str, Any]]:
-    return [json.loads(line) for line in receiver.record.read_text().splitlines()]
+    return recorded(receiver.record)
 
 
 def wait_for_requests(receiver: Receiver, count: int, what: str, timeout: float = 60.0) -> None:
-    eventually_sync(lambda: len(receiver.record.read_text().splitlines()) >= count, what=what, timeout=timeout,
+    eventually_sync(lambda: recorded_count(receiver.record) >= count, what=what, timeout=timeout,
                     interval=0.05)
 
 

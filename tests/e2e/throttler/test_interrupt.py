@@ -4,7 +4,6 @@ acknowledged."""
 
 from __future__ import annotations
 
-import json
 import signal
 import subprocess
 import sys
@@ -22,6 +21,7 @@ from tests.conftest import payload_spec
 from tests.e2e.conftest import REPO, Receiver, launch_receiver, terminate
 from tests.e2e.throttler.test_cluster import get
 from tests.ports import free_port
+from tests.receiver_record import recorded
 from tests.waiting import eventually_sync
 
 pytestmark = pytest.mark.e2e
@@ -81,7 +81,7 @@ def start(tmp_path: Path, spec: Path, dynamic: Path, port: int, run: int,
 
 
 def acknowledged(receiver: Receiver) -> list[dict[str, Any]]:
-    return [r for r in map(json.loads, receiver.record.read_text().splitlines()) if r["status"] == 200]
+    return [r for r in recorded(receiver.record) if r["status"] == 200]
 
 
 def metric(port: int, name: str) -> float | None:

@@ -5,7 +5,6 @@ included, and killing the service for a while and restarting it loses no message
 
 from __future__ import annotations
 
-import json
 import re
 import signal
 import subprocess
@@ -23,6 +22,7 @@ import yaml
 from egress.throttler.envelope import worst_excess
 from tests.conftest import payload_spec
 from tests.e2e.conftest import REPO, Receiver, launch_receiver, stop_receiver
+from tests.receiver_record import recorded, recorded_count
 from tests.waiting import eventually_sync
 
 pytestmark = pytest.mark.e2e
@@ -77,7 +77,7 @@ def wait_all(processes: list[subprocess.Popen[bytes]]) -> None:
 
 
 def received(receiver: Receiver) -> list[dict[str, Any]]:
-    return [json.loads(line) for line in receiver.record.read_text().splitlines()]
+    return recorded(receiver.record)
 
 
 @dataclass
@@ -128,7 +128,7 @@ def test_runs_sharing_one_service_keep_the_envelope_at_the_receiver(tmp_path: Pa
     shared = throttlers(limit, period, 0.25, "100ms", max_grant_amount=2)
     with shared_service(tmp_path, shared) as setup:
         setup.runs = start_runs(tmp_path, setup.receiver, shared, setup.port, runs, messages, partitions=2)
-        eventually_sync(lambda: len(setup.receiver.record.read_text().splitlines()) >= limit * period + limit,
+        eventually_sync(lambda: recorded_count(setup.receiver.record) >= limit * period + limit,
                         what=f"{limit * period + limit:g} requests delivered", timeout=60, interval=0.05)
         setup.kill_service()
         setup.start_service()
@@ -147,7 +147,7 @@ def test_three_runs_share_one_limit_and_survive_a_service_outage(tmp_path: Path)
     with shared_service(tmp_path, shared) as setup:
         setup.runs = start_runs(tmp_path, setup.receiver, shared, setup.port, RUNS, MESSAGES)
         # Granting: a second's worth of the limit arrived, and the rest takes the limit 6.5 s more.
-        eventually_sync(lambda: len(setup.receiver.record.read_text().splitlines()) >= LIMIT * PERIOD,
+        eventually_sync(lambda: recorded_count(setup.receiver.record) >= LIMIT * PERIOD,
                         what=f"{LIMIT * PERIOD:g} requests granted and delivered")
         setup.kill_service()
         killed = time.time()

@@ -18,6 +18,7 @@ import pytest
 
 from egress.cli.firehose import access_keys_from_environment
 from egress.firehose import protocol as p
+from tests.receiver_record import recorded
 
 pytestmark = pytest.mark.integration
 
@@ -78,7 +79,7 @@ def test_serves_the_protocol_and_stops_on_sigterm(receiver: tuple[str, subproces
     process.send_signal(signal.SIGTERM)
     _, stderr = process.communicate(timeout=30)
     assert process.returncode == 0, stderr
-    lines = [json.loads(line) for line in record.read_text().splitlines()]
+    lines = recorded(record)
     assert [(line["requestId"], line["records"], line["bytes"]) for line in lines] == [("req-1", 2, 16)] * 2
     for text in (stderr, record.read_text()):
         assert SECRET not in text

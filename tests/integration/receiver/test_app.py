@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import json
 import urllib.request
 from pathlib import Path
 
@@ -11,6 +10,7 @@ import pytest
 
 from egress.receiver import Receiver, ReceiverConfig
 from tests.conftest import ServerFactory
+from tests.receiver_record import recorded
 
 pytestmark = pytest.mark.integration
 
@@ -24,5 +24,5 @@ async def test_a_record_file_in_a_missing_folder_is_created_and_written(tmp_path
     status = await asyncio.to_thread(lambda: urllib.request.urlopen(request).status)
 
     assert status == 200
-    lines = [json.loads(line) for line in record.read_text().splitlines()]
+    lines = recorded(record)
     assert [line["idempotency_key"] for line in lines] == ["K1"]

@@ -4,7 +4,6 @@ unanswered until told to answer more, so a test can act while a run is provably 
 from __future__ import annotations
 
 import asyncio
-import json
 import socket
 from pathlib import Path
 from typing import Any
@@ -16,6 +15,7 @@ from typer.testing import CliRunner
 from egress.cli.main import app
 from egress.receiver import Receiver, ReceiverConfig, serve
 from tests.conftest import ServerFactory
+from tests.receiver_record import recorded, recorded_count
 from tests.waiting import eventually
 
 pytestmark = pytest.mark.integration
@@ -55,7 +55,7 @@ async def test_it_answers_hold_after_requests_then_holds_the_rest_until_told_to_
         await eventually(lambda: held(3), what="three requests held")
         counts = await stats(session, base)
         assert (counts["requests"], counts["delivered"], answered(tasks)) == (2, 2, 2)
-        assert len(record.read_text().splitlines()) == 2  # a held request is recorded once answered
+        assert recorded_count(record) == 2  # a held request is recorded once answered
 
         async with session.post(f"{base}/hold?after=1") as answer:
             assert answer.status == 200
@@ -74,7 +74,7 @@ async def test_it_answers_hold_after_requests_then_holds_the_rest_until_told_to_
         assert (counts["requests"], counts["distinct_keys"], counts["held"]) == (5, 5, 0)
         async with session.post(f"{base}/events", data="later") as answer:  # released: no more holding
             assert answer.status == 200
-    lines = [json.loads(line) for line in record.read_text().splitlines()]
+    lines = recorded(record)
     assert sorted(line["idempotency_key"] for line in lines if line["idempotency_key"]) == [f"K{n}" for n in range(5)]
 
 

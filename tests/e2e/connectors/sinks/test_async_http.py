@@ -18,6 +18,7 @@ import yaml
 
 from tests.conftest import payload_spec
 from tests.e2e.conftest import REPO, Receiver, launch_receiver, stop_receiver
+from tests.receiver_record import recorded
 from tests.waiting import eventually_sync
 
 pytestmark = pytest.mark.e2e
@@ -34,7 +35,7 @@ def egress_run(processes: list[subprocess.Popen[bytes]], spec: Path, dynamic: Pa
 
 
 def records(receiver: Receiver) -> list[dict[str, Any]]:
-    return [json.loads(line) for line in receiver.record.read_text().splitlines()]
+    return recorded(receiver.record)
 
 
 def get_json(url: str) -> dict[str, Any]:

@@ -25,6 +25,7 @@ import pytest
 from tests.conftest import pass_through_spec
 from tests.e2e.conftest import REPO, Receiver
 from tests.nats_server import NatsServer
+from tests.receiver_record import recorded_count
 from tests.waiting import eventually_sync, exited
 
 pytestmark = pytest.mark.e2e
@@ -132,7 +133,7 @@ async def publish_more(url: str, stream: str, ids: range) -> None:
 
 def wait_for_received(receiver: Receiver, count: int, process: subprocess.Popen[bytes], log: Path) -> None:
     """Return once the receiver recorded ``count`` requests; fail if the run exits first or within :data:`GUARD`."""
-    eventually_sync(lambda: receiver.record.exists() and len(receiver.record.read_text().splitlines()) >= count,
+    eventually_sync(lambda: recorded_count(receiver.record) >= count,
                     what=f"the receiver getting {count} requests", timeout=GUARD, interval=0.05,
                     unless=exited(process, log), details=lambda: log.read_text()[-4000:])
 
