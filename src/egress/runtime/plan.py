@@ -6,6 +6,7 @@ together, each naming its file and path; nothing runs and nothing is written bef
 from __future__ import annotations
 
 import contextlib
+import functools
 import importlib
 import logging
 import sys
@@ -107,11 +108,13 @@ class Plan:
     def stream_of(self, log_stream: str) -> str:
         """The stream a log stream holds: the stream whose lane it is (``egress.runtime.lanes``), else
         itself. What a message, a status line or an error shows is the stream, never a lane."""
-        for source in self.sources.values():
-            for reader in range(1, source.readers):
-                if source.lane(reader) == log_stream:
-                    return source.stream_id
-        return log_stream
+        return self._lane_streams.get(log_stream, log_stream)
+
+    @functools.cached_property
+    def _lane_streams(self) -> dict[str, str]:
+        """Every lane after a source's first (reader 1 on) → its stream, built once per plan."""
+        return {source.lane(reader): source.stream_id
+                for source in self.sources.values() for reader in range(1, source.readers)}
 
 
 def load_plan(spec_path: str | Path, dynamic_spec_path: str | Path | None = None) -> Plan:
