@@ -1,5 +1,6 @@
 """Append notifications on NATS: a commit with log appends publishes a note (core NATS, not stored)
-naming the log partitions it grew; other engine instances subscribe."""
+naming the log partitions it grew, and carrying its small log chunks whole; other engine instances
+subscribe."""
 
 from __future__ import annotations
 
@@ -16,6 +17,14 @@ from egress.engines.nats.notices import SKIP, CoreNotices
 from egress.engines.protocols import AppendsCallback
 
 logger = logging.getLogger(__name__)
+
+NOTE_CARRIES = 64 * 1024
+"""Bytes: an appends note carries a commit's log chunks whole, in order, while together they stay
+within this (and the server's ``max_payload``); a chunk past it is named only. A reader that heard
+the note then reads a carried chunk with no request (a direct get per chunk and reading job, each a
+round trip the server answers from its store), at the price of every instance receiving its bytes:
+worth it for the small chunks of frequent commits (an http source's), not for the large ones of a
+bulk read, which one job reads by one get."""
 
 
 class NatsAppends(NatsConnection):
@@ -46,8 +55,7 @@ class NatsAppends(NatsConnection):
         """The slots another instance's appends note names (its chunks noted for the log's reader
         on the way), or ``SKIP`` for an unreadable note or one of this instance's own."""
         try:
-            sender, slots = records.appends_note_slots(message.data)
-            chunks = records.appends_note_chunks(message.data)
+            sender, slots, chunks = records.read_appends_note(message.data)
         except (ValueError, TypeError) as error:
             logger.warning("NATS %s: %s: an unreadable appends note: %s", self.url, message.subject, error)
             return SKIP
@@ -56,18 +64,28 @@ class NatsAppends(NatsConnection):
         self._chunks_noted(chunks)
         return slots
 
-    def _chunks_noted(self, chunks: list[records.NotedChunk]) -> None:
-        """Another instance stored these log chunks (from its appends note): the log's reader
-        (:class:`~egress.engines.nats.log.NatsLog`) learns where they are."""
+    def _chunks_noted(self, chunks: list[records.NotedPayload]) -> None:
+        """Another instance stored these log chunks (from its appends note, each with its payload
+        when the note carries it): the log's reader (:class:`~egress.engines.nats.log.NatsLog`)
+        learns where they are."""
 
-    async def _notify_appends(self, slots: list[tuple[str, int]], chunks: list[records.NotedChunk]) -> None:
+    async def _notify_appends(self, slots: list[tuple[str, int]], chunks: list[records.NotedPayload]) -> None:
         """Tell other instances which log partitions a commit grew and where its log ``chunks`` are
-        stored, so that their reads fetch each by its sequence rather than search the stream for it
-        (best effort: the commit stands)."""
+        stored (each with its payload, the chunk as stored), so that their reads fetch each by its
+        sequence rather than search the stream for it; the note carries the payloads of the first
+        chunks within :data:`NOTE_CARRIES` bytes, which a reader then needs no request for (best
+        effort: the commit stands)."""
         connection = self._connection
         if connection is None or not slots:
             return
+        room = min(NOTE_CARRIES, self._budget // 2)  # the rest of max_payload: the names
+        payloads: list[bytes | None] = []
+        for _, payload in chunks:
+            size = 0 if payload is None else len(payload)
+            payloads.append(payload if 0 < size <= room else None)
+            room = room - size if 0 < size <= room else 0  # in order: a reader's next chunk, not a later one
+        note = records.appends_note(self._instance, slots, [chunk for chunk, _ in chunks], payloads)
         try:
-            await connection.publish(self._layout.appends, records.appends_note(self._instance, slots, chunks))
+            await connection.publish(self._layout.appends, note)
         except (NatsClientError, OSError) as error:
             logger.debug("NATS %s: an appends note was not sent: %s", self.url, error)

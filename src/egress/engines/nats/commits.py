@@ -131,8 +131,8 @@ class NatsCommits(NatsCheckpoints, NatsOwnership, NatsLog, NatsAppends, NatsRete
         slots = sorted({(append[0], append[1]) for append in commit.log_appends})
         async with locked(self._slot_locks, slots):
             written = await self._publish_commit(commit, fence, view, slots)
-        await self._notify_appends(slots, [(slot[0], slot[1], chunk.first, chunk.count, chunk.seq)
-                                           for slot, chunk in written])
+        await self._notify_appends(slots, [((slot[0], slot[1], chunk.first, chunk.count, chunk.seq), payload)
+                                           for slot, chunk, payload in written])
         if view.redo is not None:
             await self._apply_redo(consumer, partition, commit.generation, fence, view)
         await self._retained(self._trim_outbox(consumer, partition, view))
@@ -141,9 +141,9 @@ class NatsCommits(NatsCheckpoints, NatsOwnership, NatsLog, NatsAppends, NatsRete
             await self._compact(consumer, partition, commit.generation, fence, view)
 
     async def _publish_commit(self, commit: EpochCommit, fence: int, view: View,
-                              slots: list[tuple[str, int]]) -> list[tuple[tuple[str, int], Chunk]]:
-        """Publish the commit's batch; returns the log chunks it stored with their sequences (none
-        when an earlier attempt had stored it: their sequences are unknown here)."""
+                              slots: list[tuple[str, int]]) -> list[tuple[tuple[str, int], Chunk, bytes]]:
+        """Publish the commit's batch; returns the log chunks it stored with their sequences and
+        payloads (none when an earlier attempt had stored it: their sequences are unknown here)."""
         consumer, partition, layout = commit.consumer, commit.partition, self._layout
         entries = _log_entries(commit)
         outbox_messages, outbox_chunks = self._outbox_messages(commit)
@@ -200,7 +200,8 @@ class NatsCommits(NatsCheckpoints, NatsOwnership, NatsLog, NatsAppends, NatsRete
             view.outbox.extend(outbox_chunks)
             if redo:
                 view.redo = Redo(keyed, last)
-            return log_chunks
+            return [(slot, chunk, message.payload)
+                    for (slot, chunk), message in zip(log_chunks, log_messages, strict=True)]
 
     def _forget_log_ends(self, ends: dict[tuple[str, int], tuple[int, int]]) -> None:
         """Forget the log ends a commit that lost a race used: the next attempt reads them again,

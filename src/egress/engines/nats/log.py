@@ -87,6 +87,8 @@ class NatsLog(NatsConnection):
                     return found
                 continue
             if offset < known.end:
+                if known.entries is None and known.payload is not None:  # an appends note carried it
+                    known = self._decoded(slot, known.seq, known.payload)
                 if known.entries is None:
                     stored = await self._js().get(known.seq)
                     if stored is None:  # purged meanwhile
@@ -111,17 +113,18 @@ class NatsLog(NatsConnection):
         stored = await self._js().last(self._layout.log_chunk(*slot, first))
         return None if stored is None else self._remember(slot, stored)
 
-    def _chunks_noted(self, chunks: list[records.NotedChunk]) -> None:
-        """Index the log chunks another instance's appends note names (stream sequence, offsets):
-        a read reaching them gets each by its sequence, not by searching the stream for the next
-        chunk of its subject (which costs the server a walk over the messages after the last one
-        known); and a writer to the same log partition knows its new end before its next append
+    def _chunks_noted(self, chunks: list[records.NotedPayload]) -> None:
+        """Index the log chunks another instance's appends note names (stream sequence, offsets, and
+        the chunk itself when the note carries it): a read reaching a carried one decodes it with
+        no request, one reaching another gets it by its sequence, not by searching the stream for
+        the next chunk of its subject (which costs the server a walk over the messages after the
+        last one known); and a writer to the same log partition knows its new end before its next append
         (else that append is refused, and the end read back whole: the last chunk). A note is at
         most once, and may come late: a chunk it missed is searched for as before, and an end it
         gives that is not the last makes an append fail its expectation and read the end again."""
-        for stream, partition, first, count, seq in chunks:
+        for (stream, partition, first, count, seq), payload in chunks:
             slot = (stream, partition)
-            self._index(slot).add(Chunk(first, count, seq))
+            self._index(slot).add(Chunk(first, count, seq, payload=payload))
             self._advance_log_end(slot, first + count, seq)
 
     def _advance_log_end(self, slot: tuple[str, int], end: int, seq: int) -> None:
@@ -131,8 +134,12 @@ class NatsLog(NatsConnection):
             self._log_ends[slot] = (end, seq)
 
     def _remember(self, slot: tuple[str, int], stored: Stored) -> Chunk:
-        first, entries = records.log_chunk_entries(stored.data)
-        return self._index(slot).add(Chunk(first, len(entries), stored.seq, entries))
+        return self._decoded(slot, stored.seq, stored.data)
+
+    def _decoded(self, slot: tuple[str, int], seq: int, data: bytes) -> Chunk:
+        """Index the log chunk ``data`` stored at stream sequence ``seq``, its entries decoded."""
+        first, entries = records.log_chunk_entries(data)
+        return self._index(slot).add(Chunk(first, len(entries), seq, entries))
 
     async def _log_end(self, slot: tuple[str, int]) -> tuple[int, int]:
         """``(end offset, sequence of its last chunk)`` of a log partition, as last known here."""

@@ -12,8 +12,11 @@ from the SQLite engine (``bytes`` stay ``bytes``; a row of JSON, as written befo
   timer, ``[key, trigger, domain]``.
 * redo chunk: ``[[subject without the bucket prefix, keyed record, deleted]]``.
 * appends note (core NATS, not stored): ``[sender, [[stream, partition]], [[stream, partition,
-  first offset, count, stream sequence]]]``, ``sender`` the committing engine's instance id, the
-  third item the log chunks the commit stored (a note without it names the slots only).
+  first offset, count, stream sequence]], [log chunk or nil]]``, ``sender`` the committing engine's
+  instance id, the third item the log chunks the commit stored (a note without it names the slots
+  only), the fourth, one item per chunk of the third, the chunk as stored (its payload, the bytes
+  a get of its sequence answers) or nil: a note carries its small chunks whole, so a reader that
+  heard it reads them with no request (a note without it carries none).
 
 Leases and members are JSON, for ``nats kv get``: a lease ``{"consumer", "partition", "owner"
 (host:pid of the process), "ttl", "acquired_at"}`` plus, for a lease of ``try_acquire``,
@@ -62,22 +65,47 @@ NotedChunk = tuple[str, int, int, int, int]
 """A log chunk an appends note names: ``(stream, partition, first offset, count, stream sequence)``."""
 
 
-def appends_note(sender: str, slots: Iterable[tuple[str, int]], chunks: Iterable[NotedChunk] = ()) -> bytes:
-    """The note a commit with log appends to ``slots`` (its log ``chunks``) publishes (see the module docs)."""
-    return pack([sender, sorted([stream, partition] for stream, partition in slots), [list(c) for c in chunks]])
+NotedPayload = tuple[NotedChunk, bytes | None]
+"""A log chunk an appends note names, with the chunk as stored when the note carries it."""
+
+
+def appends_note(sender: str, slots: Iterable[tuple[str, int]], chunks: Iterable[NotedChunk] = (),
+                 payloads: Sequence[bytes | None] = ()) -> bytes:
+    """The note a commit with log appends to ``slots`` (its log ``chunks``; ``payloads``: the chunks
+    as stored, or ``None`` for one the note does not carry, one per chunk or none at all) publishes
+    (see the module docs)."""
+    noted = [list(c) for c in chunks]
+    carried = list(payloads) if any(payload is not None for payload in payloads) else []
+    if carried and len(carried) != len(noted):
+        raise ValueError(f"an appends note of {len(noted)} chunks given {len(carried)} payloads")
+    note: list[Any] = [sender, sorted([stream, partition] for stream, partition in slots), noted]
+    return pack([*note, carried] if carried else note)
+
+
+def read_appends_note(data: bytes) -> tuple[str, set[tuple[str, int]], list[NotedPayload]]:
+    """``(sender, slots, chunks)`` of an appends note, each chunk with its payload when the note
+    carries it (none for a note that names its slots only); raises ``ValueError`` or ``TypeError``
+    for a note that is not one."""
+    sender, slots, *rest = unpack(data)
+    chunks = rest[0] if rest else []
+    payloads = rest[1] if len(rest) > 1 and rest[1] else [None] * len(chunks)
+    if len(payloads) != len(chunks):
+        raise ValueError(f"an appends note of {len(chunks)} chunks carries {len(payloads)} payloads")
+    return (str(sender), {(str(stream), int(partition)) for stream, partition in slots},
+            [((str(stream), int(partition), int(first), int(count), int(seq)),
+              None if payload is None else bytes(payload))
+             for (stream, partition, first, count, seq), payload in zip(chunks, payloads, strict=True)])
 
 
 def appends_note_slots(data: bytes) -> tuple[str, set[tuple[str, int]]]:
     """``(sender, slots)`` of an appends note."""
-    sender, slots, *_ = unpack(data)
-    return str(sender), {(str(stream), int(partition)) for stream, partition in slots}
+    sender, slots, _ = read_appends_note(data)
+    return sender, slots
 
 
 def appends_note_chunks(data: bytes) -> list[NotedChunk]:
     """The log chunks an appends note names (none for a note that names its slots only)."""
-    _, _, *rest = unpack(data)
-    return [(str(stream), int(partition), int(first), int(count), int(seq))
-            for stream, partition, first, count, seq in (rest[0] if rest else [])]
+    return [chunk for chunk, _ in read_appends_note(data)[2]]
 
 
 def lease_info(record: bytes, revision: int, now: float) -> LeaseInfo:

@@ -19,6 +19,7 @@ import pytest
 from egress.clock import VirtualClock
 from egress.engines import ROLE_PREFIX, EpochCommit, FencedError, LogAppend, MemberInfo, SinkProgress
 from egress.engines.nats import NatsEngine, NatsEngineError, NatsUnavailableError
+from egress.engines.nats.appends import NOTE_CARRIES
 from egress.engines.nats.errors import JetStreamRequestError
 from egress.engines.nats.log import SEARCH_PERIOD
 from egress.errors import EgressError
@@ -231,34 +232,63 @@ async def test_a_fresh_process_reads_the_log_from_any_offset(open_nats: Opener) 
     assert await reader.end_offset("events", 1) == 500
 
 
-async def test_a_reader_that_heard_an_appends_note_gets_the_new_chunk_by_its_sequence_without_a_search(
-        open_nats: Opener, monkeypatch: pytest.MonkeyPatch) -> None:
-    writer, reader = await open_nats(), await open_nats()
+async def heard_note_of_next_commit(writer: NatsEngine, reader: NatsEngine, generation: int,
+                                    rows: Callable[[int], list[LogAppend]]) -> int:
+    """Commit ``rows(end)`` (appends from the log's end) until ``reader`` hears a note, then once
+    more, heard: returns the end before that last commit."""
     heard = asyncio.Event()
     reader.on_appends(lambda slots: heard.set())
-    generation = await writer.acquire("source:s", 0)
-    await writer.commit(EpochCommit("source:s", 0, generation, {("", 0): 100},
-                                    log_appends=appends("events", 1, 0, 100)))
-    assert [m.offset for m in await reader.read("events", 1, 0, 100)] == list(range(100))
+
+    async def commit() -> int:
+        end = await writer.end_offset("events", 1)
+        await writer.commit(EpochCommit("source:s", 0, generation, {("", 0): end + 1}, log_appends=rows(end)))
+        return end
 
     async def commit_until_heard() -> bool:  # the reader may subscribe after the first notes went out
-        end = await writer.end_offset("events", 1)
-        await writer.commit(EpochCommit("source:s", 0, generation, {("", 0): end + 100},
-                                        log_appends=appends("events", 1, end, 100)))
+        await commit()
         return heard.is_set()
 
     await eventually(commit_until_heard, what="the reader hears an appends note", interval=0.05)
     heard.clear()  # subscribed: the note of the next commit reaches it
-    await commit_until_heard()
+    end = await commit()
     await asyncio.wait_for(heard.wait(), 30)
-    end = await writer.end_offset("events", 1)
+    return end
 
-    async def no_search(*_: object, **__: object) -> None:
-        raise AssertionError("the reader searched the stream for a chunk the note named")
 
-    monkeypatch.setattr(reader._js(), "scan", no_search)
-    monkeypatch.setattr(reader._js(), "subjects", no_search)
-    assert [m.offset for m in await reader.read("events", 1, end - 100, 100)] == list(range(end - 100, end))
+def no_request(what: str) -> Callable[..., Awaitable[None]]:
+    async def refused(*_: object, **__: object) -> None:
+        raise AssertionError(f"the reader {what}")
+    return refused
+
+
+async def test_a_reader_that_heard_an_appends_note_carrying_a_small_chunk_reads_it_with_no_request(
+        open_nats: Opener, monkeypatch: pytest.MonkeyPatch) -> None:
+    writer, reader = await open_nats(), await open_nats()
+    generation = await writer.acquire("source:s", 0)
+    assert await reader.read("events", 1, 0, 10) == []  # the reader knows the log partition's end
+    end = await heard_note_of_next_commit(writer, reader, generation, lambda end: appends("events", 1, end, 100))
+    for request in ("get", "scan", "subjects", "last"):
+        monkeypatch.setattr(reader._js(), request, no_request(f"asked the server ({request}) for a carried chunk"))
+    read = await reader.read("events", 1, end, 100)
+    assert [(m.offset, m.message_id, m.row) for m in read] == [(i, f"m{i}".encode(), {"i": i})
+                                                              for i in range(end, end + 100)]
+
+
+async def test_a_reader_that_heard_an_appends_note_gets_a_chunk_too_large_to_carry_by_its_sequence_without_a_search(
+        open_nats: Opener, monkeypatch: pytest.MonkeyPatch) -> None:
+    writer, reader = await open_nats(), await open_nats()
+    generation = await writer.acquire("source:s", 0)
+    padding = "x" * (NOTE_CARRIES // 10)
+
+    def large(end: int) -> list[LogAppend]:  # 20 rows of NOTE_CARRIES / 10 bytes: one chunk, twice too large
+        return [(stream, partition, message_id, key, timestamp, {**row, "pad": padding})
+                for stream, partition, message_id, key, timestamp, row in appends("events", 1, end, 20)]
+
+    assert await reader.read("events", 1, 0, 10) == []
+    end = await heard_note_of_next_commit(writer, reader, generation, large)
+    for request in ("scan", "subjects"):
+        monkeypatch.setattr(reader._js(), request, no_request("searched the stream for a chunk the note named"))
+    assert [m.offset for m in await reader.read("events", 1, end, 100)] == list(range(end, end + 20))
 
 
 async def test_a_read_with_messages_stops_at_the_known_end_and_a_read_from_there_finds_an_unannounced_chunk(

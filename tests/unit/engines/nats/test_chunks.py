@@ -9,6 +9,7 @@ from hypothesis import strategies as st
 
 from egress.engines import OutboxMessage
 from egress.engines.nats import records
+from egress.engines.nats.log_index import Chunk, LogIndex
 
 log_entries = st.tuples(st.binary(max_size=300), st.binary(max_size=70000), st.none() | st.floats(allow_nan=False),
                         st.binary(max_size=70000))
@@ -46,3 +47,18 @@ def test_an_outbox_chunk_reads_back_its_messages_and_range() -> None:
     assert records.outbox_chunk_messages(chunk) == messages
     assert records.outbox_chunk_range(chunk) == (7, 9)
     assert records.outbox_chunk_streams(chunk) == [(7, "requests"), (8, "requests"), (9, "requests")]
+
+
+def test_a_log_index_keeps_the_payloads_notes_carried_as_few_as_decoded_chunks_and_entries_replace_them() -> None:
+    index = LogIndex()
+    for first in range(0, 60, 10):
+        index.add(Chunk(first, 10, first + 1, payload=b"chunk %d" % first))
+    kept = [first for first in range(0, 60, 10) if index.chunks[first].payload is not None]
+    assert kept == [20, 30, 40, 50]  # the last four, as for decoded entries
+    assert index.chunks[0].seq == 1
+    assert index.chunks[0].payload is None
+    entries = [(b"m", b"k", None, b"r")] * 10
+    decoded = index.add(Chunk(50, 10, 51, entries))
+    assert decoded.entries == entries
+    assert decoded.payload is None
+    assert index.add(Chunk(50, 10, 51, payload=b"again")).payload is None  # decoded already: kept so
