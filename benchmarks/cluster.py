@@ -516,7 +516,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                         help="run each NATS worker under py-spy (slower) and print where its CPU goes")
     parser.add_argument("--instructions", action="store_true",
                         help="run each NATS worker under valgrind's cachegrind (far slower) and print its "
-                             "instructions per message: what it costs whatever the load and the cores")
+                             "instructions per message: what it costs whatever the load and the cores; each http-N "
+                             "worker under callgrind, counting over the clients' window only (per event)")
     parser.add_argument("--source-readers", choices=("workers", "one"), default="workers",
                         help=f"the NATS phases' source: dealt into {SOURCE_FILES} files read as a followed glob by "
                              "as many readers as workers (default), or the embedded phase's one file and reader")
@@ -604,7 +605,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                     target.start()
                     http = run_http_phase(work, target.url, lambda: target.finish()["distinct_keys"],
                                           int(phase.split("-")[1]), args.http_events, form == "relay",
-                                          args.timeout, args.http_keyed, PROFILE_RATE if args.profile else 0)
+                                          args.timeout, args.http_keyed, PROFILE_RATE if args.profile else 0,
+                                          args.instructions)
                     http_results.append(http)
                     for line in http.describe():
                         print("  " + line, flush=True)

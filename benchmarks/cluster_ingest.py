@@ -141,12 +141,17 @@ def ready(leases: Leases, workers: list[str], ports: list[int], relay: bool) -> 
 
 
 def run_http_phase(work: Path, endpoint: str, count_delivered: Callable[[], int], workers: int, events: int,
-                   relay: bool, timeout: float, keyed: bool = False, profile_rate: int = 0) -> IngestResult:
+                   relay: bool, timeout: float, keyed: bool = False, profile_rate: int = 0,
+                   instructions: bool = False) -> IngestResult:
     """One form (``relay`` or ingest only) on ``workers`` workers; ``endpoint``: the sink's URL;
     ``count_delivered()``: distinct idempotency keys the endpoint has answered 2xx (relay, called
     once the workers are stopped); ``profile_rate`` (Hz, 0: none): each worker sampled over the
     window by ``py-spy record --pid --gil --threads -f raw`` (its CPU figure then includes
-    py-spy's pauses). Raises ``RuntimeError`` when a worker dies or a wait times out."""
+    py-spy's pauses); ``instructions``: each worker under ``valgrind --tool=callgrind
+    --instr-atstart=no``, counting only over the window (``callgrind_control -i on`` / ``off``), its
+    instructions per event in the notes (a count that does not move with the load; its
+    ``callgrind-<worker>.out`` says where they go). Raises ``RuntimeError`` when a worker dies or a
+    wait times out."""
     name = f"http-{workers} {'relay' if relay else 'ingest'}" + (" keyed" if keyed else "")
     phase = work / name.replace(" ", "-")
     phase.mkdir(parents=True)
@@ -167,12 +172,14 @@ def run_http_phase(work: Path, endpoint: str, count_delivered: Callable[[], int]
         assert server.pid is not None
         assert nginx.process is not None
         for worker in names:
+            command = [sys.executable, "-m", "egress", "run", str(spec), "--dynamic-spec", str(dynamic), "--engine",
+                       server.url, "--worker-id", worker, "--state-dir", str(phase / f"state-{worker}"),
+                       "--http-port", str(metrics_ports[worker]), "--quiet"]
+            if instructions:
+                command = ["valgrind", "--tool=callgrind", "--instr-atstart=no",
+                           f"--callgrind-out-file={phase / f'callgrind-{worker}.out'}", *command]
             with (phase / f"{worker}.log").open("wb") as log:
-                processes[worker] = subprocess.Popen(
-                    [sys.executable, "-m", "egress", "run", str(spec), "--dynamic-spec", str(dynamic), "--engine",
-                     server.url, "--worker-id", worker, "--state-dir", str(phase / f"state-{worker}"),
-                     "--http-port", str(metrics_ports[worker]), "--quiet"],
-                    cwd=REPO, stdout=log, stderr=subprocess.STDOUT)
+                processes[worker] = subprocess.Popen(command, cwd=REPO, stdout=log, stderr=subprocess.STDOUT)
         leases = Leases(server.url, PIPELINE)
         wait_for(lambda: ready(leases, names, ports, relay) or any(p.poll() is not None for p in processes.values()),
                  "each worker holding one http reader, listening", timeout)
@@ -184,6 +191,9 @@ def run_http_phase(work: Path, endpoint: str, count_delivered: Callable[[], int]
         traffic = server_counters(server)
         profilers = {worker: profiler(process.pid, phase / f"profile-{worker}.txt", profile_rate)
                      for worker, process in processes.items()} if profile_rate else {}
+        if instructions:
+            for process in processes.values():
+                callgrind_control(process.pid, "on")
         started = time.perf_counter()
         clients = subprocess.Popen([sys.executable, str(REPO / "benchmarks" / "ingest.py"), "--post-to",
                                     f"{nginx.url}/events", "--events", str(events), *(["--keyed"] if keyed else [])],
@@ -198,6 +208,9 @@ def run_http_phase(work: Path, endpoint: str, count_delivered: Callable[[], int]
                      or any(p.poll() is not None for p in processes.values()),
                      f"{events:,} events delivered", timeout)
         seconds = time.perf_counter() - started
+        if instructions:
+            for process in processes.values():
+                callgrind_control(process.pid, "off")
         cpu = {name: process_cpu(pid) - before[name] for name, pid in pids.items()}
         cpu["nginx"] = family_cpu(nginx.process.pid) - before["nginx"]
         cpu["clients"] = usage.ru_utime + usage.ru_stime
@@ -211,9 +224,13 @@ def run_http_phase(work: Path, endpoint: str, count_delivered: Callable[[], int]
         if leases is not None:
             leases.close()
         for process in processes.values():
-            stop(process)
+            stop(process, 300 if instructions else 20)
         nginx.stop()
         server.stop()
+    for worker in processes:
+        out = phase / f"callgrind-{worker}.out"
+        if instructions and out.exists():
+            notes.append(instructions_note(worker, out, accepted[worker]))
     notes.append("log-append races lost: " + ", ".join(f"{worker} {races_lost(phase / f'{worker}.log'):,}"
                                                        for worker in processes))
     counted = count_delivered() if relay else int(sum(accepted.values()))
@@ -236,13 +253,27 @@ def check_alive(processes: dict[str, subprocess.Popen[bytes]], phase: Path) -> N
             raise RuntimeError(f"{worker} exited {process.returncode}: {tail}")
 
 
-def stop(process: subprocess.Popen[bytes]) -> None:
-    """SIGTERM by its PID, SIGKILL after 20 s."""
+def callgrind_control(pid: int, instrumentation: str) -> None:
+    """Switch the instrumentation of the worker ``pid`` under callgrind ``on`` or ``off``."""
+    subprocess.run(["callgrind_control", "-i", instrumentation, str(pid)], check=True, stdout=subprocess.DEVNULL,
+                   timeout=120)
+
+
+def instructions_note(worker: str, out: Path, accepted: float) -> str:
+    """A worker's instructions over the window (callgrind's ``totals:``: its ``summary:`` says 0 when
+    the instrumentation started off), in all and per event it accepted."""
+    total = next(int(line.split()[1]) for line in out.read_text().splitlines() if line.startswith("totals:"))
+    return (f"{worker} instructions over the window (callgrind): {total / 1e6:,.0f} M, "
+            f"{total / accepted / 1e3:,.1f} K per event it accepted")
+
+
+def stop(process: subprocess.Popen[bytes], wait: float = 20) -> None:
+    """SIGTERM by its PID, SIGKILL after ``wait`` s."""
     if process.poll() is not None:
         return
     process.terminate()
     try:
-        process.wait(20)
+        process.wait(wait)
     except subprocess.TimeoutExpired:
         process.kill()
         process.wait(10)
