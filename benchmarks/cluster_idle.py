@@ -35,6 +35,7 @@ from tests.nats_server import NatsServer  # noqa: E402
 
 from cluster import process_cpu, server_counters  # noqa: E402
 from delivery import FUNCTIONS_MODULE, benchmark_spec, compile_egress  # noqa: E402
+from nats_tally import Tally  # noqa: E402
 
 
 def write_spec(phase: Path, workers: int, files: int, partitions: int) -> Path:
@@ -73,12 +74,15 @@ def measure(work: Path, workers: int, files: int, partitions: int, settle: float
         time.sleep(settle)
         pids = {name: process.pid for name, process in processes.items()} | {"nats-server": server.pid}
         before = {name: process_cpu(pid) for name, pid in pids.items()}
+        tally = Tally(server.url)
+        tally.start()
         traffic = server_counters(server)
         started = time.perf_counter()
         time.sleep(seconds)
         elapsed = time.perf_counter() - started
         after = {name: process_cpu(pid) for name, pid in pids.items()}
         traffic_after = server_counters(server)
+        kinds = tally.stop()
         for name, process in processes.items():
             if process.poll() is not None:
                 raise RuntimeError(f"{name} exited {process.returncode} while idle: see {work / name}.log")
@@ -102,7 +106,10 @@ def measure(work: Path, workers: int, files: int, partitions: int, settle: float
             "CPU ms per second: " + ", ".join(f"{name} {value:.1f}" for name, value in per.items())
             + f"; all {sum(per.values()):.1f}",
             f"nats-server per second: {rates['in_msgs']:.1f} messages in, {rates['out_msgs']:.1f} out, "
-            f"{rates['api']:.1f} JetStream API requests"]
+            f"{rates['api']:.1f} JetStream API requests",
+            "messages per second per worker, by kind (a core subscription to '>'; each message "
+            "once, whoever receives it): " + "; ".join(f"{kind} {count / elapsed / workers:.2f}"
+                                                       for kind, count in kinds.most_common())]
 
 
 def main(argv: Sequence[str] | None = None) -> int:
