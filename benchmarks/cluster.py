@@ -90,6 +90,7 @@ from delivery import (  # noqa: E402
     run_egress,
     stop_process,
 )
+from nats_tally import Tally  # noqa: E402
 
 if TYPE_CHECKING:
     from cluster_ingest import IngestResult
@@ -108,6 +109,9 @@ DEFAULT_PHASES = (*PHASES, "http-1", "http-2")
 SOURCE_FILES = 16
 """Files the NATS phases' source is dealt into with ``--source-readers workers`` (several per reader:
 the files source's reader 0 deals them, the same count to each reader of 1, 2 or 4)."""
+PREREGISTERED_TTL = 600.0
+"""Seconds a member pre-registered for ``--instructions`` stays listed unless its worker registers
+(replacing it) or leaves first: longer than any worker's start under valgrind."""
 CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
 POLL = 0.05  # seconds between two checks for exited workers
 
@@ -228,9 +232,37 @@ def nats_spec(work: Path, phase: Path, url: str, first: int | None = None, reade
     return path
 
 
+def preregister(url: str, spec: Path, workers: int) -> None:
+    """List members ``w1`` .. ``w<workers>`` of ``spec``'s pipeline on the NATS server at ``url``
+    for :data:`PREREGISTERED_TTL` seconds, as each worker's own registration will (same Spec
+    digest, so none refuses another): the first worker up then takes only its share of the units
+    and leaves the others' to them, whatever the order and the delay of their starts (under
+    valgrind a start takes seconds and one worker may join once the others read every file; the
+    real run's workers join within ms of each other). A worker's registration replaces its entry,
+    its leaving deletes it."""
+    from egress.engines import MemberInfo
+    from egress.engines.nats import NatsEngine
+    from egress.runtime.cluster.worker import spec_digest
+    from egress.spec.models import load_spec
+
+    loaded = load_spec(spec)  # the Spec as a worker loads it (its digest), without importing its functions
+
+    async def register() -> None:
+        engine = NatsEngine(url, loaded.pipeline)
+        await engine.open()
+        try:
+            for index in range(1, workers + 1):
+                await engine.register(MemberInfo(f"w{index}", spec_digest(loaded), {"preregistered": True}),
+                                      PREREGISTERED_TTL)
+        finally:
+            await engine.close()
+
+    asyncio.run(register())
+
+
 def run_workers(target: Target, count: int, workers: int, work: Path, timeout: float,
                 profile: bool = False, first: int | None = None, rtt: float | None = None,
-                partitioned: bool = False, instructions: bool = False) -> ClusterResult:
+                partitioned: bool = False, instructions: bool = False, tally: bool = False) -> ClusterResult:
     """A fresh nats-server and ``workers`` egress processes on one pipeline until it is drained; with
     ``profile``, each worker under ``py-spy record --gil --threads -f raw`` (the thread holding the
     GIL: py-spy takes a thread waiting in epoll or on a queue for a running one on this machine),
@@ -240,7 +272,9 @@ def run_workers(target: Target, count: int, workers: int, work: Path, timeout: f
     measured through it is in the notes); with ``partitioned``, the source is read by as many
     readers as there are workers (:func:`nats_spec`); with ``instructions``, each worker under
     ``valgrind --tool=cachegrind --cache-sim=no``, its instructions in the notes (a count the
-    machine's load and its number of cores cannot move, unlike CPU seconds)."""
+    machine's load and its number of cores cannot move, unlike CPU seconds), every worker
+    pre-registered (:func:`preregister`) so that each runs its share from its start; with
+    ``tally``, every message the server routes counted by kind (``benchmarks/nats_tally.py``)."""
     name = f"nats-{workers}" + ("" if first is None else "-fixed") + ("" if rtt is None else f"-rtt{rtt * 1e3:g}ms")
     phase = work / name
     shutil.rmtree(phase, ignore_errors=True)
@@ -260,6 +294,11 @@ def run_workers(target: Target, count: int, workers: int, work: Path, timeout: f
     processes: dict[str, subprocess.Popen[bytes]] = {}
     logs = []
     try:
+        if instructions:
+            preregister(server.url, spec, workers)
+        counting = Tally(server.url) if tally else None
+        if counting is not None:
+            counting.start()
         server_cpu = process_cpu(server.pid)
         traffic = server_counters(server)
         started = time.perf_counter()
@@ -282,6 +321,12 @@ def run_workers(target: Target, count: int, workers: int, work: Path, timeout: f
         seconds = time.perf_counter() - started
         cpu["nats-server"] = process_cpu(server.pid) - server_cpu
         traffic_after = server_counters(server)
+        if counting is not None:
+            kinds = counting.stop()
+            notes.append("messages routed by kind (benchmarks/nats_tally.py), per 1,000 messages and per second per "
+                         "worker: " + "; ".join(f"{kind} {routed * 1e3 / count:.1f} / "
+                                                f"{routed / seconds / workers:.2f}"
+                                                for kind, routed in kinds.most_common()))
     finally:
         for process in processes.values():
             if process.poll() is None:
@@ -518,6 +563,9 @@ def main(argv: Sequence[str] | None = None) -> int:
                         help="run each NATS worker under valgrind's cachegrind (far slower) and print its "
                              "instructions per message: what it costs whatever the load and the cores; each http-N "
                              "worker under callgrind, counting over the clients' window only (per event)")
+    parser.add_argument("--tally", action="store_true",
+                        help="count every message the NATS server routes by kind (a subscription to '>': it "
+                             "adds to the server's CPU), per 1,000 messages and per second per worker")
     parser.add_argument("--source-readers", choices=("workers", "one"), default="workers",
                         help=f"the NATS phases' source: dealt into {SOURCE_FILES} files read as a followed glob by "
                              "as many readers as workers (default), or the embedded phase's one file and reader")
@@ -573,7 +621,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                     result = run_embedded(target, bodies, args.messages, args.partitions, work, args.timeout)
                 else:
                     result = run_workers(target, args.messages, int(phase.split("-")[1]), work, args.timeout,
-                                         args.profile, partitioned=partitioned, instructions=args.instructions)
+                                         args.profile, partitioned=partitioned, instructions=args.instructions,
+                                         tally=args.tally)
                 results[phase] = result
                 for line in describe(result):
                     print("  " + line, flush=True)

@@ -35,6 +35,7 @@ from tests.nats_server import NatsServer  # noqa: E402
 
 from cluster import process_cpu, server_counters  # noqa: E402
 from delivery import FUNCTIONS_MODULE, benchmark_spec, compile_egress  # noqa: E402
+from nats_tally import Tally  # noqa: E402
 
 
 def write_spec(phase: Path, workers: int, files: int, partitions: int) -> Path:
@@ -53,8 +54,12 @@ def write_spec(phase: Path, workers: int, files: int, partitions: int) -> Path:
     return path
 
 
-def measure(work: Path, workers: int, files: int, partitions: int, settle: float, seconds: float) -> list[str]:
-    """Start the cluster, let it settle, and measure its idle CPU and traffic over ``seconds``."""
+def measure(work: Path, workers: int, files: int, partitions: int, settle: float, seconds: float,
+            instructions: bool = False) -> list[str]:
+    """Start the cluster, let it settle, and measure its idle CPU and traffic over ``seconds``; with
+    ``instructions``, each worker under ``valgrind --tool=cachegrind --cache-sim=no``, its whole
+    process's instructions printed (start, ``settle + seconds`` idle, stop: two runs of different
+    ``seconds`` give the instructions per idle second)."""
     compile_egress()
     spec = write_spec(work, workers, files, partitions)
     server = NatsServer(work / "nats").start()
@@ -66,19 +71,24 @@ def measure(work: Path, workers: int, files: int, partitions: int, settle: float
             name = f"w{index}"
             log = open(work / f"{name}.log", "wb")  # noqa: SIM115 - closed below
             logs.append(log)
-            processes[name] = subprocess.Popen(
-                [sys.executable, "-m", "egress", "run", str(spec), "--engine", server.url, "--worker-id", name,
-                 "--state-dir", str(work / f"state-{name}"), "--quiet"], cwd=work, stdout=log,
-                stderr=subprocess.STDOUT)
+            command = [sys.executable, "-m", "egress", "run", str(spec), "--engine", server.url, "--worker-id", name,
+                       "--state-dir", str(work / f"state-{name}"), "--quiet"]
+            if instructions:
+                command = ["valgrind", "--tool=cachegrind", "--cache-sim=no",
+                           f"--cachegrind-out-file={work / f'cachegrind-{name}.out'}", *command]
+            processes[name] = subprocess.Popen(command, cwd=work, stdout=log, stderr=subprocess.STDOUT)
         time.sleep(settle)
         pids = {name: process.pid for name, process in processes.items()} | {"nats-server": server.pid}
         before = {name: process_cpu(pid) for name, pid in pids.items()}
+        tally = Tally(server.url)
+        tally.start()
         traffic = server_counters(server)
         started = time.perf_counter()
         time.sleep(seconds)
         elapsed = time.perf_counter() - started
         after = {name: process_cpu(pid) for name, pid in pids.items()}
         traffic_after = server_counters(server)
+        kinds = tally.stop()
         for name, process in processes.items():
             if process.poll() is not None:
                 raise RuntimeError(f"{name} exited {process.returncode} while idle: see {work / name}.log")
@@ -88,7 +98,7 @@ def measure(work: Path, workers: int, files: int, partitions: int, settle: float
                 process.send_signal(signal.SIGTERM)
         for process in processes.values():
             try:
-                process.wait(30)
+                process.wait(120 if instructions else 30)  # leaving takes seconds under valgrind
             except subprocess.TimeoutExpired:
                 process.kill()
                 process.wait()
@@ -96,13 +106,24 @@ def measure(work: Path, workers: int, files: int, partitions: int, settle: float
             log.close()
         server.stop()
     per = {name: 1e3 * (after[name] - before[name]) / elapsed for name in pids}
+    counted = [f"{name} {instructions_of(work / f'cachegrind-{name}.out') / 1e6:,.0f} M"
+               for name in processes if (work / f"cachegrind-{name}.out").exists()]
     rates = {name: (traffic_after[name] - traffic[name]) / elapsed for name in traffic}
     return [f"idle cluster of {workers} workers ({partitions} partitions, {workers} readers of {files} followed "
             f"empty files), {elapsed:.1f} s measured after {settle:g} s:",
             "CPU ms per second: " + ", ".join(f"{name} {value:.1f}" for name, value in per.items())
             + f"; all {sum(per.values()):.1f}",
             f"nats-server per second: {rates['in_msgs']:.1f} messages in, {rates['out_msgs']:.1f} out, "
-            f"{rates['api']:.1f} JetStream API requests"]
+            f"{rates['api']:.1f} JetStream API requests",
+            "messages per second per worker, by kind (a core subscription to '>'; each message "
+            "once, whoever receives it): " + "; ".join(f"{kind} {count / elapsed / workers:.2f}"
+                                                       for kind, count in kinds.most_common()),
+            *([f"instructions of each worker's whole process (cachegrind): {', '.join(counted)}"] if counted else [])]
+
+
+def instructions_of(out: Path) -> int:
+    """The instructions of a cachegrind output (its ``summary:`` line)."""
+    return next(int(line.split()[1]) for line in out.read_text().splitlines() if line.startswith("summary:"))
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -112,9 +133,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--partitions", type=int, default=4)
     parser.add_argument("--settle", type=float, default=8.0, help="seconds before measuring")
     parser.add_argument("--seconds", type=float, default=20.0, help="seconds measured")
+    parser.add_argument("--instructions", action="store_true",
+                        help="each worker under valgrind's cachegrind: its whole process's instructions")
     args = parser.parse_args(argv)
     with tempfile.TemporaryDirectory(prefix="egress-idle-") as work:
-        for line in measure(Path(work), args.workers, args.files, args.partitions, args.settle, args.seconds):
+        for line in measure(Path(work), args.workers, args.files, args.partitions, args.settle, args.seconds,
+                            args.instructions):
             print(line)
     return 0
 

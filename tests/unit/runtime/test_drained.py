@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from egress.engines import LeaseInfo
-from egress.runtime.cluster.drained import outstanding_work, source_is_finished
+from egress.runtime.cluster.drained import FinishedFlags, outstanding_work, source_is_finished
 from egress.runtime.unit import Unit
 from tests.unit.runtime.test_layout import inventory, plan_of
 
@@ -27,6 +27,49 @@ def test_a_flag_of_an_older_lease_does_not_count_the_reader_must_finish_again() 
 def test_a_source_without_a_live_lease_or_a_flag_is_not_finished() -> None:
     assert not source_is_finished("7", SOURCE, [])
     assert not source_is_finished(None, SOURCE, [lease(7)])
+
+
+class Flags:
+    """A reader's flags and the live leases as a watch reads them, counting the flag reads."""
+
+    def __init__(self) -> None:
+        self.flags: dict[Unit, str] = {}
+        self.leases: list[LeaseInfo] = []
+        self.reads = 0
+
+    async def read(self, unit: Unit) -> str | None:
+        self.reads += 1
+        return self.flags.get(unit)
+
+    async def live(self) -> list[LeaseInfo]:
+        return self.leases
+
+
+async def test_a_flag_read_set_is_not_read_again_while_its_readers_lease_lasts() -> None:
+    readers = [SOURCE, Unit.source("events_jsonl", 1)]
+    state, watch = Flags(), FinishedFlags()
+    state.leases = [lease(3, readers[0]), lease(4, readers[1])]
+    state.flags = {readers[0]: "3"}
+    assert not await watch.all_finished(readers, state.read, state.live)
+    assert state.reads == 2
+    assert not await watch.all_finished(readers, state.read, state.live)
+    assert state.reads == 3  # only reader 1's flag, still unset
+    state.flags[readers[1]] = "4"
+    assert await watch.all_finished(readers, state.read, state.live)
+    assert await watch.all_finished(readers, state.read, state.live)
+    assert state.reads == 4
+
+
+async def test_a_known_flag_of_an_older_lease_is_read_again_and_counts_once_the_new_reader_finished() -> None:
+    state, watch = Flags(), FinishedFlags()
+    state.leases, state.flags = [lease(3)], {SOURCE: "3"}
+    assert await watch.all_finished([SOURCE], state.read, state.live)
+    state.leases = [lease(5)]  # the reader runs again under a new lease: it must finish again
+    assert not await watch.all_finished([SOURCE], state.read, state.live)
+    assert not await watch.all_finished([SOURCE], state.read, state.live)  # the old flag, read again
+    state.flags[SOURCE] = "5"
+    assert await watch.all_finished([SOURCE], state.read, state.live)
+    assert state.reads == 3
 
 
 def test_nothing_outstanding_once_every_reader_is_at_the_end_and_the_outbox_is_empty(tmp_path: Path) -> None:

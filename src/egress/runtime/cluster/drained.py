@@ -10,7 +10,7 @@ unread by a computation, no outbox message unacknowledged and no pending timer.
 
 from __future__ import annotations
 
-from collections.abc import Set
+from collections.abc import Awaitable, Callable, Iterable, Set
 
 from egress.engines import CommittedInventory, LeaseInfo
 from egress.runtime.plan import Plan
@@ -24,6 +24,37 @@ def source_is_finished(flag: str | None, source_unit: Unit, leases: list[LeaseIn
     generations = {(lease.consumer, lease.partition): lease.generation for lease in leases}
     generation = generations.get(source_unit.key)
     return flag is not None and generation is not None and flag == str(generation)
+
+
+class FinishedFlags:
+    """The ``source_finished`` flags a worker's drained watch has read set, by reader unit. A set
+    flag changes only when a reader under a later lease finishes again, so :meth:`all_finished`
+    reads each flag once per lease, not at every check (a watch every half second per worker,
+    from the first reader done to the drained end, read every reader's flag each time)."""
+
+    def __init__(self) -> None:
+        self._known: dict[Unit, str] = {}
+
+    async def all_finished(self, readers: Iterable[Unit], read_flag: Callable[[Unit], Awaitable[str | None]],
+                           leases: Callable[[], Awaitable[list[LeaseInfo]]]) -> bool:
+        """Whether every one of ``readers`` read its share to the end under its live lease
+        (:func:`source_is_finished`). The flags not known set are read first (``read_flag``),
+        stopping at the first unset; the leases (``leases()``) only once every reader has one, so an
+        unfinished source (a live one, always) costs no listing of the leases. A known flag its
+        reader's live lease does not match is forgotten: read again at the next call."""
+        known = self._known
+        for unit in readers:
+            if unit in known:
+                continue
+            flag = await read_flag(unit)
+            if flag is None:
+                return False
+            known[unit] = flag
+        live = await leases()
+        stale = [unit for unit, flag in known.items() if not source_is_finished(flag, unit, live)]
+        for unit in stale:
+            del known[unit]
+        return not stale
 
 
 def outstanding_work(inventory: CommittedInventory, plan: Plan,

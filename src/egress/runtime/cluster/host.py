@@ -6,7 +6,9 @@ units. Jobs of another worker's upstream wake on the engine's append notificatio
 ``drained_check_period`` seconds the host reads the engine: once every source is finished
 (``source_finished`` metadata of its live lease) the jobs are told, and with ``until_drained`` the
 worker stops once its jobs are idle or blocked and the inventory shows no work outstanding
-anywhere (``egress.runtime.cluster.drained``). On an engine on a message bus with DynamicSpec
+anywhere (``egress.runtime.cluster.drained``); once the jobs were told, the engine is read only
+while they are idle (nothing else is left to learn), and a flag read set is not read again while
+its reader's lease lasts. On an engine on a message bus with DynamicSpec
 throttlers and no ``--throttler-url`` the workers elect the throttler controller
 (``egress.runtime.cluster.throttler_role``); on a shared SQLite database (``--processes N``) the
 worker running :func:`~egress.runtime.retention.trimming_unit` trims the log.
@@ -21,7 +23,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from egress.engines import Engine, LeaseInfo, MessageBus
-from egress.runtime.cluster.drained import outstanding_work, source_is_finished
+from egress.runtime.cluster.drained import FinishedFlags, outstanding_work, source_is_finished
 from egress.runtime.cluster.worker import ClusterSpecError, Worker, WorkerSettings, refuse_another_spec, spec_digest
 from egress.runtime.hosts import HostContext, RunResult, plan_units
 from egress.runtime.layout import unreachable_work
@@ -49,6 +51,7 @@ class ClusterHost:
         self.worker_id = worker_id
         self._status_url = status_url
         self._started_at = 0.0
+        self._finished_flags = FinishedFlags()
         self.worker: Worker | None = None  # while the run runs
         self.election: ControllerElection | None = None  # on a message bus, with throttlers to serve
 
@@ -147,6 +150,9 @@ class ClusterHost:
         context = self._context
         while not context.stop.is_set():
             await context.clock.sleep(context.options.drained_check_period)
+            if context.units.input_finished and not (context.options.until_drained
+                                                     and all(j.idle for j in context.units.jobs)):
+                continue  # told already: only the drained end is left, which needs this worker's jobs idle
             if not await self._sources_finished(engine):
                 continue
             if not context.units.input_finished:
@@ -158,17 +164,12 @@ class ClusterHost:
 
     async def _sources_finished(self, engine: Engine) -> bool:
         """Whether every source is finished. The flags are read first, the leases only once every
-        reader has one: an unfinished source (a live one, always) costs no listing of the leases."""
-        plan = self._context.plan
-        flags = []
-        for source_id, source in plan.sources.items():
-            for partition in range(source.readers):
-                flag = await engine.read_meta(finished_key(source_id, partition))
-                if flag is None:
-                    return False
-                flags.append((flag, Unit.source(source_id, partition)))
-        leases = await engine.leases()
-        return all(source_is_finished(flag, unit, leases) for flag, unit in flags)
+        reader has one: an unfinished source (a live one, always) costs no listing of the leases;
+        a flag read set is not read again while its reader's lease lasts (:class:`FinishedFlags`)."""
+        readers = [Unit.source(source_id, partition) for source_id, source in self._context.plan.sources.items()
+                   for partition in range(source.readers)]
+        return await self._finished_flags.all_finished(
+            readers, lambda unit: engine.read_meta(finished_key(unit.name, unit.partition)), engine.leases)
 
     async def _drained(self, engine: Engine, result: RunResult) -> bool:
         inventory = await engine.inventory()
