@@ -113,6 +113,14 @@ class IngestResult:
         return lines
 
 
+def commits_note(accepted: dict[str, float], counts: dict[str, tuple[float, float]]) -> str:
+    """Each worker's source commits (and the events each carried, on average) and its partition jobs'
+    commits, counted from start-up (the few before the clients' window included)."""
+    return "commits: " + ", ".join(
+        f"{worker} {source:,.0f} source ({accepted[worker] / max(source, 1):.1f} events each), {jobs:,.0f} job"
+        for worker, (source, jobs) in counts.items())
+
+
 def wait_for(condition: Callable[[], bool], what: str, timeout: float) -> None:
     """Poll ``condition()`` every 50 ms until true; ``RuntimeError`` naming ``what`` after ``timeout`` s."""
     deadline = time.monotonic() + timeout
@@ -220,6 +228,9 @@ def run_http_phase(work: Path, endpoint: str, count_delivered: Callable[[], int]
             profiling.wait(60)
         check_alive(processes, phase)
         accepted = {worker: metric(port, "egress_source_rows_total") for worker, port in metrics_ports.items()}
+        notes.append(commits_note(accepted, {worker: (metric(port, "egress_source_commits_total"),
+                                                      metric(port, "egress_epochs_committed_total"))
+                                             for worker, port in metrics_ports.items()}))
     finally:
         if leases is not None:
             leases.close()
