@@ -90,11 +90,10 @@ clients would otherwise split into (those answered while the others were being c
 gather ends sooner once each of those connections has a request waiting again (a lone client at
 once), or none arrived for :data:`GATHER_GAP`."""
 GATHER_GAP = 0.005
-"""Seconds without a new request after which :meth:`HttpSource.take`'s gather ends (or, when longer,
-as long as the last commit took, up to :data:`GATHER_SECONDS`: on a loaded machine the clients are
-as slow to send again as the commit was to come back): a connection the last commit answered that
-does not send again (its client is done, or a balancer gave its next request to another worker)
-keeps a batch waiting this long after the last arrival, not :data:`GATHER_SECONDS`."""
+"""Seconds without a new request after which :meth:`HttpSource.take`'s gather ends: a connection the
+last commit answered that does not send again (its client is done, or a balancer gave its next
+request to another worker) keeps a batch waiting this long after the last arrival, not
+:data:`GATHER_SECONDS`."""
 
 
 class HttpSourceError(EgressError):
@@ -184,8 +183,6 @@ class HttpSource(CountedPosition):
         self._gathering = 0  # while a take gathers: its limit of events
         self._arrived_at = 0.0  # while a take gathers: when the last request arrived (monotonic)
         self._answered: set[object] = set()  # the lean-path connections the last commit answered
-        self._taken_at = 0.0  # when the batch being committed was taken (monotonic)
-        self._gap = GATHER_GAP  # the gather's gap: GATHER_GAP, or the last commit's time when longer
         self._awaited: set[object] = set()  # while a take gathers: those of them with no request waiting
         self._taken: list[_Request] = []
         self._keys: dict[str, float] = {}  # committed keys → accepted at (seconds since the epoch)
@@ -356,13 +353,12 @@ class HttpSource(CountedPosition):
             if request.key is not None and self.parameters.idempotency_window > 0:
                 self._key_writes[self._key_entry(request.key)] = repr(now).encode()
             self._taken.append(request)
-        self._taken_at = self._clock.monotonic()
         return records
 
     async def _gather(self, limit: int) -> None:
         """Wait for more requests, until each connection the last commit answered has one waiting
-        again (or closed) or ``limit`` events wait, none arrived for :data:`GATHER_GAP` (or the last
-        commit's time, when longer), or :data:`GATHER_SECONDS` passed (on the clock)."""
+        again (or closed) or ``limit`` events wait, none arrived for :data:`GATHER_GAP`, or
+        :data:`GATHER_SECONDS` passed (on the clock)."""
         waiting = {request.answered for request in self._queue}
         self._awaited = {c for c in self._answered if c not in waiting and c in self._connections}
         if not self._awaited:
@@ -375,7 +371,7 @@ class HttpSource(CountedPosition):
         try:
             while True:
                 now = clock.monotonic()
-                until = min(deadline, self._arrived_at + self._gap)
+                until = min(deadline, self._arrived_at + GATHER_GAP)
                 if until <= now or not await event_or_timeout(self._gathered, clock, until - now):
                     return
         finally:
@@ -416,7 +412,6 @@ class HttpSource(CountedPosition):
                 if not duplicate.done():
                     duplicate.set_result(None)
         self._answered = {request.answered for request in self._taken}
-        self._gap = min(GATHER_SECONDS, max(GATHER_GAP, self._clock.monotonic() - self._taken_at))
         self._taken = []
 
     def unread_records(self) -> int:

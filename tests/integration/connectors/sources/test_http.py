@@ -323,29 +323,6 @@ async def test_a_batch_waits_for_the_connections_the_last_commit_answered_at_mos
         await source.close()
 
 
-async def test_the_gap_is_as_long_as_the_last_commit_took_when_that_is_longer() -> None:
-    """On a loaded machine the clients answered are as slow to send again as the commit was."""
-    clock = VirtualClock(1_000.0)
-    source, clients = await gathering(clock, 2)
-    try:
-        async with asyncio.timeout(10):
-            clients.post(0)
-            clients.post(1)
-            await eventually(lambda: source.unread_records() == 2, what="both requests queued")
-            assert len(await source.take(100, 30.0) or []) == 2  # both back: taken at once
-            await clock.advance(2 * GATHER_GAP)  # the commit takes twice the gap
-            source.committed()
-            assert [(await clients.answer(i)).startswith(b"HTTP/1.1 200 ") for i in range(2)] == [True, True]
-            clients.post(0)
-            await eventually(lambda: source.unread_records() == 1, what="the first connection's request queued")
-            taking = await take_on_the_clock(source, clock, 1_000.0 + 4 * GATHER_GAP)
-            await clock.advance(2 * GATHER_GAP)
-            assert len(await taking or []) == 1
-    finally:
-        await clients.close()
-        await source.close()
-
-
 async def test_a_batch_gathers_at_most_the_gathering_time_while_requests_keep_arriving() -> None:
     clock = VirtualClock(1_000.0)
     source, clients = await gathering(clock, 1)
