@@ -17,9 +17,10 @@ Two forms per N: ``ingest`` (the computation drops every event, ``tests.pipeline
 ``relay`` (delivered to the endpoint), timed until the workers' sinks have delivered every event.
 CPU (``/proc/<pid>/stat``: all threads) of each worker, nats-server, nginx (master and workers)
 and the clients' process over that window only (start-up and joining left out); each worker's
-events accepted from its ``/metrics`` (``egress_source_rows_total``). Every event answered 200 must
-be counted (ingest: the source rows of all workers; relay: distinct idempotency keys at the
-endpoint), or the phase is incomplete.
+events accepted from its ``/metrics`` (``egress_source_rows_total``), and its source and job commits
+(``egress_source_commits_total``, ``egress_epochs_committed_total``: the events per source commit).
+Every event answered 200 must be counted (ingest: the source rows of all workers; relay: distinct
+idempotency keys at the endpoint), or the phase is incomplete.
 """
 
 from __future__ import annotations
