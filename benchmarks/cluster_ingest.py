@@ -17,9 +17,10 @@ Two forms per N: ``ingest`` (the computation drops every event, ``tests.pipeline
 ``relay`` (delivered to the endpoint), timed until the workers' sinks have delivered every event.
 CPU (``/proc/<pid>/stat``: all threads) of each worker, nats-server, nginx (master and workers)
 and the clients' process over that window only (start-up and joining left out); each worker's
-events accepted from its ``/metrics`` (``egress_source_rows_total``). Every event answered 200 must
-be counted (ingest: the source rows of all workers; relay: distinct idempotency keys at the
-endpoint), or the phase is incomplete.
+events accepted from its ``/metrics`` (``egress_source_rows_total``), and its source and job commits
+(``egress_source_commits_total``, ``egress_epochs_committed_total``: the events per source commit).
+Every event answered 200 must be counted (ingest: the source rows of all workers; relay: distinct
+idempotency keys at the endpoint), or the phase is incomplete.
 """
 
 from __future__ import annotations
@@ -111,6 +112,14 @@ class IngestResult:
         if self.ingest:
             lines.append(f"  target <= {INGEST_TARGET:g} µs per worker: " + ", ".join(self.verdicts()))
         return lines
+
+
+def commits_note(accepted: dict[str, float], counts: dict[str, tuple[float, float]]) -> str:
+    """Each worker's source commits (and the events each carried, on average) and its partition jobs'
+    commits, counted from start-up (the few before the clients' window included)."""
+    return "commits: " + ", ".join(
+        f"{worker} {source:,.0f} source ({accepted[worker] / max(source, 1):.1f} events each), {jobs:,.0f} job"
+        for worker, (source, jobs) in counts.items())
 
 
 def wait_for(condition: Callable[[], bool], what: str, timeout: float) -> None:
@@ -220,6 +229,9 @@ def run_http_phase(work: Path, endpoint: str, count_delivered: Callable[[], int]
             profiling.wait(60)
         check_alive(processes, phase)
         accepted = {worker: metric(port, "egress_source_rows_total") for worker, port in metrics_ports.items()}
+        notes.append(commits_note(accepted, {worker: (metric(port, "egress_source_commits_total"),
+                                                      metric(port, "egress_epochs_committed_total"))
+                                             for worker, port in metrics_ports.items()}))
     finally:
         if leases is not None:
             leases.close()

@@ -393,6 +393,10 @@ class Metrics:
         self.source_rows = collect(LabelledCounter(
             "egress_source_rows", "Rows read by a source and appended to its stream.",
             ["source_id"]))
+        self.source_commits = collect(LabelledCounter(
+            "egress_source_commits", "Commits of a source's readers (each appends a batch of rows and moves the "
+            "source's position): rows over commits is the rows per commit.",
+            ["source_id"]))
         self.source_bad_records = collect(LabelledCounter(
             "egress_source_bad_records", "Records a source dropped as not fitting its schema (on_bad_record), "
             "by action: skip or dead_letter.",

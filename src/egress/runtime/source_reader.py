@@ -164,6 +164,7 @@ class SourceReader:
         self._base_dir = base_dir
         self._partition_count = partition_count
         self._rows = metrics.source_rows.labels(plan.source_id)
+        self._commits = metrics.source_commits.labels(plan.source_id)
         self._bad_records = {action: metrics.source_bad_records.labels(plan.source_id, action)
                              for action in ("skip", "dead_letter")}
         self._bad_counted = {"skip": 0, "dead_letter": 0}
@@ -235,6 +236,7 @@ class SourceReader:
                                             log_appends=appends, state_writes=state_writes))
             source_state = state_writes.get(self._state_key) or source_state
             self._rows.inc(len(appends))
+            self._commits.inc()
             self._count_bad_records(source)
             for partition in touched:
                 self._notify(partition)
@@ -284,6 +286,7 @@ class SourceReader:
                                                   log_chunks=[LogChunk(stream, partition, chunk)]))
             checked = True
             self._rows.inc(count)
+            self._commits.inc()
             self._count_bad_records(source)
             self._notify(partition)
         return False
@@ -382,6 +385,7 @@ class SourceReader:
             self._count_appends(commit.log_appends)
         source.committed()
         self._rows.inc(len(commit.log_appends))
+        self._commits.inc()
         self._count_bad_records(source)
         for partition in touched:
             self._notify(partition)

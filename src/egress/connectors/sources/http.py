@@ -18,7 +18,8 @@ committed.
 Serving: a plain POST is parsed and answered from bytes (:mod:`egress.connectors.sources.http_fast`);
 every other request, and every answer but a ``200``, is aiohttp's (the connection handed over).
 Concurrent clients' requests are committed together: a batch waits up to :data:`GATHER_SECONDS` for
-a request of each open connection, so a commit (its fixed CPU) serves many events.
+the next request of each connection the last commit answered, so a commit (its fixed CPU) serves
+every client that is sending.
 
 Several readers (``readers: N``): reader ``k`` listens on ``port + k`` under its own unit and lease,
 so every worker of a cluster accepts behind a balancer; a keyed request is accepted only by its
@@ -80,11 +81,19 @@ else:
 
 
 MAX_BODY_BYTES = 1 << 30  # the largest body a source may accept: it is held in memory while it is read
-GATHER_SECONDS = 0.005
-"""How long :meth:`HttpSource.take` waits, once a request is queued, for one from each other open
-connection (concurrent clients each waiting for their ``200``): one commit per batch has a fixed CPU
-cost, so a batch of every client's request costs less per event than several small ones. A lone
-client (one connection) is not kept waiting."""
+GATHER_SECONDS = 0.02
+"""How long :meth:`HttpSource.take` gathers at most, once a request is queued, for the next requests
+of the connections the last commit answered (concurrent clients, each sending again once answered
+``200``): one commit per batch has a fixed CPU cost (the engine's commit, the epochs of the jobs it
+wakes), so a batch that takes every client back costs less per event than the two smaller ones the
+clients would otherwise split into (those answered while the others were being committed). The
+gather ends sooner once each of those connections has a request waiting again (a lone client at
+once), or none arrived for :data:`GATHER_GAP`."""
+GATHER_GAP = 0.005
+"""Seconds without a new request after which :meth:`HttpSource.take`'s gather ends: a connection the
+last commit answered that does not send again (its client is done, or a balancer gave its next
+request to another worker) keeps a batch waiting this long after the last arrival, not
+:data:`GATHER_SECONDS`."""
 
 
 class HttpSourceError(EgressError):
@@ -170,8 +179,11 @@ class HttpSource(CountedPosition):
         self._queue: deque[_Request] = deque()
         self._queued_events = 0
         self._arrived = asyncio.Event()
-        self._gathered = asyncio.Event()  # set when every open connection has a request waiting
+        self._gathered = asyncio.Event()  # set when the gather may end (_gather)
         self._gathering = 0  # while a take gathers: its limit of events
+        self._arrived_at = 0.0  # while a take gathers: when the last request arrived (monotonic)
+        self._answered: set[object] = set()  # the lean-path connections the last commit answered
+        self._awaited: set[object] = set()  # while a take gathers: those of them with no request waiting
         self._taken: list[_Request] = []
         self._keys: dict[str, float] = {}  # committed keys → accepted at (seconds since the epoch)
         self._pending_keys: dict[str, _Request] = {}
@@ -312,19 +324,16 @@ class HttpSource(CountedPosition):
 
     async def take(self, limit: int, wait: float) -> list[SourceRecord] | None:
         """The events of whole requests waiting (at least one request, up to ``limit`` events after
-        it), waiting up to ``wait`` seconds for the first, then up to :data:`GATHER_SECONDS` for a
-        request of each other open connection (not with ``until_caught_up``)."""
+        it), waiting up to ``wait`` seconds for the first, then gathering (:meth:`_gather`; not with
+        ``until_caught_up``)."""
         if not self._queue:
             if self._until_caught_up:
                 return None
             self._arrived.clear()
             if await event_or_timeout(self._arrived, self._clock, wait):
                 return []
-        if not self._until_caught_up and self._short_of_every_connection(limit):
-            self._gathering = limit
-            self._gathered.clear()
-            await event_or_timeout(self._gathered, self._clock, GATHER_SECONDS)
-            self._gathering = 0
+        if not self._until_caught_up and self._queued_events < limit:
+            await self._gather(limit)
         records: list[SourceRecord] = []
         now = self._clock.now()
         self._expire_keys(now)
@@ -346,10 +355,36 @@ class HttpSource(CountedPosition):
             self._taken.append(request)
         return records
 
-    def _short_of_every_connection(self, limit: int) -> bool:
-        """Fewer than ``limit`` events wait and some open connection of the lean path has no request
-        waiting (it may be about to send one: :data:`GATHER_SECONDS`)."""
-        return self._queued_events < limit and len(self._queue) < len(self._connections)
+    async def _gather(self, limit: int) -> None:
+        """Wait for more requests, until each connection the last commit answered has one waiting
+        again (or closed) or ``limit`` events wait, none arrived for :data:`GATHER_GAP`, or
+        :data:`GATHER_SECONDS` passed (on the clock)."""
+        waiting = {request.answered for request in self._queue}
+        self._awaited = {c for c in self._answered if c not in waiting and c in self._connections}
+        if not self._awaited:
+            return
+        clock = self._clock
+        self._arrived_at = clock.monotonic()  # the gap counts from the gather's start, then from each arrival
+        deadline = self._arrived_at + GATHER_SECONDS
+        self._gathering = limit
+        self._gathered.clear()
+        try:
+            while True:
+                now = clock.monotonic()
+                until = min(deadline, self._arrived_at + GATHER_GAP)
+                if until <= now or not await event_or_timeout(self._gathered, clock, until - now):
+                    return
+        finally:
+            self._gathering = 0
+            self._awaited = set()
+
+    def _arrival(self, waiter: object) -> None:
+        """A request of ``waiter`` (a connection, or aiohttp's future) was queued, or a connection closed
+        (``waiter``: it): the gather ends once every awaited connection has come back."""
+        self._arrived_at = self._clock.monotonic()
+        self._awaited.discard(waiter)
+        if not self._awaited or self._queued_events >= self._gathering:
+            self._gathered.set()
 
     def _key_entry(self, key: str) -> bytes:
         """The state entry's key of idempotency key ``key``: ``encode_key([key])``; with several
@@ -376,6 +411,7 @@ class HttpSource(CountedPosition):
             for duplicate in request.duplicates or ():
                 if not duplicate.done():
                     duplicate.set_result(None)
+        self._answered = {request.answered for request in self._taken}
         self._taken = []
 
     def unread_records(self) -> int:
@@ -453,8 +489,8 @@ class HttpSource(CountedPosition):
         self._queue.append(request)
         self._queued_events += len(rows)
         self._arrived.set()
-        if self._gathering and not self._short_of_every_connection(self._gathering):
-            self._gathered.set()
+        if self._gathering:
+            self._arrival(waiter)
 
     # -- the lean path (egress.connectors.sources.http_fast) -----------------------------------
 
@@ -487,8 +523,9 @@ class HttpSource(CountedPosition):
     def connection_closed(self, protocol: IngestProtocol) -> None:
         """``protocol``'s connection closed, or was handed over to aiohttp."""
         self._connections.discard(protocol)
-        if self._gathering and not self._short_of_every_connection(self._gathering):
-            self._gathered.set()
+        self._answered.discard(protocol)
+        if self._gathering:
+            self._arrival(protocol)
 
     def _accepted(self, count: int) -> bytes:
         answer = self._answers.get(count)

@@ -165,7 +165,7 @@ class NatsCommits(NatsCheckpoints, NatsOwnership, NatsLog, NatsAppends, NatsRete
         while True:
             # The ends read at once, just before the batch goes: each round trip between learning an
             # end and publishing is a window in which another writer's commit makes this one lose.
-            ends = dict(zip(slots, await asyncio.gather(*(self._log_end(slot) for slot in slots)), strict=True))
+            ends = await self._log_ends_of(slots)
             log_messages, log_chunks = self._log_messages(entries, ends)
             batch = [head, *log_messages, *outbox_messages]
             if commit.log_traces or commit.outbox_traces:  # after the chunks: purged with them (traces.py)
@@ -202,6 +202,15 @@ class NatsCommits(NatsCheckpoints, NatsOwnership, NatsLog, NatsAppends, NatsRete
                 view.redo = Redo(keyed, last)
             return [(slot, chunk, message.payload)
                     for (slot, chunk), message in zip(log_chunks, log_messages, strict=True)]
+
+    async def _log_ends_of(self, slots: list[tuple[str, int]]) -> dict[tuple[str, int], tuple[int, int]]:
+        """:meth:`_log_end` of each of ``slots``, those not known here read from the server at once
+        (a writer that knows its ends, a lane's reader, asks nothing: no task, no gather)."""
+        known = self._log_ends
+        missing = [slot for slot in slots if slot not in known]
+        if missing:
+            await asyncio.gather(*(self._log_end(slot) for slot in missing))
+        return {slot: known[slot] for slot in slots}
 
     def _forget_log_ends(self, ends: dict[tuple[str, int], tuple[int, int]]) -> None:
         """Forget the log ends a commit that lost a race used: the next attempt reads them again,

@@ -24,7 +24,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from egress.clock import VirtualClock
-from egress.connectors.sources.http import GATHER_SECONDS, HttpSource, HttpSourceError, HttpSourceParameters
+from egress.connectors.sources.http import GATHER_GAP, GATHER_SECONDS, HttpSource, HttpSourceError, HttpSourceParameters
 from egress.receiver import Receiver
 from egress.runtime import Pipeline, RunOptions, load_plan
 from egress.runtime.cluster.assignment import assign
@@ -291,19 +291,79 @@ async def test_a_batch_waits_for_a_request_of_each_open_connection_so_one_commit
         await source.close()
 
 
-async def test_a_batch_waits_for_the_other_connections_at_most_the_gathering_time_on_the_clock() -> None:
+async def take_on_the_clock(source: HttpSource, clock: VirtualClock, deadline: float) -> asyncio.Task[Any]:
+    """A take started and gathering, its wait's end at ``deadline`` on ``clock``."""
+    taking = asyncio.create_task(source.take(100, 30.0))
+    await eventually(lambda: clock.next_deadline() is not None, what="the take gathering on the clock")
+    assert clock.next_deadline() == pytest.approx(deadline)
+    return taking
+
+
+async def test_a_batch_waits_for_the_connections_the_last_commit_answered_at_most_the_gap_after_the_last_request(
+) -> None:
     clock = VirtualClock(1_000.0)
-    source, clients = await gathering(clock, 3)
+    source, clients = await gathering(clock, 3)  # the last commit answered all three
     try:
         clients.post(0)
         await eventually(lambda: source.unread_records() == 1, what="the first connection's request queued")
+        async with asyncio.timeout(10):
+            taking = await take_on_the_clock(source, clock, 1_000.0 + GATHER_GAP)
+            await clock.advance(GATHER_GAP / 2)
+            clients.post(1)  # the gap counts again from this request
+            await eventually(lambda: source.unread_records() == 2, what="the second connection's request queued")
+            await clock.advance(GATHER_GAP / 2)
+            assert not taking.done()
+            await eventually(lambda: clock.next_deadline() == pytest.approx(1_000.0 + 1.5 * GATHER_GAP),
+                             what="the gather's wait moved past the second request")
+            await clock.advance(GATHER_GAP / 2)
+            records = await taking
+        assert [r.row["id"] for r in records or []] == [3, 4]
+    finally:
+        await clients.close()
+        await source.close()
+
+
+async def test_a_batch_gathers_at_most_the_gathering_time_while_requests_keep_arriving() -> None:
+    clock = VirtualClock(1_000.0)
+    source, clients = await gathering(clock, 1)
+    arrivals = int(GATHER_SECONDS / (GATHER_GAP / 2)) + 2
+    try:
+        clients.connections += [await asyncio.open_connection("127.0.0.1", clients.port) for _ in range(arrivals)]
         taking = asyncio.create_task(source.take(100, 30.0))
         async with asyncio.timeout(10):
-            await eventually(lambda: clock.next_deadline() is not None, what="the take gathering on the clock")
-            assert clock.next_deadline() == pytest.approx(1_000.0 + GATHER_SECONDS)
-            await clock.advance(GATHER_SECONDS)
+            for index in range(1, arrivals + 1):  # new connections, each one request: none the commit answered
+                clients.post(index)
+                await eventually(lambda index=index: source.unread_records() == index, what="the request queued")
+                if taking.done():
+                    break
+                await clock.advance(GATHER_GAP / 2)
             records = await taking
-        assert [r.row["id"] for r in records or []] == [3]
+        assert clock.monotonic() == pytest.approx(1_000.0 + GATHER_SECONDS)
+        # every request that came before the time was up (one each GATHER_GAP / 2 from the first on)
+        assert [r.row["id"] for r in records or []] == list(range(1, int(GATHER_SECONDS / (GATHER_GAP / 2)) + 1))
+    finally:
+        await clients.close()
+        await source.close()
+
+
+async def test_open_connections_the_last_commit_did_not_answer_keep_no_batch_waiting() -> None:
+    """A balancer's idle keep-alive connections: the one client sending is committed at once."""
+    clock = VirtualClock(1_000.0)
+    source, clients = await gathering(clock, 3)
+    try:
+        async with asyncio.timeout(10):
+            clients.post(0)
+            await eventually(lambda: source.unread_records() == 1, what="the request queued")
+            taking = await take_on_the_clock(source, clock, 1_000.0 + GATHER_GAP)  # the others were answered
+            await clock.advance(GATHER_GAP)
+            assert [r.row["id"] for r in await taking or []] == [3]
+            source.committed()
+            assert (await clients.answer(0)).startswith(b"HTTP/1.1 200 ")
+            clients.post(0)  # the last commit answered this connection alone: nothing else to wait for
+            await eventually(lambda: source.unread_records() == 1, what="the request queued again")
+            records = await source.take(100, 30.0)
+        assert [r.row["id"] for r in records or []] == [4]
+        assert clock.monotonic() == 1_000.0 + GATHER_GAP
     finally:
         await clients.close()
         await source.close()
