@@ -47,11 +47,17 @@ Run it from the repository root (figures and interpretation: ``docs/benchmarks.m
     python benchmarks/delivery.py --target nginx --backlog 0
     python benchmarks/delivery.py --profile             # + one egress run under py-spy, µs/message by module
     python benchmarks/delivery.py --tracing-ratio 0.01  # + "egress traced": OpenTelemetry on, 1 % sampled
+    python benchmarks/delivery.py --target nginx --backlog 0 --instructions 20000,60000  # cachegrind only
 
 ``--tracing-ratio R`` adds the phase ``egress traced`` after ``egress``: the same run with tracing on
 (``OTEL_EXPORTER_OTLP_ENDPOINT`` at an OTLP/HTTP sink in this process that answers every export 200,
 ``OTEL_TRACES_SAMPLER=parentbased_traceidratio``, ``OTEL_TRACES_SAMPLER_ARG=R``); its CPU per message
 against the ``egress`` phase of the same run is the cost of tracing (``docs/observability.md``).
+
+``--instructions N,M`` runs no phase but one ``egress run`` of each count under ``valgrind
+--tool=cachegrind --cache-sim=no`` (nginx the target) and prints the instructions of each and the
+slope between the shortest and the longest: the per-message count, which the machine's load does
+not move (CPU seconds on a shared machine move ±15 %), the start-up taken out.
 """
 
 from __future__ import annotations
@@ -534,12 +540,14 @@ def compile_egress() -> None:
 def run_egress(target: Target, bodies: Sequence[bytes], count: int, partitions: int, pool: int | None,
                work: Path, timeout: float, name: str = "egress", profile: Path | None = None,
                processes: int | None = None, gil: bool = True,
-               environment: dict[str, str] | None = None) -> PhaseResult:
+               environment: dict[str, str] | None = None, instructions: Path | None = None) -> PhaseResult:
     """One ``egress run`` subprocess from a fresh state directory on ``count`` messages (``bodies`` cycled);
     timed from spawn to exit, its RSS and per-thread CPU sampled. ``pool`` None keeps the sink's default
     ``max_idle_connections``. With ``profile``, egress runs under ``py-spy record -f raw --threads``
     (with ``gil``, ``--gil``: only the thread holding the GIL is sampled); with
-    ``processes``, ``egress run --processes N``; ``environment``: variables added to the process's."""
+    ``processes``, ``egress run --processes N``; ``environment``: variables added to the process's; with
+    ``instructions``, egress runs under ``valgrind --tool=cachegrind --cache-sim=no`` writing that file
+    (its instruction count in the notes, read by :func:`cachegrind_total`)."""
     compile_egress()
     phase = work / name.replace(" ", "-")
     shutil.rmtree(phase, ignore_errors=True)  # a fresh state directory: no resumed run
@@ -563,6 +571,9 @@ def run_egress(target: Target, bodies: Sequence[bytes], count: int, partitions: 
         py_spy = shutil.which("py-spy") or str(Path(sys.executable).parent / "py-spy")
         command = [py_spy, "record", *(["--gil"] if gil else []), "--threads", "--full-filenames", "-f", "raw",
                    "-r", str(PROFILE_RATE), "-o", str(profile), "--", *command]
+    elif instructions is not None:
+        command = ["valgrind", "--tool=cachegrind", "--cache-sim=no", f"--cachegrind-out-file={instructions}",
+                   *command]
     output = open(phase / "egress.log", "wb")  # noqa: SIM115 - closed below, after the process ends
     started = time.perf_counter()
     process = subprocess.Popen(command, cwd=phase, stdout=output, stderr=subprocess.STDOUT,
@@ -593,9 +604,32 @@ def run_egress(target: Target, bodies: Sequence[bytes], count: int, partitions: 
         f"{max_rss:,.0f} MB VmHWM")
     result.notes.append("CPU by thread (/proc/PID/task/*/stat, last sample): " + ", ".join(
         f"{thread} {seconds:.2f} s" for thread, seconds in threads.items() if seconds >= 0.01))
+    if instructions is not None and instructions.exists():
+        total = cachegrind_total(instructions)
+        result.notes.append(f"instructions (cachegrind): {total / 1e6:,.0f} M, {total / count / 1e3:,.1f} K per "
+                            "message (start-up included)")
     result.stats = target.finish()
     result.stats["in_run_rate"] = round(in_run)
     return result
+
+
+def cachegrind_total(out: Path) -> int:
+    """The instructions counted in a cachegrind output file (its ``summary:`` line)."""
+    return next(int(line.split()[1]) for line in out.read_text().splitlines() if line.startswith("summary:"))
+
+
+def instruction_lines(counts: Sequence[int], totals: Sequence[int]) -> list[str]:
+    """The per-message slope of ``totals`` (instructions of one ``egress run`` of each of ``counts``
+    messages) between the smallest and the largest count, and the start-up it leaves: a figure of the
+    per-message path that the machine's load cannot move."""
+    first, last = min(range(len(counts)), key=counts.__getitem__), max(range(len(counts)), key=counts.__getitem__)
+    lines = [f"  egress run of {count:,} messages: {total / 1e6:,.0f} M instructions"
+             for count, total in zip(counts, totals, strict=True)]
+    if counts[last] > counts[first]:
+        slope = (totals[last] - totals[first]) / (counts[last] - counts[first])
+        lines.append(f"  per message (slope {counts[first]:,} → {counts[last]:,}): {slope / 1e3:,.1f} K "
+                     f"instructions; start-up {(totals[first] - slope * counts[first]) / 1e6:,.0f} M")
+    return lines
 
 
 class DurableLog:
@@ -1211,6 +1245,10 @@ def main(argv: Sequence[str] | None = None) -> int:
                              "print µs/message by module, function and thread")
     parser.add_argument("--timeout", type=float, default=900.0,
                         help="seconds allowed per phase (default 900)")
+    parser.add_argument("--instructions", default=None, metavar="N,M",
+                        help="instead of the phases: one egress run of each count of messages under valgrind's "
+                             "cachegrind (far slower), printing its instructions and the per-message slope "
+                             "between the smallest and largest count (e.g. 20000,60000)")
     parser.add_argument("--keep", type=Path, help="keep the Specs, states, reports and profile here")
     parser.add_argument("--tracing-ratio", type=float, default=None, metavar="R",
                         help="add the phase 'egress traced': OpenTelemetry tracing on, a ratio R of traces "
@@ -1222,6 +1260,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     unknown = set(phases) - set(PHASES)
     if unknown or not phases:
         parser.error(f"--phases: unknown {', '.join(sorted(unknown)) or 'empty list'}")
+    counts = [int(n) for n in args.instructions.split(",") if n.strip()] if args.instructions else []
+    if args.instructions is not None and (not counts or min(counts) < 1):
+        parser.error("--instructions: a comma-separated list of message counts >= 1")
+    if counts:
+        phases = []
     pool = args.connections_per_partition
     if min(args.messages, args.partitions, pool or 1, args.concurrency or 1) < 1 or args.backlog < 0:
         parser.error("--messages, --partitions, --connections-per-partition and --concurrency must be >= 1")
@@ -1252,6 +1295,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     results: dict[str, dict[str, PhaseResult]] = {}
     backlog: PhaseResult | None = None
     profile_lines: list[str] = []
+    totals: list[int] = []
     failed: str | None = None
     with tempfile.TemporaryDirectory(prefix="egress-bench-") as temporary:
         work = args.keep or Path(temporary)
@@ -1305,6 +1349,20 @@ def main(argv: Sequence[str] | None = None) -> int:
                 print("  " + describe(backlog), flush=True)
                 for note in backlog.notes:
                     print(f"    {note}", flush=True)
+            for index, count in enumerate(counts if targets else []):
+                target = targets[0]
+                target.start()
+                out = work / f"cachegrind-{index}.out"
+                print(f"instructions: egress of {count:,} messages under cachegrind, POSTing to {target.url} "
+                      f"({target.name}), load average {os.getloadavg()[0]:.2f} ...", flush=True)
+                counted = run_egress(target, bodies, count, args.partitions, pool, work, args.timeout,
+                                     name=f"egress instructions {index}", instructions=out)
+                print("  " + describe(counted), flush=True)
+                for note in counted.notes:
+                    print(f"    {note}", flush=True)
+                if not counted.complete or not out.exists():
+                    raise RuntimeError(f"the cachegrind run of {count:,} messages did not deliver them all")
+                totals.append(cachegrind_total(out))
             if args.profile and targets:
                 target = targets[0]
                 for gil in (True, False):
@@ -1361,6 +1419,10 @@ def main(argv: Sequence[str] | None = None) -> int:
                        f"(<= {RSS_TARGET_MB:g} {mark})")
     for line in profile_lines:
         print(line)
+    if totals:
+        print("instructions (cachegrind --cache-sim=no, the whole egress process):")
+        for line in instruction_lines(counts, totals):
+            print(line)
     everything = [r for here in results.values() for r in here.values()] + ([backlog] if backlog else [])
     lost = [r.name for r in everything if not r.complete]
     if failed is not None:
