@@ -146,14 +146,15 @@ class Clients:
         await self.finish(stream)
 
     async def stalling(self, rounds: int) -> None:
-        """Half a request, a stall over a few commits, then the rest."""
+        """Part of a request (of its body, or of its head), a stall over a few commits, then the rest."""
         stream = await self.connect()
-        for _ in range(rounds):
+        for number in range(rounds):
             event_id = next(self.ids)
             whole = request(event_id)
-            stream[1].write(whole[:len(whole) - 3])
+            cut = len(whole) - 3 if number % 2 else 20
+            stream[1].write(whole[:cut])
             await self.stall(self.commits() + 2)
-            stream[1].write(whole[-3:])
+            stream[1].write(whole[cut:])
             self.check(event_id, *await answer(stream[0]))
         await self.finish(stream)
 
@@ -438,5 +439,25 @@ async def test_a_pipelined_request_queued_by_the_commit_answering_the_first_is_n
             source.committed()
             assert [(await answer(answered.streams[i][0]))[0] for i in (0, 1, 1)] == [200, 200, 200]
         assert (clock.monotonic(), clock.waits) == (1_000.0, 1)
+    finally:
+        await answered.close()
+
+
+async def test_a_connection_the_last_commit_answered_timing_out_mid_body_ends_the_gather_with_its_408() -> None:
+    clock = CountingClock(1_000.0)  # never advanced: only the 408's close can end the gather
+    answered = await Answered.open(clock, 2, body_timeout=1.0)
+    source = answered.source
+    try:
+        async with asyncio.timeout(10):
+            answered.streams[1][1].write(request(2)[:-3])  # then nothing: body_timeout (the loop's) passes
+            answered.post(0, 1)
+            await eventually(lambda: source.unread_records() == 1, what="the request queued")
+            assert await take_ids(source) == [1]
+            status, _ = await answer(answered.streams[1][0])
+            assert await answered.streams[1][0].read() == b""  # closed after its 408
+        assert (status, clock.monotonic()) == (408, 1_000.0)
+        assert clock.waits <= 1  # the gather's one wait (none had the 408 come before the take)
+        source.committed()
+        assert (await answer(answered.streams[0][0]))[0] == 200
     finally:
         await answered.close()
