@@ -461,3 +461,20 @@ async def test_a_connection_the_last_commit_answered_timing_out_mid_body_ends_th
         assert (await answer(answered.streams[0][0]))[0] == 200
     finally:
         await answered.close()
+
+
+async def test_a_gather_ends_once_the_takes_limit_of_events_wait_whoever_is_still_awaited() -> None:
+    clock = CountingClock(1_000.0)  # never advanced: only the limit can end the gather
+    answered = await Answered.open(clock, 3)
+    source = answered.source
+    try:
+        async with asyncio.timeout(10):
+            answered.post(0, 1)
+            await eventually(lambda: source.unread_records() == 1, what="the request queued")
+            taking = asyncio.create_task(source.take(2, 30.0))
+            await eventually(lambda: clock.next_deadline() is not None, what="the take gathering")
+            answered.post(1, 2)  # the third connection is still awaited
+            assert [record.row["id"] for record in await taking or []] == [1, 2]
+        assert (clock.monotonic(), clock.waits) == (1_000.0, 1)
+    finally:
+        await answered.close()
