@@ -12,9 +12,10 @@ from typing import Annotated
 
 import typer
 
+from egress.cli.output import command_group
 from egress.cli.status import FETCH_TIMEOUT, StatusUnavailable, UrlArgument, fetch, status_url
 
-endpoint_app = typer.Typer(no_args_is_help=True, help="Webhook endpoints of a running instance.")
+endpoint_app = command_group(no_args_is_help=True, help="Webhook endpoints of a running instance.")
 
 
 @dataclass
@@ -74,7 +75,8 @@ def _resume_one(name: str, url: str, timeout: float, result: Resumed) -> None:
 
 @endpoint_app.command("resume")
 def resume_command(
-    name: Annotated[str, typer.Argument(help="The endpoint's name in the endpoint table (its URL with url_column).")],
+    name: Annotated[str, typer.Argument(
+        metavar="NAME", help="The endpoint's name in the endpoint table (its URL with url_column).")],
     url: UrlArgument = None,
 ) -> None:
     """Resume endpoint NAME (its breaker closed, its waiting messages sent) on the instance at URL and,

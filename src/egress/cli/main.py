@@ -23,7 +23,15 @@ import typer
 
 from egress.cli.addresses import cannot_listen, cannot_serve, file_to_append, file_to_write, unusable_state_dir
 from egress.cli.exit_codes import EXIT_CODES
-from egress.cli.output import LogFormatChoice, LogFormatOption, LogLevelChoice, LogLevelOption, Output, start_output
+from egress.cli.output import (
+    LogFormatChoice,
+    LogFormatOption,
+    LogLevelChoice,
+    LogLevelOption,
+    Output,
+    command_group,
+    start_output,
+)
 from egress.engines.sqlite import state_directory
 from egress.errors import EgressError, ProcessFunctionError, SourceDataError, SpecError
 from egress.observe.logs import add_secret, bind_log_context, secrets_of_spec
@@ -41,7 +49,7 @@ if TYPE_CHECKING:
 
 HELP = ("egress: deliver event streams to the outside world, reliably.\n\nExit codes:\n\n"
         + "\n\n".join(f"{code}: {meaning}" for code, meaning in EXIT_CODES.items()))
-_own = typer.Typer()  # the commands defined in this module; command_line() puts them in the command line
+_own = command_group()  # the commands defined in this module; command_line() puts them in the command line
 console: Console | None = None  # None: egress.cli.output.stderr_console(), made when first printed to
 output = Output(console)  # replaced by a command's --log-format
 
@@ -66,7 +74,7 @@ def egress(
 ) -> None:
     """egress: deliver event streams to the outside world, reliably."""
 
-SpecArgument = Annotated[Path, typer.Argument(help="The Spec file (.yson, .yaml or .json).")]
+SpecArgument = Annotated[Path, typer.Argument(metavar="SPEC", help="The Spec file (.yson, .yaml or .json).")]
 DynamicSpecOption = Annotated[Optional[Path], typer.Option("--dynamic-spec", help="The DynamicSpec file.")]  # noqa: UP045
 
 
@@ -564,7 +572,7 @@ def command_line(command: str | None = None) -> typer.Typer:
     registered command's signature at each start). Raises ``KeyError`` for an unknown ``command``."""
     if command is not None and command not in COMMANDS:
         raise KeyError(command)
-    app = typer.Typer(add_completion=False, no_args_is_help=True, help=HELP)
+    app = command_group(add_completion=False, no_args_is_help=True, help=HELP)
     app.registered_callback = _own.registered_callback
     for name, (module, attribute) in _IMPORTED_COMMANDS.items():
         if command in (None, name):

@@ -19,6 +19,14 @@ if TYPE_CHECKING:
     from rich.console import Console, RenderableType
 
 
+def command_group(**options: Any) -> typer.Typer:
+    """A ``typer.Typer`` of egress's commands (``options`` as ``typer.Typer`` takes them) whose
+    ``--help`` is click's plain text, not rich's panels: rich truncates an option's name and its
+    type to fit 80 columns (``--no-until-drai…`` in a pipe) and reads ``[tracing]`` in a help text
+    as markup and drops it."""
+    return typer.Typer(rich_markup_mode=None, **options)
+
+
 class LogFormatChoice(enum.StrEnum):
     text = "text"
     json = "json"

@@ -29,8 +29,9 @@ SHOWN_FAILURES = 20
 
 
 def redrive_command(
-    dead_letter_file: Annotated[Path, typer.Argument(help="The sink's dead_letter_path file.")],
-    spec: Annotated[Path, typer.Argument(help="The Spec file (.yson, .yaml or .json) with the sink.")],
+    dead_letter_file: Annotated[Path, typer.Argument(metavar="DEAD_LETTER_FILE",
+                                                     help="The sink's dead_letter_path file.")],
+    spec: Annotated[Path, typer.Argument(metavar="SPEC", help="The Spec file (.yson, .yaml or .json) with the sink.")],
     sink: Annotated[str, typer.Option("--sink", help="COMPUTATION/SINK: the HTTP sink to send through.")],
     dynamic_spec: Annotated[Optional[Path], typer.Option(  # noqa: UP045
         "--dynamic-spec", help="The DynamicSpec file (retries, throttlers) of the sink.")] = None,

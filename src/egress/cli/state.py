@@ -25,12 +25,13 @@ import orjson
 import typer
 from rich.console import Console
 
+from egress.cli.output import command_group
 from egress.engines import SOURCE_PREFIX
 from egress.engines.sqlite import read_state
 from egress.errors import EgressError, StateDirectoryError
 from egress.rows import bytes_as_json, decode_row
 
-app = typer.Typer(add_completion=False, no_args_is_help=True,
+app = command_group(add_completion=False, no_args_is_help=True,
                   help="Inspect committed keyed state (dump), or delete a cluster's NATS bucket (delete).")
 
 
@@ -73,7 +74,8 @@ def _process_function_state(found: dict[str, list[tuple[str, str, bytes, bytes]]
 
 @app.command()
 def dump(
-    state_dir: Annotated[Path, typer.Argument(help="The --state-dir of the pipeline (default .egress/<pipeline>).")],
+    state_dir: Annotated[Path, typer.Argument(
+        metavar="STATE_DIR", help="The --state-dir of the pipeline (default .egress/<pipeline>).")],
     name: Annotated[Optional[str], typer.Option(help="Only this external table or internal state.")] = None,  # noqa: UP045
     external_only: Annotated[bool, typer.Option("--external", help="Only external state tables.")] = False,
     internal_only: Annotated[bool, typer.Option("--internal", help="Only internal state.")] = False,
@@ -102,7 +104,7 @@ def dump(
 
 @app.command()
 def delete(
-    pipeline: Annotated[str, typer.Argument(help="The pipeline's name (the Spec's `pipeline`).")],
+    pipeline: Annotated[str, typer.Argument(metavar="PIPELINE", help="The pipeline's name (the Spec's `pipeline`).")],
     engine: Annotated[str, typer.Option(help="The NATS servers of its cluster: nats://HOST:PORT[,HOST:PORT...] "
                                              "(as given to egress run --engine).")],
     yes: Annotated[bool, typer.Option("--yes", help="Delete without asking (needed when standard input is not a "

@@ -14,11 +14,18 @@ import typer
 from rich.console import Console
 
 from egress.cli.addresses import cannot_listen
-from egress.cli.output import LogFormatChoice, LogFormatOption, LogLevelChoice, LogLevelOption, start_output
+from egress.cli.output import (
+    LogFormatChoice,
+    LogFormatOption,
+    LogLevelChoice,
+    LogLevelOption,
+    command_group,
+    start_output,
+)
 from egress.clock import RealClock
 from egress.errors import SpecError
 
-throttler_app = typer.Typer(add_completion=False, no_args_is_help=True,
+throttler_app = command_group(add_completion=False, no_args_is_help=True,
                             help="The distributed throttler service that many `egress run` processes share.")
 console = Console(stderr=True, soft_wrap=True)
 
