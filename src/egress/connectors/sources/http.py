@@ -113,10 +113,11 @@ class HttpSourceParameters(BadRecordParameters):
     waiting for their commit: ``429``); ``retry_after`` (seconds, the
     ``429``'s ``Retry-After``); ``bearer_token_env`` or ``bearer_token_file`` (a token by reference);
     ``idempotency_window`` (seconds a committed ``Idempotency-Key`` is remembered; 0: not at all);
-    ``body_timeout`` (seconds a body may take to arrive whole, from the end of its headers; then
-    ``408``); ``timestamp_column``; ``readers`` (1 to 1024): how many readers accept at once, reader
-    ``k`` on ``port + k`` (units ``source:<id>`` partitions ``0 .. readers-1``, spread over a
-    cluster's workers; see the module). ``on_bad_record`` is not used: a bad body is answered ``400``."""
+    ``body_timeout`` (seconds a body may take to arrive whole, from the end of its headers, and
+    headers from their first byte; then ``408``); ``timestamp_column``; ``readers`` (1 to 1024):
+    how many readers accept at once, reader ``k`` on ``port + k`` (units ``source:<id>`` partitions
+    ``0 .. readers-1``, spread over a cluster's workers; see the module). ``on_bad_record`` is not
+    used: a bad body is answered ``400``."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 

@@ -18,7 +18,8 @@ are aiohttp's, and only the common case is shortened.
 One request at a time per connection: bytes of a pipelined next request wait (reading paused)
 until the pending one is answered, so answers keep the requests' order. A body not whole when its
 headers end waits at most ``body_timeout`` seconds (the loop's clock, as :mod:`egress.http_body`),
-then ``408`` and the connection closes.
+and so do headers begun and not ended (a client that stalls mid-head, or sends it a byte at a time,
+holds no connection for ever), then ``408`` and the connection closes.
 """
 
 from __future__ import annotations
@@ -192,7 +193,10 @@ class IngestProtocol(asyncio.Protocol):
                 # comes): aiohttp's to answer, rather than a wait for bytes that are not coming.
                 if len(buffer) > READ_AHEAD or b"\n\n" in buffer or b"\n\r\n" in buffer:
                     self._hand_over()
+                elif buffer and self._timer is None:
+                    self._start_timer("the request's headers")
                 return
+            self._cancel_timer()  # the head's; the body has body_timeout of its own from here
             if not self._head(buffer[:end]):
                 self._hand_over()
                 return
@@ -200,7 +204,7 @@ class IngestProtocol(asyncio.Protocol):
         whole = self._head_end + self._length
         if len(buffer) < whole:
             if self._timer is None:
-                self._timer = asyncio.get_running_loop().call_later(self._body_timeout, self._timed_out)
+                self._start_timer("the body")
             return
         self._cancel_timer()
         body = buffer[self._head_end:whole]
@@ -259,12 +263,17 @@ class IngestProtocol(asyncio.Protocol):
             return False  # tracing on: aiohttp's path reads the trace context (egress.connectors.sources.http)
         return True
 
-    def _timed_out(self) -> None:
+    def _start_timer(self, what: str) -> None:
+        """Answer ``408`` and close unless the request is whole within ``body_timeout`` seconds;
+        ``what`` (``"the body"``) names the part awaited in the answer."""
+        self._timer = asyncio.get_running_loop().call_later(self._body_timeout, self._timed_out, what)
+
+    def _timed_out(self, what: str) -> None:
         self._timer = None
         transport = self._transport
         if transport is not None and not transport.is_closing():
             transport.write(json_answer(408, "Request Timeout", {
-                "error": f"the body did not arrive whole within {self._body_timeout:g} s (body_timeout)"},
+                "error": f"{what} did not arrive whole within {self._body_timeout:g} s (body_timeout)"},
                 "Connection: close"))
             transport.close()
 

@@ -565,6 +565,26 @@ async def test_a_client_stalling_mid_body_gets_408_after_body_timeout_and_nothin
     await assert_committed_and_delivered(running, receiver, payloads)
 
 
+async def test_a_client_stalling_mid_headers_gets_408_after_body_timeout_and_the_connection_closes(
+        run_http: Any) -> None:
+    """A head begun and never ended (slowloris) holds no connection for ever."""
+    receiver = recording()
+    running = await run_http(receiver, format="jsonl", body_timeout=0.5)
+    body, _ = events(1, 1)
+    request = raw_http.with_length("/events", body)
+    started = time.monotonic()
+    with raw_http.connect(running.port) as connection:
+        connection.sendall(request[:request.index(b"\r\n") + 2])  # the request line, then nothing more
+        answer = await asyncio.to_thread(raw_http.read_answer, connection)
+        await asyncio.to_thread(raw_http.wait_closed, connection)
+    assert time.monotonic() - started >= 0.5
+    assert answer.status == 408
+    error = orjson.loads(answer.body)["error"]
+    assert error == "the request's headers did not arrive whole within 0.5 s (body_timeout)"
+    assert answer.headers["connection"] == "close"
+    assert running.pipeline.metrics.total("egress_source_rows_total") == 0
+
+
 async def test_a_body_written_in_pieces_split_anywhere_has_every_line_accepted_once(run_http: Any) -> None:
     receiver = recording()
     running = await run_http(receiver, format="jsonl")
