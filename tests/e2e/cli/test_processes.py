@@ -41,7 +41,10 @@ def demo_spec(directory: Path, port: int, run: int) -> Path:
     """The demo's Spec (``write_spec``) on its first :data:`ROWS` flights."""
     path = write_spec(directory, port, run)
     spec = yaml.safe_load(path.read_text())
-    spec["sources"][SOURCE_ID]["parameters"]["path"] = str(write_data(directory, ROWS))
+    data = directory / "flights.csv.gz"
+    if not data.exists():  # written once: a worker started on an earlier run's Spec may be reading it
+        assert write_data(directory, ROWS) == data
+    spec["sources"][SOURCE_ID]["parameters"]["path"] = str(data)
     path.write_text(yaml.safe_dump(spec, sort_keys=False))
     return path
 
