@@ -19,7 +19,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import itertools
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import NamedTuple
 
@@ -235,11 +235,7 @@ class SourceReader:
             await engine.commit(EpochCommit(self.consumer, self.partition, generation, {POSITION: end},
                                             log_appends=appends, state_writes=state_writes))
             source_state = state_writes.get(self._state_key) or source_state
-            self._rows.inc(len(appends))
-            self._commits.inc()
-            self._count_bad_records(source)
-            for partition in touched:
-                self._notify(partition)
+            self._committed(source, len(appends), touched)
         else:
             return
         await self._finish(generation)
@@ -285,11 +281,17 @@ class SourceReader:
                                                   state_writes=state_writes,
                                                   log_chunks=[LogChunk(stream, partition, chunk)]))
             checked = True
-            self._rows.inc(count)
-            self._commits.inc()
-            self._count_bad_records(source)
-            self._notify(partition)
+            self._committed(source, count, (partition,))
         return False
+
+    def _committed(self, source: object, rows: int, partitions: Iterable[int]) -> None:
+        """After a commit of ``rows`` rows to ``partitions``: count them, the commit and ``source``'s
+        bad records in the metrics, and wake the jobs of those partitions."""
+        self._rows.inc(rows)
+        self._commits.inc()
+        self._count_bad_records(source)
+        for partition in partitions:
+            self._notify(partition)
 
     def _count_bad_records(self, source: object) -> None:
         """Add the records ``source``'s ``on_bad_record`` policy dropped since the last call to the metrics."""
@@ -384,11 +386,7 @@ class SourceReader:
         if holding is not None:
             self._count_appends(commit.log_appends)
         source.committed()
-        self._rows.inc(len(commit.log_appends))
-        self._commits.inc()
-        self._count_bad_records(source)
-        for partition in touched:
-            self._notify(partition)
+        self._committed(source, len(commit.log_appends), touched)
 
     @staticmethod
     async def _keyed(chunker: _Chunker, records: list[SourceRecord]) -> tuple[list[LogAppend], set[int]]:

@@ -207,10 +207,11 @@ class NatsCommits(NatsCheckpoints, NatsOwnership, NatsLog, NatsAppends, NatsRete
         """:meth:`_log_end` of each of ``slots``, those not known here read from the server at once
         (a writer that knows its ends, a lane's reader, asks nothing: no task, no gather)."""
         known = self._log_ends
-        missing = [slot for slot in slots if slot not in known]
-        if missing:
-            await asyncio.gather(*(self._log_end(slot) for slot in missing))
-        return {slot: known[slot] for slot in slots}
+        ends = {slot: known[slot] for slot in slots if slot in known}
+        missing = [slot for slot in slots if slot not in ends]
+        if missing:  # the ends read, not looked up again: another commit may forget them meanwhile
+            ends.update(zip(missing, await asyncio.gather(*(self._log_end(slot) for slot in missing)), strict=True))
+        return ends
 
     def _forget_log_ends(self, ends: dict[tuple[str, int], tuple[int, int]]) -> None:
         """Forget the log ends a commit that lost a race used: the next attempt reads them again,
