@@ -133,6 +133,22 @@ async def test_a_restart_resumes_each_file_at_its_byte_and_finds_a_file_rotated_
     await second.close()
 
 
+async def test_the_committed_state_names_each_file_by_all_its_fields(tmp_path: Path) -> None:
+    """The state a restart resumes from (written without dataclasses.asdict): every field of each
+    followed file, the CSV header included, under its name."""
+    (tmp_path / "a.csv").write_text("id,payload\n1,x\n")
+    source = CsvSource.create("logs", CsvSourceParameters(path="*.csv", follow=True), STREAM, tmp_path)
+    await source.start(0, b"", until_caught_up=True)
+    await take_all(source)
+    [entry] = orjson.loads(source.source_state)["files"]
+    inode = (tmp_path / "a.csv").stat().st_ino
+    assert {key: entry[key] for key in ("number", "path", "inode", "offset", "records", "lines", "header")} == {
+        "number": 0, "path": str(tmp_path / "a.csv"), "inode": inode, "offset": 15, "records": 1, "lines": 2,
+        "header": ["id", "payload"]}
+    assert set(entry) == {"number", "path", "inode", "length", "fingerprint", "offset", "records", "lines", "header"}
+    await source.close()
+
+
 async def test_each_followed_csv_file_has_its_own_header(tmp_path: Path) -> None:
     (tmp_path / "a.csv").write_text("id,payload\n1,x\n")
     (tmp_path / "b.csv").write_text("payload,id\ny,2\n")
