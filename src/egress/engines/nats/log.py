@@ -102,15 +102,31 @@ class NatsLog(NatsConnection):
                 self._remember(slot, stored)
 
     async def _first_chunk_from(self, slot: tuple[str, int], offset: int) -> Chunk | None:
-        """Look a chunk up by the offsets in the stored chunk subjects: the one holding ``offset``,
-        else the first stored (``None`` when there is none)."""
+        """Look a chunk up: the one holding ``offset``, else the first stored after it (``None``
+        when there is none). The last stored chunk is got first (a direct get): a log partition
+        with none is empty, and an ``offset`` at or past that chunk's first needs nothing more, so
+        the reads of an idle job (an empty lane, or one read to its end) cost no search of the
+        stored chunk subjects (a STREAM.INFO: an API request the server answers with an advisory
+        and a walk of the subjects), which only an offset before the last chunk needs."""
+        js = self._js()
+        last = await js.last(self._layout.log_chunks(*slot))
+        if last is None:
+            self._advance_log_end(slot, 0, 0)
+            return None
+        first, count = records.log_chunk_extent(last.data)
+        self._advance_log_end(slot, first + count, last.seq)
+        if offset >= first + count:
+            self._index(slot).add(Chunk(first, count, last.seq))
+            return None
+        if offset >= first:
+            return self._remember(slot, last)
         firsts = sorted(int(subject.rsplit(".", 1)[1])
-                        for subject in await self._js().subjects(self._layout.log_chunks(*slot)))
+                        for subject in await js.subjects(self._layout.log_chunks(*slot)))
         if not firsts:
             return None
         at = bisect.bisect_right(firsts, offset)
         first = firsts[at - 1] if at else firsts[0]
-        stored = await self._js().last(self._layout.log_chunk(*slot, first))
+        stored = await js.last(self._layout.log_chunk(*slot, first))
         return None if stored is None else self._remember(slot, stored)
 
     def _chunks_noted(self, chunks: list[records.NotedPayload]) -> None:

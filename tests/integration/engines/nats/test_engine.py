@@ -232,6 +232,23 @@ async def test_a_fresh_process_reads_the_log_from_any_offset(open_nats: Opener) 
     assert await reader.end_offset("events", 1) == 500
 
 
+async def test_a_read_of_an_empty_log_partition_or_from_its_last_chunk_searches_no_subjects(
+        open_nats: Opener, monkeypatch: pytest.MonkeyPatch) -> None:
+    """An idle job's reads (an empty lane, a lane read to its end) cost a direct get of the last
+    chunk, not a STREAM.INFO over the chunk subjects."""
+    writer = await open_nats()
+    generation = await writer.acquire("source:s", 0)
+    for start in range(0, 500, 100):
+        await writer.commit(EpochCommit("source:s", 0, generation, {("", 0): start + 100},
+                                        log_appends=appends("events", 1, start, 100)))
+    empty, caught_up, within_last = await open_nats(), await open_nats(), await open_nats()
+    for reader in (empty, caught_up, within_last):
+        monkeypatch.setattr(reader._js(), "subjects", no_request("searched the chunk subjects"))
+    assert await empty.read("events", 2, 0, 10) == []
+    assert await caught_up.read("events", 1, 500, 10) == []
+    assert [m.offset for m in await within_last.read("events", 1, 450, 100)] == list(range(450, 500))
+
+
 async def heard_note_of_next_commit(writer: NatsEngine, reader: NatsEngine, generation: int,
                                     rows: Callable[[int], list[LogAppend]]) -> int:
     """Commit ``rows(end)`` (appends from the log's end) until ``reader`` hears a note, then once
