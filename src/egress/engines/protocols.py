@@ -489,6 +489,20 @@ class MemberNotices(Protocol):
 
 
 @runtime_checkable
+class MissedAppends(Protocol):
+    """An engine that tells, cheaper than every job reading every input, whether the jobs' backstop
+    wake is needed (NATS: one direct get of the bucket's last log chunk): an idle cluster's jobs are
+    then not woken every ``remote_poll_period`` to read lanes nothing was appended to."""
+
+    async def appends_missed(self) -> bool:
+        """Called every ``remote_poll_period``: ``False`` only when every log append committed
+        before the call before this one was readable by a read that such a call woke (so a job
+        woken at each ``True`` has read, or been told of, every append, its notes missed or not);
+        ``True`` at the first call. Raises what the engine's reads raise."""
+        ...
+
+
+@runtime_checkable
 class MessageBus(Protocol):
     """An engine on a message bus its workers can also talk over (NATS): the cluster's throttler
     controller is elected among the workers and served on the bus (``egress.runtime.cluster``)."""

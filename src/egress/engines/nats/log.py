@@ -26,6 +26,26 @@ class NatsLog(NatsConnection):
         self._log_ends: dict[tuple[str, int], tuple[int, int]] = {}
         self._indexes: dict[tuple[str, int], LogIndex] = {}
         self._searched: dict[tuple[str, int], float] = {}  # when a read from the known end last found nothing
+        self._last_log_seq: int | None = None  # the bucket's last log chunk at the last appends_missed()
+        self._wake_until: float | None = None  # appends_missed() says True until a call at or after this
+
+    async def appends_missed(self) -> bool:
+        """``MissedAppends``: whether the bucket's last log chunk (one direct get) moved since the
+        last call, or moved less than :data:`SEARCH_PERIOD` before this one. A chunk stored before
+        a call that saw it move is read by a job woken at a call :data:`SEARCH_PERIOD` or more after
+        that (a read from the known end may skip its search within that period of the last, which
+        may have come before the chunk); so ``True`` lasts until such a call."""
+        stored = await self._js().last(self._layout.all_log_chunks())
+        last = 0 if stored is None else stored.seq
+        now = self._clock.monotonic()
+        if last != self._last_log_seq:
+            self._last_log_seq, self._wake_until = last, now + SEARCH_PERIOD
+            return True
+        if self._wake_until is None:
+            return False
+        if now >= self._wake_until:
+            self._wake_until = None
+        return True
 
     async def read(self, stream: str, partition: int, after: int, limit: int) -> list[LogMessage]:
         """Up to ``limit`` messages after ``after``. A read that has messages stops at the end this

@@ -2,7 +2,9 @@
 
 A :class:`~egress.runtime.cluster.worker.Worker` takes and hands over this process's share of the
 units. Jobs of another worker's upstream wake on the engine's append notifications, and every
-``remote_poll_period`` seconds regardless (the notifications are at most once). Every
+``remote_poll_period`` seconds regardless (the notifications are at most once): on an engine that
+tells whether appends may have been missed (``MissedAppends``, NATS), only when it says so, so the
+jobs of an idle cluster are not woken to read inputs nothing was appended to. Every
 ``drained_check_period`` seconds the host reads the engine: once every source is finished
 (``source_finished`` metadata of its live lease) the jobs are told, and with ``until_drained`` the
 worker stops once its jobs are idle or blocked and the inventory shows no work outstanding
@@ -17,12 +19,13 @@ worker running :func:`~egress.runtime.retention.trimming_unit` trims the log.
 from __future__ import annotations
 
 import asyncio
+import logging
 import os
 import socket
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from egress.engines import Engine, LeaseInfo, MessageBus
+from egress.engines import Engine, LeaseInfo, MessageBus, MissedAppends
 from egress.runtime.cluster.drained import FinishedFlags, outstanding_work, source_is_finished
 from egress.runtime.cluster.worker import ClusterSpecError, Worker, WorkerSettings, refuse_another_spec, spec_digest
 from egress.runtime.hosts import HostContext, RunResult, plan_units
@@ -32,6 +35,8 @@ from egress.runtime.source_reader import finished_key
 from egress.runtime.unit import Unit
 from egress.spec import DynamicSpec
 from egress.throttler import Throttling
+
+logger = logging.getLogger(__name__)
 
 if TYPE_CHECKING:
     from prometheus_client import CollectorRegistry
@@ -103,7 +108,8 @@ class ClusterHost:
         self.worker = worker = Worker(engine, context.units, plan_units(context.plan), self._settings(), context.clock)
         context.units.on_change = worker.notice
         engine.on_appends(context.units.wake)
-        background = [asyncio.create_task(self._poll_remote_inputs()), asyncio.create_task(self._watch(engine, result))]
+        background = [asyncio.create_task(self._poll_remote_inputs(engine)),
+                      asyncio.create_task(self._watch(engine, result))]
         if self.election is not None:
             background.append(asyncio.create_task(self.election.run()))
         retention = log_retention(engine)
@@ -138,10 +144,19 @@ class ClusterHost:
                               heartbeat_period=options.heartbeat_period, spec_file=self._context.plan.spec_file,
                               details=details)
 
-    async def _poll_remote_inputs(self) -> None:
-        """The backstop of the append notifications (at-most-once): wake every job now and then."""
+    async def _poll_remote_inputs(self, engine: Engine) -> None:
+        """The backstop of the append notifications (at-most-once): wake every job now and then,
+        on a ``MissedAppends`` engine only when it says an append may have been missed (and when
+        asking it failed: the jobs' reads meet the engine's trouble themselves)."""
+        asks = engine if isinstance(engine, MissedAppends) else None
         while True:
             await self._context.clock.sleep(self._context.options.remote_poll_period)
+            if asks is not None:
+                try:
+                    if not await asks.appends_missed():
+                        continue
+                except Exception as error:  # the engine unreachable for a moment
+                    logger.debug("asking the engine for missed appends failed (%s): waking every job", error)
             self._context.units.wake(None)
 
     async def _watch(self, engine: Engine, result: RunResult) -> None:

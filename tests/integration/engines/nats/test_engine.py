@@ -349,6 +349,33 @@ async def test_a_read_from_the_known_end_searches_for_an_unannounced_chunk_at_mo
     assert [m.offset for m in await own.read("events", 0, 100, 1000)] == list(range(100, 200))
 
 
+async def test_the_backstop_wakes_only_after_a_log_append_and_until_a_wake_reads_a_chunk_whose_note_was_missed(
+        open_nats: Opener) -> None:
+    """``appends_missed``: no wake while nothing is appended (renewals and commits without appends
+    move no log), and after an append ``True`` until a read woken then searches again, which finds
+    the chunk whose note was missed."""
+    clock = VirtualClock()
+    own, other = await open_nats(clock=clock), await open_nats()
+    generations = [await own.acquire("source:a", 0), await other.acquire("source:b", 0)]
+    await own.commit(EpochCommit("source:a", 0, generations[0], log_appends=appends("events", 0, 0, 100)))
+    assert await own.appends_missed()  # the first call
+    await clock.advance(SEARCH_PERIOD)
+    assert await own.appends_missed()
+    await other.commit(EpochCommit("source:b", 0, generations[1], {("", 0): 5}))  # no log append
+    assert not await own.appends_missed()
+    assert not await own.appends_missed()
+    known = own._log_ends[("events", 0)]
+    assert await own.read("events", 0, 100, 1000) == []  # searched: nothing past the end yet
+    await other.commit(EpochCommit("source:b", 0, generations[1], log_appends=appends("events", 0, 100, 100)))
+    own._log_ends[("events", 0)] = known  # as if the other's appends note was missed (notes are at most once)
+    assert await own.appends_missed()
+    assert await own.read("events", 0, 100, 1000) == []  # within SEARCH_PERIOD of its last search: not searched
+    await clock.advance(SEARCH_PERIOD)
+    assert await own.appends_missed()  # SEARCH_PERIOD after the move: a woken read searches
+    assert [m.offset for m in await own.read("events", 0, 100, 1000)] == list(range(100, 200))
+    assert not await own.appends_missed()
+
+
 async def test_a_writer_that_heard_another_writers_appends_note_appends_after_it_at_the_first_attempt(
         open_nats: Opener, monkeypatch: pytest.MonkeyPatch) -> None:
     first, second = await open_nats(), await open_nats()
