@@ -126,6 +126,11 @@ class JobSet:
         """Whether the task of every source reader running here has ended."""
         return all(r.task.done() for r in self.running.values() if isinstance(r.runner, SourceReader))
 
+    def readers_reading(self) -> set[Unit]:
+        """The source readers running here that have not read their source to the end (yet)."""
+        return {unit for unit, r in self.running.items()
+                if isinstance(r.runner, SourceReader) and not r.task.done() and not r.runner.finished}
+
     def reader_tasks(self) -> dict[asyncio.Task[None], SourceReader]:
         """The task of each source reader running here."""
         return {r.task: r.runner for r in self.running.values() if isinstance(r.runner, SourceReader)}

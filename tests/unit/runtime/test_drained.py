@@ -60,6 +60,17 @@ async def test_a_flag_read_set_is_not_read_again_while_its_readers_lease_lasts()
     assert state.reads == 4
 
 
+async def test_no_flag_is_read_while_a_reader_running_here_has_not_finished() -> None:
+    readers = [SOURCE, Unit.source("events_jsonl", 1)]
+    state, watch = Flags(), FinishedFlags()
+    state.leases = [lease(3, readers[0]), lease(4, readers[1])]
+    state.flags = {readers[0]: "3", readers[1]: "4"}
+    assert not await watch.all_finished(readers, state.read, state.live, reading_here={readers[1]})
+    assert state.reads == 0
+    assert await watch.all_finished(readers, state.read, state.live, reading_here=set())  # it finished
+    assert state.reads == 2
+
+
 async def test_a_known_flag_of_an_older_lease_is_read_again_and_counts_once_the_new_reader_finished() -> None:
     state, watch = Flags(), FinishedFlags()
     state.leases, state.flags = [lease(3)], {SOURCE: "3"}

@@ -36,12 +36,18 @@ class FinishedFlags:
         self._known: dict[Unit, str] = {}
 
     async def all_finished(self, readers: Iterable[Unit], read_flag: Callable[[Unit], Awaitable[str | None]],
-                           leases: Callable[[], Awaitable[list[LeaseInfo]]]) -> bool:
+                           leases: Callable[[], Awaitable[list[LeaseInfo]]],
+                           reading_here: Set[Unit] = frozenset()) -> bool:
         """Whether every one of ``readers`` read its share to the end under its live lease
-        (:func:`source_is_finished`). The flags not known set are read first (``read_flag``),
-        stopping at the first unset; the leases (``leases()``) only once every reader has one, so an
-        unfinished source (a live one, always) costs no listing of the leases. A known flag its
-        reader's live lease does not match is forgotten: read again at the next call."""
+        (:func:`source_is_finished`). ``False`` at once, reading nothing, while one of them is in
+        ``reading_here`` (readers this worker runs and that have not finished: their flag is unset,
+        so a worker running a reader of a live source never asks). The flags not known set are
+        read next (``read_flag``), stopping at the first unset; the leases (``leases()``) only once
+        every reader has one, so an unfinished source costs no listing of the leases. A known flag
+        its reader's live lease does not match is forgotten: read again at the next call."""
+        readers = list(readers)
+        if not reading_here.isdisjoint(readers):
+            return False
         known = self._known
         for unit in readers:
             if unit in known:

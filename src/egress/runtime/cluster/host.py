@@ -179,12 +179,14 @@ class ClusterHost:
 
     async def _sources_finished(self, engine: Engine) -> bool:
         """Whether every source is finished. The flags are read first, the leases only once every
-        reader has one: an unfinished source (a live one, always) costs no listing of the leases;
+        reader has one: an unfinished source (a live one, always) costs no listing of the leases,
+        and no read at all while this worker runs one of its readers, unfinished;
         a flag read set is not read again while its reader's lease lasts (:class:`FinishedFlags`)."""
         readers = [Unit.source(source_id, partition) for source_id, source in self._context.plan.sources.items()
                    for partition in range(source.readers)]
         return await self._finished_flags.all_finished(
-            readers, lambda unit: engine.read_meta(finished_key(unit.name, unit.partition)), engine.leases)
+            readers, lambda unit: engine.read_meta(finished_key(unit.name, unit.partition)), engine.leases,
+            self._context.units.readers_reading())
 
     async def _drained(self, engine: Engine, result: RunResult) -> bool:
         inventory = await engine.inventory()
