@@ -25,7 +25,8 @@ class RunOptions:
     renewal), ``heartbeat_period`` (seconds between renewals; a quarter of the TTL), together the
     failover time of a dead worker's units (``lease_ttl + heartbeat_period`` plus one epoch);
     ``remote_poll_period`` (seconds): how often every job looks for input another worker appended,
-    the backstop of the engine's append notifications; ``drained_check_period`` (seconds): how often
+    the backstop of the engine's append notifications (on a ``MissedAppends`` engine, NATS, only
+    when it says an append was stored since); ``drained_check_period`` (seconds): how often
     the engine is asked whether the whole pipeline is drained. On NATS, ``replicas`` is the
     pipeline stream's replica count (1; 3 on a cluster).
 
