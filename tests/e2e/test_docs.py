@@ -172,6 +172,25 @@ def test_the_docs_have_runnable_snippets() -> None:
     assert any(b.file == "README.md" for b in RUNNABLE)
 
 
+def test_a_runnable_spec_block_has_a_pipeline_name_of_its_own() -> None:
+    """A user who runs a documented Spec after an example's gets the default state directory
+    ``.egress/<pipeline>``: one name for two layouts would refuse the second run."""
+    examples = {}
+    for path in sorted((REPO / "examples").rglob("*.yaml")):
+        document = yaml.safe_load(path.read_text())
+        if isinstance(document, dict) and "pipeline" in document:
+            examples[document["pipeline"]] = str(path.relative_to(REPO))
+    shared = []
+    for block in RUNNABLE:
+        if block.language != "yaml" or "into" in block.options:
+            continue
+        document = yaml.safe_load(block.text)
+        name = document.get("pipeline") if isinstance(document, dict) else None
+        if name in examples:
+            shared.append(f"{block.where}: pipeline {name} is also {examples[name]}'s")
+    assert not shared, "\n".join(shared)
+
+
 # -- the copy of the repository a block runs in -------------------------------------------------------
 
 

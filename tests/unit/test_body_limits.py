@@ -1,5 +1,5 @@
 """The body limits and deadlines of egress's servers are validated where they are configured: the http
-source's ``body_timeout`` and ``max_body_bytes`` by its Spec model (a SpecError naming the path),
+source's ``body_timeout``, ``keepalive_timeout`` and ``max_body_bytes`` by its Spec model (a SpecError naming the path),
 the Firehose receiver's by ``ReceiverOptions``."""
 
 from __future__ import annotations
@@ -17,6 +17,7 @@ from egress.spec import validate_model
 @pytest.mark.parametrize(("name", "value", "message"), [
     ("body_timeout", 0, "greater than 0"), ("body_timeout", -1.5, "greater than 0"),
     ("body_timeout", "soon", "expected a number"),
+    ("keepalive_timeout", 0, "greater than 0"), ("keepalive_timeout", "later", "expected a number"),
     ("max_body_bytes", "2GiB", "2GiB is more than the limit, 1GiB"),
     ("max_body_bytes", "1 gigabyte", "KiB, MiB, GiB"), ("max_body_bytes", 0, "less than the least")])
 def test_a_bad_http_source_body_limit_is_named_by_path_with_its_fix(name: str, value: Any, message: str) -> None:
@@ -31,6 +32,11 @@ def test_a_bad_http_source_body_limit_is_named_by_path_with_its_fix(name: str, v
 def test_the_http_source_waits_30_s_for_a_body_by_default() -> None:
     assert HttpSourceParameters(port=8088).body_timeout == 30.0
     assert HttpSourceParameters.model_validate({"port": 8088, "body_timeout": 2.5}).body_timeout == 2.5
+
+
+def test_the_http_source_closes_a_connection_idle_for_75_s_by_default_as_aiohttps_run_app() -> None:
+    assert HttpSourceParameters(port=8088).keepalive_timeout == 75.0
+    assert HttpSourceParameters.model_validate({"port": 8088, "keepalive_timeout": 0.5}).keepalive_timeout == 0.5
 
 
 @pytest.mark.parametrize("value", [0, -1.0, float("nan")])

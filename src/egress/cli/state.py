@@ -114,8 +114,8 @@ def delete(
     leases), so that its next run starts over; refused while a worker of the pipeline runs. (A SQLite
     state directory is deleted as a folder: rm -r DIR.)
 
-    Exit codes: 0 deleted; 1 a worker runs, or the server cannot be used; 2 a usage problem, or
-    not confirmed.
+    Exit codes: 0 deleted; 1 no such bucket (as `state dump` for a folder without egress state), a
+    worker runs, or the server cannot be used; 2 a usage problem, or not confirmed.
     """
     from egress.cli.output import LogFormatChoice, LogLevelChoice, start_output
     from egress.runtime.options import parse_engine
@@ -143,12 +143,13 @@ def delete(
 async def _delete_bucket(servers: list[str], pipeline: str, yes: bool) -> str | None:
     """Delete ``pipeline``'s bucket on ``servers`` once confirmed (``yes``, or a terminal's answer);
     the bucket's name and servers, or ``None`` when not confirmed. Raises ``NatsEngineError``, and
-    ``StateDirectoryError`` naming the live workers."""
+    ``StateDirectoryError`` naming the live workers or saying that there is no such bucket (none is
+    created)."""
     from egress.engines.nats import NatsEngine
 
     engine = NatsEngine(servers, pipeline)
-    await engine.open()
     try:
+        await engine.open(create=False)
         members = await engine.members()
         if members:
             raise StateDirectoryError(

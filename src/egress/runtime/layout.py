@@ -46,10 +46,23 @@ LAYOUT_KEY = "spec_layout"
 """The state directory's metadata key holding the recorded layout (JSON)."""
 
 
-def way_out(location: StateLocation) -> str:
-    """What to do about committed data a Spec's layout does not fit, at ``location``."""
+def way_out(location: StateLocation, drained: bool = False) -> str:
+    """What to do about committed data a Spec's layout does not fit, at ``location``; ``drained``:
+    it holds no work waiting (:func:`holds_no_work`), so running the old Spec would deliver nothing."""
+    if drained:
+        return (f"everything committed there is already delivered, but this Spec cannot take over its state and "
+                f"source positions: {location.start_over} (its sources are then read from the start), or keep "
+                "running the Spec it was written with")
     return (f"run it with the Spec it was written with until drained, or {location.start_over} "
             "(egress does not move committed messages, state and timers to another layout)")
+
+
+def holds_no_work(inventory: CommittedInventory) -> bool:
+    """Whether ``inventory`` has nothing waiting: every log partition a computation read is read to its
+    end, no outbox message waits for a sink, no timer is pending."""
+    read_to_end = all(min(inventory.read_positions.get(lane, [end]), default=end) >= end
+                      for lane, end in inventory.log_ends.items())
+    return read_to_end and not any(inventory.outbox.values()) and not any(inventory.timers.values())
 
 
 _MAY_GROW = frozenset({"streams", "sources", "computations"})
@@ -117,10 +130,11 @@ def layout_changes(recorded: dict[str, Any], current: dict[str, Any], path: str 
     return changes
 
 
-def layout_mismatch(recorded: dict[str, Any], plan: Plan, location: StateLocation) -> SpecMismatchError | None:
+def layout_mismatch(recorded: dict[str, Any], plan: Plan, location: StateLocation,
+                    drained: bool = False) -> SpecMismatchError | None:
     """The error refusing ``plan`` on the committed data at ``location`` that recorded ``recorded``,
     or ``None`` when the layouts agree (up to additions). One line: the first change, how many
-    more, the way out."""
+    more, the way out (:func:`way_out`, ``drained`` as there)."""
     changes = layout_changes(recorded, spec_layout(plan))
     if not changes:
         return None
@@ -129,7 +143,7 @@ def layout_mismatch(recorded: dict[str, Any], plan: Plan, location: StateLocatio
     if len(changes) > 1:
         rest = changes[1:]
         more = f" (and {len(rest)} more change{'s' if len(rest) > 1 else ''}: {', '.join(c.path for c in rest)})"
-    message = f"{_describe(first, location.name)}{more}: {way_out(location)}"
+    message = f"{_describe(first, location.name)}{more}: {way_out(location, drained)}"
     return SpecMismatchError(message, path=first.path, file=plan.spec_file, state_dir=location.name)
 
 

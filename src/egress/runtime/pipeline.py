@@ -33,7 +33,14 @@ from egress.runtime.dynamic_spec import DynamicSpecFile
 from egress.runtime.embedded import EmbeddedHost
 from egress.runtime.hosts import Host, HostContext, RunResult, WorkerView
 from egress.runtime.jobs import JobSet, Runner
-from egress.runtime.layout import LAYOUT_KEY, layout_mismatch, spec_layout, unreachable_work, unrecorded_mismatch
+from egress.runtime.layout import (
+    LAYOUT_KEY,
+    holds_no_work,
+    layout_mismatch,
+    spec_layout,
+    unreachable_work,
+    unrecorded_mismatch,
+)
 from egress.runtime.options import RunOptions
 from egress.runtime.partition_job import PartitionJob
 from egress.runtime.plan import Plan
@@ -89,7 +96,8 @@ async def check_state_directory(engine: Engine, plan: Plan) -> None:
         recorded = orjson.loads(text)
         mismatch = layout_mismatch(recorded, plan, engine.location)
         if mismatch is not None:
-            raise mismatch
+            drained = holds_no_work(await engine.inventory())  # then draining it would change nothing: say so
+            raise layout_mismatch(recorded, plan, engine.location, drained) or mismatch
         if recorded == current:
             return
     await engine.write_meta(LAYOUT_KEY, orjson.dumps(current).decode())

@@ -9,6 +9,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import nats
 import pytest
 import yaml
 
@@ -97,3 +98,21 @@ def test_state_delete_refuses_while_a_worker_is_a_live_member_and_without_confir
                                  timeout=120, stdin=subprocess.DEVNULL)
     assert (unconfirmed.returncode, unconfirmed.stderr) == (2, "not deleted: confirm with --yes\n")
     assert egress(*command, "--yes", cwd=REPO).returncode == 0
+
+
+def test_state_delete_of_a_pipeline_with_no_bucket_says_so_and_creates_none(tmp_path: Path, nats_server: str) -> None:
+    pipeline = f"never_run_{tmp_path.name[-20:].replace('-', '_')}"
+    missing = egress("state", "delete", pipeline, "--engine", nats_server, "--yes", cwd=REPO)
+    assert missing.returncode == 1
+    assert " ".join(missing.stderr.split()) == (
+        f"NATS bucket egress_{pipeline} at {nats_server}: no egress state here (no bucket egress_{pipeline} for "
+        f"pipeline {pipeline!r}): check the pipeline name and the servers")
+
+    async def streams() -> list[str]:
+        connection = await nats.connect(nats_server)
+        try:
+            return [info.config.name for info in await connection.jetstream().streams_info()]
+        finally:
+            await connection.close()
+
+    assert f"KV_egress_{pipeline}" not in asyncio.run(streams())

@@ -100,6 +100,23 @@ async def test_a_changed_layout_is_refused_with_nothing_changed_and_the_original
     assert len(receiver.stats.delivered_keys) == len(PAYLOADS)
 
 
+async def test_a_changed_layout_on_a_drained_state_directory_is_refused_without_advising_to_drain_it(
+        tmp_path: Path, serve_app: ServerFactory) -> None:
+    receiver = Receiver()
+    url = f"{await serve_app(receiver.app)}/events"
+    state = tmp_path / "state"
+    first = await run(*spec_files(tmp_path, url, 4), state)
+    assert first.drained
+    changed, _ = spec_files(tmp_path, url, 2)
+    with pytest.raises(SpecMismatchError) as refused:
+        await run(changed, None, state)
+    assert str(refused.value) == (
+        f"{changed}: state directory {state} was written with partition_count 4; the Spec now says 2: everything "
+        "committed there is already delivered, but this Spec cannot take over its state and source positions: give "
+        "this Spec another --state-dir (its sources are then read from the start), or keep running the Spec it was "
+        "written with")
+
+
 async def test_the_drained_check_counts_committed_work_out_of_reach_even_with_the_layout_check_bypassed(
         tmp_path: Path, serve_app: ServerFactory, monkeypatch: pytest.MonkeyPatch) -> None:
     state = await strand_everything(tmp_path, serve_app, 4)

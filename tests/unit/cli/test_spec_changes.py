@@ -64,9 +64,10 @@ def test_run_refuses_a_changed_partition_count_with_exit_code_2_and_one_line(
     result = CliRunner().invoke(app, ["run", str(spec), "--state-dir", str(state), "--until-drained", "--quiet"])
     assert result.exit_code == 2, result.output
     assert lines_of(result.output) == [
-        f"{spec}: state directory {state} was written with partition_count {recorded}; the Spec now says {now}: run "
-        "it with the Spec it was written with until drained, or give this Spec another --state-dir (egress does not "
-        "move committed messages, state and timers to another layout)"]
+        f"{spec}: state directory {state} was written with partition_count {recorded}; the Spec now says {now}: "
+        "everything committed there is already delivered, but this Spec cannot take over its state and source "
+        "positions: give this Spec another --state-dir (its sources are then read from the start), or keep running "
+        "the Spec it was written with"]  # drained (a Spec without sinks): no advice to drain it
 
 
 def test_validate_with_a_state_dir_reports_the_mismatch_without_running(tmp_path: Path) -> None:

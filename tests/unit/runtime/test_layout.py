@@ -13,7 +13,7 @@ import yaml
 from egress.engines import CommittedInventory
 from egress.engines.sqlite import state_directory
 from egress.runtime import Plan, load_plan
-from egress.runtime.layout import layout_changes, layout_mismatch, spec_layout, unreachable_work
+from egress.runtime.layout import holds_no_work, layout_changes, layout_mismatch, spec_layout, unreachable_work
 from tests.conftest import payload_spec
 
 Edit = Callable[[dict[str, Any]], None]
@@ -258,3 +258,15 @@ def test_work_every_job_of_the_spec_owns_is_reachable(tmp_path: Path) -> None:
     found = inventory(log={("events", 0): 9, ("events", 1): 3}, positions={("events", 0): [2]},
                       outbox={("deliver", 1, "requests"): 3}, timers={("deliver", 0): 1})
     assert unreachable_work(found, plan) == []
+
+
+@pytest.mark.parametrize(("inventory", "empty"), [
+    (CommittedInventory({("events", 0): 5}, {("events", 0): [5, 5]}, {("deliver", 0, "requests"): 0}, {}), True),
+    (CommittedInventory({("events", 0): 5}, {}, {}, {}), True),  # read by no computation: never on its way
+    (CommittedInventory({("events", 0): 5}, {("events", 0): [5, 3]}, {}, {}), False),  # one reader behind
+    (CommittedInventory({}, {}, {("deliver", 1, "requests"): 2}, {}), False),  # output not yet delivered
+    (CommittedInventory({}, {}, {}, {("deliver", 0): 1}), False),  # a timer pending
+])
+def test_a_state_directory_holds_no_work_once_every_read_log_outbox_and_timer_is_done(
+        inventory: CommittedInventory, empty: bool) -> None:
+    assert holds_no_work(inventory) is empty

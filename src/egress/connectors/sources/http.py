@@ -96,6 +96,11 @@ request to another worker) keeps a batch waiting this long after the last arriva
 :data:`GATHER_SECONDS`."""
 
 
+KEEPALIVE_TIMEOUT = 75.0
+"""Seconds an idle keep-alive connection stays open by default (aiohttp's ``run_app`` default; its
+``AppRunner`` alone would keep one for 3630 s)."""
+
+
 class HttpSourceError(EgressError):
     """The ``http`` source cannot listen or read its bearer token; raised when the source starts,
     naming the address or the reference and the fix."""
@@ -114,7 +119,9 @@ class HttpSourceParameters(BadRecordParameters):
     ``429``'s ``Retry-After``); ``bearer_token_env`` or ``bearer_token_file`` (a token by reference);
     ``idempotency_window`` (seconds a committed ``Idempotency-Key`` is remembered; 0: not at all);
     ``body_timeout`` (seconds a body may take to arrive whole, from the end of its headers, and
-    headers from their first byte; then ``408``); ``timestamp_column``; ``readers`` (1 to 1024):
+    headers from their first byte; then ``408``); ``keepalive_timeout`` (seconds a connection with
+    no request begun stays open: then it is closed, on either path; aiohttp's ``run_app``
+    default); ``timestamp_column``; ``readers`` (1 to 1024):
     how many readers accept at once, reader ``k`` on ``port + k`` (units ``source:<id>`` partitions
     ``0 .. readers-1``, spread over a cluster's workers; see the module). ``on_bad_record`` is not
     used: a bad body is answered ``400``."""
@@ -135,6 +142,7 @@ class HttpSourceParameters(BadRecordParameters):
     bearer_token_file: str | None = None
     idempotency_window: float = Field(default=300.0, ge=0)
     body_timeout: float = Field(default=DEFAULT_BODY_TIMEOUT, gt=0)
+    keepalive_timeout: float = Field(default=KEEPALIVE_TIMEOUT, gt=0)
     readers: int = Field(default=1, ge=1, le=READERS_LIMIT)
 
     @property
@@ -292,7 +300,8 @@ class HttpSource(CountedPosition):
         app.router.add_post(parameters.path, self._receive, expect_handler=expect_handler)
         app.router.add_route("*", "/{tail:.*}", unrouted_handler({parameters.path: "POST"}),
                              expect_handler=expect_handler)  # no 500 for a non-UTF-8 Expect, on any path
-        runner = web.AppRunner(app, access_log=None, handle_signals=False)
+        runner = web.AppRunner(app, access_log=None, handle_signals=False,
+                               keepalive_timeout=parameters.keepalive_timeout)
         await runner.setup()
         aiohttp_protocol = runner.server
         assert aiohttp_protocol is not None
@@ -302,7 +311,7 @@ class HttpSource(CountedPosition):
 
         def connection() -> IngestProtocol:
             protocol = IngestProtocol(self, aiohttp_protocol, parameters.path, parameters.max_body_bytes,
-                                      parameters.body_timeout, stopping)
+                                      parameters.body_timeout, stopping, parameters.keepalive_timeout)
             self._connections.add(protocol)
             return protocol
 

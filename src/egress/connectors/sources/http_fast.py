@@ -19,7 +19,9 @@ One request at a time per connection: bytes of a pipelined next request wait (re
 until the pending one is answered, so answers keep the requests' order. A body not whole when its
 headers end waits at most ``body_timeout`` seconds (the loop's clock, as :mod:`egress.http_body`),
 and so do headers begun and not ended (a client that stalls mid-head, or sends it a byte at a time,
-holds no connection for ever), then ``408`` and the connection closes.
+holds no connection for ever), then ``408`` and the connection closes. A connection with no request
+begun (just opened, or its last request answered) closes, without an answer, once idle for
+``keepalive_timeout`` seconds (the loop's clock), as aiohttp's does after a hand-over.
 """
 
 from __future__ import annotations
@@ -85,8 +87,12 @@ class IngestProtocol(asyncio.Protocol):
         "_fallback",
         "_handed_over",
         "_head_end",
+        "_idle",
+        "_idle_until",
+        "_keepalive_timeout",
         "_key",
         "_length",
+        "_loop",
         "_max_bytes",
         "_paused",
         "_pending",
@@ -98,7 +104,7 @@ class IngestProtocol(asyncio.Protocol):
     )
 
     def __init__(self, source: Ingest, fallback: Callable[[], asyncio.Protocol], path: str, max_bytes: int,
-                 body_timeout: float, stopping: bytes) -> None:
+                 body_timeout: float, stopping: bytes, keepalive_timeout: float) -> None:
         self._source = source
         self._fallback = fallback
         self._request_line = f"POST {path} HTTP/1.1".encode()
@@ -113,6 +119,12 @@ class IngestProtocol(asyncio.Protocol):
         self._close_after = False
         self._handed_over = False
         self._timer: asyncio.TimerHandle | None = None
+        self._keepalive_timeout = keepalive_timeout
+        self._loop = asyncio.get_running_loop()
+        # One idle timer at a time, moved lazily: a request answered only moves _idle_until (no
+        # timer made and cancelled per request); the timer, once due, waits on until that time.
+        self._idle: asyncio.TimerHandle | None = None
+        self._idle_until = 0.0
         self._head_end = -1  # where the headers of the request being read end (-1: not yet seen)
         self._length = 0
         self._key: str | None = None
@@ -123,6 +135,7 @@ class IngestProtocol(asyncio.Protocol):
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         assert isinstance(transport, asyncio.Transport)
         self._transport = transport
+        self._idle_from_now()
 
     def data_received(self, data: bytes) -> None:
         self._buffer += data
@@ -143,6 +156,7 @@ class IngestProtocol(asyncio.Protocol):
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._cancel_timer()
+        self._cancel_idle()
         self._transport = None
         self._source.connection_closed(self)
 
@@ -182,6 +196,8 @@ class IngestProtocol(asyncio.Protocol):
             transport.resume_reading()
         if self._buffer:
             self._next()
+        else:
+            self._idle_from_now()
 
     def _next(self) -> None:
         """Parse what is buffered: answer, wait for more bytes, or hand the connection over."""
@@ -282,9 +298,31 @@ class IngestProtocol(asyncio.Protocol):
             self._timer.cancel()
             self._timer = None
 
+    def _idle_from_now(self) -> None:
+        """The connection has no request begun: close it unless one begins within ``keepalive_timeout``."""
+        self._idle_until = self._loop.time() + self._keepalive_timeout
+        if self._idle is None:
+            self._idle = self._loop.call_at(self._idle_until, self._idle_due)
+
+    def _idle_due(self) -> None:
+        self._idle = None
+        transport = self._transport
+        if transport is None or transport.is_closing() or self._pending or self._buffer:
+            return  # a request begun: its answer starts the next idle time
+        if self._loop.time() < self._idle_until:
+            self._idle = self._loop.call_at(self._idle_until, self._idle_due)  # answered since: later
+            return
+        transport.close()
+
+    def _cancel_idle(self) -> None:
+        if self._idle is not None:
+            self._idle.cancel()
+            self._idle = None
+
     def _hand_over(self) -> None:
         """From now on aiohttp serves this connection, starting with the bytes buffered."""
         self._cancel_timer()
+        self._cancel_idle()
         transport = self._transport
         if transport is None or self._handed_over:
             return

@@ -13,7 +13,7 @@ from nats.aio.client import Client
 from nats.errors import Error as NatsClientError
 from nats.js import JetStreamContext
 from nats.js.api import DiscardPolicy, RetentionPolicy, StorageType, StreamConfig
-from nats.js.errors import KeyWrongLastSequenceError, NotFoundError
+from nats.js.errors import KeyNotFoundError, KeyWrongLastSequenceError, NotFoundError
 from nats.js.errors import ServiceUnavailableError as NoJetStreamError
 from nats.js.kv import KeyValue
 
@@ -22,6 +22,7 @@ from egress.engines.nats.errors import NatsEngineError
 from egress.engines.nats.jetstream import JetStream, Link
 from egress.engines.nats.subjects import BUCKET_NAME, Layout, default_bucket
 from egress.engines.protocols import StateLocation
+from egress.errors import StateDirectoryError
 from egress.nats_connections import NatsUnreachableError, close_connection, connect
 
 LAYOUT_VERSION = 2  # 2: state and timer subjects per consumer partition and generation
@@ -91,7 +92,11 @@ class NatsConnection:
 
     # -- lifecycle ---------------------------------------------------------------------------
 
-    async def open(self) -> None:
+    async def open(self, *, create: bool = True) -> None:
+        """Connect and open the bucket, creating it or bringing its stream to this engine's settings;
+        with ``create=False`` only a bucket that exists, left as it is (for deleting it): raises
+        :class:`~egress.errors.StateDirectoryError` naming the bucket and the servers when there is
+        none. Other errors: :class:`NatsEngineError` (see :class:`~egress.engines.nats.NatsEngine`)."""
         connection = Client()
         self._connection = connection
         try:
@@ -119,18 +124,22 @@ class NatsConnection:
             # Tried again while the answer is transient: on a cluster that has just formed, or while
             # another worker creates the same replicated stream, the stream has no leader yet for a
             # moment (no response from the stream, 503, a timeout); every step may run twice.
-            self._kv = await self._stream.retrying(f"bucket {self.bucket}: open", lambda: self._open_bucket(js))
+            self._kv = await self._stream.retrying(f"bucket {self.bucket}: open", lambda: self._open_bucket(js, create))
             await self._opened()
         except (NatsClientError, TimeoutError, OSError) as error:
             raise NatsEngineError(f"{self.url}: bucket {self.bucket}: {error or type(error).__name__}") from None
 
-    async def _open_bucket(self, js: JetStreamContext) -> KeyValue:
-        """The bucket's stream created or brought to this engine's settings, its KV handle, its meta
-        key checked; raises :class:`NatsEngineError` when JetStream is off (not tried again)."""
+    async def _open_bucket(self, js: JetStreamContext, create: bool) -> KeyValue:
+        """The bucket's stream created or brought to this engine's settings (``create``; otherwise
+        only found), its KV handle, its meta key checked; raises :class:`NatsEngineError` when
+        JetStream is off (not tried again)."""
         try:
-            await self._ensure_stream(js)
+            if create:
+                await self._ensure_stream(js)
+            else:
+                await self._find_stream(js)
             kv = await js.key_value(self.bucket)
-            await self._check_meta(kv)
+            await self._check_meta(kv, create)
         except NoJetStreamError:
             raise NatsEngineError(f"{self.url}: JetStream is not enabled on this server; start nats-server "
                                   "with -js (or jetstream {} in its configuration)") from None
@@ -182,17 +191,33 @@ class NatsConnection:
         if any(getattr(have, name) != getattr(wanted, name) for name in checked):
             await js.update_stream(wanted)
 
-    async def _check_meta(self, kv: KeyValue) -> None:
-        meta = json.dumps({"pipeline": self.pipeline, "layout": LAYOUT_VERSION}).encode()
+    async def _find_stream(self, js: JetStreamContext) -> None:
+        """Raise :class:`~egress.errors.StateDirectoryError` when the bucket's stream does not exist."""
         try:
-            await kv.create(self._layout.meta_key, meta)
-            return
-        except KeyWrongLastSequenceError:
+            await js.stream_info(self._layout.stream)
+        except NotFoundError:
+            raise StateDirectoryError(f"{self.location.name}: no egress state here (no bucket {self.bucket} for "
+                                      f"pipeline {self.pipeline!r}): check the pipeline name and the "
+                                      "servers") from None
+
+    async def _check_meta(self, kv: KeyValue, create: bool) -> None:
+        """Write the bucket's meta key if it has none (``create``), or check that it is this
+        pipeline's (and, when creating, of this engine's layout)."""
+        if create:
+            meta = json.dumps({"pipeline": self.pipeline, "layout": LAYOUT_VERSION}).encode()
+            try:
+                await kv.create(self._layout.meta_key, meta)
+                return
+            except KeyWrongLastSequenceError:
+                pass
+        try:
             found = json.loads((await kv.get(self._layout.meta_key)).value or b"{}")
+        except KeyNotFoundError:
+            return  # not creating: a bucket whose first open() stopped before it wrote its meta key
         if found.get("pipeline") != self.pipeline:
             raise NatsEngineError(f"{self.url}: bucket {self.bucket} belongs to pipeline {found.get('pipeline')!r}, "
                                   f"not {self.pipeline!r}; choose another bucket")
-        if found.get("layout") != LAYOUT_VERSION:
+        if create and found.get("layout") != LAYOUT_VERSION:
             raise NatsEngineError(f"{self.url}: bucket {self.bucket} has layout version {found.get('layout')}, "
                                   f"not {LAYOUT_VERSION}, which this egress reads")
 

@@ -723,6 +723,57 @@ async def test_a_request_whose_lines_end_in_bare_lfs_is_answered_400_by_aiohttp_
     await assert_refused_with_400_then_a_plain_request_accepted(running, receiver, request)
 
 
+def seconds_until_closed(connection: socket.socket) -> float:
+    """Wait for the server to close ``connection`` (nothing sent meanwhile); the seconds that took."""
+    started = time.monotonic()
+    raw_http.wait_closed(connection)
+    return time.monotonic() - started
+
+
+def kept_busy_then_idle(port: int, busy_for: float, every: float) -> tuple[list[int], float]:
+    """On one connection, a plain request every ``every`` seconds until ``busy_for`` seconds have
+    passed since it opened: their statuses, then the seconds it stayed open after the last answer."""
+    with raw_http.connect(port) as connection:
+        opened, statuses = time.monotonic(), []
+        while True:
+            body, _ = events(100 + len(statuses), 1)
+            connection.sendall(raw_http.with_length("/events", body))
+            statuses.append(raw_http.read_answer(connection).status)
+            if time.monotonic() - opened >= busy_for:
+                return statuses, seconds_until_closed(connection)
+            time.sleep(every)  # well within the idle timeout: a client keeping its connection busy
+
+
+def handed_over_then_idle(port: int) -> tuple[int, float]:
+    """A request aiohttp answers (GET: 405) on one connection, then the seconds it stayed open."""
+    with raw_http.connect(port) as connection:
+        connection.sendall(b"GET /events HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
+        status = raw_http.read_answer(connection).status
+        return status, seconds_until_closed(connection)
+
+
+async def test_a_connection_idle_for_keepalive_timeout_is_closed_on_either_path_and_a_busy_one_stays_open(
+        run_http: Any) -> None:
+    running = await run_http(recording(), format="jsonl", keepalive_timeout=2.0)
+
+    def never_sends() -> float:
+        with raw_http.connect(running.port) as connection:
+            return seconds_until_closed(connection)
+
+    silent, busy, handed_over = await asyncio.gather(
+        asyncio.to_thread(never_sends),
+        asyncio.to_thread(kept_busy_then_idle, running.port, 5.0, 0.2),
+        asyncio.to_thread(handed_over_then_idle, running.port))
+    assert silent >= 2.0  # a connection never used is closed once idle too
+    statuses, after_last = busy
+    assert len(statuses) > 5  # open past 2 s while each request came within it
+    assert set(statuses) == {200}
+    assert after_last >= 2.0
+    status, after_answer = handed_over
+    assert status == 405
+    assert after_answer >= 2.0  # aiohttp's connections: the same timeout
+
+
 def half_closed(port: int, request: bytes) -> raw_http.Answer:
     """Write ``request``, end the writing side (FIN), then read the answer and the server's close."""
     with raw_http.connect(port) as connection:

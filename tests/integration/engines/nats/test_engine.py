@@ -22,7 +22,7 @@ from egress.engines.nats import NatsEngine, NatsEngineError, NatsUnavailableErro
 from egress.engines.nats.appends import NOTE_CARRIES
 from egress.engines.nats.errors import JetStreamRequestError
 from egress.engines.nats.log import SEARCH_PERIOD
-from egress.errors import EgressError
+from egress.errors import EgressError, StateDirectoryError
 from egress.keys import encode_key
 from egress.runtime.lanes import lane
 from tests.engines.engines import outbox_message
@@ -137,6 +137,34 @@ async def test_a_bucket_of_another_pipeline_is_refused(open_nats: Opener) -> Non
     await open_nats("orders")
     with pytest.raises(NatsEngineError, match="belongs to pipeline 'orders', not 'payments'"):
         await open_nats("payments")
+
+
+async def test_open_without_create_refuses_a_missing_bucket_naming_it_and_creates_none(
+        nats_server: str) -> None:
+    engine = NatsEngine(nats_server, "absent", bucket="egress_it_absent")
+    with pytest.raises(StateDirectoryError) as raised:
+        await engine.open(create=False)
+    await engine.close()
+    assert str(raised.value) == (f"NATS bucket egress_it_absent at {nats_server}: no egress state here (no bucket "
+                                 "egress_it_absent for pipeline 'absent'): check the pipeline name and the servers")
+    with pytest.raises(nats.js.errors.NotFoundError):
+        await stream_info(nats_server, engine)
+
+
+async def test_open_without_create_opens_an_existing_bucket_of_its_pipeline_only(open_nats: Opener) -> None:
+    engine = await open_nats("orders")
+    await engine.write_meta("k", "v")
+    await engine.close()
+    existing = NatsEngine(engine.servers, "orders", bucket=engine.bucket)
+    try:
+        await existing.open(create=False)
+        assert await existing.read_meta("k") == "v"
+    finally:
+        await existing.close()
+    other = NatsEngine(engine.servers, "payments", bucket=engine.bucket)
+    with pytest.raises(NatsEngineError, match="belongs to pipeline 'orders', not 'payments'"):
+        await other.open(create=False)
+    await other.close()
 
 
 def many_keyed_writes(generation: int, n: int, count: int) -> EpochCommit:
@@ -590,12 +618,12 @@ class LeaderlessAtFirst(NatsEngine):
         self.failures = failures
         self.checks = 0
 
-    async def _check_meta(self, kv: Any) -> None:
+    async def _check_meta(self, kv: Any, create: bool) -> None:
         self.checks += 1
         if self.checks <= self.failures:
             assert self._connection is not None
             await self._connection.jetstream().publish(f"egress_no_stream.{self.bucket}", b"")
-        await super()._check_meta(kv)
+        await super()._check_meta(kv, create)
 
 
 async def test_open_tries_again_while_the_stream_has_no_leader(nats_server: str) -> None:
