@@ -57,7 +57,10 @@ against the ``egress`` phase of the same run is the cost of tracing (``docs/obse
 ``--instructions N,M`` runs no phase but one ``egress run`` of each count under ``valgrind
 --tool=cachegrind --cache-sim=no`` (nginx the target) and prints the instructions of each and the
 slope between the shortest and the longest: the per-message count, which the machine's load does
-not move (CPU seconds on a shared machine move ±15 %), the start-up taken out.
+not move (CPU seconds on a shared machine move ±15 %), the start-up taken out. With ``--callgrind``
+the same runs are under ``valgrind --tool=callgrind --dump-instr=no`` instead (slower still), to
+attribute the instructions per function: ``--keep DIR`` keeps ``DIR/cachegrind-0.out`` and so on, for
+``callgrind_annotate --inclusive=yes``.
 """
 
 from __future__ import annotations
@@ -540,14 +543,17 @@ def compile_egress() -> None:
 def run_egress(target: Target, bodies: Sequence[bytes], count: int, partitions: int, pool: int | None,
                work: Path, timeout: float, name: str = "egress", profile: Path | None = None,
                processes: int | None = None, gil: bool = True,
-               environment: dict[str, str] | None = None, instructions: Path | None = None) -> PhaseResult:
+               environment: dict[str, str] | None = None, instructions: Path | None = None,
+               callgrind: bool = False) -> PhaseResult:
     """One ``egress run`` subprocess from a fresh state directory on ``count`` messages (``bodies`` cycled);
     timed from spawn to exit, its RSS and per-thread CPU sampled. ``pool`` None keeps the sink's default
     ``max_idle_connections``. With ``profile``, egress runs under ``py-spy record -f raw --threads``
     (with ``gil``, ``--gil``: only the thread holding the GIL is sampled); with
     ``processes``, ``egress run --processes N``; ``environment``: variables added to the process's; with
     ``instructions``, egress runs under ``valgrind --tool=cachegrind --cache-sim=no`` writing that file
-    (its instruction count in the notes, read by :func:`cachegrind_total`)."""
+    (its instruction count in the notes, read by :func:`cachegrind_total`), or with ``callgrind`` under
+    ``valgrind --tool=callgrind --dump-instr=no`` (per function, with the calls between them: read it with
+    ``callgrind_annotate --inclusive=yes``)."""
     compile_egress()
     phase = work / name.replace(" ", "-")
     shutil.rmtree(phase, ignore_errors=True)  # a fresh state directory: no resumed run
@@ -571,6 +577,9 @@ def run_egress(target: Target, bodies: Sequence[bytes], count: int, partitions: 
         py_spy = shutil.which("py-spy") or str(Path(sys.executable).parent / "py-spy")
         command = [py_spy, "record", *(["--gil"] if gil else []), "--threads", "--full-filenames", "-f", "raw",
                    "-r", str(PROFILE_RATE), "-o", str(profile), "--", *command]
+    elif instructions is not None and callgrind:
+        command = ["valgrind", "--tool=callgrind", "--dump-instr=no", f"--callgrind-out-file={instructions}",
+                   *command]
     elif instructions is not None:
         command = ["valgrind", "--tool=cachegrind", "--cache-sim=no", f"--cachegrind-out-file={instructions}",
                    *command]
@@ -606,7 +615,8 @@ def run_egress(target: Target, bodies: Sequence[bytes], count: int, partitions: 
         f"{thread} {seconds:.2f} s" for thread, seconds in threads.items() if seconds >= 0.01))
     if instructions is not None and instructions.exists():
         total = cachegrind_total(instructions)
-        result.notes.append(f"instructions (cachegrind): {total / 1e6:,.0f} M, {total / count / 1e3:,.1f} K per "
+        tool = "callgrind" if callgrind else "cachegrind"
+        result.notes.append(f"instructions ({tool}): {total / 1e6:,.0f} M, {total / count / 1e3:,.1f} K per "
                             "message (start-up included)")
     result.stats = target.finish()
     result.stats["in_run_rate"] = round(in_run)
@@ -614,7 +624,7 @@ def run_egress(target: Target, bodies: Sequence[bytes], count: int, partitions: 
 
 
 def cachegrind_total(out: Path) -> int:
-    """The instructions counted in a cachegrind output file (its ``summary:`` line)."""
+    """The instructions counted in a cachegrind or callgrind output file (its ``summary:`` line)."""
     return next(int(line.split()[1]) for line in out.read_text().splitlines() if line.startswith("summary:"))
 
 
@@ -1249,6 +1259,10 @@ def main(argv: Sequence[str] | None = None) -> int:
                         help="instead of the phases: one egress run of each count of messages under valgrind's "
                              "cachegrind (far slower), printing its instructions and the per-message slope "
                              "between the smallest and largest count (e.g. 20000,60000)")
+    parser.add_argument("--callgrind", action="store_true",
+                        help="with --instructions: valgrind's callgrind (--dump-instr=no) rather than cachegrind, "
+                             "to attribute the instructions per function, callees included (with --keep DIR, "
+                             "DIR/cachegrind-I.out; read it with callgrind_annotate --inclusive=yes)")
     parser.add_argument("--keep", type=Path, help="keep the Specs, states, reports and profile here")
     parser.add_argument("--tracing-ratio", type=float, default=None, metavar="R",
                         help="add the phase 'egress traced': OpenTelemetry tracing on, a ratio R of traces "
@@ -1265,6 +1279,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.error("--instructions: a comma-separated list of message counts >= 1")
     if counts:
         phases = []
+    if args.callgrind and not counts:
+        parser.error("--callgrind needs --instructions N,M")
+    tool = "callgrind --dump-instr=no" if args.callgrind else "cachegrind --cache-sim=no"
     pool = args.connections_per_partition
     if min(args.messages, args.partitions, pool or 1, args.concurrency or 1) < 1 or args.backlog < 0:
         parser.error("--messages, --partitions, --connections-per-partition and --concurrency must be >= 1")
@@ -1353,10 +1370,11 @@ def main(argv: Sequence[str] | None = None) -> int:
                 target = targets[0]
                 target.start()
                 out = work / f"cachegrind-{index}.out"
-                print(f"instructions: egress of {count:,} messages under cachegrind, POSTing to {target.url} "
+                print(f"instructions: egress of {count:,} messages under {tool}, POSTing to {target.url} "
                       f"({target.name}), load average {os.getloadavg()[0]:.2f} ...", flush=True)
                 counted = run_egress(target, bodies, count, args.partitions, pool, work, args.timeout,
-                                     name=f"egress instructions {index}", instructions=out)
+                                     name=f"egress instructions {index}", instructions=out,
+                                     callgrind=args.callgrind)
                 print("  " + describe(counted), flush=True)
                 for note in counted.notes:
                     print(f"    {note}", flush=True)
@@ -1420,7 +1438,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     for line in profile_lines:
         print(line)
     if totals:
-        print("instructions (cachegrind --cache-sim=no, the whole egress process):")
+        print(f"instructions ({tool}, the whole egress process):")
         for line in instruction_lines(counts, totals):
             print(line)
     everything = [r for here in results.values() for r in here.values()] + ([backlog] if backlog else [])

@@ -19,6 +19,7 @@ from __future__ import annotations
 import asyncio
 import collections
 import itertools
+import os
 import weakref
 from collections.abc import Callable, Iterable
 from typing import Any, ClassVar, NamedTuple
@@ -27,6 +28,7 @@ import pycurl
 
 from egress.httpclient.header_api import AVAILABLE as HEADER_API
 from egress.httpclient.header_api import final_header
+from egress.httpclient.proxy import proxy_options
 from egress.httpclient.retry_after import RETRY_AFTER_STATUSES
 
 
@@ -113,6 +115,9 @@ class Completions(NamedTuple):
 
 
 _new_tuple = tuple.__new__
+# libcurl's own flags for a CURLOPT_URL string (curl's lib/url.c), so a parsed URL means the same.
+_URL_FLAGS = pycurl.U_GUESS_SCHEME | pycurl.U_NON_SUPPORT_SCHEME
+_PARSED_URLS = 1024  # parsed URLs a client keeps
 
 _Entry = tuple[Request, Any]  # a request and its token, as the sender handed them over
 # Finished transfers by destination: id(completions) -> (completions, [(token, response), ...])
@@ -129,6 +134,8 @@ class CurlClient:
     request; see ``docs/architecture.md``); ``keep_alive=False`` forbids reuse; ``verify_tls`` keeps
     certificate and host verification on (the default, and what production must use);
     ``ca_file`` is a PEM bundle of certificate authorities to trust instead of libcurl's default.
+    The proxy environment variables (``http_proxy``, ``https_proxy``, ``all_proxy``, ``no_proxy``
+    and their upper-case forms, by libcurl's rules: ``egress.httpclient.proxy``) are read once, here.
 
     Every client of an event loop is driven by that loop's :class:`_LoopDriver`, bound at the first
     request: use a client from one loop only.
@@ -161,6 +168,11 @@ class CurlClient:
         self._spare_handles: list[pycurl.Curl] = []
         self._captures: dict[pycurl.Curl, _Capture] = {}  # what a handle's callbacks capture, once it captured
         self._handle_options: dict[pycurl.Curl, tuple[str, float]] = {}  # a handle's URL and timeout (seconds)
+        # URL -> libcurl's parse of it (None: libcurl rejects it), shared by the handles: a handle given
+        # a parsed URL (CURLOPT_CURLU) copies it at each transfer instead of parsing the string again.
+        self._parsed_urls: dict[str, pycurl.CurlUrl | None] = {}
+        # Read once: libcurl would call getenv five times per transfer (egress.httpclient.proxy).
+        self._proxy_options = proxy_options(os.environ)
         self._closed = False
 
     @property
@@ -266,7 +278,31 @@ class CurlClient:
         if self.ca_file is not None:
             handle.setopt(pycurl.CAINFO, self.ca_file)
         handle.setopt(pycurl.WRITEFUNCTION, _discard)
+        handle.setopt(pycurl.NOPROXY, self._proxy_options.no_proxy)
         return handle
+
+    def _set_url(self, handle: pycurl.Curl, url: str) -> None:
+        """Point ``handle`` at ``url`` (parsed once per client) and at the proxy the environment gives
+        its scheme."""
+        parsed = self._parsed_urls.get(url, False)
+        if parsed is False:
+            if len(self._parsed_urls) >= _PARSED_URLS:  # a webhook sink's many endpoints: start over
+                self._parsed_urls.clear()
+            try:
+                parsed = pycurl.CurlUrl(url, _URL_FLAGS)
+            except pycurl.error:
+                parsed = None
+            self._parsed_urls[url] = parsed
+        if parsed is None:
+            # A URL libcurl's parser rejects: the transfer fails with libcurl's own error, as it would.
+            handle.setopt(pycurl.CURLU, None)
+            handle.setopt(pycurl.URL, url)
+            scheme = url.partition("://")[0].lower()
+        else:
+            handle.setopt(pycurl.CURLU, parsed)
+            scheme = parsed.scheme or ""
+        # None: libcurl reads the <scheme>_proxy variables itself, for a scheme egress does not choose for.
+        handle.setopt(pycurl.PROXY, self._proxy_options.proxies.get(scheme))
 
     def _configure(self, handle: pycurl.Curl, request: Request) -> _Capture | None:
         """Set the per-request options of ``handle``; the capture of the response, None when nothing
@@ -274,7 +310,8 @@ class CurlClient:
         # A sink sends every request to one URL with one timeout: set them only when they change.
         options = self._handle_options.get(handle)
         if options is None or options[0] != request.url or options[1] != request.timeout:
-            handle.setopt(pycurl.URL, request.url)
+            if options is None or options[0] != request.url:
+                self._set_url(handle, request.url)
             handle.setopt(pycurl.TIMEOUT_MS, max(1, int(request.timeout * 1000)))
             self._handle_options[handle] = (request.url, request.timeout)
         if request.method == "GET":

@@ -494,3 +494,82 @@ async def test_requests_queued_before_a_raising_request_iterable_still_complete(
     finally:
         client.close()
     assert received == ["a"]
+
+
+def forward_proxy_app(seen: list[str]) -> web.Application:
+    """A forward proxy's front: records each request's target as sent (absolute-form through a
+    proxy, origin-form to an origin) and answers 200 without going further."""
+    async def handle(request: web.Request) -> web.Response:
+        seen.append(f"{request.method} {request.raw_path}")
+        return web.Response(text="proxied")
+
+    app = web.Application()
+    app.router.add_route("*", "/{tail:.*}", handle)
+    return app
+
+
+def _proxy_environment(monkeypatch: pytest.MonkeyPatch, **variables: str) -> None:
+    for name in ("http_proxy", "HTTP_PROXY", "https_proxy", "HTTPS_PROXY", "all_proxy", "ALL_PROXY",
+                 "no_proxy", "NO_PROXY"):
+        monkeypatch.delenv(name, raising=False)
+    for name, value in variables.items():
+        monkeypatch.setenv(name, value)
+
+
+@pytest.mark.parametrize("variable", ["http_proxy", "all_proxy", "ALL_PROXY"])
+async def test_an_http_url_goes_through_the_proxy_the_environment_names(
+        serve_app: ServerFactory, monkeypatch: pytest.MonkeyPatch, variable: str) -> None:
+    seen: list[str] = []
+    proxy = await serve_app(forward_proxy_app(seen))
+    _proxy_environment(monkeypatch, **{variable: proxy})
+    client = CurlClient(max_connections=2)  # reads the environment now
+    try:
+        # An origin that does not resolve: only the proxy can answer for it.
+        responses = [await client.send(Request(f"http://origin.invalid:8080/events/{i}", b"x", capture_body=True))
+                     for i in range(2)]
+    finally:
+        client.close()
+    assert [(r.status, r.body) for r in responses] == [(200, b"proxied")] * 2
+    assert seen == ["POST http://origin.invalid:8080/events/0", "POST http://origin.invalid:8080/events/1"]
+
+
+async def test_no_proxy_hosts_bypass_the_proxy_and_upper_case_http_proxy_is_ignored(
+        serve_app: ServerFactory, monkeypatch: pytest.MonkeyPatch) -> None:
+    through_proxy: list[str] = []
+    proxy = await serve_app(forward_proxy_app(through_proxy))
+    at_origin: list[str] = []
+    origin = await serve_app(forward_proxy_app(at_origin))
+    _proxy_environment(monkeypatch, http_proxy=proxy, no_proxy="example.invalid, 127.0.0.1")
+    bypassing = CurlClient(max_connections=1)
+    _proxy_environment(monkeypatch, HTTP_PROXY=proxy)  # libcurl's rule: only http_proxy counts for http
+    ignoring = CurlClient(max_connections=1)
+    try:
+        first = await bypassing.send(Request(f"{origin}/direct", b"x"))
+        second = await ignoring.send(Request(f"{origin}/also-direct", b"x"))
+    finally:
+        bypassing.close()
+        ignoring.close()
+    assert (first.status, second.status) == (200, 200)
+    assert at_origin == ["POST /direct", "POST /also-direct"]
+    assert through_proxy == []
+
+
+async def test_a_handle_moved_to_another_url_takes_that_urls_scheme_proxy_and_a_bad_url_fails_as_before(
+        serve_app: ServerFactory, monkeypatch: pytest.MonkeyPatch) -> None:
+    seen: list[str] = []
+    proxy = await serve_app(forward_proxy_app(seen))
+    at_origin: list[str] = []
+    origin = await serve_app(forward_proxy_app(at_origin))
+    _proxy_environment(monkeypatch, http_proxy=proxy, no_proxy="127.0.0.1")
+    client = CurlClient(max_connections=1)  # one handle for all three
+    try:
+        direct = await client.send(Request(f"{origin}/a", b"x"))
+        bad = await client.send(Request("http://exa mple.invalid/", b"x"))
+        proxied = await client.send(Request("http://origin.invalid/b", b"x"))
+    finally:
+        client.close()
+    assert (direct.status, proxied.status) == (200, 200)
+    assert bad.status == 0
+    assert bad.curl_code == 3  # CURLE_URL_MALFORMAT, libcurl's own verdict
+    assert at_origin == ["POST /a"]
+    assert seen == ["POST http://origin.invalid/b"]
