@@ -12,6 +12,7 @@ import importlib
 import json
 import logging
 import os
+import re
 import signal
 import sys
 import time
@@ -440,11 +441,27 @@ class _Reporter:
             if self._error:
                 output.say(f"DynamicSpec {self._error}", style="yellow", level=logging.WARNING)
         for entry in pipeline.status.entries():
-            if entry.path != DYNAMIC_SPEC_STATUS and self._status.get(entry.path) != entry.error:
-                self._status[entry.path] = entry.error  # each distinct error once, not every retry
-                output.say(f"{entry.path}: {entry.error}", style="yellow", level=logging.WARNING, path=entry.path,
-                           **_sink_of(entry.path))
+            # Each distinct error once, not every retry; libcurl's "after N ms" is not a new error.
+            seen = _ELAPSED.sub("", entry.error)
+            if entry.path != DYNAMIC_SPEC_STATUS and self._status.get(entry.path) != seen:
+                first = entry.path not in self._status
+                self._status[entry.path] = seen
+                self._say_status(entry.path, entry.error, first)
         self._first_dead_letters()
+
+    def _say_status(self, path: str, error: str, first: bool) -> None:
+        """A status error as ``computation C sink S: error``; the first of a sink says that it retries."""
+        sink = _sink_of(path)
+        if not sink:
+            output.say(f"{path}: {error}", style="yellow", level=logging.WARNING, path=path)
+            return
+        owners = [plan.computation_id for plan in self._pipeline.plan.computations.values()
+                  if sink["sink"] in plan.sinks]
+        where = f"computation {', '.join(owners)} sink {sink['sink']}" if owners else f"sink {sink['sink']}"
+        hint = (" (the sink retries by its retry policy until delivered or given up; the progress line "
+                "counts the retries)") if first else ""
+        output.say(f"{where}: {error}{hint}", style="yellow", level=logging.WARNING, path=path,
+                   computation=", ".join(owners), **sink)
 
     def _first_dead_letters(self) -> None:
         """The first dead letter of each sink and file (the summary counts them all at the end)."""
@@ -456,6 +473,10 @@ class _Reporter:
                        f"(the partition goes on): {letter.error}", style="yellow", level=logging.WARNING,
                        computation=letter.computation, partition=letter.partition, sink=letter.sink,
                        message_id=letter.message_id)
+
+
+_ELAPSED = re.compile(r" after \d+ ms")
+"""libcurl's time to a failure inside its message (``Failed to connect to H:P after 3 ms``)."""
 
 
 def _sink_of(path: str) -> dict[str, str]:

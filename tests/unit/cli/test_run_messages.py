@@ -113,3 +113,26 @@ def test_nothing_new_is_said_only_of_a_run_that_drained(
     assert ended.value.exit_code == 0
     said = capsys.readouterr().err
     assert ("nothing new: state directory" in said) is drained, said
+
+
+def test_a_sink_error_names_its_computation_says_once_that_it_retries_and_ignores_libcurls_elapsed_time(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """The same refused connection with another "after N ms" is not printed again; another error is."""
+    status = StatusTree()
+    computation = SimpleNamespace(computation_id="to_json", sinks={"http": object()})
+    pipeline = SimpleNamespace(dead_letters=DeadLetterFiles(), server=None, dynamic_spec_version=0,
+                               dynamic_spec_error=None, status=status,
+                               plan=SimpleNamespace(computations={"to_json": computation}))
+    reporter = _Reporter(cast(Pipeline, pipeline))
+    refused = "Async HTTP POST failed: curl error 7: Failed to connect to 127.0.0.1:9 after {} ms: Could not connect"
+    status.set_error("/sinks/http/async_http_sink", 1, refused.format(3))
+    reporter.news()
+    status.set_error("/sinks/http/async_http_sink", 1, refused.format(0))
+    reporter.news()
+    status.set_error("/sinks/http/async_http_sink", 1, "Async HTTP POST failed: HTTP status 503")
+    reporter.news()
+    printed = [line for line in capsys.readouterr().err.splitlines() if line]
+    assert printed == [
+        f"computation to_json sink http: {refused.format(3)} (the sink retries by its retry policy until delivered "
+        "or given up; the progress line counts the retries)",
+        "computation to_json sink http: Async HTTP POST failed: HTTP status 503"]
