@@ -282,7 +282,7 @@ class IngestProtocol(asyncio.Protocol):
     def _start_timer(self, what: str) -> None:
         """Answer ``408`` and close unless the request is whole within ``body_timeout`` seconds;
         ``what`` (``"the body"``) names the part awaited in the answer."""
-        self._timer = asyncio.get_running_loop().call_later(self._body_timeout, self._timed_out, what)
+        self._timer = self._loop.call_later(self._body_timeout, self._timed_out, what)
 
     def _timed_out(self, what: str) -> None:
         self._timer = None
