@@ -54,18 +54,15 @@ import argparse
 import asyncio
 import json
 import os
-import re
 import shutil
 import statistics
 import subprocess
 import sys
 import tempfile
 import time
-import urllib.request
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 import yaml
 
@@ -77,7 +74,9 @@ sys.path.insert(0, str(ROOT))
 from tests.delay_proxy import DelayProxy  # noqa: E402
 from tests.nats_server import NatsServer  # noqa: E402
 
+from cluster_counters import process_cpu, races_lost, server_counters, traffic_note  # noqa: E402
 from cluster_failover import FailoverResult, run_failover  # noqa: E402
+from cluster_ingest import IngestResult, run_http_phase  # noqa: E402
 from cluster_latency import describe_latency, run_latency  # noqa: E402
 from delivery import (  # noqa: E402
     PROFILE_RATE,
@@ -91,9 +90,6 @@ from delivery import (  # noqa: E402
     stop_process,
 )
 from nats_tally import Tally  # noqa: E402
-
-if TYPE_CHECKING:
-    from cluster_ingest import IngestResult
 
 TARGETS = (("nats-1", "embedded", 0.5), ("nats-2", "nats-1", 1.3))
 """(phase, the phase it is compared with, lowest ratio of their msg/s): issue 11's targets."""
@@ -112,7 +108,6 @@ the files source's reader 0 deals them, the same count to each reader of 1, 2 or
 PREREGISTERED_TTL = 600.0
 """Seconds a member pre-registered for ``--instructions`` stays listed unless its worker registers
 (replacing it) or leaves first: longer than any worker's start under valgrind."""
-CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
 POLL = 0.05  # seconds between two checks for exited workers
 
 
@@ -149,45 +144,6 @@ class ClusterResult:
         """Messages ÷ the busiest process's CPU seconds: the rate with one core per process."""
         busiest = max(self.cpu.values(), default=0.0)
         return self.messages / busiest if busiest > 0 else 0.0
-
-
-RACES_LOST = re.compile(r"(\d+) log-append races lost")
-
-
-def races_lost(log: Path) -> int:
-    """The log-append races a worker's commits lost (a commit sent again after another writer's appends
-    to the same log partition), from its log: the NATS engine says so as it closes."""
-    return sum(int(found) for found in RACES_LOST.findall(log.read_text(errors="replace"))) if log.exists() else 0
-
-
-def process_cpu(pid: int) -> float:
-    """CPU seconds (user + system, all threads) ``pid`` has used so far, from ``/proc/<pid>/stat``."""
-    with open(f"/proc/{pid}/stat", encoding="ascii") as stat:
-        fields = stat.read().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / CLOCK_TICKS  # utime, stime: fields 14 and 15 of stat(5)
-
-
-def server_counters(server: NatsServer) -> dict[str, int]:
-    """The server's traffic so far (``/varz``: messages and bytes in and out, every client) and its
-    JetStream API requests (``/jsz``)."""
-    def monitor(path: str) -> dict[str, object]:
-        with urllib.request.urlopen(f"http://127.0.0.1:{server.monitor_port}/{path}", timeout=5) as answer:
-            found: dict[str, object] = json.load(answer)
-            return found
-
-    varz, jsz = monitor("varz"), monitor("jsz")
-    api = jsz.get("api")
-    counters = {name: int(str(varz.get(name, 0))) for name in ("in_msgs", "out_msgs", "in_bytes", "out_bytes")}
-    counters["api"] = int(str(api.get("total", 0))) if isinstance(api, dict) else 0
-    return counters
-
-
-def traffic_note(before: dict[str, int], after: dict[str, int], count: int) -> str:
-    """What the server handled per 1,000 messages of the phase."""
-    per = {name: (after[name] - before.get(name, 0)) * 1000 / max(count, 1) for name in after}
-    return (f"nats-server per 1,000 messages: {per['in_msgs']:,.1f} messages in, {per['out_msgs']:,.1f} out, "
-            f"{per['in_bytes'] / 1024:,.0f} KiB in, {per['out_bytes'] / 1024:,.0f} KiB out, "
-            f"{per['api']:,.1f} JetStream API requests")
 
 
 def run_embedded(target: Target, bodies: Sequence[bytes], count: int, partitions: int, work: Path,
@@ -647,8 +603,6 @@ def main(argv: Sequence[str] | None = None) -> int:
                                                           {"egress": floor.cpu_seconds})
                 print(f"embedded-fixed: {floor.delivered:,}/{args.fixed_messages:,} delivered, fixed CPU "
                       f"{floor.cpu_seconds:.2f} s", flush=True)
-            from cluster_ingest import run_http_phase  # it imports this module's helpers
-
             for phase in (p for p in phases if p in HTTP_PHASES):
                 for form in (f.strip() for f in args.http_forms.split(",") if f.strip()):
                     target.start()

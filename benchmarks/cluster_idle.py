@@ -35,7 +35,7 @@ sys.path.insert(0, str(HERE.parent))
 
 from tests.nats_server import NatsServer  # noqa: E402
 
-from cluster import process_cpu, server_counters  # noqa: E402
+from cluster_counters import process_cpu, server_counters  # noqa: E402
 from delivery import FUNCTIONS_MODULE, benchmark_spec, compile_egress  # noqa: E402
 from nats_tally import Tally  # noqa: E402
 

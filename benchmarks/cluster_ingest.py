@@ -47,7 +47,7 @@ from examples.cluster.ingest import consecutive_free_ports, metric  # noqa: E402
 from tests.nats_server import NatsServer  # noqa: E402
 from tests.nginx import Nginx, balancer_config, free_port  # noqa: E402
 
-from cluster import process_cpu, races_lost, server_counters, traffic_note  # noqa: E402
+from cluster_counters import process_cpu, races_lost, server_counters, traffic_note  # noqa: E402
 
 INGEST_TARGET = 100.0
 """Issue 24: CPU µs per event a worker accepts, in the ingest form, at most this."""

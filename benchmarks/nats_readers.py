@@ -46,7 +46,8 @@ sys.path.insert(0, str(ROOT))
 
 from tests.nats_server import NatsServer  # noqa: E402
 
-from cluster import ClusterResult, describe, process_cpu, wait_all  # noqa: E402
+from cluster import ClusterResult, describe, wait_all  # noqa: E402
+from cluster_counters import process_cpu  # noqa: E402
 from delivery import ReceiverTarget, stop_process  # noqa: E402
 
 PHASES = {"w1-r1": (1, 1, True), "w2-r1": (2, 1, True), "w2-r2": (2, 2, True),
