@@ -723,33 +723,36 @@ async def test_a_request_whose_lines_end_in_bare_lfs_is_answered_400_by_aiohttp_
     await assert_refused_with_400_then_a_plain_request_accepted(running, receiver, request)
 
 
-def seconds_until_closed(connection: socket.socket) -> float:
-    """Wait for the server to close ``connection`` (nothing sent meanwhile); the seconds that took."""
-    started = time.monotonic()
+def seconds_until_closed(connection: socket.socket, since: float) -> float:
+    """Wait for the server to close ``connection`` (nothing sent meanwhile); the seconds from ``since``
+    (``time.monotonic()`` taken before the client's last write or its connect: the server's idle time
+    starts after it, so these seconds are at least that idle time, whatever the delays between)."""
     raw_http.wait_closed(connection)
-    return time.monotonic() - started
+    return time.monotonic() - since
 
 
 def kept_busy_then_idle(port: int, busy_for: float, every: float) -> tuple[list[int], float]:
     """On one connection, a plain request every ``every`` seconds until ``busy_for`` seconds have
-    passed since it opened: their statuses, then the seconds it stayed open after the last answer."""
+    passed since it opened: their statuses, then the seconds it stayed open from the last request's write."""
     with raw_http.connect(port) as connection:
         opened, statuses = time.monotonic(), []
         while True:
             body, _ = events(100 + len(statuses), 1)
+            sent = time.monotonic()
             connection.sendall(raw_http.with_length("/events", body))
             statuses.append(raw_http.read_answer(connection).status)
             if time.monotonic() - opened >= busy_for:
-                return statuses, seconds_until_closed(connection)
+                return statuses, seconds_until_closed(connection, sent)
             time.sleep(every)  # well within the idle timeout: a client keeping its connection busy
 
 
 def handed_over_then_idle(port: int) -> tuple[int, float]:
     """A request aiohttp answers (GET: 405) on one connection, then the seconds it stayed open."""
     with raw_http.connect(port) as connection:
+        sent = time.monotonic()
         connection.sendall(b"GET /events HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
         status = raw_http.read_answer(connection).status
-        return status, seconds_until_closed(connection)
+        return status, seconds_until_closed(connection, sent)
 
 
 async def test_a_connection_idle_for_keepalive_timeout_is_closed_on_either_path_and_a_busy_one_stays_open(
@@ -757,8 +760,9 @@ async def test_a_connection_idle_for_keepalive_timeout_is_closed_on_either_path_
     running = await run_http(recording(), format="jsonl", keepalive_timeout=2.0)
 
     def never_sends() -> float:
+        connecting = time.monotonic()
         with raw_http.connect(running.port) as connection:
-            return seconds_until_closed(connection)
+            return seconds_until_closed(connection, connecting)
 
     silent, busy, handed_over = await asyncio.gather(
         asyncio.to_thread(never_sends),
