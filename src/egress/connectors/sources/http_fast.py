@@ -16,12 +16,21 @@ replayed), which answers exactly as it does for every request without this path.
 are aiohttp's, and only the common case is shortened.
 
 One request at a time per connection: bytes of a pipelined next request wait (reading paused)
-until the pending one is answered, so answers keep the requests' order. A body not whole when its
-headers end waits at most ``body_timeout`` seconds (the loop's clock, as :mod:`egress.http_body`),
-and so do headers begun and not ended (a client that stalls mid-head, or sends it a byte at a time,
-holds no connection for ever), then ``408`` and the connection closes. A connection with no request
-begun (just opened, or its last request answered) closes, without an answer, once idle for
-``keepalive_timeout`` seconds (the loop's clock), as aiohttp's does after a hand-over.
+until the pending one is answered, so answers keep the requests' order. A client that ends its
+writing side (a FIN: ``shutdown(SHUT_WR)``) has ended its requests, not the connection: every
+request whole before the FIN is answered, in order, each once committed, then the connection
+closes; a request begun and not whole at the FIN is answered ``400`` (nothing of it accepted), then
+the connection closes. (A connection handed over to aiohttp is aiohttp's: it closes at the FIN,
+answering nothing more; one handed over after the FIN, with requests the lean path does not take
+buffered, has them answered and closes once idle for ``keepalive_timeout``, as it never sees the
+FIN.)
+
+A body not whole when its headers end waits at most ``body_timeout`` seconds (the loop's clock, as
+:mod:`egress.http_body`), and so do headers begun and not ended (a client that stalls mid-head, or
+sends it a byte at a time, holds no connection for ever), then ``408`` and the connection closes. A
+connection with no request begun (just opened, or its last request answered) closes, without an
+answer, once idle for ``keepalive_timeout`` seconds (the loop's clock), as aiohttp's does after a
+hand-over.
 """
 
 from __future__ import annotations
@@ -84,6 +93,7 @@ class IngestProtocol(asyncio.Protocol):
         "_body_timeout",
         "_buffer",
         "_close_after",
+        "_eof",
         "_fallback",
         "_handed_over",
         "_head_end",
@@ -117,6 +127,7 @@ class IngestProtocol(asyncio.Protocol):
         self._pending = False
         self._paused = False
         self._close_after = False
+        self._eof = False  # the client's FIN came: nothing follows what is buffered
         self._handed_over = False
         self._timer: asyncio.TimerHandle | None = None
         self._keepalive_timeout = keepalive_timeout
@@ -147,11 +158,14 @@ class IngestProtocol(asyncio.Protocol):
         self._next()
 
     def eof_received(self) -> bool | None:
+        self._eof = True
         if self._pending:
             # A half-close after a whole request: its events are accepted, so its answer is written
-            # (the client would otherwise send them again), then the connection closes.
-            self._close_after = True
+            # (the client would otherwise send them again), and so are those of the requests
+            # buffered behind it (_reply reads on), then the connection closes.
             return True
+        if self._buffer:
+            self._next()  # a request begun cannot end now: 400 (_incomplete)
         return None  # close: no request follows
 
     def connection_lost(self, exc: Exception | None) -> None:
@@ -196,6 +210,8 @@ class IngestProtocol(asyncio.Protocol):
             transport.resume_reading()
         if self._buffer:
             self._next()
+        elif self._eof:
+            transport.close()  # the client's requests have all been answered
         else:
             self._idle_from_now()
 
@@ -209,8 +225,8 @@ class IngestProtocol(asyncio.Protocol):
                 # comes): aiohttp's to answer, rather than a wait for bytes that are not coming.
                 if len(buffer) > READ_AHEAD or b"\n\n" in buffer or b"\n\r\n" in buffer:
                     self._hand_over()
-                elif buffer and self._timer is None:
-                    self._start_timer("the request's headers")
+                elif buffer:
+                    self._wait_for("the request's headers")
                 return
             self._cancel_timer()  # the head's; the body has body_timeout of its own from here
             if not self._head(buffer[:end]):
@@ -219,8 +235,7 @@ class IngestProtocol(asyncio.Protocol):
             self._head_end = end + 4
         whole = self._head_end + self._length
         if len(buffer) < whole:
-            if self._timer is None:
-                self._start_timer("the body")
+            self._wait_for("the body")
             return
         self._cancel_timer()
         body = buffer[self._head_end:whole]
@@ -278,6 +293,32 @@ class IngestProtocol(asyncio.Protocol):
         elif name == b"traceparent" and tracing.active is not None:
             return False  # tracing on: aiohttp's path reads the trace context (egress.connectors.sources.http)
         return True
+
+    def _wait_for(self, what: str) -> None:
+        """The request is not whole yet: wait for more of ``what`` (``"the body"``) within
+        ``body_timeout``, or, after the client's FIN, answer that it never will be."""
+        if self._eof:
+            self._incomplete(what)
+        elif self._timer is None:
+            self._start_timer(what)
+
+    def _incomplete(self, what: str) -> None:
+        """The client's FIN came before the request was whole: ``400``, then close.
+
+        RFC 9112 section 8: a request whose body is shorter than its ``Content-Length`` (or whose
+        head has not ended) is incomplete, and "a server that receives an incomplete request message
+        ... MAY send an error response prior to closing the connection". One is sent: a client left
+        without an answer cannot tell whether its events were accepted (it must send them again
+        under a key to be sure), while a 400 says none were; it is a 400, not a 408, as no wait
+        would have made the request whole."""
+        self._cancel_timer()
+        transport = self._transport
+        if transport is not None and not transport.is_closing():
+            transport.write(json_answer(400, "Bad Request", {
+                "error": f"{what} did not arrive whole: the client ended its side of the connection first "
+                         "(nothing of the request is accepted)"},
+                "Connection: close"))
+            transport.close()
 
     def _start_timer(self, what: str) -> None:
         """Answer ``408`` and close unless the request is whole within ``body_timeout`` seconds;

@@ -799,6 +799,91 @@ async def test_a_client_that_half_closes_after_its_request_gets_its_200_once_com
     await assert_committed_and_delivered(running, receiver, payloads)
 
 
+def half_closed_after(port: int, pieces: list[bytes], count: int) -> tuple[list[raw_http.Answer], bool]:
+    """Write ``pieces`` one after another on one connection (each its own segment), end the writing
+    side (FIN), then read up to ``count`` answers: those read, and whether the server then closed
+    the connection with nothing more sent."""
+    with raw_http.connect(port) as connection, connection.makefile("rb") as stream:
+        for piece in pieces:
+            connection.sendall(piece)
+        connection.shutdown(socket.SHUT_WR)
+        answers = []
+        while len(answers) < count and (line := stream.readline()):
+            headers = {}
+            while (header := stream.readline()) not in (b"\r\n", b""):
+                name, _, value = header.decode("latin-1").partition(":")
+                headers[name.strip().lower()] = value.strip()
+            answers.append(raw_http.Answer(int(line.split()[1]), headers,
+                                           stream.read(int(headers["content-length"]))))
+        return answers, stream.read() == b""
+
+
+async def test_a_client_that_half_closes_after_two_pipelined_requests_gets_both_answered_then_the_close(
+        run_http: Any) -> None:
+    """The FIN ends the client's requests, not those it sent before it: the second request, whole
+    before the FIN, is accepted and answered 200 once committed, as the first, then the close."""
+    receiver = recording()
+    running = await run_http(receiver, format="jsonl")
+    (first, p1), (second, p2) = events(1, 2), events(5, 3)
+    data = raw_http.with_length("/events", first) + raw_http.with_length("/events", second)
+    answers, closed = await asyncio.to_thread(half_closed_after, running.port, [data], 2)
+    assert [accepted(answer) for answer in answers] == [(200, {"accepted": 2}), (200, {"accepted": 3})]
+    assert closed
+    await assert_committed_and_delivered(running, receiver, p1 + p2)
+
+
+async def test_a_half_close_after_a_body_sent_in_pieces_gets_its_200_and_one_mid_body_gets_400(
+        run_http: Any) -> None:
+    """A body whole when the FIN comes, however many pieces it came in, is accepted; a FIN before its
+    last piece makes it incomplete (RFC 9112 section 8): 400, nothing of it accepted, the close."""
+    receiver = recording()
+    running = await run_http(receiver, format="jsonl")
+    (whole, payloads), (cut, _) = events(1, 3), events(20, 3)
+    request = raw_http.with_length("/events", whole)
+    third = len(whole) // 3
+    pieces = [request[:-2 * third], request[-2 * third:-third], request[-third:]]
+    answers, closed = await asyncio.to_thread(half_closed_after, running.port, pieces, 1)
+    assert [accepted(answer) for answer in answers] == [(200, {"accepted": 3})]
+    assert closed
+    request = raw_http.with_length("/events", cut)
+    answers, closed = await asyncio.to_thread(half_closed_after, running.port, [request[:-10], request[-10:-5]], 1)
+    assert [answer.status for answer in answers] == [400]
+    assert answers[0].headers["connection"] == "close"
+    assert closed
+    await assert_committed_and_delivered(running, receiver, payloads)
+
+
+@pytest.mark.parametrize("cut", ["mid-body", "mid-head"])
+async def test_a_pipelined_request_incomplete_at_the_half_close_gets_400_after_the_first_gets_200(
+        run_http: Any, cut: str) -> None:
+    receiver = recording()
+    running = await run_http(receiver, format="jsonl")
+    (first, p1), (second, _) = events(1, 2), events(5, 3)
+    incomplete = raw_http.with_length("/events", second)
+    incomplete = incomplete[:-5] if cut == "mid-body" else incomplete[:len(incomplete) - len(second) - 3]
+    data = raw_http.with_length("/events", first) + incomplete
+    answers, closed = await asyncio.to_thread(half_closed_after, running.port, [data], 2)
+    assert [answer.status for answer in answers] == [200, 400]
+    assert accepted(answers[0]) == (200, {"accepted": 2})
+    assert closed
+    await assert_committed_and_delivered(running, receiver, p1)
+
+
+async def test_a_request_handed_over_to_aiohttp_after_the_half_close_is_answered_too(run_http: Any) -> None:
+    """A plain request, then a chunked one (aiohttp's), both before the FIN: the lean path answers the
+    first once committed, then hands the second over; aiohttp answers it, and closes the connection
+    once idle for ``keepalive_timeout`` (it is not told of the FIN)."""
+    receiver = recording()
+    running = await run_http(receiver, format="jsonl", keepalive_timeout=1.0)
+    (first, p1), (second, p2) = events(1, 2), events(5, 3)
+    data = (raw_http.with_length("/events", first)
+            + raw_http.chunked_head("/events") + raw_http.chunk(second) + raw_http.chunk(b""))
+    answers, closed = await asyncio.to_thread(half_closed_after, running.port, [data], 2)
+    assert [accepted(answer) for answer in answers] == [(200, {"accepted": 2}), (200, {"accepted": 3})]
+    assert closed
+    await assert_committed_and_delivered(running, receiver, p1 + p2)
+
+
 async def test_a_token_file_that_cannot_be_read_stops_the_start_naming_the_parameter_and_the_file(
         tmp_path: Path) -> None:
     message = await start_refused(HttpSourceParameters(port=free_port(), bearer_token_file="absent.txt"), tmp_path)
