@@ -52,7 +52,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from egress.clock import Clock, RealClock, event_or_timeout
 from egress.connectors.base import READERS_LIMIT, SOURCES, SourceRecord
 from egress.connectors.sources.bad_records import BadRecordParameters, check_bad_record_parameters
-from egress.connectors.sources.http_fast import HalfClosingHandler, IngestProtocol, json_answer
+from egress.connectors.sources.http_fast import IngestProtocol, json_answer
 from egress.connectors.sources.http_peers import FORWARDED, Peers, key_home
 from egress.connectors.sources.live import CountedPosition, referenced_file_errors
 from egress.connectors.sources.schema import json_row, parse_timestamp, record_error
@@ -309,11 +309,8 @@ class HttpSource(CountedPosition):
                                {"error": "egress stopped before the events were committed: send again"},
                                f"Retry-After: {parameters.retry_after}", "Connection: close")
 
-        def handed_over() -> HalfClosingHandler:
-            return HalfClosingHandler.for_server(aiohttp_protocol)
-
         def connection() -> IngestProtocol:
-            protocol = IngestProtocol(self, handed_over, parameters.path, parameters.max_body_bytes,
+            protocol = IngestProtocol(self, aiohttp_protocol, parameters.path, parameters.max_body_bytes,
                                       parameters.body_timeout, stopping, parameters.keepalive_timeout)
             self._connections.add(protocol)
             return protocol

@@ -20,9 +20,10 @@ until the pending one is answered, so answers keep the requests' order. A client
 writing side (a FIN: ``shutdown(SHUT_WR)``) has ended its requests, not the connection: every
 request whole before the FIN is answered, in order, each once committed, then the connection
 closes; a request begun and not whole at the FIN is answered ``400`` (nothing of it accepted), then
-the connection closes. A connection handed over to aiohttp does the same (:class:`HalfClosingHandler`),
-but for a request not whole at the FIN: it waits for ``body_timeout`` (``408``) if its head was
-whole, and closes without an answer otherwise.
+the connection closes. (A connection handed over to aiohttp is aiohttp's: it closes at the FIN,
+answering nothing more; one handed over after the FIN, with requests the lean path does not take
+buffered, has them answered and closes once idle for ``keepalive_timeout``, as it never sees the
+FIN.)
 
 A body not whole when its headers end waits at most ``body_timeout`` seconds (the loop's clock, as
 :mod:`egress.http_body`), and so do headers begun and not ended (a client that stalls mid-head, or
@@ -38,9 +39,7 @@ import asyncio
 import json
 import re
 from collections.abc import Callable
-from typing import Any, Protocol
-
-from aiohttp import web, web_protocol
+from typing import Protocol
 
 from egress.observe import tracing
 
@@ -379,48 +378,4 @@ class IngestProtocol(asyncio.Protocol):
             transport.resume_reading()
         if buffer:
             protocol.data_received(buffer)
-        if self._eof:
-            protocol.eof_received()  # the transport told this protocol, not that one
 
-
-
-class HalfClosingHandler(web_protocol.RequestHandler):
-    """aiohttp's protocol for a connection the lean path hands over, which answers the requests whole
-    before the client's FIN and then closes, as :class:`IngestProtocol` does.
-
-    aiohttp's own closes the connection at the FIN (``eof_received`` lets the transport close): the
-    requests it has read whole go on being handled, their events committed, and their answers are
-    lost. Made by :meth:`for_server` from the ``web.Server`` of an ``AppRunner``, with its arguments.
-    It reads aiohttp's own state (``_messages``: requests read whole and not yet taken; ``_waiter``:
-    set while its loop waits for one) and wraps its ``_handle_request``, as no public hook tells when
-    the last request is answered; the raw-socket tests of the half-close fail if those change."""
-
-    __slots__ = ("_client_done",)
-
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
-        self._client_done = False  # the client's FIN came
-
-    @classmethod
-    def for_server(cls, server: web.Server) -> HalfClosingHandler:
-        """A handler of ``server``'s requests, as ``server()`` makes aiohttp's own."""
-        return cls(server, loop=server._loop, **server._kwargs)  # what server() passes
-
-    def eof_received(self) -> bool:  # type: ignore[override]  # asyncio.Protocol's: True keeps it open
-        self._client_done = True
-        if self._messages:
-            pass  # requests read whole wait: the last one's end closes (_handle_request)
-        elif self._waiter is not None and not self._waiter.done():
-            self.force_close()  # aiohttp's loop waits for a request, which cannot come
-        else:
-            # A request taken and not yet answered (or its body lingering): aiohttp's loop ends
-            # after it, and closes the connection.
-            self.close()
-        return True  # the connection stays open for the answers
-
-    async def _handle_request(self, *args: Any, **kwargs: Any) -> Any:
-        try:
-            return await super()._handle_request(*args, **kwargs)
-        finally:
-            if self._client_done and not self._messages:
-                self.close()  # the last request before the FIN: aiohttp's loop closes after its answer
