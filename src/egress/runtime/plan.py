@@ -10,6 +10,7 @@ import functools
 import importlib
 import logging
 import sys
+import traceback
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -514,6 +515,23 @@ def validate_function_parameters(
     return dict(data) if model is None else validate_model(model, data, file=file, prefix=prefix)
 
 
+def _import_problem(module_name: str, error: Exception) -> str:
+    """Why importing ``module_name`` failed: the module (or a package above it) is not on the
+    import path, or it was found and its own code failed (a SyntaxError at a file and line, a
+    missing dependency, an exception raised at import), which no change of folder fixes."""
+    missing = error.name if isinstance(error, ModuleNotFoundError) else None
+    if missing is not None and (module_name == missing or module_name.startswith(f"{missing}.")):
+        return (f'cannot import module "{module_name}" ({type(error).__name__}: {error}); run egress from the '
+                "folder that contains the package, or install it")
+    if isinstance(error, SyntaxError):
+        return (f'module "{module_name}" has a syntax error: {error.msg} at {error.filename}:{error.lineno}; '
+                "fix the file")
+    frames = [f for f in traceback.extract_tb(error.__traceback__) if not f.filename.startswith("<frozen")]
+    where = f" at {frames[-1].filename}:{frames[-1].lineno}" if frames else ""
+    fix = f"; install {missing.partition('.')[0]} or remove the import" if missing is not None else ""
+    return f'importing module "{module_name}" failed: {type(error).__name__}: {error}{where}{fix}'
+
+
 def _import_function(
     reference: str, path: str, file: str | None, errors: list[SpecError]
 ) -> type[ProcessFunction] | None:
@@ -524,10 +542,7 @@ def _import_function(
     try:
         module = importlib.import_module(module_name)
     except Exception as error:  # any import-time failure of user code is a spec problem here
-        errors.append(SpecError(
-            f'cannot import module "{module_name}" ({type(error).__name__}: {error}); run egress from the '
-            "folder that contains the package, or install it",
-            path=path, file=file))
+        errors.append(SpecError(_import_problem(module_name, error), path=path, file=file))
         return None
     found = getattr(module, class_name, None)
     if found is None:

@@ -238,3 +238,40 @@ def test_cli_validate_accepts_the_example(tmp_path: Path) -> None:
                                       str(example / "dynamic_spec.yaml")])
     assert result.exit_code == 0, result.output
     assert "valid pipeline 'flights_to_webhook'" in result.output
+
+
+@pytest.mark.parametrize(("source", "expected"), [
+    pytest.param("import egress_no_such_dependency\n",
+                 'importing module "{module}" failed: ModuleNotFoundError: No module named '
+                 "'egress_no_such_dependency' at {file}:1; install egress_no_such_dependency or remove the import",
+                 id="missing-dependency"),
+    pytest.param("x = 1\ndef broken(:\n",
+                 'module "{module}" has a syntax error: invalid syntax at {file}:2; fix the file', id="syntax-error"),
+    pytest.param("import os\nraise RuntimeError('no API key')\n",
+                 'importing module "{module}" failed: RuntimeError: no API key at {file}:2', id="raises-at-import"),
+])
+def test_a_function_module_that_fails_at_import_reports_the_cause(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, request: pytest.FixtureRequest, source: str,
+        expected: str) -> None:
+    module = f"egress_user_{request.node.callspec.id.replace('-', '_')}"  # fresh: not in sys.modules
+    module_file = tmp_path / f"{module}.py"
+    module_file.write_text(source)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    spec_path, _ = write(tmp_path, mutated(("computations", "to_json", "processing_function"), f"{module}:Fn"))
+    with pytest.raises(SpecErrors) as raised:
+        load_plan(spec_path)
+    (line,) = str(raised.value).splitlines()
+    message = expected.format(module=module, file=module_file)
+    assert line == f"{spec_path}: computations/to_json/processing_function: {message}"
+    assert "folder that contains" not in line
+
+
+def test_a_function_module_not_on_the_import_path_gets_the_folder_hint(tmp_path: Path) -> None:
+    spec_path, _ = write(tmp_path, mutated(("computations", "to_json", "processing_function"),
+                                           "egress_nowhere.pipeline:Fn"))
+    with pytest.raises(SpecErrors) as raised:
+        load_plan(spec_path)
+    assert str(raised.value) == (
+        f'{spec_path}: computations/to_json/processing_function: cannot import module "egress_nowhere.pipeline" '
+        "(ModuleNotFoundError: No module named 'egress_nowhere'); run egress from the folder that contains the "
+        "package, or install it")
