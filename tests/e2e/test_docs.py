@@ -191,6 +191,42 @@ def test_a_runnable_spec_block_has_a_pipeline_name_of_its_own() -> None:
     assert not shared, "\n".join(shared)
 
 
+def state_of(block: Block) -> set[str]:
+    """The state folders the ``sh`` block's commands keep between runs: each nats-server's store
+    (``-sd DIR``) and each embedded ``egress run``'s state directory (``--state-dir DIR``, else
+    ``.egress/<pipeline>`` of its Spec); a cluster worker's committed state is its server's."""
+    found: set[str] = set()
+    for line in block.text.replace("\\\n", " ").splitlines():
+        words = line.split("#")[0].split()
+        if "-sd" in words[:-1] and any(w.endswith("nats-server") for w in words):
+            found.add(words[words.index("-sd") + 1])
+        if "run" not in words or not any(w.endswith("egress") for w in words[:words.index("run")]):
+            continue
+        after = words[words.index("run") + 1:]
+        if any(w.startswith("nats://") for w in after) or not after:
+            continue
+        if "--state-dir" in after[:-1]:
+            found.add(after[after.index("--state-dir") + 1])
+        elif (REPO / after[0]).is_file():
+            found.add(f".egress/{load_document(REPO / after[0])['pipeline']}")
+    return found
+
+
+def test_runnable_blocks_keep_their_state_apart() -> None:
+    """A user runs one block after another in one checkout, where each runs in a copy of its own here:
+    two blocks on one state (a NATS store, a state directory) would leave the second one nothing to
+    send ("already holds everything")."""
+    holders: dict[str, list[str]] = {}
+    for block in RUNNABLE:
+        if block.language in ("sh", "bash"):
+            for state in state_of(block):
+                holders.setdefault(state, []).append(block.where)
+    assert any("nats" in state for state in holders), "the extraction found no NATS store"
+    shared = [f"{state}: {', '.join(wheres)}" for state, wheres in sorted(holders.items()) if len(wheres) > 1]
+    assert not shared, "these runnable blocks share a state: give each its own (-sd DIR, --state-dir, a " \
+        "pipeline name)\n" + "\n".join(shared)
+
+
 # -- the copy of the repository a block runs in -------------------------------------------------------
 
 

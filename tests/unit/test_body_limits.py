@@ -15,9 +15,11 @@ from egress.spec import validate_model
 
 
 @pytest.mark.parametrize(("name", "value", "message"), [
-    ("body_timeout", 0, "greater than 0"), ("body_timeout", -1.5, "greater than 0"),
+    ("body_timeout", 0, "body_timeout must be more than 0, got 0"),
+    ("body_timeout", -1.5, "body_timeout must be more than 0, got -1.5"),
     ("body_timeout", "soon", "expected a number"),
-    ("keepalive_timeout", 0, "greater than 0"), ("keepalive_timeout", "later", "expected a number"),
+    ("keepalive_timeout", 0, "keepalive_timeout must be more than 0, got 0"),
+    ("keepalive_timeout", "later", "expected a number"),
     ("max_body_bytes", "2GiB", "2GiB is more than the limit, 1GiB"),
     ("max_body_bytes", "1 gigabyte", "KiB, MiB, GiB"), ("max_body_bytes", 0, "less than the least")])
 def test_a_bad_http_source_body_limit_is_named_by_path_with_its_fix(name: str, value: Any, message: str) -> None:

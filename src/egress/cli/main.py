@@ -24,6 +24,7 @@ import typer
 
 from egress.cli.addresses import cannot_listen, cannot_serve, file_to_append, file_to_write, unusable_state_dir
 from egress.cli.exit_codes import EXIT_CODES
+from egress.cli.interrupts import SIGNALS, Interrupts
 from egress.cli.output import (
     LogFormatChoice,
     LogFormatOption,
@@ -220,9 +221,12 @@ def run(
     pipeline = Pipeline(plan, directory, options=options, http_port=http_port, http_host=http_host,
                         engine_factory=factory, worker_id=member)
 
+    interrupts = Interrupts(output, pipeline.request_stop)
     tune_for_run()  # the garbage collector's settings for a run (egress.runtime.garbage_collection)
     try:
-        result = asyncio.run(_drive(pipeline, quiet))
+        result = asyncio.run(_drive(pipeline, quiet, interrupts))
+    except KeyboardInterrupt:  # between the loop's handlers going and the process's below: in asyncio.run's end
+        interrupts.exit_at_once()
     except SpecError as error:  # refused before anything ran: the Spec does not fit the directory or the cluster
         _fail_on_spec_error(error)
         return
@@ -234,6 +238,8 @@ def run(
             _fail(cannot_listen(http_host, http_port, error, port_option="--http-port", host_option="--http-host"))
         _fail(f"cannot start: {error.filename or directory}: {error.strerror or error}")
         return
+    finally:
+        interrupts.after_the_loop()  # the summary, the report and settle_for_exit are still to come
     _finish(pipeline, result, spec=spec, dynamic_spec=dynamic_spec, directory=directory, report=report, quiet=quiet,
             until_drained=until_drained)
 
@@ -283,27 +289,17 @@ def _run_processes(plan: Any, spec: Path, dynamic_spec: Path | None, directory: 
     return 1
 
 
-async def _drive(pipeline: Pipeline, quiet: bool) -> RunResult:
-    """Run ``pipeline`` with Ctrl-C and SIGTERM as an orderly stop (a second one exits at once),
-    showing progress: a live line on a terminal, a line every :data:`PROGRESS_PERIOD` seconds
-    otherwise, JSON records with ``--log-format json``, nothing with ``quiet``; what
+async def _drive(pipeline: Pipeline, quiet: bool, interrupts: Interrupts | None = None) -> RunResult:
+    """Run ``pipeline`` with Ctrl-C and SIGTERM as an orderly stop (a second one exits at once:
+    ``interrupts``, by default its own), showing progress: a live line on a terminal, a line every
+    :data:`PROGRESS_PERIOD` seconds otherwise, JSON records with ``--log-format json``, nothing with ``quiet``; what
     :class:`_Reporter` tells is told within :data:`NEWS_PERIOD` seconds in every case."""
     from egress.cli.report import progress_line, snapshot
 
     loop = asyncio.get_running_loop()
-    interrupts = 0
-
-    def interrupt() -> None:
-        nonlocal interrupts
-        interrupts += 1
-        if interrupts > 1:
-            output.say("second interrupt: exiting without the final commit", level=logging.WARNING)
-            sys.exit(130)
-        output.say("stopping after the current epoch commits (Ctrl-C again to exit at once)")
-        pipeline.request_stop()
-
-    for signum in (signal.SIGINT, signal.SIGTERM):
-        loop.add_signal_handler(signum, interrupt)
+    interrupts = interrupts or Interrupts(output, pipeline.request_stop)
+    for signum in SIGNALS:
+        loop.add_signal_handler(signum, interrupts.during_the_run)
     run_task = asyncio.create_task(pipeline.run())
     started = time.monotonic()
     reported = _Reporter(pipeline)
@@ -326,7 +322,9 @@ async def _drive(pipeline: Pipeline, quiet: bool) -> RunResult:
                     output.say("progress", **snapshot(pipeline))
                 elif not quiet:
                     output.console.print(progress_line(snapshot(pipeline), elapsed), highlight=False)
-    return await run_task
+    result = await run_task
+    interrupts.finished = True
+    return result
 
 
 NEWS_PERIOD = 0.25

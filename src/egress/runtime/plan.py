@@ -10,6 +10,7 @@ import functools
 import importlib
 import logging
 import sys
+import traceback
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -22,7 +23,7 @@ from egress.errors import SecretUnavailable, SpecError, SpecErrors
 from egress.runtime.api import MapFunction, ProcessFunction, map_output_stream
 from egress.runtime.lanes import lane, lanes
 from egress.secret_references import read_secret
-from egress.spec import DynamicSpec, Spec, StreamSpec, load_document, validate_model
+from egress.spec import DynamicSpec, Spec, StreamSpec, load_document, misplaced_fields, validate_model
 from egress.throttler import validate_dynamic_throttlers
 
 logger = logging.getLogger("egress.spec")
@@ -275,14 +276,14 @@ class _PlanBuilder:
                 map_output_stream(function_class, list(computation.output_stream_ids))
             except ValueError as error:
                 self.problem(str(error), f"{at}/processing_function")
+        static_model, dynamic_model = function_class.parameters_model, function_class.dynamic_parameters_model
         static_parameters = _parameters_or_dict(
-            function_class.parameters_model, computation.processing_function_parameters, self.spec_file,
-            f"{at}/processing_function_parameters", self.errors)
+            static_model, computation.processing_function_parameters, self.spec_file,
+            f"{at}/processing_function_parameters", self.errors, dynamic_model, other_is_dynamic=True)
         dynamic_entry = self.dynamic.computations.get(computation_id)
         dynamic_function_parameters = _parameters_or_dict(
-            function_class.dynamic_parameters_model,
-            dynamic_entry.processing_function_parameters if dynamic_entry else {}, self.dynamic_spec_file,
-            f"{at}/processing_function_parameters", self.errors)
+            dynamic_model, dynamic_entry.processing_function_parameters if dynamic_entry else {},
+            self.dynamic_spec_file, f"{at}/processing_function_parameters", self.errors, static_model)
         return ComputationPlan(
             computation_id,
             function_class,
@@ -386,11 +387,11 @@ def _sink_plan(
                                     f'"{computation_id}"', path=at, file=spec_file))
         else:
             inputs[stream_id] = spec.streams[stream_id]
-    parameters = _parameters(sink_class.parameters_model, {**sink.parameters, **(parameter_overrides or {})},
-                             spec_file, f"{sink_at}/parameters", errors)
-    dynamic_parameters = _parameters(sink_class.dynamic_parameters_model,
-                                     dynamic.sink_parameters(computation_id, sink_id),
-                                     dynamic_spec_file, f"{sink_at}/parameters", errors)
+    static_model, dynamic_model = sink_class.parameters_model, sink_class.dynamic_parameters_model
+    parameters = _parameters(static_model, {**sink.parameters, **(parameter_overrides or {})},
+                             spec_file, f"{sink_at}/parameters", errors, dynamic_model, other_is_dynamic=True)
+    dynamic_parameters = _parameters(dynamic_model, dynamic.sink_parameters(computation_id, sink_id),
+                                     dynamic_spec_file, f"{sink_at}/parameters", errors, static_model)
     if parameters is None or dynamic_parameters is None or len(inputs) != len(sink.input_stream_ids):
         return None
     parameters = _files_in(base_dir, parameters, f"{computation_id}/{sink_id}", spec_file)
@@ -482,19 +483,26 @@ def _throttler_problems(computation_id: str, sink_plan: SinkPlan, throttlers: di
 
 
 def _parameters(
-    model: type[BaseModel], data: Any, file: str | None, prefix: str, errors: list[SpecError]
+    model: type[BaseModel], data: Any, file: str | None, prefix: str, errors: list[SpecError],
+    other: type[BaseModel] | None = None, *, other_is_dynamic: bool = False,
 ) -> Any:
+    """``data`` validated as ``model`` at ``prefix`` of ``file``, or ``None`` with its problems put
+    in ``errors``; a field of ``other`` (the counterpart parameters of the other file) in ``data``
+    is reported as belonging there."""
+    elsewhere = misplaced_fields(model, other, prefix, other_is_dynamic=other_is_dynamic) if other else None
     try:
-        return validate_model(model, data, file=file, prefix=prefix)
+        return validate_model(model, data, file=file, prefix=prefix, elsewhere=elsewhere)
     except SpecErrors as found:
         errors.extend(found.errors)
         return None
 
 
 def _parameters_or_dict(
-    model: type[BaseModel] | None, data: dict[str, Any], file: str | None, prefix: str, errors: list[SpecError]
+    model: type[BaseModel] | None, data: dict[str, Any], file: str | None, prefix: str, errors: list[SpecError],
+    other: type[BaseModel] | None = None, *, other_is_dynamic: bool = False,
 ) -> Any:
-    return dict(data) if model is None else _parameters(model, data, file, prefix, errors)
+    return dict(data) if model is None else _parameters(model, data, file, prefix, errors, other,
+                                                         other_is_dynamic=other_is_dynamic)
 
 
 def validate_function_parameters(
@@ -507,6 +515,23 @@ def validate_function_parameters(
     return dict(data) if model is None else validate_model(model, data, file=file, prefix=prefix)
 
 
+def _import_problem(module_name: str, error: Exception) -> str:
+    """Why importing ``module_name`` failed: the module (or a package above it) is not on the
+    import path, or it was found and its own code failed (a SyntaxError at a file and line, a
+    missing dependency, an exception raised at import), which no change of folder fixes."""
+    missing = error.name if isinstance(error, ModuleNotFoundError) else None
+    if missing is not None and (module_name == missing or module_name.startswith(f"{missing}.")):
+        return (f'cannot import module "{module_name}" ({type(error).__name__}: {error}); run egress from the '
+                "folder that contains the package, or install it")
+    if isinstance(error, SyntaxError):
+        return (f'module "{module_name}" has a syntax error: {error.msg} at {error.filename}:{error.lineno}; '
+                "fix the file")
+    frames = [f for f in traceback.extract_tb(error.__traceback__) if not f.filename.startswith("<frozen")]
+    where = f" at {frames[-1].filename}:{frames[-1].lineno}" if frames else ""
+    fix = f"; install {missing.partition('.')[0]} or remove the import" if missing is not None else ""
+    return f'importing module "{module_name}" failed: {type(error).__name__}: {error}{where}{fix}'
+
+
 def _import_function(
     reference: str, path: str, file: str | None, errors: list[SpecError]
 ) -> type[ProcessFunction] | None:
@@ -517,10 +542,7 @@ def _import_function(
     try:
         module = importlib.import_module(module_name)
     except Exception as error:  # any import-time failure of user code is a spec problem here
-        errors.append(SpecError(
-            f'cannot import module "{module_name}" ({type(error).__name__}: {error}); run egress from the '
-            "folder that contains the package, or install it",
-            path=path, file=file))
+        errors.append(SpecError(_import_problem(module_name, error), path=path, file=file))
         return None
     found = getattr(module, class_name, None)
     if found is None:

@@ -13,6 +13,7 @@ from egress.spec.models import (
     StreamSpec,
     load_dynamic_spec,
     load_spec,
+    misplaced_fields,
     validate_model,
 )
 
@@ -30,6 +31,7 @@ __all__ = [
     "load_document",
     "load_dynamic_spec",
     "load_spec",
+    "misplaced_fields",
     "parse_duration",
     "validate_model",
 ]

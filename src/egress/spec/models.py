@@ -8,16 +8,15 @@ so that the error path still reads ``computations/<c>/sinks/<s>/parameters/<name
 
 from __future__ import annotations
 
-import difflib
-import types
-import typing
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Literal, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
-from egress.errors import SpecError, SpecErrors
+from egress.errors import SpecErrors
 from egress.spec.loader import load_document
+from egress.spec.problems import fields_of, misplaced_message, model_at, to_spec_error
 
 PROCESS_FUNCTION_COMPUTATION = "NYT::NFlow::TProcessFunctionComputation"
 COMPUTATION_CLASS_ALIASES = {PROCESS_FUNCTION_COMPUTATION: PROCESS_FUNCTION_COMPUTATION,
@@ -41,8 +40,9 @@ class Column(_Strict):
 class StreamSpec(_Strict):
     """A stream: its row schema and the columns whose values form the key (``group_by``)."""
 
-    columns: list[Column] = Field(alias="schema", min_length=1)
-    group_by: list[str] = []
+    columns: list[Column] = Field(alias="schema", min_length=1, description="the columns, each a map with name "
+                                  "and type")
+    group_by: list[str] = Field(default=[], description="the names of the columns whose values form the key")
 
     @field_validator("columns")
     @classmethod
@@ -81,8 +81,8 @@ class ComputationSpec(_Strict):
 
     computation_class_name: str = PROCESS_FUNCTION_COMPUTATION
     processing_function: str
-    input_stream_ids: list[str] = Field(min_length=1)
-    output_stream_ids: list[str] = []
+    input_stream_ids: list[str] = Field(min_length=1, description="the ids of the streams it reads")
+    output_stream_ids: list[str] = Field(default=[], description="the ids of the streams it writes")
     sinks: dict[str, SinkSpec] = {}
     processing_function_parameters: dict[str, Any] = {}
 
@@ -106,8 +106,8 @@ class ComputationSpec(_Strict):
 class Spec(_Strict):
     """The static description of a pipeline (Flow's ``Spec``)."""
 
-    pipeline: str = Field(min_length=1)
-    partition_count: int = Field(default=1, ge=1, le=4096)
+    pipeline: str = Field(min_length=1, description="the pipeline's name")
+    partition_count: int = Field(default=1, ge=1, le=4096, description="the number of partitions of the computation")
     streams: dict[str, StreamSpec]
     sources: dict[str, SourceSpec] = {}
     computations: dict[str, ComputationSpec] = {}
@@ -141,116 +141,52 @@ class DynamicSpec(_Strict):
 
 Model = TypeVar("Model", bound=BaseModel)
 
+_OTHER_FILE: dict[type[BaseModel], tuple[type[BaseModel], bool]] = {
+    Spec: (DynamicSpec, True), ComputationSpec: (DynamicComputationSpec, True), SinkSpec: (DynamicSinkSpec, True),
+    DynamicSpec: (Spec, False), DynamicComputationSpec: (ComputationSpec, False), DynamicSinkSpec: (SinkSpec, False),
+}
+"""Each Spec model's counterpart in the other file, and whether that counterpart is the DynamicSpec's."""
 
-def validate_model(model: type[Model], data: Any, *, file: str | None = None, prefix: str = "") -> Model:
-    """Validate ``data`` as ``model``; raises :class:`SpecErrors` with one path-named entry per problem."""
+
+def validate_model(model: type[Model], data: Any, *, file: str | None = None, prefix: str = "",
+                   elsewhere: Mapping[str, str] | None = None) -> Model:
+    """Validate ``data`` as ``model``; raises :class:`SpecErrors` with one path-named entry per problem.
+
+    ``elsewhere`` maps names that are not fields of ``model`` but of its counterpart in the other
+    file (a connector's dynamic parameters for its static ones) to the message saying where they
+    go (:func:`misplaced_fields`); the Spec's and DynamicSpec's own models know theirs."""
     try:
         # Strict: a run must not find out later that ``"4"`` or ``true`` stood where a number belongs.
         return model.model_validate(data, strict=True)
     except ValidationError as error:
-        raise SpecErrors([_to_spec_error(e, file, prefix, model) for e in error.errors()]) from None
+        raise SpecErrors([to_spec_error(e, file, prefix, model, _misplaced(model, e, prefix, elsewhere or {}))
+                          for e in error.errors()]) from None
 
 
-def _field_names_at(model: type[BaseModel], location: tuple[Any, ...]) -> list[str]:
-    """The field names of the model that ``location`` (a pydantic error's ``loc`` without its last
-    part) points into, descending through fields, ``Optional``, lists and dict values; ``[]`` when
-    it does not lead to a model."""
-    current: Any = model
-    for part in (*location, None):
-        while typing.get_origin(current) in (typing.Union, types.UnionType):
-            others = [a for a in typing.get_args(current) if a is not type(None)]
-            if len(others) != 1:
-                return []
-            current = others[0]
-        if isinstance(current, type) and issubclass(current, BaseModel):
-            fields = {field.alias or name: field for name, field in current.model_fields.items()}
-            if part is None:
-                return list(fields)  # as the Spec spells them (``schema``, not ``columns``)
-            field = fields.get(str(part))
-            if field is None:
-                return []
-            current = field.annotation
-        elif typing.get_origin(current) in (dict, list) and part is not None:
-            current = typing.get_args(current)[-1]  # the part is a key or an index
-        else:
-            return []
-    return []
+def misplaced_fields(model: type[BaseModel], other: type[BaseModel], at: str, *,
+                     other_is_dynamic: bool) -> dict[str, str]:
+    """For each field of ``other`` that ``model`` lacks, the message saying that it belongs under
+    ``at`` in the other file (the DynamicSpec when ``other_is_dynamic``): ``validate_model``'s
+    ``elsewhere``."""
+    own = fields_of(model)
+    return {name: misplaced_message(name, at, belongs_in_dynamic=other_is_dynamic)
+            for name in fields_of(other) if name not in own}
 
 
-def _to_spec_error(error: Any, file: str | None, prefix: str, model: type[BaseModel] | None = None) -> SpecError:
-    location = "/".join(str(part) for part in (prefix, *error["loc"]) if part != "")
-    kind = error["type"]
-    if kind == "missing":
-        message = "required field is missing"
-    elif kind == "extra_forbidden":
-        known = _field_names_at(model, tuple(error["loc"][:-1])) if model is not None else []
-        close = difflib.get_close_matches(str(error["loc"][-1]), known, n=1, cutoff=0.6)
-        message = (f"unknown field; did you mean {close[0]!r}?" if close
-                   else "unknown field (check the spelling against the documentation)")
-        if "trac" in str(error["loc"][-1]).lower():
-            message += f"; {_TRACING_OPTIONS if TRACE_OPTION in known else _TRACING_ELSEWHERE}"
-    elif kind in _EXPECTED:
-        message = _wrong_type(kind, error["input"])
-    else:
-        message = str(error["msg"]).removeprefix("Value error, ")
-    return SpecError(message, path=location, file=file)
-
-
-TRACE_OPTION = "propagate_trace_context"
-_TRACING_OPTIONS = (f"the one tracing option of a sink is {TRACE_OPTION}: false (no traceparent header on its "
-                    "requests); tracing itself is turned on by egress run --otlp-endpoint URL or "
-                    "OTEL_EXPORTER_OTLP_ENDPOINT, not in the Spec (docs/observability.md, Tracing)")
-_TRACING_ELSEWHERE = ("tracing is turned on by egress run --otlp-endpoint URL or OTEL_EXPORTER_OTLP_ENDPOINT, not "
-                      f"in the Spec; an HTTP sink's parameters take {TRACE_OPTION}: false "
-                      "(docs/observability.md, Tracing)")
-
-
-_EXPECTED = {"int_type": "an integer", "float_type": "a number", "bool_type": "true or false",
-             "string_type": "a string"}
-"""The strict scalar types' pydantic error kinds, and what each expects in the Spec's words."""
-
-_WRITE = {"int_type": "write a whole number", "float_type": "write a number", "bool_type": "write true or false",
-          "string_type": "put it in quotes"}
-
-
-def _wrong_type(kind: str, value: Any) -> str:
-    """The message for a value of the wrong scalar type: what was expected, what was given, and the fix."""
-    fix = _WRITE[kind]
-    if isinstance(value, bool):
-        given = f"the boolean {str(value).lower()}"
-        if kind == "string_type":
-            fix += " (YAML reads yes, no, on, off, true and false unquoted as booleans)"
-    elif isinstance(value, str):
-        given = f"the string {_shown(value)}"
-        if _unquoted_fits(kind, value):
-            fix = "write it without quotes"
-    elif isinstance(value, (int, float)):
-        given = f"the number {value!r}"
-    elif value is None:
-        given, fix = "null", "write a value or leave the field out"
-    else:
-        given = "a map" if isinstance(value, dict) else "a list" if isinstance(value, list) else type(value).__name__
-        if isinstance(value, (dict, list)):  # quotes would not help: the field takes one value
-            fix = f"write one value here, not {given}"
-    return f"expected {_EXPECTED[kind]}, got {given}: {fix}"
-
-
-def _shown(value: str, limit: int = 40) -> str:
-    return repr(value if len(value) <= limit else value[:limit] + "...")
-
-
-def _unquoted_fits(kind: str, value: str) -> bool:
-    """Whether ``value`` written without quotes would be of ``kind`` (``"4"`` for an integer)."""
-    text = value.strip()
-    if kind == "int_type":
-        return text.lstrip("+-").isdigit()
-    if kind == "float_type":
-        try:
-            float(text)
-        except ValueError:
-            return False
-        return True
-    return kind == "bool_type" and text.lower() in ("true", "false")
+def _misplaced(model: type[BaseModel], error: Any, prefix: str, elsewhere: Mapping[str, str]) -> str | None:
+    """The message for an unknown field that is a field of the other file, else ``None``."""
+    loc = tuple(error["loc"])
+    if error["type"] != "extra_forbidden" or not loc:
+        return None
+    name = str(loc[-1])
+    if len(loc) == 1 and name in elsewhere:
+        return elsewhere[name]
+    owner = model_at(model, loc[:-1])
+    other, dynamic = _OTHER_FILE.get(owner, (None, False)) if owner is not None else (None, False)
+    if other is None or name not in fields_of(other):
+        return None
+    at = "/".join(str(part) for part in (prefix, *loc[:-1]) if part != "")
+    return misplaced_message(name, at, belongs_in_dynamic=dynamic)
 
 
 def load_spec(path: str | Path) -> Spec:

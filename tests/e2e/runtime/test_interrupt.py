@@ -4,13 +4,16 @@ from __future__ import annotations
 
 import signal
 import subprocess
+import sys
 import time
 from collections import Counter
 from pathlib import Path
 
 import pytest
 
+from tests.conftest import REPO
 from tests.e2e.conftest import Receiver, hold_after, release, start_run, wait_until_held, write_spec
+from tests.interrupted_exit import write_spec as write_sinkless_spec
 from tests.receiver_record import recorded
 
 pytestmark = pytest.mark.e2e
@@ -46,3 +49,28 @@ def test_interrupt_commits_then_a_second_run_completes_without_loss(
     # resends only what was still in flight then, never the whole first run.
     resent = sum(count - 1 for count in delivered.values())
     assert resent < len(first_run)
+
+
+@pytest.mark.timeout(120)
+def test_a_second_interrupt_in_the_exit_after_the_final_commit_exits_130_without_a_traceback(
+        tmp_path: Path) -> None:
+    """The first Ctrl-C stops the run; the second lands in ``settle_for_exit``'s collection, after
+    the loop and its signal handlers are gone (``tests.interrupted_exit`` sends it there)."""
+    spec = write_sinkless_spec(tmp_path)
+    process = subprocess.Popen(
+        [sys.executable, "-m", "tests.interrupted_exit", "run", str(spec), "--quiet", "--http-port", "0",
+         "--state-dir", str(tmp_path / "state")], cwd=REPO, stderr=subprocess.PIPE, text=True)
+    try:
+        assert process.stderr is not None
+        first = process.stderr.readline()  # said at once: the run has started and handles Ctrl-C
+        assert first.startswith("dashboard, metrics and status at "), first
+        process.send_signal(signal.SIGINT)
+        rest = process.stderr.read()
+        assert process.wait(timeout=60) == 130, rest
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait()
+    assert "Traceback" not in rest, rest
+    assert rest.strip().splitlines() == ["stopping after the current epoch commits (Ctrl-C again to exit at once)",
+                                         "second interrupt: exiting at once; the final commit is made"]

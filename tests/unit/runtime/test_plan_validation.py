@@ -96,6 +96,37 @@ CASES = [
     pytest.param(("computations", "to_json", "sinks", "http", "parameters", "payload_colum"), "payload",
                  "computations/to_json/sinks/http/parameters/payload_colum: unknown field; did you mean "
                  "'payload_column'?", id="typo-sink-parameter-suggested"),
+    pytest.param((*SINK, "parameters", "max_attempt_count"), 3,
+                 "computations/to_json/sinks/http/parameters/max_attempt_count: max_attempt_count is a DynamicSpec "
+                 "parameter: put it under computations/to_json/sinks/http/parameters in the DynamicSpec file "
+                 "(egress run --dynamic-spec FILE), where it applies without a restart",
+                 id="retry-parameter-in-the-spec"),
+    pytest.param((*SINK, "parameters", "request_timeout"), "10s",
+                 "computations/to_json/sinks/http/parameters/request_timeout: request_timeout is a DynamicSpec "
+                 "parameter: put it under computations/to_json/sinks/http/parameters in the DynamicSpec file",
+                 id="request-timeout-in-the-spec"),
+    pytest.param(("computations", "to_json", "input_rows_throttler_id"), "rows",
+                 "computations/to_json/input_rows_throttler_id: input_rows_throttler_id is a DynamicSpec field: put "
+                 "it under computations/to_json in the DynamicSpec file", id="throttler-id-in-the-spec"),
+    pytest.param(("throttlers",), {}, "throttlers: throttlers is a DynamicSpec field: put it at the top level in the "
+                 "DynamicSpec file", id="throttlers-in-the-spec"),
+    pytest.param(("streams", "lines", "group_by"), "payload",
+                 "streams/lines/group_by: group_by must be a list (the names of the columns whose values form the "
+                 "key), got the string 'payload': write it as a list: [payload]", id="group-by-not-a-list"),
+    pytest.param(("partition_count",), 0,
+                 "partition_count: partition_count must be at least 1 (the number of partitions of the "
+                 "computation), got 0", id="partition-count-zero"),
+    pytest.param(("partition_count",), 5000,
+                 "partition_count: partition_count must be at most 4096 (the number of partitions of the "
+                 "computation), got 5000", id="partition-count-too-high"),
+    pytest.param(("computations", "to_json", "input_stream_ids"), [],
+                 "computations/to_json/input_stream_ids: input_stream_ids must not be empty (the ids of the streams "
+                 "it reads)", id="no-input-streams"),
+    pytest.param(("streams", "lines", "schema", 0, "type"), "float",
+                 "streams/lines/schema/0/type: type must be 'string', 'int64', 'double' or 'boolean', got the "
+                 "string 'float'", id="unknown-column-type"),
+    pytest.param(("streams",), ["lines"], "streams: streams must be a map of 'name: value' entries, got a list",
+                 id="streams-not-a-map"),
     pytest.param(("streams", "requests", "schema"), [{"name": "payload", "type": "string"},
                                                      {"name": "extra", "type": "string"}],
                  "computations/to_json/sinks/http/parameters/payload_column: Async HTTP sink expects exactly one "
@@ -132,6 +163,33 @@ def test_unparseable_duration_in_the_dynamic_spec_names_that_file(tmp_path: Path
     assert str(raised.value) == (
         f"{dynamic_path}: computations/to_json/sinks/http/parameters/request_timeout: cannot parse duration "
         "'10 parsecs': write a duration like 100ms, 10s, 1m, 1h or an integer number of milliseconds")
+
+
+@pytest.mark.parametrize(("dynamic", "expected"), [
+    pytest.param({"computations": {"to_json": {"sinks": {"http": {"parameters": {"url": "http://127.0.0.1:9/"}}}}}},
+                 "computations/to_json/sinks/http/parameters/url: url is a Spec parameter: put it under "
+                 "computations/to_json/sinks/http/parameters in the Spec file (changing it needs a pipeline stop)",
+                 id="sink-url"),
+    pytest.param({"computations": {"to_json": {"processing_function": "tests.pipelines:Passthrough"}}},
+                 "computations/to_json/processing_function: processing_function is a Spec field: put it under "
+                 "computations/to_json in the Spec file", id="processing-function"),
+    pytest.param({"partition_count": 2}, "partition_count: partition_count is a Spec field: put it at the top level "
+                 "in the Spec file", id="partition-count"),
+    pytest.param({"computations": {"to_json": {"sinks": {"http": {"parameters": {"max_attempt_count": 0}}}}}},
+                 "computations/to_json/sinks/http/parameters/max_attempt_count: max_attempt_count must be at least 1, "
+                 "got 0", id="retry-bound"),
+    pytest.param({"computations": {"to_json": {"sinks": {"http": {"parameters": {"request_timeout": 0}}}}}},
+                 "computations/to_json/sinks/http/parameters/request_timeout: request_timeout must be more than 0s, "
+                 "got 0s", id="duration-bound"),
+])
+def test_a_spec_field_in_the_dynamic_spec_says_where_it_belongs(tmp_path: Path, dynamic: dict[str, Any],
+                                                                 expected: str) -> None:
+    spec_path, dynamic_path = write(tmp_path, BASE, dynamic)
+    with pytest.raises(SpecErrors) as raised:
+        load_plan(spec_path, dynamic_path)
+    lines = str(raised.value).splitlines()
+    assert len(lines) == 1, lines
+    assert lines[0].startswith(f"{dynamic_path}: {expected}")
 
 
 def test_a_sink_with_two_input_streams_is_rejected(tmp_path: Path) -> None:
@@ -180,3 +238,40 @@ def test_cli_validate_accepts_the_example(tmp_path: Path) -> None:
                                       str(example / "dynamic_spec.yaml")])
     assert result.exit_code == 0, result.output
     assert "valid pipeline 'flights_to_webhook'" in result.output
+
+
+@pytest.mark.parametrize(("source", "expected"), [
+    pytest.param("import egress_no_such_dependency\n",
+                 'importing module "{module}" failed: ModuleNotFoundError: No module named '
+                 "'egress_no_such_dependency' at {file}:1; install egress_no_such_dependency or remove the import",
+                 id="missing-dependency"),
+    pytest.param("x = 1\ndef broken(:\n",
+                 'module "{module}" has a syntax error: invalid syntax at {file}:2; fix the file', id="syntax-error"),
+    pytest.param("import os\nraise RuntimeError('no API key')\n",
+                 'importing module "{module}" failed: RuntimeError: no API key at {file}:2', id="raises-at-import"),
+])
+def test_a_function_module_that_fails_at_import_reports_the_cause(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, request: pytest.FixtureRequest, source: str,
+        expected: str) -> None:
+    module = f"egress_user_{request.node.callspec.id.replace('-', '_')}"  # fresh: not in sys.modules
+    module_file = tmp_path / f"{module}.py"
+    module_file.write_text(source)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    spec_path, _ = write(tmp_path, mutated(("computations", "to_json", "processing_function"), f"{module}:Fn"))
+    with pytest.raises(SpecErrors) as raised:
+        load_plan(spec_path)
+    (line,) = str(raised.value).splitlines()
+    message = expected.format(module=module, file=module_file)
+    assert line == f"{spec_path}: computations/to_json/processing_function: {message}"
+    assert "folder that contains" not in line
+
+
+def test_a_function_module_not_on_the_import_path_gets_the_folder_hint(tmp_path: Path) -> None:
+    spec_path, _ = write(tmp_path, mutated(("computations", "to_json", "processing_function"),
+                                           "egress_nowhere.pipeline:Fn"))
+    with pytest.raises(SpecErrors) as raised:
+        load_plan(spec_path)
+    assert str(raised.value) == (
+        f'{spec_path}: computations/to_json/processing_function: cannot import module "egress_nowhere.pipeline" '
+        "(ModuleNotFoundError: No module named 'egress_nowhere'); run egress from the folder that contains the "
+        "package, or install it")

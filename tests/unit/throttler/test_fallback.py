@@ -101,7 +101,7 @@ def test_an_away_budget_starts_empty_refills_to_one_request_period_and_may_go_be
 @pytest.mark.parametrize(("fields", "message"), [
     ({"limit": 5, "fallback_rate": 6}, "fallback_rate 6 exceeds the throttler's rate 5"),
     ({"limit": 5, "fallback_rate": 1, "safe_rate": 1}, "fallback_rate and safe_rate cannot both be set"),
-    ({"limit": 5, "fallback_rate": 0}, "greater than 0"),
+    ({"limit": 5, "fallback_rate": 0}, "fallback_rate must be more than 0, got 0"),
 ])
 def test_fallback_rate_is_validated(fields: dict[str, Any], message: str) -> None:
     with pytest.raises(SpecErrors, match=message):

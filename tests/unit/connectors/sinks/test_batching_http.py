@@ -265,7 +265,7 @@ async def test_redrive_reforms_the_letters_of_each_batch_under_its_key() -> None
     ({"max_bytes": "0KiB"}, "max_bytes", "0KiB is less than the least, 1 byte"),
     ({"max_bytes": "1TB"}, "max_bytes", "cannot read '1TB' as a size: write a number of bytes, like 1048576, or "
                                         "digits with a unit: B; KB, MB, GB (1000s); KiB, MiB, GiB (1024s)"),
-    ({"max_events": 0}, "max_events", "greater than or equal to 1"),
+    ({"max_events": 0}, "max_events", "max_events must be at least 1, got 0"),
     ({"max_delay": "1x"}, "max_delay", "write a duration like 100ms"),
     ({"content_encoding": "br"}, "content_encoding", "'none' or 'gzip'"),
     ({"headers": {"content-encoding": "gzip"}}, "", "set content_encoding: gzip to compress it"),
