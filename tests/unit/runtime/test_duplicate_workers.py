@@ -10,6 +10,9 @@ import asyncio
 import contextlib
 import dataclasses
 import logging
+import os
+import subprocess
+import sys
 
 import pytest
 
@@ -25,6 +28,7 @@ from egress.runtime.cluster.duplicates import (
     DuplicateWorkerError,
     claim_worker_id,
     duplicate_of,
+    process_exists,
     renewal,
     started_before,
     watch_time,
@@ -71,8 +75,10 @@ async def heartbeats(membership: MemoryMembership, instance: str, *, host: str =
         await membership.clock.sleep(PERIOD)
 
 
-async def claim(membership: MemoryMembership, host: str = "host-b") -> MemberInfo | None:
-    return await claim_worker_id(membership, "w1", "mine", membership.clock, heartbeat_period=PERIOD, host=host)
+async def claim(membership: MemoryMembership, host: str = "host-b", *, running: bool = True) -> MemberInfo | None:
+    """Claim ``w1`` on ``host``, where the pid of the record's process is ``running`` or not."""
+    return await claim_worker_id(membership, "w1", "mine", membership.clock, heartbeat_period=PERIOD, host=host,
+                                 exists=lambda pid: running)
 
 
 async def test_a_worker_id_nobody_runs_under_is_claimed_without_waiting() -> None:
@@ -118,6 +124,15 @@ async def test_on_the_same_host_the_wait_ends_when_the_predecessors_renewal_is_o
     assert clock.now() == pytest.approx(START - 1.0 + PERIOD + RENEWAL_SLACK)
 
 
+async def test_a_restart_on_the_same_host_where_the_records_pid_is_gone_takes_over_at_once() -> None:
+    clock = VirtualClock(START)
+    membership = MemoryMembership(clock)
+    crashed = record("theirs", START - 0.1)  # SIGKILLed just after a renewal
+    await membership.register(crashed, 10.0)
+    assert await claim(membership, host="host-a", running=False) == crashed
+    assert clock.now() == START
+
+
 async def test_a_restart_on_the_same_host_after_a_heartbeat_period_takes_over_at_once() -> None:
     clock = VirtualClock(START)
     membership = MemoryMembership(clock)
@@ -128,10 +143,22 @@ async def test_a_restart_on_the_same_host_after_a_heartbeat_period_takes_over_at
 
 
 def test_the_watch_is_bounded_by_one_period_and_the_slack_whatever_the_record_says() -> None:
-    assert watch_time(record("x", START + 50.0), START, PERIOD, "host-a") == PERIOD + RENEWAL_SLACK  # clock ahead
-    assert watch_time(record("x", START), START, PERIOD, "elsewhere") == PERIOD + RENEWAL_SLACK
-    unnamed = MemberInfo("w1", "digest", {INSTANCE: "x"})  # no period, no renewal time: this worker's period
-    assert watch_time(unnamed, START, 1.0, "host-a") == 1.0 + RENEWAL_SLACK
+    def running(pid: int) -> bool:
+        return True
+
+    ahead = record("x", START + 50.0)  # its clock ahead of this one
+    assert watch_time(ahead, START, PERIOD, "host-a", running) == PERIOD + RENEWAL_SLACK
+    assert watch_time(record("x", START), START, PERIOD, "elsewhere", lambda pid: False) == PERIOD + RENEWAL_SLACK
+    unnamed = MemberInfo("w1", "digest", {INSTANCE: "x"})  # no period, host or renewal time: this worker's period
+    assert watch_time(unnamed, START, 1.0, "host-a", running) == 1.0 + RENEWAL_SLACK
+
+
+def test_a_pid_is_probed_on_this_host() -> None:
+    assert process_exists(os.getppid())
+    assert not process_exists(os.getpid())  # a record of this pid is a predecessor's: the pid was reused
+    child = subprocess.Popen([sys.executable, "-c", ""])
+    child.wait()  # reaped: no process of that pid now (until reused)
+    assert not process_exists(child.pid)
 
 
 async def test_a_record_that_goes_away_while_watched_is_claimed_at_once() -> None:

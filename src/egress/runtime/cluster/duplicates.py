@@ -12,7 +12,9 @@ by its owner (``renewed_at`` moves) within the owner's heartbeat period, it is a
 the starting worker is refused with :class:`DuplicateWorkerError`; not renewed, it is a crashed
 predecessor's and is taken over. The wait lasts until that renewal is overdue: at most one heartbeat
 period and :data:`RENEWAL_SLACK`; on the same host (the same wall clock) it is counted from the
-record's ``renewed_at``, so a restart a heartbeat period after the crash waits nothing.
+record's ``renewed_at``, so a restart a heartbeat period after the crash waits nothing, and none
+at all when the record's pid is no process of this host (the common restart: the crashed process
+is gone; a pid reused by another process only costs the wait).
 
 Two that start at once, or a duplicate that missed a late renewal, both run: at each heartbeat a
 worker looks at its own record before renewing it (:func:`duplicate_of`); written by another live
@@ -23,9 +25,10 @@ period, so they trade leases for at most that long.
 
 from __future__ import annotations
 
+import os
 import socket
 import uuid
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from egress.clock import Clock
@@ -77,31 +80,55 @@ def own_record(members: Sequence[MemberInfo], worker_id: str) -> MemberInfo | No
     return next((member for member in members if member.worker_id == worker_id), None)
 
 
-def watch_time(record: MemberInfo, now: float, heartbeat_period: float, host: str) -> float:
+def process_exists(pid: int) -> bool:
+    """Whether a process ``pid`` other than this one runs on this host (signal 0 probes it)."""
+    if pid == os.getpid():
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # another user's
+        return True
+    except (OverflowError, ValueError):
+        return False
+    return True
+
+
+def watch_time(record: MemberInfo, now: float, heartbeat_period: float, host: str,
+               exists: Callable[[int], bool] = process_exists) -> float:
     """Seconds to watch ``record`` (another instance's, listed at ``now`` on this worker's clock)
     for a renewal before taking it over: until its owner's next renewal is overdue by
     :data:`RENEWAL_SLACK`, at most its ``heartbeat_period`` (``heartbeat_period`` when it names none)
-    and that slack; on another host (another clock) that whole bound."""
+    and that slack; on another host (another clock) that whole bound; 0 on this ``host`` when no
+    process of its pid ``exists``."""
     period = float(record.details.get(HEARTBEAT_PERIOD, heartbeat_period))
     longest = period + RENEWAL_SLACK
+    if record.details.get("host") != host:
+        return longest
+    pid = record.details.get("pid")
+    if isinstance(pid, int) and not exists(pid):
+        return 0.0
     renewed_at = record.details.get(RENEWED_AT)
-    if record.details.get("host") != host or not isinstance(renewed_at, int | float):
+    if not isinstance(renewed_at, int | float):
         return longest
     return max(0.0, min(longest, float(renewed_at) + longest - now))
 
 
 async def claim_worker_id(membership: Membership, worker_id: str, instance: str, clock: Clock, *,
-                          heartbeat_period: float, host: str | None = None) -> MemberInfo | None:
+                          heartbeat_period: float, host: str | None = None,
+                          exists: Callable[[int], bool] = process_exists) -> MemberInfo | None:
     """Make sure no other live process runs under ``worker_id`` before this one (token
     ``instance``) joins: return at once when no other instance's record is listed under it; else
-    list it every :data:`CLAIM_POLL` seconds for :func:`watch_time` seconds, and raise
+    list it every :data:`CLAIM_POLL` seconds for :func:`watch_time` seconds (``host``: this one's
+    name, ``exists``: whether a pid runs on it), and raise
     :class:`DuplicateWorkerError` once it is renewed, return ``None`` once it is gone (its process
     left), and return the record (a crashed predecessor's, taken over) when it was not renewed."""
     host = socket.gethostname() if host is None else host
     first = own_record(await membership.members(), worker_id)
     if first is None or first.details.get(INSTANCE) == instance:
         return None
-    deadline = clock.monotonic() + watch_time(first, clock.now(), heartbeat_period, host)
+    deadline = clock.monotonic() + watch_time(first, clock.now(), heartbeat_period, host, exists)
     while (left := deadline - clock.monotonic()) > 0:
         await clock.sleep(min(CLAIM_POLL, left))
         listed = own_record(await membership.members(), worker_id)
