@@ -6,6 +6,9 @@ real nats-server, a real SIGKILL.
   generations do not move) and then delivers every message exactly once.
 * A worker SIGKILLed mid-run and started again under its id takes its record over (no refusal)
   and delivers everything.
+* A running worker whose membership record is written by another instance that started before it
+  (two that slipped past the start check) stops at its next heartbeat: exit 1, the same line, and
+  the record left to the other.
 """
 
 from __future__ import annotations
@@ -21,7 +24,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from egress.engines import LeaseInfo, NatsEngine
+from egress.engines import LeaseInfo, MemberInfo, NatsEngine
 from tests.conftest import payload_spec
 from tests.e2e.conftest import REPO, Receiver, hold_after, release, wait_until_held
 from tests.receiver_record import recorded
@@ -117,3 +120,40 @@ def test_a_worker_killed_and_started_again_under_its_id_takes_its_record_over_an
     assert again.wait(timeout=120) == 0, again_log.read_text()
     assert "in use" not in again_log.read_text()
     assert len(delivered(receiver)) == MESSAGES
+
+
+def test_a_running_worker_whose_record_an_earlier_process_writes_stops_and_leaves_the_record(
+        tmp_path: Path, nats_server: str, receiver: Receiver,
+        egress_processes: list[subprocess.Popen[bytes]]) -> None:
+    spec, pipeline = spec_of(tmp_path, receiver)
+    hold_after(receiver, ANSWERED)
+    running, running_log = start(egress_processes, spec, nats_server, tmp_path, "running")
+    wait_until_held(receiver, running, running_log)
+    engine = NatsEngine(nats_server, pipeline)
+    earlier = MemberInfo("w1", "any", {"host": "host-z", "pid": 7, "started_at": 0.0, "instance": "earlier",
+                                       "renewed_at": 1.0, "heartbeat_period": 1.0})
+
+    async def write() -> list[MemberInfo]:
+        await engine.open()
+        try:
+            await engine.register(earlier, 60.0)  # as the other process's heartbeat does
+            return await engine.members()
+        finally:
+            await engine.close()
+
+    assert asyncio.run(write()) == [earlier]
+    assert running.wait(timeout=60) == 1, running_log.read_text()
+    assert running_log.read_text().endswith(
+        "worker id 'w1' is in use: pid 7 on host-z is running under it; give each running worker its own "
+        "--worker-id, or stop the other one\n")
+    assert "Traceback" not in running_log.read_text()
+
+    async def listed() -> list[MemberInfo]:
+        await engine.open()
+        try:
+            return await engine.members()
+        finally:
+            await engine.close()
+
+    assert asyncio.run(listed()) == [earlier]  # not deregistered: the record is the other process's
+    release(receiver)

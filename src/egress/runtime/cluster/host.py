@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Any
 
 from egress.engines import Engine, LeaseInfo, MessageBus, MissedAppends
 from egress.runtime.cluster.drained import FinishedFlags, outstanding_work, source_is_finished
-from egress.runtime.cluster.duplicates import DuplicateWorkerError, claim_worker_id, new_instance, renewal
+from egress.runtime.cluster.duplicates import DuplicateWorkerError, claim_worker_id, new_instance, process_of, renewal
 from egress.runtime.cluster.worker import ClusterSpecError, Worker, WorkerSettings, refuse_another_spec, spec_digest
 from egress.runtime.hosts import HostContext, RunResult, plan_units
 from egress.runtime.layout import unreachable_work
@@ -73,8 +73,8 @@ class ClusterHost:
                                             heartbeat_period=self._context.options.heartbeat_period,
                                             host=socket.gethostname())
         if predecessor is not None:
-            logger.info("worker %s: took over the membership record a stopped process left under this worker id",
-                        self.worker_id)
+            logger.info("worker %s: %s ran under this worker id and stopped: took its membership record over",
+                        self.worker_id, process_of(predecessor))
             self._taken_over = renewal(predecessor)
         await refuse_another_spec(engine, spec_digest(self._context.plan.spec), self.worker_id,
                                   self._context.plan.spec_file, started_at)
