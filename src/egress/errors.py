@@ -35,6 +35,7 @@ one type. The shape follows httpx: a small tree, named by what went wrong, not b
     │   └── MembershipLostError   a cluster worker could not renew its membership (egress.runtime.cluster.worker)
     ├── NatsEngineError           the NATS engine cannot reach or use its server (egress.engines.nats)
     │   └── JetStreamRequestError the server refused a request (its err_code)
+    ├── DuplicateWorkerError      another live process runs under a worker id (egress.runtime.cluster.duplicates)
     ├── LineFileBusy              another process holds a line file exclusively (egress.line_files)
     ├── DeadLetterFileError       a dead-letter file cannot be read or written (egress.connectors.dead_letters)
     ├── RedriveError              egress redrive cannot start (egress.runtime.redrive)

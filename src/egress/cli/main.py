@@ -160,7 +160,8 @@ def run(
         help="Where committed state lives: sqlite (the state directory) or nats://HOST:PORT[,HOST:PORT...] "
              "(NATS JetStream: every process started with the same Spec and URL joins one cluster).")] = "sqlite",
     worker_id: Annotated[Optional[str], typer.Option(  # noqa: UP045
-        help="This worker's name in a NATS cluster (default: hostname-pid).")] = None,
+        help="This worker's name in a NATS cluster (default: hostname-pid); a second process under the id of a "
+             "running one is refused.")] = None,
     processes: Annotated[int, typer.Option(
         min=1, help="Run N worker processes on this machine, sharing the units of the pipeline.")] = 1,
     lease_ttl: Annotated[float, typer.Option(

@@ -107,7 +107,8 @@ class Host(Protocol):
         """Before the layout check (which may record this Spec's additions): a cluster worker
         that started at ``started_at`` (``clock.now()``) raises
         :class:`~egress.runtime.cluster.worker.ClusterSpecError` when the live members run
-        another Spec."""
+        another Spec, and :class:`~egress.runtime.cluster.duplicates.DuplicateWorkerError` when
+        another live process runs under its worker id."""
         ...
 
     def elected_throttling(self, engine: Engine, dynamic: DynamicSpec, *, file: str | None,

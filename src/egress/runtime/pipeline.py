@@ -112,7 +112,9 @@ class Pipeline:
     (:class:`~egress.runtime.embedded.EmbeddedHost`: it takes every unit). With it, the run is a
     cluster worker of that name (:class:`~egress.runtime.cluster.host.ClusterHost`, lease TTL and
     heartbeat from ``options``), sharing the units with the engine's other live members; ``run()``
-    then raises :class:`~egress.runtime.cluster.worker.ClusterSpecError` when they run another Spec.
+    then raises :class:`~egress.runtime.cluster.worker.ClusterSpecError` when they run another Spec,
+    and :class:`~egress.runtime.cluster.duplicates.DuplicateWorkerError` when another live process
+    runs under that name.
     """
 
     def __init__(

@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING, Any
 
 from egress.engines import Engine, LeaseInfo, MessageBus, MissedAppends
 from egress.runtime.cluster.drained import FinishedFlags, outstanding_work, source_is_finished
+from egress.runtime.cluster.duplicates import DuplicateWorkerError, claim_worker_id, new_instance, process_of, renewal
 from egress.runtime.cluster.worker import ClusterSpecError, Worker, WorkerSettings, refuse_another_spec, spec_digest
 from egress.runtime.hosts import HostContext, RunResult, plan_units
 from egress.runtime.layout import unreachable_work
@@ -57,12 +58,24 @@ class ClusterHost:
         self._status_url = status_url
         self._started_at = 0.0
         self._finished_flags = FinishedFlags()
+        self._instance = new_instance()  # this process's token in its membership record
+        self._taken_over: tuple[Any, Any] | None = None  # a crashed predecessor's record under this id
         self.worker: Worker | None = None  # while the run runs
         self.election: ControllerElection | None = None  # on a message bus, with throttlers to serve
 
     async def join(self, engine: Engine, started_at: float) -> None:
-        """Refuse a Spec other than the live members' (of two with different Specs the later leaves)."""
+        """Refuse a worker id another live process runs under
+        (:class:`~egress.runtime.cluster.duplicates.DuplicateWorkerError`; a record a crashed one
+        left is taken over, after up to a heartbeat period), and a Spec other than the live
+        members' (of two with different Specs the later leaves)."""
         self._started_at = started_at
+        predecessor = await claim_worker_id(engine, self.worker_id, self._instance, self._context.clock,
+                                            heartbeat_period=self._context.options.heartbeat_period,
+                                            host=socket.gethostname())
+        if predecessor is not None:
+            logger.info("worker %s: %s ran under this worker id and stopped: took its membership record over",
+                        self.worker_id, process_of(predecessor))
+            self._taken_over = renewal(predecessor)
         await refuse_another_spec(engine, spec_digest(self._context.plan.spec), self.worker_id,
                                   self._context.plan.spec_file, started_at)
 
@@ -122,7 +135,7 @@ class ClusterHost:
             worker.request_stop()
         try:
             await worker.run()
-        except ClusterSpecError:
+        except (ClusterSpecError, DuplicateWorkerError):
             raise
         except Exception as error:  # a failure of the pipeline (a job's, or the engine's)
             result.error = error
@@ -142,7 +155,7 @@ class ClusterHost:
             details["status_url"] = status_url
         return WorkerSettings(self.worker_id, spec_digest(self._context.plan.spec), lease_ttl=options.lease_ttl,
                               heartbeat_period=options.heartbeat_period, spec_file=self._context.plan.spec_file,
-                              details=details)
+                              details=details, instance=self._instance, taken_over=self._taken_over)
 
     async def _poll_remote_inputs(self, engine: Engine) -> None:
         """The backstop of the append notifications (at-most-once): wake every job now and then,

@@ -33,6 +33,7 @@ import logging
 import os
 import socket
 from dataclasses import dataclass, field
+from typing import Any
 
 import orjson
 
@@ -40,6 +41,17 @@ from egress.clock import Clock, event_or_timeout
 from egress.engines import Engine, EngineUnavailableError, FencedError, MemberInfo, MemberNotices
 from egress.errors import SpecError
 from egress.runtime.cluster.assignment import assign, changes, units_of
+from egress.runtime.cluster.duplicates import (
+    HEARTBEAT_PERIOD,
+    INSTANCE,
+    RENEWED_AT,
+    DuplicateWorkerError,
+    duplicate_error,
+    duplicate_of,
+    new_instance,
+    process_of,
+    started_before,
+)
 from egress.runtime.holds import LEASE, LeaseDeadlines
 from egress.runtime.jobs import JobSet
 from egress.runtime.unit import Unit
@@ -70,7 +82,10 @@ class WorkerSettings:
     ``spec_file`` names the Spec in errors; ``details`` what ``/status`` shows of this worker;
     ``handover_timeout`` (seconds) how long a job handed over to another worker waits for its
     sinks' messages in flight to be acknowledged before its last commit (the lease is renewed
-    meanwhile), so that the new owner sends none of them again."""
+    meanwhile), so that the new owner sends none of them again; ``instance`` this process's
+    token in its membership record, and ``taken_over`` the :func:`~egress.runtime.cluster.duplicates.renewal`
+    of a crashed predecessor's record under this id that this worker took over (listed again
+    before it lapses, it is no live duplicate); see ``egress.runtime.cluster.duplicates``."""
 
     worker_id: str
     spec_digest: str
@@ -80,6 +95,8 @@ class WorkerSettings:
     spec_file: str | None = None
     details: dict[str, object] = field(default_factory=dict)
     handover_timeout: float = 5.0
+    instance: str = field(default_factory=new_instance)
+    taken_over: tuple[Any, Any] | None = None
 
 
 class ClusterSpecError(SpecError):
@@ -117,7 +134,9 @@ class Worker:
 
     :meth:`run` returns once :meth:`request_stop` was called and every job committed its last
     epoch and released its lease; it raises :class:`ClusterSpecError` when the live members run
-    another Spec, and what a job raised other than ``FencedError`` (a failure of the pipeline).
+    another Spec, :class:`~egress.runtime.cluster.duplicates.DuplicateWorkerError` when another
+    process that started earlier runs under its worker id, and what a job raised other than
+    ``FencedError`` (a failure of the pipeline).
     """
 
     def __init__(self, engine: Engine, jobs: JobSet, units: list[Unit], settings: WorkerSettings,
@@ -140,6 +159,8 @@ class Worker:
         self._members_stale = True
         self.lost: list[tuple[Unit, float]] = []  # units whose lease was lost, and when (clock.now())
         self.taken: list[tuple[Unit, float]] = []  # units taken, and when (clock.now())
+        self._duplicates_seen: set[object] = set()  # instance tokens of later duplicates, warned of once
+        self._refused = False  # a duplicate of an earlier process: its record is that process's, not deleted
 
     def request_stop(self) -> None:
         self._stop.set()
@@ -155,7 +176,11 @@ class Worker:
 
     @property
     def me(self) -> MemberInfo:
-        return MemberInfo(self.settings.worker_id, self.settings.spec_digest, dict(self.settings.details))
+        """This worker's membership record as of now (``renewed_at``: ``clock.now()``)."""
+        settings = self.settings
+        return MemberInfo(settings.worker_id, settings.spec_digest,
+                          {**settings.details, INSTANCE: settings.instance,
+                           HEARTBEAT_PERIOD: settings.heartbeat_period, RENEWED_AT: self._clock.now()})
 
     def member_noticed(self, worker_id: str | None) -> None:
         """The engine told of a registration of ``worker_id`` (``None``: a departure): list the
@@ -212,15 +237,20 @@ class Worker:
             self._refuse_if_joined_later()
             try:
                 if clock.monotonic() >= next_heartbeat:
-                    await self._register()
+                    # Registrations a heartbeat period apart, however long the renewals take (a
+                    # starting worker under this id waits that long for one: egress.runtime.cluster.duplicates);
+                    # after a heartbeat longer than that (the engine slow to answer), a period from its end.
+                    beat = clock.monotonic()
                     await self._heartbeat()
-                    next_heartbeat = clock.monotonic() + self.settings.heartbeat_period
+                    next_heartbeat = beat + self.settings.heartbeat_period
+                    if next_heartbeat <= clock.monotonic():
+                        next_heartbeat = clock.monotonic() + self.settings.heartbeat_period
                 elif self._members_stale or not self._noticed or not self._settled():
                     # A joiner is seen at once (its notice) or within a retry period, not a heartbeat.
                     self._members_stale = False
                     self.members = await self._engine.members()
                 await self._reconcile()
-            except MembershipLostError:
+            except (MembershipLostError, DuplicateWorkerError):
                 raise
             except Exception as error:  # the engine unreachable for a moment: its leases may still hold
                 logger.warning("worker %s: the engine failed (%s: %s); trying again", self.settings.worker_id,
@@ -259,8 +289,12 @@ class Worker:
                                   f"{error}") from error
 
     async def _heartbeat(self) -> None:
-        """Keep the leases of the running units, and learn the members."""
+        """Learn the members (and whether another process wrote this worker's record since its
+        last registration), register, and keep the leases of the running units."""
         self._members_stale = False
+        self.members = await self._engine.members()
+        self._refuse_a_duplicate()
+        await self._register()
         for unit, running in list(self._jobs.running.items()):
             if unit in self._losing:
                 continue
@@ -272,7 +306,22 @@ class Worker:
             if not renewed and self._jobs.running.get(unit) is running and unit not in self._handovers:
                 # (a unit handed over is released meanwhile)
                 self._lose(unit, "its lease was not renewed in time and another worker may hold it")
-        self.members = await self._engine.members()
+
+    def _refuse_a_duplicate(self) -> None:
+        """Leave with :class:`DuplicateWorkerError` when another live process under this worker id
+        that started earlier wrote its record since this one's last registration; one that started
+        later is warned of (it leaves at its own next heartbeat)."""
+        me = self.me
+        other = duplicate_of(self.members, me, self.settings.taken_over)
+        if other is None:
+            return
+        if started_before(other, me):
+            self._refused = True
+            raise duplicate_error(self.settings.worker_id, other)
+        if other.details.get(INSTANCE) not in self._duplicates_seen:
+            self._duplicates_seen.add(other.details.get(INSTANCE))
+            logger.warning("worker %s: %s registered under this worker id too; it started later, so it leaves "
+                           "and this one goes on", self.settings.worker_id, process_of(other))
 
     def _renewed(self, unit: Unit, sent_at: float) -> None:
         """``unit``'s lease was renewed by a request sent at ``sent_at``: its job's sinks deliver
@@ -355,8 +404,9 @@ class Worker:
                 self._handovers[unit] = asyncio.create_task(self._hand_over(unit))
         await asyncio.gather(*self._handovers.values(), *(r.task for r in self._jobs.running.values()),
                              return_exceptions=True)
-        with contextlib.suppress(Exception):
-            await self._engine.deregister(self.settings.worker_id)
+        if not self._refused:
+            with contextlib.suppress(Exception):
+                await self._engine.deregister(self.settings.worker_id)
         if self._failure is not None:
             raise self._failure
 
