@@ -139,8 +139,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             more = other.held - first.held
             if more > 0:
                 print(f"{other.tree} against {first.tree}: {more:,.0f} held more, RSS "
-                      f"{(other.rss_mb - first.rss_mb) * 1e3 / more:.2f} KB and VmHWM "
-                      f"{(other.hwm_mb - first.hwm_mb) * 1e3 / more:.2f} KB per held message more")
+                      f"{(other.rss_mb - first.rss_mb) * 1024 / more:.2f} kB and VmHWM "
+                      f"{(other.hwm_mb - first.hwm_mb) * 1024 / more:.2f} kB per held message more")
             if args.tracemalloc:
                 print("\n".join(_diff(first, other, args.snapshot, args.rows)))
     return 0

@@ -1,11 +1,11 @@
-"""The probe of ``benchmarks/held_memory.py``, imported at start-up by the ``egress run`` it measures (this
-directory first on its ``PYTHONPATH``). With ``HELD_PROBE=PREFIX`` set, a daemon thread writes every
-0.25 s one line to ``PREFIX.log``: seconds since start, ``VmRSS``, ``VmHWM``, ``RssAnon``, ``RssFile``
-(MB) and, once a second, each async HTTP sink's unacknowledged (``pending``) and not yet started
-(``waiting``) deliveries; at ``HELD_MALLOC_AT`` s (default 10) CPython's allocator statistics
-(``sys._debugmallocstats``) go to ``PREFIX.malloc``. With ``HELD_TRACEMALLOC=S`` too, tracemalloc runs
-(``HELD_FRAMES`` frames, default 1) and a snapshot is written every S s to ``PREFIX.N.snap``.
-Without ``HELD_PROBE`` it does nothing."""
+"""The probe of ``benchmarks/held_memory.py``, imported at start-up by the ``egress run`` it measures
+(this directory first on its ``PYTHONPATH``). With ``HELD_PROBE=PREFIX`` set, a daemon thread writes
+every 0.25 s one line to ``PREFIX.log``: seconds since start, ``VmRSS``, ``VmHWM``, ``RssAnon``,
+``RssFile`` (MB of 1,024 kB, as ``delivery.py``) and, once a second, each async HTTP sink's
+unacknowledged (``pending``) and not yet started (``waiting``) deliveries; at ``HELD_MALLOC_AT`` s
+(default 10) CPython's allocator statistics (``sys._debugmallocstats``) go to ``PREFIX.malloc``.
+With ``HELD_TRACEMALLOC=S`` too, tracemalloc runs (``HELD_FRAMES`` frames, default 1) and a snapshot
+is written every S s to ``PREFIX.N.snap``. Without ``HELD_PROBE`` it does nothing."""
 
 from __future__ import annotations
 
@@ -21,7 +21,7 @@ _STATUS_FIELDS = ("VmRSS", "VmHWM", "RssAnon", "RssFile")
 
 def _status_mb() -> dict[str, float]:
     with open("/proc/self/status") as status:
-        return {line.split(":")[0]: int(line.split()[1]) / 1e3 for line in status if line.startswith(_STATUS_FIELDS)}
+        return {line.split(":")[0]: int(line.split()[1]) / 1024 for line in status if line.startswith(_STATUS_FIELDS)}
 
 
 def _write_malloc_stats(path: str) -> None:
