@@ -6,13 +6,14 @@ run`` of ``delivery.py``'s backlog phase (``--messages`` payloads cycled, 4 part
 parameters) with the probe ``benchmarks/held_probe/sitecustomize.py`` on its ``PYTHONPATH``. Printed
 per tree: ``VmHWM`` (the peak RSS, as ``delivery.py`` reports it), the median ``VmRSS`` and ``RssAnon``
 while draining, the sinks' held messages (sum over the partitions' sinks, median and largest of the
-once-a-second samples) and CPython's small-object allocator then (arenas of 1 MiB, bytes in objects).
+once-a-second samples) and CPython's small-object allocator at 10 s (arenas of 1 MiB, bytes in
+objects; not under ``--tracemalloc``, whose allocator hooks hide it).
 Against the first tree, each later one's RSS per held message more (median RSS difference / median
 held difference).
 
-With ``--tracemalloc S`` the runs are under tracemalloc (about 10 × slower; a snapshot every S s) and
-the largest differences by source line between the trees' snapshots number ``--snapshot`` are
-printed: what a held message is made of (a line's objects and bytes, per held message more).
+With ``--tracemalloc S`` the runs are under tracemalloc (one frame: about 3 × slower; a snapshot every
+S s) and the largest differences by source line between the trees' snapshots number ``--snapshot``
+(default: the middle one of the drain) are printed: what a held message is made of.
 
 Run it from the repository root, under the benchmarks' lock on a shared machine (docs/benchmarks.md,
 session 16)::
@@ -86,7 +87,10 @@ def _lines(path: str) -> dict[tuple[str, int], tuple[int, int]]:
     return found
 
 
-def _diff(first: Drain, other: Drain, snapshot: int, rows: int) -> list[str]:
+def _diff(first: Drain, other: Drain, snapshot: int | None, rows: int) -> list[str]:
+    if snapshot is None:
+        written = min(len(list(Path(d.prefix).parent.glob(Path(d.prefix).name + ".*.snap"))) for d in (first, other))
+        snapshot = written // 2
     a = _lines(f"{first.prefix}.{snapshot}.snap")
     b = _lines(f"{other.prefix}.{snapshot}.snap")
     total_a, total_b = sum(s for s, _ in a.values()), sum(s for s, _ in b.values())
@@ -107,7 +111,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--messages", type=int, default=1_000_000, help="backlog size (default 1,000,000)")
     parser.add_argument("--tracemalloc", type=float, default=0.0, metavar="S",
                         help="run under tracemalloc, a snapshot every S s (default: off)")
-    parser.add_argument("--snapshot", type=int, default=6, help="the snapshot compared (default 6)")
+    parser.add_argument("--snapshot", type=int, default=None,
+                        help="the snapshot compared (default: the middle one of those both runs wrote)")
     parser.add_argument("--rows", type=int, default=16, help="lines of the comparison (default 16)")
     args = parser.parse_args(argv)
     nginx = find_or_install_nginx()
