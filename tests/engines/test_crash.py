@@ -51,6 +51,9 @@ async def test_a_commit_interrupted_by_sigkill_is_all_or_nothing(engine_name: st
     seed = random.randrange(2**32)
     rng = random.Random(seed)
     directory = tmp_path / "engine"
+    # Opened here first, so that an engine's server (the tests' nats-server) is this process's and
+    # the child uses it: one the child started would die unstopped with it, and its commits with it.
+    await (await open_engine(engine_name, directory)).close()
     for round_ in range(ROUNDS):
         reported = await commit_until_killed(engine_name, directory, rng.randint(3, 30), rng)
         engine = await open_engine(engine_name, directory)
