@@ -4,6 +4,7 @@ a Ctrl-C that lands there would be."""
 
 from __future__ import annotations
 
+import copy
 import gc
 import os
 import signal
@@ -27,11 +28,15 @@ SPEC = {
 """A pipeline with no sink (nothing to serve): one event in, passed through, committed."""
 
 
-def write_spec(directory: Path) -> Path:
-    """Write :data:`SPEC` and its one-event source file into ``directory``; returns the Spec's path."""
+def write_spec(directory: Path, processing_function: str | None = None) -> Path:
+    """Write :data:`SPEC` (its computation's ``processing_function`` replaced when given) and its
+    one-event source file into ``directory``; returns the Spec's path."""
     (directory / "events.jsonl").write_text('{"id": 1, "payload": "a"}\n')
     spec = directory / "spec.yaml"
-    spec.write_text(yaml.safe_dump(SPEC))
+    document = copy.deepcopy(SPEC)
+    if processing_function is not None:
+        document["computations"]["deliver"]["processing_function"] = processing_function
+    spec.write_text(yaml.safe_dump(document))
     return spec
 
 settle = cli.settle_for_exit

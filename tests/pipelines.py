@@ -21,6 +21,19 @@ class PassthroughMap(MapFunction):
         return {"payload": row["payload"]}
 
 
+class BlocksTheLoop(MapFunction):
+    """A map that blocks the event loop's thread (a slow synchronous call, ``time.sleep``) for an
+    hour, after saying so on stderr: the run's signal handling must not need the loop to turn."""
+
+    def map(self, row: dict[str, Any], ctx: RuntimeContext) -> dict[str, Any]:
+        import sys
+        import time
+
+        print("blocking the loop", file=sys.stderr, flush=True)
+        time.sleep(3600)
+        return {"payload": row["payload"]}
+
+
 class MapToNowhere(PassthroughMap):
     output_stream_id = "nowhere"
 

@@ -1,8 +1,13 @@
 """Ctrl-C and SIGTERM of one ``egress run``: the first stops the run after its current epoch
 commits; any later one exits at once with 130, wherever it lands.
 
-While the run's event loop runs, :meth:`Interrupts.during_the_run` is the loop's signal handler.
-The loop takes its handlers away when it closes, and after it the exit still has work: the
+While the run's event loop runs, :meth:`Interrupts.during_the_run` installs the process's signal
+handlers. They are Python's, not the loop's (``loop.add_signal_handler`` runs a handler only when the
+loop turns): a process function that blocks the loop (a ``time.sleep``, a slow synchronous call) for
+an epoch's rows would otherwise leave Ctrl-C unanswered, the first and the second. Python runs its
+handlers in the main thread between two bytecodes of whatever runs there, so the first says that
+the run stops and asks the loop (``call_soon_threadsafe``) to stop it; a later one exits at once.
+When the loop has closed, the exit still has work: the
 summary, the report file, ``settle_for_exit``'s collection, finalizers. A second Ctrl-C there met
 Python's default handler and printed a ``KeyboardInterrupt`` traceback (from inside the collector,
 as "Exception ignored in ..."), so :meth:`Interrupts.after_the_loop` installs a process handler
@@ -11,6 +16,7 @@ that says so and ends the process at once instead.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import os
 import signal
@@ -36,14 +42,27 @@ class Interrupts:
         self.count = 0
         self.finished = False
 
-    def during_the_run(self) -> None:
-        """The event loop's handler: stop the run at the first, exit at once at a later one."""
-        self.count += 1
-        if self.count > 1:
-            self._say()
-            sys.exit(INTERRUPTED)  # unwinds through the loop: the process has not begun to exit yet
-        self._output.say("stopping after the current epoch commits (Ctrl-C again to exit at once)")
-        self._stop()
+    def during_the_run(self, loop: asyncio.AbstractEventLoop) -> None:
+        """Handle Ctrl-C and SIGTERM while ``loop`` runs the run: the first stops the run after its
+        current epoch commits (``stop`` called on ``loop``), a later one :meth:`exit_at_once`."""
+        line = "stopping after the current epoch commits (Ctrl-C again to exit at once)"
+
+        def say_and_stop() -> None:
+            self._output.say(line)
+            self._stop()
+
+        def handler(signum: int, frame: FrameType | None) -> None:
+            if self.count:
+                self.exit_at_once(frame)
+            self.count += 1
+            if printing(frame):  # the loop turns (it prints): say it there, not inside the print
+                loop.call_soon_threadsafe(say_and_stop)
+                return
+            self._output.say(line)  # the loop may be blocked (a process function): say it now
+            loop.call_soon_threadsafe(self._stop)
+
+        for signum in SIGNALS:
+            signal.signal(signum, handler)
 
     def after_the_loop(self) -> None:
         """Handle every later Ctrl-C and SIGTERM of the process by :meth:`exit_at_once` (call it
@@ -51,20 +70,38 @@ class Interrupts:
         for signum in SIGNALS:
             signal.signal(signum, self._handler)
 
-    def exit_at_once(self) -> NoReturn:
+    def exit_at_once(self, frame: FrameType | None = None) -> NoReturn:
         """Count one more interrupt, say why and end the process with 130 now. ``os._exit``, not
         ``SystemExit``: the handler may run inside a finalizer or the garbage collector, where an
-        exception is printed and ignored, and the exit's own work is what the interrupt cuts short."""
+        exception is printed and ignored, and the exit's own work is what the interrupt cuts short.
+        ``frame``: where the signal landed; inside a print, the line is written to stderr's file
+        descriptor directly, as the console would write its half-done line again."""
         self.count += 1
-        self._say()
+        which = "second interrupt" if self.count > 1 else "interrupt"
+        then = "; the final commit is made" if self.finished else " without the final commit"
+        if printing(frame):
+            os.write(sys.stderr.fileno(), f"{which}: exiting at once{then}\n".encode())
+        else:
+            self._output.say(f"{which}: exiting at once{then}", level=logging.WARNING)
         for stream in (sys.stdout, sys.stderr):
             stream.flush()
         os._exit(INTERRUPTED)
 
     def _handler(self, signum: int, frame: FrameType | None) -> None:
-        self.exit_at_once()
+        self.exit_at_once(frame)
 
-    def _say(self) -> None:
-        which = "second interrupt" if self.count > 1 else "interrupt"
-        then = "; the final commit is made" if self.finished else " without the final commit"
-        self._output.say(f"{which}: exiting at once{then}", level=logging.WARNING)
+
+PRINTING_MODULES = ("rich", "logging", "egress.cli.output")
+"""Modules whose frames mean a signal landed inside a print: Python runs a handler between two
+bytecodes of whatever the main thread runs, and a print from the handler there would write the
+console's unflushed line again (rich keeps it in a buffer until the outer print ends)."""
+
+
+def printing(frame: FrameType | None) -> bool:
+    """Whether ``frame`` or a caller of it runs in one of :data:`PRINTING_MODULES`."""
+    while frame is not None:
+        name = frame.f_globals.get("__name__", "")
+        if any(name == module or name.startswith(f"{module}.") for module in PRINTING_MODULES):
+            return True
+        frame = frame.f_back
+    return False

@@ -24,7 +24,7 @@ import typer
 
 from egress.cli.addresses import cannot_listen, cannot_serve, file_to_append, file_to_write, unusable_state_dir
 from egress.cli.exit_codes import EXIT_CODES
-from egress.cli.interrupts import SIGNALS, Interrupts
+from egress.cli.interrupts import Interrupts
 from egress.cli.output import (
     LogFormatChoice,
     LogFormatOption,
@@ -299,8 +299,7 @@ async def _drive(pipeline: Pipeline, quiet: bool, interrupts: Interrupts | None 
 
     loop = asyncio.get_running_loop()
     interrupts = interrupts or Interrupts(output, pipeline.request_stop)
-    for signum in SIGNALS:
-        loop.add_signal_handler(signum, interrupts.during_the_run)
+    interrupts.during_the_run(loop)
     run_task = asyncio.create_task(pipeline.run())
     started = time.monotonic()
     reported = _Reporter(pipeline)

@@ -74,3 +74,28 @@ def test_a_second_interrupt_in_the_exit_after_the_final_commit_exits_130_without
     assert "Traceback" not in rest, rest
     assert rest.strip().splitlines() == ["stopping after the current epoch commits (Ctrl-C again to exit at once)",
                                          "second interrupt: exiting at once; the final commit is made"]
+
+
+@pytest.mark.timeout(120)
+def test_ctrl_c_is_answered_while_a_process_function_blocks_the_loop_and_the_second_exits_130(
+        tmp_path: Path) -> None:
+    """The signal handlers are the process's, not the loop's: a map blocking the loop's thread
+    does not keep the first Ctrl-C unanswered nor the second from exiting at once."""
+    spec = write_sinkless_spec(tmp_path, processing_function="tests.pipelines:BlocksTheLoop")
+    process = subprocess.Popen(
+        [sys.executable, "-m", "egress", "run", str(spec), "--quiet", "--http-port", "0",
+         "--state-dir", str(tmp_path / "state")], cwd=REPO, stderr=subprocess.PIPE, text=True)
+    try:
+        assert process.stderr is not None
+        lines = iter(process.stderr.readline, "")
+        assert next(line for line in lines if line == "blocking the loop\n")
+        process.send_signal(signal.SIGINT)
+        assert next(lines) == "stopping after the current epoch commits (Ctrl-C again to exit at once)\n"
+        process.send_signal(signal.SIGINT)
+        rest = process.stderr.read()
+        assert process.wait(timeout=60) == 130, rest
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait()
+    assert rest == "second interrupt: exiting at once without the final commit\n"
