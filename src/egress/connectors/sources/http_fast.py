@@ -20,10 +20,9 @@ until the pending one is answered, so answers keep the requests' order. A client
 writing side (a FIN: ``shutdown(SHUT_WR)``) has ended its requests, not the connection: every
 request whole before the FIN is answered, in order, each once committed, then the connection
 closes; a request begun and not whole at the FIN is answered ``400`` (nothing of it accepted), then
-the connection closes. (A connection handed over to aiohttp is aiohttp's: it closes at the FIN,
-answering nothing more; one handed over after the FIN, with requests the lean path does not take
-buffered, has them answered and closes once idle for ``keepalive_timeout``, as it never sees the
-FIN.)
+the connection closes. A connection handed over to aiohttp (:class:`HalfOpen`) is not told of the
+FIN: aiohttp answers every request it reads whole, in order, and closes the connection once idle for
+``keepalive_timeout``.
 
 A body not whole when its headers end waits at most ``body_timeout`` seconds (the loop's clock, as
 :mod:`egress.http_body`), and so do headers begun and not ended (a client that stalls mid-head, or
@@ -369,7 +368,7 @@ class IngestProtocol(asyncio.Protocol):
             return
         self._handed_over = True
         protocol = self._fallback()
-        transport.set_protocol(protocol)
+        transport.set_protocol(HalfOpen(protocol))
         self._source.connection_closed(self)
         protocol.connection_made(transport)
         buffer, self._buffer = self._buffer, b""
@@ -379,3 +378,37 @@ class IngestProtocol(asyncio.Protocol):
         if buffer:
             protocol.data_received(buffer)
 
+
+class HalfOpen(asyncio.Protocol):
+    """The protocol of a connection handed over to aiohttp: aiohttp's, not told of the client's FIN.
+
+    aiohttp's protocol closes the connection at the FIN (``shutdown(SHUT_WR)``), so the answers of
+    the requests it read whole before it were lost, their events committed (a chunked POST, then a
+    FIN, was accepted and never answered). Kept from it, the connection stays half-open (the
+    client still reads): aiohttp answers each request, in order, and closes the connection once idle
+    for ``keepalive_timeout``, as it does for a client that keeps its writing side open. Only
+    ``asyncio.Protocol``'s public methods are passed on.
+    """
+
+    __slots__ = ("_protocol",)
+
+    def __init__(self, protocol: asyncio.Protocol) -> None:
+        self._protocol = protocol
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self._protocol.connection_made(transport)
+
+    def data_received(self, data: bytes) -> None:
+        self._protocol.data_received(data)
+
+    def eof_received(self) -> bool:
+        return True  # keep the transport open for the answers still to come
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._protocol.connection_lost(exc)
+
+    def pause_writing(self) -> None:
+        self._protocol.pause_writing()
+
+    def resume_writing(self) -> None:
+        self._protocol.resume_writing()

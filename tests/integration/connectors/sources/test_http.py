@@ -869,19 +869,26 @@ async def test_a_pipelined_request_incomplete_at_the_half_close_gets_400_after_t
     await assert_committed_and_delivered(running, receiver, p1)
 
 
-async def test_a_request_handed_over_to_aiohttp_after_the_half_close_is_answered_too(run_http: Any) -> None:
-    """A plain request, then a chunked one (aiohttp's), both before the FIN: the lean path answers the
-    first once committed, then hands the second over; aiohttp answers it, and closes the connection
-    once idle for ``keepalive_timeout`` (it is not told of the FIN)."""
+@pytest.mark.parametrize("shape", ["chunked", "plain, chunked", "chunked, plain", "refused, plain", "refused"])
+async def test_requests_served_by_aiohttp_are_answered_after_the_half_close(run_http: Any, shape: str) -> None:
+    """Requests the lean path hands over to aiohttp (a chunked body; a refused one, 400), before and
+    after its own, all whole before the FIN, sent at once with it: each is answered, in order, each
+    200 once committed; aiohttp, not told of the FIN (its own protocol closes at it, the answers
+    lost), closes the connection once idle for ``keepalive_timeout``."""
     receiver = recording()
     running = await run_http(receiver, format="jsonl", keepalive_timeout=1.0)
-    (first, p1), (second, p2) = events(1, 2), events(5, 3)
-    data = (raw_http.with_length("/events", first)
-            + raw_http.chunked_head("/events") + raw_http.chunk(second) + raw_http.chunk(b""))
-    answers, closed = await asyncio.to_thread(half_closed_after, running.port, [data], 2)
-    assert [accepted(answer) for answer in answers] == [(200, {"accepted": 2}), (200, {"accepted": 3})]
+    (plain, p1), (body, p2) = events(1, 2), events(5, 3)
+    parts = {"plain": (raw_http.with_length("/events", plain), (200, {"accepted": 2}), p1),
+             "chunked": (raw_http.chunked_head("/events") + raw_http.chunk(body) + raw_http.chunk(b""),
+                         (200, {"accepted": 3}), p2),
+             "refused": (raw_http.with_length("/events", b"not json\n"), 400, [])}
+    sent = [parts[name] for name in shape.split(", ")]
+    answers, closed = await asyncio.to_thread(half_closed_after, running.port, [b"".join(s[0] for s in sent)],
+                                              len(sent))
+    assert [accepted(answer) if answer.status == 200 else answer.status for answer in answers] == [
+        s[1] for s in sent]
     assert closed
-    await assert_committed_and_delivered(running, receiver, p1 + p2)
+    await assert_committed_and_delivered(running, receiver, [p for s in sent for p in s[2]])
 
 
 async def test_a_token_file_that_cannot_be_read_stops_the_start_naming_the_parameter_and_the_file(
