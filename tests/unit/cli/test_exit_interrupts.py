@@ -7,6 +7,9 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
+from egress.cli import main as cli
 from tests.conftest import REPO
 from tests.interrupted_exit import write_spec
 
@@ -19,3 +22,18 @@ def test_an_interrupt_in_settle_for_exit_exits_130_with_one_line_and_no_tracebac
     assert done.returncode == 130, done.stderr
     assert "Traceback" not in done.stderr, done.stderr
     assert done.stderr.strip().splitlines() == ["interrupt: exiting at once; the final commit is made"]
+
+
+def test_a_ctrl_c_before_the_command_handles_its_own_exits_130_with_one_line(
+        monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    """A Ctrl-C while a command still imports or loads its Spec: ``interrupted``, 130, no traceback."""
+    def interrupted_command() -> None:
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(cli, "command_line", lambda named: interrupted_command)
+    monkeypatch.setattr(cli, "settle_for_exit", lambda: None)
+    monkeypatch.setattr(sys, "argv", ["egress", "validate", "spec.yaml"])
+    with pytest.raises(SystemExit) as exited:
+        cli.main()
+    assert exited.value.code == 130
+    assert capsys.readouterr().err == "interrupted\n"
