@@ -28,7 +28,7 @@ def _heavy(modules: list[str]) -> list[str]:
     return [m for m in modules if m in NOT_FOR_RUN or m.startswith(tuple(f"{name}." for name in NOT_FOR_RUN))]
 
 
-def test_the_run_command_line_and_the_embedded_runtime_import_no_other_command_no_rich_no_cluster_no_throttler() -> None:
+def test_an_embedded_run_imports_no_other_command_no_rich_no_cluster_and_no_throttler_runtime() -> None:
     loaded = _loaded("from egress.cli.main import command_line; command_line('run').registered_commands; "
                      "import egress.runtime.pipeline, egress.cli.report, egress.connectors.sinks.async_http, "
                      "egress.connectors.sources.files")
