@@ -39,7 +39,6 @@ from egress.errors import EgressError, ProcessFunctionError, SourceDataError, Sp
 from egress.observe.logs import add_secret, bind_log_context, secrets_of_spec
 from egress.observe.status import egress_version
 from egress.runtime import EngineFactory, Pipeline, RunOptions, RunResult, load_plan
-from egress.runtime.cluster.worker import default_worker_id
 from egress.runtime.dynamic_spec import DYNAMIC_SPEC_STATUS
 from egress.runtime.garbage_collection import settle_for_exit, tune_for_run
 from egress.runtime.layout import check_recorded_layout, way_out
@@ -403,12 +402,14 @@ def _what_to_do_about(error: BaseException) -> str | None:
 
 def _engine_for(choice: EngineChoice, shared_state: bool, worker_id: str | None) -> tuple[EngineFactory, str | None]:
     """The engine factory of a run and its worker id (``None``: an embedded run)."""
+    if not choice.is_nats and not shared_state:
+        return sqlite_engine, None
+    from egress.runtime.cluster.worker import default_worker_id  # the cluster's modules: only for a worker
+
+    member = worker_id or default_worker_id()
     if choice.is_nats:
-        member = worker_id or default_worker_id()
         return nats_engine_factory(list(choice.servers), member), member
-    if shared_state:
-        return shared_sqlite_engine, worker_id or default_worker_id()
-    return sqlite_engine, None
+    return shared_sqlite_engine, member
 
 
 class _Reporter:

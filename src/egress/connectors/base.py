@@ -12,7 +12,7 @@ import importlib
 from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, ClassVar, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, ClassVar, Protocol, runtime_checkable
 
 from pydantic import BaseModel
 
@@ -23,7 +23,9 @@ from egress.errors import SpecError
 from egress.line_chunks import LineChunk
 from egress.observe import Metrics, StatusTree
 from egress.spec import StreamSpec
-from egress.throttler import Throttling
+
+if TYPE_CHECKING:
+    from egress.throttler import Throttling
 
 
 @dataclass(frozen=True, slots=True)

@@ -21,10 +21,11 @@ from egress.runtime.hosts import HostContext, RunResult, WorkerView, plan_units
 from egress.runtime.layout import unreachable_work
 from egress.runtime.retention import log_retention, trim_consumed, trim_periodically
 from egress.spec import DynamicSpec
-from egress.throttler import Throttling
 
 if TYPE_CHECKING:
     from prometheus_client import CollectorRegistry
+
+    from egress.throttler import Throttling
 
 logger = logging.getLogger(__name__)
 

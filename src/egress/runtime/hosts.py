@@ -29,10 +29,11 @@ from egress.runtime.options import RunOptions
 from egress.runtime.plan import Plan
 from egress.runtime.unit import Unit
 from egress.spec import DynamicSpec
-from egress.throttler import Throttling
 
 if TYPE_CHECKING:
     from prometheus_client import CollectorRegistry
+
+    from egress.throttler import Throttling
 
 
 @dataclass

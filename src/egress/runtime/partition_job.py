@@ -25,7 +25,7 @@ import asyncio
 import functools
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from egress.clock import Clock, event_or_timeout
 from egress.connectors.base import BoundsUnacknowledged, Sink, SinkContext
@@ -60,7 +60,9 @@ from egress.runtime.stopping import acknowledgements_commit, commit_on_failure
 from egress.runtime.timers import TimerQueue
 from egress.runtime.trace_contexts import CarriedContexts
 from egress.spec import StreamSpec
-from egress.throttler import InputThrottle, ThrottlerFactory, Throttling
+
+if TYPE_CHECKING:
+    from egress.throttler import InputThrottle, ThrottlerFactory, Throttling
 
 T = TypeVar("T")
 # Seqs of the committed outbox read back at a time when a job starts on an engine that reads its

@@ -28,7 +28,6 @@ from egress.connectors.dead_letters import DeadLetterFiles
 from egress.engines import Engine, SqliteEngine, StateLocation
 from egress.errors import SpecMismatchError
 from egress.observe import Metrics, StatusTree
-from egress.runtime.cluster.host import ClusterHost
 from egress.runtime.dynamic_spec import DynamicSpecFile
 from egress.runtime.embedded import EmbeddedHost
 from egress.runtime.hosts import Host, HostContext, RunResult, WorkerView
@@ -48,10 +47,11 @@ from egress.runtime.source_reader import DownstreamProgress, SourceReader
 from egress.runtime.status_view import RunState, StatusView
 from egress.runtime.unit import Unit
 from egress.spec import DynamicSpec
-from egress.throttler import THROTTLER_STATE_NAME, Throttling
 
 if TYPE_CHECKING:
     from egress.observe.server import StatusServer
+    from egress.runtime.cluster.host import ClusterHost
+    from egress.throttler import Throttling
 
 EngineFactory = Callable[[Path, str, RunOptions], Engine]
 """Makes a run's engine, not yet opened, from ``(state directory, pipeline name, run options)``."""
@@ -147,12 +147,18 @@ class Pipeline:
         self.dynamic_spec = DynamicSpecFile(lambda: self.plan, self._apply_dynamic, self.status, clock=self.clock,
                                             period=self.options.dynamic_spec_period, stop=self._stop)
         context = HostContext(plan, self.units, self.options, self.clock, self._stop, self.request_stop)
-        self.host: Host = EmbeddedHost(context) if worker_id is None else \
-            ClusterHost(context, worker_id, status_url=self._status_url)
+        self.host: Host = EmbeddedHost(context) if worker_id is None else self._cluster_host(context, worker_id)
         self.status_view = StatusView(plan=lambda: self.plan, engine=lambda: self._engine, units=self.units,
                                       host=self.host, metrics=self.metrics, clock=self.clock, status=self.status,
                                       dead_letters=self.dead_letters, run_state=self._run_state)
         self.server = self._status_server(http_host, http_port) if http_port is not None else None
+
+    def _cluster_host(self, context: HostContext, worker_id: str) -> ClusterHost:
+        """This process as the cluster worker ``worker_id`` (the cluster's modules: imported only for one,
+        so that an embedded run does not load them)."""
+        from egress.runtime.cluster.host import ClusterHost
+
+        return ClusterHost(context, worker_id, status_url=self._status_url)
 
     def _status_server(self, http_host: str, http_port: int) -> StatusServer:
         """The ``--http-port`` endpoint (aiohttp and the dashboard: imported only for it)."""
@@ -275,6 +281,8 @@ class Pipeline:
                                                registry=self.metrics.registry)
         if elected is not None:
             return elected
+        from egress.throttler import THROTTLER_STATE_NAME, Throttling  # its client and controller: only for throttlers
+
         return Throttling(dynamic, self.clock, registry=self.metrics.registry, throttler_url=self.options.throttler_url,
                           file=self.plan.dynamic_spec_file, state_file=self.state_dir / THROTTLER_STATE_NAME)
 

@@ -26,7 +26,7 @@ from __future__ import annotations
 import math
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import Any, Generic, Protocol, TypeVar
+from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeVar
 
 from egress.clock import Clock
 from egress.connectors.sinks import http_attempts
@@ -39,7 +39,9 @@ from egress.httpclient.retry_after import endpoint_of
 from egress.httpclient.transport import HttpTransport
 from egress.observe import tracing as _tracing
 from egress.throttler.errors import ThrottlerError
-from egress.throttler.factory import ThrottlerHandle
+
+if TYPE_CHECKING:
+    from egress.throttler.factory import ThrottlerHandle
 
 Item = TypeVar("Item")
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Generic, Literal, Protocol, TypeVar
+from typing import TYPE_CHECKING, Any, Generic, Literal, Protocol, TypeVar
 from urllib.parse import urlsplit
 
 from egress.clock import Clock
@@ -25,7 +25,9 @@ from egress.httpclient.outcomes import AttemptFailure, FailureKind, failure_of
 from egress.httpclient.redirects import REDIRECT_STATUSES, RedirectError, is_downgrade, resolve_location
 from egress.httpclient.retry_after import retry_after_seconds
 from egress.httpclient.transport import HttpTransport
-from egress.throttler.factory import ThrottlerHandle
+
+if TYPE_CHECKING:
+    from egress.throttler.factory import ThrottlerHandle
 
 # Why an attempt failed when its own deadline came while it followed redirects (both HTTP sinks).
 ATTEMPT_TIMED_OUT = "attempt deadline reached while following redirects"
