@@ -8,6 +8,8 @@ from __future__ import annotations
 import contextlib
 import functools
 import importlib
+import importlib.util
+import inspect
 import logging
 import sys
 import traceback
@@ -596,8 +598,22 @@ def _import_problem(module_name: str, error: Exception) -> str:
                 "fix the file")
     frames = [f for f in traceback.extract_tb(error.__traceback__) if not f.filename.startswith("<frozen")]
     where = f" at {frames[-1].filename}:{frames[-1].lineno}" if frames else ""
-    fix = f"; install {missing.partition('.')[0]} or remove the import" if missing is not None else ""
+    fix = _missing_module_fix(missing) if missing is not None else ""
     return f'importing module "{module_name}" failed: {type(error).__name__}: {error}{where}{fix}'
+
+
+def _missing_module_fix(missing: str) -> str:
+    """The fix for an import of ``missing`` in user code that failed: install its top-level package
+    when that is what is missing, else the package is there and lacks the submodule."""
+    top = missing.partition(".")[0]
+    try:
+        top_found = importlib.util.find_spec(top) is not None
+    except (ImportError, ValueError):
+        top_found = False
+    if top == missing or not top_found:
+        return f"; install {top} or remove the import"
+    parent, _, sub = missing.rpartition(".")
+    return f"; module {parent} (installed) has no submodule {sub}: correct the import or remove it"
 
 
 def _import_function(
@@ -619,4 +635,24 @@ def _import_function(
     if not (isinstance(found, type) and issubclass(found, ProcessFunction)):
         errors.append(SpecError(f'"{reference}" is not a subclass of egress.ProcessFunction', path=path, file=file))
         return None
+    problem = _construction_problem(found)
+    if problem is not None:
+        errors.append(SpecError(problem, path=path, file=file))
+        return None
     return found
+
+
+def _construction_problem(function_class: type[ProcessFunction]) -> str | None:
+    """Why egress could not construct ``function_class`` as each partition job does (with no
+    arguments; parameters reach the function through ``init``'s context), else ``None``. The
+    signature is checked, not called: constructing here would run user code at validation."""
+    try:
+        inspect.signature(function_class).bind()
+    except TypeError as error:
+        source = inspect.getsourcefile(function_class) or "?"
+        return (f'class {function_class.__name__} ({source}) cannot be constructed as egress does, with no '
+                f"arguments: {error}; give its __init__ parameters defaults, or take them as "
+                "processing_function_parameters (ctx.parameters in init)")
+    except ValueError:  # no signature to inspect (a class implemented in C): constructing will tell
+        return None
+    return None

@@ -104,6 +104,10 @@ class ComputationSpec(_Strict):
     @field_validator("processing_function")
     @classmethod
     def _reference(cls, value: str) -> str:
+        if value != value.strip():
+            side = ("a trailing" if value == value.lstrip() else "a leading" if value == value.rstrip()
+                    else "a leading and a trailing")
+            raise ValueError(f"{value!r} has {side} space: remove it")
         module, _, name = value.partition(":")
         if not module or not name:
             raise ValueError(f"expected package.module:ClassName, got {value!r}")
