@@ -136,8 +136,14 @@ def load_specs(spec_path: str | Path, dynamic_spec_path: str | Path | None = Non
     spec = validate_model(Spec, document, file=str(spec_path), placement=_placement(document, in_dynamic=False))
     if dynamic_spec_path is None:
         return spec, DynamicSpec()
-    return spec, validate_model(DynamicSpec, load_document(dynamic_spec_path), file=str(dynamic_spec_path),
-                                placement=_placement(document, in_dynamic=True))
+    return spec, validate_dynamic_spec(load_document(dynamic_spec_path), document, file=str(dynamic_spec_path))
+
+
+def validate_dynamic_spec(data: Any, spec_document: dict[str, Any], *, file: str | None) -> DynamicSpec:
+    """``data`` validated as the DynamicSpec of the Spec ``spec_document`` (plain data, as loaded or
+    ``Spec.model_dump(by_alias=True)``), which names the sink classes whose parameters a misplaced
+    field is looked up in; raises :class:`SpecErrors` naming ``file``."""
+    return validate_model(DynamicSpec, data, file=file, placement=_placement(spec_document, in_dynamic=True))
 
 
 def _placement(spec_document: dict[str, Any], *, in_dynamic: bool) -> Callable[[tuple[str, ...]], str | None]:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import copy
 from pathlib import Path
 from typing import Any
@@ -11,8 +12,12 @@ import yaml
 from typer.testing import CliRunner
 
 from egress.cli.main import app
+from egress.clock import VirtualClock
 from egress.errors import SpecErrors
+from egress.observe import StatusTree
 from egress.runtime import load_plan
+from egress.runtime.dynamic_spec import DynamicSpecFile
+from egress.spec import DynamicSpec
 from tests.conftest import REPO
 
 BASE: dict[str, Any] = {
@@ -331,3 +336,24 @@ def test_a_function_parameter_written_under_the_computation_belongs_under_its_pa
         load_plan(spec_path)
     assert str(raised.value) == (f"{spec_path}: computations/to_json/greeting: greeting belongs under "
                                  "computations/to_json/processing_function_parameters")
+
+
+def test_a_reloaded_dynamic_spec_places_a_sink_parameter_and_refuses_a_duplicate_key(tmp_path: Path) -> None:
+    spec_path, dynamic_path = write(tmp_path, BASE, {"computations": {"to_json": {"sinks": {"http": {
+        "parameters": {"max_attempt_count": 3}}}}}})
+    assert dynamic_path is not None
+    plan = load_plan(spec_path, dynamic_path)
+    applied: list[DynamicSpec] = []
+    watched = DynamicSpecFile(lambda: plan, lambda _plan, dynamic: applied.append(dynamic), StatusTree(),
+                              clock=VirtualClock(), period=1.0, stop=asyncio.Event())
+    dynamic_path.write_text("computations:\n  to_json:\n    sinks:\n      http:\n        max_attempt_count: 3\n")
+    assert not watched.reload()
+    assert watched.error == (f"ignored, the previous DynamicSpec stays in force: {dynamic_path}: "
+                             "computations/to_json/sinks/http/max_attempt_count: max_attempt_count belongs under "
+                             "computations/to_json/sinks/http/parameters")
+    dynamic_path.write_text("computations:\n  to_json:\n    sinks:\n      http:\n        parameters:\n"
+                            "          max_attempt_count: 3\n          max_attempt_count: 4\n")
+    assert not watched.reload()
+    assert watched.error is not None
+    assert "written twice (lines 6 and 7)" in watched.error
+    assert applied == []
