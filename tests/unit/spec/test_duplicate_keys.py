@@ -5,10 +5,13 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from typer.testing import CliRunner
 
+from egress.cli.main import app
 from egress.errors import SpecError
 from egress.spec import load_document, load_dynamic_spec
 from egress.spec.loader import parse_text
+from tests.conftest import REPO
 
 
 def test_a_duplicate_sink_parameter_names_the_file_the_path_both_lines_and_the_fix(tmp_path: Path) -> None:
@@ -43,3 +46,14 @@ def test_the_same_key_in_sibling_mappings_and_merge_overrides_are_accepted() -> 
 
 def test_keys_that_differ_only_as_typed_values_are_not_duplicates() -> None:
     assert parse_text(b"1: a\n'1': b\n", ".yaml") == {1: "a", "1": "b"}
+
+
+def test_egress_validate_refuses_a_duplicate_instead_of_calling_the_pipeline_valid(tmp_path: Path) -> None:
+    example = REPO / "examples" / "http_delivery"
+    spec = tmp_path / "spec.yaml"
+    spec.write_text((example / "spec.yaml").read_text().replace(
+        "          payload_column: payload\n", "          payload_column: payload\n          url: http://other\n"))
+    result = CliRunner().invoke(app, ["validate", str(spec)])
+    assert result.exit_code == 2, result.output
+    assert "computations/to_json/sinks/http/parameters/url: the key 'url' is written twice" in result.output
+    assert "valid pipeline" not in result.output
