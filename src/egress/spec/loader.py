@@ -72,8 +72,19 @@ def _parse_yaml(data: bytes) -> Any:
     that has a key twice: PyYAML keeps the last value, so the other would be dropped unseen."""
     import yaml  # only for a YAML file: its import compiles large regular expressions
 
-    base = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
-    loader = base(data)
+    fast = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+    try:
+        return _load_yaml(fast, data)
+    except yaml.YAMLError:
+        if fast is yaml.SafeLoader:
+            raise
+        # libyaml's messages omit the offending character (a tab) and the line's text: ask the
+        # pure-Python parser, which gives both; only a file that does not parse pays for it.
+        return _load_yaml(yaml.SafeLoader, data)
+
+
+def _load_yaml(loader_class: Any, data: bytes) -> Any:
+    loader = loader_class(data)
     try:
         node = loader.get_single_node()
         if node is None:

@@ -57,3 +57,4 @@ def test_egress_validate_refuses_a_duplicate_instead_of_calling_the_pipeline_val
     assert result.exit_code == 2, result.output
     assert "computations/to_json/sinks/http/parameters/url: the key 'url' is written twice" in result.output
     assert "valid pipeline" not in result.output
+
