@@ -17,8 +17,8 @@ from pathlib import Path
 from egress.clock import Clock
 from egress.errors import SpecError
 from egress.observe import StatusTree
-from egress.runtime.plan import Plan, build_plan
-from egress.spec import DynamicSpec, load_document, validate_model
+from egress.runtime.plan import Plan, build_plan, validate_dynamic_spec
+from egress.spec import DynamicSpec, load_document
 
 DYNAMIC_SPEC_STATUS = "/dynamic_spec"
 """The status path of a DynamicSpec file that was not applied."""
@@ -63,7 +63,7 @@ class DynamicSpecFile:
         file, plan = self.file, self._current()
         assert file is not None
         try:
-            dynamic = validate_model(DynamicSpec, load_document(file), file=file)
+            dynamic = validate_dynamic_spec(load_document(file), plan.spec.model_dump(by_alias=True), file=file)
             self._apply(build_plan(plan.spec, dynamic, base_dir=plan.base_dir, spec_file=plan.spec_file,
                                    dynamic_spec_file=file), dynamic)
         except SpecError as error:

@@ -8,9 +8,12 @@ from __future__ import annotations
 import contextlib
 import functools
 import importlib
+import importlib.util
+import inspect
 import logging
 import sys
 import traceback
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -24,6 +27,7 @@ from egress.runtime.api import MapFunction, ProcessFunction, map_output_stream
 from egress.runtime.lanes import lane, lanes
 from egress.secret_references import read_secret
 from egress.spec import DynamicSpec, Spec, StreamSpec, load_document, misplaced_fields, validate_model
+from egress.spec.problems import fields_of, misplaced_message
 from egress.throttler import validate_dynamic_throttlers
 
 logger = logging.getLogger("egress.spec")
@@ -128,10 +132,82 @@ def load_plan(spec_path: str | Path, dynamic_spec_path: str | Path | None = None
 def load_specs(spec_path: str | Path, dynamic_spec_path: str | Path | None = None) -> tuple[Spec, DynamicSpec]:
     """The Spec and the DynamicSpec (empty without a file), each validated as a document only;
     raises :class:`SpecError` (often :class:`SpecErrors`) naming the file."""
-    spec = validate_model(Spec, load_document(spec_path), file=str(spec_path))
+    document = load_document(spec_path)
+    spec = validate_model(Spec, document, file=str(spec_path), placement=_placement(document, in_dynamic=False))
     if dynamic_spec_path is None:
         return spec, DynamicSpec()
-    return spec, validate_model(DynamicSpec, load_document(dynamic_spec_path), file=str(dynamic_spec_path))
+    return spec, validate_dynamic_spec(load_document(dynamic_spec_path), document, file=str(dynamic_spec_path))
+
+
+def validate_dynamic_spec(data: Any, spec_document: dict[str, Any], *, file: str | None) -> DynamicSpec:
+    """``data`` validated as the DynamicSpec of the Spec ``spec_document`` (plain data, as loaded or
+    ``Spec.model_dump(by_alias=True)``), which names the sink classes whose parameters a misplaced
+    field is looked up in; raises :class:`SpecErrors` naming ``file``."""
+    return validate_model(DynamicSpec, data, file=file, placement=_placement(spec_document, in_dynamic=True))
+
+
+def _placement(spec_document: dict[str, Any], *, in_dynamic: bool) -> Callable[[tuple[str, ...]], str | None]:
+    """``validate_model``'s ``placement`` for the Spec (or, ``in_dynamic``, the DynamicSpec): an
+    unknown field written directly under ``computations/<c>/sinks/<s>`` or ``computations/<c>`` that
+    is a parameter of that sink's class (the Spec's ``spec_document`` names it), of a sink of the
+    computation, or of its process function, is said to belong under that ``parameters`` (in the
+    other file when it is the other file's)."""
+    def placed(loc: tuple[str, ...]) -> str | None:
+        if len(loc) < 3 or loc[0] != "computations":
+            return None
+        computation_id, name = loc[1], loc[-1]
+        computation = _mapping(_mapping(spec_document.get("computations")).get(computation_id))
+        sink_ids = list(_mapping(computation.get("sinks")))
+        if len(loc) == 5 and loc[2] == "sinks":
+            sink_ids = [loc[3]]
+        elif len(loc) == 3:
+            found = _function_parameter(computation, name, f"computations/{computation_id}", in_dynamic)
+            if found is not None:
+                return found
+        else:
+            return None
+        for sink_id in sink_ids:
+            sink_class_name = _mapping(_mapping(computation.get("sinks")).get(sink_id)).get("sink_class_name")
+            try:
+                sink_class = SINKS.get(str(sink_class_name))
+            except KeyError:
+                continue
+            found = _belongs(name, f"computations/{computation_id}/sinks/{sink_id}/parameters",
+                             sink_class.parameters_model, sink_class.dynamic_parameters_model, in_dynamic)
+            if found is not None:
+                return found
+        return None
+    return placed
+
+
+def _function_parameter(computation: dict[str, Any], name: str, at: str, in_dynamic: bool) -> str | None:
+    """Where ``name`` belongs when it is a parameter of the computation's process function (imported
+    only for this question; a function that does not import is reported by :func:`build_plan`)."""
+    reference = computation.get("processing_function")
+    if not isinstance(reference, str) or ":" not in reference:
+        return None
+    errors: list[SpecError] = []
+    function_class = _import_function(reference.strip(), "", None, errors)
+    if function_class is None:
+        return None
+    return _belongs(name, f"{at}/processing_function_parameters", function_class.parameters_model,
+                    function_class.dynamic_parameters_model, in_dynamic)
+
+
+def _belongs(name: str, at: str, static: type[BaseModel] | None, dynamic: type[BaseModel] | None,
+             in_dynamic: bool) -> str | None:
+    """The message for ``name`` written beside ``at`` (a ``parameters`` map) when one of the two
+    parameter models has it, else ``None``."""
+    for model, model_is_dynamic in ((static, False), (dynamic, True)):
+        if model is not None and name in fields_of(model):
+            if model_is_dynamic == in_dynamic:
+                return f"{name} belongs under {at}"
+            return misplaced_message(name, at, belongs_in_dynamic=model_is_dynamic)
+    return None
+
+
+def _mapping(value: Any) -> dict[str, Any]:
+    return value if isinstance(value, dict) else {}
 
 
 def build_plan(
@@ -528,8 +604,22 @@ def _import_problem(module_name: str, error: Exception) -> str:
                 "fix the file")
     frames = [f for f in traceback.extract_tb(error.__traceback__) if not f.filename.startswith("<frozen")]
     where = f" at {frames[-1].filename}:{frames[-1].lineno}" if frames else ""
-    fix = f"; install {missing.partition('.')[0]} or remove the import" if missing is not None else ""
+    fix = _missing_module_fix(missing) if missing is not None else ""
     return f'importing module "{module_name}" failed: {type(error).__name__}: {error}{where}{fix}'
+
+
+def _missing_module_fix(missing: str) -> str:
+    """The fix for an import of ``missing`` in user code that failed: install its top-level package
+    when that is what is missing, else the package is there and lacks the submodule."""
+    top = missing.partition(".")[0]
+    try:
+        top_found = importlib.util.find_spec(top) is not None
+    except (ImportError, ValueError):
+        top_found = False
+    if top == missing or not top_found:
+        return f"; install {top} or remove the import"
+    parent, _, sub = missing.rpartition(".")
+    return f"; module {parent} (installed) has no submodule {sub}: correct the import or remove it"
 
 
 def _import_function(
@@ -551,4 +641,24 @@ def _import_function(
     if not (isinstance(found, type) and issubclass(found, ProcessFunction)):
         errors.append(SpecError(f'"{reference}" is not a subclass of egress.ProcessFunction', path=path, file=file))
         return None
+    problem = _construction_problem(found)
+    if problem is not None:
+        errors.append(SpecError(problem, path=path, file=file))
+        return None
     return found
+
+
+def _construction_problem(function_class: type[ProcessFunction]) -> str | None:
+    """Why egress could not construct ``function_class`` as each partition job does (with no
+    arguments; parameters reach the function through ``init``'s context), else ``None``. The
+    signature is checked, not called: constructing here would run user code at validation."""
+    try:
+        inspect.signature(function_class).bind()
+    except TypeError as error:
+        source = inspect.getsourcefile(function_class) or "?"
+        return (f'class {function_class.__name__} ({source}) cannot be constructed as egress does, with no '
+                f"arguments: {error}; give its __init__ parameters defaults, or take them as "
+                "processing_function_parameters (ctx.parameters in init)")
+    except ValueError:  # no signature to inspect (a class implemented in C): constructing will tell
+        return None
+    return None

@@ -53,9 +53,7 @@ def parse_text(data: bytes, suffix: str) -> dict[str, Any]:
         if suffix == ".yson":
             document = _parse_yson(data)
         elif suffix in (".yaml", ".yml"):
-            import yaml  # only for a YAML file: its import compiles large regular expressions
-
-            document = yaml.safe_load(data)
+            document = _parse_yaml(data)
         else:
             document = json.loads(data)
     except SpecError:
@@ -67,6 +65,61 @@ def parse_text(data: bytes, suffix: str) -> dict[str, Any]:
     if not isinstance(document, dict):
         raise SpecError(f"the top level must be a map, got {type(document).__name__}")
     return document
+
+
+def _parse_yaml(data: bytes) -> Any:
+    """PyYAML's safe load (libyaml's C parser when PyYAML was built with it), refusing a mapping
+    that has a key twice: PyYAML keeps the last value, so the other would be dropped unseen."""
+    import yaml  # only for a YAML file: its import compiles large regular expressions
+
+    fast = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+    try:
+        return _load_yaml(fast, data)
+    except yaml.YAMLError:
+        if fast is yaml.SafeLoader:
+            raise
+        # libyaml's messages omit the offending character (a tab) and the line's text: ask the
+        # pure-Python parser, which gives both; only a file that does not parse pays for it.
+        return _load_yaml(yaml.SafeLoader, data)
+
+
+def _load_yaml(loader_class: Any, data: bytes) -> Any:
+    loader = loader_class(data)
+    try:
+        node = loader.get_single_node()
+        if node is None:
+            return None
+        _refuse_duplicate_keys(loader, node, [], set())
+        return loader.construct_document(node)
+    finally:
+        loader.dispose()
+
+
+def _refuse_duplicate_keys(loader: Any, node: Any, path: list[str], seen: set[int]) -> None:
+    """Raise :class:`SpecError` at the first mapping under ``node`` (a composed YAML node at
+    ``path``) with a key written twice; ``seen`` holds the ids of nodes already walked (an alias
+    repeats its anchor's node)."""
+    import yaml
+
+    if id(node) in seen:
+        return
+    seen.add(id(node))
+    if isinstance(node, yaml.SequenceNode):
+        for index, item in enumerate(node.value):
+            _refuse_duplicate_keys(loader, item, [*path, str(index)], seen)
+    elif isinstance(node, yaml.MappingNode):
+        first_line: dict[Any, int] = {}
+        for key_node, value_node in node.value:
+            if not isinstance(key_node, yaml.ScalarNode) or key_node.tag == "tag:yaml.org,2002:merge":
+                continue  # a "<<" merge key's entries may be overridden: that is what it is for
+            key = loader.construct_object(key_node)
+            line = key_node.start_mark.line + 1
+            if key in first_line:
+                raise SpecError(f"the key {key!r} is written twice (lines {first_line[key]} and {line}); "
+                                "only one value would be kept: remove one of them",
+                                path="/".join([*path, str(key)]))
+            first_line[key] = line
+            _refuse_duplicate_keys(loader, value_node, [*path, str(key)], seen)
 
 
 def _parse_yson(data: bytes) -> Any:

@@ -8,7 +8,7 @@ so that the error path still reads ``computations/<c>/sinks/<s>/parameters/<name
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any, Literal, TypeVar
 
@@ -16,7 +16,14 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from egress.errors import SpecErrors
 from egress.spec.loader import load_document
-from egress.spec.problems import fields_of, misplaced_message, model_at, to_spec_error
+from egress.spec.problems import (
+    close_match,
+    drop_misspelled_missing,
+    fields_of,
+    misplaced_message,
+    model_at,
+    to_spec_error,
+)
 
 PROCESS_FUNCTION_COMPUTATION = "NYT::NFlow::TProcessFunctionComputation"
 COMPUTATION_CLASS_ALIASES = {PROCESS_FUNCTION_COMPUTATION: PROCESS_FUNCTION_COMPUTATION,
@@ -97,6 +104,10 @@ class ComputationSpec(_Strict):
     @field_validator("processing_function")
     @classmethod
     def _reference(cls, value: str) -> str:
+        if value != value.strip():
+            side = ("a trailing" if value == value.lstrip() else "a leading" if value == value.rstrip()
+                    else "a leading and a trailing")
+            raise ValueError(f"{value!r} has {side} space: remove it")
         module, _, name = value.partition(":")
         if not module or not name:
             raise ValueError(f"expected package.module:ClassName, got {value!r}")
@@ -149,18 +160,29 @@ _OTHER_FILE: dict[type[BaseModel], tuple[type[BaseModel], bool]] = {
 
 
 def validate_model(model: type[Model], data: Any, *, file: str | None = None, prefix: str = "",
-                   elsewhere: Mapping[str, str] | None = None) -> Model:
+                   elsewhere: Mapping[str, str] | None = None,
+                   placement: Callable[[tuple[str, ...]], str | None] | None = None) -> Model:
     """Validate ``data`` as ``model``; raises :class:`SpecErrors` with one path-named entry per problem.
 
     ``elsewhere`` maps names that are not fields of ``model`` but of its counterpart in the other
     file (a connector's dynamic parameters for its static ones) to the message saying where they
-    go (:func:`misplaced_fields`); the Spec's and DynamicSpec's own models know theirs."""
+    go (:func:`misplaced_fields`); the Spec's and DynamicSpec's own models know theirs. ``placement``
+    is asked about every other unknown field, with its ``loc`` (the field's name last), for the
+    message saying where it belongs (a connector's parameter written beside ``parameters``), and
+    answers ``None`` when it does not know the field."""
     try:
         # Strict: a run must not find out later that ``"4"`` or ``true`` stood where a number belongs.
         return model.model_validate(data, strict=True)
     except ValidationError as error:
-        raise SpecErrors([to_spec_error(e, file, prefix, model, _misplaced(model, e, prefix, elsewhere or {}))
-                          for e in error.errors()]) from None
+        found = drop_misspelled_missing(error.errors(), model)
+        raise SpecErrors([to_spec_error(e, file, prefix, model, _misplaced(model, e, prefix, elsewhere or {})
+                                        or _placed(e, placement)) for e in found]) from None
+
+
+def _placed(error: Any, placement: Callable[[tuple[str, ...]], str | None] | None) -> str | None:
+    if placement is None or error["type"] != "extra_forbidden" or not error["loc"]:
+        return None
+    return placement(tuple(str(part) for part in error["loc"]))
 
 
 def misplaced_fields(model: type[BaseModel], other: type[BaseModel], at: str, *,
@@ -181,6 +203,10 @@ def _misplaced(model: type[BaseModel], error: Any, prefix: str, elsewhere: Mappi
     name = str(loc[-1])
     if len(loc) == 1 and name in elsewhere:
         return elsewhere[name]
+    if len(loc) == 1 and not close_match(name, list(fields_of(model))):
+        other_name = close_match(name, list(elsewhere))
+        if other_name is not None:  # misspelled, and in the wrong file too
+            return f"unknown field; did you mean {other_name!r}? {elsewhere[other_name]}"
     owner = model_at(model, loc[:-1])
     other, dynamic = _OTHER_FILE.get(owner, (None, False)) if owner is not None else (None, False)
     if other is None or name not in fields_of(other):

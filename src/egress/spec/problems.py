@@ -83,9 +83,29 @@ def to_spec_error(error: Any, file: str | None, prefix: str, model: type[BaseMod
     return SpecError(message, path=location, file=file)
 
 
-def _unknown_field(name: str, known: list[str]) -> str:
+def close_match(name: str, known: list[str]) -> str | None:
+    """The one of ``known`` that ``name`` is most likely a misspelling of, or ``None``."""
     close = difflib.get_close_matches(name, known, n=1, cutoff=0.6)
-    message = (f"unknown field; did you mean {close[0]!r}?" if close
+    return close[0] if close else None
+
+
+def drop_misspelled_missing(errors: list[Any], model: type[BaseModel]) -> list[Any]:
+    """``errors`` (pydantic's, of ``model``) without each "required field is missing" whose field
+    an unknown field beside it misspells: that one's "did you mean" says all, and first."""
+    misspelled = set()
+    for error in errors:
+        loc = tuple(error["loc"])
+        owner = model_at(model, loc[:-1]) if error["type"] == "extra_forbidden" and loc else None
+        if owner is not None:
+            meant = close_match(str(loc[-1]), list(fields_of(owner)))
+            if meant is not None:
+                misspelled.add((*loc[:-1], meant))
+    return [e for e in errors if not (e["type"] == "missing" and tuple(e["loc"]) in misspelled)]
+
+
+def _unknown_field(name: str, known: list[str]) -> str:
+    close = close_match(name, known)
+    message = (f"unknown field; did you mean {close!r}?" if close
                else "unknown field (check the spelling against the documentation)")
     if "trac" in name.lower():
         message += f"; {_TRACING_OPTIONS if TRACE_OPTION in known else _TRACING_ELSEWHERE}"

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import copy
 from pathlib import Path
 from typing import Any
@@ -11,8 +12,12 @@ import yaml
 from typer.testing import CliRunner
 
 from egress.cli.main import app
+from egress.clock import VirtualClock
 from egress.errors import SpecErrors
+from egress.observe import StatusTree
 from egress.runtime import load_plan
+from egress.runtime.dynamic_spec import DynamicSpecFile
+from egress.spec import DynamicSpec
 from tests.conftest import REPO
 
 BASE: dict[str, Any] = {
@@ -245,6 +250,10 @@ def test_cli_validate_accepts_the_example(tmp_path: Path) -> None:
                  'importing module "{module}" failed: ModuleNotFoundError: No module named '
                  "'egress_no_such_dependency' at {file}:1; install egress_no_such_dependency or remove the import",
                  id="missing-dependency"),
+    pytest.param("import yaml.egress_no_such_sub\n",
+                 'importing module "{module}" failed: ModuleNotFoundError: No module named '
+                 "'yaml.egress_no_such_sub' at {file}:1; module yaml (installed) has no submodule "
+                 "egress_no_such_sub: correct the import or remove it", id="missing-submodule"),
     pytest.param("x = 1\ndef broken(:\n",
                  'module "{module}" has a syntax error: invalid syntax at {file}:2; fix the file', id="syntax-error"),
     pytest.param("import os\nraise RuntimeError('no API key')\n",
@@ -275,3 +284,76 @@ def test_a_function_module_not_on_the_import_path_gets_the_folder_hint(tmp_path:
         f'{spec_path}: computations/to_json/processing_function: cannot import module "egress_nowhere.pipeline" '
         "(ModuleNotFoundError: No module named 'egress_nowhere'); run egress from the folder that contains the "
         "package, or install it")
+
+
+def test_a_function_class_that_needs_constructor_arguments_fails_validation(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    module_file = tmp_path / "egress_user_needs_x.py"
+    module_file.write_text("import egress\nclass F(egress.ProcessFunction):\n    def __init__(self, x):\n"
+                           "        self.x = x\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    spec_path, _ = write(tmp_path, mutated(("computations", "to_json", "processing_function"),
+                                           "egress_user_needs_x:F"))
+    with pytest.raises(SpecErrors) as raised:
+        load_plan(spec_path)
+    assert str(raised.value) == (
+        f"{spec_path}: computations/to_json/processing_function: class F ({module_file}) cannot be constructed "
+        "as egress does, with no arguments: missing a required argument: 'x'; give its __init__ parameters "
+        "defaults, or take them as processing_function_parameters (ctx.parameters in init)")
+
+
+def test_a_function_class_with_defaulted_constructor_arguments_validates(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    (tmp_path / "egress_user_default_x.py").write_text(
+        "import egress\nclass F(egress.ProcessFunction):\n    def __init__(self, x=1, *rest, **named):\n"
+        "        self.x = x\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    spec_path, _ = write(tmp_path, mutated(("computations", "to_json", "processing_function"),
+                                           "egress_user_default_x:F"))
+    assert load_plan(spec_path).computations["to_json"].function_class.__name__ == "F"
+
+
+@pytest.mark.parametrize(("reference", "side"), [("tests.pipelines:Passthrough ", "a trailing"),
+                                                 (" tests.pipelines:Passthrough", "a leading")])
+def test_a_space_around_the_function_reference_is_named(tmp_path: Path, reference: str, side: str) -> None:
+    spec_path, _ = write(tmp_path, mutated(("computations", "to_json", "processing_function"), reference))
+    with pytest.raises(SpecErrors) as raised:
+        load_plan(spec_path)
+    assert str(raised.value) == (f"{spec_path}: computations/to_json/processing_function: {reference!r} has "
+                                 f"{side} space: remove it")
+
+
+def test_a_function_parameter_written_under_the_computation_belongs_under_its_parameters(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    (tmp_path / "egress_user_with_model.py").write_text(
+        "import pydantic, egress\nclass P(pydantic.BaseModel):\n    greeting: str = 'hi'\n"
+        "class F(egress.ProcessFunction):\n    parameters_model = P\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    spec = mutated(("computations", "to_json", "processing_function"), "egress_user_with_model:F")
+    spec["computations"]["to_json"]["greeting"] = "hello"
+    spec_path, _ = write(tmp_path, spec)
+    with pytest.raises(SpecErrors) as raised:
+        load_plan(spec_path)
+    assert str(raised.value) == (f"{spec_path}: computations/to_json/greeting: greeting belongs under "
+                                 "computations/to_json/processing_function_parameters")
+
+
+def test_a_reloaded_dynamic_spec_places_a_sink_parameter_and_refuses_a_duplicate_key(tmp_path: Path) -> None:
+    spec_path, dynamic_path = write(tmp_path, BASE, {"computations": {"to_json": {"sinks": {"http": {
+        "parameters": {"max_attempt_count": 3}}}}}})
+    assert dynamic_path is not None
+    plan = load_plan(spec_path, dynamic_path)
+    applied: list[DynamicSpec] = []
+    watched = DynamicSpecFile(lambda: plan, lambda _plan, dynamic: applied.append(dynamic), StatusTree(),
+                              clock=VirtualClock(), period=1.0, stop=asyncio.Event())
+    dynamic_path.write_text("computations:\n  to_json:\n    sinks:\n      http:\n        max_attempt_count: 3\n")
+    assert not watched.reload()
+    assert watched.error == (f"ignored, the previous DynamicSpec stays in force: {dynamic_path}: "
+                             "computations/to_json/sinks/http/max_attempt_count: max_attempt_count belongs under "
+                             "computations/to_json/sinks/http/parameters")
+    dynamic_path.write_text("computations:\n  to_json:\n    sinks:\n      http:\n        parameters:\n"
+                            "          max_attempt_count: 3\n          max_attempt_count: 4\n")
+    assert not watched.reload()
+    assert watched.error is not None
+    assert "written twice (lines 6 and 7)" in watched.error
+    assert applied == []

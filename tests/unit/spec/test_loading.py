@@ -12,6 +12,7 @@ from egress.connectors.sinks.http_parameters import AsyncHttpSinkDynamicParamete
 from egress.errors import SpecError
 from egress.runtime import load_plan
 from egress.spec import load_document, load_dynamic_spec
+from egress.spec.loader import parse_text
 from tests.conftest import REPO
 
 DATA = REPO / "tests" / "data"
@@ -85,3 +86,10 @@ def test_a_directory_is_named_as_one_with_the_spec_files_in_it(tmp_path: Path) -
         load_document(tmp_path)
     assert str(raised.value) == (f"{tmp_path}: is a directory: name the Spec file in it "
                                  "(there: dynamic_spec.yaml, spec.yaml)")
+
+
+def test_a_yaml_syntax_error_names_the_offending_tab_and_the_line() -> None:
+    with pytest.raises(SpecError) as caught:
+        parse_text(b"a:\n\tb: 1\n", ".yaml")
+    assert caught.value.message == ("does not parse as YAML: while scanning for the next token found character "
+                                    "'\\t' that cannot start any token line 2, column 1: b: 1 ^")

@@ -1,0 +1,60 @@
+"""A YAML mapping with a key written twice is refused (PyYAML would keep one value and drop the other)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from egress.cli.main import app
+from egress.errors import SpecError
+from egress.spec import load_document, load_dynamic_spec
+from egress.spec.loader import parse_text
+from tests.conftest import REPO
+
+
+def test_a_duplicate_sink_parameter_names_the_file_the_path_both_lines_and_the_fix(tmp_path: Path) -> None:
+    spec = tmp_path / "spec.yaml"
+    spec.write_text("computations:\n  to_json:\n    sinks:\n      http:\n        parameters:\n"
+                    "          url: http://a\n          url: http://b\n")
+    with pytest.raises(SpecError) as caught:
+        load_document(spec)
+    assert str(caught.value) == (
+        f"{spec}: computations/to_json/sinks/http/parameters/url: the key 'url' is written twice "
+        "(lines 6 and 7); only one value would be kept: remove one of them")
+
+
+def test_a_duplicate_dynamic_spec_parameter_is_refused(tmp_path: Path) -> None:
+    dynamic = tmp_path / "dynamic.yml"
+    dynamic.write_text("computations:\n  c:\n    sinks:\n      s:\n        parameters:\n"
+                       "          request_timeout: 5s\n          max_attempt_count: 3\n          request_timeout: 9s\n")
+    with pytest.raises(SpecError, match=r"parameters/request_timeout: .*lines 6 and 8"):
+        load_dynamic_spec(dynamic)
+
+
+def test_duplicates_inside_a_list_item_name_its_index() -> None:
+    with pytest.raises(SpecError) as caught:
+        parse_text(b"streams:\n  s:\n    schema:\n      - name: a\n        name: b\n", ".yaml")
+    assert caught.value.path == "streams/s/schema/0/name"
+
+
+def test_the_same_key_in_sibling_mappings_and_merge_overrides_are_accepted() -> None:
+    text = b"base: &b {x: 1}\na: {x: 1}\nb: {x: 2}\nc:\n  <<: *b\n  x: 3\n"
+    assert parse_text(text, ".yaml") == {"base": {"x": 1}, "a": {"x": 1}, "b": {"x": 2}, "c": {"x": 3}}
+
+
+def test_keys_that_differ_only_as_typed_values_are_not_duplicates() -> None:
+    assert parse_text(b"1: a\n'1': b\n", ".yaml") == {1: "a", "1": "b"}
+
+
+def test_egress_validate_refuses_a_duplicate_instead_of_calling_the_pipeline_valid(tmp_path: Path) -> None:
+    example = REPO / "examples" / "http_delivery"
+    spec = tmp_path / "spec.yaml"
+    spec.write_text((example / "spec.yaml").read_text().replace(
+        "          payload_column: payload\n", "          payload_column: payload\n          url: http://other\n"))
+    result = CliRunner().invoke(app, ["validate", str(spec)])
+    assert result.exit_code == 2, result.output
+    assert "computations/to_json/sinks/http/parameters/url: the key 'url' is written twice" in result.output
+    assert "valid pipeline" not in result.output
+
