@@ -58,7 +58,7 @@ def misplaced_message(name: str, at: str, *, belongs_in_dynamic: bool) -> str:
     if belongs_in_dynamic:
         return (f"{name} is a DynamicSpec {kind}: put it {where} in the DynamicSpec file (egress run --dynamic-spec "
                 "FILE), where it applies without a restart")
-    return f"{name} is a Spec {kind}: put it {where} in the Spec file (changing it needs a pipeline stop)"
+    return f"{name} is a Spec {kind}: put it {where} in the Spec file (read once, when egress run starts)"
 
 
 def to_spec_error(error: Any, file: str | None, prefix: str, model: type[BaseModel] | None = None,

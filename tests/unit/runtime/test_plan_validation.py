@@ -173,7 +173,7 @@ def test_unparseable_duration_in_the_dynamic_spec_names_that_file(tmp_path: Path
 @pytest.mark.parametrize(("dynamic", "expected"), [
     pytest.param({"computations": {"to_json": {"sinks": {"http": {"parameters": {"url": "http://127.0.0.1:9/"}}}}}},
                  "computations/to_json/sinks/http/parameters/url: url is a Spec parameter: put it under "
-                 "computations/to_json/sinks/http/parameters in the Spec file (changing it needs a pipeline stop)",
+                 "computations/to_json/sinks/http/parameters in the Spec file (read once, when egress run starts)",
                  id="sink-url"),
     pytest.param({"computations": {"to_json": {"processing_function": "tests.pipelines:Passthrough"}}},
                  "computations/to_json/processing_function: processing_function is a Spec field: put it under "
