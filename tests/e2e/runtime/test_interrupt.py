@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import contextlib
 import signal
 import subprocess
 import sys
 import time
 from collections import Counter
+from collections.abc import Iterator
 from pathlib import Path
+from typing import IO
 
 import pytest
 
@@ -19,6 +22,24 @@ from tests.receiver_record import recorded
 pytestmark = pytest.mark.e2e
 
 ANSWERED = 2000  # requests answered before the receiver holds the rest: the interrupt lands mid-delivery
+
+
+@contextlib.contextmanager
+def sinkless_run(tmp_path: Path, module: str, processing_function: str | None = None) -> \
+        Iterator[tuple[subprocess.Popen[str], IO[str]]]:
+    """``python -m MODULE run`` of the sinkless one-event Spec (its ``processing_function`` when
+    given), with its stderr to read; killed if still running when the block ends."""
+    spec = write_sinkless_spec(tmp_path, processing_function=processing_function)
+    process = subprocess.Popen(
+        [sys.executable, "-m", module, "run", str(spec), "--quiet", "--http-port", "0",
+         "--state-dir", str(tmp_path / "state")], cwd=REPO, stderr=subprocess.PIPE, text=True)
+    try:
+        assert process.stderr is not None
+        yield process, process.stderr
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait()
 
 
 @pytest.mark.timeout(180)
@@ -56,21 +77,12 @@ def test_a_second_interrupt_in_the_exit_after_the_final_commit_exits_130_without
         tmp_path: Path) -> None:
     """The first Ctrl-C stops the run; the second lands in ``settle_for_exit``'s collection, after
     the loop and its signal handlers are gone (``tests.interrupted_exit`` sends it there)."""
-    spec = write_sinkless_spec(tmp_path)
-    process = subprocess.Popen(
-        [sys.executable, "-m", "tests.interrupted_exit", "run", str(spec), "--quiet", "--http-port", "0",
-         "--state-dir", str(tmp_path / "state")], cwd=REPO, stderr=subprocess.PIPE, text=True)
-    try:
-        assert process.stderr is not None
-        first = process.stderr.readline()  # said at once: the run has started and handles Ctrl-C
+    with sinkless_run(tmp_path, "tests.interrupted_exit") as (process, stderr):
+        first = stderr.readline()  # said at once: the run has started and handles Ctrl-C
         assert first.startswith("dashboard, metrics and status at "), first
         process.send_signal(signal.SIGINT)
-        rest = process.stderr.read()
+        rest = stderr.read()
         assert process.wait(timeout=60) == 130, rest
-    finally:
-        if process.poll() is None:
-            process.kill()
-            process.wait()
     assert "Traceback" not in rest, rest
     assert rest.strip().splitlines() == ["stopping after the current epoch commits (Ctrl-C again to exit at once)",
                                          "second interrupt: exiting at once; the final commit is made"]
@@ -81,21 +93,12 @@ def test_ctrl_c_is_answered_while_a_process_function_blocks_the_loop_and_the_sec
         tmp_path: Path) -> None:
     """The signal handlers are the process's, not the loop's: a map blocking the loop's thread
     does not keep the first Ctrl-C unanswered nor the second from exiting at once."""
-    spec = write_sinkless_spec(tmp_path, processing_function="tests.pipelines:BlocksTheLoop")
-    process = subprocess.Popen(
-        [sys.executable, "-m", "egress", "run", str(spec), "--quiet", "--http-port", "0",
-         "--state-dir", str(tmp_path / "state")], cwd=REPO, stderr=subprocess.PIPE, text=True)
-    try:
-        assert process.stderr is not None
-        lines = iter(process.stderr.readline, "")
+    with sinkless_run(tmp_path, "egress", processing_function="tests.pipelines:BlocksTheLoop") as (process, stderr):
+        lines = iter(stderr.readline, "")
         assert next(line for line in lines if line == "blocking the loop\n")
         process.send_signal(signal.SIGINT)
         assert next(lines) == "stopping after the current epoch commits (Ctrl-C again to exit at once)\n"
         process.send_signal(signal.SIGINT)
-        rest = process.stderr.read()
+        rest = stderr.read()
         assert process.wait(timeout=60) == 130, rest
-    finally:
-        if process.poll() is None:
-            process.kill()
-            process.wait()
     assert rest == "second interrupt: exiting at once without the final commit\n"
