@@ -222,3 +222,20 @@ async def test_a_running_worker_goes_on_when_the_other_process_started_later(
     await clock.advance(0)
     await run
     assert membership.deregistered == ["w1"]
+
+
+async def test_a_running_worker_leaves_at_the_first_listing_between_heartbeats_that_shows_an_earlier_duplicate() \
+        -> None:
+    """Members listed between heartbeats (here every retry period: an engine without member
+    notices) are checked too, so a later duplicate stops within a retry period, not a heartbeat."""
+    clock = VirtualClock(START)
+    membership = MemoryMembership(clock)
+    late = worker(membership, "late", started_at=START)
+    run = asyncio.create_task(late.run())
+    await clock.advance(0)
+    await membership.register(record("early", clock.now(), started_at=START - 5.0), 10.0)
+    await clock.advance(late.settings.acquire_retry_period)
+    assert late.settings.acquire_retry_period < PERIOD
+    assert run.done()
+    with pytest.raises(DuplicateWorkerError, match=rf"^worker id 'w1' is in use: pid 41 on host-a .*; {FIX}$"):
+        await run

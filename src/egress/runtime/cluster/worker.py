@@ -249,6 +249,9 @@ class Worker:
                     # A joiner is seen at once (its notice) or within a retry period, not a heartbeat.
                     self._members_stale = False
                     self.members = await self._engine.members()
+                    # A duplicate under this id takes this worker's leases at each pass, not at each
+                    # heartbeat: the later of the two leaves at the first listing that shows it.
+                    self._refuse_a_duplicate()
                 await self._reconcile()
             except (MembershipLostError, DuplicateWorkerError):
                 raise
@@ -396,6 +399,8 @@ class Worker:
         self._jobs.ask_to_stop(unit)
         self._losing.add(unit)
         self.lost.append((unit, self._clock.now()))
+        self._members_stale = True  # taken by a new member, or by a duplicate under this id: look now
+        self._changed.set()
 
     async def _leave(self) -> None:
         """Stop every job (each commits its last epoch), release their leases, deregister."""
