@@ -55,7 +55,7 @@ def parse_text(data: bytes, suffix: str) -> dict[str, Any]:
         elif suffix in (".yaml", ".yml"):
             document = _parse_yaml(data)
         else:
-            document = json.loads(data)
+            document = _parse_json(data)
     except SpecError:
         raise
     except Exception as error:  # each parser has its own error types; all mean "does not parse"
@@ -120,6 +120,38 @@ def _refuse_duplicate_keys(loader: Any, node: Any, path: list[str], seen: set[in
                                 path="/".join([*path, str(key)]))
             first_line[key] = line
             _refuse_duplicate_keys(loader, value_node, [*path, str(key)], seen)
+
+
+def _parse_json(data: bytes) -> Any:
+    """The stdlib's JSON load, refusing an object that has a key twice (it keeps the last value, so
+    the other would be dropped unseen); the error names the object's path in the document."""
+    twice: list[tuple[dict[str, Any], str]] = []
+
+    def pairs(items: list[tuple[str, Any]]) -> dict[str, Any]:
+        built = dict(items)
+        if len(built) < len(items) and not twice:
+            keys = [key for key, _ in items]
+            twice.append((built, next(key for key in keys if keys.count(key) > 1)))
+        return built
+
+    document = json.loads(data, object_pairs_hook=pairs)
+    if twice:
+        where, key = twice[0]
+        raise SpecError(f"the key {key!r} is written twice in one object; only one value would be kept: "
+                        "remove one of them", path="/".join([*_path_of(document, where, []), key]))
+    return document
+
+
+def _path_of(value: Any, wanted: object, path: list[str]) -> list[str]:
+    """The keys and indexes from ``value`` down to the object ``wanted`` (``[]`` if it is not in it)."""
+    if value is wanted:
+        return path
+    children = value.items() if isinstance(value, dict) else enumerate(value) if isinstance(value, list) else ()
+    for name, child in children:
+        found = _path_of(child, wanted, [*path, str(name)])
+        if found or child is wanted:
+            return found
+    return []
 
 
 def _parse_yson(data: bytes) -> Any:

@@ -1,4 +1,5 @@
-"""A YAML mapping with a key written twice is refused (PyYAML would keep one value and drop the other)."""
+"""A YAML mapping or a JSON object with a key written twice is refused (PyYAML and the stdlib
+would keep one value and drop the other)."""
 
 from __future__ import annotations
 
@@ -58,3 +59,27 @@ def test_egress_validate_refuses_a_duplicate_instead_of_calling_the_pipeline_val
     assert "computations/to_json/sinks/http/parameters/url: the key 'url' is written twice" in result.output
     assert "valid pipeline" not in result.output
 
+
+
+def test_a_json_spec_with_a_key_twice_names_the_file_the_path_and_the_fix(tmp_path: Path) -> None:
+    spec = tmp_path / "spec.json"
+    spec.write_text('{"computations": {"to_json": {"partition_count": 4, "partition_count": 8}}}')
+    with pytest.raises(SpecError) as caught:
+        load_document(spec)
+    assert str(caught.value) == (
+        f"{spec}: computations/to_json/partition_count: the key 'partition_count' is written twice in one "
+        "object; only one value would be kept: remove one of them")
+
+
+@pytest.mark.parametrize(("text", "path"), [
+    (b'{"a": 1, "a": 2}', "a"),
+    (b'{"streams": {"s": {"schema": [{"name": "x"}, {"name": "y", "name": "z"}]}}}', "streams/s/schema/1/name"),
+])
+def test_a_json_duplicate_is_named_by_its_path_at_any_depth(text: bytes, path: str) -> None:
+    with pytest.raises(SpecError) as caught:
+        parse_text(text, ".json")
+    assert caught.value.path == path
+
+
+def test_a_json_document_whose_keys_differ_loads_as_before() -> None:
+    assert parse_text(b'{"a": {"b": [1, {"c": 2}]}, "d": null}', ".json") == {"a": {"b": [1, {"c": 2}]}, "d": None}
