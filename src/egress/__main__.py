@@ -1,3 +1,3 @@
-from egress.cli.main import main
+from egress.cli.entry import main
 
 main()

@@ -7,3 +7,6 @@ EXIT_CODES = {
     2: "a usage or Spec problem: bad option, invalid Spec, or a Spec that does not fit the committed state",
     130: "interrupted before every message was delivered (--until-drained), or a second Ctrl-C",
 }
+
+INTERRUPTED = 130
+"""The exit code of an interrupted command (:data:`EXIT_CODES`)."""

@@ -25,10 +25,10 @@ from collections.abc import Callable
 from types import FrameType
 from typing import NoReturn
 
+from egress.cli.exit_codes import INTERRUPTED
 from egress.cli.output import Output
 
 SIGNALS = (signal.SIGINT, signal.SIGTERM)
-INTERRUPTED = 130
 
 
 class Interrupts:

@@ -23,8 +23,8 @@ from typing import TYPE_CHECKING, Annotated, Any, Optional
 import typer
 
 from egress.cli.addresses import cannot_listen, cannot_serve, file_to_append, file_to_write, unusable_state_dir
-from egress.cli.exit_codes import EXIT_CODES
-from egress.cli.interrupts import INTERRUPTED, Interrupts
+from egress.cli.exit_codes import EXIT_CODES, INTERRUPTED
+from egress.cli.interrupts import Interrupts
 from egress.cli.output import (
     LogFormatChoice,
     LogFormatOption,

@@ -3,12 +3,14 @@
 
 from __future__ import annotations
 
+import importlib.abc
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
+from egress.cli import entry
 from egress.cli import main as cli
 from tests.conftest import REPO
 from tests.interrupted_exit import write_spec
@@ -35,5 +37,23 @@ def test_a_ctrl_c_before_the_command_handles_its_own_exits_130_with_one_line(
     monkeypatch.setattr(sys, "argv", ["egress", "validate", "spec.yaml"])
     with pytest.raises(SystemExit) as exited:
         cli.main()
+    assert exited.value.code == 130
+    assert capsys.readouterr().err == "interrupted\n"
+
+
+class _InterruptedImport(importlib.abc.MetaPathFinder):
+    """A Ctrl-C that lands while ``egress.cli.main`` is being imported."""
+
+    def find_spec(self, name: str, path: object, target: object = None) -> None:
+        if name == "egress.cli.main":
+            raise KeyboardInterrupt
+
+
+def test_a_ctrl_c_during_the_command_lines_imports_exits_130_with_one_line(
+        monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    monkeypatch.delitem(sys.modules, "egress.cli.main")
+    monkeypatch.setattr(sys, "meta_path", [_InterruptedImport(), *sys.meta_path])
+    with pytest.raises(SystemExit) as exited:
+        entry.main()
     assert exited.value.code == 130
     assert capsys.readouterr().err == "interrupted\n"
