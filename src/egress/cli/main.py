@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Annotated, Any, Optional
 import typer
 
 from egress.cli.addresses import cannot_listen, cannot_serve, file_to_append, file_to_write, unusable_state_dir
-from egress.cli.exit_codes import EXIT_CODES, INTERRUPTED
+from egress.cli.exit_codes import EXIT_CODES
 from egress.cli.interrupts import Interrupts
 from egress.cli.output import (
     LogFormatChoice,
@@ -626,9 +626,6 @@ def main() -> None:
     named = sys.argv[1] if len(sys.argv) > 1 else None
     try:
         command_line(named if named in COMMANDS else None)()
-    except KeyboardInterrupt:  # a Ctrl-C before a command handles its own (its imports, a Spec's load)
-        print("interrupted", file=sys.stderr)
-        sys.exit(INTERRUPTED)
     finally:
         settle_for_exit()  # the process ends: its exit need not traverse every object again
 

@@ -149,7 +149,7 @@ def _path_of(value: Any, wanted: object, path: list[str]) -> list[str]:
     children = value.items() if isinstance(value, dict) else enumerate(value) if isinstance(value, list) else ()
     for name, child in children:
         found = _path_of(child, wanted, [*path, str(name)])
-        if found or child is wanted:
+        if found:  # never empty when found below the top
             return found
     return []
 

@@ -36,7 +36,7 @@ def test_a_ctrl_c_before_the_command_handles_its_own_exits_130_with_one_line(
     monkeypatch.setattr(cli, "settle_for_exit", lambda: None)
     monkeypatch.setattr(sys, "argv", ["egress", "validate", "spec.yaml"])
     with pytest.raises(SystemExit) as exited:
-        cli.main()
+        entry.main()
     assert exited.value.code == 130
     assert capsys.readouterr().err == "interrupted\n"
 
