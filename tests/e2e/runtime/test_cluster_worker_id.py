@@ -60,6 +60,17 @@ def start(processes: list[subprocess.Popen[bytes]], spec: Path, nats_server: str
     return process, log
 
 
+def held_worker(processes: list[subprocess.Popen[bytes]], tmp_path: Path, receiver: Receiver, nats_server: str,
+                name: str) -> tuple[Path, str, subprocess.Popen[bytes], Path]:
+    """The test's Spec and pipeline, and a worker ``name`` under ``w1`` started on it and delivering,
+    the receiver holding its requests after :data:`ANSWERED`."""
+    spec, pipeline = spec_of(tmp_path, receiver)
+    hold_after(receiver, ANSWERED)
+    process, log = start(processes, spec, nats_server, tmp_path, name)
+    wait_until_held(receiver, process, log)
+    return spec, pipeline, process, log
+
+
 def leases(nats_server: str, pipeline: str) -> list[LeaseInfo]:
     async def read() -> list[LeaseInfo]:
         engine = NatsEngine(nats_server, pipeline)
@@ -83,10 +94,7 @@ def delivered(receiver: Receiver) -> Counter[str]:
 def test_a_second_process_under_a_running_workers_id_is_refused_and_the_first_goes_on(
         tmp_path: Path, nats_server: str, receiver: Receiver,
         egress_processes: list[subprocess.Popen[bytes]]) -> None:
-    spec, pipeline = spec_of(tmp_path, receiver)
-    hold_after(receiver, ANSWERED)
-    first, first_log = start(egress_processes, spec, nats_server, tmp_path, "first")
-    wait_until_held(receiver, first, first_log)
+    spec, pipeline, first, first_log = held_worker(egress_processes, tmp_path, receiver, nats_server, "first")
     taken = eventually_sync(lambda: generations(leases(nats_server, pipeline)), what="the first worker's leases",
                             unless=exited(first, first_log))
 
@@ -108,10 +116,7 @@ def test_a_second_process_under_a_running_workers_id_is_refused_and_the_first_go
 def test_a_worker_killed_and_started_again_under_its_id_takes_its_record_over_and_delivers_everything(
         tmp_path: Path, nats_server: str, receiver: Receiver,
         egress_processes: list[subprocess.Popen[bytes]]) -> None:
-    spec, _ = spec_of(tmp_path, receiver)
-    hold_after(receiver, ANSWERED)
-    killed, killed_log = start(egress_processes, spec, nats_server, tmp_path, "killed")
-    wait_until_held(receiver, killed, killed_log)
+    spec, _, killed, _ = held_worker(egress_processes, tmp_path, receiver, nats_server, "killed")
     killed.send_signal(signal.SIGKILL)
     killed.wait()  # its membership record and leases stay live for up to the lease TTL
 
@@ -125,10 +130,7 @@ def test_a_worker_killed_and_started_again_under_its_id_takes_its_record_over_an
 def test_a_running_worker_whose_record_an_earlier_process_writes_stops_and_leaves_the_record(
         tmp_path: Path, nats_server: str, receiver: Receiver,
         egress_processes: list[subprocess.Popen[bytes]]) -> None:
-    spec, pipeline = spec_of(tmp_path, receiver)
-    hold_after(receiver, ANSWERED)
-    running, running_log = start(egress_processes, spec, nats_server, tmp_path, "running")
-    wait_until_held(receiver, running, running_log)
+    _, pipeline, running, running_log = held_worker(egress_processes, tmp_path, receiver, nats_server, "running")
     engine = NatsEngine(nats_server, pipeline)
     earlier = MemberInfo("w1", "any", {"host": "host-z", "pid": 7, "started_at": 0.0, "instance": "earlier",
                                        "renewed_at": 1.0, "heartbeat_period": 1.0})
