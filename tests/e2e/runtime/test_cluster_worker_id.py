@@ -3,7 +3,9 @@ real nats-server, a real SIGKILL.
 
 * A second process started under the worker id of a running one is refused (exit 1, one line
   naming the id, the other's pid and host, and the fix) while the first keeps its leases (their
-  generations do not move) and then delivers every message exactly once.
+  generations do not move) and then delivers every message exactly once; also when the second runs
+  in a pid namespace of its own (a container with the same host name), where the first's pid names
+  no process.
 * A worker SIGKILLed mid-run and started again under its id takes its record over (no refusal)
   and delivers everything.
 * A running worker whose membership record is written by another instance that started before it
@@ -48,12 +50,23 @@ def spec_of(tmp_path: Path, receiver: Receiver) -> tuple[Path, str]:
     return written, pipeline
 
 
+OWN_PID_NAMESPACE = ("unshare", "--pid", "--fork")
+"""A command prefix running a process in a pid namespace of its own (root only)."""
+
+
+def own_pid_namespace_available() -> bool:
+    try:
+        return subprocess.run([*OWN_PID_NAMESPACE, "true"], capture_output=True, timeout=10).returncode == 0
+    except (OSError, subprocess.TimeoutExpired):
+        return False
+
+
 def start(processes: list[subprocess.Popen[bytes]], spec: Path, nats_server: str, tmp_path: Path,
-          name: str) -> tuple[subprocess.Popen[bytes], Path]:
+          name: str, prefix: tuple[str, ...] = ()) -> tuple[subprocess.Popen[bytes], Path]:
     log = tmp_path / f"{name}.log"
     with log.open("wb") as output:
         process = subprocess.Popen(
-            [sys.executable, "-m", "egress", "run", str(spec), "--engine", nats_server, "--worker-id", "w1",
+            [*prefix, sys.executable, "-m", "egress", "run", str(spec), "--engine", nats_server, "--worker-id", "w1",
              "--lease-ttl", LEASE_TTL, "--state-dir", str(tmp_path / name), "--until-drained", "--quiet"],
             cwd=REPO, stdout=output, stderr=subprocess.STDOUT)
     processes.append(process)
@@ -91,14 +104,18 @@ def delivered(receiver: Receiver) -> Counter[str]:
     return Counter(str(r["idempotency_key"]) for r in recorded(receiver.record) if r["status"] == 200)
 
 
+@pytest.mark.parametrize("where", ["same pid namespace", "own pid namespace"])
 def test_a_second_process_under_a_running_workers_id_is_refused_and_the_first_goes_on(
         tmp_path: Path, nats_server: str, receiver: Receiver,
-        egress_processes: list[subprocess.Popen[bytes]]) -> None:
+        egress_processes: list[subprocess.Popen[bytes]], where: str) -> None:
+    prefix = OWN_PID_NAMESPACE if where == "own pid namespace" else ()
+    if prefix and not own_pid_namespace_available():
+        pytest.skip("unshare --pid needs root here")
     spec, pipeline, first, first_log = held_worker(egress_processes, tmp_path, receiver, nats_server, "first")
     taken = eventually_sync(lambda: generations(leases(nats_server, pipeline)), what="the first worker's leases",
                             unless=exited(first, first_log))
 
-    second, second_log = start(egress_processes, spec, nats_server, tmp_path, "second")
+    second, second_log = start(egress_processes, spec, nats_server, tmp_path, "second", prefix)
     assert second.wait(timeout=60) == 1, second_log.read_text()
     assert second_log.read_text() == (
         f"worker id 'w1' is in use: pid {first.pid} on {socket.gethostname()} is running under it; give each "

@@ -13,6 +13,7 @@ import logging
 import os
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -23,12 +24,14 @@ from egress.runtime.cluster.duplicates import (
     CLAIM_POLL,
     HEARTBEAT_PERIOD,
     INSTANCE,
+    PROCESS_SPACE,
     RENEWAL_SLACK,
     RENEWED_AT,
     DuplicateWorkerError,
     claim_worker_id,
     duplicate_of,
     process_exists,
+    process_space,
     renewal,
     started_before,
     watch_time,
@@ -151,6 +154,27 @@ def test_the_watch_is_bounded_by_one_period_and_the_slack_whatever_the_record_sa
     assert watch_time(record("x", START), START, PERIOD, "elsewhere", lambda pid: False) == PERIOD + RENEWAL_SLACK
     unnamed = MemberInfo("w1", "digest", {INSTANCE: "x"})  # no period, host or renewal time: this worker's period
     assert watch_time(unnamed, START, 1.0, "host-a", running) == 1.0 + RENEWAL_SLACK
+
+
+def test_a_record_from_another_process_space_of_this_host_name_is_watched_the_whole_bound() -> None:
+    def probed(pid: int) -> bool:
+        raise AssertionError("a pid of another pid namespace names no process here: it must not be probed")
+
+    container = record("x", START - 0.1)
+    container.details[PROCESS_SPACE] = "boot/4026532179"
+    assert watch_time(container, START, PERIOD, "host-a", probed, space="boot/4026531836") == PERIOD + RENEWAL_SLACK
+    assert watch_time(container, START, PERIOD, "host-a", lambda pid: False, space="boot/4026532179") == 0.0
+
+
+def test_the_process_space_is_the_kernels_boot_and_the_pid_namespace() -> None:
+    space = process_space()
+    assert space is not None
+    boot, namespace = space.split("/")
+    assert boot == Path("/proc/sys/kernel/random/boot_id").read_text().strip()
+    assert int(namespace) == os.stat("/proc/self/ns/pid").st_ino
+    child = subprocess.run([sys.executable, "-c", "from egress.runtime.cluster.duplicates import process_space; "
+                            "print(process_space())"], capture_output=True, text=True, check=True)
+    assert child.stdout.strip() == space  # another process of this namespace: the same space
 
 
 def test_a_pid_is_probed_on_this_host() -> None:

@@ -14,7 +14,10 @@ predecessor's and is taken over. The wait lasts until that renewal is overdue: a
 period and :data:`RENEWAL_SLACK`; on the same host (the same wall clock) it is counted from the
 record's ``renewed_at``, so a restart a heartbeat period after the crash waits nothing, and none
 at all when the record's pid is no process of this host (the common restart: the crashed process
-is gone; a pid reused by another process only costs the wait).
+is gone; a pid reused by another process only costs the wait). "This host" is the host name and
+the process space (:func:`process_space`: the kernel's boot and the pid namespace): two containers
+on one machine may share a host name while each numbers its own processes, and two machines may
+share one (``localhost``), so a pid is probed and a wall clock trusted only within one space.
 
 Two that start at once, or a duplicate that missed a late renewal, both run: at each heartbeat a
 worker looks at its own record before renewing it (:func:`duplicate_of`); written by another live
@@ -29,6 +32,7 @@ import os
 import socket
 import uuid
 from collections.abc import Callable, Sequence
+from pathlib import Path
 from typing import Any
 
 from egress.clock import Clock
@@ -45,6 +49,8 @@ RENEWAL_SLACK = 0.25
 """Seconds a renewal may come after its heartbeat period (its write and the listing that sees it)."""
 CLAIM_POLL = 0.1
 """Seconds between two listings while a starting worker watches a record under its id."""
+PROCESS_SPACE = "process_space"
+"""The ``details`` key of a member's :func:`process_space`."""
 
 
 class DuplicateWorkerError(EgressError):
@@ -80,6 +86,24 @@ def own_record(members: Sequence[MemberInfo], worker_id: str) -> MemberInfo | No
     return next((member for member in members if member.worker_id == worker_id), None)
 
 
+def process_space() -> str | None:
+    """Where this process's pid means this process: ``BOOT_ID/PID_NAMESPACE_INODE`` (Linux's
+    ``/proc/sys/kernel/random/boot_id`` and the inode of ``/proc/self/ns/pid``); ``None`` where
+    ``/proc`` has neither (then the host name alone tells hosts apart)."""
+    try:
+        boot = Path("/proc/sys/kernel/random/boot_id").read_text().strip()
+        namespace = os.stat("/proc/self/ns/pid").st_ino
+    except OSError:
+        return None
+    return f"{boot}/{namespace}"
+
+
+def same_host(record: MemberInfo, host: str, space: str | None) -> bool:
+    """Whether ``record``'s process ran on ``host`` in process ``space`` (:func:`process_space`):
+    where its pid can be probed and its wall clock is this one's."""
+    return record.details.get("host") == host and record.details.get(PROCESS_SPACE) == space
+
+
 def process_exists(pid: int) -> bool:
     """Whether a process ``pid`` other than this one runs on this host (signal 0 probes it)."""
     if pid == os.getpid():
@@ -96,15 +120,15 @@ def process_exists(pid: int) -> bool:
 
 
 def watch_time(record: MemberInfo, now: float, heartbeat_period: float, host: str,
-               exists: Callable[[int], bool] = process_exists) -> float:
+               exists: Callable[[int], bool] = process_exists, space: str | None = None) -> float:
     """Seconds to watch ``record`` (another instance's, listed at ``now`` on this worker's clock)
     for a renewal before taking it over: until its owner's next renewal is overdue by
     :data:`RENEWAL_SLACK`, at most its ``heartbeat_period`` (``heartbeat_period`` when it names none)
-    and that slack; on another host (another clock) that whole bound; 0 on this ``host`` when no
-    process of its pid ``exists``."""
+    and that slack; on another host (another clock) that whole bound; 0 on this ``host`` (in
+    process ``space``: :func:`same_host`) when no process of its pid ``exists``."""
     period = float(record.details.get(HEARTBEAT_PERIOD, heartbeat_period))
     longest = period + RENEWAL_SLACK
-    if record.details.get("host") != host:
+    if not same_host(record, host, space):
         return longest
     pid = record.details.get("pid")
     if isinstance(pid, int) and not exists(pid):
@@ -116,19 +140,19 @@ def watch_time(record: MemberInfo, now: float, heartbeat_period: float, host: st
 
 
 async def claim_worker_id(membership: Membership, worker_id: str, instance: str, clock: Clock, *,
-                          heartbeat_period: float, host: str | None = None,
+                          heartbeat_period: float, host: str | None = None, space: str | None = None,
                           exists: Callable[[int], bool] = process_exists) -> MemberInfo | None:
     """Make sure no other live process runs under ``worker_id`` before this one (token
     ``instance``) joins: return at once when no other instance's record is listed under it; else
     list it every :data:`CLAIM_POLL` seconds for :func:`watch_time` seconds (``host``: this one's
-    name, ``exists``: whether a pid runs on it), and raise
+    name, ``space``: its :func:`process_space`, ``exists``: whether a pid runs in it), and raise
     :class:`DuplicateWorkerError` once it is renewed, return ``None`` once it is gone (its process
     left), and return the record (a crashed predecessor's, taken over) when it was not renewed."""
     host = socket.gethostname() if host is None else host
     first = own_record(await membership.members(), worker_id)
     if first is None or first.details.get(INSTANCE) == instance:
         return None
-    deadline = clock.monotonic() + watch_time(first, clock.now(), heartbeat_period, host, exists)
+    deadline = clock.monotonic() + watch_time(first, clock.now(), heartbeat_period, host, exists, space)
     while (left := deadline - clock.monotonic()) > 0:
         await clock.sleep(min(CLAIM_POLL, left))
         listed = own_record(await membership.members(), worker_id)

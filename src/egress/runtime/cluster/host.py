@@ -27,7 +27,15 @@ from typing import TYPE_CHECKING, Any
 
 from egress.engines import Engine, LeaseInfo, MessageBus, MissedAppends
 from egress.runtime.cluster.drained import FinishedFlags, outstanding_work, source_is_finished
-from egress.runtime.cluster.duplicates import DuplicateWorkerError, claim_worker_id, new_instance, process_of, renewal
+from egress.runtime.cluster.duplicates import (
+    PROCESS_SPACE,
+    DuplicateWorkerError,
+    claim_worker_id,
+    new_instance,
+    process_of,
+    process_space,
+    renewal,
+)
 from egress.runtime.cluster.worker import ClusterSpecError, Worker, WorkerSettings, refuse_another_spec, spec_digest
 from egress.runtime.hosts import HostContext, RunResult, plan_units
 from egress.runtime.layout import unreachable_work
@@ -71,7 +79,7 @@ class ClusterHost:
         self._started_at = started_at
         predecessor = await claim_worker_id(engine, self.worker_id, self._instance, self._context.clock,
                                             heartbeat_period=self._context.options.heartbeat_period,
-                                            host=socket.gethostname())
+                                            host=socket.gethostname(), space=process_space())
         if predecessor is not None:
             logger.info("worker %s: %s ran under this worker id and stopped: took its membership record over",
                         self.worker_id, process_of(predecessor))
@@ -149,7 +157,8 @@ class ClusterHost:
 
     def _settings(self) -> WorkerSettings:
         options = self._context.options
-        details: dict[str, object] = {"host": socket.gethostname(), "pid": os.getpid(), "started_at": self._started_at}
+        details: dict[str, object] = {"host": socket.gethostname(), "pid": os.getpid(), "started_at": self._started_at,
+                                      PROCESS_SPACE: process_space()}
         status_url = self._status_url()
         if status_url is not None:
             details["status_url"] = status_url
