@@ -34,20 +34,20 @@ SIGNALS = (signal.SIGINT, signal.SIGTERM)
 class Interrupts:
     """The interrupts of one run; ``stop`` asks the run to stop after its current epoch commits
     (``Pipeline.request_stop``); ``finished`` is set once the run has returned (its final commit
-    made)."""
+    made). With ``announce`` False (a worker process of ``--processes``, whose supervisor tells
+    the terminal once for every worker) nothing is said."""
 
-    def __init__(self, output: Output, stop: Callable[[], None]) -> None:
+    def __init__(self, output: Output, stop: Callable[[], None], *, announce: bool = True) -> None:
         self._output = output
         self._stop = stop
+        self._announce = announce  # False in a worker of --processes: its supervisor says it once for all
         self.count = 0
         self.finished = False
 
     def during_the_run(self, loop: asyncio.AbstractEventLoop) -> None:
         """Handle Ctrl-C and SIGTERM while ``loop`` runs the run: the first stops the run after its
         current epoch commits (``stop`` called on ``loop``), a later one :meth:`exit_at_once`."""
-        line = "stopping after the current epoch commits (Ctrl-C again to exit at once)"
-
-        def say_and_stop() -> None:
+        def say_and_stop(line: str) -> None:
             self._output.say(line)
             self._stop()
 
@@ -55,11 +55,13 @@ class Interrupts:
             if self.count:
                 self.exit_at_once(frame)
             self.count += 1
-            if printing(frame):  # the loop turns (it prints): say it there, not inside the print
-                loop.call_soon_threadsafe(say_and_stop)
-                return
-            self._output.say(line)  # the loop may be blocked (a process function): say it now
-            loop.call_soon_threadsafe(self._stop)
+            if not self._announce:
+                loop.call_soon_threadsafe(self._stop)
+            elif printing(frame):  # the loop turns (it prints): say it there, not inside the print
+                loop.call_soon_threadsafe(say_and_stop, stopping_line(signum))
+            else:
+                self._output.say(stopping_line(signum))  # the loop may be blocked (a process function): say it now
+                loop.call_soon_threadsafe(self._stop)
 
         for signum in SIGNALS:
             signal.signal(signum, handler)
@@ -79,7 +81,9 @@ class Interrupts:
         self.count += 1
         which = "second interrupt" if self.count > 1 else "interrupt"
         then = "; the final commit is made" if self.finished else " without the final commit"
-        if printing(frame):
+        if not self._announce:
+            pass
+        elif printing(frame):
             os.write(sys.stderr.fileno(), f"{which}: exiting at once{then}\n".encode())
         else:
             self._output.say(f"{which}: exiting at once{then}", level=logging.WARNING)
@@ -89,6 +93,16 @@ class Interrupts:
 
     def _handler(self, signum: int, frame: FrameType | None) -> None:
         self.exit_at_once(frame)
+
+
+def again(signum: int) -> str:
+    """What exits at once after the first ``signum`` asked the run to stop."""
+    return "Ctrl-C again" if signum == signal.SIGINT else "SIGTERM again, or Ctrl-C,"
+
+
+def stopping_line(signum: int) -> str:
+    """What the first Ctrl-C (``SIGINT``) or ``SIGTERM`` of a run says."""
+    return f"stopping after the current epoch commits ({again(signum)} to exit at once)"
 
 
 PRINTING_MODULES = ("rich", "logging", "egress.cli.output")

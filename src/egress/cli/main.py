@@ -172,6 +172,8 @@ def run(
         min=1, max=5, help="NATS: copies of the pipeline's stream (1; 3 on a 3-node cluster survives the loss of "
                            "a node). Every worker must give the same.")] = 1,
     shared_state: Annotated[bool, typer.Option(hidden=True, help="A worker process of --processes.")] = False,
+    supervised: Annotated[bool, typer.Option(
+        hidden=True, help="A worker process of --processes: its supervisor tells of interrupts.")] = False,
     log_format: LogFormatOption = LogFormatChoice.text,
     log_level: LogLevelOption = LogLevelChoice.info,
     log_retention: Annotated[int, typer.Option(
@@ -221,7 +223,7 @@ def run(
     pipeline = Pipeline(plan, directory, options=options, http_port=http_port, http_host=http_host,
                         engine_factory=factory, worker_id=member)
 
-    interrupts = Interrupts(output, pipeline.request_stop)
+    interrupts = Interrupts(output, pipeline.request_stop, announce=not supervised)
     tune_for_run()  # the garbage collector's settings for a run (egress.runtime.garbage_collection)
     try:
         result = asyncio.run(_drive(pipeline, quiet, interrupts))

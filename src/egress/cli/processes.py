@@ -34,6 +34,7 @@ from typing import Any
 from rich.console import Console
 
 from egress.cli.exit_codes import EXIT_CODES
+from egress.cli.interrupts import again
 from egress.engines import Engine
 from egress.runtime import Plan
 from egress.runtime.cluster.worker import default_worker_id
@@ -44,9 +45,9 @@ console = Console(stderr=True, soft_wrap=True)
 # A child that ends with one of EXIT_CODES (egress run's) ended as meant; any other end is unexpected:
 # it is started again.
 MAX_RESTARTS = 10
+"""Restarts of one child before the run gives up on it (a child that cannot live is not a crash loop)."""
 THROTTLER_START_TIMEOUT = 30.0
 """Seconds the parent waits for the throttler service it starts to say where it listens."""
-"""Restarts of one child before the run gives up on it (a child that cannot live is not a crash loop)."""
 
 
 class ProcessesRun:
@@ -69,6 +70,7 @@ class ProcessesRun:
         self._children: dict[int, subprocess.Popen[bytes]] = {}
         self._restarts: dict[int, int] = {}
         self._stopping = False
+        self._interrupts = 0  # Ctrl-Cs and SIGTERMs forwarded to running children
 
     def run(self) -> int:
         """Run the children to their end; the exit code of the whole run."""
@@ -123,7 +125,7 @@ class ProcessesRun:
 
     def child_command(self, index: int) -> list[str]:
         command = [sys.executable, "-m", "egress", "run", *self._arguments, "--state-dir", str(self.state_dir),
-                   "--worker-id", f"{self.base_id}-{index}", "--quiet",
+                   "--worker-id", f"{self.base_id}-{index}", "--quiet", "--supervised",
                    "--report", str(self._reports / f"worker-{index}.json")]
         if self._http_port is not None:
             command += ["--http-port", str(self._http_port + index if self._http_port else 0)]
@@ -133,6 +135,18 @@ class ProcessesRun:
         self._children[index] = subprocess.Popen(self.child_command(index), start_new_session=True)
 
     def _forward(self, signum: int, frame: object) -> None:
+        """Ctrl-C or SIGTERM of the run: said once here for every child (each is ``--supervised``:
+        silent), then sent to each."""
+        if any(child.poll() is None for child in self._children.values()):
+            self._interrupts += 1
+            if self._interrupts == 1:
+                console.print(f"stopping the {self.count} processes after their current epochs commit "
+                              f"({again(signum)} to exit at once)", highlight=False)
+            else:
+                console.print(f"second interrupt: the {self.count} processes exit at once", highlight=False)
+        self._signal_children(signum)
+
+    def _signal_children(self, signum: int) -> None:
         self._stopping = True
         for child in self._children.values():
             if child.poll() is None:
@@ -158,7 +172,7 @@ class ProcessesRun:
                     else:
                         codes[index] = code
                         if code == 2:  # a Spec the others cannot run either: stop them
-                            self._forward(signal.SIGTERM, None)
+                            self._signal_children(signal.SIGTERM)
             return codes
         finally:
             for signum, handler in previous.items():

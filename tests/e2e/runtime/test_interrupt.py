@@ -89,16 +89,19 @@ def test_a_second_interrupt_in_the_exit_after_the_final_commit_exits_130_without
 
 
 @pytest.mark.timeout(120)
+@pytest.mark.parametrize(("signum", "again"), [(signal.SIGINT, "Ctrl-C again"),
+                                               (signal.SIGTERM, "SIGTERM again, or Ctrl-C,")])
 def test_ctrl_c_is_answered_while_a_process_function_blocks_the_loop_and_the_second_exits_130(
-        tmp_path: Path) -> None:
+        tmp_path: Path, signum: signal.Signals, again: str) -> None:
     """The signal handlers are the process's, not the loop's: a map blocking the loop's thread
-    does not keep the first Ctrl-C unanswered nor the second from exiting at once."""
+    does not keep the first Ctrl-C (or SIGTERM, which says so) unanswered nor the second from
+    exiting at once."""
     with sinkless_run(tmp_path, "egress", processing_function="tests.pipelines:BlocksTheLoop") as (process, stderr):
         lines = iter(stderr.readline, "")
         assert next(line for line in lines if line == "blocking the loop\n")
-        process.send_signal(signal.SIGINT)
-        assert next(lines) == "stopping after the current epoch commits (Ctrl-C again to exit at once)\n"
-        process.send_signal(signal.SIGINT)
+        process.send_signal(signum)
+        assert next(lines) == f"stopping after the current epoch commits ({again} to exit at once)\n"
+        process.send_signal(signum)
         rest = stderr.read()
         assert process.wait(timeout=60) == 130, rest
     assert rest == "second interrupt: exiting at once without the final commit\n"
