@@ -183,9 +183,12 @@ def size_groups(sizes: Sequence[int], budget: int) -> list[tuple[int, int]]:
 
 
 def log_chunk_entries(data: bytes) -> tuple[int, list[LogEntry]]:
-    """A log chunk's first offset and entries (rows still encoded)."""
-    _, _, first, _, entries = unpack(data)
-    return int(first), [(bytes(m), bytes(k), t, bytes(r)) for m, k, t, r in entries]
+    """A log chunk's first offset and entries (rows still encoded). msgpack's C unpacker makes
+    each entry a tuple itself (``use_list=False``): a quarter of the CPU of rebuilding the entries
+    from ormsgpack's lists in Python, paid by a job for every message another worker's reader
+    appended."""
+    _, _, first, _, entries = msgpack.unpackb(data, use_list=False, raw=False)
+    return int(first), list(entries)
 
 
 def log_chunk_extent(data: bytes) -> tuple[int, int]:
