@@ -218,7 +218,8 @@ def preregister(url: str, spec: Path, workers: int) -> None:
 
 def run_workers(target: Target, count: int, workers: int, work: Path, timeout: float,
                 profile: bool = False, first: int | None = None, rtt: float | None = None,
-                partitioned: bool = False, instructions: bool = False, tally: bool = False) -> ClusterResult:
+                partitioned: bool = False, instructions: bool = False, tally: bool = False,
+                preregistered: bool = False) -> ClusterResult:
     """A fresh nats-server and ``workers`` egress processes on one pipeline until it is drained; with
     ``profile``, each worker under ``py-spy record --gil --threads -f raw`` (the thread holding the
     GIL: py-spy takes a thread waiting in epoll or on a queue for a running one on this machine),
@@ -229,8 +230,9 @@ def run_workers(target: Target, count: int, workers: int, work: Path, timeout: f
     readers as there are workers (:func:`nats_spec`); with ``instructions``, each worker under
     ``valgrind --tool=cachegrind --cache-sim=no``, its instructions in the notes (a count the
     machine's load and its number of cores cannot move, unlike CPU seconds), every worker
-    pre-registered (:func:`preregister`) so that each runs its share from its start; with
-    ``tally``, every message the server routes counted by kind (``benchmarks/nats_tally.py``)."""
+    pre-registered (:func:`preregister`) so that each runs its share from its start (also with
+    ``preregistered``); with ``tally``, every message the server routes counted by kind
+    (``benchmarks/nats_tally.py``)."""
     name = f"nats-{workers}" + ("" if first is None else "-fixed") + ("" if rtt is None else f"-rtt{rtt * 1e3:g}ms")
     phase = work / name
     shutil.rmtree(phase, ignore_errors=True)
@@ -250,7 +252,7 @@ def run_workers(target: Target, count: int, workers: int, work: Path, timeout: f
     processes: dict[str, subprocess.Popen[bytes]] = {}
     logs = []
     try:
-        if instructions:
+        if instructions or preregistered:
             preregister(server.url, spec, workers)
         counting = Tally(server.url) if tally else None
         if counting is not None:
@@ -519,6 +521,11 @@ def main(argv: Sequence[str] | None = None) -> int:
                         help="run each NATS worker under valgrind's cachegrind (far slower) and print its "
                              "instructions per message: what it costs whatever the load and the cores; each http-N "
                              "worker under callgrind, counting over the clients' window only (per event)")
+    parser.add_argument("--preregister", action="store_true",
+                        help="list every worker as a member before starting them (as --instructions does), so that "
+                             "each reads and delivers its share from its start, as workers that join within ms of "
+                             "each other do; without it the workers' start-ups share this machine's cores, the first "
+                             "joins up to a second before the last and runs the others' units until they join")
     parser.add_argument("--tally", action="store_true",
                         help="count every message the NATS server routes by kind (a subscription to '>': it "
                              "adds to the server's CPU), per 1,000 messages and per second per worker")
@@ -578,7 +585,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 else:
                     result = run_workers(target, args.messages, int(phase.split("-")[1]), work, args.timeout,
                                          args.profile, partitioned=partitioned, instructions=args.instructions,
-                                         tally=args.tally)
+                                         tally=args.tally, preregistered=args.preregister)
                 results[phase] = result
                 for line in describe(result):
                     print("  " + line, flush=True)
@@ -587,7 +594,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             for phase in [p for p in results if p != "embedded" and 0 < args.fixed_messages < args.messages]:
                 target.start()
                 fixed = run_workers(target, args.fixed_messages, int(phase.split("-")[1]), work, args.timeout,
-                                    first=args.fixed_messages, partitioned=partitioned, instructions=args.instructions)
+                                    first=args.fixed_messages, partitioned=partitioned, instructions=args.instructions,
+                                    preregistered=args.preregister)
                 for note in fixed.notes if args.instructions else []:
                     print(f"    {note}", flush=True)
                 fixed_results[phase] = fixed
