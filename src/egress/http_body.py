@@ -78,7 +78,8 @@ class IncompleteBodyError(UnreadableBodyError):
     request is incomplete and will stay so (RFC 9112 section 8)."""
 
     def __init__(self) -> None:
-        super().__init__("the body did not arrive whole: the client ended its side of the connection first")
+        super().__init__("the body did not arrive whole: the client ended its side of the connection first "
+                         "(nothing of the request is accepted)")
 
 
 class ClientClosedError(RequestBodyError):

@@ -8,13 +8,13 @@ again. Other answers: ``400`` with the line and reason for bad JSON (nothing of 
 accepted), ``401`` without the right bearer token when one is configured (``bearer_token_env`` or
 ``bearer_token_file``; compared in constant time), ``400`` for a request not whole when the
 client ends its side of the connection (a FIN: nothing of it is accepted), ``408`` for a body not
-whole within ``body_timeout`` seconds (the client still sending), ``413`` for a body declared or grown over ``max_body_bytes`` (the body is
-read whole however it arrives: :func:`egress.http_body.read_body`; nothing of a refused one is
-accepted, and its connection is closed), ``429`` with
-``Retry-After`` while the pipeline holds back (more than ``max_backlog`` events committed and not yet
-delivered downstream, ``egress.runtime.source_reader.downstream_backlog``) or more than
-``max_pending_events`` wait for their commit, ``503`` when the run stops before the events were
-committed.
+whole within ``body_timeout`` seconds (the client still sending), ``413`` for a body declared or
+grown over ``max_body_bytes`` (the body is read whole however it arrives:
+:func:`egress.http_body.read_body`; nothing of a refused one is accepted, and its connection is
+closed), ``429`` with ``Retry-After`` while the pipeline holds back (more than ``max_backlog``
+events committed and not yet delivered downstream,
+``egress.runtime.source_reader.downstream_backlog``) or more than ``max_pending_events`` wait for
+their commit, ``503`` when the run stops before the events were committed.
 
 Serving: a plain POST is parsed and answered from bytes (:mod:`egress.connectors.sources.http_fast`);
 every other request, and every answer but a ``200``, is aiohttp's (the connection handed over).
