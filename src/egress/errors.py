@@ -20,6 +20,7 @@ one type. The shape follows httpx: a small tree, named by what went wrong, not b
     │   ├── BodyTooLargeError     413
     │   ├── BodyTimeoutError      408
     │   ├── UnreadableBodyError   400
+    │   │   └── IncompleteBodyError  the client's FIN came before the body's end
     │   └── ClientClosedError     499
     ├── ProcessFunctionError      a process function raised (stream, key, message id)
     │   └── RowEncodingError      an emitted value cannot be stored (computation, stream, column, id)

@@ -15,6 +15,9 @@ Refusals are :class:`RequestBodyError`\\ s, ``status`` the answer to give:
   client that stalls mid-body, or trickles it);
 - ``400`` :class:`UnreadableBodyError`: aiohttp could not frame or decode it (bad chunk sizes, a
   ``Content-Encoding`` over bytes that are not in it, the connection ended before the body did);
+  :class:`IncompleteBodyError`, one of them: the client ended its side of the connection (its
+  FIN) before the body ended, which a server that keeps the connection half-open learns of and
+  tells the reader (:func:`client_ended`), so the answer comes at the FIN, not at the deadline;
 - ``499`` :class:`ClientClosedError`: the client left mid-body (nobody reads an answer).
 
 Answer a refusal through :func:`closing`: the rest of a refused body may still be on its way, so the
@@ -70,6 +73,15 @@ class UnreadableBodyError(RequestBodyError):
     status = 400
 
 
+class IncompleteBodyError(UnreadableBodyError):
+    """The client ended its side of the connection before the body ended (400 Bad Request): the
+    request is incomplete and will stay so (RFC 9112 section 8)."""
+
+    def __init__(self) -> None:
+        super().__init__("the body did not arrive whole: the client ended its side of the connection first "
+                         "(nothing of the request is accepted)")
+
+
 class ClientClosedError(RequestBodyError):
     """The client closed the connection before the body ended; 499 (nginx's), never sent."""
 
@@ -85,12 +97,22 @@ async def request_chunks(request: web.BaseRequest, seconds: float) -> AsyncGener
     try:
         async for chunk in within_deadline(_stream_chunks(request), seconds):
             yield chunk
-    except BodyTimeoutError:
+    except (BodyTimeoutError, IncompleteBodyError):
         # Once answered, aiohttp reads and drops what is left of a body for up to its lingering_time
         # (10 s) before it closes the connection, and a server stopping waits for that; a body that
-        # timed out is not coming: its stream ending in a timeout makes aiohttp close at once.
+        # timed out, or was cut short, is not coming: its stream ending in a timeout makes aiohttp
+        # close at once (another exception there it would log as unhandled).
         request.content.set_exception(TimeoutError())
         raise
+
+
+def client_ended(request: web.BaseRequest) -> None:
+    """The client of ``request`` sends nothing more (its FIN came, on a connection kept half-open
+    for the answers): a body not whole by now never will be, so its reader (:func:`read_body`,
+    :func:`request_chunks`) raises :class:`IncompleteBodyError` at once, from its next read on. A
+    body whole by now (the parser has seen its end, read or not) is left as it is."""
+    if not request.content.is_eof():
+        request.content.set_exception(IncompleteBodyError())
 
 
 async def _stream_chunks(request: web.BaseRequest) -> AsyncGenerator[bytes, None]:

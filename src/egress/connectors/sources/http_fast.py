@@ -22,7 +22,8 @@ request whole before the FIN is answered, in order, each once committed, then th
 closes; a request begun and not whole at the FIN is answered ``400`` (nothing of it accepted), then
 the connection closes. A connection handed over to aiohttp (:class:`HalfOpen`) is not told of the
 FIN: aiohttp answers every request it reads whole, in order, and closes the connection once idle for
-``keepalive_timeout``.
+``keepalive_timeout``; a body it is reading, not whole at the FIN, is answered ``400`` then (the
+source's handler learns of the FIN through :func:`at_fin`), not ``408`` at ``body_timeout``.
 
 A body not whole when its headers end waits at most ``body_timeout`` seconds (the loop's clock, as
 :mod:`egress.http_body`), and so do headers begun and not ended (a client that stalls mid-head, or
@@ -35,9 +36,10 @@ hand-over.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Protocol
 
 from egress.observe import tracing
@@ -368,7 +370,7 @@ class IngestProtocol(asyncio.Protocol):
             return
         self._handed_over = True
         protocol = self._fallback()
-        transport.set_protocol(HalfOpen(protocol))
+        transport.set_protocol(HalfOpen(protocol, self._eof))
         self._source.connection_closed(self)
         protocol.connection_made(transport)
         buffer, self._buffer = self._buffer, b""
@@ -387,13 +389,20 @@ class HalfOpen(asyncio.Protocol):
     FIN, was accepted and never answered). Kept from it, the connection stays half-open (the
     client still reads): aiohttp answers each request, in order, and closes the connection once idle
     for ``keepalive_timeout``, as it does for a client that keeps its writing side open. Only
-    ``asyncio.Protocol``'s public methods are passed on.
+    ``asyncio.Protocol``'s public methods are passed on. ``ended``: the FIN came before the
+    hand-over.
+
+    A handler reading a request's body learns of the FIN through :func:`at_fin`: aiohttp, not told,
+    would wait for the rest of a body cut short by it until ``body_timeout`` (a ``408``), while
+    nothing more can come.
     """
 
-    __slots__ = ("_protocol",)
+    __slots__ = ("_at_fin", "_ended", "_protocol")
 
-    def __init__(self, protocol: asyncio.Protocol) -> None:
+    def __init__(self, protocol: asyncio.Protocol, ended: bool = False) -> None:
         self._protocol = protocol
+        self._ended = ended
+        self._at_fin: Callable[[], None] | None = None
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self._protocol.connection_made(transport)
@@ -402,7 +411,24 @@ class HalfOpen(asyncio.Protocol):
         self._protocol.data_received(data)
 
     def eof_received(self) -> bool:
+        # Every byte before the FIN has been passed on (and parsed) by now: what the callback's
+        # request has of its body is all it will get.
+        self._ended = True
+        if self._at_fin is not None:
+            self._at_fin()
         return True  # keep the transport open for the answers still to come
+
+    @contextlib.contextmanager
+    def calling_at_fin(self, callback: Callable[[], None]) -> Iterator[None]:
+        """Within the block, call ``callback()`` once the client's FIN comes, at once if it came
+        before; one callback at a time (aiohttp handles one request of a connection at a time)."""
+        self._at_fin = callback
+        try:
+            if self._ended:
+                callback()
+            yield
+        finally:
+            self._at_fin = None
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._protocol.connection_lost(exc)
@@ -412,3 +438,15 @@ class HalfOpen(asyncio.Protocol):
 
     def resume_writing(self) -> None:
         self._protocol.resume_writing()
+
+
+def at_fin(transport: asyncio.BaseTransport | None, callback: Callable[[], None]
+           ) -> contextlib.AbstractContextManager[None]:
+    """Within the block, call ``callback()`` once the client of ``transport``'s connection has
+    ended its writing side (at once if it has), when that connection is one aiohttp serves for the
+    source (:class:`HalfOpen`); on another (aiohttp's own protocol closes at the FIN), or a
+    connection lost (``transport`` ``None``), never."""
+    protocol = None if transport is None else transport.get_protocol()
+    if isinstance(protocol, HalfOpen):
+        return protocol.calling_at_fin(callback)
+    return contextlib.nullcontext()

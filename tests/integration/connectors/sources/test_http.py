@@ -2,7 +2,8 @@
 line, 401 without the token, 413 over the limit, 429 while events pile up or the sinks downstream
 hold back (a stalled receiver), and a repeated ``Idempotency-Key`` is one event, across restarts too.
 A body is read whole however it arrives (in pieces, chunked, split anywhere), up to
-``max_body_bytes`` (413) and within ``body_timeout`` (408), from raw sockets."""
+``max_body_bytes`` (413) and within ``body_timeout`` (408), or answered 400 at once when the
+client half-closes (FIN) before its end, on the lean path and aiohttp's alike, from raw sockets."""
 
 from __future__ import annotations
 
@@ -546,17 +547,22 @@ async def test_a_declared_content_length_over_max_body_bytes_is_413_before_any_b
 @pytest.mark.parametrize(("stalled", "awaited"), [
     ("mid-body", "the body"),
     ("after the request line", "the request's headers"),  # a head never ended (slowloris)
+    ("before the last chunk", "the body"),  # aiohttp's to read: chunked
 ])
 async def test_a_client_stalling_mid_request_gets_408_after_body_timeout_and_nothing_is_accepted(
         run_http: Any, stalled: str, awaited: str) -> None:
+    """The client keeps its writing side open (no FIN): what is missing may still come, so the
+    request waits ``body_timeout``, then 408."""
     receiver = recording()
     running = await run_http(receiver, format="jsonl", body_timeout=0.5)
     body, _ = events(1, 2)
     request = raw_http.with_length("/events", body)
-    sent = len(request) - len(body) // 2 if stalled == "mid-body" else request.index(b"\r\n") + 2
+    sent = {"mid-body": request[:len(request) - len(body) // 2],
+            "after the request line": request[:request.index(b"\r\n") + 2],
+            "before the last chunk": raw_http.chunked_head("/events") + raw_http.chunk(body)}[stalled]
     started = time.monotonic()
     with raw_http.connect(running.port) as connection:
-        connection.sendall(request[:sent])  # then nothing more
+        connection.sendall(sent)  # then nothing more
         answer = await asyncio.to_thread(raw_http.read_answer, connection)
         await asyncio.to_thread(raw_http.wait_closed, connection)  # at once: the rest is not coming
     assert time.monotonic() - started >= 0.5
@@ -778,6 +784,11 @@ async def test_a_connection_idle_for_keepalive_timeout_is_closed_on_either_path_
     assert after_answer >= 2.0  # aiohttp's connections: the same timeout
 
 
+CUT_AT_THE_FIN = ("the body did not arrive whole: the client ended its side of the connection first "
+                  "(nothing of the request is accepted)")
+"""The error of the 400 to a body incomplete at the client's FIN, on either path."""
+
+
 def half_closed(port: int, request: bytes) -> raw_http.Answer:
     """Write ``request``, end the writing side (FIN), then read the answer and the server's close."""
     with raw_http.connect(port) as connection:
@@ -848,6 +859,7 @@ async def test_a_half_close_after_a_body_sent_in_pieces_gets_its_200_and_one_mid
     request = raw_http.with_length("/events", cut)
     answers, closed = await asyncio.to_thread(half_closed_after, running.port, [request[:-10], request[-10:-5]], 1)
     assert [answer.status for answer in answers] == [400]
+    assert orjson.loads(answers[0].body)["error"] == CUT_AT_THE_FIN  # as aiohttp's path words it
     assert answers[0].headers["connection"] == "close"
     assert closed
     await assert_committed_and_delivered(running, receiver, payloads)
@@ -889,6 +901,99 @@ async def test_requests_served_by_aiohttp_are_answered_after_the_half_close(run_
         s[1] for s in sent]
     assert closed
     await assert_committed_and_delivered(running, receiver, [p for s in sent for p in s[2]])
+
+
+def chunked_in_pieces(body: bytes, cut: str) -> list[bytes]:
+    """A chunked request of ``body`` in two chunks, each its own write, cut as ``cut`` says: ``whole``
+    (the last chunk and the end, written apart), ``before the last chunk`` (two chunks, no zero-length
+    one), ``mid-chunk`` (the second chunk's size line and half its data), ``before the end`` (the last
+    chunk's size line without the CRLF that ends the message)."""
+    half = len(body) // 2
+    pieces = [raw_http.chunked_head("/events") + raw_http.chunk(body[:half]), raw_http.chunk(body[half:])]
+    return {"whole": [*pieces, raw_http.chunk(b"")],
+            "before the last chunk": pieces,
+            "mid-chunk": [pieces[0], pieces[1][:len(pieces[1]) // 2]],
+            "before the end": [*pieces, b"0\r\n"]}[cut]
+
+
+@pytest.mark.parametrize("cut", ["before the last chunk", "mid-chunk", "before the end", "whole"])
+async def test_a_chunked_body_cut_short_by_the_half_close_gets_400_at_once_and_a_whole_one_200(
+        run_http: Any, cut: str) -> None:
+    """aiohttp serves a chunked request (the lean path hands it over); a FIN before its end makes it
+    incomplete (RFC 9112 section 8): 400 at the FIN, nothing of it accepted, the close, not a 408
+    once ``body_timeout`` has passed (an hour here: the test's read gives up long before). A body
+    whole at the FIN, its last chunk written on its own, is accepted and answered 200 (then aiohttp
+    closes the connection once idle for ``keepalive_timeout``)."""
+    receiver = recording()
+    running = await run_http(receiver, format="jsonl", body_timeout=3600, keepalive_timeout=1.0)
+    body, payloads = events(1, 4)
+    answers, closed = await asyncio.to_thread(half_closed_after, running.port, chunked_in_pieces(body, cut), 1)
+    assert closed
+    if cut == "whole":
+        assert [accepted(answer) for answer in answers] == [(200, {"accepted": 4})]
+        await assert_committed_and_delivered(running, receiver, payloads)
+        return
+    assert [answer.status for answer in answers] == [400]
+    assert orjson.loads(answers[0].body)["error"] == CUT_AT_THE_FIN
+    assert answers[0].headers["connection"] == "close"
+    await assert_committed_and_delivered(running, receiver, [])
+
+
+@pytest.mark.parametrize("shape", ["chunked, cut plain", "plain, cut chunked", "chunked, cut chunked"])
+async def test_a_request_cut_short_by_the_half_close_after_one_served_by_aiohttp_gets_400_after_its_200(
+        run_http: Any, shape: str) -> None:
+    """On a connection aiohttp serves, a request incomplete at the FIN (a body short of its
+    ``Content-Length``, or a chunked one without its last chunk), sent at once with a whole request
+    before it, is answered 400 at once after that request's 200, whether the FIN came before aiohttp
+    had the connection (behind a plain request the lean path answers) or after."""
+    receiver = recording()
+    running = await run_http(receiver, format="jsonl", body_timeout=3600)
+    (first, p1), (second, _) = events(1, 2), events(5, 3)
+    whole = {"chunked": raw_http.chunked_head("/events") + raw_http.chunk(first) + raw_http.chunk(b""),
+             "plain": raw_http.with_length("/events", first)}
+    cut = {"plain": raw_http.with_length("/events", second)[:-5],
+           "chunked": raw_http.chunked_head("/events") + raw_http.chunk(second)}
+    before, after = shape.split(", cut ")
+    answers, closed = await asyncio.to_thread(half_closed_after, running.port, [whole[before] + cut[after]], 2)
+    assert [answer.status for answer in answers] == [200, 400]
+    assert accepted(answers[0]) == (200, {"accepted": 2})
+    assert orjson.loads(answers[1].body)["error"] == CUT_AT_THE_FIN
+    assert closed
+    await assert_committed_and_delivered(running, receiver, p1)
+
+
+def continued_then_half_closed(port: int, head: bytes, body: bytes) -> tuple[bytes, raw_http.Answer]:
+    """Write ``head`` (with ``Expect: 100-continue``), read the interim answer's status line, write
+    ``body``, end the writing side (FIN): that status line and the answer, once the server closed."""
+    with raw_http.connect(port) as connection, connection.makefile("rb") as stream:
+        connection.sendall(head)
+        interim = stream.readline()
+        assert stream.readline() == b"\r\n"
+        connection.sendall(body)
+        connection.shutdown(socket.SHUT_WR)
+        status = int(stream.readline().split()[1])
+        headers = {}
+        while (line := stream.readline()) not in (b"\r\n", b""):
+            name, _, value = line.decode("latin-1").partition(":")
+            headers[name.strip().lower()] = value.strip()
+        answer = raw_http.Answer(status, headers, stream.read(int(headers["content-length"])))
+        assert stream.read() == b"", "the server sent more after its answer"
+        return interim.rstrip(), answer
+
+
+async def test_a_body_after_100_continue_cut_short_by_the_half_close_gets_400_at_once(run_http: Any) -> None:
+    """``Expect: 100-continue`` (curl sends it for a body over 1 KiB) is aiohttp's to answer; the body
+    that follows, short of its ``Content-Length`` at the FIN, is answered 400 then, not 408 at
+    ``body_timeout`` (an hour), and nothing of it is accepted."""
+    receiver = recording()
+    running = await run_http(receiver, format="jsonl", body_timeout=3600)
+    body, _ = events(1, 3)
+    head = raw_http.head("/events", [("Expect", "100-continue"), ("Content-Length", str(len(body)))])
+    interim, answer = await asyncio.to_thread(continued_then_half_closed, running.port, head, body[:-5])
+    assert interim == b"HTTP/1.1 100 Continue"
+    assert answer.status == 400
+    assert orjson.loads(answer.body)["error"] == CUT_AT_THE_FIN
+    await assert_committed_and_delivered(running, receiver, [])
 
 
 async def test_a_token_file_that_cannot_be_read_stops_the_start_naming_the_parameter_and_the_file(
