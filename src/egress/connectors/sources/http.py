@@ -92,6 +92,11 @@ wakes), so a batch that takes every client back costs less per event than the tw
 clients would otherwise split into (those answered while the others were being committed). The
 gather ends sooner once each of those connections has a request waiting again (a lone client at
 once), or none arrived for :data:`GATHER_GAP`."""
+STOP_GRACE = 2.0
+"""Seconds a stop waits for the requests aiohttp is still handling (``AppRunner``'s
+``shutdown_timeout``, a minute by default) before it cancels them: those committed or refused are
+answered within it; one still waiting for a body that does not come (``body_timeout`` may be
+minutes) is cut off, its connection closed, nothing of it accepted (its client sends again)."""
 GATHER_GAP = 0.005
 """Seconds without a new request after which :meth:`HttpSource.take`'s gather ends: a connection the
 last commit answered that does not send again (its client is done, or a balancer gave its next
@@ -304,7 +309,7 @@ class HttpSource(CountedPosition):
         app.router.add_route("*", "/{tail:.*}", unrouted_handler({parameters.path: "POST"}),
                              expect_handler=expect_handler)  # no 500 for a non-UTF-8 Expect, on any path
         runner = web.AppRunner(app, access_log=None, handle_signals=False,
-                               keepalive_timeout=parameters.keepalive_timeout)
+                               keepalive_timeout=parameters.keepalive_timeout, shutdown_timeout=STOP_GRACE)
         await runner.setup()
         aiohttp_protocol = runner.server
         assert aiohttp_protocol is not None

@@ -25,7 +25,14 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from egress.clock import VirtualClock
-from egress.connectors.sources.http import GATHER_GAP, GATHER_SECONDS, HttpSource, HttpSourceError, HttpSourceParameters
+from egress.connectors.sources.http import (
+    GATHER_GAP,
+    GATHER_SECONDS,
+    STOP_GRACE,
+    HttpSource,
+    HttpSourceError,
+    HttpSourceParameters,
+)
 from egress.receiver import Receiver
 from egress.runtime import Pipeline, RunOptions, load_plan
 from egress.runtime.cluster.assignment import assign
@@ -1030,3 +1037,26 @@ async def test_a_host_not_of_this_machine_stops_the_start_naming_the_host_parame
     message = await start_refused(HttpSourceParameters(host="192.0.2.1", port=free_port()))
     assert message.endswith("(cannot assign requested address): change sources/hooks/parameters/host to "
                                       "an address of this machine (127.0.0.1: this machine only)")
+
+
+def continued(connection: socket.socket, head: bytes) -> bytes:
+    """Write ``head`` (with ``Expect: 100-continue``) and read the interim answer's status line:
+    once it is there, the request's handler runs and waits for the body."""
+    connection.sendall(head)
+    with connection.makefile("rb") as stream:
+        interim = stream.readline()
+        assert stream.readline() == b"\r\n"
+    return interim.rstrip()
+
+
+async def test_a_stop_is_not_held_by_a_client_stalled_mid_body_on_aiohttps_path(run_http: Any) -> None:
+    """A handler waiting for a body that does not come (``body_timeout``: an hour) is given up
+    ``STOP_GRACE`` seconds into the stop, not aiohttp's default minute, and nothing of it is accepted."""
+    running = await run_http(recording(), format="jsonl", body_timeout=3600)
+    head = raw_http.chunked_head("/events", [("Expect", "100-continue")])
+    with raw_http.connect(running.port) as connection:
+        assert await asyncio.to_thread(continued, connection, head) == b"HTTP/1.1 100 Continue"
+        started = time.monotonic()
+        await running.stop()
+        assert time.monotonic() - started < STOP_GRACE + 10, "the stop waited for the stalled body"
+    assert running.pipeline.metrics.total("egress_source_rows_total") == 0
