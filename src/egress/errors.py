@@ -110,6 +110,11 @@ class SpecError(EgressError):
         return SpecError(self.message, path=path, file=file if file is not None else self.file)
 
 
+SHOWN_PROBLEMS = 50
+"""How many problems :meth:`SpecErrors.format` gives a line each: past them a file (one generated
+wrong, say) would bury the first under thousands of lines, and each costs time and memory."""
+
+
 class SpecErrors(SpecError):
     """Several :class:`SpecError` found in one validation pass; ``errors`` lists them in order."""
 
@@ -119,7 +124,14 @@ class SpecErrors(SpecError):
         super().__init__(first.message, path=first.path, file=first.file)
 
     def format(self) -> str:
-        return "\n".join(error.format() for error in self.errors)
+        """One line per problem (:meth:`SpecError.format`), the first :data:`SHOWN_PROBLEMS` of
+        them, then ``… and N more problems`` when there are more."""
+        lines = [error.format() for error in self.errors[:SHOWN_PROBLEMS]]
+        more = len(self.errors) - SHOWN_PROBLEMS
+        if more > 0:
+            lines.append(f"… and {more} more problem{'s' if more > 1 else ''} (fix these and check again to "
+                         "see them)")
+        return "\n".join(lines)
 
 
 class SourceDataError(EgressError):

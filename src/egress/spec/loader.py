@@ -140,16 +140,26 @@ def _refuse_duplicate_keys(loader: Any, node: Any, path: list[str], seen: set[in
         for index, item in enumerate(node.value):
             _refuse_duplicate_keys(loader, item, [*path, str(index)], seen)
     elif isinstance(node, yaml.MappingNode):
-        first_at: dict[Any, tuple[int, int]] = {}
+        first: dict[Any, Any] = {}
         for key_node, value_node in node.value:
             if not isinstance(key_node, yaml.ScalarNode) or key_node.tag == "tag:yaml.org,2002:merge":
                 continue  # a "<<" merge key's entries may be overridden: that is what it is for
-            key = loader.construct_object(key_node)
-            at = (key_node.start_mark.line + 1, key_node.start_mark.column + 1)
-            if key in first_at:
-                raise SpecError(_written_twice(key, first_at[key], at), path="/".join([*path, str(key)]))
-            first_at[key] = at
-            _refuse_duplicate_keys(loader, value_node, [*path, str(key)], seen)
+            # A plain string key is its text: the constructor's call costs more than the rest here.
+            key = key_node.value if key_node.tag == _YAML_STR else loader.construct_object(key_node)
+            if key in first:
+                raise SpecError(_written_twice(key, _yaml_place(first[key]), _yaml_place(key_node)),
+                                path="/".join([*path, str(key)]))
+            first[key] = key_node
+            if not isinstance(value_node, yaml.ScalarNode):
+                _refuse_duplicate_keys(loader, value_node, [*path, str(key)], seen)
+
+
+_YAML_STR = "tag:yaml.org,2002:str"
+
+
+def _yaml_place(node: Any) -> tuple[int, int]:
+    """The line and column (1-based) where the composed YAML ``node`` starts."""
+    return node.start_mark.line + 1, node.start_mark.column + 1
 
 
 def _parse_json(data: bytes) -> Any:
