@@ -103,8 +103,9 @@ def test_a_byte_that_is_not_utf8_is_named_with_its_line_column_and_the_fix(tmp_p
     column = {".yaml": 11, ".json": 14, ".yson": 12}[suffix]
     with pytest.raises(SpecError) as caught:
         load_document(spec)
-    assert str(caught.value) == (f"{spec}: the byte 0xe9 at line 2, column {column} (byte "
-                                 f"{spec.read_bytes().index(0xe9) + 1} of the file) is not UTF-8: save the file as UTF-8")
+    byte = spec.read_bytes().index(0xe9) + 1
+    assert str(caught.value) == (f"{spec}: the byte 0xe9 at line 2, column {column} (byte {byte} of the file) "
+                                 "is not UTF-8: save the file as UTF-8")
 
 
 def test_a_json_spec_in_utf16_with_its_byte_order_mark_still_loads(tmp_path: Path) -> None:
