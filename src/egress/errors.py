@@ -125,12 +125,14 @@ class SpecErrors(SpecError):
 
     def format(self) -> str:
         """One line per problem (:meth:`SpecError.format`), the first :data:`SHOWN_PROBLEMS` of
-        them, then ``… and N more problems`` when there are more."""
+        them, then, when there are more, ``FILE: … and N more problems: ...`` naming the files
+        they are in."""
         lines = [error.format() for error in self.errors[:SHOWN_PROBLEMS]]
-        more = len(self.errors) - SHOWN_PROBLEMS
-        if more > 0:
-            lines.append(f"… and {more} more problem{'s' if more > 1 else ''} (fix these and check again to "
-                         "see them)")
+        rest = self.errors[SHOWN_PROBLEMS:]
+        if rest:
+            files = ", ".join(dict.fromkeys(error.file for error in rest if error.file))
+            lines.append(printable(f"{files + ': ' if files else ''}… and {len(rest)} more "
+                                   f"problem{'s' if len(rest) > 1 else ''}: fix these and check again to see them"))
         return "\n".join(lines)
 
 

@@ -26,13 +26,13 @@ def test_past_the_shown_problems_one_line_counts_the_rest() -> None:
     assert len(caught.value.errors) == SHOWN_PROBLEMS + 12
     assert len(lines) == SHOWN_PROBLEMS + 1
     assert lines[0] == "spec.yaml: unknown_0: unknown field (check the spelling against the documentation)"
-    assert lines[-1] == "… and 12 more problems (fix these and check again to see them)"
+    assert lines[-1] == "spec.yaml: … and 12 more problems: fix these and check again to see them"
 
 
 def test_one_problem_past_the_shown_ones_is_counted_in_the_singular() -> None:
     with pytest.raises(SpecErrors) as caught:
         validate_model(Spec, _unknown(SHOWN_PROBLEMS + 1))
-    assert caught.value.format().splitlines()[-1] == "… and 1 more problem (fix these and check again to see them)"
+    assert caught.value.format().splitlines()[-1] == "… and 1 more problem: fix these and check again to see them"
 
 
 def test_as_many_problems_as_are_shown_get_a_line_each_and_no_count() -> None:
@@ -71,8 +71,15 @@ def test_egress_validate_prints_the_shown_problems_and_the_count(tmp_path: Path)
     result = CliRunner().invoke(app, ["validate", str(spec)])
     assert result.exit_code == 2, result.output
     lines = [line for line in result.output.splitlines() if line]
-    assert lines[-1] == "… and 950 more problems (fix these and check again to see them)"
+    assert lines[-1] == f"{spec}: … and 950 more problems: fix these and check again to see them"
     assert sum(line.startswith(f"{spec}: unknown_") for line in lines) == SHOWN_PROBLEMS
+
+
+def test_the_count_names_every_file_its_problems_are_in() -> None:
+    errors = [SpecError("x", path=str(i), file="spec.yaml") for i in range(SHOWN_PROBLEMS + 1)]
+    errors.append(SpecError("y", path="z", file="dynamic.yaml"))
+    assert SpecErrors(errors).format().splitlines()[-1] == (
+        "spec.yaml, dynamic.yaml: … and 2 more problems: fix these and check again to see them")
 
 
 def test_a_spec_error_that_is_not_many_formats_as_before() -> None:
