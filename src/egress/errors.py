@@ -111,6 +111,11 @@ class SpecError(EgressError):
         return SpecError(self.message, path=path, file=file if file is not None else self.file)
 
 
+SHOWN_PROBLEMS = 50
+"""How many problems :meth:`SpecErrors.format` gives a line each: past them a file (one generated
+wrong, say) would bury the first under thousands of lines, and each costs time and memory."""
+
+
 class SpecErrors(SpecError):
     """Several :class:`SpecError` found in one validation pass; ``errors`` lists them in order."""
 
@@ -120,7 +125,16 @@ class SpecErrors(SpecError):
         super().__init__(first.message, path=first.path, file=first.file)
 
     def format(self) -> str:
-        return "\n".join(error.format() for error in self.errors)
+        """One line per problem (:meth:`SpecError.format`), the first :data:`SHOWN_PROBLEMS` of
+        them, then, when there are more, ``FILE: … and N more problems: ...`` naming the files
+        they are in."""
+        lines = [error.format() for error in self.errors[:SHOWN_PROBLEMS]]
+        rest = self.errors[SHOWN_PROBLEMS:]
+        if rest:
+            files = ", ".join(dict.fromkeys(error.file for error in rest if error.file))
+            lines.append(printable(f"{files + ': ' if files else ''}… and {len(rest)} more "
+                                   f"problem{'s' if len(rest) > 1 else ''}: fix these and check again to see them"))
+        return "\n".join(lines)
 
 
 class SourceDataError(EgressError):

@@ -148,36 +148,48 @@ def validate_dynamic_spec(data: Any, spec_document: dict[str, Any], *, file: str
 
 def _placement(spec_document: dict[str, Any], *, in_dynamic: bool) -> Callable[[tuple[str, ...]], str | None]:
     """``validate_model``'s ``placement`` for the Spec (or, ``in_dynamic``, the DynamicSpec): an
-    unknown field written directly under ``computations/<c>/sinks/<s>`` or ``computations/<c>`` that
-    is a parameter of that sink's class (the Spec's ``spec_document`` names it), of a sink of the
-    computation, or of its process function, is said to belong under that ``parameters`` (in the
-    other file when it is the other file's)."""
+    unknown field written directly under ``computations/<c>/sinks/<s>``, ``computations/<c>`` or at
+    the top level that is a parameter of that sink's class (the Spec's ``spec_document`` names it),
+    of a sink of the computation (of any computation, at the top level), or of its process
+    function, is said to belong under that ``parameters`` (in the other file when it is the other
+    file's)."""
+    computations = _mapping(spec_document.get("computations"))
+
     def placed(loc: tuple[str, ...]) -> str | None:
-        if len(loc) < 3 or loc[0] != "computations":
-            return None
-        computation_id, name = loc[1], loc[-1]
-        computation = _mapping(_mapping(spec_document.get("computations")).get(computation_id))
-        sink_ids = list(_mapping(computation.get("sinks")))
-        if len(loc) == 5 and loc[2] == "sinks":
-            sink_ids = [loc[3]]
-        elif len(loc) == 3:
-            found = _function_parameter(computation, name, f"computations/{computation_id}", in_dynamic)
-            if found is not None:
-                return found
-        else:
-            return None
-        for sink_id in sink_ids:
-            sink_class_name = _mapping(_mapping(computation.get("sinks")).get(sink_id)).get("sink_class_name")
-            try:
-                sink_class = SINKS.get(str(sink_class_name))
-            except KeyError:
-                continue
-            found = _belongs(name, f"computations/{computation_id}/sinks/{sink_id}/parameters",
-                             sink_class.parameters_model, sink_class.dynamic_parameters_model, in_dynamic)
-            if found is not None:
-                return found
+        name = loc[-1]
+        if len(loc) == 1:
+            return next((found for computation_id in computations
+                         if (found := _computation_parameter(computations, computation_id, None, name, in_dynamic))
+                         is not None), None)
+        if len(loc) == 5 and loc[:3:2] == ("computations", "sinks"):
+            return _computation_parameter(computations, loc[1], loc[3], name, in_dynamic)
+        if len(loc) == 3 and loc[0] == "computations":
+            return _computation_parameter(computations, loc[1], None, name, in_dynamic)
         return None
     return placed
+
+
+def _computation_parameter(computations: dict[str, Any], computation_id: str, sink_id: str | None, name: str,
+                           in_dynamic: bool) -> str | None:
+    """Where ``name`` belongs when it is a parameter of the sink ``sink_id`` of the computation
+    ``computation_id`` (of the Spec's ``computations``), or, for ``None``, of its process function
+    or of any of its sinks; ``None`` when it is none of theirs."""
+    computation = _mapping(computations.get(computation_id))
+    sinks = _mapping(computation.get("sinks"))
+    if sink_id is None:
+        found = _function_parameter(computation, name, f"computations/{computation_id}", in_dynamic)
+        if found is not None:
+            return found
+    for each in list(sinks) if sink_id is None else [sink_id]:
+        try:
+            sink_class = SINKS.get(str(_mapping(sinks.get(each)).get("sink_class_name")))
+        except KeyError:
+            continue
+        found = _belongs(name, f"computations/{computation_id}/sinks/{each}/parameters",
+                         sink_class.parameters_model, sink_class.dynamic_parameters_model, in_dynamic)
+        if found is not None:
+            return found
+    return None
 
 
 def _function_parameter(computation: dict[str, Any], name: str, at: str, in_dynamic: bool) -> str | None:

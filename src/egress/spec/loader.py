@@ -1,7 +1,9 @@
 """Read a Spec or DynamicSpec file into plain Python data, the format chosen by extension.
 
 ``.yson`` is parsed by ytsaurus-client's ``yt.yson`` (both a whole map and Flow's map fragment
-``"computations" = {...};`` load), ``.yaml``/``.yml`` by PyYAML, ``.json`` by the stdlib.
+``"computations" = {...};`` load), ``.yaml``/``.yml`` by PyYAML, ``.json`` by the stdlib. In each,
+a key written twice in one map is refused naming its path and both places, and so is a byte that
+is not UTF-8, naming its line and column.
 """
 
 from __future__ import annotations
@@ -49,6 +51,7 @@ def load_document(path: str | Path) -> dict[str, Any]:
 
 def parse_text(data: bytes, suffix: str) -> dict[str, Any]:
     """Parse ``data`` as the format of ``suffix``; raises :class:`SpecError` without a file name."""
+    _refuse_non_utf8(data)
     try:
         if suffix == ".yson":
             document = _parse_yson(data)
@@ -65,6 +68,35 @@ def parse_text(data: bytes, suffix: str) -> dict[str, Any]:
     if not isinstance(document, dict):
         raise SpecError(f"the top level must be a map, got {type(document).__name__}")
     return document
+
+
+_UTF16_OR_32 = (b"\xff\xfe", b"\xfe\xff", b"\x00\x00\xfe\xff")
+"""The byte order marks of UTF-16 and UTF-32, which the YAML and JSON parsers read too."""
+
+
+def _refuse_non_utf8(data: bytes) -> None:
+    """Raise :class:`SpecError` naming the line, the column and the value of the first byte of
+    ``data`` that is not UTF-8 (each parser would name only its position in the file, or, for
+    YSON, its position in a string). A file with a UTF-16 or UTF-32 byte order mark is left to the
+    parser."""
+    if data.startswith(_UTF16_OR_32):
+        return
+    try:
+        data.decode("utf-8")
+    except UnicodeDecodeError as error:
+        line_start = data.rfind(b"\n", 0, error.start) + 1
+        line, column = data.count(b"\n", 0, error.start) + 1, error.start - line_start + 1
+        raise SpecError(f"the byte 0x{data[error.start]:02x} at line {line}, column {column} (byte "
+                        f"{error.start + 1} of the file) is not UTF-8: save the file as UTF-8") from None
+
+
+def _written_twice(key: Any, first: tuple[int, int], second: tuple[int, int]) -> str:
+    """The message for ``key`` written twice in one map, at ``first`` and ``second`` (1-based
+    line and column each): both places, so that the reader finds them, and the fix."""
+    (line, column), (other_line, other_column) = first, second
+    where = (f"line {line}, columns {column} and {other_column}" if line == other_line
+             else f"lines {line} and {other_line}")
+    return f"the key {key!r} is written twice ({where}); only one value would be kept: remove one of them"
 
 
 def _parse_yaml(data: bytes) -> Any:
@@ -108,18 +140,26 @@ def _refuse_duplicate_keys(loader: Any, node: Any, path: list[str], seen: set[in
         for index, item in enumerate(node.value):
             _refuse_duplicate_keys(loader, item, [*path, str(index)], seen)
     elif isinstance(node, yaml.MappingNode):
-        first_line: dict[Any, int] = {}
+        first: dict[Any, Any] = {}
         for key_node, value_node in node.value:
             if not isinstance(key_node, yaml.ScalarNode) or key_node.tag == "tag:yaml.org,2002:merge":
                 continue  # a "<<" merge key's entries may be overridden: that is what it is for
-            key = loader.construct_object(key_node)
-            line = key_node.start_mark.line + 1
-            if key in first_line:
-                raise SpecError(f"the key {key!r} is written twice (lines {first_line[key]} and {line}); "
-                                "only one value would be kept: remove one of them",
+            # A plain string key is its text: the constructor's call costs more than the rest here.
+            key = key_node.value if key_node.tag == _YAML_STR else loader.construct_object(key_node)
+            if key in first:
+                raise SpecError(_written_twice(key, _yaml_place(first[key]), _yaml_place(key_node)),
                                 path="/".join([*path, str(key)]))
-            first_line[key] = line
-            _refuse_duplicate_keys(loader, value_node, [*path, str(key)], seen)
+            first[key] = key_node
+            if not isinstance(value_node, yaml.ScalarNode):
+                _refuse_duplicate_keys(loader, value_node, [*path, str(key)], seen)
+
+
+_YAML_STR = "tag:yaml.org,2002:str"
+
+
+def _yaml_place(node: Any) -> tuple[int, int]:
+    """The line and column (1-based) where the composed YAML ``node`` starts."""
+    return node.start_mark.line + 1, node.start_mark.column + 1
 
 
 def _parse_json(data: bytes) -> Any:
@@ -155,13 +195,87 @@ def _path_of(value: Any, wanted: object, path: list[str]) -> list[str]:
 
 
 def _parse_yson(data: bytes) -> Any:
-    import yt.yson
+    """yt.yson's pure-Python parser, which refuses a map key or an attribute written twice: named
+    rather than ``yt.yson.loads``, which is the C++ bindings' when those are installed, whose
+    handling of a key twice this loader does not rely on. Its message names neither the map nor
+    the lines: a file it refuses so is walked again (:func:`_yson_duplicate`) to say both."""
+    from yt.yson.common import YsonError
     from yt.yson.convert import yson_to_json
+    from yt.yson.parser import loads
 
     stripped = data.strip()
-    yson_type = None if stripped.startswith(b"{") else "map_fragment"
-    parsed = yt.yson.loads(stripped, yson_type=yson_type)
+    fragment = not stripped.startswith(b"{")
+    try:
+        parsed = loads(stripped, yson_type="map_fragment" if fragment else None)
+    except YsonError as error:
+        if "Duplicate map key" in str(error) or "Repeated attribute" in str(error):
+            found = _yson_duplicate(data, fragment)  # not stripped: its lines are the file's
+            if found is not None:
+                raise found from None
+        raise
     return _plain(yson_to_json(parsed))
+
+
+def _yson_duplicate(data: bytes, fragment: bool) -> SpecError | None:
+    """The first key written twice in one map (or one attribute map, ``@`` in the path) of the
+    YSON ``data`` (a map fragment when ``fragment``), as a :class:`SpecError` naming its path and
+    both places; ``None`` when there is none. Walks yt.yson's tokens, keeping the path: a
+    container opened, a key read, a ``;`` between entries, a container closed."""
+    from io import BytesIO
+
+    from yt.yson import yson_token as token
+    from yt.yson.tokenizer import YsonTokenizer
+
+    source = b"{" + data + b"}" if fragment else data
+    tokens = YsonTokenizer(BytesIO(source), encoding="utf-8")
+    # Each open container: its path, its keys' places (None for a list), the next entry's key or index.
+    stack: list[tuple[list[str], dict[str, tuple[int, int]] | None, list[str]]] = []
+    expect_key = False
+    while True:
+        tokens.parse_next()
+        kind = tokens.get_current_token().get_type()
+        if kind == token.TOKEN_END_OF_STREAM:
+            return None
+        here = [*stack[-1][0], stack[-1][2][0]] if stack else []
+        if kind in (token.TOKEN_LEFT_BRACE, token.TOKEN_LEFT_ANGLE):
+            stack.append(([*here, "@"] if kind == token.TOKEN_LEFT_ANGLE else here, {}, [""]))
+            expect_key = True
+        elif kind == token.TOKEN_LEFT_BRACKET:
+            stack.append((here, None, ["0"]))
+        elif kind in (token.TOKEN_RIGHT_BRACE, token.TOKEN_RIGHT_ANGLE, token.TOKEN_RIGHT_BRACKET):
+            stack.pop()
+            expect_key = False
+        elif kind == token.TOKEN_SEMICOLON and stack:
+            path, keys, entry = stack[-1]
+            if keys is None:
+                entry[0] = str(int(entry[0]) + 1)
+            expect_key = keys is not None
+        elif kind == token.TOKEN_STRING and expect_key and stack:
+            path, keys, entry = stack[-1]
+            key = str(tokens.get_current_token().get_value())
+            at = _yson_place(source, tokens.get_position_info(), fragment)
+            if keys is not None and key in keys:
+                return SpecError(_written_twice(key, keys[key], at), path="/".join([*path, key]))
+            if keys is not None:
+                keys[key] = at
+            entry[0], expect_key = key, False
+
+
+def _yson_place(source: bytes, position: tuple[int, int, int], fragment: bool) -> tuple[int, int]:
+    """The line and column (1-based) where the key token that ends at ``position`` (yt.yson's
+    line, column after it, offset after it) starts in the file; a fragment's added ``{`` is not in
+    the file."""
+    line, _, offset = position
+    start = offset - 1
+    if source[start:offset] == b'"':  # a quoted key: back to its opening quote
+        start -= 1
+        while start > 0 and not (source[start:start + 1] == b'"' and source[start - 1:start] != b"\\"):
+            start -= 1
+    else:
+        while start > 0 and source[start - 1:start] not in b" \t\r\n{;<":
+            start -= 1
+    column = start - (source.rfind(b"\n", 0, start) + 1) + 1
+    return line, column - 1 if fragment and line == 1 else column
 
 
 def _plain(value: Any) -> Any:

@@ -14,7 +14,7 @@ from typing import Any, Literal, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
-from egress.errors import SpecErrors
+from egress.errors import SHOWN_PROBLEMS, SpecErrors
 from egress.spec.loader import load_document
 from egress.spec.problems import (
     close_match,
@@ -174,9 +174,12 @@ def validate_model(model: type[Model], data: Any, *, file: str | None = None, pr
         # Strict: a run must not find out later that ``"4"`` or ``true`` stood where a number belongs.
         return model.model_validate(data, strict=True)
     except ValidationError as error:
-        found = drop_misspelled_missing(error.errors(), model)
+        found = drop_misspelled_missing(error.errors(include_url=False), model, examined=SHOWN_PROBLEMS)
+        # Only the problems SpecErrors shows are worth a "did you mean" or a placement (difflib and
+        # the connector look-ups cost tens of µs each); the rest are counted, in plain words.
         raise SpecErrors([to_spec_error(e, file, prefix, model, _misplaced(model, e, prefix, elsewhere or {})
-                                        or _placed(e, placement)) for e in found]) from None
+                                        or _placed(e, placement)) for e in found[:SHOWN_PROBLEMS]]
+                         + [to_spec_error(e, file, prefix) for e in found[SHOWN_PROBLEMS:]]) from None
 
 
 def _placed(error: Any, placement: Callable[[tuple[str, ...]], str | None] | None) -> str | None:

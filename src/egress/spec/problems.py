@@ -85,15 +85,19 @@ def to_spec_error(error: Any, file: str | None, prefix: str, model: type[BaseMod
 
 def close_match(name: str, known: list[str]) -> str | None:
     """The one of ``known`` that ``name`` is most likely a misspelling of, or ``None``."""
+    if not known:  # difflib would still build its matcher for ``name``
+        return None
     close = difflib.get_close_matches(name, known, n=1, cutoff=0.6)
     return close[0] if close else None
 
 
-def drop_misspelled_missing(errors: list[Any], model: type[BaseModel]) -> list[Any]:
+def drop_misspelled_missing(errors: list[Any], model: type[BaseModel], examined: int | None = None) -> list[Any]:
     """``errors`` (pydantic's, of ``model``) without each "required field is missing" whose field
-    an unknown field beside it misspells: that one's "did you mean" says all, and first."""
+    an unknown field beside it misspells: that one's "did you mean" says all, and first. Only the
+    unknown fields among the first ``examined`` errors (all when ``None``) are looked at: a later
+    one's "did you mean" would not be shown, so its "missing" line stays."""
     misspelled = set()
-    for error in errors:
+    for error in errors[:examined]:
         loc = tuple(error["loc"])
         owner = model_at(model, loc[:-1]) if error["type"] == "extra_forbidden" and loc else None
         if owner is not None:

@@ -83,3 +83,49 @@ def test_a_json_duplicate_is_named_by_its_path_at_any_depth(text: bytes, path: s
 
 def test_a_json_document_whose_keys_differ_loads_as_before() -> None:
     assert parse_text(b'{"a": {"b": [1, {"c": 2}]}, "d": null}', ".json") == {"a": {"b": [1, {"c": 2}]}, "d": None}
+
+
+def test_a_yaml_flow_map_with_a_key_twice_on_one_line_names_the_line_once_and_both_columns() -> None:
+    with pytest.raises(SpecError) as caught:
+        parse_text(b"pipeline: p\nheaders: {a: 1, a: 2}\n", ".yaml")
+    assert caught.value.path == "headers/a"
+    assert caught.value.message == ("the key 'a' is written twice (line 2, columns 11 and 17); only one value "
+                                    "would be kept: remove one of them")
+
+
+def test_a_yson_spec_with_a_key_twice_names_the_file_the_path_both_lines_and_the_fix(tmp_path: Path) -> None:
+    spec = tmp_path / "spec.yson"
+    spec.write_text('"computations" = {\n  to_json = {\n    sinks = {http = {parameters = {\n'
+                    '      url = "http://a";\n      "url" = "http://b";\n    }}}}};\n')
+    with pytest.raises(SpecError) as caught:
+        load_document(spec)
+    assert str(caught.value) == (
+        f"{spec}: computations/to_json/sinks/http/parameters/url: the key 'url' is written twice "
+        "(lines 4 and 5); only one value would be kept: remove one of them")
+
+
+@pytest.mark.parametrize(("text", "path", "where"), [
+    (b"{a=1; a=2}", "a", "line 1, columns 2 and 7"),
+    (b"a=1;\nb=2;\na=3", "a", "lines 1 and 3"),
+    (b"{streams={s={schema=[{name=x};{name=y;name=z}]}}}", "streams/s/schema/1/name", "line 1, columns 32 and 39"),
+    (b"{a=<q=1;q=2>{}}", "a/@/q", "line 1, columns 5 and 9"),
+])
+def test_a_yson_duplicate_is_named_by_its_path_at_any_depth(text: bytes, path: str, where: str) -> None:
+    with pytest.raises(SpecError) as caught:
+        parse_text(text, ".yson")
+    assert caught.value.path == path
+    assert f"({where})" in caught.value.message
+
+
+def test_a_dynamic_spec_yson_with_a_key_twice_is_refused(tmp_path: Path) -> None:
+    dynamic = tmp_path / "dynamic.yson"
+    dynamic.write_text("{computations={c={sinks={s={parameters={max_attempt_count=3;max_attempt_count=5}}}}}}")
+    with pytest.raises(SpecError, match=r"dynamic.yson: computations/c/sinks/s/parameters/max_attempt_count: "
+                                        r"the key 'max_attempt_count' is written twice"):
+        load_dynamic_spec(dynamic)
+
+
+def test_yson_keys_that_repeat_only_in_sibling_maps_and_lists_load_as_before() -> None:
+    text = b'{a={x=1};b={x=2};c=[{x=1};{x=2}];"d e"=<x=1>{x=2}}'
+    assert parse_text(text, ".yson") == {"a": {"x": 1}, "b": {"x": 2}, "c": [{"x": 1}, {"x": 2}],
+                                         "d e": {"$attributes": {"x": 1}, "$value": {"x": 2}}}

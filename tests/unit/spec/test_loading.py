@@ -93,3 +93,22 @@ def test_a_yaml_syntax_error_names_the_offending_tab_and_the_line() -> None:
         parse_text(b"a:\n\tb: 1\n", ".yaml")
     assert caught.value.message == ("does not parse as YAML: while scanning for the next token found character "
                                     "'\\t' that cannot start any token line 2, column 1: b: 1 ^")
+
+
+@pytest.mark.parametrize("suffix", [".yaml", ".json", ".yson"])
+def test_a_byte_that_is_not_utf8_is_named_with_its_line_column_and_the_fix(tmp_path: Path, suffix: str) -> None:
+    spec = tmp_path / f"spec{suffix}"
+    spec.write_bytes({".yaml": b'pipeline: p\nname: "caf\xe9"\n', ".json": b'{"pipeline": "p",\n "name": "caf\xe9"}',
+                      ".yson": b'pipeline = p;\nname = "caf\xe9"'}[suffix])
+    column = {".yaml": 11, ".json": 14, ".yson": 12}[suffix]
+    with pytest.raises(SpecError) as caught:
+        load_document(spec)
+    byte = spec.read_bytes().index(0xe9) + 1
+    assert str(caught.value) == (f"{spec}: the byte 0xe9 at line 2, column {column} (byte {byte} of the file) "
+                                 "is not UTF-8: save the file as UTF-8")
+
+
+def test_a_json_spec_in_utf16_with_its_byte_order_mark_still_loads(tmp_path: Path) -> None:
+    spec = tmp_path / "spec.json"
+    spec.write_bytes('{"pipeline": "café"}'.encode("utf-16"))
+    assert load_document(spec) == {"pipeline": "café"}

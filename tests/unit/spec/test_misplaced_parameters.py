@@ -94,3 +94,33 @@ def test_a_misspelled_required_field_gets_only_did_you_mean(tmp_path: Path) -> N
     assert _problems(spec_file, dynamic_file, spec, dynamic) == [
         f"{spec_file}: computations/to_json/sinks/http/sink_class_nam: unknown field; did you mean "
         "'sink_class_name'?"]
+
+
+def test_a_dynamic_sink_parameter_at_the_spec_top_level_names_the_sinks_parameters_in_the_dynamic_spec(
+        tmp_path: Path) -> None:
+    spec_file, dynamic_file, spec, dynamic = _files(tmp_path)
+    spec["max_attempt_count"] = 3
+    assert _problems(spec_file, dynamic_file, spec, dynamic) == [
+        f"{spec_file}: max_attempt_count: max_attempt_count is a DynamicSpec parameter: put it under "
+        "computations/to_json/sinks/http/parameters in the DynamicSpec file (egress run --dynamic-spec FILE), "
+        "where it applies without a restart"]
+
+
+def test_a_static_sink_parameter_at_the_spec_top_level_belongs_under_the_sinks_parameters(tmp_path: Path) -> None:
+    spec_file, dynamic_file, spec, dynamic = _files(tmp_path)
+    spec["payload_column"] = "payload"
+    assert _problems(spec_file, dynamic_file, spec, dynamic) == [
+        f"{spec_file}: payload_column: payload_column belongs under computations/to_json/sinks/http/parameters"]
+
+
+@pytest.mark.parametrize(("name", "value", "message"), [
+    ("max_attempt_count", 3, "max_attempt_count belongs under computations/to_json/sinks/http/parameters"),
+    ("url", "http://x", "url is a Spec parameter: put it under computations/to_json/sinks/http/parameters in the "
+                        "Spec file"),
+])
+def test_a_sink_parameter_at_the_dynamic_spec_top_level_names_where_it_belongs(
+        tmp_path: Path, name: str, value: object, message: str) -> None:
+    spec_file, dynamic_file, spec, dynamic = _files(tmp_path)
+    dynamic[name] = value
+    [problem] = _problems(spec_file, dynamic_file, spec, dynamic)
+    assert problem.startswith(f"{dynamic_file}: {name}: {message}")
