@@ -15,15 +15,21 @@ from egress.spec.loader import parse_text
 from tests.conftest import REPO
 
 
-def test_a_duplicate_sink_parameter_names_the_file_the_path_both_lines_and_the_fix(tmp_path: Path) -> None:
-    spec = tmp_path / "spec.yaml"
-    spec.write_text("computations:\n  to_json:\n    sinks:\n      http:\n        parameters:\n"
-                    "          url: http://a\n          url: http://b\n")
+@pytest.mark.parametrize(("name", "text", "lines"), [
+    ("spec.yaml", "computations:\n  to_json:\n    sinks:\n      http:\n        parameters:\n"
+                  "          url: http://a\n          url: http://b\n", "lines 6 and 7"),
+    ("spec.yson", '"computations" = {\n  to_json = {\n    sinks = {http = {parameters = {\n'
+                  '      url = "http://a";\n      "url" = "http://b";\n    }}}}};\n', "lines 4 and 5"),
+])
+def test_a_duplicate_sink_parameter_names_the_file_the_path_both_lines_and_the_fix(
+        tmp_path: Path, name: str, text: str, lines: str) -> None:
+    spec = tmp_path / name
+    spec.write_text(text)
     with pytest.raises(SpecError) as caught:
         load_document(spec)
     assert str(caught.value) == (
         f"{spec}: computations/to_json/sinks/http/parameters/url: the key 'url' is written twice "
-        "(lines 6 and 7); only one value would be kept: remove one of them")
+        f"({lines}); only one value would be kept: remove one of them")
 
 
 def test_a_duplicate_dynamic_spec_parameter_is_refused(tmp_path: Path) -> None:
@@ -91,17 +97,6 @@ def test_a_yaml_flow_map_with_a_key_twice_on_one_line_names_the_line_once_and_bo
     assert caught.value.path == "headers/a"
     assert caught.value.message == ("the key 'a' is written twice (line 2, columns 11 and 17); only one value "
                                     "would be kept: remove one of them")
-
-
-def test_a_yson_spec_with_a_key_twice_names_the_file_the_path_both_lines_and_the_fix(tmp_path: Path) -> None:
-    spec = tmp_path / "spec.yson"
-    spec.write_text('"computations" = {\n  to_json = {\n    sinks = {http = {parameters = {\n'
-                    '      url = "http://a";\n      "url" = "http://b";\n    }}}}};\n')
-    with pytest.raises(SpecError) as caught:
-        load_document(spec)
-    assert str(caught.value) == (
-        f"{spec}: computations/to_json/sinks/http/parameters/url: the key 'url' is written twice "
-        "(lines 4 and 5); only one value would be kept: remove one of them")
 
 
 @pytest.mark.parametrize(("text", "path", "where"), [
