@@ -109,9 +109,7 @@ class PartitionJob:
         self._held_back = False  # the last epoch read nothing because the sinks held too much
         self._stop_deadline = float("-inf")  # until when a requested stop waits for acknowledgements
         self._stop_event = asyncio.Event()  # set by stop(): also gives up a wait for throttler quota
-        # Set by stop(), or straight from a signal handler (interrupt()): the epoch in hand calls the
-        # function for nothing more and commits what it processed (EpochStep.invoke).
-        self.stop_request = StopRequest()
+        self.stop_request = StopRequest()  # set by stop(), or a signal handler (Pipeline.interrupt)
         self._sink_streams = {sink.stream_id for sink in plan.sinks.values()}
         self.sinks: dict[str, Sink] = {}
         # Each sink with the unacknowledged messages at which input is held back (_may_read).
@@ -150,10 +148,8 @@ class PartitionJob:
         self._waiting.set()
 
     def stop(self, *, acknowledgements_within: float = 0.0) -> None:
-        """Stop this job: the epoch in hand processes no further message or timer once the call in
-        hand returns, and commits the prefix it processed (:meth:`EpochStep.invoke`); the epoch after
-        reads nothing, commits what is acknowledged, and :meth:`run` returns (call it on the loop;
-        a signal handler calls :meth:`interrupt`). With
+        """Stop this job once the function's call in hand returns: its epoch commits the prefix done
+        (``EpochStep.invoke``); the next reads nothing, commits what is acknowledged, and run returns. With
         ``acknowledgements_within`` (seconds, on the clock) the job first reads nothing more and
         waits up to that long for its sinks' deliveries in flight (the sinks start no new one,
         ``Sink.hold``) to be acknowledged, committing them, so that the next owner of the partition
@@ -164,12 +160,6 @@ class PartitionJob:
         if acknowledgements_within > 0:
             self.holds.set(STOPPING, True)
         self.wake()
-
-    def interrupt(self) -> None:
-        """The first step of :meth:`stop`, safe in a signal handler while the process function blocks
-        the loop (it sets a plain flag only): the epoch in hand calls the function for nothing more
-        and commits what it processed. :meth:`stop`, called on the loop soon after, does the rest."""
-        self.stop_request.requested = True
 
     def lease_lapsed(self, lapsed: bool) -> None:
         """The worker's clock says this job's lease lapsed without renewal (``True``: its sinks start
@@ -557,7 +547,7 @@ class PartitionJob:
             self.idle = (drained or self.blocked_error is not None) and trigger is None
             if trigger is None:
                 await self._wakeup.wait()
-            elif await self._timer_came_first(trigger - self._clock.now()):
+            elif await event_or_timeout(self._wakeup, self._clock, trigger - self._clock.now()):  # the timer came first
                 self.idle = False
                 return
         self.idle = False
@@ -568,10 +558,6 @@ class PartitionJob:
         if trigger is not None:
             linger = min(linger, max(0.0, trigger - self._clock.now()))
         await event_or_timeout(self._waiting, self._clock, linger)
-
-    async def _timer_came_first(self, seconds: float) -> bool:
-        """Wait for a wake or ``seconds`` on the clock, whichever comes first; True for the clock."""
-        return await event_or_timeout(self._wakeup, self._clock, seconds)
 
     def _distribute(self, messages: list[OutboxMessage]) -> None:
         if not messages:

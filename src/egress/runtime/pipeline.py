@@ -207,9 +207,9 @@ class Pipeline:
         """The first step of a stop a signal asks for, safe in the signal's handler while a process
         function blocks the loop (it sets plain flags only): the epoch each running job has in hand
         calls the function for nothing more and commits what it processed
-        (``PartitionJob.interrupt``). :meth:`request_stop`, called on the loop, still stops the run."""
+        (``PartitionJob.stop_request``). :meth:`request_stop`, called on the loop, still stops the run."""
         for job in self.units.jobs:
-            job.interrupt()
+            job.stop_request.requested = True
 
     def request_stop(self) -> None:
         """Stop every unit: each job commits what its epoch in hand processed (the function's call in

@@ -87,7 +87,7 @@ async def test_an_interrupt_mid_epoch_commits_the_processed_prefix_and_ends_the_
     job = setup.job()
     run = asyncio.create_task(job.run(generation=1))
     await setup.clock.advance(2.5)  # the one epoch of all MESSAGES is on its third message
-    job.interrupt()  # what a signal handler does while the function may block the loop: a flag only
+    job.stop_request.requested = True  # what a signal handler does (Pipeline.interrupt): a flag only
     await setup.clock.advance(0.49)
     assert not run.done()  # the call in hand is not cut short
     await setup.clock.advance(0.01)
