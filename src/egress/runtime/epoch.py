@@ -73,6 +73,14 @@ class EpochOutput:
     log_appends: list[LogAppend] = field(default_factory=list)
 
 
+def _processed_before(batch: list[LogMessage], message: LogMessage) -> int:
+    """How many messages of ``batch`` come before ``message`` (the first an epoch stopped at): the
+    prefix it processed, counted once at the stop rather than per message. ``list.index`` finds
+    ``message`` itself first (identity before equality; no two messages of a batch are equal, their
+    offsets differ)."""
+    return batch.index(message)
+
+
 class EpochStep:
     """The epochs of one computation's partition: ``invoker`` calls the function; ``positions`` (by
     ``(stream, partition)``), ``next_seq``, ``watermark`` and ``committed_progress`` start as the
@@ -108,11 +116,12 @@ class EpochStep:
         Once :attr:`stop` is requested no further timer fires and no further message is processed:
         the output is that of the prefix done (``messages`` and ``timers`` count it; the positions
         stand after its last message), and the due timers not fired are pending again."""
-        output = EpochOutput(0, 0, self.watermark)
+        output = EpochOutput(len(batch), 0, self.watermark)
         computation_id, stop = self.invoker.computation_id, self.stop
         for fired, (key, trigger, domain) in enumerate(due):
             if stop.requested:
                 self.invoker.timers.restore(due[fired:])
+                output.messages = 0
                 return output
             outputs = await self.invoker.timer(Timer(decode_key(key), trigger, domain), key)  # type: ignore[arg-type]
             self._route(output, outputs, timer_message_id(computation_id, key, trigger, domain),
@@ -123,9 +132,9 @@ class EpochStep:
             return output
         invoke, route, positions, partition = self.invoker.message, self._route, self.positions, self.partition
         lanes = self.invoker.input_lanes  # the function sees a lane's stream (egress.runtime.lanes)
-        processed = 0
         for message in batch:
             if stop.requested:
+                output.messages = _processed_before(batch, message)
                 break
             timestamp = message.event_timestamp
             self.lag_timestamp = timestamp
@@ -136,8 +145,6 @@ class EpochStep:
                                             timestamp), message.key)
             route(output, outputs, message.message_id, timestamp)
             positions[(message.stream, partition)] = message.offset + 1
-            processed += 1
-        output.messages = processed
         return output
 
     def _map(self, batch: list[LogMessage], output: EpochOutput) -> None:
@@ -153,9 +160,9 @@ class EpochStep:
         logged = self.logged_streams is None or stream_id in self.logged_streams
         log_appends, partition_count = output.log_appends.append, self.partition_count
         positions, partition, first_index, stop = self.positions, self.partition, _FIRST_OUTPUT, self.stop
-        processed = 0
         for message in batch:
             if stop.requested:
+                output.messages = _processed_before(batch, message)
                 break
             timestamp = message.event_timestamp
             self.lag_timestamp = timestamp
@@ -174,8 +181,6 @@ class EpochStep:
                 if logged:
                     log_appends((stream_id, partition_of(key, partition_count), message_id, key, timestamp, row))
             positions[(message.stream, partition)] = message.offset + 1
-            processed += 1
-        output.messages = processed
 
     def record(self, generation: int, output: EpochOutput,
                sink_progress: dict[str, SinkProgress]) -> EpochCommit | None:
