@@ -10,12 +10,14 @@ import signal
 import subprocess
 import sys
 import time
+import uuid
 from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
 from typing import IO
 
 import pytest
+import yaml
 
 from tests.conftest import REPO, payload_spec
 from tests.e2e.conftest import Receiver, hold_after, release, start_run, wait_until_held, write_spec
@@ -115,10 +117,11 @@ def test_ctrl_c_is_answered_while_a_process_function_blocks_the_loop_and_the_sec
     assert rest == "second interrupt: exiting at once without the final commit\n"
 
 
-def slow_run(tmp_path: Path, spec: Path, dynamic: Path, run: int, seconds_per_row: float,
+def slow_run(tmp_path: Path, spec: Path, dynamic: Path, engine: list[str], run: int, seconds_per_row: float,
              started: Path | None = None) -> tuple[subprocess.Popen[bytes], Path]:
-    """``egress run --until-drained`` of ``spec`` whose ``SlowCountingRows`` takes ``seconds_per_row``
-    per row (blocking the loop) and creates ``started`` after its third row; stderr to the log returned."""
+    """``egress run --until-drained`` of ``spec`` (with the ``engine`` options) whose ``SlowCountingRows``
+    takes ``seconds_per_row`` per row (blocking the loop) and creates ``started`` after its third row;
+    stderr to the log returned."""
     environment = {**os.environ, "EGRESS_TEST_SECONDS_PER_ROW": str(seconds_per_row)}
     if started is not None:
         environment["EGRESS_TEST_STARTED_FILE"] = str(started)
@@ -126,23 +129,31 @@ def slow_run(tmp_path: Path, spec: Path, dynamic: Path, run: int, seconds_per_ro
     with log.open("wb") as stderr:
         process = subprocess.Popen(
             [sys.executable, "-m", "egress", "run", str(spec), "--dynamic-spec", str(dynamic), "--state-dir",
-             str(tmp_path / "state"), "--quiet", "--until-drained"], cwd=REPO, env=environment, stdout=stderr,
+             str(tmp_path / "state"), "--quiet", "--until-drained", *engine], cwd=REPO, env=environment, stdout=stderr,
             stderr=subprocess.STDOUT)
     return process, log
 
 
 @pytest.mark.timeout(240)
+@pytest.mark.parametrize("engine", ["sqlite", "nats"])
 def test_a_ctrl_c_mid_epoch_of_a_slow_function_stops_after_the_row_in_hand_and_the_rerun_processes_each_row_once(
-        tmp_path: Path, receiver: Receiver) -> None:
+        tmp_path: Path, receiver: Receiver, engine: str, request: pytest.FixtureRequest) -> None:
     """A function that blocks the loop for SECONDS_PER_ROW per row, in epochs of hundreds of rows:
     the first Ctrl-C ends the epoch after the row in hand and commits the rows processed (their
     positions, state and outputs), so the run exits within STOP_BOUND, not after the whole epoch;
-    the rerun goes on from there: every row is delivered, each processed into state once."""
+    the rerun goes on from there: every row is delivered, each processed into state once. The same
+    on the embedded SQLite engine and as a cluster worker on NATS (one epoch code for both)."""
     spec, dynamic = payload_spec(tmp_path, f"http://127.0.0.1:{receiver.port}/events",
                                  [f"p{i}" for i in range(SLOW_ROWS)],
                                  processing_function="tests.pipelines:SlowCountingRows")
+    options: list[str] = []
+    if engine == "nats":  # a bucket of this test's own on the session's server
+        document = yaml.safe_load(spec.read_text())
+        document["pipeline"] = f"slow_stop_{uuid.uuid4().hex[:8]}"
+        spec.write_text(yaml.safe_dump(document))
+        options = ["--engine", request.getfixturevalue("nats_server")]
     started = tmp_path / "started"
-    process, log = slow_run(tmp_path, spec, dynamic, 0, SECONDS_PER_ROW, started)
+    process, log = slow_run(tmp_path, spec, dynamic, options, 0, SECONDS_PER_ROW, started)
     try:
         eventually_sync(started.exists, what="the third row processed", timeout=60,
                         unless=exited(process, log), details=log.read_text)
@@ -159,7 +170,7 @@ def test_a_ctrl_c_mid_epoch_of_a_slow_function_stops_after_the_row_in_hand_and_t
     assert STOPPING in log.read_text()
     assert "interrupted before every message was delivered" in log.read_text()
 
-    process, log = slow_run(tmp_path, spec, dynamic, 1, 0.0)
+    process, log = slow_run(tmp_path, spec, dynamic, options, 1, 0.0)
     assert process.wait(timeout=120) == 0, log.read_text()
     delivered = {r["idempotency_key"]: r["body_sha256"] for r in recorded(receiver.record) if r["status"] == 200}
     expected = {hashlib.sha256(f"p{i}:1".encode()).hexdigest() for i in range(SLOW_ROWS)}
