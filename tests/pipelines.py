@@ -152,3 +152,31 @@ class RecordsStreams(ProcessFunction):
 
     async def process_message(self, message: Message, output: OutputCollector, ctx: RuntimeContext) -> None:
         RecordsStreams.seen.append((message.stream_id, message.key, message.row))
+
+
+class SlowCountingRows(ProcessFunction):
+    """Counts in internal state how often it processed each key and emits ``"<payload>:<count>"``
+    (a row processed twice into state shows as ``:2``). Each call blocks the loop's thread for
+    ``EGRESS_TEST_SECONDS_PER_ROW`` seconds (a slow synchronous call; default 0); after the third
+    row it creates the file ``EGRESS_TEST_STARTED_FILE`` names, if any (a test's positive signal
+    that the run is mid-epoch)."""
+
+    def init(self, ctx: InitContext) -> None:
+        import os
+
+        self.times = ctx.state_client("times", int)
+        self.seconds = float(os.environ.get("EGRESS_TEST_SECONDS_PER_ROW", "0"))
+        self.started = os.environ.get("EGRESS_TEST_STARTED_FILE")
+        self.rows = 0
+
+    async def process_message(self, message: Message, output: OutputCollector, ctx: RuntimeContext) -> None:
+        import time
+        from pathlib import Path
+
+        time.sleep(self.seconds)  # noqa: ASYNC251 - the slow synchronous call this function stands for
+        times = self.times.get(message.key)
+        times.set(times.value + 1)
+        output.add_message("requests", {"payload": f"{message.row['payload']}:{times.value}"})
+        self.rows += 1
+        if self.rows == 3 and self.started:
+            Path(self.started).touch()  # noqa: ASYNC240 - once, a test's signal

@@ -1,12 +1,16 @@
-"""Ctrl-C and SIGTERM of one ``egress run``: the first stops the run after its current epoch
-commits; any later one exits at once with 130, wherever it lands.
+"""Ctrl-C and SIGTERM of one ``egress run``: the first stops the run once the process function's
+call in hand returns, committing what each epoch processed; any later one exits at once with 130,
+wherever it lands.
 
 While the run's event loop runs, :meth:`Interrupts.during_the_run` installs the process's signal
 handlers. They are Python's, not the loop's (``loop.add_signal_handler`` runs a handler only when the
 loop turns): a process function that blocks the loop (a ``time.sleep``, a slow synchronous call) for
 an epoch's rows would otherwise leave Ctrl-C unanswered, the first and the second. Python runs its
 handlers in the main thread between two bytecodes of whatever runs there, so the first says that
-the run stops and asks the loop (``call_soon_threadsafe``) to stop it; a later one exits at once.
+the run stops, sets the flags that make each epoch call the function for nothing more
+(``interrupt``: ``Pipeline.interrupt``, plain flags, which the epoch reads between two calls even
+while the function keeps the loop from turning) and asks the loop (``call_soon_threadsafe``) to stop
+the run; a later one exits at once.
 When the loop has closed, the exit still has work: the
 summary, the report file, ``settle_for_exit``'s collection, finalizers. A second Ctrl-C there met
 Python's default handler and printed a ``KeyboardInterrupt`` traceback (from inside the collector,
@@ -32,21 +36,25 @@ SIGNALS = (signal.SIGINT, signal.SIGTERM)
 
 
 class Interrupts:
-    """The interrupts of one run; ``stop`` asks the run to stop after its current epoch commits
-    (``Pipeline.request_stop``); ``finished`` is set once the run has returned (its final commit
-    made). With ``announce`` False (a worker process of ``--processes``, whose supervisor tells
-    the terminal once for every worker) nothing is said."""
+    """The interrupts of one run; ``interrupt`` (called in the signal handler: plain flags only,
+    ``Pipeline.interrupt``) makes every epoch call the process function for nothing more, ``stop``
+    (called on the loop, ``Pipeline.request_stop``) stops the run once they committed what they
+    processed; ``finished`` is set once the run has returned (its final commit made). With
+    ``announce`` False (a worker process of ``--processes``, whose supervisor tells the terminal
+    once for every worker) nothing is said."""
 
-    def __init__(self, output: Output, stop: Callable[[], None], *, announce: bool = True) -> None:
+    def __init__(self, output: Output, stop: Callable[[], None], interrupt: Callable[[], None], *,
+                 announce: bool = True) -> None:
         self._output = output
         self._stop = stop
+        self._interrupt = interrupt
         self._announce = announce  # False in a worker of --processes: its supervisor says it once for all
         self.count = 0
         self.finished = False
 
     def during_the_run(self, loop: asyncio.AbstractEventLoop) -> None:
-        """Handle Ctrl-C and SIGTERM while ``loop`` runs the run: the first stops the run after its
-        current epoch commits (``stop`` called on ``loop``), a later one :meth:`exit_at_once`."""
+        """Handle Ctrl-C and SIGTERM while ``loop`` runs the run: the first calls ``interrupt`` at
+        once and ``stop`` on ``loop``, a later one :meth:`exit_at_once`."""
         def say_and_stop(line: str) -> None:
             self._output.say(line)
             self._stop()
@@ -55,6 +63,7 @@ class Interrupts:
             if self.count:
                 self.exit_at_once(frame)
             self.count += 1
+            self._interrupt()  # now: the loop may be blocked by the function until the epoch ends
             if not self._announce:
                 loop.call_soon_threadsafe(self._stop)
             elif printing(frame):  # the loop turns (it prints): say it there, not inside the print
@@ -102,7 +111,7 @@ def again(signum: int) -> str:
 
 def stopping_line(signum: int) -> str:
     """What the first Ctrl-C (``SIGINT``) or ``SIGTERM`` of a run says."""
-    return f"stopping after the current epoch commits ({again(signum)} to exit at once)"
+    return f"stopping after the message in hand; what was processed is committed ({again(signum)} to exit at once)"
 
 
 PRINTING_MODULES = ("rich", "logging", "egress.cli.output")

@@ -184,7 +184,7 @@ def run(
              "OTEL_EXPORTER_OTLP_ENDPOINT, else no tracing). Sampling: OTEL_TRACES_SAMPLER[_ARG]; "
              "needs egress[tracing].")] = None,
 ) -> None:
-    """Run a pipeline. Ctrl-C stops after the current epoch commits; run again to resume.
+    """Run a pipeline. Ctrl-C stops after the message in hand, committing what was processed; run again to resume.
 
     Exit codes: 0 drained or stopped; 1 a sink blocked or a failure; 2 a Spec problem; 130 interrupted
     before everything was delivered (--until-drained) or a second Ctrl-C.
@@ -223,7 +223,7 @@ def run(
     pipeline = Pipeline(plan, directory, options=options, http_port=http_port, http_host=http_host,
                         engine_factory=factory, worker_id=member)
 
-    interrupts = Interrupts(output, pipeline.request_stop, announce=not supervised)
+    interrupts = Interrupts(output, pipeline.request_stop, pipeline.interrupt, announce=not supervised)
     tune_for_run()  # the garbage collector's settings for a run (egress.runtime.garbage_collection)
     try:
         result = asyncio.run(_drive(pipeline, quiet, interrupts))
@@ -299,7 +299,7 @@ async def _drive(pipeline: Pipeline, quiet: bool, interrupts: Interrupts | None 
     from egress.cli.report import progress_line, snapshot
 
     loop = asyncio.get_running_loop()
-    interrupts = interrupts or Interrupts(output, pipeline.request_stop)
+    interrupts = interrupts or Interrupts(output, pipeline.request_stop, pipeline.interrupt)
     interrupts.during_the_run(loop)
     run_task = asyncio.create_task(pipeline.run())
     started = time.monotonic()

@@ -140,8 +140,8 @@ class ProcessesRun:
         if any(child.poll() is None for child in self._children.values()):
             self._interrupts += 1
             if self._interrupts == 1:
-                console.print(f"stopping the {self.count} processes after their current epochs commit "
-                              f"({again(signum)} to exit at once)", highlight=False)
+                console.print(f"stopping the {self.count} processes after the message each has in hand; what was "
+                              f"processed is committed ({again(signum)} to exit at once)", highlight=False)
             else:
                 console.print(f"second interrupt: the {self.count} processes exit at once", highlight=False)
         self._signal_children(signum)

@@ -3,10 +3,13 @@
 :class:`EpochStep` runs the process function on a read batch and the due timers (Flow's epoch:
 timers first, then the messages in read order), routes what it emitted (the outbox for this job's
 sinks, numbered by ``seq``; log appends for downstream computations) and builds the
-:class:`~egress.engines.EpochCommit` that makes it durable. It reads, waits for and writes nothing:
-the partition job's driver loop reads the batch, takes the sinks' acknowledged prefixes, commits
-and distributes; :class:`egress.testing.ProcessFunctionHarness` drives the same step for one
-message or timer at a time.
+:class:`~egress.engines.EpochCommit` that makes it durable. Once its :class:`StopRequest` is set
+(a Ctrl-C, the job asked to stop), the epoch calls the function for nothing more: it ends after the
+call in hand, with the prefix of its timers and messages processed so far, which commits as an
+epoch of that shorter batch would (the rest is read again by the next epoch or run). It reads,
+waits for and writes nothing: the partition job's driver loop reads the batch, takes the sinks'
+acknowledged prefixes, commits and distributes; :class:`egress.testing.ProcessFunctionHarness`
+drives the same step for one message or timer at a time.
 """
 
 from __future__ import annotations
@@ -43,6 +46,16 @@ def _message(stream_id: str, key: tuple[object, ...], row: dict[str, object], me
 _FIRST_OUTPUT = derived_message_id(b"", 0)
 """What :func:`~egress.keys.derived_message_id` appends to a parent id for its output 0."""
 
+class StopRequest:
+    """Whether the epochs of a job are asked to stop: a plain flag, which a signal handler may set
+    while the function blocks the loop (an ``asyncio.Event`` may be set on the loop only)."""
+
+    __slots__ = ("requested",)
+
+    def __init__(self) -> None:
+        self.requested = False
+
+
 DueTimer = tuple[bytes, float, str]
 """A timer that is due: ``(encoded key, trigger timestamp in seconds, domain)``, as ``TimerQueue.pop_due`` gives it."""
 
@@ -60,6 +73,14 @@ class EpochOutput:
     log_appends: list[LogAppend] = field(default_factory=list)
 
 
+def _processed_before(batch: list[LogMessage], message: LogMessage) -> int:
+    """How many messages of ``batch`` come before ``message`` (the first an epoch stopped at): the
+    prefix it processed, counted once at the stop rather than per message. ``list.index`` finds
+    ``message`` itself first (identity before equality; no two messages of a batch are equal, their
+    offsets differ)."""
+    return batch.index(message)
+
+
 class EpochStep:
     """The epochs of one computation's partition: ``invoker`` calls the function; ``positions`` (by
     ``(stream, partition)``), ``next_seq``, ``watermark`` and ``committed_progress`` start as the
@@ -67,14 +88,17 @@ class EpochStep:
 
     ``sink_streams`` are the streams of this job's sinks (their messages go to the outbox);
     ``logged_streams`` those read by other computations (their messages go to the log, into
-    partition ``partition_of(key, partition_count)``), ``None`` for every stream.
+    partition ``partition_of(key, partition_count)``), ``None`` for every stream. Once ``stop`` is
+    requested an epoch invokes nothing more (:meth:`invoke`).
     """
 
     def __init__(self, invoker: Invoker, partition: int, partition_count: int, *,
                  sink_streams: Set[str], logged_streams: Set[str] | None,
                  positions: dict[tuple[str, int], int], next_seq: int = 1, watermark: float | None = None,
-                 committed_progress: dict[str, SinkProgress] | None = None) -> None:
+                 committed_progress: dict[str, SinkProgress] | None = None,
+                 stop: StopRequest | None = None) -> None:
         self.invoker = invoker
+        self.stop = stop if stop is not None else StopRequest()
         self.partition = partition
         self.partition_count = partition_count
         self.sink_streams = sink_streams
@@ -87,19 +111,31 @@ class EpochStep:
 
     async def invoke(self, batch: list[LogMessage], due: list[DueTimer]) -> EpochOutput:
         """Fire ``due`` (in order), then process ``batch`` (raising the watermark and the positions as
-        it goes); raises ``ProcessFunctionError`` for a call that failed (nothing is committed)."""
-        output = EpochOutput(len(batch), len(due), self.watermark)
-        computation_id = self.invoker.computation_id
-        for key, trigger, domain in due:
+        it goes); raises ``ProcessFunctionError`` for a call that failed (nothing is committed).
+
+        Once :attr:`stop` is requested no further timer fires and no further message is processed:
+        the output is that of the prefix done (``messages`` and ``timers`` count it; the positions
+        stand after its last message), and the due timers not fired are pending again."""
+        output = EpochOutput(len(batch), 0, self.watermark)
+        computation_id, stop = self.invoker.computation_id, self.stop
+        for fired, (key, trigger, domain) in enumerate(due):
+            if stop.requested:
+                self.invoker.timers.restore(due[fired:])
+                output.messages = 0
+                return output
             outputs = await self.invoker.timer(Timer(decode_key(key), trigger, domain), key)  # type: ignore[arg-type]
             self._route(output, outputs, timer_message_id(computation_id, key, trigger, domain),
                         trigger if domain == "event" else None)
+            output.timers += 1
         if self.invoker.map_stream_id is not None:
             self._map(batch, output)
             return output
         invoke, route, positions, partition = self.invoker.message, self._route, self.positions, self.partition
         lanes = self.invoker.input_lanes  # the function sees a lane's stream (egress.runtime.lanes)
         for message in batch:
+            if stop.requested:
+                output.messages = _processed_before(batch, message)
+                break
             timestamp = message.event_timestamp
             self.lag_timestamp = timestamp
             if timestamp is not None and (self.watermark is None or timestamp > self.watermark):
@@ -114,7 +150,7 @@ class EpochStep:
     def _map(self, batch: list[LogMessage], output: EpochOutput) -> None:
         """:meth:`invoke`'s messages for a :class:`~egress.runtime.api.MapFunction`: ``map`` of each
         row, checked and routed as one emitted message (output index 0) of the map's stream, with
-        the same ids, order and watermark as the general path, without its per-message objects."""
+        the same ids, order, watermark and stop as the general path, without its per-message objects."""
         invoker = self.invoker
         stream_id, map_row = invoker.map_stream_id, invoker.map_row
         assert stream_id is not None
@@ -123,8 +159,11 @@ class EpochStep:
         outbox = output.outbox.append if stream_id in self.sink_streams else None
         logged = self.logged_streams is None or stream_id in self.logged_streams
         log_appends, partition_count = output.log_appends.append, self.partition_count
-        positions, partition, first_index = self.positions, self.partition, _FIRST_OUTPUT
+        positions, partition, first_index, stop = self.positions, self.partition, _FIRST_OUTPUT, self.stop
         for message in batch:
+            if stop.requested:
+                output.messages = _processed_before(batch, message)
+                break
             timestamp = message.event_timestamp
             self.lag_timestamp = timestamp
             if timestamp is not None and (self.watermark is None or timestamp > self.watermark):

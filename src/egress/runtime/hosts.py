@@ -64,7 +64,7 @@ def plan_units(plan: Plan) -> list[Unit]:
 class HostContext:
     """What a host runs with: the ``plan`` (its Spec's units and streams: a DynamicSpec reload
     changes neither), this process's ``units``, the run's ``options`` and ``clock``; ``stop``, the
-    run's stop event (set: every unit stops after its current epoch), and ``stop_run``, which asks
+    run's stop event (set: every unit stops, a job after its function's call in hand), and ``stop_run``, which asks
     the whole run to stop (``Pipeline.request_stop``)."""
 
     plan: Plan

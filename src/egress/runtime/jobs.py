@@ -72,7 +72,8 @@ class JobSet:
             self.on_change()
 
     def ask_to_stop(self, unit: Unit) -> None:
-        """Ask ``unit`` to stop after its current epoch (its task ends once committed)."""
+        """Ask ``unit`` to stop (a job after its function's call in hand: ``PartitionJob.stop``; its
+        task ends once that is committed)."""
         self.running[unit].runner.stop()
 
     def stop_all(self) -> None:
@@ -80,7 +81,7 @@ class JobSet:
             running.runner.stop()
 
     async def stop(self, unit: Unit, *, acknowledgements_within: float = 0.0) -> BaseException | None:
-        """Stop ``unit`` after its current epoch commits and forget it; returns what its task raised.
+        """Stop ``unit`` (``PartitionJob.stop``), wait for its task and forget it; returns what its task raised.
         A partition job first waits up to ``acknowledgements_within`` seconds for its sinks' messages
         in flight (:meth:`PartitionJob.stop`)."""
         running = self.running[unit]

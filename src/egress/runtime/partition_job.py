@@ -50,7 +50,7 @@ from egress.runtime.api import InitContext, RuntimeContext
 from egress.runtime.chunk_path import ChunkPath
 from egress.runtime.deferred_positions import DeferredPositions
 from egress.runtime.delivery_latency import DeliveryLatency
-from egress.runtime.epoch import DueTimer, EpochOutput, EpochStep
+from egress.runtime.epoch import DueTimer, EpochOutput, EpochStep, StopRequest
 from egress.runtime.holds import COMMIT, LEASE, STOPPING, SinkHolds, acknowledged_beyond
 from egress.runtime.invoke import Invoker
 from egress.runtime.options import RunOptions
@@ -109,6 +109,7 @@ class PartitionJob:
         self._held_back = False  # the last epoch read nothing because the sinks held too much
         self._stop_deadline = float("-inf")  # until when a requested stop waits for acknowledgements
         self._stop_event = asyncio.Event()  # set by stop(): also gives up a wait for throttler quota
+        self.stop_request = StopRequest()  # set by stop(), or a signal handler (Pipeline.interrupt)
         self._sink_streams = {sink.stream_id for sink in plan.sinks.values()}
         self.sinks: dict[str, Sink] = {}
         # Each sink with the unacknowledged messages at which input is held back (_may_read).
@@ -147,13 +148,14 @@ class PartitionJob:
         self._waiting.set()
 
     def stop(self, *, acknowledgements_within: float = 0.0) -> None:
-        """Stop this job after its current epoch: the epoch that sees it reads nothing, commits what
-        is acknowledged, and :meth:`run` returns (safe to call from a signal handler). With
+        """Stop this job once the function's call in hand returns: its epoch commits the prefix done
+        (``EpochStep.invoke``); the next reads nothing, commits what is acknowledged, and run returns. With
         ``acknowledgements_within`` (seconds, on the clock) the job first reads nothing more and
         waits up to that long for its sinks' deliveries in flight (the sinks start no new one,
         ``Sink.hold``) to be acknowledged, committing them, so that the next owner of the partition
         (an orderly hand-over) sends none of them again."""
         self._stop_deadline = self._clock.monotonic() + acknowledgements_within
+        self.stop_request.requested = True
         self._stop_event.set()
         if acknowledgements_within > 0:
             self.holds.set(STOPPING, True)
@@ -197,7 +199,7 @@ class PartitionJob:
         message in flight any more, or the time it may wait for them is up."""
         if stop is not None and stop.is_set():
             return True
-        if not self._stop_event.is_set():
+        if not self.stop_request.requested:
             return False
         in_flight = any(sink.terminal_error is None and sink.in_flight for sink in self.sinks.values())
         return not in_flight or self._clock.monotonic() >= self._stop_deadline
@@ -289,7 +291,7 @@ class PartitionJob:
         self._step = EpochStep(invoker, self.partition, self._partition_count, sink_streams=self._sink_streams,
                                logged_streams=plan.logged_streams, positions=positions,
                                next_seq=checkpoint.next_seq, watermark=keyed.watermark,
-                               committed_progress=dict(checkpoint.sink_progress))
+                               committed_progress=dict(checkpoint.sink_progress), stop=self.stop_request)
         if paged:
             await self._distribute_committed(checkpoint)
         else:
@@ -367,7 +369,7 @@ class PartitionJob:
         self._wakeup.clear()  # before reading: a wake during this epoch must not be lost
         self._waiting.clear()
         taken = self._acknowledged_progress()  # after the clear: an acknowledgement is either counted now or wakes
-        held_back = self._held_back = not stopping and (self._stop_event.is_set() or not self._may_read())
+        held_back = self._held_back = not stopping and (self.stop_request.requested or not self._may_read())
         batch: list[LogMessage] = []
         chunks: list[ChunkAt] = []
         due: list[DueTimer] = []
@@ -406,7 +408,7 @@ class PartitionJob:
         parts.mark(PROCESS)
         commit = running.step.record(running.generation, output, self._acknowledged_progress())
         # A commit of positions alone waits up to epoch_period (egress.runtime.deferred_positions).
-        closing = stopping or bool(routed) or self.input_finished or self._stop_event.is_set()
+        closing = stopping or bool(routed) or self.input_finished or self.stop_request.requested
         may_hold = self._carried is None and not closing
         commit, processed = self._deferred.take(commit, output.messages, running.step.committed_progress,
                                                 may_hold=may_hold)
@@ -484,7 +486,7 @@ class PartitionJob:
 
     async def _pause(self, read: int, *, held_back: bool) -> None:
         """Wait before the next epoch unless there is more to do at once."""
-        if self._stop_event.is_set():  # stopping once in flight is acknowledged: an acknowledgement wakes the job
+        if self.stop_request.requested:  # stopping once in flight is acknowledged: an acknowledgement wakes the job
             await event_or_timeout(self._wakeup, self._clock, max(0.0, self._stop_deadline - self._clock.monotonic()))
             return
         if held_back:
@@ -545,7 +547,7 @@ class PartitionJob:
             self.idle = (drained or self.blocked_error is not None) and trigger is None
             if trigger is None:
                 await self._wakeup.wait()
-            elif await self._timer_came_first(trigger - self._clock.now()):
+            elif await event_or_timeout(self._wakeup, self._clock, trigger - self._clock.now()):  # the timer came first
                 self.idle = False
                 return
         self.idle = False
@@ -556,10 +558,6 @@ class PartitionJob:
         if trigger is not None:
             linger = min(linger, max(0.0, trigger - self._clock.now()))
         await event_or_timeout(self._waiting, self._clock, linger)
-
-    async def _timer_came_first(self, seconds: float) -> bool:
-        """Wait for a wake or ``seconds`` on the clock, whichever comes first; True for the clock."""
-        return await event_or_timeout(self._wakeup, self._clock, seconds)
 
     def _distribute(self, messages: list[OutboxMessage]) -> None:
         if not messages:

@@ -203,8 +203,17 @@ class Pipeline:
         """The source readers running in this process now."""
         return self.units.readers
 
+    def interrupt(self) -> None:
+        """The first step of a stop a signal asks for, safe in the signal's handler while a process
+        function blocks the loop (it sets plain flags only): the epoch each running job has in hand
+        calls the function for nothing more and commits what it processed
+        (``PartitionJob.stop_request``). :meth:`request_stop`, called on the loop, still stops the run."""
+        for job in self.units.jobs:
+            job.stop_request.requested = True
+
     def request_stop(self) -> None:
-        """Stop after every job commits its current epoch (safe to call from a signal handler)."""
+        """Stop every unit: each job commits what its epoch in hand processed (the function's call in
+        hand returns first), then what is acknowledged, and ends; call it on the loop."""
         self._stop.set()
         self.units.stop_all()
         self.host.request_stop()

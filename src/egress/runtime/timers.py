@@ -74,6 +74,15 @@ class TimerQueue:
             due.append(entry)
         return due
 
+    def restore(self, due: list[tuple[bytes, float, str]]) -> None:
+        """Put back timers :meth:`pop_due` returned that did not fire (the epoch stopped first): pending
+        again, their deletion no longer recorded, so they fire in a later epoch or run."""
+        returned = set(due)
+        self.timers_deleted = [entry for entry in self.timers_deleted if entry not in returned]
+        for key, trigger, domain in returned - self._pending:
+            self._pending.add((key, trigger, domain))
+            heapq.heappush(self._heaps[domain], (trigger, key))
+
     def has_due(self, now: float, watermark: float | None) -> bool:
         processing, event = self._heaps["processing"], self._heaps["event"]
         return bool((processing and processing[0][0] <= now)

@@ -203,8 +203,9 @@ def test_ctrl_c_stops_every_worker_of_processes_and_a_second_run_finishes(
     assert parent.wait(timeout=60) == 0, log.read_text()
     assert not any(Path(f"/proc/{child}").exists() for child in children)
     said = log.read_text().splitlines()
-    assert said.count("stopping the 2 processes after their current epochs commit (Ctrl-C again to exit at once)") \
-        == 1, said  # once for both workers, which say nothing of it themselves
+    stopping = "stopping the 2 processes after the message each has in hand; what was processed is committed"
+    # Once for both workers, which say nothing of it themselves.
+    assert said.count(f"{stopping} (Ctrl-C again to exit at once)") == 1, said
     assert not any(line.startswith("stopping after") for line in said), said
     again = subprocess.run([sys.executable, "-m", "egress", "run", str(spec), "--dynamic-spec", str(DYNAMIC_SPEC),
                             "--until-drained", "--quiet", "--state-dir", state], cwd=REPO, timeout=200, check=False)

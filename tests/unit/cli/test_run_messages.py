@@ -74,7 +74,7 @@ def test_egress_run_says_the_dashboard_address_at_once_when_stderr_is_not_a_term
 
     pipeline = SimpleNamespace(run=run, server=None, dynamic_spec_version=0, dynamic_spec_error=None,
                                status=StatusTree(), dead_letters=DeadLetterFiles(), running=True,
-                               request_stop=lambda: None)
+                               request_stop=lambda: None, interrupt=lambda: None)
     monkeypatch.setattr(main, "console", Console(stderr=True, force_terminal=False))
     monkeypatch.setattr(main, "output", Recording(main.console))
     result = asyncio.run(main._drive(cast(Pipeline, pipeline), quiet=False))
