@@ -502,7 +502,9 @@ def receiver(
     hold_after: Annotated[Optional[int], typer.Option(  # noqa: UP045
         min=0, help="Answer the first N requests, then hold every further one unanswered until POST /release "
                     "(POST /hold?after=M answers M more).")] = None,
-    idempotency_header: Annotated[str, typer.Option(help="The header that carries the key.")] = "Idempotency-Key",
+    idempotency_header: Annotated[Optional[str], typer.Option(  # noqa: UP045
+        help="The header that carries the key (default Idempotency-Key; with --verify-secret webhook-id, "
+             "Standard Webhooks' message id).")] = None,
     verify_secret: Annotated[Optional[Path], typer.Option(  # noqa: UP045
         help="Check every request's Standard Webhooks signature with the whsec_ secrets of this file (one per "
              "line); a request without a valid one is answered 401 and counted in signature_failures.")] = None,
@@ -541,7 +543,9 @@ def receiver(
 
     verify_keys = _verify_keys(verify_secret)
     config = ReceiverConfig(fail_rate=fail_rate, fail_status=fail_status, delay=delay, fail_first=fail_first,
-                            idempotency_header=idempotency_header, record=record, seed=seed,
+                            idempotency_header=idempotency_header or (
+                                "webhook-id" if verify_secret is not None else "Idempotency-Key"),
+                            record=record, seed=seed,
                             hold_after=hold_after, verify_keys=verify_keys, fail_paths=set(fail_path or ()))
     if port == 0:
         with socket.socket() as probe:

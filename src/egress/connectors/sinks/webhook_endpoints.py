@@ -135,11 +135,12 @@ class Endpoint:
         self.wake()
 
     def request_lines(self, key: str, timestamp: int, body: bytes, idempotency_header: str) -> tuple[str, ...]:
-        """The header lines of a POST of ``body``: signed (``webhook-id`` ``key``, ``webhook-timestamp``
-        ``timestamp``, a ``webhook-signature``) when it has secrets, the idempotency header when the
-        sink names one, then its own headers."""
+        """The header lines of a POST of ``body``: ``webhook-id`` ``key`` and ``webhook-timestamp``
+        ``timestamp`` always (an unsigned endpoint too can tell a repeated message by its id), a
+        ``webhook-signature`` when it has secrets, the idempotency header when the sink names one,
+        then its own headers."""
         lines = (*signature_lines(self.keys, key, timestamp, body), *self.header_lines) if self.keys \
-            else self.header_lines
+            else (f"{ID_HEADER}: {key}", f"{TIMESTAMP_HEADER}: {timestamp}", *self.header_lines)
         return (f"{idempotency_header}: {key}", *lines) if idempotency_header else lines
 
     def record(self, now: float, *, failed: bool) -> bool:

@@ -120,7 +120,7 @@ def test_sigkill_with_endpoints_at_different_positions_then_every_event_arrives_
     (tmp_path / "secret").write_text(secret + "\n")
     env = {**os.environ, "WEBHOOK_SECRET": secret}
     receiver: Receiver = launch_receiver(tmp_path / "received.jsonl", "--verify-secret", str(tmp_path / "secret"),
-                                         "--idempotency-header", "webhook-id", "--fail-path", f"/hooks/{DOWN}")
+                                         "--fail-path", f"/hooks/{DOWN}")  # the key: webhook-id, by default then
     try:
         spec, dynamic = write_specs(tmp_path, receiver.port)
         state = tmp_path / "state"

@@ -19,6 +19,7 @@ from egress.connectors.sinks.webhook_endpoints import decode_state
 from egress.connectors.sinks.webhook_http import WebhookHttpSink
 from egress.connectors.sinks.webhook_parameters import WebhookSinkDynamicParameters, WebhookSinkParameters
 from egress.engines import OutboxMessage, SinkProgress
+from egress.keys import idempotency_key
 from egress.observe import Metrics, StatusTree
 from tests.conftest import ServerFactory
 from tests.waiting import eventually
@@ -217,4 +218,28 @@ async def test_an_endpoint_added_to_the_table_live_gets_the_messages_that_waited
     await eventually(lambda: len(endpoints.got["new"]) == 5)
     assert harness.status.error("/sinks/hooks/webhook/new/configuration") is None
     await asyncio.sleep(0)
+    await sink.close()
+
+
+async def test_an_endpoint_without_a_secret_gets_each_messages_key_as_webhook_id_unsigned(
+        serve_app: ServerFactory, secret_file: Path) -> None:
+    got: list[dict[str, str]] = []
+
+    async def handle(request: web.Request) -> web.Response:
+        await request.read()
+        got.append(dict(request.headers))
+        return web.Response(text="ok")
+
+    app = web.Application()
+    app.router.add_post("/plain", handle)
+    base = await serve_app(app)
+    harness = Harness(base, secret_file, [])
+    harness.dynamic["endpoints"] = {"u": {"url": f"{base}/plain"}}
+    sink = harness.sink()
+    sink.distribute(harness.messages(plan_of(["u"], 5)))
+    await eventually(lambda: harness.last.max_persisted_seq_no == 5)
+    assert sorted(headers["webhook-id"] for headers in got) == sorted(
+        idempotency_key(f"m{seq}".encode()) for seq in range(1, 6))  # the key a signed endpoint gets
+    assert all(headers["webhook-timestamp"].isdecimal() for headers in got)
+    assert not any("webhook-signature" in headers for headers in got)
     await sink.close()
