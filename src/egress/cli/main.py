@@ -172,8 +172,9 @@ def run(
         min=1, max=5, help="NATS: copies of the pipeline's stream (1; 3 on a 3-node cluster survives the loss of "
                            "a node). Every worker must give the same.")] = 1,
     shared_state: Annotated[bool, typer.Option(hidden=True, help="A worker process of --processes.")] = False,
-    supervised: Annotated[bool, typer.Option(
-        hidden=True, help="A worker process of --processes: its supervisor tells of interrupts.")] = False,
+    supervisor: Annotated[Optional[int], typer.Option(  # noqa: UP045
+        hidden=True, help="A worker process of --processes: its supervisor's pid (it tells of interrupts; the "
+                          "worker stops when it ends).")] = None,
     log_format: LogFormatOption = LogFormatChoice.text,
     log_level: LogLevelOption = LogLevelChoice.info,
     log_retention: Annotated[int, typer.Option(
@@ -223,7 +224,7 @@ def run(
     pipeline = Pipeline(plan, directory, options=options, http_port=http_port, http_host=http_host,
                         engine_factory=factory, worker_id=member)
 
-    interrupts = Interrupts(output, pipeline.request_stop, pipeline.interrupt, announce=not supervised)
+    interrupts = _interrupts_of(pipeline, supervisor)
     tune_for_run()  # the garbage collector's settings for a run (egress.runtime.garbage_collection)
     try:
         result = asyncio.run(_drive(pipeline, quiet, interrupts))
@@ -244,6 +245,17 @@ def run(
         interrupts.after_the_loop()  # the summary, the report and settle_for_exit are still to come
     _finish(pipeline, result, spec=spec, dynamic_spec=dynamic_spec, directory=directory, report=report, quiet=quiet,
             until_drained=until_drained)
+
+
+def _interrupts_of(pipeline: Pipeline, supervisor: int | None) -> Interrupts:
+    """The run's interrupts; a worker of ``--processes`` (its ``supervisor``'s pid given) says
+    nothing of them and ends with its supervisor (``egress.cli.supervision``: its SIGTERM stops the
+    run as a Ctrl-C does; before the run starts, at once)."""
+    if supervisor is not None:
+        from egress.cli.supervision import end_with
+
+        end_with(supervisor)
+    return Interrupts(output, pipeline.request_stop, pipeline.interrupt, announce=supervisor is None)
 
 
 def _start_tracing(endpoint: str | None, pipeline: str, worker_id: str | None) -> None:

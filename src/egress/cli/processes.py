@@ -6,8 +6,10 @@ with the same arguments as a cluster worker (``--worker-id <base>-<i>``; with SQ
 ``--shared-state``: ``SqliteEngine(shared=True)``, no lock of its own). It restarts a child that
 dies unexpectedly (a signal, or an exit code egress does not use) under the same worker id, so it
 takes its own leases back at once; forwards Ctrl-C and SIGTERM to every child; ends when all have
-ended, and prints one summary of their reports. Children run in their own session, so a Ctrl-C
-at the terminal reaches them only through the parent (once, not twice).
+ended, and prints one summary of their reports. Each child is given ``--supervisor PID`` and ends
+with the parent (``egress.cli.supervision``): a parent killed outright leaves none running.
+Children run in their own session, so a Ctrl-C at the terminal reaches them only through the
+parent (once, not twice).
 
 Throttlers are global to the pipeline: on SQLite, when the DynamicSpec declares throttlers and no
 ``--throttler-url`` is given, the parent starts ``egress throttler serve`` on a free loopback port
@@ -20,6 +22,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import re
 import select
 import signal
@@ -100,7 +103,8 @@ class ProcessesRun:
         if not self.plan.dynamic_spec.throttlers or file is None or "--throttler-url" in self._arguments:
             return None
         command = [sys.executable, "-m", "egress", "throttler", "serve", "--dynamic-spec", str(Path(file).absolute()),
-                   "--port", "0", "--host", "127.0.0.1", "--state-file", str(self.state_dir / THROTTLER_STATE_NAME)]
+                   "--port", "0", "--host", "127.0.0.1", "--state-file", str(self.state_dir / THROTTLER_STATE_NAME),
+                   "--supervisor", str(os.getpid())]
         service = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                                    start_new_session=True)
         url, seen = _listening_url(service)
@@ -125,7 +129,7 @@ class ProcessesRun:
 
     def child_command(self, index: int) -> list[str]:
         command = [sys.executable, "-m", "egress", "run", *self._arguments, "--state-dir", str(self.state_dir),
-                   "--worker-id", f"{self.base_id}-{index}", "--quiet", "--supervised",
+                   "--worker-id", f"{self.base_id}-{index}", "--quiet", "--supervisor", str(os.getpid()),
                    "--report", str(self._reports / f"worker-{index}.json")]
         if self._http_port is not None:
             command += ["--http-port", str(self._http_port + index if self._http_port else 0)]
@@ -135,7 +139,7 @@ class ProcessesRun:
         self._children[index] = subprocess.Popen(self.child_command(index), start_new_session=True)
 
     def _forward(self, signum: int, frame: object) -> None:
-        """Ctrl-C or SIGTERM of the run: said once here for every child (each is ``--supervised``:
+        """Ctrl-C or SIGTERM of the run: said once here for every child (each is ``--supervisor``'d:
         silent), then sent to each."""
         if any(child.poll() is None for child in self._children.values()):
             self._interrupts += 1

@@ -66,9 +66,17 @@ def serve(
     otlp_endpoint: Annotated[Optional[str], typer.Option(  # noqa: UP045 - typer needs Optional
         help="Send the controller's decisions as OpenTelemetry spans (service egress-throttler) to this "
              "OTLP/HTTP receiver (default: OTEL_EXPORTER_OTLP_ENDPOINT, else none); needs egress[tracing].")] = None,
+    supervisor: Annotated[Optional[int], typer.Option(  # noqa: UP045 - typer needs Optional
+        hidden=True, help="The pid of the egress run --processes that started this service: it stops when that "
+                          "ends.")] = None,
 ) -> None:
     """Serve RequestQuota over HTTP/JSON (POST /v1/request_quota, GET /metrics, GET /healthz) until Ctrl-C."""
     from egress.throttler.service import ThrottlerService
+
+    if supervisor is not None:
+        from egress.cli.supervision import end_with
+
+        end_with(supervisor)  # its SIGTERM stops the service as a Ctrl-C does
 
     output = start_output(console, log_format, log_level, "egress.throttler.serve")
     if otlp_endpoint is not None or os.environ.get("OTEL_EXPORTER_OTLP_ENDPOINT") \

@@ -238,3 +238,44 @@ def test_processes_share_one_throttler_so_its_limit_holds_for_the_whole_run(tmp_
     assert distinct == count
     assert json.loads((tmp_path / "report.json").read_text())["workers"] == 2
     assert times[-1] - times[0] >= (count - 2 * limit) / limit * 0.95
+
+
+@pytest.mark.timeout(180)
+def test_a_processes_run_killed_outright_leaves_no_worker_nor_throttler_service_running(
+        tmp_path: Path, receiver: Receiver, egress_processes: list[subprocess.Popen[bytes]]) -> None:
+    """``kill -9`` of the parent: its children (two workers and the throttler service it started)
+    end with it instead of running on under init beside the next run's (whose rate limit the two
+    services together would exceed)."""
+    from tests.conftest import payload_spec
+
+    spec, dynamic = payload_spec(tmp_path, f"http://127.0.0.1:{receiver.port}/events",
+                                 [f"p{i}" for i in range(3000)], partition_count=4,
+                                 sink_parameters={"throttler_id": "api"})
+    document = yaml.safe_load(dynamic.read_text())
+    document["throttlers"] = {"api": {"limit": 50, "period": "1s"}}
+    dynamic.write_text(yaml.safe_dump(document))
+    state = tmp_path / "state"
+    log = tmp_path / "run.log"
+    with log.open("wb") as output:
+        parent = subprocess.Popen([sys.executable, "-m", "egress", "run", str(spec), "--dynamic-spec", str(dynamic),
+                                   "--processes", "2", "--until-drained", "--state-dir", str(state), *CLUSTER],
+                                  cwd=REPO, stdout=output, stderr=subprocess.STDOUT)
+    egress_processes.append(parent)
+    eventually_sync(lambda: bool(recorded(receiver.record)), what="a first request delivered", timeout=60,
+                    unless=exited(parent, log))
+    wait_for_members(state, yaml.safe_load(spec.read_text())["pipeline"], 2, parent, log)
+    children = children_of(parent.pid)
+    assert len(children) == 3, children  # the two workers and the throttler service
+    parent.kill()
+    parent.wait()
+
+    def running() -> list[int]:
+        return [child for child in children if Path(f"/proc/{child}").exists()
+                and Path(f"/proc/{child}/stat").read_text().split()[2] != "Z"]
+
+    try:
+        eventually_sync(lambda: not running(), what="the children of the killed parent ended", timeout=60,
+                        interval=0.1)
+    finally:
+        for child in running():
+            os.kill(child, signal.SIGKILL)
