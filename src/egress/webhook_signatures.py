@@ -18,7 +18,7 @@ import hmac
 from collections.abc import Iterable, Mapping, Sequence
 
 from egress.errors import SecretUnavailable, SpecError
-from egress.secret_references import read_secret
+from egress.secret_references import read_secret, variable
 
 SECRET_PREFIX = "whsec_"
 ID_HEADER = "webhook-id"
@@ -61,7 +61,7 @@ def read_secrets(*, file: str | None = None, env: str | None = None) -> tuple[by
         where = f"secret file {file}"
         words = [line.strip() for line in text.splitlines() if line.strip() and not line.lstrip().startswith("#")]
     else:
-        where = f"environment variable {env}"
+        where = variable(env or "")
         words = text.split()
     if not words:
         raise SpecError(f"{where} holds no secret; write one whsec_... secret (one per line)")

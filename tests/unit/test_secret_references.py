@@ -44,3 +44,35 @@ def test_a_file_that_is_not_utf8_is_refused_without_showing_it(tmp_path: Path) -
     with pytest.raises(SecretUnavailable, match="is not UTF-8 text") as raised:
         read_secret(file=tmp_path / "key")
     assert SECRET not in str(raised.value)
+
+
+@pytest.mark.parametrize("written", ["whsec_i6qwCYUqNBvTSml0+2uLHB5sIqAWsV3gLWZ4tzmQmfQ=", "change-me-secret-value",
+                                     "my key"])
+def test_a_reference_that_is_no_variable_name_is_not_repeated_in_the_error(written: str) -> None:
+    """A value where a variable's name belongs is most likely the secret itself: the error says so
+    and never shows it."""
+    with pytest.raises(SecretUnavailable) as caught:
+        read_secret(env=written)
+    assert written not in str(caught.value)
+    assert "not a variable's name" in str(caught.value)
+
+
+def test_a_spec_whose_webhook_secret_env_holds_the_secret_is_refused_without_showing_it(tmp_path: Path) -> None:
+    from egress.connectors.sinks.webhook_parameters import WebhookSinkDynamicParameters
+
+    secret = "whsec_i6qwCYUqNBvTSml0+2uLHB5sIqAWsV3gLWZ4tzmQmfQ="
+    with pytest.raises(ValueError) as caught:
+        WebhookSinkDynamicParameters.model_validate(
+            {"endpoints": {"a": {"url": "http://127.0.0.1:9/h", "secret_env": secret}}})
+    assert secret not in str(caught.value)
+    assert "not a variable's name" in str(caught.value)
+
+
+def test_the_unset_variables_of_a_spec_never_repeat_a_value_written_in_place_of_a_name() -> None:
+    from egress.runtime.plan import unset_environment
+
+    secret = "whsec_i6qwCYUqNBvTSml0+2uLHB5sIqAWsV3gLWZ4tzmQmfQ="
+    [problem] = unset_environment({"bearer_token_env": secret}, "sources/in/parameters", "spec.yaml")
+    assert secret not in str(problem)
+    assert str(problem).startswith("spec.yaml: sources/in/parameters/bearer_token_env: the environment variable "
+                                   "named here (not a variable's name")

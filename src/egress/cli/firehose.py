@@ -34,7 +34,7 @@ from egress.errors import SecretUnavailable
 from egress.firehose import FirehoseReceiver, ReceiverOptions, serve
 from egress.firehose import protocol as p
 from egress.http_body import RequestBodyError, closing, read_body
-from egress.secret_references import read_secret
+from egress.secret_references import read_secret, variable
 
 STATS_PATH = "/stats"
 console = Console(stderr=True, soft_wrap=True)
@@ -145,10 +145,10 @@ def access_keys_from_environment(names: Sequence[str]) -> tuple[str, ...]:
         with contextlib.suppress(SecretUnavailable):  # unset: the same as empty below
             value = read_secret(env=name) or ""
         if not value:
-            raise ValueError(f"environment variable {name} (an access key) is not set or empty: export it before "
+            raise ValueError(f"{variable(name)} (an access key) is not set or empty: export it before "
                              "starting the receiver")
         if len(value.encode()) > p.MAX_ACCESS_KEY_BYTES:
-            raise ValueError(f"environment variable {name} holds more than {p.MAX_ACCESS_KEY_BYTES} bytes")
+            raise ValueError(f"{variable(name)} holds more than {p.MAX_ACCESS_KEY_BYTES} bytes")
         keys.append(value)
     return tuple(keys)
 

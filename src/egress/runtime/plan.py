@@ -25,7 +25,7 @@ from egress.connectors.base import READERS_LIMIT, reader_count
 from egress.errors import SecretUnavailable, SpecError, SpecErrors
 from egress.runtime.api import MapFunction, ProcessFunction, map_output_stream
 from egress.runtime.lanes import lane, lanes
-from egress.secret_references import read_secret
+from egress.secret_references import read_secret, variable
 from egress.spec import DynamicSpec, Spec, StreamSpec, load_document, misplaced_fields, validate_model
 from egress.spec.problems import fields_of, misplaced_message
 from egress.throttler import validate_dynamic_throttlers
@@ -543,7 +543,7 @@ def unset_environment(parameters: Any, at: str, spec_file: str | None) -> list[S
         if isinstance(value, dict | list):
             found += unset_environment(value, f"{at}/{key}", spec_file)
         elif isinstance(key, str) and key.endswith("_env") and isinstance(value, str) and not _set(value):
-            found.append(SpecError(f"environment variable {value} is not set or empty: export it before egress run",
+            found.append(SpecError(f"{variable(value)} is not set or empty: export it before egress run",
                                    path=f"{at}/{key}", file=spec_file))
     return found
 

@@ -17,7 +17,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 from egress.errors import SecretUnavailable
 from egress.firehose import protocol as p
 from egress.firehose.retry import INITIAL_BACKOFF_SECONDS, MAX_BACKOFF_SECONDS, MAX_RETRY_DURATION_SECONDS
-from egress.secret_references import read_secret
+from egress.secret_references import read_secret, variable
 from egress.spec import Duration
 from egress.spec.urls import endpoint_url_problem
 
@@ -59,7 +59,7 @@ class AccessKeyReference(BaseModel):
 
     def resolve(self) -> str:
         """The key. Raises :class:`AccessKeyUnavailable` (see there)."""
-        where = f"environment variable {self.env}" if self.env is not None else f"file {self.file}"
+        where = variable(self.env) if self.env is not None else f"file {self.file}"
         try:
             text = read_secret(env=self.env, file=self.file)
         except SecretUnavailable as error:  # an unset variable reads as an empty one: the same fix
