@@ -403,6 +403,7 @@ class _PlanBuilder:
             throttlers = validate_dynamic_throttlers(self.dynamic, file=self.dynamic_spec_file)
         except SpecErrors as found:
             self.errors.extend(found.errors)
+            throttlers = dict(self.dynamic.throttlers)  # declared, if wrong: a sink naming one is not a problem too
         for planned in computations.values():
             for sink_plan in planned.sinks.values():
                 self.errors.extend(_throttler_problems(planned.computation_id, sink_plan, throttlers, self.spec_file))

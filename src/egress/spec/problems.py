@@ -9,6 +9,7 @@ is quoted in the message of a bound it breaks, so that the reader learns what th
 from __future__ import annotations
 
 import difflib
+import math
 import types
 import typing
 from typing import Any
@@ -199,7 +200,7 @@ def _wrong_type(kind: str, value: Any) -> str:
             fix += " (YAML reads yes, no, on, off, true and false unquoted as booleans)"
     elif isinstance(value, str):
         if _unquoted_fits(kind, value):
-            fix = "write it without quotes"
+            fix = "write it without quotes" + _yaml_number_hint(value)
     elif value is None:
         fix = "write a value or leave the field out"
     elif isinstance(value, dict | list):  # quotes would not help: the field takes one value
@@ -209,6 +210,22 @@ def _wrong_type(kind: str, value: Any) -> str:
 
 def _shown(value: str, limit: int = 40) -> str:
     return repr(value if len(value) <= limit else value[:limit] + "...")
+
+
+def _yaml_number_hint(text: str) -> str:
+    """How to write ``text`` (a number by Python's reading) so that YAML reads it as a number, when
+    YAML 1.1 reads it unquoted as text (``1e3``: an exponent needs a dot and a sign there); else ""."""
+    import yaml
+
+    try:
+        number = float(text)
+        unquoted = yaml.safe_load(text)
+    except (ValueError, yaml.YAMLError):
+        return ""
+    if (isinstance(unquoted, int | float) and not isinstance(unquoted, bool)) or not math.isfinite(number):
+        return ""
+    plain = str(int(number)) if number.is_integer() and abs(number) < 1e15 else repr(number)
+    return f"; in YAML write {plain} (YAML reads {text.strip()} unquoted as text too)"
 
 
 def _unquoted_fits(kind: str, value: str) -> bool:

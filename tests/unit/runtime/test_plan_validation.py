@@ -357,3 +357,25 @@ def test_a_reloaded_dynamic_spec_places_a_sink_parameter_and_refuses_a_duplicate
     assert watched.error is not None
     assert "written twice (lines 6 and 7)" in watched.error
     assert applied == []
+
+
+@pytest.mark.parametrize(("throttler", "problem"), [
+    ({"limit": -5, "period": "1s"}, "throttlers/api/limit"),
+    ({"limit": 10, "period": "1s", "classes": {"gold": {"weight": 1}}, "bogus": 1}, "throttlers/api/bogus"),
+])
+def test_a_wrong_throttler_is_one_problem_not_also_a_missing_one_for_the_sink_that_names_it(
+        tmp_path: Path, throttler: dict[str, Any], problem: str) -> None:
+    from egress.errors import SpecErrors
+    from egress.runtime import load_plan
+    from tests.conftest import payload_spec
+
+    spec, dynamic = payload_spec(tmp_path, "http://127.0.0.1:9/events", ["p"],
+                                 sink_parameters={"throttler_id": "api"})
+    document = yaml.safe_load(dynamic.read_text())
+    document["throttlers"] = {"api": throttler}
+    dynamic.write_text(yaml.safe_dump(document))
+    with pytest.raises(SpecErrors) as raised:
+        load_plan(spec, dynamic)
+    lines = str(raised.value).splitlines()
+    assert any(problem in line for line in lines), lines
+    assert not any("is not configured" in line for line in lines), lines

@@ -73,6 +73,9 @@ DYNAMIC_CASES = [
                  "write it without quotes", id="string-for-int"),
     pytest.param({"retry_multiplier": "2.5"}, "retry_multiplier: expected a number, got the string '2.5': "
                  "write it without quotes", id="string-for-number"),
+    pytest.param({"retry_multiplier": "1e3"}, "retry_multiplier: expected a number, got the string '1e3': "
+                 "write it without quotes; in YAML write 1000 (YAML reads 1e3 unquoted as text too)",
+                 id="yaml-exponent-without-a-dot"),
 ]
 
 
