@@ -152,6 +152,8 @@ def _broken_rule(kind: str, error: Any, subject: str, field: FieldInfo | None) -
         return _length(kind, ctx, subject, meaning)
     if kind == "literal_error":
         return f"{subject} must be {ctx['expected']}{meaning}, got {_given(value)}"
+    if kind == "finite_number":
+        return f"{subject} must be a finite number{meaning}, got {_given(value)}: write a number, not .nan or .inf"
     if kind == "list_type":
         fix = (f"write it as a list: [{value}]" if isinstance(value, str | int | float) and not isinstance(value, bool)
                else "write a list, as [a, b] or one '- item' line per item")

@@ -362,6 +362,8 @@ def test_a_reloaded_dynamic_spec_places_a_sink_parameter_and_refuses_a_duplicate
 @pytest.mark.parametrize(("throttler", "problem"), [
     ({"limit": -5, "period": "1s"}, "throttlers/api/limit"),
     ({"limit": 10, "period": "1s", "classes": {"gold": {"weight": 1}}, "bogus": 1}, "throttlers/api/bogus"),
+    ({"limit": float("nan"), "period": "1s"},
+     "throttlers/api/limit: limit must be a finite number, got the number nan: write a number, not .nan or .inf"),
 ])
 def test_a_wrong_throttler_is_one_problem_not_also_a_missing_one_for_the_sink_that_names_it(
         tmp_path: Path, throttler: dict[str, Any], problem: str) -> None:
