@@ -30,6 +30,7 @@ from egress.httpclient.header_api import AVAILABLE as HEADER_API
 from egress.httpclient.header_api import final_header
 from egress.httpclient.proxy import proxy_options
 from egress.httpclient.retry_after import RETRY_AFTER_STATUSES
+from egress.version import __version__
 
 
 class Request(NamedTuple):
@@ -118,6 +119,8 @@ _new_tuple = tuple.__new__
 # libcurl's own flags for a CURLOPT_URL string (curl's lib/url.c), so a parsed URL means the same.
 _URL_FLAGS = pycurl.U_GUESS_SCHEME | pycurl.U_NON_SUPPORT_SCHEME
 _PARSED_URLS = 1024  # parsed URLs a client keeps
+USER_AGENT = f"egress/{__version__}"
+"""The ``User-Agent`` of every request egress sends (unless its own headers give one)."""
 
 _Entry = tuple[Request, Any]  # a request and its token, as the sender handed them over
 # Finished transfers by destination: id(completions) -> (completions, [(token, response), ...])
@@ -270,6 +273,9 @@ class CurlClient:
         """An easy handle with the options that never change for this client, set once."""
         handle = pycurl.Curl()
         handle.setopt(pycurl.NOSIGNAL, 1)
+        # pycurl's default names its own build ("PycURL/7.45 libcurl/8.x OpenSSL/…"); a request's own
+        # User-Agent header (a sink's headers) still wins over this.
+        handle.setopt(pycurl.USERAGENT, USER_AGENT)
         handle.setopt(pycurl.FOLLOWLOCATION, 0)
         handle.setopt(pycurl.HTTP_VERSION, pycurl.CURL_HTTP_VERSION_1_1)
         handle.setopt(pycurl.FORBID_REUSE, 0 if self.keep_alive else 1)

@@ -573,3 +573,24 @@ async def test_a_handle_moved_to_another_url_takes_that_urls_scheme_proxy_and_a_
     assert bad.curl_code == 3  # CURLE_URL_MALFORMAT, libcurl's own verdict
     assert at_origin == ["POST /a"]
     assert seen == ["POST http://origin.invalid/b"]
+
+
+async def test_requests_name_egress_as_their_user_agent_unless_their_headers_give_one(
+        serve_app: ServerFactory) -> None:
+    agents: list[str] = []
+
+    async def handle(request: web.Request) -> web.Response:
+        agents.append(request.headers.get("User-Agent", ""))
+        return web.Response(text="ok")
+
+    app = web.Application()
+    app.router.add_post("/{tail:.*}", handle)
+    base = await serve_app(app)
+    client = CurlClient(max_connections=1)
+    try:
+        await client.send(Request(f"{base}/a", b"1"))
+        await client.send(Request(f"{base}/a", b"2", headers=("User-Agent: mine/1",)))
+    finally:
+        client.close()
+    assert agents == [curl_module.USER_AGENT, "mine/1"]
+    assert curl_module.USER_AGENT.startswith("egress/")
