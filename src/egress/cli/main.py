@@ -363,11 +363,7 @@ def _finish(pipeline: Pipeline, result: RunResult, *, spec: Path, dynamic_spec: 
     if not quiet and _nothing_new(result, values):
         output.say(f"nothing new: {location.name} already holds everything the sources had; to start over, "
                    f"{location.start_over}")
-    redrive_hint = f" --dynamic-spec {dynamic_spec}" if dynamic_spec is not None else ""
-    for (path, sink), count in sorted(pipeline.dead_letters.by_file.items()):
-        output.say(f"{count:,} dead letter(s) of {sink} written to {path}: once the endpoint is fixed, "
-                   f"egress redrive {path} {spec} --sink {sink}{redrive_hint}", style="yellow", level=logging.WARNING,
-                   sink=sink)
+    _undelivered(pipeline, values, spec, dynamic_spec)
     for line in result.blocked:
         output.say(f"blocked: {line}", style="red", level=logging.ERROR)
     for line in result.unreachable:
@@ -385,6 +381,29 @@ def _finish(pipeline: Pipeline, result: RunResult, *, spec: Path, dynamic_spec: 
                    level=logging.ERROR)
         raise typer.Exit(2)
     raise typer.Exit(0 if result.ok else 1)
+
+
+def _undelivered(pipeline: Pipeline, values: dict[str, Any], spec: Path, dynamic_spec: Path | None) -> None:
+    """A line for each file that received undelivered records: dead letters (with their redrive
+    command) and Firehose error outputs."""
+    redrive_hint = f" --dynamic-spec {dynamic_spec}" if dynamic_spec is not None else ""
+    for (path, sink), count in sorted(pipeline.dead_letters.by_file.items()):
+        output.say(f"{count:,} dead letter(s) of {sink} written to {path}: once the endpoint is fixed, "
+                   f"egress redrive {path} {spec} --sink {sink}{redrive_hint}", style="yellow", level=logging.WARNING,
+                   sink=sink)
+    for sink, written in values["error_outputs"].items():
+        redrive = "" if _has_dead_letter_file(pipeline, sink) else (
+            "; egress redrive reads dead letters, not this file: set dead_letter_path to redrive such records")
+        output.say(f"{written['records']:,} record(s) of {sink} not delivered, written to the error output "
+                   f"{written['path']}{redrive}", style="yellow", level=logging.WARNING, sink=sink)
+
+
+def _has_dead_letter_file(pipeline: Pipeline, sink: str) -> bool:
+    """Whether ``sink`` (``computation/sink``) writes dead letters as well (then the dead-letter line
+    already gives the redrive command)."""
+    computation, _, sink_id = sink.partition("/")
+    plan = pipeline.plan.computations[computation].sinks[sink_id]
+    return getattr(plan.parameters, "dead_letter_path", None) is not None
 
 
 def _nothing_new(result: RunResult, values: dict[str, Any]) -> bool:

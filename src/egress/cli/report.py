@@ -17,7 +17,9 @@ _SINK_COUNTERS = {
     "attempt_failures": "egress_sink_attempt_failures_total",
     "delivered": "egress_sink_records_delivered_total",
     "dead_letters": "egress_sink_dead_letters_total",
+    "error_output_records": "egress_sink_error_output_records_total",
 }
+_ERROR_OUTPUT = "egress_sink_error_output_records_total"
 _RESPONSES = "egress_sink_responses_total"
 
 
@@ -71,8 +73,24 @@ def final_report(pipeline: Pipeline, result: RunResult) -> dict[str, Any]:
         blocked=result.blocked,
         error=str(result.error) if result.error else None,
         status={entry.path: entry.error for entry in pipeline.status.entries()},
+        error_outputs=error_outputs(pipeline),
     )
     return values
+
+
+def error_outputs(pipeline: Pipeline) -> dict[str, dict[str, Any]]:
+    """The error outputs (``firehose_http``'s ``error_output``) written in this run, by
+    ``computation/sink``: ``{"path": the file (absolute when the Spec's folder is), "records": N}``.
+    Records there were not delivered, as dead letters; a sink writing none is left out."""
+    found: dict[str, dict[str, Any]] = {}
+    for labels, value in pipeline.metrics.samples(_ERROR_OUTPUT):
+        computation = pipeline.plan.computations.get(labels["computation_id"])
+        sink = computation.sinks.get(labels["sink_id"]) if computation is not None else None
+        path = getattr(sink.parameters, "error_output", None) if sink is not None else None
+        if value and path is not None:
+            key = f"{labels['computation_id']}/{labels['sink_id']}"
+            found[key] = {"path": path, "records": found.get(key, {}).get("records", 0) + int(value)}
+    return dict(sorted(found.items()))
 
 
 def summary_table(report: dict[str, Any], title: str = "egress run") -> Table:
@@ -85,7 +103,7 @@ def summary_table(report: dict[str, Any], title: str = "egress run") -> Table:
     labels.update(bad_records_skipped="bad records skipped", bad_records_dead_lettered="bad records dead-lettered")
     for name in ("rows_read", "bad_records_skipped", "bad_records_dead_lettered", "messages_processed", "posts",
                  "responses_2xx", "retries", "attempt_failures",
-                 "delivered", "dead_letters", "unacknowledged", "epochs"):
+                 "delivered", "dead_letters", "error_output_records", "unacknowledged", "epochs"):
         table.add_row(labels.get(name, name.replace("_", " ")), f"{report[name]:,}")
     table.add_row("responses by status", ", ".join(f"{k}: {v:,}" for k, v in report["responses"].items()) or "-")
     table.add_row("elapsed", f"{report['elapsed_seconds']:.2f} s")

@@ -3,7 +3,9 @@ real subprocess, its stdout and stderr pipes (not a terminal)."""
 
 from __future__ import annotations
 
+import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -70,3 +72,29 @@ def test_validate_and_run_refuse_every_unset_secret_variable_alike_naming_each(t
     assert not (tmp_path / "state").exists()
     every = {**environment, **dict.fromkeys(names, "set")}
     assert egress("validate", str(spec), cwd=REPO, env=every).returncode == 0
+
+
+def test_records_of_the_firehose_error_output_show_in_the_summary_and_report_as_dead_letters_do(
+        tmp_path: Path) -> None:
+    """Every batch fails (nothing listens; ``retry_duration: 0``, one attempt): the records go to
+    ``error_output``; the run goes on and exits 0, as with the async HTTP sink's dead letters, and its
+    summary, its report and a line naming the file count them (none of them was delivered)."""
+    spec, dynamic = payload_spec(tmp_path, "http://127.0.0.1:9/events", [f"record {i}" for i in range(30)])
+    document = yaml.safe_load(spec.read_text())
+    document["computations"]["deliver"]["sinks"] = {"firehose": {
+        "sink_class_name": "firehose_http", "input_stream_ids": ["requests"],
+        "parameters": {"url": "http://127.0.0.1:9/firehose", "payload_column": "payload", "stream_name": "s",
+                       "retry_duration": 0, "error_output": "fherr.jsonl"}}}
+    spec.write_text(yaml.safe_dump(document))
+    dynamic.write_text("{}\n")
+    run = egress("run", str(spec), "--until-drained", "--state-dir", str(tmp_path / "state"),
+                 "--report", str(tmp_path / "report.json"), cwd=REPO)
+    assert run.returncode == 0, run.stderr
+    errors = tmp_path / "fherr.jsonl"
+    assert len(errors.read_text().splitlines()) == 30
+    report = json.loads((tmp_path / "report.json").read_text())
+    assert (report["delivered"], report["error_output_records"]) == (0, 30)
+    assert report["error_outputs"] == {"deliver/firehose": {"path": str(errors), "records": 30}}
+    assert re.search(r"error output records\W+30\b", run.stderr)
+    assert (f"30 record(s) of deliver/firehose not delivered, written to the error output {errors}; "
+            "egress redrive reads dead letters") in " ".join((run.stdout + run.stderr).split())
