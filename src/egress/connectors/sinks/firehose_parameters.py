@@ -10,15 +10,15 @@ read at every attempt (so a rotated file or variable is picked up by the next at
 from __future__ import annotations
 
 import re
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, PlainSerializer, field_validator, model_validator
 
 from egress.errors import SecretUnavailable
 from egress.firehose import protocol as p
 from egress.firehose.retry import INITIAL_BACKOFF_SECONDS, MAX_BACKOFF_SECONDS, MAX_RETRY_DURATION_SECONDS
 from egress.secret_references import read_secret, variable
-from egress.spec import Duration
+from egress.spec import Duration, format_duration, parse_duration
 from egress.spec.urls import endpoint_url_problem
 
 _STREAM_NAME = re.compile(r"[a-zA-Z0-9_.-]{1,64}")
@@ -92,6 +92,33 @@ class BufferingHints(BaseModel):
         return data
 
 
+MAX_RESPONSE_TIMEOUT_SECONDS = 900
+"""The longest ``response_timeout``: 5 × Firehose's 3 minutes. It also turns a count of milliseconds
+(Flow's convention for a bare integer duration: 1 s and more is ≥ 1000) into an error, not 16 minutes."""
+
+
+def _response_seconds(value: Any) -> float:
+    """``response_timeout`` as seconds: a number is seconds (Firehose's unit, as ``retry_duration``), a
+    string with units is a duration (``90s``, ``1m30s``, ``500ms``). Raises ``ValueError``."""
+    bare = isinstance(value, str) and value.strip().replace(".", "", 1).isdigit()
+    if isinstance(value, bool) or not isinstance(value, int | float | str):
+        raise ValueError(f"response_timeout must be seconds (a number, or a duration such as 90s), got {value!r}")
+    try:
+        seconds = parse_duration(value) if isinstance(value, str) and not bare else float(value)
+    except ValueError:
+        raise ValueError(f"response_timeout must be seconds (a number, or a duration such as 90s or 500ms), "
+                         f"got {value!r}") from None
+    if not 0 < seconds <= MAX_RESPONSE_TIMEOUT_SECONDS:
+        hint = f"; for milliseconds write '{value}ms'" if (bare or not isinstance(value, str)) and seconds > 0 else ""
+        raise ValueError(f"response_timeout is in seconds, as retry_duration (Firehose waits 180): {value} is not "
+                         f"in (0, {MAX_RESPONSE_TIMEOUT_SECONDS}]{hint}")
+    return seconds
+
+
+Seconds = Annotated[float, BeforeValidator(_response_seconds), PlainSerializer(format_duration)]
+"""A number of seconds or a duration with units, as float seconds (written back as ``180s``)."""
+
+
 def _check_url(value: str) -> str:
     problem = endpoint_url_problem(value)
     if problem is not None:
@@ -115,7 +142,9 @@ class FirehoseHttpSinkParameters(BaseModel):
     records as dead letters, one line per record with its message id, ``seq`` and the batch's request
     id, for ``egress redrive`` (``egress.connectors.dead_letters``); either file lets the partition go
     on. Beyond Firehose: ``max_in_flight`` batches sent at once
-    (default 4), ``response_timeout`` per attempt (default 180 s, the protocol's), ``compression_level``
+    (default 4), ``response_timeout`` per attempt, in seconds like ``retry_duration``
+    (a number, or a duration with units such as ``90s`` or ``500ms``; 0 < … ≤ 900, default 180, the
+    protocol's), ``compression_level``
     (gzip 1..9, default 6), ``tls_ca_file`` (a PEM bundle to trust for https),
     ``propagate_trace_context`` (default true: with tracing on, a request carries ``traceparent``).
     """
@@ -133,7 +162,7 @@ class FirehoseHttpSinkParameters(BaseModel):
     error_output: str | None = Field(default=None, min_length=1)
     dead_letter_path: str | None = Field(default=None, min_length=1)
     max_in_flight: int = Field(default=4, ge=1, le=64)
-    response_timeout: Duration = Field(default=p.RESPONSE_TIMEOUT_SECONDS, gt=0)
+    response_timeout: Seconds = p.RESPONSE_TIMEOUT_SECONDS
     compression_level: int = Field(default=6, ge=1, le=9)
     tls_ca_file: str | None = None
     # With tracing on (egress.observe.tracing), each request carries the W3C traceparent of its first record.
@@ -185,7 +214,8 @@ class FirehoseHttpSinkDynamicParameters(BaseModel):
 
     ``url`` and ``access_key`` override the Spec's (Firehose: "the access key and/or the destination
     may change between attempts"). ``retry_initial_delay`` and ``retry_maximum_delay`` (egress, for
-    tests; default Firehose's 1 s and 120 s) scale the backoff.
+    tests; default Firehose's 1 s and 120 s; durations, ``1s`` or ``100ms``, where a bare integer is
+    milliseconds as in the other sinks' delays) scale the backoff. The other parameters are the Spec's.
     """
 
     model_config = ConfigDict(extra="forbid", frozen=True, hide_input_in_errors=True)
@@ -200,5 +230,5 @@ class FirehoseHttpSinkDynamicParameters(BaseModel):
         return None if value is None else _check_url(value)
 
 
-__all__ = ["AccessKeyReference", "AccessKeyUnavailable", "BufferingHints", "FirehoseHttpSinkDynamicParameters",
-           "FirehoseHttpSinkParameters"]
+__all__ = ["MAX_RESPONSE_TIMEOUT_SECONDS", "AccessKeyReference", "AccessKeyUnavailable", "BufferingHints",
+           "FirehoseHttpSinkDynamicParameters", "FirehoseHttpSinkParameters"]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import random
 from pathlib import Path
 from typing import Any
 
@@ -175,3 +176,45 @@ def test_a_payload_column_not_in_the_stream_names_the_string_columns_it_could_be
     assert error.path == "parameters/payload_column"
     assert error.message == ('Firehose HTTP sink payload column "recrod" must be a String column of the input '
                              "stream (its String columns: record)")
+
+
+@pytest.mark.parametrize(("written", "seconds"), [
+    (2, 2.0), (180, 180.0), (0.5, 0.5), ("180", 180.0), ("90s", 90.0), ("1m30s", 90.0), ("500ms", 0.5), (900, 900.0),
+])
+def test_response_timeout_is_seconds_as_retry_duration_or_a_duration_with_its_unit(
+        written: object, seconds: float) -> None:
+    """``response_timeout: 2`` is 2 s, not Flow's 2 ms for a bare integer: the sink's other times are
+    Firehose's seconds (``retry_duration``, ``interval_in_seconds``), and so is each attempt's timeout."""
+    from egress.connectors.sinks.firehose_http import FirehoseRetries
+
+    parameters = parse(response_timeout=written, retry_duration=5)
+    assert parameters.response_timeout == seconds
+    retries = FirehoseRetries(float(parameters.retry_duration), parameters.response_timeout, random.Random(0),
+                              FirehoseHttpSinkDynamicParameters)
+    assert retries.attempt_timeout(0.0) == seconds
+    assert parse(**parameters.model_dump(exclude_none=True)).response_timeout == seconds  # written back with a unit
+
+
+@pytest.mark.parametrize(("written", "message"), [
+    (180000, "response_timeout is in seconds.*180000 is not in \\(0, 900\\]; for milliseconds write '180000ms'"),
+    ("2000", "for milliseconds write '2000ms'"),
+    (0, "0 is not in \\(0, 900\\]"),
+    (-1, "is not in"),
+    ("901s", "901s is not in \\(0, 900\\]"),
+    ("soon", "response_timeout must be seconds"),
+    (True, "response_timeout must be seconds"),
+])
+def test_a_response_timeout_out_of_range_says_it_is_seconds(written: object, message: str) -> None:
+    """A count of milliseconds (Flow's bare-integer convention, 1 s and more is ≥ 1000) is refused with the
+    way to write it, not taken as 16 minutes or more."""
+    with pytest.raises(ValidationError, match=message):
+        parse(response_timeout=written)
+
+
+def test_the_dynamic_spec_refuses_the_spec_parameters() -> None:
+    """docs/firehose.md lists these under the Spec: the DynamicSpec model does not have them."""
+    for name, value in (("max_in_flight", 2), ("response_timeout", 2), ("compression_level", 6),
+                        ("tls_ca_file", "ca.pem"), ("propagate_trace_context", False), ("retry_duration", 5)):
+        with pytest.raises(ValidationError, match="Extra inputs are not permitted"):
+            FirehoseHttpSinkDynamicParameters.model_validate({name: value})
+        assert name in FirehoseHttpSinkParameters.model_fields
