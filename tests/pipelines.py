@@ -180,3 +180,10 @@ class SlowCountingRows(ProcessFunction):
         self.rows += 1
         if self.rows == 3 and self.started:
             Path(self.started).touch()  # noqa: ASYNC240 - once, a test's signal
+
+
+class PassthroughUrl(ProcessFunction):
+    """Emits the input's ``url`` and ``payload`` columns to ``requests`` (a webhook sink's ``url_column``)."""
+
+    async def process_message(self, message: Message, output: OutputCollector, ctx: RuntimeContext) -> None:
+        output.add_message("requests", {"url": message.row["url"], "payload": message.row["payload"]})

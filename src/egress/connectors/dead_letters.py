@@ -1,10 +1,10 @@
 """Dead letters: deliveries of the HTTP sinks that failed for good, kept in a file to redrive later.
 
-With ``dead_letter_path`` set on an HTTP sink (``async_http``, ``firehose_http``), a delivery that
-exhausts its attempts or its deadline (or, in the Firehose sink, gets a 413 or holds a record over
-the protocol's limit) does not block its partition: it is appended to the file as one JSON line per
-message, durably (``fsync``), and only then acknowledged, in ``seq`` order, so the partition goes
-on. ``egress redrive`` re-sends the lines through a sink later (``egress.runtime.redrive``).
+With ``dead_letter_path`` set on an HTTP sink (``async_http``, ``firehose_http``, ``batching_http``,
+``webhook_http``), a delivery that exhausts its attempts or its deadline (or, in the Firehose sink,
+gets a 413 or holds a record over the protocol's limit) does not block its partition: it is appended
+to the file as one JSON line per message, durably (``fsync``), and only then acknowledged, so the
+partition goes on. ``egress redrive`` re-sends the lines through a sink later (``egress.runtime.redrive``).
 
 A line (keys always present; ``status`` and ``error`` of an attempt are ``null`` when absent)::
 
@@ -13,6 +13,10 @@ A line (keys always present; ``status`` and ``error`` of an attempt are ``null``
      "payload": "<text>", "payload_encoding": "utf-8",          # "base64" when not UTF-8
      "attempts": [{"time": 1767225599.0, "status": 503, "error": null}, ...],
      "error": "Async HTTP POST retry policy exhausted after 3 attempt(s); last error: HTTP status 503"}
+
+A webhook sink's line (``webhook_http``) also has ``"endpoint"``: the value of its ``url_column``
+(the URL) or ``endpoint_column`` (the name in the DynamicSpec's endpoint table), where a redrive
+sends it back; the other sinks' lines have no such key.
 
 Times are seconds since the Unix epoch from the pipeline's clock; an attempt's ``time`` is when it
 ended. The async HTTP sink's idempotency key is the upper-case hex of the message id; the Firehose
@@ -76,6 +80,7 @@ class DeadLetter:
     attempts: tuple[Attempt, ...]
     error: str
     dead_lettered_at: float
+    endpoint: str | None = None  # a webhook sink's endpoint (its URL or table name); None for the others
 
     @property
     def key(self) -> LetterKey:
@@ -94,13 +99,16 @@ def encode_dead_letter(letter: DeadLetter) -> bytes:
         payload, encoding = letter.payload.decode("utf-8"), "utf-8"
     except UnicodeDecodeError:
         payload, encoding = base64.b64encode(letter.payload).decode("ascii"), "base64"
-    return orjson.dumps({
+    line: dict[str, Any] = {
         "dead_lettered_at": letter.dead_lettered_at, "computation": letter.computation, "sink": letter.sink,
         "partition": letter.partition, "seq": letter.seq, "message_id": letter.message_id.hex(),
         "idempotency_key": letter.idempotency_key, "payload": payload, "payload_encoding": encoding,
         "attempts": [{"time": a.time, "status": a.status, "error": a.error} for a in letter.attempts],
         "error": letter.error,
-    }) + b"\n"
+    }
+    if letter.endpoint is not None:
+        line["endpoint"] = letter.endpoint
+    return orjson.dumps(line) + b"\n"
 
 
 def decode_dead_letter(line: bytes) -> DeadLetter:
@@ -120,11 +128,14 @@ def decode_dead_letter(line: bytes) -> DeadLetter:
     attempts = _field(data, "attempts", list)
     if not all(isinstance(a, dict) for a in attempts):
         raise ValueError("attempts must be a list of objects")
+    endpoint = data.get("endpoint")
+    if endpoint is not None and not isinstance(endpoint, str):
+        raise ValueError("endpoint is not a string")
     return DeadLetter(
         _field(data, "computation", str), _field(data, "sink", str), _field(data, "partition", int),
         _field(data, "seq", int), _message_id(data), _field(data, "idempotency_key", str), raw,
         tuple(Attempt(float(a.get("time") or 0.0), a.get("status"), a.get("error")) for a in attempts),
-        _field(data, "error", str), float(_field(data, "dead_lettered_at", (int, float))))
+        _field(data, "error", str), float(_field(data, "dead_lettered_at", (int, float))), endpoint)
 
 
 def letter_key(line: bytes) -> LetterKey:

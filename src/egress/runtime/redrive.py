@@ -5,8 +5,10 @@ alone) are sent through a fresh instance of that sink built from the Spec and Dy
 now (that sink alone, :func:`load_redrive_target`): its URL, headers, TLS settings, retries,
 redirects and throttler, through its own delivery path (:meth:`Sink.distribute`, then its
 acknowledgements). Each message keeps its message id, so its
-idempotency key (the async HTTP sink's ``Idempotency-Key``; for the Firehose sink, the letters of
-one batch are re-formed into that batch, under the same request id).
+idempotency key (the async HTTP sink's ``Idempotency-Key``, the webhook sink's ``webhook-id``; for
+the Firehose sink, the letters of one batch are re-formed into that batch, under the same request
+id). A webhook sink's letter goes back to the endpoint its line names (``endpoint``), signed with
+that endpoint's secrets as the DynamicSpec gives them now.
 
 What was delivered is recorded in ``<file>.redriven`` (one JSON line per letter, fsync'd after each
 acknowledgement, :mod:`egress.connectors.dead_letters`), so running redrive again skips it: a line is
@@ -115,7 +117,7 @@ def _redrivable(classes: dict[tuple[str, str], Any], name: str, spec_file: str |
     its class can redrive. Raises :class:`RedriveError` listing those that can."""
     redrivable = [f"{c}/{s}" for (c, s), sink_class in classes.items() if hasattr(sink_class, "redrive_progress")]
     choices = (", ".join(redrivable) if redrivable
-               else "none: the Spec has no async_http, firehose_http or batching_http sink")
+               else "none: the Spec has no async_http, firehose_http, batching_http or webhook_http sink")
     computation_id, _, sink_id = name.partition("/")
     if (computation_id, sink_id) not in classes:
         raise RedriveError(f"--sink {name}: no such sink in {spec_file or 'the Spec'}; give COMPUTATION/SINK, "
@@ -123,7 +125,7 @@ def _redrivable(classes: dict[tuple[str, str], Any], name: str, spec_file: str |
     sink_class = classes[(computation_id, sink_id)]
     if sink_class is not None and not hasattr(sink_class, "redrive_progress"):
         raise RedriveError(f"--sink {name} is a {sink_class.__name__}, not an HTTP sink: redrive sends through "
-                           f"an async_http, firehose_http or batching_http sink, one of: {choices}")
+                           f"an async_http, firehose_http, batching_http or webhook_http sink, one of: {choices}")
     return computation_id, sink_id
 
 
@@ -198,24 +200,33 @@ class _Noted:
 
 async def _send(target: RedriveTarget, pending: dict[LetterKey, list[DeadLetter]], record: LineFile,
                 report: RedriveReport, clock: Clock, metrics: Metrics, throttler_url: str | None) -> None:
-    """Send one message per pending key through a new instance of the sink and record each delivery."""
-    sending = [lines[0] for lines in pending.values()]
+    """Send one message per pending key through a new instance of the sink and record each delivery.
+    A letter the sink cannot re-form as a message (its ``redrive_row`` raising ``ValueError``) is not
+    sent: it is reported failed with that error."""
+    sink_plan = target.sink
+    sink_class: Any = sink_plan.sink_class
+    # A dead-letter output even when the Spec no longer names one: each letter stands alone.
+    parameters = sink_plan.parameters.model_copy(update={"dead_letter_path": str(report.file)})
+    rows: dict[LetterKey, dict[str, Any]] = {}
+    for lines in pending.values():
+        try:
+            rows[lines[0].key] = _row(sink_class, parameters, sink_plan.dynamic_parameters, lines[0])
+        except ValueError as error:
+            report.failed.append((lines[0], str(error)))
+    sending = [lines[0] for lines in pending.values() if lines[0].key in rows]
+    if not sending:
+        return
     failed_again = _FailedAgain()
     acknowledged = asyncio.Event()
     dynamic = target.dynamic_spec
-    sink_plan = target.sink
     throttling = Throttling(dynamic, clock, registry=metrics.registry, throttler_url=throttler_url,
                             file=target.dynamic_spec_file) if dynamic.throttlers or throttler_url else None
     context = SinkContext(target.computation_id, sink_plan.sink_id, 0, clock, metrics, StatusTree(),
                           lambda _progress: acknowledged.set(), throttling, failed_again)
-    # A dead-letter output even when the Spec no longer names one: each letter stands alone.
-    parameters = sink_plan.parameters.model_copy(update={"dead_letter_path": str(report.file)})
-    sink_class: Any = sink_plan.sink_class
     sink = sink_class.create(context, parameters, sink_plan.dynamic_parameters, sink_class.redrive_progress(sending))
-    column = parameters.payload_column
     try:
-        sink.distribute([OutboxMessage(seq, sink_plan.stream_id, letter.message_id, b"[]", None,
-                                       {column: letter.payload}) for seq, letter in enumerate(sending, start=1)])
+        sink.distribute([OutboxMessage(seq, sink_plan.stream_id, letter.message_id, b"[]", None, rows[letter.key])
+                         for seq, letter in enumerate(sending, start=1)])
         done = 0
         while done < len(sending):
             await acknowledged.wait()
@@ -238,6 +249,16 @@ async def _send(target: RedriveTarget, pending: dict[LetterKey, list[DeadLetter]
         await sink.close()
         if throttling is not None:
             await throttling.aclose()
+
+
+def _row(sink_class: Any, parameters: Any, dynamic_parameters: Any, letter: DeadLetter) -> dict[str, Any]:
+    """The outbox row of ``letter``: the sink's own (``redrive_row``: e.g. the webhook sink's endpoint
+    column), else the payload in ``payload_column``. Raises ``ValueError`` when it cannot be formed."""
+    redrive_row = getattr(sink_class, "redrive_row", None)
+    if redrive_row is not None:
+        row: dict[str, Any] = redrive_row(parameters, dynamic_parameters, letter)
+        return row
+    return {parameters.payload_column: letter.payload}
 
 
 __all__ = ["RedriveError", "RedriveReport", "RedriveTarget", "load_redrive_target", "redrive"]

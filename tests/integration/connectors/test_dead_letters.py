@@ -256,3 +256,68 @@ async def test_batching_letters_are_redriven_as_their_batches_under_the_same_key
     assert Counter({key: len(lines) for key, lines in up.batches}) == batches, "re-formed under the same keys"
     assert sorted(line for _, lines in up.batches for line in lines) == sorted(records)  # batches run concurrently
     assert len((await redrive(load_redrive_target(healthy, dynamic, "deliver/http", dead), dead)).delivered) == 0
+
+
+async def test_webhook_letters_are_redriven_to_their_own_urls_signed_with_their_webhook_ids(
+        tmp_path: Path, serve_app: ServerFactory) -> None:
+    """A url_column webhook sink against endpoints answering 429 (Retry-After ignored): 5 letters;
+    redrive, once the endpoints answer 200, sends each to its own URL, signed, under its webhook-id, once."""
+    import base64
+
+    import orjson
+    from standardwebhooks.webhooks import Webhook
+
+    secret = "whsec_" + base64.b64encode(b"s" * 32).decode()
+    (tmp_path / "secret").write_text(secret + "\n")
+    got: list[tuple[str, str, str]] = []  # (path, webhook-id, body)
+    healthy = False
+
+    async def handle(request: web.Request) -> web.Response:
+        body = await request.read()
+        Webhook(secret).verify(body, dict(request.headers), json_parse=False)
+        if not healthy:
+            return web.Response(status=429, headers={"Retry-After": "3600"})
+        got.append((request.path, request.headers["webhook-id"], body.decode()))
+        return web.Response(text="ok")
+
+    app = web.Application()
+    app.router.add_post("/hooks/{name}", handle)
+    base = await serve_app(app)
+    urls = [f"{base}/hooks/a", f"{base}/hooks/b"]
+    data = tmp_path / "rows.jsonl"
+    data.write_bytes(b"".join(orjson.dumps({"id": i, "url": urls[i % 2], "payload": f"p{i}"}) + b"\n"
+                             for i in range(5)))
+    row = [{"name": "url", "type": "string"}, {"name": "payload", "type": "string"}]
+    spec = tmp_path / "spec.yaml"
+    spec.write_text(yaml.safe_dump({
+        "pipeline": "webhooks", "partition_count": 1,
+        "streams": {"events": {"schema": [{"name": "id", "type": "int64", "required": True}, *row],
+                               "group_by": ["id"]},
+                    "requests": {"schema": row}},
+        "sources": {"rows": {"source_class_name": "jsonl", "output_stream_id": "events",
+                             "parameters": {"path": str(data)}}},
+        "computations": {"c": {"processing_function": "tests.pipelines:PassthroughUrl",
+                               "input_stream_ids": ["events"], "output_stream_ids": ["requests"],
+                               "sinks": {"hooks": {"sink_class_name": "webhook_http", "input_stream_ids": ["requests"],
+                                                   "parameters": {"url_column": "url", "payload_column": "payload",
+                                                                  "dead_letter_path": "whdl.jsonl"}}}}}}))
+    dynamic = tmp_path / "dyn.yaml"
+    dynamic.write_text(yaml.safe_dump({"computations": {"c": {"sinks": {"hooks": {"parameters": {
+        "max_attempt_count": 2, "respect_retry_after": False, "retry_initial_delay": "10ms",
+        "retry_minimum_delay": "10ms", "retry_maximum_delay": "20ms",
+        "breaker": {"minimum_requests": 1000},  # no pause: each delivery exhausts its attempts
+        "defaults": {"secret_file": str(tmp_path / "secret")}}}}}}}))
+    dead = tmp_path / "whdl.jsonl"
+    await run_pipeline(spec, dynamic, tmp_path / "state")
+    letters, _ = read_dead_letters(dead)
+    assert sorted(letter.endpoint or "" for letter in letters) == sorted(urls[i % 2] for i in range(5))
+
+    healthy = True
+    first = await redrive(load_redrive_target(spec, dynamic, "c/hooks", dead), dead)
+    assert first.ok, first.failed
+    assert sorted(got) == sorted((f"/hooks/{'ab'[i % 2]}", letter.idempotency_key, f"p{i}")
+                                 for letter in letters for i in [int(letter.payload.decode()[1:])])
+    assert len(redrive_record_path(dead).read_text().splitlines()) == 5
+    second = await redrive(load_redrive_target(spec, dynamic, "c/hooks", dead), dead)
+    assert (len(second.delivered), second.already_redriven) == (0, 5)
+    assert len(got) == 5

@@ -89,7 +89,7 @@ def test_a_sink_that_is_not_an_http_sink_is_refused(dead: Path, spec: Path) -> N
     code, output = redrive(str(dead), str(spec), "--sink", "deliver/count")
     assert code == 2
     assert one_line(output) == ("egress redrive: --sink deliver/count is a CountingSink, not an HTTP sink: redrive "
-                                "sends through an async_http, firehose_http or batching_http sink, "
+                                "sends through an async_http, firehose_http, batching_http or webhook_http sink, "
                                 "one of: deliver/http")
 
 

@@ -32,8 +32,10 @@ from egress.connectors.sinks.webhook_parameters import (
     BreakerSpec,
     EndpointDefaults,
     EndpointSpec,
+    WebhookSinkDynamicParameters,
     WebhookSinkParameters,
 )
+from egress.engines import SinkProgress
 from egress.errors import SpecError
 from egress.httpclient import CurlClient, Request
 from egress.httpclient.curl import post_header_lines
@@ -282,7 +284,32 @@ def dead_letter_of(context: SinkContext, delivery: Delivery, error: str) -> Dead
     assert delivery.body is not None
     return DeadLetter(context.computation_id, context.sink_id, context.partition, delivery.seq, delivery.message_id,
                       idempotency_key(delivery.message_id), delivery.body, tuple(delivery.attempts or ()), error,
-                      context.clock.now())
+                      context.clock.now(), delivery.endpoint.name)
+
+
+def redrive_progress(letters: list[DeadLetter]) -> SinkProgress:
+    """Where a new webhook sink starts to re-send ``letters`` as messages ``seq`` 1..n (``egress
+    redrive``): nothing persisted; each message keeps its id, so its ``webhook-id``."""
+    return SinkProgress()
+
+
+def redrive_row(parameters: WebhookSinkParameters, dynamic_parameters: WebhookSinkDynamicParameters,
+                letter: DeadLetter) -> dict[str, Any]:
+    """The outbox row that sends ``letter`` back to its own endpoint (``egress redrive``): its
+    payload and its endpoint in the sink's endpoint or URL column. Raises ``ValueError`` (the fix
+    named) when the letter names no endpoint, or one the DynamicSpec does not configure now: its
+    message would wait for ever."""
+    if letter.endpoint is None:
+        raise ValueError("the line has no \"endpoint\" (an older egress did not record it): redrive cannot "
+                         "tell where it goes; add \"endpoint\": the URL (url_column) or endpoint name "
+                         "(endpoint_column) to the line, or send its payload yourself with webhook-id "
+                         f"{letter.idempotency_key}")
+    by_url = parameters.url_column is not None
+    if endpoint_config(letter.endpoint, dynamic_parameters.endpoints, dynamic_parameters.defaults, by_url) is None:
+        raise ValueError(f"{'URL' if by_url else 'endpoint'} {letter.endpoint!r} is not one the sink can call "
+                         "now (not in the DynamicSpec's endpoint table, or not a URL): add it and redrive again")
+    column = parameters.url_column or parameters.endpoint_column or ""
+    return {parameters.payload_column: letter.payload, column: letter.endpoint}
 
 
 def show_configuration(status: StatusTree, endpoint: Endpoint, *, by_url: bool) -> None:

@@ -46,6 +46,8 @@ from egress.connectors.sinks.webhook_endpoints import (
     endpoint_config,
     endpoint_rows,
     first_requests,
+    redrive_progress,
+    redrive_row,
     show_breaker,
     show_configuration,
 )
@@ -83,6 +85,7 @@ class WebhookHttpSink:
         """One input stream with the payload column (string) and the endpoint or URL column (string)."""
         return check_streams(parameters, input_streams)
 
+    redrive_progress, redrive_row = staticmethod(redrive_progress), staticmethod(redrive_row)  # egress redrive
     @classmethod
     def create(cls, context: SinkContext, parameters: WebhookSinkParameters,
                dynamic_parameters: WebhookSinkDynamicParameters, progress: SinkProgress) -> WebhookHttpSink:
