@@ -239,9 +239,11 @@ def _stop(service: subprocess.Popen[str]) -> None:
 
 def merge_reports(paths: list[Path], elapsed: float) -> dict[str, Any]:
     """One report from the children's ``--report`` files (those that exist): counters added up."""
-    merged: dict[str, Any] = {"responses": {}, "blocked": [], "status": {}, "drained": True, "errors": []}
+    merged: dict[str, Any] = {"responses": {}, "blocked": [], "status": {}, "drained": True, "errors": [],
+                              "error_outputs": {}}
     counters = ("rows_read", "bad_records_skipped", "bad_records_dead_lettered", "messages_processed", "posts",
-                "retries", "attempt_failures", "delivered", "dead_letters", "responses_2xx", "unacknowledged", "epochs")
+                "retries", "attempt_failures", "delivered", "dead_letters", "error_output_records", "responses_2xx",
+                "unacknowledged", "epochs")
     for name in counters:
         merged[name] = 0
     for path in paths:
@@ -253,6 +255,9 @@ def merge_reports(paths: list[Path], elapsed: float) -> dict[str, Any]:
             merged[name] += values.get(name, 0)
         for code, count in values.get("responses", {}).items():
             merged["responses"][code] = merged["responses"].get(code, 0) + count
+        for sink, output in values.get("error_outputs", {}).items():  # each sink's file, its records added up
+            known = merged["error_outputs"].setdefault(sink, {"path": output.get("path"), "records": 0})
+            known["records"] += output.get("records", 0)
         merged["blocked"] += values.get("blocked", [])
         merged["status"].update(values.get("status", {}))
         merged["drained"] = merged["drained"] and bool(values.get("drained"))

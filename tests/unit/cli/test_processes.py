@@ -13,6 +13,7 @@ from typer.testing import CliRunner
 
 from egress.cli.main import app
 from egress.cli.processes import ProcessesRun, exit_code, merge_reports
+from egress.cli.report import summary_table
 from egress.runtime import load_plan
 from egress.runtime.cluster.worker import spec_digest
 from egress.runtime.options import EngineChoice, parse_engine
@@ -90,8 +91,12 @@ def test_the_summary_adds_the_workers_reports_up(tmp_path: Path) -> None:
     for index, (delivered, code) in enumerate([(10, "200"), (5, "503")]):
         (tmp_path / f"w{index}.json").write_text(json.dumps(
             {"rows_read": 15 * (1 - index), "delivered": delivered, "responses": {code: delivered}, "drained": True,
-             "blocked": [f"b{index}"] if index else [], "epochs": 3}))
+             "blocked": [f"b{index}"] if index else [], "epochs": 3, "error_output_records": index + 1,
+             "error_outputs": {"c/fh": {"path": "/x/fherr.jsonl", "records": index + 1}}}))
     merged = merge_reports([tmp_path / "w0.json", tmp_path / "w1.json"], elapsed=3.0)
+    assert merged["error_output_records"] == 3
+    assert merged["error_outputs"] == {"c/fh": {"path": "/x/fherr.jsonl", "records": 3}}
+    summary_table(merged, title="egress run --processes 2")  # every row the table shows is there
     assert (merged["rows_read"], merged["delivered"], merged["epochs"]) == (15, 15, 6)
     assert merged["responses"] == {"200": 10, "503": 5}
     assert merged["blocked"] == ["b1"]
