@@ -90,12 +90,11 @@ class Interrupts:
         self.count += 1
         which = "second interrupt" if self.count > 1 else "interrupt"
         then = "; the final commit is made" if self.finished else " without the final commit"
-        if not self._announce:
-            pass
-        elif printing(frame):
-            os.write(sys.stderr.fileno(), f"{which}: exiting at once{then}\n".encode())
-        else:
-            self._output.say(f"{which}: exiting at once{then}", level=logging.WARNING)
+        if self._announce:
+            if printing(frame):
+                os.write(sys.stderr.fileno(), f"{which}: exiting at once{then}\n".encode())
+            else:
+                self._output.say(f"{which}: exiting at once{then}", level=logging.WARNING)
         for stream in (sys.stdout, sys.stderr):
             stream.flush()
         os._exit(INTERRUPTED)

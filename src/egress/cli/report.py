@@ -19,7 +19,7 @@ _SINK_COUNTERS = {
     "dead_letters": "egress_sink_dead_letters_total",
     "error_output_records": "egress_sink_error_output_records_total",
 }
-_ERROR_OUTPUT = "egress_sink_error_output_records_total"
+_ERROR_OUTPUT = _SINK_COUNTERS["error_output_records"]
 _RESPONSES = "egress_sink_responses_total"
 
 

@@ -145,10 +145,12 @@ async def claim_worker_id(membership: Membership, worker_id: str, instance: str,
     """Make sure no other live process runs under ``worker_id`` before this one (token
     ``instance``) joins: return at once when no other instance's record is listed under it; else
     list it every :data:`CLAIM_POLL` seconds for :func:`watch_time` seconds (``host``: this one's
-    name, ``space``: its :func:`process_space`, ``exists``: whether a pid runs in it), and raise
+    name, ``space``: its :func:`process_space`, both this process's when ``host`` is ``None``;
+    ``exists``: whether a pid runs in it), and raise
     :class:`DuplicateWorkerError` once it is renewed, return ``None`` once it is gone (its process
     left), and return the record (a crashed predecessor's, taken over) when it was not renewed."""
-    host = socket.gethostname() if host is None else host
+    if host is None:
+        host, space = socket.gethostname(), process_space()
     first = own_record(await membership.members(), worker_id)
     if first is None or first.details.get(INSTANCE) == instance:
         return None

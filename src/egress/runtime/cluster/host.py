@@ -78,8 +78,7 @@ class ClusterHost:
         members' (of two with different Specs the later leaves)."""
         self._started_at = started_at
         predecessor = await claim_worker_id(engine, self.worker_id, self._instance, self._context.clock,
-                                            heartbeat_period=self._context.options.heartbeat_period,
-                                            host=socket.gethostname(), space=process_space())
+                                            heartbeat_period=self._context.options.heartbeat_period)
         if predecessor is not None:
             logger.info("worker %s: %s ran under this worker id and stopped: took its membership record over",
                         self.worker_id, process_of(predecessor))
